@@ -1,0 +1,21 @@
+//! Compiles `proto/toolmesh/v1/*.proto` with protox (no system `protoc`) and
+//! keeps the encoded descriptor set for gRPC reflection.
+
+use prost::Message;
+use std::{env, fs, path::PathBuf};
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let files = ["common", "registry", "dispatcher", "executor"]
+        .map(|name| format!("proto/toolmesh/v1/{name}.proto"));
+    for file in &files {
+        println!("cargo:rerun-if-changed={file}");
+    }
+    let descriptors = protox::compile(&files, ["proto"])?;
+    let out = PathBuf::from(env::var("OUT_DIR")?);
+    fs::write(
+        out.join("toolmesh_descriptor.bin"),
+        descriptors.encode_to_vec(),
+    )?;
+    tonic_prost_build::configure().compile_fds(descriptors)?;
+    Ok(())
+}

@@ -1,0 +1,77 @@
+//! What every gRPC server and client of the mesh shares: addresses, pooled
+//! channels with connect timeouts, message limits, reflection, the health
+//! service names of tools, and the shutdown signal.
+
+use std::{net::SocketAddr, time::Duration};
+use tonic::transport::{Channel, Endpoint};
+
+/// Largest message on a call path (Invoke, Execute, Register).
+pub const MAX_CALL_MESSAGE_BYTES: usize = 8 * 1024 * 1024;
+/// Largest snapshot message (GetSnapshot, WatchSnapshots).
+pub const MAX_SNAPSHOT_MESSAGE_BYTES: usize = 256 * 1024 * 1024;
+/// How long a client waits for a TCP connection to an endpoint.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+/// The health service name of the whole executor service.
+pub const EXECUTOR_HEALTH_SERVICE: &str = "toolmesh.v1.Executor";
+
+/// The `grpc.health.v1` service name that tracks whether a tool is exposed.
+pub fn tool_health_service(tool: &str) -> String {
+    format!("toolmesh.tool.{tool}")
+}
+
+/// A bad `host:port`.
+#[derive(Debug, thiserror::Error)]
+#[error("address {0:?} is not host:port (for example 127.0.0.1:7070)")]
+pub struct BadAddress(pub String);
+
+/// A lazily connecting channel to `host:port` (or a full `http://` URI):
+/// TCP_NODELAY, a connect timeout and HTTP/2 keepalives so a dead peer is
+/// noticed.
+pub fn channel(address: &str) -> Result<Channel, BadAddress> {
+    let uri = if address.contains("://") {
+        address.to_owned()
+    } else {
+        format!("http://{address}")
+    };
+    let endpoint = Endpoint::from_shared(uri).map_err(|_| BadAddress(address.to_owned()))?;
+    Ok(endpoint
+        .connect_timeout(CONNECT_TIMEOUT)
+        .tcp_nodelay(true)
+        .http2_keep_alive_interval(Duration::from_secs(10))
+        .keep_alive_timeout(Duration::from_secs(5))
+        .keep_alive_while_idle(true)
+        .connect_lazy())
+}
+
+/// Parses a listen address such as `127.0.0.1:0`.
+pub fn listen_address(text: &str) -> Result<SocketAddr, BadAddress> {
+    text.parse().map_err(|_| BadAddress(text.to_owned()))
+}
+
+/// gRPC reflection over every toolmesh.v1 service and grpc.health.v1, so
+/// grpcurl works without the proto files.
+pub fn reflection_service() -> tonic_reflection::server::v1::ServerReflectionServer<
+    impl tonic_reflection::server::v1::ServerReflection,
+> {
+    tonic_reflection::server::Builder::configure()
+        .register_encoded_file_descriptor_set(crate::pb::FILE_DESCRIPTOR_SET)
+        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+        .build_v1()
+        .expect("the embedded descriptor sets are valid")
+}
+
+/// Resolves on SIGTERM or ctrl-c (SIGINT).
+pub async fn shutdown_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+            .expect("a SIGTERM handler can be installed");
+        tokio::select! {
+            _ = ctrl_c => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = ctrl_c.await;
+}

@@ -1,0 +1,203 @@
+//! JSON Schema handling shared by the registry, the dispatcher and the SDK:
+//! compiling a schema (no remote `$ref`), and checking arguments with a
+//! message that names every failing JSON path.
+
+use jsonschema::Validator;
+use serde_json::Value;
+use std::fmt;
+
+/// Limits that keep one registration from costing the registry too much.
+pub const MAX_SCHEMA_BYTES: usize = 64 * 1024;
+/// Deepest nesting of objects and arrays accepted in a schema.
+pub const MAX_SCHEMA_DEPTH: usize = 32;
+/// How many failing paths a message lists before it says "and N more".
+const MAX_LISTED_VIOLATIONS: usize = 10;
+
+/// Why a schema was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum SchemaError {
+    /// The text is not JSON.
+    #[error("is not valid JSON ({0}); write the schema as a JSON object")]
+    NotJson(String),
+    /// The JSON is not an object.
+    #[error("must be a JSON object such as {{\"type\":\"object\",\"properties\":{{}}}}, got {0}")]
+    NotObject(&'static str),
+    /// Over the size limit.
+    #[error(
+        "is {0} bytes; the limit is {MAX_SCHEMA_BYTES} bytes, so split the tool or simplify the schema"
+    )]
+    TooLarge(usize),
+    /// Nested too deeply.
+    #[error("nests deeper than {MAX_SCHEMA_DEPTH} levels; flatten it")]
+    TooDeep,
+    /// jsonschema refused it.
+    #[error("does not compile as a JSON Schema: {0}")]
+    Invalid(String),
+}
+
+/// One failing part of a JSON document.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Violation {
+    /// JSON Pointer to the failing value (`""` is the whole document).
+    pub path: String,
+    /// What is wrong with it.
+    pub message: String,
+}
+
+/// Arguments that do not satisfy a schema: every failing path.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Violations(pub Vec<Violation>);
+
+impl fmt::Display for Violations {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, v) in self.0.iter().take(MAX_LISTED_VIOLATIONS).enumerate() {
+            if i > 0 {
+                f.write_str("; ")?;
+            }
+            let path = if v.path.is_empty() { "/" } else { &v.path };
+            write!(f, "at {path}: {}", v.message)?;
+        }
+        if self.0.len() > MAX_LISTED_VIOLATIONS {
+            write!(f, "; and {} more", self.0.len() - MAX_LISTED_VIOLATIONS)?;
+        }
+        Ok(())
+    }
+}
+
+/// Parses and compiles a schema given as text.
+pub fn compile_text(text: &str) -> Result<(Value, Validator), SchemaError> {
+    if text.len() > MAX_SCHEMA_BYTES {
+        return Err(SchemaError::TooLarge(text.len()));
+    }
+    let value: Value =
+        serde_json::from_str(text).map_err(|e| SchemaError::NotJson(e.to_string()))?;
+    let validator = compile(&value)?;
+    Ok((value, validator))
+}
+
+/// Compiles a parsed schema. Remote `$ref`s are not fetched: such a schema
+/// fails to compile.
+pub fn compile(schema: &Value) -> Result<Validator, SchemaError> {
+    if !schema.is_object() {
+        return Err(SchemaError::NotObject(json_kind(schema)));
+    }
+    if depth(schema) > MAX_SCHEMA_DEPTH {
+        return Err(SchemaError::TooDeep);
+    }
+    jsonschema::options()
+        .build(schema)
+        .map_err(|e| SchemaError::Invalid(e.to_string()))
+}
+
+/// Checks `instance`; fast path first, and only on failure collects every
+/// violation to build the message.
+pub fn check(validator: &Validator, instance: &Value) -> Result<(), Violations> {
+    if validator.is_valid(instance) {
+        return Ok(());
+    }
+    let violations = validator
+        .iter_errors(instance)
+        .map(|e| Violation {
+            path: e.instance_path().to_string(),
+            message: e.to_string(),
+        })
+        .collect();
+    Err(Violations(violations))
+}
+
+/// The JSON type name of a value, for messages.
+pub fn json_kind(value: &Value) -> &'static str {
+    match value {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}
+
+/// Nesting depth of objects and arrays (a scalar is 0).
+fn depth(value: &Value) -> usize {
+    // Iterative, so a hostile document cannot overflow the stack.
+    let mut deepest = 0;
+    let mut stack = vec![(value, 0usize)];
+    while let Some((v, d)) = stack.pop() {
+        deepest = deepest.max(d);
+        if d > MAX_SCHEMA_DEPTH {
+            break;
+        }
+        match v {
+            Value::Array(items) => stack.extend(items.iter().map(|i| (i, d + 1))),
+            Value::Object(map) => stack.extend(map.values().map(|i| (i, d + 1))),
+            _ => {}
+        }
+    }
+    deepest
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    fn ticket_schema() -> Validator {
+        compile(&json!({
+            "type": "object",
+            "properties": {
+                "title": {"type": "string", "minLength": 1},
+                "priority": {"enum": ["low", "normal", "high", "urgent"]},
+                "tags": {"type": "array", "items": {"type": "string"}}
+            },
+            "required": ["title", "priority"],
+            "additionalProperties": false
+        }))
+        .unwrap()
+    }
+
+    /// Valid arguments pass; every failing path is named in one message.
+    #[test]
+    fn names_every_failing_path() {
+        let v = ticket_schema();
+        assert!(check(&v, &json!({"title": "t", "priority": "low"})).is_ok());
+        let err = check(&v, &json!({"title": "", "priority": "soon", "tags": [1]})).unwrap_err();
+        let paths: Vec<&str> = err.0.iter().map(|v| v.path.as_str()).collect();
+        assert!(paths.contains(&"/title"), "{paths:?}");
+        assert!(paths.contains(&"/priority"), "{paths:?}");
+        assert!(paths.contains(&"/tags/0"), "{paths:?}");
+        let text = err.to_string();
+        assert!(text.contains("at /priority:"), "{text}");
+    }
+
+    /// A missing required field is reported at the root with the field's name.
+    #[test]
+    fn missing_field_is_named() {
+        let err = check(&ticket_schema(), &json!({"title": "x"})).unwrap_err();
+        assert!(err.to_string().contains("priority"), "{err}");
+    }
+
+    /// Schemas that are not objects, not JSON, too deep or invalid are refused.
+    #[test]
+    fn refuses_bad_schemas() {
+        assert!(matches!(compile_text("{"), Err(SchemaError::NotJson(_))));
+        assert!(matches!(compile_text("[]"), Err(SchemaError::NotObject(_))));
+        assert!(matches!(
+            compile_text(r#"{"type": 5}"#),
+            Err(SchemaError::Invalid(_))
+        ));
+        let mut deep = json!({"type": "string"});
+        for _ in 0..40 {
+            deep = json!({"type": "object", "properties": {"a": deep}});
+        }
+        assert!(matches!(compile(&deep), Err(SchemaError::TooDeep)));
+        let huge = format!(r#"{{"description": "{}"}}"#, "x".repeat(MAX_SCHEMA_BYTES));
+        assert!(matches!(compile_text(&huge), Err(SchemaError::TooLarge(_))));
+    }
+
+    /// A remote `$ref` is never fetched: the schema fails to compile.
+    #[test]
+    fn remote_refs_are_not_fetched() {
+        let schema = json!({"$ref": "https://example.com/schema.json"});
+        assert!(matches!(compile(&schema), Err(SchemaError::Invalid(_))));
+    }
+}

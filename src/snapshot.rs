@@ -1,0 +1,393 @@
+//! Immutable, versioned snapshots of every known tool and the instances that
+//! serve it. Snapshot N+1 shares every unchanged entry with snapshot N
+//! (persistent map of `Arc`s), so a change costs O(what changed).
+
+use crate::pb;
+use crate::reference::ToolRef;
+use crate::spec::{SpecError, ToolDef};
+use imbl::OrdMap;
+use std::sync::Arc;
+
+/// One executor process serving a tool.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Instance {
+    /// Unique per executor process.
+    pub executor_id: Arc<str>,
+    /// host:port of its Executor service.
+    pub endpoint: Arc<str>,
+    /// The team or service that registered it.
+    pub service: Arc<str>,
+    /// Whether the registry currently considers it able to serve.
+    pub healthy: bool,
+}
+
+/// One tool at one version, with its instances.
+#[derive(Debug, Clone)]
+pub struct ToolEntry {
+    /// The validated definition, shared by every snapshot that holds it.
+    pub def: Arc<ToolDef>,
+    /// Instances in registration order.
+    pub instances: Arc<[Instance]>,
+    /// Set (with the operator's reason) while the tool is switched off.
+    pub disabled: Option<Arc<str>>,
+}
+
+impl ToolEntry {
+    /// Listed and invocable: enabled with at least one healthy instance.
+    pub fn exposed(&self) -> bool {
+        self.disabled.is_none() && self.instances.iter().any(|i| i.healthy)
+    }
+
+    /// The instances that may take calls.
+    pub fn healthy_instances(&self) -> impl Iterator<Item = &Instance> {
+        self.instances.iter().filter(|i| i.healthy)
+    }
+
+    fn to_pb(&self) -> pb::ToolEntry {
+        pb::ToolEntry {
+            spec: Some(self.def.spec().clone()),
+            instances: self
+                .instances
+                .iter()
+                .map(|i| pb::Instance {
+                    executor_id: i.executor_id.to_string(),
+                    endpoint: i.endpoint.to_string(),
+                    healthy: i.healthy,
+                    service: i.service.to_string(),
+                })
+                .collect(),
+            exposed: self.exposed(),
+            disabled: self.disabled.is_some(),
+            disabled_reason: self.disabled.as_deref().unwrap_or_default().to_owned(),
+        }
+    }
+}
+
+/// Every version of one tool name, oldest first.
+type Family = Arc<[Arc<ToolEntry>]>;
+
+/// Why a reference resolved to nothing.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ResolveError {
+    /// No tool has that name.
+    #[error("no tool named {name:?}")]
+    UnknownTool {
+        /// The name asked for.
+        name: String,
+    },
+    /// The name exists but no version matches.
+    #[error("tool {name:?} has no version matching {wanted}; served versions: {served}")]
+    NoMatchingVersion {
+        /// The name asked for.
+        name: String,
+        /// The version pattern asked for.
+        wanted: String,
+        /// The versions that exist, comma-separated.
+        served: String,
+    },
+}
+
+/// An immutable view of every known tool.
+#[derive(Debug, Clone)]
+pub struct Snapshot {
+    version: u64,
+    epoch: Arc<str>,
+    tools: OrdMap<Arc<str>, Family>,
+}
+
+impl Snapshot {
+    /// The empty snapshot (version 0) of a registry lifetime.
+    pub fn empty(epoch: impl Into<Arc<str>>) -> Self {
+        Snapshot {
+            version: 0,
+            epoch: epoch.into(),
+            tools: OrdMap::new(),
+        }
+    }
+
+    /// Strictly increasing within one epoch.
+    pub fn version(&self) -> u64 {
+        self.version
+    }
+
+    /// Changes every time a registry starts.
+    pub fn epoch(&self) -> &str {
+        &self.epoch
+    }
+
+    /// Number of distinct tool names.
+    pub fn name_count(&self) -> usize {
+        self.tools.len()
+    }
+
+    /// Every entry, sorted by name, then version.
+    pub fn entries(&self) -> impl Iterator<Item = &Arc<ToolEntry>> {
+        self.tools.values().flat_map(|family| family.iter())
+    }
+
+    /// Every tool name, sorted.
+    pub fn names(&self) -> impl Iterator<Item = &str> {
+        self.tools.keys().map(|k| &**k)
+    }
+
+    /// Every version of `name`, oldest first.
+    pub fn versions(&self, name: &str) -> &[Arc<ToolEntry>] {
+        self.tools.get(name).map(|f| &f[..]).unwrap_or(&[])
+    }
+
+    /// One exact name@version.
+    pub fn get(&self, name: &str, version: &semver::Version) -> Option<&Arc<ToolEntry>> {
+        self.versions(name)
+            .iter()
+            .find(|e| e.def.version() == version)
+    }
+
+    /// Resolves a reference: among the versions it accepts, the newest
+    /// exposed one, or else the newest one (which then reports why it is not
+    /// callable).
+    pub fn resolve(&self, reference: &ToolRef<'_>) -> Result<&Arc<ToolEntry>, ResolveError> {
+        let family = self.versions(reference.name);
+        if family.is_empty() {
+            return Err(ResolveError::UnknownTool {
+                name: reference.name.to_owned(),
+            });
+        }
+        let newest_where = |want_exposed: bool| {
+            family
+                .iter()
+                .rev()
+                .filter(|e| !want_exposed || e.exposed())
+                .find(|e| reference.version.matches(e.def.version()))
+        };
+        newest_where(true)
+            .or_else(|| newest_where(false))
+            .ok_or_else(|| ResolveError::NoMatchingVersion {
+                name: reference.name.to_owned(),
+                wanted: reference.version.to_string(),
+                served: family
+                    .iter()
+                    .map(|e| e.def.version().to_string())
+                    .collect::<Vec<_>>()
+                    .join(", "),
+            })
+    }
+
+    /// Starts snapshot `version + 1` from this one; nothing is copied.
+    pub fn next(&self) -> SnapshotBuilder {
+        SnapshotBuilder {
+            snapshot: Snapshot {
+                version: self.version + 1,
+                epoch: self.epoch.clone(),
+                tools: self.tools.clone(),
+            },
+        }
+    }
+
+    /// The wire form.
+    pub fn to_pb(&self) -> pb::Snapshot {
+        pb::Snapshot {
+            version: self.version,
+            epoch: self.epoch.to_string(),
+            tools: self.entries().map(|e| e.to_pb()).collect(),
+        }
+    }
+
+    /// Rebuilds a snapshot received over the wire. Definitions whose
+    /// fingerprint matches one in `previous` are reused (no recompilation).
+    /// Entries that fail validation are left out and reported.
+    pub fn from_pb(
+        wire: &pb::Snapshot,
+        previous: Option<&Snapshot>,
+    ) -> (Snapshot, Vec<(String, SpecError)>) {
+        let mut builder = SnapshotBuilder {
+            snapshot: Snapshot::empty(wire.epoch.as_str()),
+        };
+        builder.snapshot.version = wire.version;
+        let mut skipped = Vec::new();
+        for entry in &wire.tools {
+            let spec = entry.spec.clone().unwrap_or_default();
+            let label = format!("{}@{}", spec.name, spec.version);
+            let def = match ToolDef::new(spec) {
+                Ok(def) => def,
+                Err(e) => {
+                    skipped.push((label, e));
+                    continue;
+                }
+            };
+            let reused = previous
+                .and_then(|p| p.get(def.name(), def.version()))
+                .filter(|old| old.def.fingerprint() == def.fingerprint())
+                .map(|old| old.def.clone());
+            let def = reused.unwrap_or_else(|| Arc::new(def));
+            let instances = entry
+                .instances
+                .iter()
+                .map(|i| Instance {
+                    executor_id: i.executor_id.as_str().into(),
+                    endpoint: i.endpoint.as_str().into(),
+                    service: i.service.as_str().into(),
+                    healthy: i.healthy,
+                })
+                .collect();
+            builder.put(ToolEntry {
+                def,
+                instances,
+                disabled: entry
+                    .disabled
+                    .then(|| entry.disabled_reason.as_str().into()),
+            });
+        }
+        (builder.snapshot, skipped)
+    }
+}
+
+/// Collects the changes that make the next snapshot.
+#[derive(Debug)]
+pub struct SnapshotBuilder {
+    snapshot: Snapshot,
+}
+
+impl SnapshotBuilder {
+    /// Inserts or replaces the entry for its name@version.
+    pub fn put(&mut self, entry: ToolEntry) -> &mut Self {
+        let name: Arc<str> = entry.def.name().into();
+        let mut family: Vec<Arc<ToolEntry>> = self
+            .snapshot
+            .tools
+            .get(&name)
+            .map(|f| f.to_vec())
+            .unwrap_or_default();
+        let version = entry.def.version().clone();
+        match family.binary_search_by(|e| e.def.version().cmp(&version)) {
+            Ok(i) => family[i] = Arc::new(entry),
+            Err(i) => family.insert(i, Arc::new(entry)),
+        }
+        self.snapshot.tools.insert(name, family.into());
+        self
+    }
+
+    /// Removes name@version; a no-op when it is absent.
+    pub fn remove(&mut self, name: &str, version: &semver::Version) -> &mut Self {
+        if let Some(family) = self.snapshot.tools.get(name) {
+            let rest: Vec<Arc<ToolEntry>> = family
+                .iter()
+                .filter(|e| e.def.version() != version)
+                .cloned()
+                .collect();
+            if rest.is_empty() {
+                self.snapshot.tools.remove(name);
+            } else {
+                self.snapshot.tools.insert(name.into(), rest.into());
+            }
+        }
+        self
+    }
+
+    /// The entry as the builder currently has it.
+    pub fn get(&self, name: &str, version: &semver::Version) -> Option<&Arc<ToolEntry>> {
+        self.snapshot.get(name, version)
+    }
+
+    /// The finished snapshot.
+    pub fn finish(self) -> Snapshot {
+        self.snapshot
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::pb::ToolSpec;
+
+    fn def(name: &str, version: &str) -> Arc<ToolDef> {
+        Arc::new(
+            ToolDef::new(ToolSpec {
+                name: name.into(),
+                version: version.into(),
+                description: format!("{name} tool"),
+                input_schema: r#"{"type":"object"}"#.into(),
+                ..ToolSpec::default()
+            })
+            .unwrap(),
+        )
+    }
+
+    fn entry(name: &str, version: &str, healthy: bool) -> ToolEntry {
+        ToolEntry {
+            def: def(name, version),
+            instances: vec![Instance {
+                executor_id: format!("ex-{name}").into(),
+                endpoint: "127.0.0.1:1".into(),
+                service: "svc".into(),
+                healthy,
+            }]
+            .into(),
+            disabled: None,
+        }
+    }
+
+    /// Each change makes a new version and leaves the old snapshot untouched;
+    /// unchanged entries are the very same allocation (structural sharing).
+    #[test]
+    fn versions_and_structural_sharing() {
+        let s0 = Snapshot::empty("e1");
+        let mut b = s0.next();
+        b.put(entry("a", "1.0.0", true))
+            .put(entry("b", "1.0.0", true));
+        let s1 = b.finish();
+        let mut b = s1.next();
+        b.put(entry("c", "1.0.0", true));
+        let s2 = b.finish();
+        assert_eq!((s0.version(), s1.version(), s2.version()), (0, 1, 2));
+        assert_eq!(s1.entries().count(), 2);
+        assert_eq!(s2.entries().count(), 3);
+        let a1 = &s1.versions("a")[0];
+        let a2 = &s2.versions("a")[0];
+        assert!(Arc::ptr_eq(a1, a2), "unchanged entry must be shared");
+        let mut b = s2.next();
+        b.remove("a", &semver::Version::new(1, 0, 0));
+        let s3 = b.finish();
+        assert!(s3.versions("a").is_empty());
+        assert_eq!(s2.versions("a").len(), 1, "old snapshot unchanged");
+    }
+
+    /// Resolution prefers the newest exposed version and explains misses.
+    #[test]
+    fn resolution() {
+        let mut b = Snapshot::empty("e").next();
+        b.put(entry("t", "1.0.0", true))
+            .put(entry("t", "1.1.0", false))
+            .put(entry("t", "2.0.0-rc.1", true));
+        let s = b.finish();
+        let pick = |text: &str| {
+            s.resolve(&ToolRef::parse(text).unwrap())
+                .map(|e| e.def.version().to_string())
+        };
+        assert_eq!(pick("t").unwrap(), "1.0.0", "newest exposed stable");
+        assert_eq!(pick("t@1.1").unwrap(), "1.1.0", "unhealthy but only match");
+        assert_eq!(pick("t@2.0.0-rc.1").unwrap(), "2.0.0-rc.1");
+        assert!(matches!(pick("x"), Err(ResolveError::UnknownTool { .. })));
+        let err = pick("t@3").unwrap_err().to_string();
+        assert!(err.contains("1.0.0, 1.1.0, 2.0.0-rc.1"), "{err}");
+    }
+
+    /// The wire form round-trips, and definitions are reused by fingerprint.
+    #[test]
+    fn wire_round_trip_reuses_definitions() {
+        let mut b = Snapshot::empty("e").next();
+        b.put(entry("a", "1.0.0", true))
+            .put(entry("b", "1.0.0", false));
+        let s = b.finish();
+        let wire = s.to_pb();
+        assert_eq!(wire.tools.len(), 2);
+        assert!(wire.tools[0].exposed && !wire.tools[1].exposed);
+        let (back, skipped) = Snapshot::from_pb(&wire, Some(&s));
+        assert!(skipped.is_empty());
+        assert_eq!(back.version(), s.version());
+        assert!(Arc::ptr_eq(
+            &back.versions("a")[0].def,
+            &s.versions("a")[0].def
+        ));
+        assert_eq!(back.to_pb(), wire);
+    }
+}
