@@ -19,6 +19,36 @@ pub fn tool_health_service(tool: &str) -> String {
     format!("toolmesh.tool.{tool}")
 }
 
+/// The deadline a caller sent in its `grpc-timeout` header, if any.
+///
+/// The header is an ASCII integer of at most 8 digits followed by a unit:
+/// `H`ours, `M`inutes, `S`econds, `m`illiseconds, `u`/microseconds or
+/// `n`anoseconds. Anything else reads as "no deadline".
+pub fn request_timeout(metadata: &tonic::metadata::MetadataMap) -> Option<Duration> {
+    parse_grpc_timeout(metadata.get("grpc-timeout")?.to_str().ok()?)
+}
+
+/// Parses one `grpc-timeout` value (see [`request_timeout`]).
+pub fn parse_grpc_timeout(value: &str) -> Option<Duration> {
+    if value.len() < 2 || value.len() > 9 {
+        return None;
+    }
+    let (digits, unit) = value.split_at(value.len() - 1);
+    if !digits.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    let n: u64 = digits.parse().ok()?;
+    Some(match unit {
+        "H" => Duration::from_secs(n.checked_mul(3600)?),
+        "M" => Duration::from_secs(n.checked_mul(60)?),
+        "S" => Duration::from_secs(n),
+        "m" => Duration::from_millis(n),
+        "u" => Duration::from_micros(n),
+        "n" => Duration::from_nanos(n),
+        _ => return None,
+    })
+}
+
 /// A bad `host:port`.
 #[derive(Debug, thiserror::Error)]
 #[error("address {0:?} is not host:port (for example 127.0.0.1:7070)")]
@@ -74,4 +104,28 @@ pub async fn shutdown_signal() {
     }
     #[cfg(not(unix))]
     let _ = ctrl_c.await;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every unit of the grpc-timeout header parses; malformed values do not.
+    #[test]
+    fn grpc_timeout_table() {
+        let ok = [
+            ("1H", Duration::from_secs(3600)),
+            ("2M", Duration::from_secs(120)),
+            ("3S", Duration::from_secs(3)),
+            ("250m", Duration::from_millis(250)),
+            ("7u", Duration::from_micros(7)),
+            ("99999999n", Duration::from_nanos(99_999_999)),
+        ];
+        for (text, expected) in ok {
+            assert_eq!(parse_grpc_timeout(text), Some(expected), "{text}");
+        }
+        for text in ["", "m", "10", "10x", "-5m", "123456789m", "1.5S"] {
+            assert_eq!(parse_grpc_timeout(text), None, "{text}");
+        }
+    }
 }

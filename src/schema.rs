@@ -99,10 +99,29 @@ pub fn check(validator: &Validator, instance: &Value) -> Result<(), Violations> 
         .iter_errors(instance)
         .map(|e| Violation {
             path: e.instance_path().to_string(),
-            message: e.to_string(),
+            message: match e.kind() {
+                // jsonschema abbreviates long enums; a model needs them all.
+                jsonschema::error::ValidationErrorKind::Enum { options } => {
+                    format!("{} is not one of {}", e.instance(), list_values(options))
+                }
+                _ => e.to_string(),
+            },
         })
         .collect();
     Err(Violations(violations))
+}
+
+/// `"a", "b" or "c"` for an enum's options.
+fn list_values(options: &Value) -> String {
+    let Some(items) = options.as_array() else {
+        return options.to_string();
+    };
+    let texts: Vec<String> = items.iter().map(Value::to_string).collect();
+    match texts.as_slice() {
+        [] => "nothing".to_owned(),
+        [one] => one.clone(),
+        [init @ .., last] => format!("{} or {last}", init.join(", ")),
+    }
 }
 
 /// The JSON type name of a value, for messages.
@@ -166,7 +185,12 @@ mod tests {
         assert!(paths.contains(&"/priority"), "{paths:?}");
         assert!(paths.contains(&"/tags/0"), "{paths:?}");
         let text = err.to_string();
-        assert!(text.contains("at /priority:"), "{text}");
+        assert!(
+            text.contains(
+                r#"at /priority: "soon" is not one of "low", "normal", "high" or "urgent""#
+            ),
+            "{text}"
+        );
     }
 
     /// A missing required field is reported at the root with the field's name.

@@ -1,1 +1,144 @@
-//! stub
+//! The `toolmesh` command line: servers (`up`, `serve`, `registry`,
+//! `dispatcher`, `example`) and clients (`tools`, `call`, `health`,
+//! `snapshot`). `main` only calls [`main`].
+
+mod args;
+mod client;
+mod logging;
+mod output;
+mod server;
+mod up;
+
+use args::{Cli, Command, ExampleArgs};
+use clap::Parser;
+use server::Role;
+use std::process::ExitCode;
+use std::time::Duration;
+
+/// How a command failed, and so which exit code it gets.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum Failure {
+    /// Bad flags or configuration (exit 64, EX_USAGE).
+    #[error("{0}")]
+    Usage(String),
+    /// The server could not be reached (exit 69, EX_UNAVAILABLE).
+    #[error("{0}")]
+    Unavailable(String),
+    /// The operation ran and failed (exit 1).
+    #[error("{0}")]
+    Failed(String),
+}
+
+impl Failure {
+    fn exit_code(&self) -> ExitCode {
+        match self {
+            Failure::Usage(_) => ExitCode::from(64),
+            Failure::Unavailable(_) => ExitCode::from(69),
+            Failure::Failed(_) => ExitCode::from(1),
+        }
+    }
+}
+
+impl From<anyhow::Error> for Failure {
+    fn from(error: anyhow::Error) -> Self {
+        Failure::Failed(format!("{error:#}"))
+    }
+}
+
+/// Parses the command line, runs the command, and returns its exit code.
+pub fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let serving = matches!(
+        cli.command,
+        Command::Up(_)
+            | Command::Serve(_)
+            | Command::Registry(_)
+            | Command::Dispatcher(_)
+            | Command::Example(_)
+    );
+    logging::init(cli.log_format, if serving { "info" } else { "warn" });
+    let runtime = match tokio::runtime::Runtime::new() {
+        Ok(runtime) => runtime,
+        Err(e) => {
+            eprintln!("error: cannot start the async runtime: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    match runtime.block_on(run(cli.command)) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(failure) => {
+            eprintln!("error: {failure}");
+            failure.exit_code()
+        }
+    }
+}
+
+async fn run(command: Command) -> Result<(), Failure> {
+    let ttl = |ms: u64| Duration::from_millis(ms);
+    match command {
+        Command::Up(args) => Ok(up::run(args).await?),
+        Command::Serve(args) => Ok(server::run(
+            Role::Serve {
+                default_ttl: ttl(args.default_ttl_ms),
+            },
+            &args.server,
+        )
+        .await?),
+        Command::Registry(args) => Ok(server::run(
+            Role::Registry {
+                default_ttl: ttl(args.default_ttl_ms),
+            },
+            &args.server,
+        )
+        .await?),
+        Command::Dispatcher(args) => Ok(server::run(
+            Role::Dispatcher {
+                registry: args.registry.clone(),
+            },
+            &args.server,
+        )
+        .await?),
+        Command::Example(args) => example(args).await,
+        Command::Tools(args) => client::tools(args).await,
+        Command::Call(args) => client::call(args).await,
+        Command::Health(args) => client::health(args).await,
+        Command::Snapshot(args) => client::snapshot(args).await,
+    }
+}
+
+/// `toolmesh example NAME`: one example executor, registered with a registry.
+async fn example(args: ExampleArgs) -> Result<(), Failure> {
+    let options = toolmesh_examples::ExampleOptions {
+        ledger: args.ledger.clone(),
+    };
+    let executor = toolmesh_examples::example(&args.name, &options).ok_or_else(|| {
+        Failure::Usage(format!(
+            "unknown example {:?}; choose from {}",
+            args.name,
+            toolmesh_examples::EXAMPLE_NAMES.join(", ")
+        ))
+    })?;
+    let listen =
+        toolmesh::grpc::listen_address(&args.listen).map_err(|e| Failure::Usage(e.to_string()))?;
+    let bound = executor
+        .bind(toolmesh_executor::ServeOptions {
+            registry: args.registry.clone(),
+            listen,
+            advertise: None,
+            executor_id: args.executor_id.clone(),
+            lease_ttl: Duration::from_millis(args.ttl_ms),
+            grace: Duration::from_millis(args.grace_ms),
+        })
+        .await
+        .map_err(|e| Failure::Failed(e.to_string()))?;
+    println!(
+        "toolmesh example {} ({}) listening on {}",
+        args.name,
+        bound.executor_id(),
+        bound.local_addr()
+    );
+    bound
+        .run(toolmesh::grpc::shutdown_signal())
+        .await
+        .map_err(|e| Failure::Failed(e.to_string()))
+}

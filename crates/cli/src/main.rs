@@ -1,1 +1,5 @@
-fn main() {}
+//! The `toolmesh` command.
+
+fn main() -> std::process::ExitCode {
+    toolmesh_cli::main()
+}

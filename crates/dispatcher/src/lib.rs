@@ -1,1 +1,153 @@
-//! stub
+//! The dispatcher: the gateway agent runtimes talk to. It lists the tools a
+//! caller can use and invokes them by name — arguments checked against the
+//! compiled schema, one deadline for the whole call, retries only where safe,
+//! power-of-two-choices balancing and outlier ejection.
+
+mod balance;
+mod config;
+mod endpoints;
+mod error;
+mod follow;
+mod invoke;
+mod list;
+mod retry;
+mod service;
+mod tool_health;
+mod view;
+
+pub use config::DispatcherConfig;
+pub use error::InvokeError;
+pub use follow::follow_registry;
+pub use service::DispatcherService;
+pub use view::PinExpired;
+
+use endpoints::{EjectionPolicy, Endpoints};
+use invoke::Invoker;
+use std::collections::HashSet;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::{Notify, Semaphore, watch};
+use tonic::Status;
+use tonic_health::server::HealthReporter;
+use toolmesh::Snapshot;
+use toolmesh::grpc::MAX_CALL_MESSAGE_BYTES;
+use toolmesh::pb::{
+    InvokeRequest, InvokeResponse, ListToolsResponse, ToolFormat,
+    dispatcher_server::DispatcherServer,
+};
+use tower::retry::budget::TpsBudget;
+use view::SnapshotView;
+
+/// A running dispatcher; cheap to clone.
+#[derive(Clone)]
+pub struct Dispatcher {
+    invoker: Arc<Invoker>,
+    admission: Arc<Semaphore>,
+    max_in_flight: usize,
+}
+
+impl Dispatcher {
+    /// Starts a dispatcher that follows `snapshots` (from an in-process
+    /// registry or [`follow_registry`]) and publishes tool health on
+    /// `health`. Must be called inside a tokio runtime.
+    pub fn new(
+        config: DispatcherConfig,
+        mut snapshots: watch::Receiver<Arc<Snapshot>>,
+        health: HealthReporter,
+    ) -> Self {
+        let first = snapshots.borrow_and_update().clone();
+        let view = Arc::new(SnapshotView::new(first, config.snapshot_history));
+        let pool = Arc::new(Endpoints::new(EjectionPolicy {
+            after_failures: config.eject_after_failures.max(1),
+            base: config.base_ejection,
+            max: config.max_ejection,
+        }));
+        let changed = Arc::new(Notify::new());
+        let invoker = Arc::new(Invoker {
+            view: view.clone(),
+            pool: pool.clone(),
+            budget: TpsBudget::new(
+                config.retry_budget_window,
+                config.retry_budget_min_per_sec,
+                config.retry_budget_ratio,
+            ),
+            ejections: changed.clone(),
+            config: config.clone(),
+        });
+        tokio::spawn(tool_health::run(
+            view.clone(),
+            pool.clone(),
+            health,
+            changed.clone(),
+        ));
+        tokio::spawn(async move {
+            while snapshots.changed().await.is_ok() {
+                let snapshot = snapshots.borrow_and_update().clone();
+                let endpoints: HashSet<&str> = snapshot
+                    .entries()
+                    .flat_map(|e| e.instances.iter().map(|i| &*i.endpoint))
+                    .collect();
+                pool.retain(|address| endpoints.contains(address));
+                view.install(snapshot.clone());
+                changed.notify_one();
+            }
+        });
+        Dispatcher {
+            invoker,
+            admission: Arc::new(Semaphore::new(config.max_in_flight)),
+            max_in_flight: config.max_in_flight,
+        }
+    }
+
+    /// The tools callable now (or in a pinned snapshot), sorted by name.
+    pub fn list_tools(
+        &self,
+        snapshot_version: u64,
+        format: ToolFormat,
+    ) -> Result<ListToolsResponse, Status> {
+        let snapshot = self.pinned(snapshot_version)?;
+        let pool = &self.invoker.pool;
+        let entries = list::callable(&snapshot, |e| balance::in_rotation(e, pool));
+        Ok(list::render(snapshot.version(), &entries, format))
+    }
+
+    /// Invokes a tool. Tool failures come back inside the response; an
+    /// `Err` means the dispatcher itself could not take the call
+    /// (RESOURCE_EXHAUSTED when over `max_in_flight`, FAILED_PRECONDITION
+    /// for an expired pin).
+    pub async fn invoke(
+        &self,
+        request: InvokeRequest,
+        caller_timeout: Option<Duration>,
+    ) -> Result<InvokeResponse, Status> {
+        let Ok(_permit) = self.admission.try_acquire() else {
+            return Err(Status::resource_exhausted(format!(
+                "the dispatcher is at its limit of {} calls in flight; retry with backoff",
+                self.max_in_flight
+            )));
+        };
+        let snapshot = self.pinned(request.snapshot_version)?;
+        Ok(self.invoker.invoke(snapshot, request, caller_timeout).await)
+    }
+
+    /// The newest snapshot this dispatcher holds.
+    pub fn current_snapshot(&self) -> Arc<Snapshot> {
+        self.invoker.view.current()
+    }
+
+    /// The gRPC service, with message size limits set.
+    pub fn grpc_service(&self) -> DispatcherServer<DispatcherService> {
+        DispatcherServer::new(DispatcherService {
+            dispatcher: self.clone(),
+        })
+        .max_decoding_message_size(MAX_CALL_MESSAGE_BYTES)
+        .max_encoding_message_size(MAX_CALL_MESSAGE_BYTES)
+    }
+
+    fn pinned(&self, version: u64) -> Result<Arc<Snapshot>, Status> {
+        self.invoker
+            .view
+            .get(version)
+            .map_err(|e| Status::failed_precondition(e.to_string()))
+    }
+}

@@ -1,1 +1,494 @@
-//! stub
+//! The toolmesh executor SDK: write a typed [`Tool`], add it to an
+//! [`Executor`], and [`serve`](Executor::serve) it. The SDK generates each
+//! tool's input schema from its argument type, serves `toolmesh.v1.Executor`
+//! with `grpc.health.v1` and reflection, registers with the registry and keeps
+//! the lease alive, checks every call's arguments, enforces the deadline,
+//! turns a panicking tool into `EXECUTOR_FAILED` and drains on shutdown.
+//!
+//! ```
+//! use schemars::JsonSchema;
+//! use serde::Deserialize;
+//! use toolmesh_executor::{
+//!     CallCx, Executor, RiskLevel, ServeOptions, Tool, ToolFailure, ToolInfo, ToolOutput,
+//! };
+//!
+//! /// Arguments of `greet`.
+//! #[derive(Deserialize, JsonSchema)]
+//! #[serde(deny_unknown_fields)]
+//! struct GreetArgs {
+//!     /// Who to greet.
+//!     name: String,
+//! }
+//!
+//! struct Greet;
+//!
+//! impl Tool for Greet {
+//!     type Args = GreetArgs;
+//!     fn info(&self) -> ToolInfo {
+//!         ToolInfo::new("greet", "1.0.0", "Say hello to someone by name.")
+//!             .risk(RiskLevel::Low)
+//!             .idempotent(true)
+//!     }
+//!     async fn call(&self, args: GreetArgs, _cx: CallCx) -> Result<ToolOutput, ToolFailure> {
+//!         if args.name.is_empty() {
+//!             return Err(ToolFailure::new("name is empty; pass the person's name"));
+//!         }
+//!         Ok(ToolOutput::text(format!("hello, {}", args.name)))
+//!     }
+//! }
+//!
+//! # #[tokio::main(flavor = "current_thread")]
+//! # async fn main() -> Result<(), toolmesh_executor::ExecutorError> {
+//! let executor = Executor::new("greeter").tool(Greet);
+//!
+//! // In process, the same path a served call takes.
+//! let result = executor.call("greet", serde_json::json!({"name": "Ada"})).await;
+//! assert_eq!(result.output, "hello, Ada");
+//!
+//! // Served: bind, register with the registry (empty = do not register),
+//! // serve until the shutdown future resolves, then drain.
+//! let opts = ServeOptions { registry: String::new(), ..ServeOptions::default() };
+//! let bound = executor.bind(opts).await?;
+//! println!("serving on {}", bound.local_addr());
+//! bound.run(async { /* e.g. toolmesh::grpc::shutdown_signal() */ }).await?;
+//! # Ok(())
+//! # }
+//! ```
+
+mod context;
+mod deadline;
+mod erased;
+mod lease;
+mod server;
+mod tool;
+
+pub use context::CallCx;
+pub use erased::{schema_text, schema_value};
+pub use lease::{BACKOFF_INITIAL, BACKOFF_MAX};
+pub use server::CANCEL_GRACE;
+pub use tool::{Tool, ToolFailure, ToolInfo, ToolOutput};
+pub use toolmesh::pb::{RetryPolicy, RiskLevel};
+
+use server::{Core, ExecuteService, Slot, Tools};
+use std::{future::Future, net::SocketAddr, sync::Arc, time::Duration};
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+use tonic::{
+    service::interceptor::InterceptedService,
+    transport::{Channel, Server, server::TcpIncoming},
+};
+use tonic_health::{
+    ServingStatus,
+    pb::health_server::HealthServer,
+    server::{HealthReporter, HealthService},
+};
+use toolmesh::{
+    ToolDef,
+    grpc::{EXECUTOR_HEALTH_SERVICE, MAX_CALL_MESSAGE_BYTES},
+    pb::{self, executor_server::ExecutorServer},
+    spec::SpecError,
+};
+use tracing::{info, warn};
+
+/// Longest the drain waits for the registry to confirm a Deregister.
+pub const DEREGISTER_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// Why an executor could not start or stopped with an error.
+#[derive(Debug, thiserror::Error)]
+pub enum ExecutorError {
+    /// The service name is empty.
+    #[error("the executor's service name is empty; name the team or service that owns the tools")]
+    EmptyService,
+    /// No tool was added.
+    #[error("executor {0} has no tools; add at least one with Executor::tool")]
+    NoTools(String),
+    /// Two tools share a name.
+    #[error("tool {0:?} was added twice; every tool of an executor needs its own name")]
+    DuplicateTool(String),
+    /// A tool's spec does not validate.
+    #[error("tool {tool:?} has an invalid spec: {reason}")]
+    InvalidTool {
+        /// The tool's name.
+        tool: String,
+        /// What is wrong with its spec.
+        reason: SpecError,
+    },
+    /// The registry address is not `host:port`.
+    #[error("registry {0}")]
+    BadRegistry(#[from] toolmesh::grpc::BadAddress),
+    /// The listen address could not be bound.
+    #[error("cannot listen on {addr}: {source}")]
+    Bind {
+        /// The address asked for.
+        addr: SocketAddr,
+        /// What the OS said.
+        source: std::io::Error,
+    },
+    /// The gRPC server failed.
+    #[error("gRPC server failed: {0}")]
+    Serve(#[from] tonic::transport::Error),
+    /// The server task ended abnormally.
+    #[error("gRPC server task ended abnormally: {0}")]
+    ServerTask(String),
+}
+
+/// A set of tools owned by one service, ready to be bound and served.
+pub struct Executor {
+    service: String,
+    tools: Arc<Tools>,
+    problems: Vec<ExecutorError>,
+    local_stop: CancellationToken,
+}
+
+impl std::fmt::Debug for Executor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Executor")
+            .field("service", &self.service)
+            .field("tools", &self.tools.keys().collect::<Vec<_>>())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Executor {
+    /// An executor of `service` (the team or service name) with no tools yet.
+    pub fn new(service: &str) -> Self {
+        Executor {
+            service: service.to_owned(),
+            tools: Arc::new(Tools::new()),
+            problems: Vec::new(),
+            local_stop: CancellationToken::new(),
+        }
+    }
+
+    /// Adds a tool. Its spec is built from [`Tool::info`] and the schema of
+    /// its `Args`, and validated at once; a problem is reported by
+    /// [`bind`](Executor::bind).
+    pub fn tool<T: Tool>(mut self, tool: T) -> Self {
+        let info = tool.info();
+        let spec = info.to_spec(schema_text::<T::Args>());
+        let name = spec.name.clone();
+        if self.tools.contains_key(&name) {
+            self.problems.push(ExecutorError::DuplicateTool(name));
+            return self;
+        }
+        let def = ToolDef::new(spec.clone()).map(Arc::new);
+        Arc::make_mut(&mut self.tools).insert(
+            name,
+            Slot {
+                spec,
+                def,
+                tool: Arc::new(erased::Typed(Arc::new(tool))),
+            },
+        );
+        self
+    }
+
+    /// The service name.
+    pub fn service(&self) -> &str {
+        &self.service
+    }
+
+    /// The specs of every tool, sorted by name, as the SDK built them (the
+    /// registry normalises defaults).
+    pub fn specs(&self) -> Vec<pb::ToolSpec> {
+        self.tools.values().map(|slot| slot.spec.clone()).collect()
+    }
+
+    /// Runs one call in process, exactly as a served call runs (argument
+    /// checks, timeout, panic isolation), without a caller deadline.
+    pub async fn execute(&self, request: pb::ExecuteRequest) -> pb::ToolResult {
+        let core = Core {
+            tools: Arc::clone(&self.tools),
+            executor_id: format!("{}-local", self.service),
+            stop: self.local_stop.clone(),
+        };
+        core.execute(request, None).await
+    }
+
+    /// [`execute`](Executor::execute) with a fresh call id, attempt 1, the
+    /// served version and `arguments` as JSON.
+    pub async fn call(&self, tool: &str, arguments: serde_json::Value) -> pb::ToolResult {
+        self.execute(pb::ExecuteRequest {
+            call_id: uuid::Uuid::new_v4().to_string(),
+            tool: tool.to_owned(),
+            version: String::new(),
+            arguments: arguments.to_string(),
+            attempt: 1,
+            context: None,
+        })
+        .await
+    }
+
+    /// Checks every tool's spec (failing on the first problem, naming the
+    /// tool and the reason) and binds the listener.
+    pub async fn bind(self, opts: ServeOptions) -> Result<BoundExecutor, ExecutorError> {
+        if self.service.trim().is_empty() {
+            return Err(ExecutorError::EmptyService);
+        }
+        if let Some(problem) = self.problems.into_iter().next() {
+            return Err(problem);
+        }
+        if self.tools.is_empty() {
+            return Err(ExecutorError::NoTools(self.service));
+        }
+        let mut specs = Vec::with_capacity(self.tools.len());
+        for (name, slot) in self.tools.iter() {
+            match &slot.def {
+                Ok(def) => specs.push(def.spec().clone()),
+                Err(reason) => {
+                    return Err(ExecutorError::InvalidTool {
+                        tool: name.clone(),
+                        reason: reason.clone(),
+                    });
+                }
+            }
+        }
+        let registry = if opts.registry.trim().is_empty() {
+            None
+        } else {
+            Some(toolmesh::grpc::channel(&opts.registry)?)
+        };
+        let listener =
+            TcpListener::bind(opts.listen)
+                .await
+                .map_err(|source| ExecutorError::Bind {
+                    addr: opts.listen,
+                    source,
+                })?;
+        let local_addr = listener
+            .local_addr()
+            .map_err(|source| ExecutorError::Bind {
+                addr: opts.listen,
+                source,
+            })?;
+        let endpoint = opts
+            .advertise
+            .clone()
+            .unwrap_or_else(|| local_addr.to_string());
+        if opts.advertise.is_none() && local_addr.ip().is_unspecified() {
+            warn!(%local_addr, "listening on a wildcard address without ServeOptions::advertise; the registry will be told {endpoint}");
+        }
+        let executor_id = opts.executor_id.clone().unwrap_or_else(|| {
+            let id = uuid::Uuid::new_v4().simple().to_string();
+            format!("{}-{}", self.service, &id[..8])
+        });
+        let health = HealthReporter::new();
+        for name in ["", EXECUTOR_HEALTH_SERVICE] {
+            health
+                .set_service_status(name, ServingStatus::Serving)
+                .await;
+        }
+        Ok(BoundExecutor {
+            core: Arc::new(Core {
+                tools: self.tools,
+                executor_id,
+                stop: CancellationToken::new(),
+            }),
+            service: self.service,
+            specs,
+            listener,
+            local_addr,
+            endpoint,
+            registry: registry.map(|channel| (opts.registry.clone(), channel)),
+            health,
+            lease_ttl: opts.lease_ttl,
+            grace: opts.grace,
+        })
+    }
+
+    /// [`bind`](Executor::bind), then [`run`](BoundExecutor::run) until
+    /// `shutdown` resolves.
+    pub async fn serve(
+        self,
+        opts: ServeOptions,
+        shutdown: impl Future<Output = ()> + Send,
+    ) -> Result<(), ExecutorError> {
+        self.bind(opts).await?.run(shutdown).await
+    }
+}
+
+/// How and where to serve.
+#[derive(Debug, Clone)]
+pub struct ServeOptions {
+    /// The registry's `host:port`; empty means serve without registering.
+    pub registry: String,
+    /// Where to listen (`127.0.0.1:0` picks a free port).
+    pub listen: SocketAddr,
+    /// The endpoint to register; defaults to the bound address.
+    pub advertise: Option<String>,
+    /// Unique id of this process; defaults to `{service}-{8 hex digits}`.
+    pub executor_id: Option<String>,
+    /// The lease to ask the registry for (it may grant another).
+    pub lease_ttl: Duration,
+    /// How long in-flight calls may take to finish once shutdown begins.
+    pub grace: Duration,
+}
+
+impl Default for ServeOptions {
+    fn default() -> Self {
+        ServeOptions {
+            registry: String::new(),
+            listen: SocketAddr::from(([127, 0, 0, 1], 0)),
+            advertise: None,
+            executor_id: None,
+            lease_ttl: Duration::from_secs(10),
+            grace: Duration::from_secs(10),
+        }
+    }
+}
+
+impl ServeOptions {
+    /// The defaults, registering with the registry at `registry` (`host:port`).
+    pub fn new(registry: impl Into<String>) -> Self {
+        ServeOptions {
+            registry: registry.into(),
+            ..ServeOptions::default()
+        }
+    }
+}
+
+/// An executor with its listener bound, not yet serving.
+pub struct BoundExecutor {
+    core: Arc<Core>,
+    service: String,
+    specs: Vec<pb::ToolSpec>,
+    listener: TcpListener,
+    local_addr: SocketAddr,
+    endpoint: String,
+    registry: Option<(String, Channel)>,
+    health: HealthReporter,
+    lease_ttl: Duration,
+    grace: Duration,
+}
+
+impl std::fmt::Debug for BoundExecutor {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("BoundExecutor")
+            .field("executor_id", &self.core.executor_id)
+            .field("local_addr", &self.local_addr)
+            .field("endpoint", &self.endpoint)
+            .finish_non_exhaustive()
+    }
+}
+
+impl BoundExecutor {
+    /// The address the listener is bound to.
+    pub fn local_addr(&self) -> SocketAddr {
+        self.local_addr
+    }
+
+    /// This executor's id, as registered.
+    pub fn executor_id(&self) -> &str {
+        &self.core.executor_id
+    }
+
+    /// The endpoint registered with the registry.
+    pub fn endpoint(&self) -> &str {
+        &self.endpoint
+    }
+
+    /// Serves until `shutdown` resolves, then drains: health goes
+    /// NOT_SERVING, the lease is deregistered (best effort, at most
+    /// [`DEREGISTER_TIMEOUT`]), the listener closes, and in-flight calls get
+    /// up to `grace` to finish before they are cancelled.
+    pub async fn run(self, shutdown: impl Future<Output = ()> + Send) -> Result<(), ExecutorError> {
+        let BoundExecutor {
+            core,
+            service,
+            specs,
+            listener,
+            local_addr,
+            endpoint,
+            registry,
+            health,
+            lease_ttl,
+            grace,
+        } = self;
+        let executor_id = core.executor_id.clone();
+        let stop_calls = core.stop.clone();
+        let tool_count = specs.len();
+        let router = Server::builder()
+            .add_service(InterceptedService::new(
+                ExecutorServer::new(ExecuteService { core })
+                    .max_decoding_message_size(MAX_CALL_MESSAGE_BYTES)
+                    .max_encoding_message_size(MAX_CALL_MESSAGE_BYTES),
+                server::stamp_arrival,
+            ))
+            .add_service(HealthServer::new(HealthService::from_health_reporter(
+                health.clone(),
+            )))
+            .add_service(toolmesh::grpc::reflection_service());
+        let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
+        let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
+        let mut server = tokio::spawn(router.serve_with_incoming_shutdown(incoming, async {
+            let _ = stop_rx.await;
+        }));
+        info!(service, executor_id, %local_addr, endpoint, tools = tool_count, "executor serving");
+
+        let lease = registry.map(|(address, channel)| {
+            lease::LeaseTask::spawn(
+                channel,
+                address,
+                pb::RegisterRequest {
+                    executor_id: executor_id.clone(),
+                    service: service.clone(),
+                    endpoint: endpoint.clone(),
+                    tools: specs,
+                    lease_ttl_ms: tool::duration_ms_ceil(lease_ttl),
+                },
+            )
+        });
+
+        let shutdown = std::pin::pin!(shutdown);
+        let ended = tokio::select! {
+            ended = &mut server => Some(ended),
+            () = shutdown => None,
+        };
+        if let Some(ended) = ended {
+            // The server stopped on its own: nothing to drain.
+            if let Some(lease) = lease {
+                lease.stop(DEREGISTER_TIMEOUT).await;
+            }
+            stop_calls.cancel();
+            return server_outcome(ended);
+        }
+
+        info!(executor_id, grace_ms = grace.as_millis() as u64, "draining");
+        for name in ["", EXECUTOR_HEALTH_SERVICE] {
+            health
+                .set_service_status(name, ServingStatus::NotServing)
+                .await;
+        }
+        if let Some(lease) = lease {
+            lease.stop(DEREGISTER_TIMEOUT).await;
+        }
+        let _ = stop_tx.send(());
+        let result = match tokio::time::timeout(grace, &mut server).await {
+            Ok(ended) => {
+                info!(executor_id, "drained");
+                server_outcome(ended)
+            }
+            Err(_) => {
+                warn!(
+                    executor_id,
+                    grace_ms = grace.as_millis() as u64,
+                    "grace period ran out with calls still in flight; cancelling them"
+                );
+                server.abort();
+                Ok(())
+            }
+        };
+        stop_calls.cancel();
+        result
+    }
+}
+
+fn server_outcome(
+    ended: Result<Result<(), tonic::transport::Error>, tokio::task::JoinError>,
+) -> Result<(), ExecutorError> {
+    match ended {
+        Ok(Ok(())) => Ok(()),
+        Ok(Err(e)) => Err(ExecutorError::Serve(e)),
+        Err(e) => Err(ExecutorError::ServerTask(e.to_string())),
+    }
+}

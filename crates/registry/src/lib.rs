@@ -1,1 +1,18 @@
-//! stub
+//! The toolmesh registry: executors register their tools and hold leases,
+//! the registry watches their health and publishes every change as a new
+//! immutable, versioned snapshot.
+
+mod config;
+mod error;
+mod health_watch;
+mod leases;
+mod registry;
+mod service;
+mod state;
+mod store;
+mod txn;
+
+pub use config::RegistryConfig;
+pub use error::RegistryError;
+pub use registry::Registry;
+pub use service::{RegistryService, SnapshotStream};

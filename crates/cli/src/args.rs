@@ -1,0 +1,213 @@
+//! Command-line arguments of `toolmesh`.
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+use std::path::PathBuf;
+
+/// toolmesh: a gRPC runtime for the tools that LLM agents call.
+#[derive(Debug, Parser)]
+#[command(name = "toolmesh", version, about, propagate_version = true)]
+pub(crate) struct Cli {
+    /// What to do.
+    #[command(subcommand)]
+    pub(crate) command: Command,
+    /// Log format for servers (logs go to stderr; filter with TOOLMESH_LOG).
+    #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
+    pub(crate) log_format: LogFormat,
+}
+
+/// How logs are written.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum LogFormat {
+    /// Human-readable lines.
+    Text,
+    /// One JSON object per line.
+    Json,
+}
+
+/// Every subcommand.
+#[derive(Debug, Subcommand)]
+pub(crate) enum Command {
+    /// Run registry, dispatcher and the example executors on localhost.
+    Up(UpArgs),
+    /// Run registry and dispatcher together on one port.
+    Serve(ServeArgs),
+    /// Run only the registry.
+    Registry(ServeArgs),
+    /// Run only a dispatcher that follows a registry elsewhere.
+    Dispatcher(DispatcherArgs),
+    /// Run one of the example executors (knowledge, accounts, support, acceptance).
+    Example(ExampleArgs),
+    /// List the tools you can call.
+    Tools(ToolsArgs),
+    /// Call a tool with JSON arguments.
+    Call(CallArgs),
+    /// Show health of the server, or of one tool.
+    Health(HealthArgs),
+    /// Show the registry's snapshot of every known tool.
+    Snapshot(SnapshotArgs),
+}
+
+/// Server settings shared by serve, registry and dispatcher.
+#[derive(Debug, Args, Clone)]
+pub(crate) struct ServerArgs {
+    /// Address to listen on (port 0 picks a free port).
+    #[arg(long, env = "TOOLMESH_LISTEN", default_value = "127.0.0.1:7070")]
+    pub(crate) listen: String,
+    /// How long in-flight calls may take to finish on SIGTERM, in milliseconds.
+    #[arg(long, default_value_t = 10_000)]
+    pub(crate) grace_ms: u64,
+    /// Calls a dispatcher keeps in flight before it sheds load.
+    #[arg(long, default_value_t = 4096)]
+    pub(crate) max_in_flight: usize,
+}
+
+/// `toolmesh serve` / `toolmesh registry`.
+#[derive(Debug, Args, Clone)]
+pub(crate) struct ServeArgs {
+    /// Server settings.
+    #[command(flatten)]
+    pub(crate) server: ServerArgs,
+    /// Lease granted to executors that ask for none, in milliseconds.
+    #[arg(long, default_value_t = 10_000)]
+    pub(crate) default_ttl_ms: u64,
+}
+
+/// `toolmesh dispatcher`.
+#[derive(Debug, Args, Clone)]
+pub(crate) struct DispatcherArgs {
+    /// Server settings.
+    #[command(flatten)]
+    pub(crate) server: ServerArgs,
+    /// The registry to follow (host:port).
+    #[arg(long, env = "TOOLMESH_REGISTRY")]
+    pub(crate) registry: String,
+}
+
+/// `toolmesh up`.
+#[derive(Debug, Args, Clone)]
+pub(crate) struct UpArgs {
+    /// Registry and dispatcher settings.
+    #[command(flatten)]
+    pub(crate) serve: ServeArgs,
+    /// Example executors to start.
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "knowledge,accounts,support"
+    )]
+    pub(crate) examples: Vec<String>,
+}
+
+/// `toolmesh example`.
+#[derive(Debug, Args, Clone)]
+pub(crate) struct ExampleArgs {
+    /// Which example: knowledge, accounts, support or acceptance.
+    pub(crate) name: String,
+    /// The registry to register with (host:port).
+    #[arg(long, env = "TOOLMESH_REGISTRY", default_value = "127.0.0.1:7070")]
+    pub(crate) registry: String,
+    /// Address for the executor's own server.
+    #[arg(long, default_value = "127.0.0.1:0")]
+    pub(crate) listen: String,
+    /// Lease to ask for, in milliseconds.
+    #[arg(long, default_value_t = 10_000)]
+    pub(crate) ttl_ms: u64,
+    /// Executor id (default: service name plus a random suffix).
+    #[arg(long)]
+    pub(crate) executor_id: Option<String>,
+    /// Append one JSON line per execution to this file (acceptance example).
+    #[arg(long)]
+    pub(crate) ledger: Option<PathBuf>,
+    /// How long in-flight calls may take to finish on SIGTERM, in milliseconds.
+    #[arg(long, default_value_t = 10_000)]
+    pub(crate) grace_ms: u64,
+}
+
+/// Where client commands connect and how they print.
+#[derive(Debug, Args, Clone)]
+pub(crate) struct ClientArgs {
+    /// The toolmesh server (dispatcher or serve) to talk to.
+    #[arg(long, env = "TOOLMESH_SERVER", default_value = "127.0.0.1:7070")]
+    pub(crate) server: String,
+    /// Print JSON instead of tables.
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+/// `toolmesh tools`.
+#[derive(Debug, Args, Clone)]
+pub(crate) struct ToolsArgs {
+    /// Connection and output.
+    #[command(flatten)]
+    pub(crate) client: ClientArgs,
+    /// Output shape.
+    #[arg(long, value_enum, default_value_t = Format::Native)]
+    pub(crate) format: Format,
+    /// List from this snapshot version (0 = newest).
+    #[arg(long, default_value_t = 0)]
+    pub(crate) snapshot: u64,
+}
+
+/// Tool list shapes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum Format {
+    /// toolmesh's own specs.
+    Native,
+    /// OpenAI function-calling tools array.
+    Openai,
+}
+
+/// `toolmesh call`.
+#[derive(Debug, Args, Clone)]
+pub(crate) struct CallArgs {
+    /// Connection and output.
+    #[command(flatten)]
+    pub(crate) client: ClientArgs,
+    /// Tool name, or name@version.
+    pub(crate) tool: String,
+    /// Arguments as a JSON object.
+    #[arg(default_value = "{}")]
+    pub(crate) arguments: String,
+    /// Deadline for the whole call, in milliseconds.
+    #[arg(long)]
+    pub(crate) timeout_ms: Option<u64>,
+    /// Idempotency key (generated when absent).
+    #[arg(long)]
+    pub(crate) call_id: Option<String>,
+    /// Caller name sent in the call context.
+    #[arg(long, default_value = "cli")]
+    pub(crate) caller: String,
+}
+
+/// `toolmesh health`.
+#[derive(Debug, Args, Clone)]
+pub(crate) struct HealthArgs {
+    /// Connection and output.
+    #[command(flatten)]
+    pub(crate) client: ClientArgs,
+    /// A tool name; without it, the server and every known tool.
+    pub(crate) tool: Option<String>,
+}
+
+/// `toolmesh snapshot`.
+#[derive(Debug, Args, Clone)]
+pub(crate) struct SnapshotArgs {
+    /// Connection and output.
+    #[command(flatten)]
+    pub(crate) client: ClientArgs,
+    /// Snapshot version (0 = newest).
+    #[arg(value_name = "VERSION", default_value_t = 0)]
+    pub(crate) snapshot_version: u64,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    /// Every subcommand's flags are consistent (clap's own checks).
+    #[test]
+    fn command_line_is_consistent() {
+        Cli::command().debug_assert();
+    }
+}

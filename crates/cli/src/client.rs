@@ -1,0 +1,276 @@
+//! The client commands: tools, call, health, snapshot.
+
+use crate::Failure;
+use crate::args::{CallArgs, ClientArgs, Format, HealthArgs, SnapshotArgs, ToolsArgs};
+use crate::output::{self, Table};
+use serde_json::json;
+use std::time::Duration;
+use tonic::Code;
+use tonic::transport::Channel;
+use tonic_health::pb::{
+    HealthCheckRequest, health_check_response::ServingStatus, health_client::HealthClient,
+};
+use toolmesh::grpc::{MAX_SNAPSHOT_MESSAGE_BYTES, tool_health_service};
+use toolmesh::pb::{
+    CallContext, GetSnapshotRequest, InvokeRequest, ListToolsRequest, ToolFormat,
+    dispatcher_client::DispatcherClient, registry_client::RegistryClient,
+};
+use toolmesh::{ErrorCodeExt, ToolErrorExt};
+
+fn connect(args: &ClientArgs) -> Result<Channel, Failure> {
+    toolmesh::grpc::channel(&args.server).map_err(|e| Failure::Usage(e.to_string()))
+}
+
+fn unreachable(server: &str, status: tonic::Status) -> Failure {
+    if status.code() == Code::Unavailable {
+        Failure::Unavailable(format!(
+            "cannot reach toolmesh at {server}: {}; is `toolmesh up` running? (set --server or TOOLMESH_SERVER)",
+            status.message()
+        ))
+    } else {
+        Failure::Failed(format!(
+            "{}: {}",
+            status.code().description(),
+            status.message()
+        ))
+    }
+}
+
+/// `toolmesh tools`.
+pub(crate) async fn tools(args: ToolsArgs) -> Result<(), Failure> {
+    let mut client = DispatcherClient::new(connect(&args.client)?)
+        .max_decoding_message_size(MAX_SNAPSHOT_MESSAGE_BYTES);
+    let format = match args.format {
+        Format::Native => ToolFormat::Native,
+        Format::Openai => ToolFormat::Openai,
+    };
+    let response = client
+        .list_tools(ListToolsRequest {
+            context: Some(context("cli")),
+            format: format as i32,
+            snapshot_version: args.snapshot,
+        })
+        .await
+        .map_err(|s| unreachable(&args.client.server, s))?
+        .into_inner();
+    if args.format == Format::Openai {
+        let value: serde_json::Value = serde_json::from_str(&response.formatted)
+            .map_err(|e| Failure::Failed(e.to_string()))?;
+        output::print_json(&value);
+    } else if args.client.json {
+        output::print_json(&json!({
+            "snapshot_version": response.snapshot_version,
+            "tools": response.tools.iter().map(output::spec_json).collect::<Vec<_>>(),
+        }));
+    } else {
+        let mut table = Table::new(vec![
+            "NAME",
+            "VERSION",
+            "RISK",
+            "IDEMPOTENT",
+            "TIMEOUT",
+            "DESCRIPTION",
+        ]);
+        for spec in &response.tools {
+            table.row(vec![
+                spec.name.clone(),
+                spec.version.clone(),
+                output::risk_name(spec.risk).to_owned(),
+                if spec.idempotent { "yes" } else { "no" }.to_owned(),
+                format!("{}ms", spec.timeout_ms),
+                output::clip(&spec.description, 60),
+            ]);
+        }
+        table.print();
+        println!(
+            "({} tools, snapshot {})",
+            response.tools.len(),
+            response.snapshot_version
+        );
+    }
+    Ok(())
+}
+
+/// `toolmesh call`.
+pub(crate) async fn call(args: CallArgs) -> Result<(), Failure> {
+    let mut client = DispatcherClient::new(connect(&args.client)?);
+    let mut request = tonic::Request::new(InvokeRequest {
+        tool: args.tool.clone(),
+        arguments: args.arguments.clone(),
+        call_id: args.call_id.clone().unwrap_or_default(),
+        context: Some(context(&args.caller)),
+        snapshot_version: 0,
+    });
+    if let Some(ms) = args.timeout_ms {
+        request.set_timeout(Duration::from_millis(ms));
+    }
+    let response = client
+        .invoke(request)
+        .await
+        .map_err(|s| unreachable(&args.client.server, s))?
+        .into_inner();
+    let result = response.result.unwrap_or_default();
+    let error = result.error.clone().filter(|e| e.code != 0);
+    if args.client.json {
+        output::print_json(&json!({
+            "call_id": response.call_id,
+            "executor_id": response.executor_id,
+            "attempts": response.attempts,
+            "snapshot_version": response.snapshot_version,
+            "tool_version": response.tool_version,
+            "result": output::result_json(&result),
+        }));
+    } else if error.is_none() {
+        println!("{}", result.output);
+    }
+    match error {
+        None => Ok(()),
+        Some(e) => Err(Failure::Failed(format!(
+            "{}: {}",
+            e.error_code().short_name(),
+            e.message
+        ))),
+    }
+}
+
+fn status_name(status: i32) -> &'static str {
+    match ServingStatus::try_from(status).unwrap_or(ServingStatus::Unknown) {
+        ServingStatus::Serving => "SERVING",
+        ServingStatus::NotServing => "NOT_SERVING",
+        ServingStatus::ServiceUnknown => "SERVICE_UNKNOWN",
+        ServingStatus::Unknown => "UNKNOWN",
+    }
+}
+
+/// `toolmesh health [TOOL]`.
+pub(crate) async fn health(args: HealthArgs) -> Result<(), Failure> {
+    let channel = connect(&args.client)?;
+    let health = HealthClient::new(channel.clone());
+    let check = |service: String| {
+        let mut health = health.clone();
+        async move {
+            health
+                .check(HealthCheckRequest { service })
+                .await
+                .map(|r| r.into_inner().status)
+        }
+    };
+    if let Some(tool) = &args.tool {
+        let status = match check(tool_health_service(tool)).await {
+            Ok(status) => status,
+            Err(s) if s.code() == Code::NotFound => {
+                return Err(Failure::Failed(format!(
+                    "no tool named {tool:?} is known to this server"
+                )));
+            }
+            Err(s) => return Err(unreachable(&args.client.server, s)),
+        };
+        if args.client.json {
+            output::print_json(&json!({"tool": tool, "status": status_name(status)}));
+        } else {
+            println!("{tool}: {}", status_name(status));
+        }
+        return if status == ServingStatus::Serving as i32 {
+            Ok(())
+        } else {
+            Err(Failure::Failed(format!("{tool} is not serving")))
+        };
+    }
+    let overall = check(String::new())
+        .await
+        .map_err(|s| unreachable(&args.client.server, s))?;
+    // Per-tool rows when the server also runs the registry.
+    let mut rows = Vec::new();
+    let snapshot = RegistryClient::new(channel)
+        .max_decoding_message_size(MAX_SNAPSHOT_MESSAGE_BYTES)
+        .get_snapshot(GetSnapshotRequest { version: 0 })
+        .await;
+    if let Ok(snapshot) = snapshot {
+        let mut names: Vec<String> = snapshot
+            .into_inner()
+            .tools
+            .into_iter()
+            .filter_map(|t| t.spec.map(|s| s.name))
+            .collect();
+        names.dedup();
+        for name in names {
+            let status = check(tool_health_service(&name)).await.unwrap_or(0);
+            rows.push((name, status));
+        }
+    }
+    if args.client.json {
+        output::print_json(&json!({
+            "server": status_name(overall),
+            "tools": rows.iter().map(|(n, s)| json!({"tool": n, "status": status_name(*s)})).collect::<Vec<_>>(),
+        }));
+    } else {
+        println!("server {}: {}", args.client.server, status_name(overall));
+        if !rows.is_empty() {
+            let mut table = Table::new(vec!["TOOL", "STATUS"]);
+            for (name, status) in &rows {
+                table.row(vec![name.clone(), status_name(*status).to_owned()]);
+            }
+            table.print();
+        }
+    }
+    if overall == ServingStatus::Serving as i32 {
+        Ok(())
+    } else {
+        Err(Failure::Failed("server is not serving".into()))
+    }
+}
+
+/// `toolmesh snapshot`.
+pub(crate) async fn snapshot(args: SnapshotArgs) -> Result<(), Failure> {
+    let snapshot = RegistryClient::new(connect(&args.client)?)
+        .max_decoding_message_size(MAX_SNAPSHOT_MESSAGE_BYTES)
+        .get_snapshot(GetSnapshotRequest {
+            version: args.snapshot_version,
+        })
+        .await
+        .map_err(|s| unreachable(&args.client.server, s))?
+        .into_inner();
+    if args.client.json {
+        output::print_json(&output::snapshot_json(&snapshot));
+        return Ok(());
+    }
+    println!("snapshot {} (epoch {})", snapshot.version, snapshot.epoch);
+    let mut table = Table::new(vec!["TOOL", "VERSION", "EXPOSED", "INSTANCES"]);
+    for entry in &snapshot.tools {
+        let spec = entry.spec.clone().unwrap_or_default();
+        let instances: Vec<String> = entry
+            .instances
+            .iter()
+            .map(|i| {
+                let mark = if i.healthy { "" } else { " (unhealthy)" };
+                format!("{}@{}{mark}", i.executor_id, i.endpoint)
+            })
+            .collect();
+        let exposed = if entry.disabled {
+            format!("no (disabled: {})", entry.disabled_reason)
+        } else if entry.exposed {
+            "yes".to_owned()
+        } else {
+            "no".to_owned()
+        };
+        table.row(vec![
+            spec.name,
+            spec.version,
+            exposed,
+            if instances.is_empty() {
+                "-".to_owned()
+            } else {
+                instances.join(", ")
+            },
+        ]);
+    }
+    table.print();
+    Ok(())
+}
+
+fn context(caller: &str) -> CallContext {
+    CallContext {
+        caller: caller.to_owned(),
+        ..CallContext::default()
+    }
+}

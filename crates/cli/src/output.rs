@@ -1,0 +1,137 @@
+//! Printing for people (aligned tables) and for scripts (JSON).
+
+use serde_json::{Value, json};
+use toolmesh::pb::{RiskLevel, Snapshot, ToolError, ToolResult, ToolSpec};
+use toolmesh::{ErrorCodeExt, ToolErrorExt};
+
+/// A plain aligned table.
+pub(crate) struct Table {
+    header: Vec<&'static str>,
+    rows: Vec<Vec<String>>,
+}
+
+impl Table {
+    pub(crate) fn new(header: Vec<&'static str>) -> Self {
+        Table {
+            header,
+            rows: Vec::new(),
+        }
+    }
+
+    pub(crate) fn row(&mut self, cells: Vec<String>) {
+        self.rows.push(cells);
+    }
+
+    pub(crate) fn print(&self) {
+        let mut widths: Vec<usize> = self.header.iter().map(|h| h.len()).collect();
+        for row in &self.rows {
+            for (i, cell) in row.iter().enumerate() {
+                widths[i] = widths[i].max(cell.chars().count());
+            }
+        }
+        let line = |cells: Vec<&str>| {
+            let mut out = String::new();
+            for (i, cell) in cells.iter().enumerate() {
+                if i + 1 == cells.len() {
+                    out.push_str(cell);
+                } else {
+                    out.push_str(&format!("{cell:<w$}  ", w = widths[i]));
+                }
+            }
+            println!("{}", out.trim_end());
+        };
+        line(self.header.clone());
+        for row in &self.rows {
+            line(row.iter().map(String::as_str).collect());
+        }
+    }
+}
+
+/// Shortens text to `max` characters with an ellipsis.
+pub(crate) fn clip(text: &str, max: usize) -> String {
+    let first_line = text.lines().next().unwrap_or_default();
+    if first_line.chars().count() <= max {
+        first_line.to_owned()
+    } else {
+        let kept: String = first_line.chars().take(max.saturating_sub(1)).collect();
+        format!("{kept}…")
+    }
+}
+
+/// LOW, MEDIUM or HIGH.
+pub(crate) fn risk_name(risk: i32) -> &'static str {
+    match RiskLevel::try_from(risk).unwrap_or(RiskLevel::Unspecified) {
+        RiskLevel::High => "HIGH",
+        RiskLevel::Medium => "MEDIUM",
+        RiskLevel::Low | RiskLevel::Unspecified => "LOW",
+    }
+}
+
+/// Parses a JSON string field, falling back to the raw string.
+fn embedded(text: &str) -> Value {
+    if text.is_empty() {
+        Value::Null
+    } else {
+        serde_json::from_str(text).unwrap_or_else(|_| Value::String(text.to_owned()))
+    }
+}
+
+pub(crate) fn spec_json(spec: &ToolSpec) -> Value {
+    json!({
+        "name": spec.name,
+        "version": spec.version,
+        "description": spec.description,
+        "input_schema": embedded(&spec.input_schema),
+        "output_schema": embedded(&spec.output_schema),
+        "risk": risk_name(spec.risk),
+        "idempotent": spec.idempotent,
+        "timeout_ms": spec.timeout_ms,
+        "owner": spec.owner,
+        "tags": spec.tags,
+    })
+}
+
+pub(crate) fn error_json(error: &ToolError) -> Value {
+    json!({
+        "code": error.error_code().short_name(),
+        "message": error.message,
+        "retryable": error.retryable,
+        "retry_after_ms": error.retry_after_ms,
+    })
+}
+
+pub(crate) fn result_json(result: &ToolResult) -> Value {
+    json!({
+        "output": result.output,
+        "data": embedded(&result.data),
+        "metadata": result.metadata,
+        "error": result.error.as_ref().filter(|e| e.code != 0).map(error_json),
+    })
+}
+
+pub(crate) fn snapshot_json(snapshot: &Snapshot) -> Value {
+    json!({
+        "version": snapshot.version,
+        "epoch": snapshot.epoch,
+        "tools": snapshot.tools.iter().map(|entry| json!({
+            "spec": entry.spec.as_ref().map(spec_json),
+            "exposed": entry.exposed,
+            "disabled": entry.disabled,
+            "disabled_reason": entry.disabled_reason,
+            "instances": entry.instances.iter().map(|i| json!({
+                "executor_id": i.executor_id,
+                "endpoint": i.endpoint,
+                "service": i.service,
+                "healthy": i.healthy,
+            })).collect::<Vec<_>>(),
+        })).collect::<Vec<_>>(),
+    })
+}
+
+/// Prints JSON, pretty.
+pub(crate) fn print_json(value: &Value) {
+    println!(
+        "{}",
+        serde_json::to_string_pretty(value).unwrap_or_else(|_| value.to_string())
+    );
+}

@@ -1,0 +1,184 @@
+//! Choosing an instance: power of two choices on calls in flight among the
+//! healthy, non-ejected, non-full instances, avoiding those already tried.
+
+use crate::endpoints::{Endpoint, Endpoints};
+use std::{sync::Arc, time::Duration};
+use toolmesh::{Instance, ToolEntry};
+
+/// The instance chosen for one attempt.
+#[derive(Debug)]
+pub(crate) struct Pick {
+    pub(crate) instance: Instance,
+    pub(crate) endpoint: Arc<Endpoint>,
+}
+
+/// Why no instance could be chosen.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct NoInstance {
+    /// Instances registered for the tool.
+    pub(crate) registered: usize,
+    /// When the first ejected instance returns, if any is ejected.
+    pub(crate) retry_after: Option<Duration>,
+}
+
+/// Picks an instance for `entry`, preferring ones not in `tried`.
+pub(crate) fn pick(
+    entry: &ToolEntry,
+    pool: &Endpoints,
+    tried: &[Arc<str>],
+    per_instance_limit: u32,
+) -> Result<Pick, NoInstance> {
+    let mut fresh = Vec::new();
+    let mut retried = Vec::new();
+    for instance in entry.healthy_instances() {
+        let Some(endpoint) = pool.get(&instance.endpoint) else {
+            continue;
+        };
+        if pool.ejected(&endpoint) || endpoint.in_flight() >= per_instance_limit {
+            continue;
+        }
+        let list = if tried.contains(&instance.endpoint) {
+            &mut retried
+        } else {
+            &mut fresh
+        };
+        list.push((instance, endpoint));
+    }
+    let candidates = if fresh.is_empty() { retried } else { fresh };
+    let chosen = match candidates.len() {
+        0 => {
+            let retry_after = entry
+                .healthy_instances()
+                .filter_map(|i| pool.ejection_left(&i.endpoint))
+                .min();
+            return Err(NoInstance {
+                registered: entry.instances.len(),
+                retry_after,
+            });
+        }
+        1 => &candidates[0],
+        n => {
+            let a = rand::random_range(0..n);
+            let b = (a + 1 + rand::random_range(0..n - 1)) % n;
+            let (x, y) = (&candidates[a], &candidates[b]);
+            if y.1.in_flight() < x.1.in_flight() {
+                y
+            } else {
+                x
+            }
+        }
+    };
+    Ok(Pick {
+        instance: chosen.0.clone(),
+        endpoint: chosen.1.clone(),
+    })
+}
+
+/// Whether some healthy instance of `entry` is in rotation here.
+pub(crate) fn in_rotation(entry: &ToolEntry, pool: &Endpoints) -> bool {
+    entry.exposed()
+        && entry
+            .healthy_instances()
+            .any(|i| !pool.is_ejected(&i.endpoint))
+}
+
+/// Whether ejecting `address` is allowed for `entry`: not when it is the last
+/// instance in rotation of a tool that has other healthy instances (those are
+/// ejected already; keep one to try rather than none).
+pub(crate) fn may_eject(entry: &ToolEntry, pool: &Endpoints, address: &str) -> bool {
+    let healthy = entry.healthy_instances().count();
+    let others_in_rotation = entry
+        .healthy_instances()
+        .filter(|i| &*i.endpoint != address)
+        .any(|i| !pool.is_ejected(&i.endpoint));
+    healthy <= 1 || others_in_rotation
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::endpoints::{EjectionPolicy, Health};
+    use toolmesh::{ToolDef, pb::ToolSpec};
+
+    fn entry(endpoints: &[&str]) -> ToolEntry {
+        let def = ToolDef::new(ToolSpec {
+            name: "t".into(),
+            version: "1.0.0".into(),
+            description: "t".into(),
+            input_schema: "{}".into(),
+            ..ToolSpec::default()
+        })
+        .unwrap();
+        ToolEntry {
+            def: Arc::new(def),
+            instances: endpoints
+                .iter()
+                .map(|e| Instance {
+                    executor_id: format!("x-{e}").into(),
+                    endpoint: (*e).into(),
+                    service: "s".into(),
+                    healthy: true,
+                })
+                .collect(),
+            disabled: None,
+        }
+    }
+
+    fn pool() -> Endpoints {
+        Endpoints::new(EjectionPolicy {
+            after_failures: 1,
+            base: Duration::from_secs(30),
+            max: Duration::from_secs(300),
+        })
+    }
+
+    /// The less loaded of two instances wins; tried ones are avoided.
+    #[tokio::test]
+    async fn prefers_less_loaded_and_untried() {
+        let pool = pool();
+        let e = entry(&["127.0.0.1:1", "127.0.0.1:2"]);
+        let busy = pool.get(&"127.0.0.1:1".into()).unwrap();
+        let _guards: Vec<_> = (0..3).map(|_| busy.start_call()).collect();
+        for _ in 0..20 {
+            assert_eq!(
+                &*pick(&e, &pool, &[], 100).unwrap().instance.endpoint,
+                "127.0.0.1:2"
+            );
+        }
+        let tried: Vec<Arc<str>> = vec!["127.0.0.1:2".into()];
+        assert_eq!(
+            &*pick(&e, &pool, &tried, 100).unwrap().instance.endpoint,
+            "127.0.0.1:1"
+        );
+        assert!(pick(&e, &pool, &[], 3).is_ok(), "the idle one has room");
+        let all_full = entry(&["127.0.0.1:1"]);
+        assert_eq!(pick(&all_full, &pool, &[], 3).unwrap_err().registered, 1);
+    }
+
+    /// Ejected instances are skipped, and the last one in rotation of a
+    /// replicated tool is never ejected.
+    #[tokio::test]
+    async fn ejection_and_its_guard() {
+        let pool = pool();
+        let e = entry(&["127.0.0.1:1", "127.0.0.1:2"]);
+        let first = pool.get(&"127.0.0.1:1".into()).unwrap();
+        assert!(may_eject(&e, &pool, "127.0.0.1:1"));
+        assert!(pool.record(&first, Health::Bad, true));
+        for _ in 0..10 {
+            assert_eq!(
+                &*pick(&e, &pool, &[], 100).unwrap().instance.endpoint,
+                "127.0.0.1:2"
+            );
+        }
+        assert!(!may_eject(&e, &pool, "127.0.0.1:2"), "last one stays");
+        assert!(in_rotation(&e, &pool));
+        let single = entry(&["127.0.0.1:1"]);
+        assert!(!in_rotation(&single, &pool), "its only instance is ejected");
+        assert!(
+            pick(&single, &pool, &[], 100)
+                .unwrap_err()
+                .retry_after
+                .is_some()
+        );
+    }
+}

@@ -1,0 +1,208 @@
+//! Why the dispatcher itself refused or failed a call, and the one mapping
+//! of those reasons to the `ToolError` a model reads.
+
+use std::time::Duration;
+use toolmesh::ToolErrorExt;
+use toolmesh::pb::{ErrorCode, ToolError};
+use toolmesh::schema::Violations;
+use toolmesh::suggest::did_you_mean;
+
+/// A call the dispatcher could not complete, before or instead of an
+/// executor's own answer.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum InvokeError {
+    /// No tool has that name.
+    #[error("no tool named {name:?}")]
+    UnknownTool {
+        /// The name asked for.
+        name: String,
+        /// Close names that do exist.
+        suggestions: Vec<String>,
+    },
+    /// The tool reference could not be parsed, or no version matches it.
+    #[error("{0}")]
+    BadReference(String),
+    /// An operator switched the tool off.
+    #[error("tool {tool} is disabled by an operator: {reason}")]
+    Disabled {
+        /// name@version.
+        tool: String,
+        /// The operator's reason.
+        reason: String,
+    },
+    /// No instance can take the call now.
+    #[error("tool {tool} has no healthy executor right now")]
+    NoHealthyInstance {
+        /// name@version.
+        tool: String,
+        /// Instances registered but unhealthy, ejected or full.
+        registered: usize,
+        /// When the first ejected instance returns, if any is ejected.
+        retry_after: Option<Duration>,
+    },
+    /// Arguments over the size limit.
+    #[error("arguments are {size} bytes; the limit is {limit}")]
+    ArgumentsTooLarge {
+        /// Size sent.
+        size: usize,
+        /// Limit.
+        limit: usize,
+    },
+    /// Arguments are not JSON.
+    #[error("arguments are not valid JSON: {0}")]
+    ArgumentsNotJson(String),
+    /// Arguments do not satisfy the input schema.
+    #[error("arguments do not match the input schema of {tool}: {violations}")]
+    ArgumentsInvalid {
+        /// name@version.
+        tool: String,
+        /// Every failing path.
+        violations: Violations,
+    },
+    /// The deadline passed before an attempt could start or finish.
+    #[error("{tool} did not complete within {budget:?}")]
+    DeadlineExceeded {
+        /// name@version.
+        tool: String,
+        /// The budget the call had.
+        budget: Duration,
+    },
+}
+
+impl InvokeError {
+    /// The error a model reads: what was wrong and how to fix it.
+    pub fn to_tool_error(&self) -> ToolError {
+        match self {
+            InvokeError::UnknownTool { name, suggestions } => {
+                let names: Vec<&str> = suggestions.iter().map(String::as_str).collect();
+                let hint = did_you_mean(&names)
+                    .map(|s| format!("; {s}"))
+                    .unwrap_or_else(|| "; list the tools to see what exists".to_owned());
+                ToolError::new(ErrorCode::NotFound, format!("no tool named {name:?}{hint}"))
+            }
+            InvokeError::BadReference(message) => ToolError::new(ErrorCode::NotFound, message),
+            InvokeError::Disabled { .. } => ToolError::new(
+                ErrorCode::Disabled,
+                format!("{self}; use another tool or ask an operator"),
+            ),
+            InvokeError::NoHealthyInstance {
+                tool,
+                registered,
+                retry_after,
+            } => {
+                let why = if *registered == 0 {
+                    "no executor serves it at the moment".to_owned()
+                } else {
+                    format!("its {registered} instance(s) are unhealthy, ejected or busy")
+                };
+                let error = ToolError::new(
+                    ErrorCode::Unavailable,
+                    format!("tool {tool} is unavailable: {why}; try again later"),
+                );
+                match retry_after {
+                    Some(after) => error.with_retry_after_ms(after.as_millis() as u32),
+                    None => error,
+                }
+            }
+            InvokeError::ArgumentsTooLarge { .. } => ToolError::new(
+                ErrorCode::InvalidArguments,
+                format!("{self}; send smaller arguments"),
+            ),
+            InvokeError::ArgumentsNotJson(_) => ToolError::new(
+                ErrorCode::InvalidArguments,
+                format!("{self}; send a JSON object such as {{\"key\": \"value\"}}"),
+            ),
+            InvokeError::ArgumentsInvalid { .. } => ToolError::new(
+                ErrorCode::InvalidArguments,
+                format!("{self}; fix these fields and call again"),
+            ),
+            InvokeError::DeadlineExceeded { .. } => ToolError::new(
+                ErrorCode::DeadlineExceeded,
+                format!("{self}; try again with a longer deadline or smaller input"),
+            ),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use toolmesh::schema::Violation;
+
+    /// Each refusal maps to its code, and its message says how to fix it.
+    #[test]
+    fn error_mapping_table() {
+        let rows: Vec<(InvokeError, ErrorCode, &str)> = vec![
+            (
+                InvokeError::UnknownTool {
+                    name: "acc_ech".into(),
+                    suggestions: vec!["acc_echo".into()],
+                },
+                ErrorCode::NotFound,
+                "did you mean \"acc_echo\"?",
+            ),
+            (
+                InvokeError::UnknownTool {
+                    name: "zz".into(),
+                    suggestions: vec![],
+                },
+                ErrorCode::NotFound,
+                "list the tools",
+            ),
+            (
+                InvokeError::Disabled {
+                    tool: "t@1.0.0".into(),
+                    reason: "incident 42".into(),
+                },
+                ErrorCode::Disabled,
+                "incident 42",
+            ),
+            (
+                InvokeError::NoHealthyInstance {
+                    tool: "t@1.0.0".into(),
+                    registered: 0,
+                    retry_after: None,
+                },
+                ErrorCode::Unavailable,
+                "no executor serves it",
+            ),
+            (
+                InvokeError::ArgumentsNotJson("EOF at line 1 column 1".into()),
+                ErrorCode::InvalidArguments,
+                "send a JSON object",
+            ),
+            (
+                InvokeError::ArgumentsInvalid {
+                    tool: "t@1.0.0".into(),
+                    violations: Violations(vec![Violation {
+                        path: "/priority".into(),
+                        message: "bad".into(),
+                    }]),
+                },
+                ErrorCode::InvalidArguments,
+                "at /priority: bad",
+            ),
+            (
+                InvokeError::DeadlineExceeded {
+                    tool: "t".into(),
+                    budget: Duration::from_millis(5),
+                },
+                ErrorCode::DeadlineExceeded,
+                "longer deadline",
+            ),
+        ];
+        for (error, code, text) in rows {
+            let e = error.to_tool_error();
+            assert_eq!(e.error_code(), code, "{error}");
+            assert!(e.message.contains(text), "{}", e.message);
+        }
+        let unavailable = InvokeError::NoHealthyInstance {
+            tool: "t".into(),
+            registered: 2,
+            retry_after: Some(Duration::from_secs(3)),
+        }
+        .to_tool_error();
+        assert!(unavailable.retryable);
+        assert_eq!(unavailable.retry_after_ms, 3000);
+    }
+}

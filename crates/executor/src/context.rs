@@ -1,0 +1,93 @@
+//! `CallCx`: what a tool knows about the call it is running (ids, caller, deadline, cancellation).
+
+use std::{future::Future, sync::Arc};
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use toolmesh::pb::CallContext;
+
+/// The context of one call, handed to [`Tool::call`](crate::Tool::call).
+///
+/// Cheap to clone; every clone sees the same cancellation.
+#[derive(Debug, Clone)]
+pub struct CallCx {
+    inner: Arc<Inner>,
+}
+
+#[derive(Debug)]
+struct Inner {
+    call_id: String,
+    attempt: u32,
+    tool: String,
+    executor_id: String,
+    context: CallContext,
+    deadline: Option<Instant>,
+    token: CancellationToken,
+}
+
+impl CallCx {
+    pub(crate) fn new(
+        call_id: String,
+        attempt: u32,
+        tool: String,
+        executor_id: String,
+        context: CallContext,
+        deadline: Option<Instant>,
+        token: CancellationToken,
+    ) -> Self {
+        CallCx {
+            inner: Arc::new(Inner {
+                call_id,
+                attempt,
+                tool,
+                executor_id,
+                context,
+                deadline,
+                token,
+            }),
+        }
+    }
+
+    /// The call's id: the same for every attempt of one call, so it is the
+    /// idempotency key for tools with side effects.
+    pub fn call_id(&self) -> &str {
+        &self.inner.call_id
+    }
+
+    /// 1 for the first attempt, counting up on retries.
+    pub fn attempt(&self) -> u32 {
+        self.inner.attempt
+    }
+
+    /// The name of the tool being called.
+    pub fn tool(&self) -> &str {
+        &self.inner.tool
+    }
+
+    /// The id of the executor running the call.
+    pub fn executor_id(&self) -> &str {
+        &self.inner.executor_id
+    }
+
+    /// Who is calling and on whose behalf.
+    pub fn context(&self) -> &CallContext {
+        &self.inner.context
+    }
+
+    /// When the call's budget runs out: the smaller of the caller's deadline
+    /// and the tool's timeout.
+    pub fn deadline(&self) -> Option<Instant> {
+        self.inner.deadline
+    }
+
+    /// Resolves once the call is cancelled: the caller went away, the
+    /// deadline passed, or the executor is shutting down and its grace period
+    /// ran out. Select on it in long-running work.
+    pub fn cancelled(&self) -> impl Future<Output = ()> + Send + 'static {
+        self.inner.token.clone().cancelled_owned()
+    }
+
+    /// Whether the call has been cancelled.
+    pub fn is_cancelled(&self) -> bool {
+        self.inner.token.is_cancelled()
+    }
+}

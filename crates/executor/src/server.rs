@@ -1,0 +1,313 @@
+//! The `toolmesh.v1.Executor` service: one call from request to `ToolResult`, with validation, deadline, cancellation and panic isolation.
+
+use crate::{
+    CallCx,
+    deadline::{self, Bound},
+    erased::{ErasedTool, Outcome},
+    tool::{ToolOutput, duration_ms_ceil},
+};
+use serde_json::Value;
+use std::{any::Any, collections::BTreeMap, sync::Arc, time::Duration};
+use tokio::{task::AbortHandle, time::Instant};
+use tokio_util::sync::CancellationToken;
+use tonic::{Request, Response, Status};
+use toolmesh::{
+    ToolDef, ToolErrorExt,
+    pb::{self, ErrorCode, ExecuteRequest, ExecuteResponse, ToolError, ToolResult},
+    schema,
+    spec::SpecError,
+    suggest,
+};
+use tracing::{debug, error};
+
+/// How long a call that was cancelled (deadline passed, caller gone) may
+/// keep running to notice [`CallCx::cancelled`] and clean up before its task
+/// is aborted.
+pub const CANCEL_GRACE: Duration = Duration::from_millis(250);
+
+/// One tool as the executor holds it.
+#[derive(Clone)]
+pub(crate) struct Slot {
+    /// The spec as the SDK built it (before normalisation).
+    pub(crate) spec: pb::ToolSpec,
+    /// The validated definition, or why the spec is invalid.
+    pub(crate) def: Result<Arc<ToolDef>, SpecError>,
+    /// The tool itself.
+    pub(crate) tool: Arc<dyn ErasedTool>,
+}
+
+/// The tools of one executor, by name.
+pub(crate) type Tools = BTreeMap<String, Slot>;
+
+/// Everything a call needs: the tools, who we are, and the token that
+/// cancels every call when the executor stops.
+pub(crate) struct Core {
+    pub(crate) tools: Arc<Tools>,
+    pub(crate) executor_id: String,
+    pub(crate) stop: CancellationToken,
+}
+
+impl Core {
+    /// Runs one call to its `ToolResult`. `caller_timeout` is the time the
+    /// caller still allows (from `grpc-timeout`), if it said.
+    pub(crate) async fn execute(
+        &self,
+        request: ExecuteRequest,
+        caller_timeout: Option<Duration>,
+    ) -> ToolResult {
+        let Some(slot) = self.tools.get(&request.tool) else {
+            return not_found(&self.tools, &self.executor_id, &request.tool);
+        };
+        let def = match &slot.def {
+            Ok(def) => Arc::clone(def),
+            Err(reason) => {
+                return failure(
+                    ErrorCode::ExecutorFailed,
+                    format!(
+                        "tool {} cannot run on executor {}: its spec is invalid ({reason})",
+                        request.tool, self.executor_id
+                    ),
+                );
+            }
+        };
+        let served = def.spec().version.as_str();
+        if !request.version.is_empty() && request.version != served {
+            return failure(
+                ErrorCode::NotFound,
+                format!(
+                    "tool {}@{} is not served by executor {}; it serves version {served}",
+                    request.tool, request.version, self.executor_id
+                ),
+            );
+        }
+        let args = match parse_arguments(&def, &request.arguments) {
+            Ok(args) => args,
+            Err(message) => return failure(ErrorCode::InvalidArguments, message),
+        };
+
+        let (budget, bound) = deadline::budget(caller_timeout, def.timeout());
+        if budget.is_zero() {
+            return deadline_exceeded(&def, budget, bound);
+        }
+        let deadline = Instant::now() + budget;
+        let token = self.stop.child_token();
+        let cx = CallCx::new(
+            request.call_id,
+            request.attempt.max(1),
+            request.tool,
+            self.executor_id.clone(),
+            request.context.unwrap_or_default(),
+            Some(deadline),
+            token.clone(),
+        );
+        debug!(
+            tool = def.name(),
+            call_id = cx.call_id(),
+            attempt = cx.attempt(),
+            budget_ms = budget.as_millis() as u64,
+            "call started"
+        );
+        let mut task = tokio::spawn(slot.tool.start(args, cx));
+        // Dropped with this future: if the caller goes away, or the deadline
+        // passes, the call is cancelled and its task reaped.
+        let mut guard = CancelOnDrop {
+            token,
+            task: Some(task.abort_handle()),
+        };
+        let joined = tokio::select! {
+            biased;
+            joined = &mut task => joined,
+            () = tokio::time::sleep_until(deadline) => {
+                return deadline_exceeded(&def, budget, bound);
+            }
+        };
+        guard.disarm();
+        match joined {
+            Ok(Outcome::Ran(Ok(output))) => success(&def, output),
+            Ok(Outcome::Ran(Err(fail))) => {
+                let mut error = ToolError::new(ErrorCode::ToolError, fail.message)
+                    .with_retryable(fail.retryable);
+                if let Some(after) = fail.retry_after {
+                    error = error.with_retry_after_ms(duration_ms_ceil(after));
+                }
+                error.into_result()
+            }
+            Ok(Outcome::BadArguments(message)) => failure(
+                ErrorCode::InvalidArguments,
+                format!("arguments for {} could not be read: {message}", def.name()),
+            ),
+            Err(e) if e.is_panic() => {
+                let text = panic_text(e.into_panic());
+                error!(tool = def.name(), panic = %text, "tool panicked; the executor keeps serving");
+                failure(
+                    ErrorCode::ExecutorFailed,
+                    format!(
+                        "tool {} panicked: {text}; the call did not complete (the executor keeps serving other calls)",
+                        def.name()
+                    ),
+                )
+            }
+            Err(_) => failure(
+                ErrorCode::ExecutorFailed,
+                format!(
+                    "tool {} was stopped before it finished: executor {} is shutting down",
+                    def.name(),
+                    self.executor_id
+                ),
+            ),
+        }
+    }
+}
+
+/// The arguments as JSON, checked against the tool's compiled schema.
+/// Empty text reads as `{}`.
+fn parse_arguments(def: &ToolDef, text: &str) -> Result<Value, String> {
+    let args: Value = if text.trim().is_empty() {
+        Value::Object(Default::default())
+    } else {
+        serde_json::from_str(text).map_err(|e| {
+            format!(
+                "arguments for {} are not valid JSON ({e}); send a JSON object",
+                def.name()
+            )
+        })?
+    };
+    schema::check(def.validator(), &args).map_err(|violations| {
+        format!(
+            "arguments for {} do not match its input schema: {violations}",
+            def.name()
+        )
+    })?;
+    Ok(args)
+}
+
+fn success(def: &ToolDef, output: ToolOutput) -> ToolResult {
+    if let Some(e) = output.encode_error {
+        return failure(
+            ErrorCode::ExecutorFailed,
+            format!(
+                "tool {} produced a result that could not be encoded as JSON: {e}",
+                def.name()
+            ),
+        );
+    }
+    ToolResult {
+        output: output.output,
+        data: output.data,
+        metadata: output.metadata,
+        error: None,
+    }
+}
+
+fn failure(code: ErrorCode, message: String) -> ToolResult {
+    ToolError::new(code, message).into_result()
+}
+
+fn deadline_exceeded(def: &ToolDef, budget: Duration, bound: Bound) -> ToolResult {
+    let why = match bound {
+        Bound::Caller => format!("before the caller's deadline ({} ms)", budget.as_millis()),
+        Bound::ToolTimeout => format!("within its timeout of {} ms", budget.as_millis()),
+    };
+    debug!(tool = def.name(), "call exceeded its deadline");
+    failure(
+        ErrorCode::DeadlineExceeded,
+        format!(
+            "tool {} did not finish {why}; the call was cancelled",
+            def.name()
+        ),
+    )
+}
+
+fn not_found(tools: &Tools, executor_id: &str, wanted: &str) -> ToolResult {
+    let names: Vec<&str> = tools.keys().map(String::as_str).collect();
+    let close = suggest::close_names(wanted, names.iter().copied(), 3);
+    let hint =
+        suggest::did_you_mean(&close).unwrap_or_else(|| format!("it serves {}", names.join(", ")));
+    failure(
+        ErrorCode::NotFound,
+        format!("executor {executor_id} has no tool {wanted:?}; {hint}"),
+    )
+}
+
+/// The text of a panic payload (`&str` or `String`; anything else is named as such).
+fn panic_text(payload: Box<dyn Any + Send>) -> String {
+    match payload.downcast::<String>() {
+        Ok(text) => *text,
+        Err(payload) => match payload.downcast::<&'static str>() {
+            Ok(text) => (*text).to_owned(),
+            Err(_) => "a panic with a non-text payload".to_owned(),
+        },
+    }
+}
+
+/// Cancels a call and reaps its task unless disarmed first.
+struct CancelOnDrop {
+    token: CancellationToken,
+    task: Option<AbortHandle>,
+}
+
+impl CancelOnDrop {
+    fn disarm(&mut self) {
+        self.task = None;
+    }
+}
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        let Some(task) = self.task.take() else {
+            return;
+        };
+        self.token.cancel();
+        if task.is_finished() {
+            return;
+        }
+        // Give the tool a moment to see the cancellation and clean up, then
+        // abort it wherever it is.
+        match tokio::runtime::Handle::try_current() {
+            Ok(runtime) => {
+                runtime.spawn(async move {
+                    tokio::time::sleep(CANCEL_GRACE).await;
+                    task.abort();
+                });
+            }
+            Err(_) => task.abort(),
+        }
+    }
+}
+
+/// When a request arrived (stamped by [`stamp_arrival`] before its body is
+/// decoded), so time spent decoding counts against the caller's deadline.
+#[derive(Debug, Clone, Copy)]
+struct Arrived(Instant);
+
+/// Interceptor that records a request's arrival time.
+pub(crate) fn stamp_arrival(mut request: Request<()>) -> Result<Request<()>, Status> {
+    request.extensions_mut().insert(Arrived(Instant::now()));
+    Ok(request)
+}
+
+/// The tonic service answering `toolmesh.v1.Executor/Execute`.
+pub(crate) struct ExecuteService {
+    pub(crate) core: Arc<Core>,
+}
+
+#[tonic::async_trait]
+impl pb::executor_server::Executor for ExecuteService {
+    async fn execute(
+        &self,
+        request: Request<ExecuteRequest>,
+    ) -> Result<Response<ExecuteResponse>, Status> {
+        let arrived = request.extensions().get::<Arrived>().map(|a| a.0);
+        let caller_timeout = toolmesh::grpc::request_timeout(request.metadata()).map(|timeout| {
+            // Time already spent since arrival is gone from the budget.
+            timeout.saturating_sub(arrived.map_or(Duration::ZERO, |at| at.elapsed()))
+        });
+        let result = self
+            .core
+            .execute(request.into_inner(), caller_timeout)
+            .await;
+        Ok(Response::new(ExecuteResponse {
+            result: Some(result),
+        }))
+    }
+}

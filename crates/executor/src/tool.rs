@@ -1,0 +1,271 @@
+//! The `Tool` trait teams implement, and the values a tool describes itself with and returns.
+
+use crate::CallCx;
+use std::{collections::HashMap, fmt, future::Future, time::Duration};
+use toolmesh::pb::{RetryPolicy, RiskLevel, ToolSpec};
+
+/// A tool an executor serves.
+///
+/// `Args` is the typed argument struct: its JSON Schema (generated with
+/// schemars) becomes the spec's `input_schema`, and every call's arguments are
+/// checked against that schema and deserialised with serde before
+/// [`Tool::call`] runs. Derive `Deserialize` and `JsonSchema`, add
+/// `#[serde(deny_unknown_fields)]` so the schema says
+/// `additionalProperties: false`, and write `///` docs on the fields: they
+/// become the `description`s the model reads.
+pub trait Tool: Send + Sync + 'static {
+    /// The typed arguments.
+    type Args: serde::de::DeserializeOwned + schemars::JsonSchema + Send + 'static;
+
+    /// Name, version, description and the other spec fields. Called once,
+    /// when the tool is added to an [`Executor`](crate::Executor).
+    fn info(&self) -> ToolInfo;
+
+    /// Runs one call. Business errors ("user u_9 not found") are a
+    /// [`ToolFailure`]; long-running work should watch [`CallCx::cancelled`].
+    fn call(
+        &self,
+        args: Self::Args,
+        cx: CallCx,
+    ) -> impl Future<Output = Result<ToolOutput, ToolFailure>> + Send;
+}
+
+/// What a tool says about itself: everything in its spec except the input
+/// schema, which comes from the tool's `Args` type.
+#[derive(Debug, Clone)]
+pub struct ToolInfo {
+    name: String,
+    version: String,
+    description: String,
+    risk: RiskLevel,
+    idempotent: bool,
+    timeout: Duration,
+    owner: String,
+    tags: Vec<String>,
+    retry: Option<RetryPolicy>,
+}
+
+impl ToolInfo {
+    /// A LOW-risk, non-idempotent tool with the default timeout (10 s).
+    ///
+    /// `version` is semver ("1.0.0"); `description` is what a model reads to
+    /// decide whether to call the tool, so say what it does, what it returns
+    /// and when not to use it.
+    pub fn new(
+        name: impl Into<String>,
+        version: impl Into<String>,
+        description: impl Into<String>,
+    ) -> Self {
+        ToolInfo {
+            name: name.into(),
+            version: version.into(),
+            description: description.into(),
+            risk: RiskLevel::Low,
+            idempotent: false,
+            timeout: Duration::ZERO,
+            owner: String::new(),
+            tags: Vec::new(),
+            retry: None,
+        }
+    }
+
+    /// How much harm the tool can do (LOW read-only, MEDIUM reversible write,
+    /// HIGH irreversible: needs approval).
+    pub fn risk(mut self, risk: RiskLevel) -> Self {
+        self.risk = risk;
+        self
+    }
+
+    /// Whether the dispatcher may send a call again after it may have reached
+    /// an executor. Only say `true` if running a call twice is harmless.
+    pub fn idempotent(mut self, idempotent: bool) -> Self {
+        self.idempotent = idempotent;
+        self
+    }
+
+    /// Upper bound for one execution (zero means the mesh default, 10 s; at
+    /// most 600 s). Sub-millisecond parts round up.
+    pub fn timeout(mut self, timeout: Duration) -> Self {
+        self.timeout = timeout;
+        self
+    }
+
+    /// The team or person who answers for the tool.
+    pub fn owner(mut self, owner: impl Into<String>) -> Self {
+        self.owner = owner.into();
+        self
+    }
+
+    /// Free labels for filtering (replaces any set before).
+    pub fn tags<I, S>(mut self, tags: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        self.tags = tags.into_iter().map(Into::into).collect();
+        self
+    }
+
+    /// The retry policy the dispatcher uses for idempotent calls.
+    pub fn retry(mut self, retry: RetryPolicy) -> Self {
+        self.retry = Some(retry);
+        self
+    }
+
+    /// The tool's name.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// The tool's version.
+    pub fn version(&self) -> &str {
+        &self.version
+    }
+
+    /// The spec these fields describe, with `input_schema` filled in.
+    pub(crate) fn to_spec(&self, input_schema: String) -> ToolSpec {
+        ToolSpec {
+            name: self.name.clone(),
+            version: self.version.clone(),
+            description: self.description.clone(),
+            input_schema,
+            output_schema: String::new(),
+            risk: self.risk as i32,
+            idempotent: self.idempotent,
+            timeout_ms: duration_ms_ceil(self.timeout),
+            owner: self.owner.clone(),
+            tags: self.tags.clone(),
+            retry: self.retry,
+        }
+    }
+}
+
+/// Milliseconds, rounded up, saturating at `u32::MAX`.
+pub(crate) fn duration_ms_ceil(d: Duration) -> u32 {
+    let ms = d.as_nanos().div_ceil(1_000_000);
+    u32::try_from(ms).unwrap_or(u32::MAX)
+}
+
+/// A successful result: text for the model, optional structured JSON and
+/// string metadata.
+#[derive(Debug, Clone, Default)]
+pub struct ToolOutput {
+    pub(crate) output: String,
+    pub(crate) data: String,
+    pub(crate) metadata: HashMap<String, String>,
+    /// Set when a value could not be serialised; the call then fails with
+    /// EXECUTOR_FAILED instead of returning half a result.
+    pub(crate) encode_error: Option<String>,
+}
+
+impl ToolOutput {
+    /// Text for the model, no structured data.
+    pub fn text(text: impl Into<String>) -> Self {
+        ToolOutput {
+            output: text.into(),
+            ..ToolOutput::default()
+        }
+    }
+
+    /// `value` as JSON, both as the text (`output`) and as `data`.
+    ///
+    /// A value that cannot be serialised (say, a map with non-string keys)
+    /// makes the call fail with EXECUTOR_FAILED naming the serde error.
+    pub fn json(value: &impl serde::Serialize) -> Self {
+        match serde_json::to_string(value) {
+            Ok(json) => ToolOutput {
+                output: json.clone(),
+                data: json,
+                ..ToolOutput::default()
+            },
+            Err(e) => ToolOutput {
+                encode_error: Some(e.to_string()),
+                ..ToolOutput::default()
+            },
+        }
+    }
+
+    /// Sets the structured `data` (JSON) and keeps the text.
+    pub fn with_data(mut self, value: impl serde::Serialize) -> Self {
+        match serde_json::to_string(&value) {
+            Ok(json) => self.data = json,
+            Err(e) => self.encode_error = Some(e.to_string()),
+        }
+        self
+    }
+
+    /// Adds one metadata entry (replacing an earlier one with the same key).
+    pub fn with_metadata(mut self, key: impl Into<String>, value: impl Into<String>) -> Self {
+        self.metadata.insert(key.into(), value.into());
+        self
+    }
+
+    /// The text for the model.
+    pub fn output(&self) -> &str {
+        &self.output
+    }
+
+    /// The structured data as JSON text (empty when there is none).
+    pub fn data(&self) -> &str {
+        &self.data
+    }
+}
+
+/// A business error the tool reports ("user u_9 not found"): it reaches the
+/// model as a TOOL_ERROR with this message. Not retryable unless marked.
+///
+/// Any `std::error::Error` converts into a `ToolFailure` (its text becomes the
+/// message), so `?` works inside [`Tool::call`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ToolFailure {
+    pub(crate) message: String,
+    pub(crate) retryable: bool,
+    pub(crate) retry_after: Option<Duration>,
+}
+
+impl ToolFailure {
+    /// A non-retryable failure; write `message` for the model: what went
+    /// wrong and how to fix it.
+    pub fn new(message: impl Into<String>) -> Self {
+        ToolFailure {
+            message: message.into(),
+            retryable: false,
+            retry_after: None,
+        }
+    }
+
+    /// Marks the failure as transient: the same call may succeed later.
+    pub fn retryable(mut self) -> Self {
+        self.retryable = true;
+        self
+    }
+
+    /// Retryable, and not before `after` has passed.
+    pub fn retry_after(mut self, after: Duration) -> Self {
+        self.retryable = true;
+        self.retry_after = Some(after);
+        self
+    }
+
+    /// The message for the model.
+    pub fn message(&self) -> &str {
+        &self.message
+    }
+
+    /// Whether the failure was marked retryable.
+    pub fn is_retryable(&self) -> bool {
+        self.retryable
+    }
+}
+
+impl fmt::Display for ToolFailure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl<E: std::error::Error> From<E> for ToolFailure {
+    fn from(error: E) -> Self {
+        ToolFailure::new(error.to_string())
+    }
+}

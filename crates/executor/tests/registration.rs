@@ -1,0 +1,332 @@
+//! Registration against a minimal in-test registry server (real gRPC on
+//! 127.0.0.1:0): register on start, heartbeat at about ttl/3, register again
+//! when the registry forgets the lease, retry while it is down, deregister on
+//! shutdown.
+
+use schemars::JsonSchema;
+use serde::Deserialize;
+use std::{
+    net::SocketAddr,
+    sync::{Arc, Mutex},
+    time::{Duration, Instant},
+};
+use tokio::{net::TcpListener, sync::oneshot};
+use tonic::{Request, Response, Status, transport::server::TcpIncoming};
+use toolmesh::pb::{
+    DeregisterRequest, DeregisterResponse, GetSnapshotRequest, HeartbeatRequest, HeartbeatResponse,
+    RegisterRequest, RegisterResponse, RejectedTool, Snapshot, WatchSnapshotsRequest,
+    registry_server::{Registry, RegistryServer},
+};
+use toolmesh_executor::{CallCx, Executor, ServeOptions, Tool, ToolFailure, ToolInfo, ToolOutput};
+
+#[derive(Debug, Clone)]
+enum Event {
+    Register(RegisterRequest),
+    Heartbeat(String),
+    Deregister(String),
+}
+
+#[derive(Clone, Default)]
+struct Log(Arc<Mutex<Vec<(Instant, Event)>>>);
+
+impl Log {
+    fn push(&self, event: Event) {
+        self.0.lock().unwrap().push((Instant::now(), event));
+    }
+    fn events(&self) -> Vec<(Instant, Event)> {
+        self.0.lock().unwrap().clone()
+    }
+    fn registers(&self) -> Vec<RegisterRequest> {
+        self.events()
+            .into_iter()
+            .filter_map(|(_, e)| match e {
+                Event::Register(r) => Some(r),
+                _ => None,
+            })
+            .collect()
+    }
+}
+
+/// Records every call; grants `ttl_ms`; answers NOT_FOUND to the first heartbeat.
+struct FakeRegistry {
+    log: Log,
+    ttl_ms: u32,
+    registrations: Mutex<u32>,
+    heartbeats: Mutex<u32>,
+}
+
+#[tonic::async_trait]
+impl Registry for FakeRegistry {
+    async fn register(
+        &self,
+        request: Request<RegisterRequest>,
+    ) -> Result<Response<RegisterResponse>, Status> {
+        let request = request.into_inner();
+        self.log.push(Event::Register(request.clone()));
+        let mut n = self.registrations.lock().unwrap();
+        *n += 1;
+        Ok(Response::new(RegisterResponse {
+            lease_id: format!("lease-{n}"),
+            snapshot_version: u64::from(*n),
+            lease_ttl_ms: self.ttl_ms,
+            rejected: vec![RejectedTool {
+                name: "not_a_tool".into(),
+                reason: "exercises the error! log path".into(),
+            }],
+        }))
+    }
+
+    async fn heartbeat(
+        &self,
+        request: Request<HeartbeatRequest>,
+    ) -> Result<Response<HeartbeatResponse>, Status> {
+        let lease_id = request.into_inner().lease_id;
+        self.log.push(Event::Heartbeat(lease_id.clone()));
+        let mut n = self.heartbeats.lock().unwrap();
+        *n += 1;
+        if *n == 1 {
+            return Err(Status::not_found(format!("no lease {lease_id}")));
+        }
+        Ok(Response::new(HeartbeatResponse {
+            snapshot_version: 1,
+        }))
+    }
+
+    async fn deregister(
+        &self,
+        request: Request<DeregisterRequest>,
+    ) -> Result<Response<DeregisterResponse>, Status> {
+        self.log
+            .push(Event::Deregister(request.into_inner().lease_id));
+        Ok(Response::new(DeregisterResponse {
+            snapshot_version: 9,
+        }))
+    }
+
+    async fn get_snapshot(
+        &self,
+        _: Request<GetSnapshotRequest>,
+    ) -> Result<Response<Snapshot>, Status> {
+        Err(Status::unimplemented("not in this test"))
+    }
+
+    type WatchSnapshotsStream = tonic::codegen::tokio_stream::Empty<Result<Snapshot, Status>>;
+
+    async fn watch_snapshots(
+        &self,
+        _: Request<WatchSnapshotsRequest>,
+    ) -> Result<Response<Self::WatchSnapshotsStream>, Status> {
+        Err(Status::unimplemented("not in this test"))
+    }
+}
+
+/// Serves a fake registry on `listener`; dropping the sender stops it.
+fn serve_registry(listener: TcpListener, ttl_ms: u32) -> (Log, oneshot::Sender<()>) {
+    let log = Log::default();
+    let registry = FakeRegistry {
+        log: log.clone(),
+        ttl_ms,
+        registrations: Mutex::new(0),
+        heartbeats: Mutex::new(0),
+    };
+    let (tx, rx) = oneshot::channel::<()>();
+    tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(RegistryServer::new(registry))
+            .serve_with_incoming_shutdown(TcpIncoming::from(listener), async {
+                let _ = rx.await;
+            }),
+    );
+    (log, tx)
+}
+
+/// Arguments of `noop`.
+#[derive(Deserialize, JsonSchema)]
+struct NoArgs {}
+
+struct Noop;
+
+impl Tool for Noop {
+    type Args = NoArgs;
+    fn info(&self) -> ToolInfo {
+        ToolInfo::new("noop", "1.0.0", "Does nothing.")
+    }
+    async fn call(&self, _: NoArgs, _: CallCx) -> Result<ToolOutput, ToolFailure> {
+        Ok(ToolOutput::text("ok"))
+    }
+}
+
+async fn wait_for(what: &str, limit: Duration, cond: impl Fn() -> bool) {
+    let start = Instant::now();
+    while !cond() {
+        assert!(start.elapsed() < limit, "timed out waiting for {what}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// Register on start with the executor's id, endpoint, tools and asked TTL;
+/// a heartbeat answered NOT_FOUND leads to an immediate new Register;
+/// heartbeats then come every granted_ttl/3 with the new lease; shutdown
+/// deregisters that lease before `run` returns.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn registers_heartbeats_reregisters_and_deregisters() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let registry_addr = listener.local_addr().unwrap();
+    let (log, _registry) = serve_registry(listener, 300);
+
+    let opts = ServeOptions {
+        executor_id: Some("test-exec-1".into()),
+        lease_ttl: Duration::from_millis(1500),
+        ..ServeOptions::new(registry_addr.to_string())
+    };
+    let bound = Executor::new("team-a").tool(Noop).bind(opts).await.unwrap();
+    let endpoint = bound.local_addr().to_string();
+    assert_eq!(bound.executor_id(), "test-exec-1");
+    let (stop, stopped) = oneshot::channel::<()>();
+    let run = tokio::spawn(bound.run(async {
+        let _ = stopped.await;
+    }));
+
+    wait_for(
+        "a few heartbeats on the second lease",
+        Duration::from_secs(3),
+        || {
+            log.events()
+                .iter()
+                .filter(|(_, e)| matches!(e, Event::Heartbeat(id) if id == "lease-2"))
+                .count()
+                >= 4
+        },
+    )
+    .await;
+    let _ = stop.send(());
+    tokio::time::timeout(Duration::from_secs(3), run)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+
+    let events = log.events();
+    let registers = log.registers();
+    assert_eq!(registers.len(), 2, "{events:?}");
+    let first = &registers[0];
+    assert_eq!(first.executor_id, "test-exec-1");
+    assert_eq!(first.service, "team-a");
+    assert_eq!(first.endpoint, endpoint);
+    assert_eq!(first.lease_ttl_ms, 1500);
+    let names: Vec<&str> = first.tools.iter().map(|t| t.name.as_str()).collect();
+    assert_eq!(names, ["noop"]);
+    assert_eq!(first.tools[0].timeout_ms, 10_000, "normalised spec is sent");
+    assert_eq!(registers[1], registers[0]);
+
+    // Order: register, heartbeat(lease-1) -> NOT_FOUND, register at once, heartbeats(lease-2)..., deregister(lease-2).
+    assert!(matches!(events[0].1, Event::Register(_)), "{events:?}");
+    assert!(
+        matches!(&events[1].1, Event::Heartbeat(id) if id == "lease-1"),
+        "{events:?}"
+    );
+    assert!(matches!(events[2].1, Event::Register(_)), "{events:?}");
+    let reregister_delay = events[2].0 - events[1].0;
+    assert!(
+        reregister_delay < Duration::from_millis(50),
+        "re-registered after {reregister_delay:?}"
+    );
+    let beats: Vec<Instant> = events[3..]
+        .iter()
+        .filter_map(|(at, e)| match e {
+            Event::Heartbeat(id) => {
+                assert_eq!(id, "lease-2");
+                Some(*at)
+            }
+            _ => None,
+        })
+        .collect();
+    assert!(beats.len() >= 4, "{events:?}");
+    // Granted 300 ms: one heartbeat every ~100 ms.
+    let first_gap = beats[0] - events[2].0;
+    let mean = (beats[beats.len() - 1] - beats[0]) / (beats.len() as u32 - 1);
+    for gap in [first_gap, mean] {
+        assert!(
+            gap >= Duration::from_millis(80) && gap <= Duration::from_millis(180),
+            "heartbeat gap {gap:?}"
+        );
+    }
+    assert!(
+        matches!(&events[events.len() - 1].1, Event::Deregister(id) if id == "lease-2"),
+        "{events:?}"
+    );
+}
+
+/// While the registry is down the executor keeps serving and keeps trying
+/// (backoff up to 2 s); once the registry comes up it registers, with a
+/// default executor id of `{service}-{8 hex}`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn keeps_retrying_until_the_registry_comes_up() {
+    // A port with nothing listening yet.
+    let registry_addr: SocketAddr = {
+        let probe = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        probe.local_addr().unwrap()
+    };
+    let bound = Executor::new("team-b")
+        .tool(Noop)
+        .bind(ServeOptions::new(registry_addr.to_string()))
+        .await
+        .unwrap();
+    let executor_id = bound.executor_id().to_owned();
+    let suffix = executor_id.strip_prefix("team-b-").expect(&executor_id);
+    assert!(
+        suffix.len() == 8 && suffix.chars().all(|c| c.is_ascii_hexdigit()),
+        "{executor_id}"
+    );
+    let executor_addr = bound.local_addr();
+    let (stop, stopped) = oneshot::channel::<()>();
+    let run = tokio::spawn(bound.run(async {
+        let _ = stopped.await;
+    }));
+
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    // The executor serves calls while unregistered.
+    let mut client =
+        toolmesh::pb::executor_client::ExecutorClient::connect(format!("http://{executor_addr}"))
+            .await
+            .unwrap();
+    let result = client
+        .execute(toolmesh::pb::ExecuteRequest {
+            tool: "noop".into(),
+            arguments: "{}".into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .result
+        .unwrap();
+    assert_eq!(result.output, "ok");
+
+    let listener = TcpListener::bind(registry_addr).await.unwrap();
+    let came_up = Instant::now();
+    let (log, _registry) = serve_registry(listener, 10_000);
+    wait_for(
+        "registration after the outage",
+        Duration::from_secs(4),
+        || !log.registers().is_empty(),
+    )
+    .await;
+    assert!(
+        came_up.elapsed() < Duration::from_millis(2500),
+        "{:?}",
+        came_up.elapsed()
+    );
+    assert_eq!(log.registers()[0].executor_id, executor_id);
+    let _ = stop.send(());
+    tokio::time::timeout(Duration::from_secs(3), run)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert!(
+        log.events()
+            .iter()
+            .any(|(_, e)| matches!(e, Event::Deregister(id) if id == "lease-1"))
+    );
+}

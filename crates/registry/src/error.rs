@@ -1,0 +1,90 @@
+//! What can go wrong in the registry, and its one mapping to a gRPC status.
+
+/// Why a registry operation was refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RegistryError {
+    /// `RegisterRequest.executor_id` is empty.
+    #[error("executor_id is empty: give each executor process a unique, stable id")]
+    EmptyExecutorId,
+    /// `RegisterRequest.endpoint` is not `host:port`.
+    #[error(
+        "endpoint {0:?} is not host:port (for example 10.0.0.7:7070 or [::1]:7070): give the address of the executor's toolmesh.v1.Executor service"
+    )]
+    InvalidEndpoint(String),
+    /// A heartbeat or deregistration named no lease.
+    #[error("lease_id is empty: pass the lease_id that Register returned")]
+    EmptyLeaseId,
+    /// The lease does not exist (expired, deregistered, replaced, or granted
+    /// by an earlier registry process).
+    #[error("lease {0} is unknown (the registry may have restarted): register again")]
+    UnknownLease(String),
+    /// No tool by that name is known.
+    #[error("no tool named {0:?} is known to the registry")]
+    UnknownTool(String),
+    /// The snapshot asked for is not (or no longer, or not yet) held.
+    #[error(
+        "snapshot version {version} is not held: this registry holds versions {oldest} to {newest}; ask for 0 to get the newest"
+    )]
+    SnapshotNotHeld {
+        /// The version asked for.
+        version: u64,
+        /// The oldest version still held.
+        oldest: u64,
+        /// The newest version.
+        newest: u64,
+    },
+}
+
+impl From<RegistryError> for tonic::Status {
+    fn from(error: RegistryError) -> Self {
+        let message = error.to_string();
+        match error {
+            RegistryError::EmptyExecutorId
+            | RegistryError::InvalidEndpoint(_)
+            | RegistryError::EmptyLeaseId => tonic::Status::invalid_argument(message),
+            RegistryError::UnknownLease(_)
+            | RegistryError::UnknownTool(_)
+            | RegistryError::SnapshotNotHeld { .. } => tonic::Status::not_found(message),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tonic::Code;
+
+    /// Malformed requests are INVALID_ARGUMENT; missing things are NOT_FOUND,
+    /// and the message is carried through unchanged.
+    #[test]
+    fn status_mapping() {
+        let cases = [
+            (RegistryError::EmptyExecutorId, Code::InvalidArgument),
+            (
+                RegistryError::InvalidEndpoint("x".into()),
+                Code::InvalidArgument,
+            ),
+            (RegistryError::EmptyLeaseId, Code::InvalidArgument),
+            (RegistryError::UnknownLease("L".into()), Code::NotFound),
+            (RegistryError::UnknownTool("t".into()), Code::NotFound),
+            (
+                RegistryError::SnapshotNotHeld {
+                    version: 1,
+                    oldest: 5,
+                    newest: 9,
+                },
+                Code::NotFound,
+            ),
+        ];
+        for (error, code) in cases {
+            let text = error.to_string();
+            let status = tonic::Status::from(error);
+            assert_eq!(status.code(), code, "{text}");
+            assert_eq!(status.message(), text);
+        }
+        assert_eq!(
+            RegistryError::UnknownLease("L".into()).to_string(),
+            "lease L is unknown (the registry may have restarted): register again"
+        );
+    }
+}

@@ -1,0 +1,408 @@
+//! The `Registry` handle: validates requests, runs every change through the
+//! single writer, publishes snapshots, and drives the lease reaper and the
+//! health watches.
+
+use crate::config::RegistryConfig;
+use crate::error::RegistryError;
+use crate::health_watch;
+use crate::service::RegistryService;
+use crate::state::{Executor, Registration, State};
+use crate::store::Store;
+use crate::txn::{Key, key_of, label};
+use std::collections::HashSet;
+use std::fmt;
+use std::future::pending;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError, Weak};
+use tokio::runtime::Handle;
+use tokio::sync::{Notify, watch};
+use tokio::time::{Instant, sleep_until};
+use tokio_util::sync::CancellationToken;
+use toolmesh::pb::{self, RejectedTool};
+use toolmesh::{Snapshot, ToolDef};
+use tracing::{debug, info, warn};
+
+/// The registry: executors register tools and hold leases; every change
+/// publishes a new immutable snapshot. Cheap to clone (an `Arc` inside).
+#[derive(Clone)]
+pub struct Registry {
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    config: RegistryConfig,
+    /// The single writer lock; readers never take it.
+    state: Mutex<State>,
+    store: Store,
+    /// Wakes the reaper when an earlier deadline may exist.
+    reaper: Arc<Notify>,
+    /// Cancelled when the last handle goes: stops the reaper and every watch.
+    shutdown: CancellationToken,
+    runtime: Handle,
+}
+
+impl Drop for Inner {
+    fn drop(&mut self) {
+        self.shutdown.cancel();
+    }
+}
+
+impl fmt::Debug for Registry {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let current = self.current();
+        f.debug_struct("Registry")
+            .field("epoch", &current.epoch())
+            .field("version", &current.version())
+            .field("config", &self.inner.config)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Registry {
+    /// A registry with a fresh epoch and an empty snapshot (version 0).
+    ///
+    /// # Panics
+    ///
+    /// When called outside a tokio runtime: the lease reaper and the health
+    /// watches run as tasks on the current runtime.
+    pub fn new(config: RegistryConfig) -> Registry {
+        let runtime = Handle::current();
+        let epoch = uuid::Uuid::new_v4().to_string();
+        let inner = Arc::new(Inner {
+            store: Store::new(Snapshot::empty(epoch), config.history),
+            config,
+            state: Mutex::new(State::default()),
+            reaper: Arc::new(Notify::new()),
+            shutdown: CancellationToken::new(),
+            runtime,
+        });
+        inner.runtime.spawn(reap(
+            Arc::downgrade(&inner),
+            inner.reaper.clone(),
+            inner.shutdown.clone(),
+        ));
+        Registry { inner }
+    }
+
+    /// The settings this registry runs with.
+    pub fn config(&self) -> &RegistryConfig {
+        &self.inner.config
+    }
+
+    /// The newest snapshot (lock-free).
+    pub fn current(&self) -> Arc<Snapshot> {
+        self.inner.store.current()
+    }
+
+    /// A receiver holding the newest snapshot and notified of each new one.
+    pub fn subscribe(&self) -> watch::Receiver<Arc<Snapshot>> {
+        self.inner.store.subscribe()
+    }
+
+    /// Snapshot `version` if still held (0 means the newest).
+    pub fn snapshot(&self, version: u64) -> Result<Arc<Snapshot>, RegistryError> {
+        self.inner.store.get(version)
+    }
+
+    /// Registers an executor's tools, or replaces its previous registration.
+    ///
+    /// Each tool is validated on its own: invalid, duplicated or conflicting
+    /// tools come back in `rejected`, the rest are registered. The lease is
+    /// granted even when no tool was accepted.
+    pub fn register(
+        &self,
+        req: pb::RegisterRequest,
+    ) -> Result<pb::RegisterResponse, RegistryError> {
+        let executor_id = req.executor_id.trim();
+        if executor_id.is_empty() {
+            return Err(RegistryError::EmptyExecutorId);
+        }
+        let endpoint = req.endpoint.trim();
+        check_endpoint(endpoint)?;
+        let ttl = self.inner.config.grant_ttl(req.lease_ttl_ms);
+        // Schemas compile here, outside the writer lock.
+        let (tools, mut rejected) = validate_tools(req.tools);
+        let executor_id: Arc<str> = executor_id.into();
+        let endpoint: Arc<str> = endpoint.into();
+        let service: Arc<str> = req.service.trim().into();
+        let lease_id: Arc<str> = uuid::Uuid::new_v4().to_string().into();
+        let watch = self
+            .inner
+            .config
+            .watch_health
+            .then(|| self.inner.shutdown.child_token());
+        let registration = Registration {
+            executor_id: executor_id.clone(),
+            service: service.clone(),
+            endpoint: endpoint.clone(),
+            ttl,
+            tools,
+            watch: watch.clone(),
+        };
+        let (version, registered) = {
+            let mut state = self.inner.lock();
+            let base = self.current();
+            let mut registered =
+                state.register(&base, registration, lease_id.clone(), Instant::now());
+            let version = self.inner.publish(registered.snapshot.take(), &base);
+            (version, registered)
+        };
+        rejected.extend(registered.rejected);
+        let replaced = registered.replaced.is_some();
+        if let Some(old) = &registered.replaced {
+            old.stop_watch();
+        }
+        self.inner.reaper.notify_one();
+        if let Some(token) = watch {
+            self.spawn_health_watch(
+                executor_id.clone(),
+                lease_id.clone(),
+                endpoint.clone(),
+                token,
+            );
+        }
+        info!(
+            executor_id = &*executor_id,
+            service = &*service,
+            endpoint = &*endpoint,
+            tools = registered.accepted,
+            rejected = rejected.len(),
+            replaced,
+            lease_ttl_ms = ttl.as_millis() as u64,
+            version,
+            "executor registered"
+        );
+        for r in &rejected {
+            warn!(executor_id = &*executor_id, tool = %r.name, reason = %r.reason, "tool rejected");
+        }
+        Ok(pb::RegisterResponse {
+            lease_id: lease_id.to_string(),
+            snapshot_version: version,
+            lease_ttl_ms: u32::try_from(ttl.as_millis()).unwrap_or(u32::MAX),
+            rejected,
+        })
+    }
+
+    /// Renews a lease; returns the newest snapshot version.
+    pub fn heartbeat(&self, lease_id: &str) -> Result<u64, RegistryError> {
+        if lease_id.is_empty() {
+            return Err(RegistryError::EmptyLeaseId);
+        }
+        let mut state = self.inner.lock();
+        let now = Instant::now();
+        // A lease past its deadline is gone even if the reaper has not run yet.
+        self.inner.expire_due(&mut state, now);
+        state.renew(lease_id, now)?;
+        debug!(lease_id, "lease renewed");
+        Ok(self.current().version())
+    }
+
+    /// Removes the executor holding `lease_id` at once; returns the snapshot
+    /// version after the removal.
+    pub fn deregister(&self, lease_id: &str) -> Result<u64, RegistryError> {
+        if lease_id.is_empty() {
+            return Err(RegistryError::EmptyLeaseId);
+        }
+        let (version, executor) = {
+            let mut state = self.inner.lock();
+            let base = self.current();
+            let (snapshot, executor) = state.deregister(&base, lease_id)?;
+            (self.inner.publish(snapshot, &base), executor)
+        };
+        executor.stop_watch();
+        info!(
+            executor_id = &*executor.id,
+            service = &*executor.service,
+            tools = executor.keys.len(),
+            version,
+            "executor deregistered"
+        );
+        Ok(version)
+    }
+
+    /// Disables every version of `tool` (`Some(reason)`) or enables it
+    /// again (`None`); returns the snapshot version after the change.
+    pub fn set_disabled(&self, tool: &str, reason: Option<String>) -> Result<u64, RegistryError> {
+        let reason: Option<Arc<str>> = reason.map(Into::into);
+        let version = {
+            let mut state = self.inner.lock();
+            let base = self.current();
+            let snapshot = state.set_disabled(&base, tool, reason.clone())?;
+            self.inner.publish(snapshot, &base)
+        };
+        match &reason {
+            Some(reason) => warn!(tool, reason = &**reason, version, "tool disabled"),
+            None => info!(tool, version, "tool enabled"),
+        }
+        Ok(version)
+    }
+
+    /// The `toolmesh.v1.Registry` gRPC service over this registry, with the
+    /// mesh's message size limits.
+    pub fn grpc_service(&self) -> pb::registry_server::RegistryServer<RegistryService> {
+        pb::registry_server::RegistryServer::new(RegistryService::new(self.clone()))
+            .max_decoding_message_size(toolmesh::grpc::MAX_CALL_MESSAGE_BYTES)
+            .max_encoding_message_size(toolmesh::grpc::MAX_SNAPSHOT_MESSAGE_BYTES)
+    }
+
+    fn spawn_health_watch(
+        &self,
+        executor_id: Arc<str>,
+        lease_id: Arc<str>,
+        endpoint: Arc<str>,
+        token: CancellationToken,
+    ) {
+        let weak = Arc::downgrade(&self.inner);
+        let report: health_watch::Report = Box::new(move |healthy, reason| {
+            if let Some(inner) = weak.upgrade() {
+                inner.apply_health(&executor_id, &lease_id, healthy, reason);
+            }
+        });
+        self.inner
+            .runtime
+            .spawn(health_watch::watch(endpoint, token, report));
+    }
+
+    #[cfg(test)]
+    pub(crate) fn with_state<T>(&self, f: impl FnOnce(&State) -> T) -> T {
+        f(&self.inner.lock())
+    }
+}
+
+impl Inner {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Publishes `snapshot` if there is one; returns the newest version.
+    /// Called with the writer lock held.
+    fn publish(&self, snapshot: Option<Snapshot>, base: &Snapshot) -> u64 {
+        match snapshot {
+            Some(snapshot) => self.store.publish(snapshot).version(),
+            None => base.version(),
+        }
+    }
+
+    /// Removes every lease due at `now`; returns the next deadline.
+    fn expire_due(&self, state: &mut State, now: Instant) -> Option<Instant> {
+        let base = self.store.current();
+        let (snapshot, gone) = state.expire(&base, now);
+        let version = self.publish(snapshot, &base);
+        for executor in &gone {
+            executor.stop_watch();
+            log_expiry(executor, version);
+        }
+        state.next_deadline()
+    }
+
+    fn apply_health(&self, executor_id: &str, lease_id: &str, healthy: bool, reason: &str) {
+        let mut state = self.lock();
+        let base = self.store.current();
+        if let Some((snapshot, executor)) = state.set_health(&base, executor_id, lease_id, healthy)
+        {
+            let version = self.store.publish(snapshot).version();
+            warn!(
+                executor_id,
+                service = &*executor.service,
+                endpoint = &*executor.endpoint,
+                healthy,
+                reason,
+                version,
+                "executor health changed"
+            );
+        }
+    }
+}
+
+fn log_expiry(executor: &Executor, version: u64) {
+    info!(
+        executor_id = &*executor.id,
+        service = &*executor.service,
+        tools = executor.keys.len(),
+        version,
+        "executor lease expired"
+    );
+}
+
+/// The lease reaper: sleeps until the earliest deadline (or until woken
+/// because deadlines changed), then expires what is due.
+async fn reap(inner: Weak<Inner>, wake: Arc<Notify>, shutdown: CancellationToken) {
+    loop {
+        let next = {
+            let Some(inner) = inner.upgrade() else {
+                return;
+            };
+            let mut state = inner.lock();
+            inner.expire_due(&mut state, Instant::now())
+        };
+        let sleep = async {
+            match next {
+                Some(deadline) => sleep_until(deadline).await,
+                None => pending().await,
+            }
+        };
+        tokio::select! {
+            () = shutdown.cancelled() => return,
+            () = wake.notified() => {}
+            () = sleep => {}
+        }
+    }
+}
+
+/// Validates each spec on its own; the second of a duplicated name@version
+/// is rejected.
+fn validate_tools(specs: Vec<pb::ToolSpec>) -> (Vec<ToolDef>, Vec<RejectedTool>) {
+    let mut seen: HashSet<Key> = HashSet::with_capacity(specs.len());
+    let mut accepted = Vec::with_capacity(specs.len());
+    let mut rejected = Vec::new();
+    for spec in specs {
+        let name = spec.name.clone();
+        match ToolDef::new(spec) {
+            Err(error) => rejected.push(RejectedTool {
+                name,
+                reason: error.to_string(),
+            }),
+            Ok(def) => {
+                let key = key_of(&def);
+                if seen.insert(key.clone()) {
+                    accepted.push(def);
+                } else {
+                    rejected.push(RejectedTool {
+                        name,
+                        reason: format!(
+                            "{} is listed more than once in this registration; the first was kept",
+                            label(&key)
+                        ),
+                    });
+                }
+            }
+        }
+    }
+    (accepted, rejected)
+}
+
+/// Checks that `endpoint` is `host:port` with a non-zero port.
+fn check_endpoint(endpoint: &str) -> Result<(), RegistryError> {
+    let bad = || RegistryError::InvalidEndpoint(endpoint.to_owned());
+    let (host, port) = endpoint.rsplit_once(':').ok_or_else(bad)?;
+    let port_ok = !port.is_empty()
+        && port.bytes().all(|b| b.is_ascii_digit())
+        && port.parse::<u16>().is_ok_and(|p| p != 0);
+    let host_ok = match host.strip_prefix('[').and_then(|h| h.strip_suffix(']')) {
+        Some(v6) => v6.parse::<std::net::Ipv6Addr>().is_ok(),
+        None => {
+            !host.is_empty()
+                && host.len() <= 253
+                && host
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-' | b'_'))
+        }
+    };
+    if port_ok && host_ok {
+        Ok(())
+    } else {
+        Err(bad())
+    }
+}
+
+#[cfg(test)]
+mod tests;

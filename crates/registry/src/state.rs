@@ -1,0 +1,326 @@
+//! The registry's mutable state behind its single writer lock: executors,
+//! their leases and the tool keys each serves, and how each change turns into
+//! the next snapshot.
+
+use crate::error::RegistryError;
+use crate::leases::LeaseTable;
+use crate::txn::{Key, Staged, Txn, key_of, label};
+use std::collections::{HashMap, HashSet};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::time::Instant;
+use tokio_util::sync::CancellationToken;
+use toolmesh::pb::RejectedTool;
+use toolmesh::{Instance, Snapshot, ToolDef};
+
+/// How many executors a conflict message names before "and N more".
+const NAMED_EXECUTORS: usize = 5;
+
+/// A registration whose tools were validated before taking the lock.
+pub(crate) struct Registration {
+    pub(crate) executor_id: Arc<str>,
+    pub(crate) service: Arc<str>,
+    pub(crate) endpoint: Arc<str>,
+    pub(crate) ttl: Duration,
+    /// Valid definitions, no name@version twice.
+    pub(crate) tools: Vec<ToolDef>,
+    /// The task token of the health watch for this registration, if any.
+    pub(crate) watch: Option<CancellationToken>,
+}
+
+/// One registered executor process.
+#[derive(Debug)]
+pub(crate) struct Executor {
+    pub(crate) id: Arc<str>,
+    pub(crate) service: Arc<str>,
+    pub(crate) endpoint: Arc<str>,
+    pub(crate) lease_id: Arc<str>,
+    /// The entries this executor has an instance in (the per-executor index).
+    pub(crate) keys: Vec<Key>,
+    /// Its health as last applied to its instances.
+    pub(crate) healthy: bool,
+    /// Cancels its health watch.
+    pub(crate) watch: Option<CancellationToken>,
+}
+
+impl Executor {
+    /// Stops its health watch.
+    pub(crate) fn stop_watch(&self) {
+        if let Some(token) = &self.watch {
+            token.cancel();
+        }
+    }
+
+    fn instance(&self, healthy: bool) -> Instance {
+        Instance {
+            executor_id: self.id.clone(),
+            endpoint: self.endpoint.clone(),
+            service: self.service.clone(),
+            healthy,
+        }
+    }
+}
+
+/// What a registration did.
+pub(crate) struct Registered {
+    /// The next snapshot, when anything changed.
+    pub(crate) snapshot: Option<Snapshot>,
+    /// Tools refused because they conflict with existing definitions.
+    pub(crate) rejected: Vec<RejectedTool>,
+    /// How many tools this executor now serves.
+    pub(crate) accepted: usize,
+    /// The registration this one replaced.
+    pub(crate) replaced: Option<Executor>,
+}
+
+/// Executors and leases; changed only under the registry's writer lock.
+#[derive(Debug, Default)]
+pub(crate) struct State {
+    executors: HashMap<Arc<str>, Executor>,
+    leases: LeaseTable,
+}
+
+impl State {
+    /// Registers (or replaces) an executor under `lease_id`, in one change.
+    pub(crate) fn register(
+        &mut self,
+        base: &Snapshot,
+        reg: Registration,
+        lease_id: Arc<str>,
+        now: Instant,
+    ) -> Registered {
+        let mut txn = Txn::new(base);
+        let replaced = self.executors.remove(&reg.executor_id);
+        if let Some(old) = &replaced {
+            self.leases.revoke(&old.lease_id);
+        }
+        let executor = Executor {
+            id: reg.executor_id.clone(),
+            service: reg.service,
+            endpoint: reg.endpoint,
+            lease_id: lease_id.clone(),
+            keys: Vec::with_capacity(reg.tools.len()),
+            healthy: true,
+            watch: reg.watch,
+        };
+        let mut keys = Vec::with_capacity(reg.tools.len());
+        let mut rejected = Vec::new();
+        for def in reg.tools {
+            match add_instance(&mut txn, def, &executor) {
+                Ok(key) => keys.push(key),
+                Err(reject) => rejected.push(reject),
+            }
+        }
+        if let Some(old) = &replaced {
+            let kept: HashSet<&Key> = keys.iter().collect();
+            for key in old.keys.iter().filter(|k| !kept.contains(k)) {
+                if let Some(staged) = txn.get(key) {
+                    staged.instances.retain(|i| i.executor_id != old.id);
+                }
+            }
+        }
+        let accepted = keys.len();
+        let executor = Executor { keys, ..executor };
+        self.leases
+            .grant(lease_id, executor.id.clone(), reg.ttl, now);
+        self.executors.insert(executor.id.clone(), executor);
+        Registered {
+            snapshot: txn.commit(),
+            rejected,
+            accepted,
+            replaced,
+        }
+    }
+
+    /// Renews a lease.
+    pub(crate) fn renew(&mut self, lease_id: &str, now: Instant) -> Result<(), RegistryError> {
+        self.leases
+            .renew(lease_id, now)
+            .map(|_| ())
+            .ok_or_else(|| RegistryError::UnknownLease(lease_id.to_owned()))
+    }
+
+    /// Removes the executor holding `lease_id` at once.
+    pub(crate) fn deregister(
+        &mut self,
+        base: &Snapshot,
+        lease_id: &str,
+    ) -> Result<(Option<Snapshot>, Executor), RegistryError> {
+        let lease = self
+            .leases
+            .revoke(lease_id)
+            .ok_or_else(|| RegistryError::UnknownLease(lease_id.to_owned()))?;
+        let mut txn = Txn::new(base);
+        let executor = self
+            .remove_executor(&mut txn, &lease.executor_id)
+            .ok_or_else(|| RegistryError::UnknownLease(lease_id.to_owned()))?;
+        Ok((txn.commit(), executor))
+    }
+
+    /// Removes every executor whose lease ran out at or before `now`, in one change.
+    pub(crate) fn expire(
+        &mut self,
+        base: &Snapshot,
+        now: Instant,
+    ) -> (Option<Snapshot>, Vec<Executor>) {
+        let expired = self.leases.take_expired(now);
+        if expired.is_empty() {
+            return (None, Vec::new());
+        }
+        let mut txn = Txn::new(base);
+        let gone = expired
+            .iter()
+            .filter_map(|(_, lease)| self.remove_executor(&mut txn, &lease.executor_id))
+            .collect();
+        (txn.commit(), gone)
+    }
+
+    /// The earliest lease deadline.
+    pub(crate) fn next_deadline(&self) -> Option<Instant> {
+        self.leases.earliest()
+    }
+
+    /// Marks the instances of the registration `executor_id`/`lease_id`
+    /// healthy or not. `None` when it is gone, replaced, or already so.
+    pub(crate) fn set_health(
+        &mut self,
+        base: &Snapshot,
+        executor_id: &str,
+        lease_id: &str,
+        healthy: bool,
+    ) -> Option<(Snapshot, &Executor)> {
+        let executor = self.executors.get_mut(executor_id)?;
+        if *executor.lease_id != *lease_id || executor.healthy == healthy {
+            return None;
+        }
+        executor.healthy = healthy;
+        let mut txn = Txn::new(base);
+        for key in &executor.keys {
+            if let Some(staged) = txn.get(key) {
+                for instance in staged
+                    .instances
+                    .iter_mut()
+                    .filter(|i| i.executor_id == executor.id)
+                {
+                    instance.healthy = healthy;
+                }
+            }
+        }
+        let snapshot = txn.commit()?;
+        Some((snapshot, executor))
+    }
+
+    /// Disables (`Some(reason)`) or enables every version of `tool`.
+    pub(crate) fn set_disabled(
+        &mut self,
+        base: &Snapshot,
+        tool: &str,
+        reason: Option<Arc<str>>,
+    ) -> Result<Option<Snapshot>, RegistryError> {
+        let versions = base.versions(tool);
+        if versions.is_empty() {
+            return Err(RegistryError::UnknownTool(tool.to_owned()));
+        }
+        let mut txn = Txn::new(base);
+        for entry in versions {
+            if let Some(staged) = txn.get(&key_of(&entry.def)) {
+                staged.disabled = reason.clone();
+            }
+        }
+        Ok(txn.commit())
+    }
+
+    /// The registration of `executor_id`.
+    #[cfg(test)]
+    pub(crate) fn executor(&self, executor_id: &str) -> Option<&Executor> {
+        self.executors.get(executor_id)
+    }
+
+    fn remove_executor(&mut self, txn: &mut Txn<'_>, executor_id: &str) -> Option<Executor> {
+        let executor = self.executors.remove(executor_id)?;
+        self.leases.revoke(&executor.lease_id);
+        for key in &executor.keys {
+            if let Some(staged) = txn.get(key) {
+                staged.instances.retain(|i| i.executor_id != executor.id);
+            }
+        }
+        Some(executor)
+    }
+}
+
+/// Adds (or refreshes) `executor`'s instance of `def`, or explains why the
+/// definition conflicts with the one other executors serve.
+fn add_instance(txn: &mut Txn<'_>, def: ToolDef, executor: &Executor) -> Result<Key, RejectedTool> {
+    let key = key_of(&def);
+    let instance = executor.instance(true);
+    // New versions of a disabled tool stay disabled: every version of a name
+    // shares the operator's switch.
+    let family_disabled = txn
+        .base()
+        .versions(&key.0)
+        .first()
+        .and_then(|e| e.disabled.clone());
+    let Some(staged) = txn.get(&key) else {
+        txn.insert(
+            key.clone(),
+            Staged {
+                def: Arc::new(def),
+                instances: vec![instance],
+                disabled: family_disabled,
+            },
+        );
+        return Ok(key);
+    };
+    let others: Vec<&str> = staged
+        .instances
+        .iter()
+        .filter(|i| i.executor_id != executor.id)
+        .map(|i| &*i.executor_id)
+        .collect();
+    if others.is_empty() {
+        // Nobody else serves it: this definition wins (the old allocation is
+        // kept when nothing about the spec changed, so the entry stays shared).
+        if staged.def.spec() != def.spec() {
+            staged.def = Arc::new(def);
+        }
+    } else {
+        let fields = staged.def.conflicts_with(&def);
+        if !fields.is_empty() {
+            return Err(RejectedTool {
+                name: def.name().to_owned(),
+                reason: conflict_reason(&key, &others, &fields),
+            });
+        }
+    }
+    match staged
+        .instances
+        .iter_mut()
+        .find(|i| i.executor_id == executor.id)
+    {
+        Some(existing) => *existing = instance,
+        None => staged.instances.push(instance),
+    }
+    Ok(key)
+}
+
+fn conflict_reason(key: &Key, executors: &[&str], fields: &[&str]) -> String {
+    let noun = if executors.len() == 1 {
+        "executor"
+    } else {
+        "executors"
+    };
+    let mut named = executors
+        .iter()
+        .take(NAMED_EXECUTORS)
+        .copied()
+        .collect::<Vec<_>>()
+        .join(", ");
+    if executors.len() > NAMED_EXECUTORS {
+        named.push_str(&format!(" and {} more", executors.len() - NAMED_EXECUTORS));
+    }
+    format!(
+        "conflicts with {} as served by {noun} {named}: fields differ: {}; register it under a new version",
+        label(key),
+        fields.join(", ")
+    )
+}

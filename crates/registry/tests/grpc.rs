@@ -1,0 +1,248 @@
+//! The `toolmesh.v1.Registry` service over a real TCP connection, driven by
+//! the generated client.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+use tokio::net::TcpListener;
+use tokio_stream::wrappers::TcpListenerStream;
+use tonic::Code;
+use tonic::transport::{Channel, Server};
+use toolmesh::pb::registry_client::RegistryClient;
+use toolmesh::pb::{
+    DeregisterRequest, GetSnapshotRequest, HeartbeatRequest, RegisterRequest, ToolSpec,
+    WatchSnapshotsRequest,
+};
+use toolmesh_registry::{Registry, RegistryConfig};
+
+const PATIENCE: Duration = Duration::from_secs(5);
+
+async fn start() -> (Registry, RegistryClient<Channel>) {
+    let registry = Registry::new(RegistryConfig {
+        watch_health: false,
+        ..RegistryConfig::default()
+    });
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr: SocketAddr = listener.local_addr().unwrap();
+    let service = registry.grpc_service();
+    tokio::spawn(async move {
+        Server::builder()
+            .add_service(service)
+            .serve_with_incoming(TcpListenerStream::new(listener))
+            .await
+    });
+    let client = RegistryClient::connect(format!("http://{addr}"))
+        .await
+        .unwrap();
+    (registry, client)
+}
+
+fn spec(name: &str) -> ToolSpec {
+    ToolSpec {
+        name: name.into(),
+        version: "1.0.0".into(),
+        description: format!("The {name} tool."),
+        input_schema: r#"{"type":"object"}"#.into(),
+        ..ToolSpec::default()
+    }
+}
+
+fn request(executor_id: &str, tools: Vec<ToolSpec>) -> RegisterRequest {
+    RegisterRequest {
+        executor_id: executor_id.into(),
+        service: "kb-team".into(),
+        endpoint: "127.0.0.1:7070".into(),
+        tools,
+        lease_ttl_ms: 2_500,
+    }
+}
+
+/// Register over gRPC, then GetSnapshot (newest and by version) shows the
+/// tool with its instance; an unheld version is NOT_FOUND; Deregister
+/// publishes the next version.
+#[tokio::test]
+async fn register_then_get_snapshot() {
+    let (registry, mut client) = start().await;
+    let response = client
+        .register(request("kb-1", vec![spec("search_kb"), spec("")]))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(response.snapshot_version, 1);
+    assert_eq!(response.lease_ttl_ms, 2_500);
+    assert_eq!(response.rejected.len(), 1);
+    let snapshot = client
+        .get_snapshot(GetSnapshotRequest { version: 0 })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(snapshot, registry.current().to_pb());
+    assert_eq!(snapshot.version, 1);
+    assert_eq!(snapshot.epoch, registry.current().epoch());
+    let tool = &snapshot.tools[0];
+    assert_eq!(tool.spec.as_ref().unwrap().name, "search_kb");
+    assert!(tool.exposed);
+    assert_eq!(tool.instances[0].executor_id, "kb-1");
+    assert_eq!(tool.instances[0].service, "kb-team");
+    let by_version = client
+        .get_snapshot(GetSnapshotRequest { version: 1 })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(by_version, snapshot);
+    let err = client
+        .get_snapshot(GetSnapshotRequest { version: 9 })
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::NotFound);
+    assert!(
+        err.message().contains("holds versions 0 to 1"),
+        "{}",
+        err.message()
+    );
+
+    let beat = client
+        .heartbeat(HeartbeatRequest {
+            lease_id: response.lease_id.clone(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(beat.snapshot_version, 1);
+    let gone = client
+        .deregister(DeregisterRequest {
+            lease_id: response.lease_id,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(gone.snapshot_version, 2);
+}
+
+/// A malformed registration is INVALID_ARGUMENT at the gRPC edge.
+#[tokio::test]
+async fn bad_registration_is_invalid_argument() {
+    let (_registry, mut client) = start().await;
+    let mut req = request("kb-1", vec![]);
+    req.endpoint = "no-port".into();
+    let err = client.register(req).await.unwrap_err();
+    assert_eq!(err.code(), Code::InvalidArgument);
+    assert!(err.message().contains("host:port"), "{}", err.message());
+    let err = client.register(request("", vec![])).await.unwrap_err();
+    assert_eq!(err.code(), Code::InvalidArgument);
+}
+
+/// Heartbeat or Deregister on an unknown lease is NOT_FOUND: register again.
+#[tokio::test]
+async fn unknown_lease_is_not_found() {
+    let (_registry, mut client) = start().await;
+    let err = client
+        .heartbeat(HeartbeatRequest {
+            lease_id: "L".into(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::NotFound);
+    assert_eq!(
+        err.message(),
+        "lease L is unknown (the registry may have restarted): register again"
+    );
+    let err = client
+        .deregister(DeregisterRequest {
+            lease_id: "L".into(),
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(err.code(), Code::NotFound);
+}
+
+/// WatchSnapshots{0} sends the newest at once, then each newer snapshot;
+/// a burst always ends on the newest.
+#[tokio::test]
+async fn watch_sends_current_then_newer() {
+    let (registry, mut client) = start().await;
+    client
+        .register(request("kb-1", vec![spec("a")]))
+        .await
+        .unwrap();
+    let mut stream = client
+        .watch_snapshots(WatchSnapshotsRequest { after_version: 0 })
+        .await
+        .unwrap()
+        .into_inner();
+    let first = tokio::time::timeout(PATIENCE, stream.message())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert_eq!(first.version, 1);
+    assert_eq!(first.tools.len(), 1);
+    client
+        .register(request("kb-2", vec![spec("b")]))
+        .await
+        .unwrap();
+    let second = tokio::time::timeout(PATIENCE, stream.message())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert_eq!(second.version, 2);
+    assert_eq!(second.tools.len(), 2);
+    for i in 0..20 {
+        registry
+            .register(request(&format!("burst-{i}"), vec![spec("b")]))
+            .unwrap();
+    }
+    let newest = registry.current().version();
+    assert_eq!(newest, 22);
+    let mut last = 2;
+    while last < newest {
+        let next = tokio::time::timeout(PATIENCE, stream.message())
+            .await
+            .expect("the newest arrives")
+            .unwrap()
+            .unwrap();
+        assert!(next.version > last, "strictly newer");
+        last = next.version;
+    }
+    assert_eq!(last, newest);
+}
+
+/// WatchSnapshots{after_version = newest} waits for the next change; an
+/// after_version ahead of ours (an earlier registry lifetime) gets the
+/// newest at once, so the watcher sees the new epoch.
+#[tokio::test]
+async fn watch_after_version() {
+    let (registry, mut client) = start().await;
+    client
+        .register(request("kb-1", vec![spec("a")]))
+        .await
+        .unwrap();
+    let mut caught_up = client
+        .watch_snapshots(WatchSnapshotsRequest { after_version: 1 })
+        .await
+        .unwrap()
+        .into_inner();
+    let mut ahead = client
+        .watch_snapshots(WatchSnapshotsRequest { after_version: 40 })
+        .await
+        .unwrap()
+        .into_inner();
+    let restarted = tokio::time::timeout(PATIENCE, ahead.message())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert_eq!(restarted.version, 1);
+    assert_eq!(restarted.epoch, registry.current().epoch());
+    registry
+        .set_disabled("a", Some("maintenance".into()))
+        .unwrap();
+    let next = tokio::time::timeout(PATIENCE, caught_up.message())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert_eq!(next.version, 2, "version 1 was not sent again");
+    assert!(next.tools[0].disabled);
+    assert_eq!(next.tools[0].disabled_reason, "maintenance");
+}

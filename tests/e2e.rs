@@ -1,0 +1,357 @@
+//! End to end over real OS processes on 127.0.0.1: `toolmesh serve` plus
+//! example executors, driven through the Dispatcher's gRPC API and the CLI.
+
+mod support;
+
+use std::time::{Duration, Instant};
+use support::*;
+use tonic_health::pb::{
+    HealthCheckRequest, health_check_response::ServingStatus, health_client::HealthClient,
+};
+use toolmesh::pb::{ErrorCode, ListToolsRequest, ToolFormat};
+
+const ACCEPTANCE_TOOLS: [&str; 4] = ["acc_charge", "acc_echo", "acc_panic", "acc_sleep"];
+
+async fn tool_status(addr: &str, tool: &str) -> Result<i32, tonic::Code> {
+    let mut health = HealthClient::new(toolmesh::grpc::channel(addr).unwrap());
+    health
+        .check(HealthCheckRequest {
+            service: toolmesh::grpc::tool_health_service(tool),
+        })
+        .await
+        .map(|r| r.into_inner().status)
+        .map_err(|s| s.code())
+}
+
+/// Serve + an executor: tools are listed sorted, a call succeeds once on one
+/// executor, and OpenAI export carries the schema as parameters.
+#[tokio::test]
+async fn list_and_invoke() {
+    let (_serve, addr) = serve(&[]);
+    let _exec = example("acceptance", &addr, &[]);
+    let mut client = dispatcher(&addr);
+    until_listed(&mut client, &ACCEPTANCE_TOOLS, Duration::from_secs(10)).await;
+    assert_eq!(listed(&mut client).await.unwrap(), ACCEPTANCE_TOOLS);
+
+    let response = invoke(&mut client, "acc_echo", r#"{"message":"hello"}"#, None).await;
+    assert_eq!(code(&response), 0, "{}", message(&response));
+    let result = response.result.unwrap();
+    assert!(result.output.contains("hello"), "{}", result.output);
+    assert_eq!(response.attempts, 1);
+    assert!(
+        response.executor_id.starts_with("acceptance"),
+        "{}",
+        response.executor_id
+    );
+    assert!(!response.call_id.is_empty());
+    assert_eq!(response.tool_version, "1.0.0");
+
+    let openai = client
+        .list_tools(ListToolsRequest {
+            format: ToolFormat::Openai as i32,
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let value: serde_json::Value = serde_json::from_str(&openai.formatted).unwrap();
+    let echo = value
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["function"]["name"] == "acc_echo")
+        .expect("acc_echo exported");
+    assert_eq!(echo["type"], "function");
+    assert_eq!(echo["function"]["parameters"]["type"], "object");
+    assert!(
+        echo["function"]["parameters"]["required"]
+            .as_array()
+            .unwrap()
+            .contains(&serde_json::json!("message"))
+    );
+}
+
+/// Invalid arguments are refused by the dispatcher with every failing path
+/// named, and the executor never sees them (its ledger stays empty).
+#[tokio::test]
+async fn invalid_arguments_never_reach_the_executor() {
+    let (_serve, addr) = serve(&[]);
+    let dir = temp_dir("invalid");
+    let ledger_path = dir.join("ledger.jsonl");
+    let _exec = example(
+        "acceptance",
+        &addr,
+        &["--ledger", ledger_path.to_str().unwrap()],
+    );
+    let mut client = dispatcher(&addr);
+    until_listed(&mut client, &["acc_charge"], Duration::from_secs(10)).await;
+
+    let cases = [
+        (r#"{"account": "a"}"#, "cents"),
+        (r#"{"account": 5, "cents": 0}"#, "/account"),
+        (r#"{"account": "a", "cents": 10, "extra": true}"#, "extra"),
+        ("{not json", "not valid JSON"),
+        ("[1, 2]", "object"),
+    ];
+    for (arguments, expected) in cases {
+        let response = invoke(&mut client, "acc_charge", arguments, None).await;
+        assert_eq!(
+            code(&response),
+            ErrorCode::InvalidArguments as i32,
+            "{arguments}"
+        );
+        assert!(
+            message(&response).contains(expected),
+            "{arguments}: {}",
+            message(&response)
+        );
+        assert_eq!(response.attempts, 0, "{arguments}: no attempt sent");
+    }
+    let both = invoke(
+        &mut client,
+        "acc_charge",
+        r#"{"account": 5, "cents": 0}"#,
+        None,
+    )
+    .await;
+    let text = message(&both);
+    assert!(
+        text.contains("/account") && text.contains("/cents"),
+        "{text}"
+    );
+    assert!(
+        ledger(&ledger_path).is_empty(),
+        "executor ran a refused call"
+    );
+
+    let ok = invoke(
+        &mut client,
+        "acc_charge",
+        r#"{"account": "a", "cents": 5}"#,
+        None,
+    )
+    .await;
+    assert_eq!(code(&ok), 0, "{}", message(&ok));
+    let lines = ledger(&ledger_path);
+    assert_eq!(lines.len(), 1);
+    assert_eq!(lines[0]["call_id"], ok.call_id.as_str());
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// An unknown name gets NOT_FOUND with close names; a bad version names the
+/// served ones.
+#[tokio::test]
+async fn unknown_tool_gets_a_suggestion() {
+    let (_serve, addr) = serve(&[]);
+    let _exec = example("acceptance", &addr, &[]);
+    let mut client = dispatcher(&addr);
+    until_listed(&mut client, &["acc_echo"], Duration::from_secs(10)).await;
+    let response = invoke(&mut client, "acc_ech", "{}", None).await;
+    assert_eq!(code(&response), ErrorCode::NotFound as i32);
+    assert!(
+        message(&response).contains("did you mean \"acc_echo\""),
+        "{}",
+        message(&response)
+    );
+    let response = invoke(&mut client, "acc_echo@7", r#"{"message":"x"}"#, None).await;
+    assert_eq!(code(&response), ErrorCode::NotFound as i32);
+    assert!(
+        message(&response).contains("1.0.0"),
+        "{}",
+        message(&response)
+    );
+}
+
+/// A call past the tool's timeout, or past the caller's deadline, ends with
+/// DEADLINE_EXCEEDED in time; a panicking tool is EXECUTOR_FAILED and the
+/// executor keeps serving.
+#[tokio::test]
+async fn timeouts_and_panics() {
+    let (_serve, addr) = serve(&[]);
+    let _exec = example("acceptance", &addr, &[]);
+    let mut client = dispatcher(&addr);
+    until_listed(&mut client, &ACCEPTANCE_TOOLS, Duration::from_secs(10)).await;
+
+    // acc_sleep declares a 1 s timeout.
+    let started = Instant::now();
+    let response = invoke(&mut client, "acc_sleep", r#"{"ms": 5000}"#, None).await;
+    let took = started.elapsed();
+    assert_eq!(
+        code(&response),
+        ErrorCode::DeadlineExceeded as i32,
+        "{}",
+        message(&response)
+    );
+    assert!(
+        took >= Duration::from_millis(950) && took < Duration::from_millis(1500),
+        "{took:?}"
+    );
+
+    let started = Instant::now();
+    let response = invoke(
+        &mut client,
+        "acc_sleep",
+        r#"{"ms": 5000}"#,
+        Some(Duration::from_millis(200)),
+    )
+    .await;
+    let took = started.elapsed();
+    assert_eq!(
+        code(&response),
+        ErrorCode::DeadlineExceeded as i32,
+        "{}",
+        message(&response)
+    );
+    assert!(took < Duration::from_millis(260), "{took:?}");
+
+    let response = invoke(&mut client, "acc_panic", "{}", None).await;
+    assert_eq!(
+        code(&response),
+        ErrorCode::ExecutorFailed as i32,
+        "{}",
+        message(&response)
+    );
+    assert_eq!(response.attempts, 1, "a panic is not retried");
+    let response = invoke(&mut client, "acc_echo", r#"{"message":"still here"}"#, None).await;
+    assert_eq!(code(&response), 0, "{}", message(&response));
+}
+
+/// kill -9 of the only executor: its tools leave ListTools within the lease
+/// TTL plus a small margin, Invoke says UNAVAILABLE, and the tool's health
+/// turns NOT_SERVING.
+#[tokio::test]
+async fn killed_executor_is_de_exposed() {
+    let (_serve, addr) = serve(&[]);
+    let mut exec = example("acceptance", &addr, &["--ttl-ms", "1000"]);
+    let mut client = dispatcher(&addr);
+    until_listed(&mut client, &ACCEPTANCE_TOOLS, Duration::from_secs(10)).await;
+    assert_eq!(
+        tool_status(&addr, "acc_echo").await,
+        Ok(ServingStatus::Serving as i32)
+    );
+
+    let killed = Instant::now();
+    exec.kill9();
+    eventually("acc_echo de-exposed", Duration::from_millis(1500), || {
+        let mut client = client.clone();
+        async move {
+            let names = listed(&mut client).await?;
+            (!names.iter().any(|n| n == "acc_echo")).then_some(())
+        }
+    })
+    .await;
+    println!("kill -9 -> de-exposed in {:?}", killed.elapsed());
+
+    let response = invoke(&mut client, "acc_echo", r#"{"message":"x"}"#, None).await;
+    assert_eq!(
+        code(&response),
+        ErrorCode::Unavailable as i32,
+        "{}",
+        message(&response)
+    );
+    eventually("acc_echo NOT_SERVING", Duration::from_secs(2), || {
+        let addr = addr.clone();
+        async move {
+            (tool_status(&addr, "acc_echo").await == Ok(ServingStatus::NotServing as i32))
+                .then_some(())
+        }
+    })
+    .await;
+    assert_eq!(
+        tool_status(&addr, "no_such_tool").await,
+        Err(tonic::Code::NotFound)
+    );
+}
+
+/// Restarting the registry process: the executor registers again by itself
+/// and calls work.
+#[tokio::test]
+async fn executor_re_registers_after_registry_restart() {
+    let (mut serve1, addr) = serve(&[]);
+    let _exec = example("acceptance", &addr, &["--ttl-ms", "1000"]);
+    let mut client = dispatcher(&addr);
+    until_listed(&mut client, &["acc_echo"], Duration::from_secs(10)).await;
+
+    serve1.kill9();
+    let (_serve2, addr2) = serve_on(&addr);
+    assert_eq!(addr, addr2);
+    let mut client = dispatcher(&addr);
+    until_listed(&mut client, &["acc_echo"], Duration::from_secs(5)).await;
+    let response = invoke(&mut client, "acc_echo", r#"{"message":"again"}"#, None).await;
+    assert_eq!(code(&response), 0, "{}", message(&response));
+}
+
+/// `toolmesh serve` on a given address (retrying while the port frees up).
+fn serve_on(addr: &str) -> (Proc, String) {
+    for _ in 0..50 {
+        let mut proc = Proc::toolmesh("serve", &["serve", "--listen", addr]);
+        if proc.wait_exit(Duration::from_millis(300)).is_none() {
+            let listening = proc.listen_addr();
+            return (proc, listening);
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    panic!("could not restart serve on {addr}");
+}
+
+/// The CLI: `tools`, `call` (output, error code and exit status), `health`.
+#[tokio::test]
+async fn cli_commands() {
+    let (_serve, addr) = serve(&[]);
+    let _exec = example("acceptance", &addr, &[]);
+    let mut client = dispatcher(&addr);
+    until_listed(&mut client, &["acc_echo"], Duration::from_secs(10)).await;
+    let run = |args: &[&str]| {
+        std::process::Command::new(toolmesh_bin())
+            .args(args)
+            .env("TOOLMESH_SERVER", &addr)
+            .output()
+            .expect("run toolmesh")
+    };
+    let out = run(&["tools"]);
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("acc_echo") && text.contains("IDEMPOTENT"),
+        "{text}"
+    );
+
+    let out = run(&["tools", "--json"]);
+    let value: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        value["tools"].as_array().unwrap().len(),
+        ACCEPTANCE_TOOLS.len()
+    );
+
+    let out = run(&["call", "acc_echo", r#"{"message":"from the cli"}"#]);
+    assert!(out.status.success());
+    assert!(String::from_utf8_lossy(&out.stdout).contains("from the cli"));
+
+    let out = run(&["call", "acc_echo", r#"{"message": 1}"#]);
+    assert_eq!(out.status.code(), Some(1));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("INVALID_ARGUMENTS") && err.contains("/message"),
+        "{err}"
+    );
+
+    let out = run(&["health", "acc_echo"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(String::from_utf8_lossy(&out.stdout).contains("SERVING"));
+    let out = run(&["health", "nope"]);
+    assert_eq!(out.status.code(), Some(1));
+
+    let out = run(&["snapshot", "--json"]);
+    let value: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert!(value["version"].as_u64().unwrap() >= 1);
+
+    let out = std::process::Command::new(toolmesh_bin())
+        .args(["tools", "--server", "127.0.0.1:1"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(69), "unreachable server exits 69");
+}
