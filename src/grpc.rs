@@ -30,7 +30,7 @@ pub fn request_timeout(metadata: &tonic::metadata::MetadataMap) -> Option<Durati
 
 /// Parses one `grpc-timeout` value (see [`request_timeout`]).
 pub fn parse_grpc_timeout(value: &str) -> Option<Duration> {
-    if value.len() < 2 || value.len() > 9 {
+    if !value.is_ascii() || value.len() < 2 || value.len() > 9 {
         return None;
     }
     let (digits, unit) = value.split_at(value.len() - 1);
@@ -124,7 +124,7 @@ mod tests {
         for (text, expected) in ok {
             assert_eq!(parse_grpc_timeout(text), Some(expected), "{text}");
         }
-        for text in ["", "m", "10", "10x", "-5m", "123456789m", "1.5S"] {
+        for text in ["", "m", "10", "10x", "-5m", "123456789m", "1.5S", "1é"] {
             assert_eq!(parse_grpc_timeout(text), None, "{text}");
         }
     }

@@ -71,6 +71,8 @@ pub struct Retry {
     pub max_backoff: Duration,
     /// Growth per attempt.
     pub multiplier: f64,
+    /// Upper bound of one attempt, if any.
+    pub attempt_timeout: Option<Duration>,
 }
 
 impl Default for Retry {
@@ -80,6 +82,7 @@ impl Default for Retry {
             initial_backoff: Duration::from_millis(25),
             max_backoff: Duration::from_millis(250),
             multiplier: 2.0,
+            attempt_timeout: None,
         }
     }
 }
@@ -109,6 +112,8 @@ impl Retry {
             } else {
                 f64::from(p.backoff_multiplier)
             },
+            attempt_timeout: (p.attempt_timeout_ms > 0)
+                .then(|| Duration::from_millis(p.attempt_timeout_ms.into())),
         };
         if !retry.multiplier.is_finite() || retry.multiplier < 1.0 {
             return Err(SpecError::InvalidRetry(format!(
@@ -132,6 +137,7 @@ impl Retry {
             initial_backoff_ms: self.initial_backoff.as_millis() as u32,
             max_backoff_ms: self.max_backoff.as_millis() as u32,
             backoff_multiplier: self.multiplier as f32,
+            attempt_timeout_ms: self.attempt_timeout.map_or(0, |t| t.as_millis() as u32),
         }
     }
 }

@@ -1,26 +1,50 @@
 //! Following a registry that runs in another process: WatchSnapshots, with
-//! reconnects; the last snapshot keeps serving while the registry is away.
+//! reconnects; the last snapshot keeps serving while the registry is away,
+//! and a restarted registry's first, still-empty snapshots do not hide tools
+//! whose executors have yet to register again.
 
+use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::watch;
+use tokio::time::Instant;
 use toolmesh::Snapshot;
 use toolmesh::grpc::{BadAddress, MAX_SNAPSHOT_MESSAGE_BYTES, channel};
-use toolmesh::pb::{WatchSnapshotsRequest, registry_client::RegistryClient};
+use toolmesh::pb::{self, WatchSnapshotsRequest, registry_client::RegistryClient};
 use tracing::{info, warn};
 
 const FIRST_BACKOFF: Duration = Duration::from_millis(50);
 const MAX_BACKOFF: Duration = Duration::from_secs(2);
 
+/// How long a new registry epoch may lack tools the old one exposed before
+/// its snapshot is taken anyway. Executors register again within a third
+/// of their lease, so this covers leases up to 15 s.
+pub const EPOCH_GRACE: Duration = Duration::from_secs(5);
+
 /// Starts following the registry at `address`; the receiver holds the
-/// newest snapshot seen (an empty one until the first arrives).
+/// newest snapshot taken (an empty one until the first arrives).
 pub fn follow_registry(address: &str) -> Result<watch::Receiver<Arc<Snapshot>>, BadAddress> {
     let channel = channel(address)?;
     let (tx, rx) = watch::channel(Arc::new(Snapshot::empty("")));
-    let address = address.to_owned();
-    tokio::spawn(async move {
+    let follower = Follower {
+        address: address.to_owned(),
+        tx,
+        pending: None,
+    };
+    tokio::spawn(follower.run(channel));
+    Ok(rx)
+}
+
+struct Follower {
+    address: String,
+    tx: watch::Sender<Arc<Snapshot>>,
+    /// A new epoch's snapshot held back, and since when.
+    pending: Option<(Arc<Snapshot>, Instant)>,
+}
+
+impl Follower {
+    async fn run(mut self, channel: tonic::transport::Channel) {
         let mut backoff = FIRST_BACKOFF;
-        let mut connected_once = false;
         let mut outage_logged = false;
         loop {
             let mut client = RegistryClient::new(channel.clone())
@@ -34,32 +58,30 @@ pub fn follow_registry(address: &str) -> Result<watch::Receiver<Arc<Snapshot>>, 
                 Ok(stream) => {
                     let mut stream = stream.into_inner();
                     loop {
-                        match stream.message().await {
+                        let grace_end =
+                            self.pending.as_ref().map(|(_, since)| *since + EPOCH_GRACE);
+                        let message = tokio::select! {
+                            message = stream.message() => message,
+                            _ = sleep_until(grace_end) => {
+                                self.take_pending("grace period over");
+                                continue;
+                            }
+                        };
+                        match message {
                             Ok(Some(wire)) => {
-                                if !connected_once || outage_logged {
-                                    info!(registry = %address, epoch = %wire.epoch, version = wire.version, "following registry");
-                                    connected_once = true;
+                                if outage_logged || self.tx.borrow().epoch().is_empty() {
+                                    info!(registry = %self.address, epoch = %wire.epoch, version = wire.version, "following registry");
                                     outage_logged = false;
                                 }
                                 backoff = FIRST_BACKOFF;
-                                let previous = tx.borrow().clone();
-                                let newer = wire.epoch != previous.epoch()
-                                    || wire.version > previous.version();
-                                if !newer {
-                                    continue;
-                                }
-                                let (snapshot, skipped) = Snapshot::from_pb(&wire, Some(&previous));
-                                for (tool, error) in skipped {
-                                    warn!(%tool, %error, "snapshot entry left out");
-                                }
-                                if tx.send(Arc::new(snapshot)).is_err() {
+                                if !self.receive(&wire) {
                                     return;
                                 }
                             }
                             Ok(None) => break,
                             Err(status) => {
                                 if !outage_logged {
-                                    warn!(registry = %address, %status, "snapshot stream broke; serving the last snapshot");
+                                    warn!(registry = %self.address, %status, "snapshot stream broke; serving the last snapshot");
                                     outage_logged = true;
                                 }
                                 break;
@@ -69,17 +91,77 @@ pub fn follow_registry(address: &str) -> Result<watch::Receiver<Arc<Snapshot>>, 
                 }
                 Err(status) => {
                     if !outage_logged {
-                        warn!(registry = %address, %status, "registry unreachable; serving the last snapshot");
+                        warn!(registry = %self.address, %status, "registry unreachable; serving the last snapshot");
                         outage_logged = true;
                     }
                 }
             }
-            if tx.is_closed() {
+            if self.tx.is_closed() {
                 return;
             }
-            tokio::time::sleep(backoff).await;
+            let grace_end = self.pending.as_ref().map(|(_, since)| *since + EPOCH_GRACE);
+            tokio::select! {
+                _ = tokio::time::sleep(backoff) => {}
+                _ = sleep_until(grace_end) => self.take_pending("grace period over"),
+            }
             backoff = (backoff * 2).min(MAX_BACKOFF);
         }
-    });
-    Ok(rx)
+    }
+
+    /// Takes in one wire snapshot; false when nobody listens any more.
+    fn receive(&mut self, wire: &pb::Snapshot) -> bool {
+        let installed = self.tx.borrow().clone();
+        let same_epoch = wire.epoch == installed.epoch();
+        if same_epoch && wire.version <= installed.version() {
+            return true;
+        }
+        let base = match &self.pending {
+            Some((pending, _)) if pending.epoch() == wire.epoch => pending.clone(),
+            _ => installed.clone(),
+        };
+        let (snapshot, skipped) = Snapshot::from_pb(wire, Some(&base));
+        for (tool, error) in skipped {
+            warn!(%tool, %error, "snapshot entry left out");
+        }
+        let snapshot = Arc::new(snapshot);
+        if same_epoch || installed.epoch().is_empty() || covers(&snapshot, &installed) {
+            self.pending = None;
+            return self.tx.send(snapshot).is_ok();
+        }
+        let since = match &self.pending {
+            Some((pending, since)) if pending.epoch() == snapshot.epoch() => *since,
+            _ => {
+                info!(epoch = %snapshot.epoch(), "registry restarted; keeping the last snapshot until executors register again");
+                Instant::now()
+            }
+        };
+        self.pending = Some((snapshot, since));
+        true
+    }
+
+    fn take_pending(&mut self, why: &str) {
+        if let Some((snapshot, _)) = self.pending.take() {
+            info!(epoch = %snapshot.epoch(), version = snapshot.version(), why, "taking the restarted registry's snapshot");
+            let _ = self.tx.send(snapshot);
+        }
+    }
+}
+
+/// Whether `new` exposes every tool name `old` exposed.
+fn covers(new: &Snapshot, old: &Snapshot) -> bool {
+    let exposed: HashSet<&str> = new
+        .entries()
+        .filter(|e| e.exposed())
+        .map(|e| e.def.name())
+        .collect();
+    old.entries()
+        .filter(|e| e.exposed())
+        .all(|e| exposed.contains(e.def.name()))
+}
+
+async fn sleep_until(deadline: Option<Instant>) {
+    match deadline {
+        Some(deadline) => tokio::time::sleep_until(deadline).await,
+        None => std::future::pending().await,
+    }
 }

@@ -207,14 +207,18 @@ impl Invoker {
                 attempt: response.attempts,
                 context: request.context.clone(),
             };
+            // Envoy's per_try_timeout: a hung instance costs one slice.
+            let attempt_budget = policy
+                .attempt_timeout
+                .map_or(remaining, |t| t.min(remaining));
             let mut rpc = tonic::Request::new(execute);
-            rpc.set_timeout(remaining);
+            rpc.set_timeout(attempt_budget);
             let failure = {
                 let _in_flight = pick.endpoint.start_call();
                 let mut client = ExecutorClient::new(pick.endpoint.channel())
                     .max_decoding_message_size(toolmesh::grpc::MAX_CALL_MESSAGE_BYTES)
                     .max_encoding_message_size(toolmesh::grpc::MAX_CALL_MESSAGE_BYTES);
-                match tokio::time::timeout(remaining, client.execute(rpc)).await {
+                match tokio::time::timeout(attempt_budget, client.execute(rpc)).await {
                     Err(_) => AttemptFailure::Timeout,
                     Ok(Err(status)) => AttemptFailure::from_status(&status),
                     Ok(Ok(answer)) => {
@@ -249,9 +253,13 @@ impl Invoker {
                 }
             };
             // A timeout set by a caller's tight deadline says nothing about
-            // the instance; one at the tool's own timeout does.
+            // the instance; one at the tool's own or per-attempt timeout does.
             let health = match failure {
-                AttemptFailure::Timeout if budget < def.timeout() => Health::Neutral,
+                AttemptFailure::Timeout
+                    if attempt_budget == remaining && budget < def.timeout() =>
+                {
+                    Health::Neutral
+                }
                 _ => failure.health(),
             };
             self.record(entry, &pick.instance.endpoint, &pick.endpoint, health);

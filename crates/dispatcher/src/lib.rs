@@ -17,7 +17,7 @@ mod view;
 
 pub use config::DispatcherConfig;
 pub use error::InvokeError;
-pub use follow::follow_registry;
+pub use follow::{EPOCH_GRACE, follow_registry};
 pub use service::DispatcherService;
 pub use view::PinExpired;
 

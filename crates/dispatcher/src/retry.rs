@@ -30,7 +30,9 @@ impl AttemptFailure {
     pub(crate) fn from_status(status: &Status) -> Self {
         let detail = format!("{}: {}", status.code().description(), status.message());
         match status.code() {
-            Code::Unavailable if never_connected(status) => AttemptFailure::NotSent(detail),
+            _ if never_connected(status) || stream_refused(status) => {
+                AttemptFailure::NotSent(detail)
+            }
             Code::Unimplemented => AttemptFailure::NotSent(detail),
             Code::Unavailable => AttemptFailure::Transport(detail),
             Code::DeadlineExceeded | Code::Cancelled => AttemptFailure::Timeout,
@@ -86,6 +88,20 @@ fn never_connected(status: &Status) -> bool {
     while let Some(err) = source {
         if err.is::<tonic::ConnectError>() {
             return true;
+        }
+        source = err.source();
+    }
+    false
+}
+
+/// Walks the status' source chain for an HTTP/2 REFUSED_STREAM: the server
+/// refused the stream before reading the request (RFC 9113 §8.7), as a
+/// draining executor does.
+fn stream_refused(status: &Status) -> bool {
+    let mut source = status.source();
+    while let Some(err) = source {
+        if let Some(h2) = err.downcast_ref::<h2::Error>() {
+            return h2.reason() == Some(h2::Reason::REFUSED_STREAM);
         }
         source = err.source();
     }
@@ -264,6 +280,16 @@ mod tests {
         assert!(matches!(
             AttemptFailure::from_status(&internal),
             AttemptFailure::Broken(_)
+        ));
+        let refused = Status::from_error(Box::new(h2::Error::from(h2::Reason::REFUSED_STREAM)));
+        assert!(matches!(
+            AttemptFailure::from_status(&refused),
+            AttemptFailure::NotSent(_)
+        ));
+        let reset = Status::from_error(Box::new(h2::Error::from(h2::Reason::CANCEL)));
+        assert!(!matches!(
+            AttemptFailure::from_status(&reset),
+            AttemptFailure::NotSent(_)
         ));
         let unimplemented = Status::unimplemented("no such service");
         assert!(matches!(

@@ -139,13 +139,16 @@ impl Core {
             Err(e) if e.is_panic() => {
                 let text = panic_text(e.into_panic());
                 error!(tool = def.name(), panic = %text, "tool panicked; the executor keeps serving");
-                failure(
+                // A panic tends to repeat for the same input: not retryable.
+                ToolError::new(
                     ErrorCode::ExecutorFailed,
                     format!(
                         "tool {} panicked: {text}; the call did not complete (the executor keeps serving other calls)",
                         def.name()
                     ),
                 )
+                .with_retryable(false)
+                .into_result()
             }
             Err(_) => failure(
                 ErrorCode::ExecutorFailed,

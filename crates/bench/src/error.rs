@@ -1,0 +1,113 @@
+//! Why a benchmark run could not finish.
+
+use std::time::Duration;
+
+/// A benchmark run that could not finish. Misses against targets are not
+/// errors: they are figures in the [`Report`](crate::Report).
+#[derive(Debug, thiserror::Error)]
+pub enum BenchError {
+    /// A process could not be started.
+    #[error("cannot start {what}: {source}")]
+    Spawn {
+        /// What was being started.
+        what: String,
+        /// What the OS said.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A process exited before it was ready.
+    #[error("{what} exited before it was ready ({status}); its log ends with:\n{log}")]
+    Exited {
+        /// Which process.
+        what: String,
+        /// Its exit status.
+        status: String,
+        /// The last lines of its stderr.
+        log: String,
+    },
+    /// Something did not happen in time.
+    #[error("timed out after {timeout:?} waiting for {what}")]
+    Timeout {
+        /// What was awaited.
+        what: String,
+        /// How long the bench waited.
+        timeout: Duration,
+    },
+    /// A file or socket operation failed.
+    #[error("{context}: {source}")]
+    Io {
+        /// What the bench was doing.
+        context: String,
+        /// What the OS said.
+        #[source]
+        source: std::io::Error,
+    },
+    /// A gRPC call failed.
+    #[error("{what}: {status}")]
+    Rpc {
+        /// Which call.
+        what: String,
+        /// The status it answered.
+        #[source]
+        status: Box<tonic::Status>,
+    },
+    /// A gRPC server could not be served.
+    #[error("{what}: {source}")]
+    Transport {
+        /// Which server.
+        what: String,
+        /// What tonic said.
+        #[source]
+        source: tonic::transport::Error,
+    },
+    /// An address printed by a process could not be used.
+    #[error(transparent)]
+    BadAddress(#[from] toolmesh::grpc::BadAddress),
+    /// A step answered, but not as it must for the bench to go on (for
+    /// example the echo tool answered an error, or a registration was
+    /// refused).
+    #[error("{what}: {detail}")]
+    Failed {
+        /// The step.
+        what: String,
+        /// What went wrong.
+        detail: String,
+    },
+    /// The JSON report could not be written.
+    #[error("cannot encode the report as JSON: {0}")]
+    Json(#[from] serde_json::Error),
+}
+
+impl BenchError {
+    /// An I/O error with what the bench was doing.
+    pub(crate) fn io(context: impl Into<String>, source: std::io::Error) -> Self {
+        BenchError::Io {
+            context: context.into(),
+            source,
+        }
+    }
+
+    /// A failed gRPC call.
+    pub(crate) fn rpc(what: impl Into<String>, status: tonic::Status) -> Self {
+        BenchError::Rpc {
+            what: what.into(),
+            status: Box::new(status),
+        }
+    }
+
+    /// A step that answered wrongly.
+    pub(crate) fn failed(what: impl Into<String>, detail: impl Into<String>) -> Self {
+        BenchError::Failed {
+            what: what.into(),
+            detail: detail.into(),
+        }
+    }
+
+    /// Something that did not happen within `timeout`.
+    pub(crate) fn timeout(what: impl Into<String>, timeout: Duration) -> Self {
+        BenchError::Timeout {
+            what: what.into(),
+            timeout,
+        }
+    }
+}

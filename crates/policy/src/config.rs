@@ -1,0 +1,164 @@
+//! The policy file as written: serde structs mirroring the TOML, before validation.
+
+use serde::Deserialize;
+use toml::Spanned;
+use toolmesh::pb::RiskLevel;
+
+/// The whole file. Unknown tables and keys are errors, so a typo such as
+/// `[[grant]]` or `rol = [...]` is reported instead of silently ignored.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawPolicy {
+    #[serde(default)]
+    pub(crate) auth: RawAuth,
+    #[serde(default)]
+    pub(crate) callers: Vec<Spanned<RawCaller>>,
+    #[serde(default)]
+    pub(crate) grants: Vec<Spanned<RawGrant>>,
+    #[serde(default)]
+    pub(crate) approval: RawApproval,
+    #[serde(default)]
+    pub(crate) limits: Vec<Spanned<RawLimit>>,
+}
+
+/// `[auth]`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawAuth {
+    #[serde(default)]
+    pub(crate) allow_anonymous: bool,
+    pub(crate) anonymous: Option<Spanned<RawIdentity>>,
+}
+
+/// `[auth.anonymous]`: who a caller without a token is.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawIdentity {
+    pub(crate) principal: String,
+    pub(crate) tenant: Option<String>,
+    #[serde(default)]
+    pub(crate) roles: Vec<String>,
+}
+
+/// One `[[callers]]` entry.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawCaller {
+    pub(crate) token: Option<Spanned<String>>,
+    pub(crate) token_sha256: Option<Spanned<String>>,
+    pub(crate) principal: String,
+    pub(crate) tenant: Option<String>,
+    #[serde(default)]
+    pub(crate) roles: Vec<String>,
+}
+
+/// One `[[grants]]` entry.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawGrant {
+    pub(crate) name: Spanned<String>,
+    #[serde(default)]
+    pub(crate) roles: Vec<String>,
+    #[serde(default)]
+    pub(crate) tenants: Vec<String>,
+    #[serde(default)]
+    pub(crate) principals: Vec<String>,
+    #[serde(default)]
+    pub(crate) tools: Vec<Spanned<String>>,
+    #[serde(default)]
+    pub(crate) tags: Vec<String>,
+    pub(crate) max_risk: Option<RiskName>,
+}
+
+/// `[approval]`.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawApproval {
+    pub(crate) approver_roles: Option<Spanned<Vec<String>>>,
+    pub(crate) ttl_secs: Option<Spanned<u64>>,
+    pub(crate) require_for_risk: Option<RiskThreshold>,
+    #[serde(default)]
+    pub(crate) require_for_tools: Vec<Spanned<String>>,
+    #[serde(default)]
+    pub(crate) pre_approved_principals: Vec<String>,
+}
+
+/// One `[[limits]]` entry.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawLimit {
+    pub(crate) tool: Option<Spanned<String>>,
+    #[serde(default)]
+    pub(crate) per: Scope,
+    pub(crate) rate_per_sec: Option<Spanned<f64>>,
+    pub(crate) burst: Option<Spanned<u32>>,
+    pub(crate) max_concurrent: Option<Spanned<u32>>,
+}
+
+/// Who shares one bucket of a `[[limits]]` entry.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Scope {
+    /// Each caller has its own bucket (and concurrency count).
+    #[default]
+    Caller,
+    /// Each tool has one bucket shared by every caller.
+    Tool,
+}
+
+/// A risk name as written in the file: `LOW`, `MEDIUM` or `HIGH`.
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(try_from = "String")]
+pub(crate) struct RiskName(pub(crate) RiskLevel);
+
+impl TryFrom<String> for RiskName {
+    type Error = String;
+    fn try_from(text: String) -> Result<Self, String> {
+        parse_risk(&text).map(RiskName).ok_or_else(|| {
+            format!("unknown risk {text:?}: use \"LOW\", \"MEDIUM\" or \"HIGH\"")
+        })
+    }
+}
+
+/// `require_for_risk`: a risk name, or `NONE` for "never because of risk".
+#[derive(Debug, Clone, Copy, Deserialize)]
+#[serde(try_from = "String")]
+pub(crate) struct RiskThreshold(pub(crate) Option<RiskLevel>);
+
+impl TryFrom<String> for RiskThreshold {
+    type Error = String;
+    fn try_from(text: String) -> Result<Self, String> {
+        if text.eq_ignore_ascii_case("none") {
+            return Ok(RiskThreshold(None));
+        }
+        parse_risk(&text).map(|r| RiskThreshold(Some(r))).ok_or_else(|| {
+            format!(
+                "unknown risk {text:?}: use \"LOW\", \"MEDIUM\", \"HIGH\", or \"NONE\" to require approval by tool name only"
+            )
+        })
+    }
+}
+
+fn parse_risk(text: &str) -> Option<RiskLevel> {
+    match text.to_ascii_uppercase().as_str() {
+        "LOW" => Some(RiskLevel::Low),
+        "MEDIUM" => Some(RiskLevel::Medium),
+        "HIGH" => Some(RiskLevel::High),
+        _ => None,
+    }
+}
+
+/// The upper-case name of a risk level (`UNSPECIFIED` reads as `LOW`).
+pub(crate) fn risk_name(risk: RiskLevel) -> &'static str {
+    match risk {
+        RiskLevel::Unspecified | RiskLevel::Low => "LOW",
+        RiskLevel::Medium => "MEDIUM",
+        RiskLevel::High => "HIGH",
+    }
+}
+
+/// 1-based line of byte offset `at` in `text`.
+pub(crate) fn line_of(text: &str, at: usize) -> usize {
+    let at = at.min(text.len());
+    text.as_bytes()[..at].iter().filter(|&&b| b == b'\n').count() + 1
+}

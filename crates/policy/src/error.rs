@@ -1,0 +1,105 @@
+//! Errors of loading a policy and of authenticating a caller, each saying how to fix it.
+
+use std::{fmt, path::PathBuf};
+
+/// One thing wrong in a policy file: where, which field, and what to do.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Problem {
+    /// 1-based line in the file, when known.
+    pub line: Option<usize>,
+    /// The field, as a path such as `grants[2].tools[0]`.
+    pub field: String,
+    /// What is wrong and how to fix it.
+    pub message: String,
+}
+
+impl fmt::Display for Problem {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.line {
+            Some(line) => write!(f, "line {line}: {}: {}", self.field, self.message),
+            None => write!(f, "{}: {}", self.field, self.message),
+        }
+    }
+}
+
+/// Why a policy could not be loaded. The previous policy, if any, stays in force.
+#[derive(Debug, thiserror::Error)]
+pub enum PolicyError {
+    /// The file could not be read.
+    #[error("cannot read policy file {}: {source}; check the path and its permissions", path.display())]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// What the OS said.
+        source: std::io::Error,
+    },
+    /// The text is not TOML of the expected shape (toml's message names the
+    /// line, the column and the offending key or value).
+    #[error("policy {origin} is not valid: {detail}")]
+    Syntax {
+        /// The file path, or `(inline)`.
+        origin: String,
+        /// The parser's message.
+        detail: String,
+    },
+    /// The TOML parsed but some values make no sense; every problem is listed.
+    #[error("policy {origin} has {} problem(s):\n{}", problems.len(), ProblemList(problems))]
+    Invalid {
+        /// The file path, or `(inline)`.
+        origin: String,
+        /// Each problem found.
+        problems: Vec<Problem>,
+    },
+}
+
+struct ProblemList<'a>(&'a [Problem]);
+
+impl fmt::Display for ProblemList<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, p) in self.0.iter().enumerate() {
+            if i > 0 {
+                writeln!(f)?;
+            }
+            write!(f, "  {p}")?;
+        }
+        Ok(())
+    }
+}
+
+impl PolicyError {
+    /// The same error attributed to `origin` (a file path) instead of `(inline)`.
+    pub(crate) fn with_origin(self, new: String) -> Self {
+        match self {
+            PolicyError::Syntax { detail, .. } => PolicyError::Syntax {
+                origin: new,
+                detail,
+            },
+            PolicyError::Invalid { problems, .. } => PolicyError::Invalid {
+                origin: new,
+                problems,
+            },
+            other => other,
+        }
+    }
+}
+
+/// Why a caller could not be identified. The message is safe to return to
+/// the caller: it never echoes the token.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AuthError {
+    /// No token, and this mesh does not accept anonymous callers.
+    #[error(
+        "no bearer token: this mesh does not accept anonymous callers; send the request metadata \
+         `authorization: Bearer <token>` with a token an operator listed under [[callers]] in the policy"
+    )]
+    MissingToken,
+    /// A token was sent but no `[[callers]]` entry has it.
+    #[error(
+        "the bearer token (sha256 {digest_prefix}…) is not known to this mesh: check that the whole \
+         token was sent, or ask an operator to add it under [[callers]] (token_sha256 keeps it out of the file)"
+    )]
+    UnknownToken {
+        /// The first 12 hex digits of the token's SHA-256, to find it in logs without revealing it.
+        digest_prefix: String,
+    },
+}

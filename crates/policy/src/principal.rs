@@ -1,0 +1,50 @@
+//! Who is calling: the identity a bearer token (or anonymity) maps to.
+
+use serde::{Deserialize, Serialize};
+use std::fmt;
+
+/// An authenticated (or anonymous) caller.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct Principal {
+    /// The principal's name, e.g. `support-bot`.
+    pub name: String,
+    /// The tenant it acts for, e.g. `acme`.
+    pub tenant: String,
+    /// Its roles, which grants and approvals refer to.
+    pub roles: Vec<String>,
+    /// True when the caller sent no token and the policy allows anonymity.
+    pub anonymous: bool,
+}
+
+impl Principal {
+    /// Whether the principal holds `role`.
+    pub fn has_role(&self, role: &str) -> bool {
+        self.roles.iter().any(|r| r == role)
+    }
+
+    /// Whether the principal holds any of `roles`.
+    pub fn has_any_role(&self, roles: &[String]) -> bool {
+        roles.iter().any(|r| self.has_role(r))
+    }
+
+    /// The same principal-and-tenant pair (roles aside).
+    pub fn same_identity(&self, other: &Principal) -> bool {
+        self.name == other.name && self.tenant == other.tenant
+    }
+}
+
+impl fmt::Display for Principal {
+    /// `support-bot (tenant acme, roles agent, support)`.
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} (", self.name)?;
+        if self.anonymous {
+            f.write_str("anonymous, ")?;
+        }
+        write!(f, "tenant {}, ", self.tenant)?;
+        if self.roles.is_empty() {
+            f.write_str("no roles)")
+        } else {
+            write!(f, "roles {})", self.roles.join(", "))
+        }
+    }
+}

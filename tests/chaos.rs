@@ -1,0 +1,425 @@
+//! The chaos suite: a registry, a separate dispatcher and three replicas of
+//! the acceptance executor as real OS processes, concurrent callers, and a
+//! fault schedule — SIGKILL and restart a replica, SIGSTOP/SIGCONT one,
+//! restart the registry, SIGTERM (drain) one — then the promises are checked:
+//! deadlines hold, non-idempotent calls run at most once, idempotent calls
+//! succeed, nothing crashes, and every tool comes back.
+
+mod support;
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+use support::*;
+use toolmesh::ErrorCodeExt;
+use toolmesh::pb::{
+    CallContext, ErrorCode, GetSnapshotRequest, InvokeRequest, registry_client::RegistryClient,
+};
+
+const TTL_MS: u64 = 1000;
+const CALLERS: usize = 8;
+const DEADLINE: Duration = Duration::from_millis(1000);
+/// How far past its deadline a call may end (scheduling on 2 loaded cores).
+const DEADLINE_SLACK: Duration = Duration::from_millis(150);
+
+struct Replica {
+    id: String,
+    proc: Option<Proc>,
+}
+
+struct Mesh {
+    registry_addr: String,
+    registry: Proc,
+    dispatcher_addr: String,
+    dispatcher: Proc,
+    replicas: Vec<Replica>,
+    ledger: PathBuf,
+}
+
+impl Mesh {
+    fn start(ledger: &Path) -> Mesh {
+        let ttl = TTL_MS.to_string();
+        let registry = Proc::toolmesh(
+            "registry",
+            &[
+                "registry",
+                "--listen",
+                "127.0.0.1:0",
+                "--default-ttl-ms",
+                &ttl,
+            ],
+        );
+        let registry_addr = registry.listen_addr();
+        let dispatcher = Proc::toolmesh(
+            "dispatcher",
+            &[
+                "dispatcher",
+                "--listen",
+                "127.0.0.1:0",
+                "--registry",
+                &registry_addr,
+            ],
+        );
+        let dispatcher_addr = dispatcher.listen_addr();
+        let mut mesh = Mesh {
+            registry_addr,
+            registry,
+            dispatcher_addr,
+            dispatcher,
+            replicas: (0..3)
+                .map(|i| Replica {
+                    id: format!("replica-{i}"),
+                    proc: None,
+                })
+                .collect(),
+            ledger: ledger.to_owned(),
+        };
+        for i in 0..3 {
+            mesh.start_replica(i);
+        }
+        mesh
+    }
+
+    fn start_replica(&mut self, i: usize) {
+        let ttl = TTL_MS.to_string();
+        let ledger = self.ledger.to_str().unwrap().to_owned();
+        let id = self.replicas[i].id.clone();
+        let proc = example(
+            "acceptance",
+            &self.registry_addr,
+            &[
+                "--ttl-ms",
+                &ttl,
+                "--ledger",
+                &ledger,
+                "--executor-id",
+                &id,
+                "--grace-ms",
+                "3000",
+            ],
+        );
+        self.replicas[i].proc = Some(proc);
+    }
+
+    fn replica(&mut self, i: usize) -> &mut Proc {
+        self.replicas[i].proc.as_mut().expect("replica running")
+    }
+
+    fn restart_registry(&mut self) {
+        self.registry.kill9();
+        let ttl = TTL_MS.to_string();
+        for _ in 0..50 {
+            let mut proc = Proc::toolmesh(
+                "registry",
+                &[
+                    "registry",
+                    "--listen",
+                    &self.registry_addr,
+                    "--default-ttl-ms",
+                    &ttl,
+                ],
+            );
+            if proc.wait_exit(Duration::from_millis(200)).is_none() {
+                proc.listen_addr();
+                self.registry = proc;
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        panic!("registry could not restart on {}", self.registry_addr);
+    }
+}
+
+/// One finished call as the caller saw it.
+#[derive(Debug, Clone)]
+struct Call {
+    tool: &'static str,
+    call_id: String,
+    /// Error code name, or "OK", or "grpc:<code>" for an RPC-level failure.
+    outcome: String,
+    latency: Duration,
+    attempts: u32,
+}
+
+async fn caller(addr: String, stop: Instant, calls: Arc<Mutex<Vec<Call>>>, n: usize) {
+    let mut client = dispatcher(&addr);
+    let mut i = 0u64;
+    while Instant::now() < stop {
+        i += 1;
+        let (tool, arguments) = if i.is_multiple_of(2) {
+            ("acc_echo", format!(r#"{{"message":"c{n}-{i}"}}"#))
+        } else {
+            ("acc_charge", format!(r#"{{"account":"a{n}","cents":{i}}}"#))
+        };
+        let call_id = format!("chaos-{n}-{i}");
+        let mut request = tonic::Request::new(InvokeRequest {
+            tool: tool.into(),
+            arguments,
+            call_id: call_id.clone(),
+            context: Some(CallContext {
+                caller: format!("chaos-{n}"),
+                ..Default::default()
+            }),
+            snapshot_version: 0,
+        });
+        request.set_timeout(DEADLINE);
+        let started = Instant::now();
+        let (outcome, attempts) = match client.invoke(request).await {
+            Ok(response) => {
+                let response = response.into_inner();
+                let code = response
+                    .result
+                    .as_ref()
+                    .and_then(|r| r.error.as_ref())
+                    .map_or(ErrorCode::Unspecified, |e| {
+                        ErrorCode::try_from(e.code).unwrap_or(ErrorCode::Unspecified)
+                    });
+                let name = if code == ErrorCode::Unspecified {
+                    "OK".to_owned()
+                } else {
+                    code.short_name().to_owned()
+                };
+                (name, response.attempts)
+            }
+            Err(status) => (format!("grpc:{:?}", status.code()), 0),
+        };
+        let latency = started.elapsed();
+        calls.lock().unwrap().push(Call {
+            tool,
+            call_id,
+            outcome,
+            latency,
+            attempts,
+        });
+        // A small pause keeps the 2-core machine from saturating.
+        tokio::time::sleep(Duration::from_millis(2)).await;
+    }
+}
+
+/// Whether the registry's newest snapshot shows `executor` serving healthy.
+async fn instance_healthy(registry: &str, executor: &str) -> Option<bool> {
+    let mut client = RegistryClient::new(toolmesh::grpc::channel(registry).ok()?);
+    let snapshot = client
+        .get_snapshot(GetSnapshotRequest { version: 0 })
+        .await
+        .ok()?
+        .into_inner();
+    Some(snapshot.tools.iter().any(|t| {
+        t.instances
+            .iter()
+            .any(|i| i.executor_id == executor && i.healthy)
+    }))
+}
+
+/// Time until `executor` is no longer a healthy instance in the registry.
+async fn time_to_out(registry: &str, executor: &str, since: Instant) -> Duration {
+    eventually(
+        &format!("{executor} out of rotation"),
+        Duration::from_secs(5),
+        || async { (instance_healthy(registry, executor).await == Some(false)).then_some(()) },
+    )
+    .await;
+    since.elapsed()
+}
+
+/// The whole fault schedule under load, then every promise checked.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chaos_suite() {
+    let dir = temp_dir("chaos");
+    let ledger_path = dir.join("ledger.jsonl");
+    let mut mesh = Mesh::start(&ledger_path);
+    let mut client = dispatcher(&mesh.dispatcher_addr);
+    until_listed(
+        &mut client,
+        &["acc_charge", "acc_echo"],
+        Duration::from_secs(10),
+    )
+    .await;
+    // Every replica registered before the load starts.
+    for i in 0..3 {
+        let id = mesh.replicas[i].id.clone();
+        let registry = mesh.registry_addr.clone();
+        eventually(&format!("{id} registered"), Duration::from_secs(10), || {
+            let (registry, id) = (registry.clone(), id.clone());
+            async move { (instance_healthy(&registry, &id).await == Some(true)).then_some(()) }
+        })
+        .await;
+    }
+
+    let calls = Arc::new(Mutex::new(Vec::new()));
+    let started = Instant::now();
+    let load_time = Duration::from_secs(20);
+    let stop = started + load_time;
+    let callers: Vec<_> = (0..CALLERS)
+        .map(|n| tokio::spawn(caller(mesh.dispatcher_addr.clone(), stop, calls.clone(), n)))
+        .collect();
+    let at = |secs: f64| tokio::time::sleep_until((started + Duration::from_secs_f64(secs)).into());
+    let mut faults: Vec<(String, String)> = Vec::new();
+
+    at(2.0).await;
+    let killed = Instant::now();
+    mesh.replica(0).kill9();
+    let kill_out = time_to_out(&mesh.registry_addr, "replica-0", killed).await;
+    faults.push((
+        "SIGKILL replica-0".into(),
+        format!("out of rotation in {kill_out:?}"),
+    ));
+    at(4.0).await;
+    mesh.start_replica(0);
+    faults.push(("restart replica-0".into(), "started".into()));
+
+    at(6.0).await;
+    let stopped = Instant::now();
+    mesh.replica(1).signal(libc::SIGSTOP);
+    let stop_out = time_to_out(&mesh.registry_addr, "replica-1", stopped).await;
+    faults.push((
+        "SIGSTOP replica-1".into(),
+        format!("out of rotation in {stop_out:?} (lease)"),
+    ));
+    at(8.5).await;
+    mesh.replica(1).signal(libc::SIGCONT);
+    faults.push(("SIGCONT replica-1".into(), "resumed".into()));
+
+    at(10.0).await;
+    mesh.restart_registry();
+    faults.push((
+        "restart registry".into(),
+        "SIGKILL, then started on the same port".into(),
+    ));
+
+    at(14.0).await;
+    let termed = Instant::now();
+    mesh.replica(2).signal(libc::SIGTERM);
+    let term_out = time_to_out(&mesh.registry_addr, "replica-2", termed).await;
+    faults.push((
+        "SIGTERM replica-2".into(),
+        format!("NOT_SERVING -> out of rotation in {term_out:?}"),
+    ));
+    let drained = mesh.replica(2).wait_exit(Duration::from_secs(5));
+    assert!(
+        drained.is_some_and(|s| s.success()),
+        "replica-2 drains and exits 0: {drained:?}"
+    );
+    at(16.0).await;
+    mesh.start_replica(2);
+    faults.push(("restart replica-2".into(), "started".into()));
+
+    for handle in callers {
+        handle.await.unwrap();
+    }
+    let faults_over = Instant::now();
+
+    // Every tool exposed again, and every replica back, within 2 x TTL.
+    let within = Duration::from_millis(2 * TTL_MS);
+    until_listed(
+        &mut client,
+        &["acc_charge", "acc_echo", "acc_panic", "acc_sleep"],
+        within,
+    )
+    .await;
+    for i in 0..3 {
+        let id = mesh.replicas[i].id.clone();
+        let registry = mesh.registry_addr.clone();
+        eventually(&format!("{id} back"), within, || {
+            let (registry, id) = (registry.clone(), id.clone());
+            async move { (instance_healthy(&registry, &id).await == Some(true)).then_some(()) }
+        })
+        .await;
+    }
+    let recovered = faults_over.elapsed();
+    assert!(mesh.dispatcher.alive(), "the dispatcher did not crash");
+    assert!(mesh.registry.alive(), "the registry did not crash");
+
+    let calls = calls.lock().unwrap().clone();
+    let ledger = ledger(&ledger_path);
+    report_and_check(&calls, &ledger, &faults, recovered);
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+fn report_and_check(
+    calls: &[Call],
+    ledger: &[serde_json::Value],
+    faults: &[(String, String)],
+    recovered: Duration,
+) {
+    let mut executions: HashMap<&str, usize> = HashMap::new();
+    for line in ledger {
+        if line["tool"] == "acc_charge" {
+            *executions
+                .entry(line["call_id"].as_str().unwrap_or(""))
+                .or_default() += 1;
+        }
+    }
+    let duplicates: Vec<(&str, usize)> = executions
+        .iter()
+        .filter(|(_, n)| **n > 1)
+        .map(|(id, n)| (*id, *n))
+        .collect();
+
+    println!("\nchaos summary");
+    println!("  faults:");
+    for (fault, what) in faults {
+        println!("    {fault:<20} {what}");
+    }
+    let mut worst_over = Duration::ZERO;
+    let mut worst_latency = Duration::ZERO;
+    for tool in ["acc_echo", "acc_charge"] {
+        let of_tool: Vec<&Call> = calls.iter().filter(|c| c.tool == tool).collect();
+        let ok = of_tool.iter().filter(|c| c.outcome == "OK").count();
+        let retried = of_tool.iter().filter(|c| c.attempts > 1).count();
+        let mut by_code: BTreeMap<&str, usize> = BTreeMap::new();
+        for c in of_tool.iter().filter(|c| c.outcome != "OK") {
+            *by_code.entry(c.outcome.as_str()).or_default() += 1;
+        }
+        println!(
+            "  {tool:<11} calls {:>6}  ok {:>6} ({:.2}%)  retried {:>4}  failures {:?}",
+            of_tool.len(),
+            ok,
+            100.0 * ok as f64 / of_tool.len().max(1) as f64,
+            retried,
+            by_code
+        );
+        for c in &of_tool {
+            worst_latency = worst_latency.max(c.latency);
+            worst_over = worst_over.max(c.latency.saturating_sub(DEADLINE));
+        }
+    }
+    println!(
+        "  worst latency {worst_latency:?} against a deadline of {DEADLINE:?} (over by {worst_over:?})"
+    );
+    println!(
+        "  acc_charge executions {}  duplicates {}",
+        executions.values().sum::<usize>(),
+        duplicates.len()
+    );
+    println!("  every tool exposed again {recovered:?} after the faults stopped\n");
+
+    assert!(calls.len() > 1000, "enough load: {} calls", calls.len());
+    assert!(
+        duplicates.is_empty(),
+        "non-idempotent calls ran twice: {duplicates:?}"
+    );
+    assert!(
+        worst_over <= DEADLINE_SLACK,
+        "a call outlived its deadline by {worst_over:?}"
+    );
+    let echo: Vec<&Call> = calls.iter().filter(|c| c.tool == "acc_echo").collect();
+    let echo_ok = echo.iter().filter(|c| c.outcome == "OK").count();
+    let rate = echo_ok as f64 / echo.len() as f64;
+    assert!(
+        rate >= 0.99,
+        "idempotent success {:.3}% < 99%",
+        rate * 100.0
+    );
+    let explained = ["UNAVAILABLE", "DEADLINE_EXCEEDED", "EXECUTOR_FAILED"];
+    for c in calls.iter().filter(|c| c.outcome != "OK") {
+        assert!(
+            explained.contains(&c.outcome.as_str()),
+            "{} {} failed without an explaining code: {}",
+            c.tool,
+            c.call_id,
+            c.outcome
+        );
+    }
+}
