@@ -51,6 +51,7 @@ impl ToolErrorExt for ToolError {
             message: message.into(),
             retryable: code.retryable_by_agent(),
             retry_after_ms: 0,
+            approval_id: String::new(),
         }
     }
 

@@ -161,7 +161,7 @@ async fn caller(addr: String, stop: Instant, calls: Arc<Mutex<Vec<Call>>>, n: us
                 caller: format!("chaos-{n}"),
                 ..Default::default()
             }),
-            snapshot_version: 0,
+            ..Default::default()
         });
         request.set_timeout(DEADLINE);
         let started = Instant::now();
@@ -181,6 +181,16 @@ async fn caller(addr: String, stop: Instant, calls: Arc<Mutex<Vec<Call>>>, n: us
                     code.short_name().to_owned()
                 };
                 (name, response.attempts)
+            }
+            // The caller's own deadline fired first (tonic enforces it on
+            // the client too): the call ran out of time.
+            Err(status)
+                if matches!(
+                    status.code(),
+                    tonic::Code::Cancelled | tonic::Code::DeadlineExceeded
+                ) =>
+            {
+                ("DEADLINE_EXCEEDED".to_owned(), 0)
             }
             Err(status) => (format!("grpc:{:?}", status.code()), 0),
         };

@@ -45,6 +45,75 @@ pub(crate) enum Command {
     Health(HealthArgs),
     /// Show the registry's snapshot of every known tool.
     Snapshot(SnapshotArgs),
+    /// Say why a tool is visible, hidden or denied for a caller.
+    Explain(ExplainArgs),
+    /// List approvals waiting for an approver.
+    Approvals(ClientOnly),
+    /// Approve a pending approval.
+    Approve(DecideArgs),
+    /// Deny a pending approval.
+    Deny(DecideArgs),
+    /// Switch a tool off (admin): it leaves every listing, calls answer DISABLED.
+    Disable(DisableArgs),
+    /// Switch a disabled tool back on (admin).
+    Enable(ToolArg),
+}
+
+/// A client command with no arguments of its own.
+#[derive(Debug, Args, Clone)]
+pub(crate) struct ClientOnly {
+    /// Connection and output.
+    #[command(flatten)]
+    pub(crate) client: ClientArgs,
+}
+
+/// `toolmesh explain`.
+#[derive(Debug, Args, Clone)]
+pub(crate) struct ExplainArgs {
+    /// Connection and output.
+    #[command(flatten)]
+    pub(crate) client: ClientArgs,
+    /// Explain for the caller holding this token (default: you).
+    #[arg(long)]
+    pub(crate) caller: Option<String>,
+    /// The tool (name or name@version).
+    pub(crate) tool: String,
+}
+
+/// `toolmesh approve` / `toolmesh deny`.
+#[derive(Debug, Args, Clone)]
+pub(crate) struct DecideArgs {
+    /// Connection and output.
+    #[command(flatten)]
+    pub(crate) client: ClientArgs,
+    /// The approval id, e.g. a-3.
+    pub(crate) id: String,
+    /// Why (for deny).
+    #[arg(long, default_value = "")]
+    pub(crate) reason: String,
+}
+
+/// `toolmesh disable`.
+#[derive(Debug, Args, Clone)]
+pub(crate) struct DisableArgs {
+    /// Connection and output.
+    #[command(flatten)]
+    pub(crate) client: ClientArgs,
+    /// The tool name.
+    pub(crate) tool: String,
+    /// Why: callers and operators read it.
+    #[arg(long)]
+    pub(crate) reason: String,
+}
+
+/// `toolmesh enable`.
+#[derive(Debug, Args, Clone)]
+pub(crate) struct ToolArg {
+    /// Connection and output.
+    #[command(flatten)]
+    pub(crate) client: ClientArgs,
+    /// The tool name.
+    pub(crate) tool: String,
 }
 
 /// Server settings shared by serve, registry and dispatcher.
@@ -59,6 +128,17 @@ pub(crate) struct ServerArgs {
     /// Calls a dispatcher keeps in flight before it sheds load.
     #[arg(long, default_value_t = 4096)]
     pub(crate) max_in_flight: usize,
+    /// Policy file (TOML): callers, grants, approvals, rate limits. Without
+    /// it, the development policy (anonymous callers may use every tool).
+    #[arg(long, env = "TOOLMESH_POLICY")]
+    pub(crate) policy: Option<PathBuf>,
+    /// Write one JSON audit record per call to this file ("-" for stdout).
+    #[arg(long, env = "TOOLMESH_AUDIT")]
+    pub(crate) audit: Option<String>,
+    /// Directory for state that survives restarts (disabled tools, tool
+    /// owners); without it that state lives in memory.
+    #[arg(long, env = "TOOLMESH_DATA_DIR")]
+    pub(crate) data_dir: Option<PathBuf>,
 }
 
 /// `toolmesh serve` / `toolmesh registry`.
@@ -118,9 +198,15 @@ pub(crate) struct ExampleArgs {
     /// Append one JSON line per execution to this file (acceptance example).
     #[arg(long)]
     pub(crate) ledger: Option<PathBuf>,
+    /// Directory the files example is confined to (default: a fresh temp dir).
+    #[arg(long)]
+    pub(crate) files_root: Option<PathBuf>,
     /// How long in-flight calls may take to finish on SIGTERM, in milliseconds.
     #[arg(long, default_value_t = 10_000)]
     pub(crate) grace_ms: u64,
+    /// Registration token (binds the executor to its owner).
+    #[arg(long, env = "TOOLMESH_TOKEN")]
+    pub(crate) token: Option<String>,
 }
 
 /// Where client commands connect and how they print.
@@ -132,6 +218,9 @@ pub(crate) struct ClientArgs {
     /// Print JSON instead of tables.
     #[arg(long)]
     pub(crate) json: bool,
+    /// Bearer token identifying you to the server.
+    #[arg(long, env = "TOOLMESH_TOKEN")]
+    pub(crate) token: Option<String>,
 }
 
 /// `toolmesh tools`.
@@ -177,6 +266,12 @@ pub(crate) struct CallArgs {
     /// Caller name sent in the call context.
     #[arg(long, default_value = "cli")]
     pub(crate) caller: String,
+    /// A granted approval for this exact call (see `toolmesh approvals`).
+    #[arg(long)]
+    pub(crate) approval: Option<String>,
+    /// Session the call belongs to (for tools with preconditions).
+    #[arg(long)]
+    pub(crate) session: Option<String>,
 }
 
 /// `toolmesh health`.

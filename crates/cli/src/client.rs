@@ -1,7 +1,10 @@
 //! The client commands: tools, call, health, snapshot.
 
 use crate::Failure;
-use crate::args::{CallArgs, ClientArgs, Format, HealthArgs, SnapshotArgs, ToolsArgs};
+use crate::args::{
+    CallArgs, ClientArgs, ClientOnly, DecideArgs, DisableArgs, ExplainArgs, Format, HealthArgs,
+    SnapshotArgs, ToolArg, ToolsArgs,
+};
 use crate::output::{self, Table};
 use serde_json::json;
 use std::time::Duration;
@@ -12,13 +15,26 @@ use tonic_health::pb::{
 };
 use toolmesh::grpc::{MAX_SNAPSHOT_MESSAGE_BYTES, tool_health_service};
 use toolmesh::pb::{
-    CallContext, GetSnapshotRequest, InvokeRequest, ListToolsRequest, ToolFormat,
-    dispatcher_client::DispatcherClient, registry_client::RegistryClient,
+    ApproveRequest, CallContext, DenyRequest, DisableToolRequest, EnableToolRequest,
+    ExplainRequest, GetSnapshotRequest, InvokeRequest, ListApprovalsRequest, ListToolsRequest,
+    ToolFormat, dispatcher_client::DispatcherClient, governance_client::GovernanceClient,
+    registry_client::RegistryClient,
 };
 use toolmesh::{ErrorCodeExt, ToolErrorExt};
 
 fn connect(args: &ClientArgs) -> Result<Channel, Failure> {
     toolmesh::grpc::channel(&args.server).map_err(|e| Failure::Usage(e.to_string()))
+}
+
+/// A request carrying the caller's bearer token, if any.
+fn authed<T>(args: &ClientArgs, message: T) -> tonic::Request<T> {
+    let mut request = tonic::Request::new(message);
+    if let Some(token) = args.token.as_deref().filter(|t| !t.is_empty())
+        && let Ok(value) = format!("Bearer {token}").parse()
+    {
+        request.metadata_mut().insert("authorization", value);
+    }
+    request
 }
 
 fn unreachable(server: &str, status: tonic::Status) -> Failure {
@@ -45,11 +61,14 @@ pub(crate) async fn tools(args: ToolsArgs) -> Result<(), Failure> {
         Format::Openai => ToolFormat::Openai,
     };
     let response = client
-        .list_tools(ListToolsRequest {
-            context: Some(context("cli")),
-            format: format as i32,
-            snapshot_version: args.snapshot,
-        })
+        .list_tools(authed(
+            &args.client,
+            ListToolsRequest {
+                context: Some(context("cli")),
+                format: format as i32,
+                snapshot_version: args.snapshot,
+            },
+        ))
         .await
         .map_err(|s| unreachable(&args.client.server, s))?
         .into_inner();
@@ -94,13 +113,20 @@ pub(crate) async fn tools(args: ToolsArgs) -> Result<(), Failure> {
 /// `toolmesh call`.
 pub(crate) async fn call(args: CallArgs) -> Result<(), Failure> {
     let mut client = DispatcherClient::new(connect(&args.client)?);
-    let mut request = tonic::Request::new(InvokeRequest {
-        tool: args.tool.clone(),
-        arguments: args.arguments.clone(),
-        call_id: args.call_id.clone().unwrap_or_default(),
-        context: Some(context(&args.caller)),
-        snapshot_version: 0,
-    });
+    let mut request = authed(
+        &args.client,
+        InvokeRequest {
+            tool: args.tool.clone(),
+            arguments: args.arguments.clone(),
+            call_id: args.call_id.clone().unwrap_or_default(),
+            context: Some(CallContext {
+                session_id: args.session.clone().unwrap_or_default(),
+                ..context(&args.caller)
+            }),
+            snapshot_version: 0,
+            approval_id: args.approval.clone().unwrap_or_default(),
+        },
+    );
     if let Some(ms) = args.timeout_ms {
         request.set_timeout(Duration::from_millis(ms));
     }
@@ -125,11 +151,13 @@ pub(crate) async fn call(args: CallArgs) -> Result<(), Failure> {
     }
     match error {
         None => Ok(()),
-        Some(e) => Err(Failure::Failed(format!(
-            "{}: {}",
-            e.error_code().short_name(),
-            e.message
-        ))),
+        Some(e) => {
+            let mut text = format!("{}: {}", e.error_code().short_name(), e.message);
+            if e.retry_after_ms > 0 {
+                text.push_str(&format!(" (retry after {} ms)", e.retry_after_ms));
+            }
+            Err(Failure::Failed(text))
+        }
     }
 }
 
@@ -224,9 +252,12 @@ pub(crate) async fn health(args: HealthArgs) -> Result<(), Failure> {
 pub(crate) async fn snapshot(args: SnapshotArgs) -> Result<(), Failure> {
     let snapshot = RegistryClient::new(connect(&args.client)?)
         .max_decoding_message_size(MAX_SNAPSHOT_MESSAGE_BYTES)
-        .get_snapshot(GetSnapshotRequest {
-            version: args.snapshot_version,
-        })
+        .get_snapshot(authed(
+            &args.client,
+            GetSnapshotRequest {
+                version: args.snapshot_version,
+            },
+        ))
         .await
         .map_err(|s| unreachable(&args.client.server, s))?
         .into_inner();
@@ -273,4 +304,164 @@ fn context(caller: &str) -> CallContext {
         caller: caller.to_owned(),
         ..CallContext::default()
     }
+}
+
+/// `toolmesh explain [--caller TOKEN] TOOL`.
+pub(crate) async fn explain(args: ExplainArgs) -> Result<(), Failure> {
+    let mut client = GovernanceClient::new(connect(&args.client)?);
+    let answer = client
+        .explain(authed(
+            &args.client,
+            ExplainRequest {
+                tool: args.tool.clone(),
+                caller_token: args.caller.clone().unwrap_or_default(),
+            },
+        ))
+        .await
+        .map_err(|s| unreachable(&args.client.server, s))?
+        .into_inner();
+    if args.client.json {
+        output::print_json(&json!({
+            "tool": args.tool,
+            "tool_version": answer.tool_version,
+            "verdict": answer.verdict,
+            "principal": answer.principal,
+            "tenant": answer.tenant,
+            "roles": answer.roles,
+            "rule": answer.rule,
+            "reason": answer.reason,
+            "approval_required": answer.approval_required,
+            "trace": answer.trace,
+        }));
+        return Ok(());
+    }
+    println!(
+        "{}@{} is {} for {} (tenant {}, roles {})",
+        args.tool,
+        answer.tool_version,
+        answer.verdict,
+        answer.principal,
+        answer.tenant,
+        answer.roles.join(", ")
+    );
+    println!("  why: {}", answer.reason);
+    if answer.approval_required {
+        println!("  calls need an approval first");
+    }
+    for line in &answer.trace {
+        println!("  grant {line}");
+    }
+    Ok(())
+}
+
+/// `toolmesh approvals`.
+pub(crate) async fn approvals(args: ClientOnly) -> Result<(), Failure> {
+    let mut client = GovernanceClient::new(connect(&args.client)?);
+    let list = client
+        .list_approvals(authed(&args.client, ListApprovalsRequest {}))
+        .await
+        .map_err(|s| unreachable(&args.client.server, s))?
+        .into_inner()
+        .approvals;
+    if args.client.json {
+        output::print_json(&json!(
+            list.iter().map(output::approval_json).collect::<Vec<_>>()
+        ));
+        return Ok(());
+    }
+    let mut table = Table::new(vec!["ID", "TOOL", "CALLER", "EXPIRES IN", "SUMMARY"]);
+    for a in &list {
+        table.row(vec![
+            a.id.clone(),
+            format!("{}@{}", a.tool, a.version),
+            format!("{} ({})", a.caller, a.tenant),
+            format!("{}s", a.expires_in_ms / 1000),
+            output::clip(&a.summary, 70),
+        ]);
+    }
+    table.print();
+    println!("({} pending)", list.len());
+    Ok(())
+}
+
+/// `toolmesh approve ID` / `toolmesh deny ID`.
+pub(crate) async fn decide(args: DecideArgs, deny: bool) -> Result<(), Failure> {
+    let mut client = GovernanceClient::new(connect(&args.client)?);
+    let answer = if deny {
+        client
+            .deny(authed(
+                &args.client,
+                DenyRequest {
+                    id: args.id.clone(),
+                    reason: args.reason.clone(),
+                },
+            ))
+            .await
+    } else {
+        client
+            .approve(authed(
+                &args.client,
+                ApproveRequest {
+                    id: args.id.clone(),
+                },
+            ))
+            .await
+    }
+    .map_err(|s| unreachable(&args.client.server, s))?
+    .into_inner();
+    let approval = answer.approval.unwrap_or_default();
+    if args.client.json {
+        output::print_json(&output::approval_json(&approval));
+    } else {
+        println!(
+            "{} {}: {}@{} for {}",
+            approval.id,
+            approval.state.to_lowercase(),
+            approval.tool,
+            approval.version,
+            approval.caller
+        );
+    }
+    Ok(())
+}
+
+/// `toolmesh disable TOOL --reason …`.
+pub(crate) async fn disable(args: DisableArgs) -> Result<(), Failure> {
+    let mut client = RegistryClient::new(connect(&args.client)?);
+    let answer = client
+        .disable_tool(authed(
+            &args.client,
+            DisableToolRequest {
+                tool: args.tool.clone(),
+                reason: args.reason.clone(),
+            },
+        ))
+        .await
+        .map_err(|s| unreachable(&args.client.server, s))?
+        .into_inner();
+    println!(
+        "{} disabled (snapshot {})",
+        args.tool, answer.snapshot_version
+    );
+    Ok(())
+}
+
+/// `toolmesh enable TOOL`.
+pub(crate) async fn enable(args: ToolArg) -> Result<(), Failure> {
+    let mut client = RegistryClient::new(connect(&args.client)?);
+    let answer = client
+        .enable_tool(authed(
+            &args.client,
+            EnableToolRequest {
+                tool: args.tool.clone(),
+            },
+        ))
+        .await
+        .map_err(|s| unreachable(&args.client.server, s))?
+        .into_inner();
+    println!(
+        "{} enabled (snapshot {})",
+        args.tool, answer.snapshot_version
+    );
+    Ok(())
 }

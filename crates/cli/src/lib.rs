@@ -4,6 +4,7 @@
 
 mod args;
 mod client;
+mod governance;
 mod logging;
 mod output;
 mod server;
@@ -103,6 +104,12 @@ async fn run(command: Command) -> Result<(), Failure> {
         Command::Call(args) => client::call(args).await,
         Command::Health(args) => client::health(args).await,
         Command::Snapshot(args) => client::snapshot(args).await,
+        Command::Explain(args) => client::explain(args).await,
+        Command::Approvals(args) => client::approvals(args).await,
+        Command::Approve(args) => client::decide(args, false).await,
+        Command::Deny(args) => client::decide(args, true).await,
+        Command::Disable(args) => client::disable(args).await,
+        Command::Enable(args) => client::enable(args).await,
     }
 }
 
@@ -110,6 +117,7 @@ async fn run(command: Command) -> Result<(), Failure> {
 async fn example(args: ExampleArgs) -> Result<(), Failure> {
     let options = toolmesh_examples::ExampleOptions {
         ledger: args.ledger.clone(),
+        files_root: args.files_root.clone(),
     };
     let executor = toolmesh_examples::example(&args.name, &options).ok_or_else(|| {
         Failure::Usage(format!(
@@ -128,6 +136,7 @@ async fn example(args: ExampleArgs) -> Result<(), Failure> {
             executor_id: args.executor_id.clone(),
             lease_ttl: Duration::from_millis(args.ttl_ms),
             grace: Duration::from_millis(args.grace_ms),
+            token: args.token.clone(),
         })
         .await
         .map_err(|e| Failure::Failed(e.to_string()))?;

@@ -128,6 +128,21 @@ pub(crate) fn snapshot_json(snapshot: &Snapshot) -> Value {
     })
 }
 
+pub(crate) fn approval_json(a: &toolmesh::pb::Approval) -> Value {
+    json!({
+        "id": a.id,
+        "tool": a.tool,
+        "version": a.version,
+        "caller": a.caller,
+        "tenant": a.tenant,
+        "summary": a.summary,
+        "state": a.state,
+        "expires_in_ms": a.expires_in_ms,
+        "decided_by": a.decided_by,
+        "arguments_sha256": a.arguments_sha256,
+    })
+}
+
 /// Prints JSON, pretty.
 pub(crate) fn print_json(value: &Value) {
     println!(

@@ -2,6 +2,7 @@
 //! grpc.health.v1 and reflection, drained on SIGTERM within a grace period.
 
 use crate::args::ServerArgs;
+use crate::governance::{PolicyGate, PolicySetup, governance, load_policy};
 use anyhow::Context;
 use std::{net::SocketAddr, sync::Arc, time::Duration};
 use tokio::{net::TcpListener, sync::oneshot, task::JoinHandle};
@@ -49,6 +50,7 @@ pub(crate) struct Running {
     /// The dispatcher half, if this process runs one.
     pub(crate) dispatcher: Option<Dispatcher>,
     health: HealthReporter,
+    _policy: PolicySetup,
     stop: oneshot::Sender<()>,
     task: JoinHandle<Result<(), tonic::transport::Error>>,
 }
@@ -76,8 +78,14 @@ impl Running {
     }
 }
 
-/// Binds and starts the servers for `role`.
-pub(crate) async fn start(role: Role, args: &ServerArgs) -> anyhow::Result<Running> {
+/// Binds and starts the servers for `role`. `dev_executor_token` (for
+/// `up`) is admitted as an executor token under the development policy.
+pub(crate) async fn start(
+    role: Role,
+    args: &ServerArgs,
+    dev_executor_token: Option<&str>,
+) -> anyhow::Result<Running> {
+    let policy = load_policy(args, dev_executor_token)?;
     let addr = toolmesh::grpc::listen_address(&args.listen)?;
     let listener = TcpListener::bind(addr)
         .await
@@ -86,10 +94,18 @@ pub(crate) async fn start(role: Role, args: &ServerArgs) -> anyhow::Result<Runni
     let (health, health_service) = tonic_health::server::health_reporter();
     let registry = match &role {
         Role::Serve { default_ttl } | Role::Registry { default_ttl } => {
-            Some(Registry::new(RegistryConfig {
+            let config = RegistryConfig {
                 default_ttl: *default_ttl,
+                data_dir: args.data_dir.clone(),
                 ..RegistryConfig::default()
-            }))
+            };
+            if config.data_dir.is_none() {
+                tracing::info!("no --data-dir: disabled tools and tool owners live in memory only");
+            }
+            Some(
+                Registry::open(config, Arc::new(PolicyGate(policy.handle.clone())))
+                    .map_err(|e| anyhow::anyhow!("{e}"))?,
+            )
         }
         Role::Dispatcher { .. } => None,
     };
@@ -98,16 +114,18 @@ pub(crate) async fn start(role: Role, args: &ServerArgs) -> anyhow::Result<Runni
         (Role::Dispatcher { registry }, _) => Some(follow_registry(registry)?),
         _ => None,
     };
-    let dispatcher = snapshots.map(|snapshots| {
-        Dispatcher::new(
+    let dispatcher = match snapshots {
+        Some(snapshots) => Some(Dispatcher::with_governance(
             DispatcherConfig {
                 max_in_flight: args.max_in_flight,
                 ..DispatcherConfig::default()
             },
             snapshots,
             health.clone(),
-        )
-    });
+            governance(args, &policy).await?,
+        )),
+        None => None,
+    };
     if registry.is_some() {
         health
             .set_service_status("toolmesh.v1.Registry", ServingStatus::Serving)
@@ -122,7 +140,8 @@ pub(crate) async fn start(role: Role, args: &ServerArgs) -> anyhow::Result<Runni
         .add_service(health_service)
         .add_service(toolmesh::grpc::reflection_service())
         .add_optional_service(registry.as_ref().map(Registry::grpc_service))
-        .add_optional_service(dispatcher.as_ref().map(Dispatcher::grpc_service));
+        .add_optional_service(dispatcher.as_ref().map(Dispatcher::grpc_service))
+        .add_optional_service(dispatcher.as_ref().map(Dispatcher::governance_service));
     let (stop, stopped) = oneshot::channel::<()>();
     let task = tokio::spawn(router.serve_with_incoming_shutdown(
         TcpListenerStream::new(listener),
@@ -135,6 +154,7 @@ pub(crate) async fn start(role: Role, args: &ServerArgs) -> anyhow::Result<Runni
         addr,
         dispatcher,
         health,
+        _policy: policy,
         stop,
         task,
     })
@@ -144,7 +164,7 @@ pub(crate) async fn start(role: Role, args: &ServerArgs) -> anyhow::Result<Runni
 /// SIGTERM/ctrl-c, drain.
 pub(crate) async fn run(role: Role, args: &ServerArgs) -> anyhow::Result<()> {
     let label = role.label();
-    let running = start(role, args).await?;
+    let running = start(role, args, None).await?;
     // Scripts and tests read this line to learn the port.
     println!("toolmesh {label} listening on {}", running.addr);
     toolmesh::grpc::shutdown_signal().await;

@@ -16,7 +16,10 @@ pub(crate) async fn run(args: UpArgs) -> anyhow::Result<()> {
     let role = Role::Serve {
         default_ttl: Duration::from_millis(args.serve.default_ttl_ms),
     };
-    let running = server::start(role, &args.serve.server).await?;
+    // Examples register with a token made for this run; nothing else may
+    // register under their owner.
+    let token = format!("dev-{}", uuid::Uuid::new_v4().simple());
+    let running = server::start(role, &args.serve.server, Some(&token)).await?;
     let addr = running.addr.to_string();
     let exe =
         std::env::current_exe().context("cannot find the toolmesh binary to start examples")?;
@@ -28,7 +31,7 @@ pub(crate) async fn run(args: UpArgs) -> anyhow::Result<()> {
                 toolmesh_examples::EXAMPLE_NAMES.join(", ")
             );
         }
-        let child = spawn_example(&exe, name, &addr)
+        let child = spawn_example(&exe, name, &addr, &token)
             .with_context(|| format!("cannot start example executor {name}"))?;
         children.push((name.clone(), child));
     }
@@ -67,16 +70,24 @@ pub(crate) async fn run(args: UpArgs) -> anyhow::Result<()> {
         );
     }
     println!("  {tools} tools registered\n");
+    let me = command_name(&exe);
+    let server = if addr == "127.0.0.1:7070" {
+        String::new()
+    } else {
+        format!(" --server {addr}")
+    };
     println!("Try, in another terminal:");
-    println!("  toolmesh tools");
-    println!("  toolmesh tools --format openai");
-    println!("  toolmesh call search_kb '{{\"query\": \"reset password\"}}'");
-    println!("  toolmesh call get_user_info '{{\"user_id\": \"u_9\"}}'");
-    println!(
-        "  toolmesh call create_ticket '{{\"title\": \"Printer on fire\", \"body\": \"3rd floor\", \"priority\": \"soon\"}}'"
-    );
-    println!("  toolmesh health search_kb");
-    println!("  toolmesh snapshot");
+    for example in [
+        "tools",
+        "tools --format openai",
+        r#"call search_kb '{"query": "reset password"}'"#,
+        r#"call get_user_info '{"user_id": "u_9"}'"#,
+        r#"call create_ticket '{"title": "Printer on fire", "body": "3rd floor", "priority": "soon"}'"#,
+        "health search_kb",
+        "snapshot",
+    ] {
+        println!("  {me}{server} {example}");
+    }
     println!("  grpcurl -plaintext {addr} list");
     println!("\nPress ctrl-c to stop.");
 
@@ -98,10 +109,31 @@ pub(crate) async fn run(args: UpArgs) -> anyhow::Result<()> {
     running.stop(grace).await
 }
 
-fn spawn_example(exe: &std::path::Path, name: &str, registry: &str) -> std::io::Result<Child> {
+/// `toolmesh` when that is the binary on PATH, else the path to this binary.
+fn command_name(exe: &std::path::Path) -> String {
+    let on_path = std::env::var_os("PATH")
+        .is_some_and(|path| std::env::split_paths(&path).any(|dir| dir.join("toolmesh") == exe));
+    if on_path {
+        return "toolmesh".to_owned();
+    }
+    let relative = std::env::current_dir().ok().and_then(|cwd| {
+        exe.strip_prefix(cwd)
+            .ok()
+            .map(|p| format!("./{}", p.display()))
+    });
+    relative.unwrap_or_else(|| exe.display().to_string())
+}
+
+fn spawn_example(
+    exe: &std::path::Path,
+    name: &str,
+    registry: &str,
+    token: &str,
+) -> std::io::Result<Child> {
     let mut command = Command::new(exe);
     command
         .args(["example", name, "--registry", registry])
+        .env("TOOLMESH_TOKEN", token)
         .stdin(Stdio::null())
         .kill_on_drop(true);
     #[cfg(target_os = "linux")]

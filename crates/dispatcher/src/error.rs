@@ -59,6 +59,38 @@ pub enum InvokeError {
         /// Every failing path.
         violations: Violations,
     },
+    /// The policy does not grant this tool to the caller.
+    #[error("you may not use {tool}: {reason}")]
+    PermissionDenied {
+        /// name@version.
+        tool: String,
+        /// The policy's reason.
+        reason: String,
+    },
+    /// The call needs an approval first.
+    #[error("{tool} needs an approval before it runs: {summary}")]
+    ApprovalRequired {
+        /// name@version.
+        tool: String,
+        /// The approval to ask an approver for.
+        approval_id: String,
+        /// What would run.
+        summary: String,
+    },
+    /// The approval sent with the call cannot be used for it.
+    #[error("{0}")]
+    ApprovalUnusable(String),
+    /// Over a rate limit or concurrency quota.
+    #[error("{message}")]
+    RateLimited {
+        /// Which limit and what it allows.
+        message: String,
+        /// When to try again.
+        retry_after: Duration,
+    },
+    /// A declared precondition is not met.
+    #[error("{0}")]
+    PreconditionFailed(String),
     /// The deadline passed before an attempt could start or finish.
     #[error("{tool} did not complete within {budget:?}")]
     DeadlineExceeded {
@@ -81,6 +113,30 @@ impl InvokeError {
                 ToolError::new(ErrorCode::NotFound, format!("no tool named {name:?}{hint}"))
             }
             InvokeError::BadReference(message) => ToolError::new(ErrorCode::NotFound, message),
+            InvokeError::PermissionDenied { .. } => ToolError::new(
+                ErrorCode::PermissionDenied,
+                format!("{self}; do not retry: ask an operator for access or use another tool"),
+            ),
+            InvokeError::ApprovalRequired { approval_id, .. } => {
+                let mut error = ToolError::new(
+                    ErrorCode::ApprovalRequired,
+                    format!(
+                        "{self}; ask an approver to run `toolmesh approve {approval_id}`, then call again with approval_id {approval_id:?} and the same arguments"
+                    ),
+                );
+                error.approval_id = approval_id.clone();
+                error
+            }
+            InvokeError::ApprovalUnusable(_) => {
+                ToolError::new(ErrorCode::ApprovalRequired, self.to_string())
+            }
+            InvokeError::RateLimited { retry_after, .. } => {
+                ToolError::new(ErrorCode::RateLimited, self.to_string())
+                    .with_retry_after_ms(retry_after.as_millis().max(1) as u32)
+            }
+            InvokeError::PreconditionFailed(_) => {
+                ToolError::new(ErrorCode::PreconditionFailed, self.to_string())
+            }
             InvokeError::Disabled { .. } => ToolError::new(
                 ErrorCode::Disabled,
                 format!("{self}; use another tool or ask an operator"),

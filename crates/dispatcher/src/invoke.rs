@@ -5,6 +5,7 @@ use crate::DispatcherConfig;
 use crate::balance::{self, NoInstance};
 use crate::endpoints::{Endpoints, Health};
 use crate::error::InvokeError;
+use crate::governance::Governance;
 use crate::retry::{self, AttemptFailure};
 use crate::view::SnapshotView;
 use serde_json::Value;
@@ -13,10 +14,12 @@ use std::time::Duration;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 use toolmesh::pb::{
-    ErrorCode, ExecuteRequest, InvokeRequest, InvokeResponse, ToolResult,
+    ErrorCode, ExecuteRequest, InvokeRequest, InvokeResponse, ToolResult, ToolSpec,
     executor_client::ExecutorClient,
 };
-use toolmesh::{Snapshot, ToolEntry, ToolErrorExt, ToolRef, schema, suggest};
+use toolmesh::{Snapshot, ToolDef, ToolEntry, ToolErrorExt, ToolRef, schema, suggest};
+use toolmesh_policy::audit::{AuditKind, AuditRecord, outcome_of, redact};
+use toolmesh_policy::{ApprovalNeed, Decision, Permit, Policy, Principal, arguments_digest};
 use tower::retry::budget::{Budget, TpsBudget};
 use tracing::{debug, warn};
 
@@ -28,6 +31,7 @@ pub(crate) struct Invoker {
     pub(crate) budget: TpsBudget,
     /// Woken when an instance is ejected, so tool health is recomputed.
     pub(crate) ejections: Arc<Notify>,
+    pub(crate) governance: Governance,
 }
 
 /// How the attempts ended.
@@ -40,12 +44,28 @@ enum Outcome {
     Failed(AttemptFailure),
 }
 
+/// A call that passed every check and may be sent.
+struct Prepared {
+    entry: Arc<ToolEntry>,
+    arguments: Value,
+    rule: String,
+    /// Held while the call runs: the caller's concurrency slot.
+    _permit: Permit,
+}
+
+/// What an audit record needs to know about a refusal or a run.
+struct Trail {
+    rule: Option<String>,
+    approval_id: Option<String>,
+}
+
 impl Invoker {
-    /// Runs one call. `snapshot` is the pinned or newest snapshot and
-    /// `caller_timeout` the caller's gRPC deadline, if it sent one.
+    /// Runs one call for `who`. `snapshot` is the pinned or newest snapshot
+    /// and `caller_timeout` the caller's gRPC deadline, if it sent one.
     pub(crate) async fn invoke(
         &self,
         snapshot: Arc<Snapshot>,
+        who: &Principal,
         request: InvokeRequest,
         caller_timeout: Option<Duration>,
     ) -> InvokeResponse {
@@ -60,28 +80,74 @@ impl Invoker {
             snapshot_version: snapshot.version(),
             ..InvokeResponse::default()
         };
-        let outcome = match self.prepare(&snapshot, &request) {
-            Err(refusal) => Outcome::Refused(refusal),
-            Ok(entry) => {
-                response.tool_version = entry.def.version().to_string();
-                self.attempts(
-                    &entry,
-                    &request,
-                    &call_id,
-                    started,
-                    caller_timeout,
-                    &mut response,
-                )
-                .await
+        let policy = self.governance.policy();
+        let mut trail = Trail {
+            rule: None,
+            approval_id: (!request.approval_id.is_empty()).then(|| request.approval_id.clone()),
+        };
+        let def;
+        let outcome = match self.prepare(&snapshot, &policy, who, &request) {
+            Err((refusal, entry)) => {
+                def = entry.map(|e| e.def.clone());
+                if let InvokeError::ApprovalRequired { approval_id, .. } = &refusal {
+                    trail.approval_id = Some(approval_id.clone());
+                }
+                Outcome::Refused(refusal)
+            }
+            Ok(prepared) => {
+                def = Some(prepared.entry.def.clone());
+                trail.rule = Some(prepared.rule.clone());
+                response.tool_version = prepared.entry.def.version().to_string();
+                let outcome = self
+                    .attempts(
+                        &prepared.entry,
+                        &request,
+                        &call_id,
+                        started,
+                        caller_timeout,
+                        &mut response,
+                    )
+                    .await;
+                if let Outcome::Answered(result) = &outcome
+                    && result.error.as_ref().is_none_or(|e| e.code == 0)
+                {
+                    let session = request
+                        .context
+                        .as_ref()
+                        .map_or("", |c| c.session_id.as_str());
+                    self.governance.sessions.record(
+                        session,
+                        prepared.entry.def.name(),
+                        &prepared.arguments,
+                    );
+                }
+                outcome
             }
         };
-        let result = match outcome {
+        let refusal_kind = match &outcome {
+            Outcome::Refused(
+                InvokeError::PermissionDenied { .. } | InvokeError::RateLimited { .. },
+            ) => Some(AuditKind::Denied),
+            Outcome::Refused(InvokeError::ApprovalRequired { .. }) => {
+                Some(AuditKind::ApprovalRequested)
+            }
+            _ => None,
+        };
+        let mut result = match outcome {
             Outcome::Answered(result) => result,
             Outcome::Refused(refusal) => refusal.to_tool_error().into_result(),
             Outcome::Failed(failure) => {
                 retry::final_error(failure, &request.tool, response.attempts).into_result()
             }
         };
+        if let Some(def) = &def {
+            let deprecated = &def.spec().deprecated;
+            if !deprecated.is_empty() {
+                result
+                    .metadata
+                    .insert("toolmesh.deprecated".into(), deprecated.clone());
+            }
+        }
         debug!(
             %call_id,
             tool = %request.tool,
@@ -90,55 +156,176 @@ impl Invoker {
             elapsed_us = started.elapsed().as_micros() as u64,
             "invoke done"
         );
+        self.governance.audit(|| {
+            let kind = refusal_kind.unwrap_or(AuditKind::Invoke);
+            let mut record = match &def {
+                Some(def) => AuditRecord::for_def(kind, who, def, &request.arguments),
+                None => {
+                    let spec = ToolSpec {
+                        name: request.tool.clone(),
+                        ..ToolSpec::default()
+                    };
+                    AuditRecord::new(kind, who, &spec, &request.arguments)
+                }
+            };
+            let context = request.context.clone().unwrap_or_default();
+            record.call_id = call_id.clone();
+            record.trace_id = context.trace_id;
+            record.session_id = context.session_id;
+            record.snapshot_version = response.snapshot_version;
+            record.executor_id = response.executor_id.clone();
+            record.attempts = response.attempts;
+            record.outcome = outcome_of(&result);
+            record.duration_ms = started.elapsed().as_millis() as u64;
+            record.approval_id = trail.approval_id;
+            record.rule = trail.rule;
+            record.reason = result
+                .error
+                .as_ref()
+                .filter(|e| e.code != 0 && refusal_kind.is_some())
+                .map(|e| e.message.clone());
+            record
+        });
         response.result = Some(result);
         response
     }
 
-    /// Resolves the tool and checks the arguments; nothing is sent yet.
+    /// Resolves the tool and runs every check, in the order a model can act
+    /// on: exists, may be used, enabled, arguments, preconditions, approval,
+    /// rate. Nothing is sent yet.
+    #[allow(clippy::result_large_err)]
     fn prepare(
         &self,
         snapshot: &Snapshot,
+        policy: &Policy,
+        who: &Principal,
         request: &InvokeRequest,
-    ) -> Result<Arc<ToolEntry>, InvokeError> {
-        let reference =
-            ToolRef::parse(&request.tool).map_err(|e| InvokeError::BadReference(e.to_string()))?;
+    ) -> Result<Prepared, (InvokeError, Option<Arc<ToolEntry>>)> {
+        let bare = |e: InvokeError| (e, None);
+        let reference = ToolRef::parse(&request.tool)
+            .map_err(|e| bare(InvokeError::BadReference(e.to_string())))?;
         let entry = snapshot.resolve(&reference).map_err(|e| match e {
-            toolmesh::snapshot::ResolveError::UnknownTool { name } => InvokeError::UnknownTool {
-                suggestions: suggest::close_names(&name, snapshot.names(), 3)
-                    .into_iter()
-                    .map(str::to_owned)
-                    .collect(),
-                name,
-            },
-            other => InvokeError::BadReference(other.to_string()),
+            toolmesh::snapshot::ResolveError::UnknownTool { name } => {
+                // Only names this caller may use are offered.
+                let visible = snapshot.names().filter(|n| {
+                    snapshot
+                        .versions(n)
+                        .last()
+                        .is_some_and(|e| policy.decide(who, e.def.spec()).is_allowed())
+                });
+                bare(InvokeError::UnknownTool {
+                    suggestions: suggest::close_names(&name, visible, 3)
+                        .into_iter()
+                        .map(str::to_owned)
+                        .collect(),
+                    name,
+                })
+            }
+            other => bare(InvokeError::BadReference(other.to_string())),
         })?;
-        let label = || format!("{}@{}", entry.def.name(), entry.def.version());
+        let fail = |e: InvokeError| (e, Some(entry.clone()));
+        let def = &entry.def;
+        let label = || format!("{}@{}", def.name(), def.version());
+        let (rule, approval) = match policy.decide(who, def.spec()) {
+            Decision::Deny { reason } => {
+                return Err(fail(InvokeError::PermissionDenied {
+                    tool: label(),
+                    reason,
+                }));
+            }
+            Decision::Allow { rule, approval } => (rule, approval),
+        };
         if let Some(reason) = &entry.disabled {
-            return Err(InvokeError::Disabled {
+            return Err(fail(InvokeError::Disabled {
                 tool: label(),
                 reason: reason.to_string(),
-            });
+            }));
         }
         if request.arguments.len() > self.config.max_argument_bytes {
-            return Err(InvokeError::ArgumentsTooLarge {
+            return Err(fail(InvokeError::ArgumentsTooLarge {
                 size: request.arguments.len(),
                 limit: self.config.max_argument_bytes,
-            });
+            }));
         }
         let text = if request.arguments.trim().is_empty() {
             "{}"
         } else {
             &request.arguments
         };
-        let arguments: Value =
-            serde_json::from_str(text).map_err(|e| InvokeError::ArgumentsNotJson(e.to_string()))?;
-        schema::check(entry.def.validator(), &arguments).map_err(|violations| {
-            InvokeError::ArgumentsInvalid {
+        let arguments: Value = serde_json::from_str(text)
+            .map_err(|e| fail(InvokeError::ArgumentsNotJson(e.to_string())))?;
+        schema::check(def.validator(), &arguments).map_err(|violations| {
+            fail(InvokeError::ArgumentsInvalid {
                 tool: label(),
                 violations,
-            }
+            })
         })?;
-        Ok(entry.clone())
+        let session = request
+            .context
+            .as_ref()
+            .map_or("", |c| c.session_id.as_str());
+        self.governance
+            .sessions
+            .check(session, def.name(), &def.spec().preconditions, &arguments)
+            .map_err(|message| fail(InvokeError::PreconditionFailed(message)))?;
+        if approval == ApprovalNeed::Required {
+            self.check_approval(def, who, request, &arguments)
+                .map_err(fail)?;
+        }
+        let permit = policy
+            .limits()
+            .check(def.name(), &who.key())
+            .map_err(|limited| {
+                fail(InvokeError::RateLimited {
+                    message: limited.message,
+                    retry_after: limited.retry_after,
+                })
+            })?;
+        Ok(Prepared {
+            entry: entry.clone(),
+            arguments,
+            rule,
+            _permit: permit,
+        })
+    }
+
+    /// Consumes the approval the call carries, or asks for one.
+    fn check_approval(
+        &self,
+        def: &ToolDef,
+        who: &Principal,
+        request: &InvokeRequest,
+        arguments: &Value,
+    ) -> Result<(), InvokeError> {
+        let digest = arguments_digest(&request.arguments);
+        let version = def.version().to_string();
+        let approvals = &self.governance.approvals;
+        if !request.approval_id.is_empty() {
+            return approvals
+                .consume(&request.approval_id, def.name(), &version, &digest, who)
+                .map_err(|e| InvokeError::ApprovalUnusable(e.to_string()));
+        }
+        let shown = redact(def.input_schema(), arguments).to_string();
+        let shown: String = if shown.chars().count() > 300 {
+            shown.chars().take(299).chain(['…']).collect()
+        } else {
+            shown
+        };
+        let summary = format!(
+            "{}@{version} for {} (tenant {}) with arguments {shown} (sha256 {})",
+            def.name(),
+            who.name,
+            who.tenant,
+            &digest[..12]
+        );
+        let ticket = approvals
+            .request(def.name(), &version, &digest, who, &summary)
+            .map_err(|e| InvokeError::ApprovalUnusable(e.to_string()))?;
+        Err(InvokeError::ApprovalRequired {
+            tool: format!("{}@{version}", def.name()),
+            approval_id: ticket.id,
+            summary,
+        })
     }
 
     /// Sends attempts until one answers, the rules forbid another, or the

@@ -8,16 +8,21 @@ mod config;
 mod endpoints;
 mod error;
 mod follow;
+mod governance;
+mod governance_service;
 mod invoke;
 mod list;
 mod retry;
 mod service;
+mod sessions;
 mod tool_health;
 mod view;
 
 pub use config::DispatcherConfig;
 pub use error::InvokeError;
 pub use follow::{EPOCH_GRACE, follow_registry};
+pub use governance::Governance;
+pub use governance_service::GovernanceService;
 pub use service::DispatcherService;
 pub use view::PinExpired;
 
@@ -33,8 +38,9 @@ use toolmesh::Snapshot;
 use toolmesh::grpc::MAX_CALL_MESSAGE_BYTES;
 use toolmesh::pb::{
     InvokeRequest, InvokeResponse, ListToolsResponse, ToolFormat,
-    dispatcher_server::DispatcherServer,
+    dispatcher_server::DispatcherServer, governance_server::GovernanceServer,
 };
+pub use toolmesh_policy::Principal;
 use tower::retry::budget::TpsBudget;
 use view::SnapshotView;
 
@@ -52,8 +58,19 @@ impl Dispatcher {
     /// `health`. Must be called inside a tokio runtime.
     pub fn new(
         config: DispatcherConfig,
+        snapshots: watch::Receiver<Arc<Snapshot>>,
+        health: HealthReporter,
+    ) -> Self {
+        Dispatcher::with_governance(config, snapshots, health, Governance::dev())
+    }
+
+    /// Like [`new`](Self::new), under `governance`: who callers are, what
+    /// they may see and call, approvals, rate limits and audit.
+    pub fn with_governance(
+        config: DispatcherConfig,
         mut snapshots: watch::Receiver<Arc<Snapshot>>,
         health: HealthReporter,
+        governance: Governance,
     ) -> Self {
         let first = snapshots.borrow_and_update().clone();
         let view = Arc::new(SnapshotView::new(first, config.snapshot_history));
@@ -73,6 +90,7 @@ impl Dispatcher {
             ),
             ejections: changed.clone(),
             config: config.clone(),
+            governance,
         });
         tokio::spawn(tool_health::run(
             view.clone(),
@@ -99,24 +117,39 @@ impl Dispatcher {
         }
     }
 
-    /// The tools callable now (or in a pinned snapshot), sorted by name.
-    pub fn list_tools(
+    /// The tools `who` can call now (or in a pinned snapshot), sorted by name.
+    pub fn list_tools_for(
         &self,
+        who: &Principal,
         snapshot_version: u64,
         format: ToolFormat,
     ) -> Result<ListToolsResponse, Status> {
         let snapshot = self.pinned(snapshot_version)?;
         let pool = &self.invoker.pool;
-        let entries = list::callable(&snapshot, |e| balance::in_rotation(e, pool));
+        let policy = self.invoker.governance.policy();
+        let entries = list::callable(&snapshot, |e| {
+            balance::in_rotation(e, pool) && policy.decide(who, e.def.spec()).is_allowed()
+        });
         Ok(list::render(snapshot.version(), &entries, format))
+    }
+
+    /// [`list_tools_for`](Self::list_tools_for) the anonymous caller.
+    pub fn list_tools(
+        &self,
+        snapshot_version: u64,
+        format: ToolFormat,
+    ) -> Result<ListToolsResponse, Status> {
+        let who = self.invoker.governance.anonymous()?;
+        self.list_tools_for(&who, snapshot_version, format)
     }
 
     /// Invokes a tool. Tool failures come back inside the response; an
     /// `Err` means the dispatcher itself could not take the call
     /// (RESOURCE_EXHAUSTED when over `max_in_flight`, FAILED_PRECONDITION
     /// for an expired pin).
-    pub async fn invoke(
+    pub async fn invoke_as(
         &self,
+        who: &Principal,
         request: InvokeRequest,
         caller_timeout: Option<Duration>,
     ) -> Result<InvokeResponse, Status> {
@@ -127,7 +160,37 @@ impl Dispatcher {
             )));
         };
         let snapshot = self.pinned(request.snapshot_version)?;
-        Ok(self.invoker.invoke(snapshot, request, caller_timeout).await)
+        Ok(self
+            .invoker
+            .invoke(snapshot, who, request, caller_timeout)
+            .await)
+    }
+
+    /// [`invoke_as`](Self::invoke_as) the anonymous caller.
+    pub async fn invoke(
+        &self,
+        request: InvokeRequest,
+        caller_timeout: Option<Duration>,
+    ) -> Result<InvokeResponse, Status> {
+        let who = self.invoker.governance.anonymous()?;
+        self.invoke_as(&who, request, caller_timeout).await
+    }
+
+    /// The governance this dispatcher runs with.
+    pub fn governance(&self) -> &Governance {
+        &self.invoker.governance
+    }
+
+    /// The `toolmesh.v1.Governance` gRPC service (explain, approvals).
+    pub fn governance_service(&self) -> GovernanceServer<GovernanceService> {
+        GovernanceServer::new(GovernanceService {
+            dispatcher: self.clone(),
+        })
+    }
+
+    /// Whether `entry` is callable here now: exposed and not all ejected.
+    pub fn is_callable(&self, entry: &toolmesh::ToolEntry) -> bool {
+        balance::in_rotation(entry, &self.invoker.pool)
     }
 
     /// The newest snapshot this dispatcher holds.

@@ -1,7 +1,7 @@
 //! Example executors written with the toolmesh SDK the way a team would:
 //! typed arguments with strict schemas (required fields, enums, no extra
 //! properties), descriptions written for the model, data as in-process
-//! fixtures.
+//! fixtures (`files` works on a real directory, see [`files`]).
 //!
 //! ```
 //! # #[tokio::main(flavor = "current_thread")]
@@ -17,6 +17,7 @@
 
 pub mod acceptance;
 pub mod accounts;
+pub mod files;
 pub mod knowledge;
 pub mod support;
 
@@ -29,10 +30,14 @@ pub struct ExampleOptions {
     /// For `acceptance`: a file to which every execution appends one JSON
     /// line `{"call_id","tool","attempt","executor_id"}`.
     pub ledger: Option<PathBuf>,
+    /// For `files`: the directory the file tools are confined to (created
+    /// if missing). `None` means a fresh `toolmesh-files-<pid>` directory
+    /// under the system temp dir, seeded with a few fixture files.
+    pub files_root: Option<PathBuf>,
 }
 
 /// The example executors, by name.
-pub const EXAMPLE_NAMES: [&str; 4] = ["knowledge", "accounts", "support", "acceptance"];
+pub const EXAMPLE_NAMES: [&str; 5] = ["knowledge", "accounts", "support", "acceptance", "files"];
 
 /// The example executor called `name` (one of [`EXAMPLE_NAMES`]), or `None`.
 pub fn example(name: &str, opts: &ExampleOptions) -> Option<Executor> {
@@ -41,6 +46,7 @@ pub fn example(name: &str, opts: &ExampleOptions) -> Option<Executor> {
         "accounts" => accounts::executor(),
         "support" => support::executor(),
         "acceptance" => acceptance::executor(opts.ledger.clone()),
+        "files" => files::executor(opts.files_root.clone()),
         _ => return None,
     })
 }

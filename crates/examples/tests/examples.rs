@@ -82,6 +82,10 @@ async fn every_example_binds_with_strict_schemas() {
         ("acc_sleep", (RiskLevel::Low, true)),
         ("acc_panic", (RiskLevel::Low, false)),
         ("acc_charge", (RiskLevel::Medium, false)),
+        ("read_file", (RiskLevel::Low, true)),
+        ("list_files", (RiskLevel::Low, true)),
+        ("write_file", (RiskLevel::Medium, false)),
+        ("edit_file", (RiskLevel::Medium, false)),
     ]
     .into();
     let mut seen = 0;
@@ -323,6 +327,7 @@ async fn acceptance_tools_and_ledger() {
         "acceptance",
         &ExampleOptions {
             ledger: Some(path.clone()),
+            ..ExampleOptions::default()
         },
     )
     .unwrap();
@@ -421,6 +426,7 @@ async fn acceptance_served_over_grpc() {
         "acceptance",
         &ExampleOptions {
             ledger: Some(path.clone()),
+            ..ExampleOptions::default()
         },
     )
     .unwrap();

@@ -26,6 +26,7 @@ const MIN_PERIOD: Duration = Duration::from_millis(10);
 /// The running registration loop.
 pub(crate) struct LeaseTask {
     client: RegistryClient<Channel>,
+    auth: Auth,
     lease_id: Arc<Mutex<Option<String>>>,
     task: JoinHandle<()>,
     stop: CancellationToken,
@@ -34,7 +35,13 @@ pub(crate) struct LeaseTask {
 
 impl LeaseTask {
     /// Starts registering `request` with the registry behind `channel`.
-    pub(crate) fn spawn(channel: Channel, registry: String, request: RegisterRequest) -> Self {
+    pub(crate) fn spawn(
+        channel: Channel,
+        registry: String,
+        request: RegisterRequest,
+        token: Option<String>,
+    ) -> Self {
+        let auth = Auth::bearer(token.as_deref());
         let client = RegistryClient::new(channel)
             .max_decoding_message_size(toolmesh::grpc::MAX_CALL_MESSAGE_BYTES)
             .max_encoding_message_size(toolmesh::grpc::MAX_CALL_MESSAGE_BYTES);
@@ -46,9 +53,11 @@ impl LeaseTask {
             request,
             Arc::clone(&lease_id),
             stop.clone(),
+            auth.clone(),
         ));
         LeaseTask {
             client,
+            auth,
             lease_id,
             task,
             stop,
@@ -74,7 +83,7 @@ impl LeaseTask {
         let Some(lease_id) = lease_id else {
             return;
         };
-        let mut request = Request::new(DeregisterRequest {
+        let mut request = self.auth.request(DeregisterRequest {
             lease_id: lease_id.clone(),
         });
         request.set_timeout(limit);
@@ -155,6 +164,7 @@ async fn keep_lease(
     request: RegisterRequest,
     lease_id: Arc<Mutex<Option<String>>>,
     stop: CancellationToken,
+    auth: Auth,
 ) {
     // Waits, unless the loop is being stopped: then the loop ends.
     let pause = |wait: Duration| {
@@ -169,7 +179,7 @@ async fn keep_lease(
     let mut outage = Outage::new(registry.clone());
     let asked = Duration::from_millis(request.lease_ttl_ms.into());
     while !stop.is_cancelled() {
-        let granted = match with_timeout(client.register(rpc(request.clone()))).await {
+        let granted = match with_timeout(client.register(auth.rpc(request.clone()))).await {
             Ok(response) => {
                 outage.recovered();
                 report(&registry, &request, &response);
@@ -202,7 +212,7 @@ async fn keep_lease(
             if !pause(wait).await {
                 return;
             }
-            match with_timeout(client.heartbeat(rpc(heartbeat.clone()))).await {
+            match with_timeout(client.heartbeat(auth.rpc(heartbeat.clone()))).await {
                 Ok(_) => {
                     outage.recovered();
                     wait = period;
@@ -218,10 +228,39 @@ async fn keep_lease(
     }
 }
 
-fn rpc<T>(message: T) -> Request<T> {
-    let mut request = Request::new(message);
-    request.set_timeout(RPC_TIMEOUT);
-    request
+/// The executor's registration token, sent as `authorization: Bearer …`
+/// on every registry call.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Auth(Option<tonic::metadata::AsciiMetadataValue>);
+
+impl Auth {
+    fn bearer(token: Option<&str>) -> Self {
+        let value = token
+            .filter(|t| !t.is_empty())
+            .and_then(|t| format!("Bearer {t}").parse().ok());
+        if token.is_some_and(|t| !t.is_empty()) && value.is_none() {
+            warn!(
+                "the registration token has characters a header cannot carry; registering without it"
+            );
+        }
+        Auth(value)
+    }
+
+    fn request<T>(&self, message: T) -> Request<T> {
+        let mut request = Request::new(message);
+        if let Some(value) = &self.0 {
+            request
+                .metadata_mut()
+                .insert("authorization", value.clone());
+        }
+        request
+    }
+
+    fn rpc<T>(&self, message: T) -> Request<T> {
+        let mut request = self.request(message);
+        request.set_timeout(RPC_TIMEOUT);
+        request
+    }
 }
 
 async fn with_timeout<T>(

@@ -293,6 +293,7 @@ impl Executor {
             health,
             lease_ttl: opts.lease_ttl,
             grace: opts.grace,
+            token: opts.token.clone(),
         })
     }
 
@@ -322,6 +323,9 @@ pub struct ServeOptions {
     pub lease_ttl: Duration,
     /// How long in-flight calls may take to finish once shutdown begins.
     pub grace: Duration,
+    /// Registration token (sent as `authorization: Bearer …`), binding this
+    /// executor to its owner; `None` registers without one.
+    pub token: Option<String>,
 }
 
 impl Default for ServeOptions {
@@ -333,6 +337,7 @@ impl Default for ServeOptions {
             executor_id: None,
             lease_ttl: Duration::from_secs(10),
             grace: Duration::from_secs(10),
+            token: None,
         }
     }
 }
@@ -359,6 +364,7 @@ pub struct BoundExecutor {
     health: HealthReporter,
     lease_ttl: Duration,
     grace: Duration,
+    token: Option<String>,
 }
 
 impl std::fmt::Debug for BoundExecutor {
@@ -403,6 +409,7 @@ impl BoundExecutor {
             health,
             lease_ttl,
             grace,
+            token,
         } = self;
         let executor_id = core.executor_id.clone();
         let stop_calls = core.stop.clone();
@@ -436,6 +443,7 @@ impl BoundExecutor {
                     tools: specs,
                     lease_ttl_ms: tool::duration_ms_ceil(lease_ttl),
                 },
+                token.clone(),
             )
         });
 

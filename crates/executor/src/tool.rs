@@ -2,7 +2,7 @@
 
 use crate::CallCx;
 use std::{collections::HashMap, fmt, future::Future, time::Duration};
-use toolmesh::pb::{RetryPolicy, RiskLevel, ToolSpec};
+use toolmesh::pb::{Precondition, RetryPolicy, RiskLevel, ToolSpec};
 
 /// A tool an executor serves.
 ///
@@ -43,6 +43,8 @@ pub struct ToolInfo {
     owner: String,
     tags: Vec<String>,
     retry: Option<RetryPolicy>,
+    deprecated: String,
+    preconditions: Vec<Precondition>,
 }
 
 impl ToolInfo {
@@ -66,6 +68,8 @@ impl ToolInfo {
             owner: String::new(),
             tags: Vec::new(),
             retry: None,
+            deprecated: String::new(),
+            preconditions: Vec::new(),
         }
     }
 
@@ -112,6 +116,32 @@ impl ToolInfo {
         self
     }
 
+    /// Declares that a call of this tool needs an earlier successful call of
+    /// `tool` in the same session (`CallContext.session_id`). With a
+    /// non-empty `same_argument`, both calls must have passed the same value
+    /// for that top-level argument (`edit_file` requires `read_file` on the
+    /// same `path`); empty means any successful call of `tool` will do.
+    ///
+    /// The dispatcher enforces preconditions; the executor only declares
+    /// them. Each call adds one (an exact repeat is ignored).
+    pub fn requires(mut self, tool: impl Into<String>, same_argument: impl Into<String>) -> Self {
+        let precondition = Precondition {
+            tool: tool.into(),
+            same_argument: same_argument.into(),
+        };
+        if !self.preconditions.contains(&precondition) {
+            self.preconditions.push(precondition);
+        }
+        self
+    }
+
+    /// Marks this version deprecated; `message` tells the model what to use
+    /// instead ("use search_kb 2.x"). An empty message clears the mark.
+    pub fn deprecated(mut self, message: impl Into<String>) -> Self {
+        self.deprecated = message.into();
+        self
+    }
+
     /// The tool's name.
     pub fn name(&self) -> &str {
         &self.name
@@ -136,6 +166,8 @@ impl ToolInfo {
             owner: self.owner.clone(),
             tags: self.tags.clone(),
             retry: self.retry,
+            deprecated: self.deprecated.clone(),
+            preconditions: self.preconditions.clone(),
         }
     }
 }
@@ -267,5 +299,71 @@ impl fmt::Display for ToolFailure {
 impl<E: std::error::Error> From<E> for ToolFailure {
     fn from(error: E) -> Self {
         ToolFailure::new(error.to_string())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::Executor;
+
+    /// Arguments of the test tool.
+    #[derive(serde::Deserialize, schemars::JsonSchema)]
+    #[serde(deny_unknown_fields)]
+    struct EditArgs {
+        /// The file.
+        #[allow(dead_code)]
+        path: String,
+    }
+
+    struct Edit;
+
+    impl Tool for Edit {
+        type Args = EditArgs;
+        fn info(&self) -> ToolInfo {
+            ToolInfo::new("edit", "2.0.0", "Edit a file.")
+                .requires("read", "path")
+                .requires("login", "")
+                .requires("read", "path")
+                .deprecated("use edit 3.x")
+        }
+        async fn call(&self, _args: EditArgs, _cx: CallCx) -> Result<ToolOutput, ToolFailure> {
+            Ok(ToolOutput::text("edited"))
+        }
+    }
+
+    /// `requires` and `deprecated` reach the spec the executor registers:
+    /// preconditions in declaration order (an exact repeat dropped, an empty
+    /// `same_argument` kept as "any call"), the deprecation text verbatim;
+    /// a plain tool has neither.
+    #[test]
+    fn preconditions_and_deprecation_reach_the_spec() {
+        let specs = Executor::new("files").tool(Edit).specs();
+        assert_eq!(specs.len(), 1);
+        let spec = &specs[0];
+        assert_eq!(
+            spec.preconditions,
+            vec![
+                Precondition {
+                    tool: "read".into(),
+                    same_argument: "path".into(),
+                },
+                Precondition {
+                    tool: "login".into(),
+                    same_argument: String::new(),
+                },
+            ]
+        );
+        assert_eq!(spec.deprecated, "use edit 3.x");
+        toolmesh::ToolDef::new(spec.clone()).expect("the spec validates");
+
+        let plain = ToolInfo::new("t", "1.0.0", "d").to_spec("{}".into());
+        assert!(plain.preconditions.is_empty());
+        assert!(plain.deprecated.is_empty());
+        let cleared = ToolInfo::new("t", "1.0.0", "d")
+            .deprecated("old")
+            .deprecated("")
+            .to_spec("{}".into());
+        assert!(cleared.deprecated.is_empty());
     }
 }

@@ -110,6 +110,20 @@ impl Registry for FakeRegistry {
         Err(Status::unimplemented("not in this test"))
     }
 
+    async fn disable_tool(
+        &self,
+        _: Request<toolmesh::pb::DisableToolRequest>,
+    ) -> Result<Response<toolmesh::pb::DisableToolResponse>, Status> {
+        Err(Status::unimplemented("not in this test"))
+    }
+
+    async fn enable_tool(
+        &self,
+        _: Request<toolmesh::pb::EnableToolRequest>,
+    ) -> Result<Response<toolmesh::pb::EnableToolResponse>, Status> {
+        Err(Status::unimplemented("not in this test"))
+    }
+
     type WatchSnapshotsStream = tonic::codegen::tokio_stream::Empty<Result<Snapshot, Status>>;
 
     async fn watch_snapshots(

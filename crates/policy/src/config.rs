@@ -114,9 +114,9 @@ pub(crate) struct RiskName(pub(crate) RiskLevel);
 impl TryFrom<String> for RiskName {
     type Error = String;
     fn try_from(text: String) -> Result<Self, String> {
-        parse_risk(&text).map(RiskName).ok_or_else(|| {
-            format!("unknown risk {text:?}: use \"LOW\", \"MEDIUM\" or \"HIGH\"")
-        })
+        parse_risk(&text)
+            .map(RiskName)
+            .ok_or_else(|| format!("unknown risk {text:?}: use \"LOW\", \"MEDIUM\" or \"HIGH\""))
     }
 }
 
@@ -160,5 +160,9 @@ pub(crate) fn risk_name(risk: RiskLevel) -> &'static str {
 /// 1-based line of byte offset `at` in `text`.
 pub(crate) fn line_of(text: &str, at: usize) -> usize {
     let at = at.min(text.len());
-    text.as_bytes()[..at].iter().filter(|&&b| b == b'\n').count() + 1
+    text.as_bytes()[..at]
+        .iter()
+        .filter(|&&b| b == b'\n')
+        .count()
+        + 1
 }

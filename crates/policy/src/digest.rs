@@ -1,5 +1,6 @@
 //! SHA-256 helpers: token digests and argument digests, in lower-case hex.
 
+use serde_json::Value;
 use sha2::{Digest, Sha256};
 
 /// The SHA-256 of `bytes`.
@@ -33,28 +34,81 @@ pub(crate) fn parse_sha256_hex(text: &str) -> Option<[u8; 32]> {
     Some(out)
 }
 
-/// Hex SHA-256 of a call's raw JSON arguments, exactly as sent.
+/// Hex SHA-256 of a call's JSON arguments.
 ///
-/// Approvals bind to this digest and audit records carry it, so a reviewer
-/// can tell that the call that ran is the call that was approved without
-/// the log holding the arguments.
+/// When `arguments` is JSON, the digest is taken over its canonical form
+/// (object keys sorted, no insignificant whitespace), so a model that sends
+/// the same arguments again with other spacing or key order gets the same
+/// digest; anything else is hashed byte for byte. Approvals bind to this
+/// digest and audit records carry it, so a reviewer can tell that the call
+/// that ran is the call that was approved without the log holding the
+/// arguments.
 pub fn arguments_digest(arguments: &str) -> String {
-    hex(&sha256(arguments.as_bytes()))
+    match serde_json::from_str::<Value>(arguments) {
+        Ok(value) => {
+            let mut canonical = String::with_capacity(arguments.len());
+            write_canonical(&value, &mut canonical);
+            hex(&sha256(canonical.as_bytes()))
+        }
+        Err(_) => hex(&sha256(arguments.as_bytes())),
+    }
+}
+
+/// Writes `value` with sorted keys and no whitespace, whatever order the
+/// map type keeps. Depth is bounded by serde_json's parser (128 levels).
+fn write_canonical(value: &Value, out: &mut String) {
+    match value {
+        Value::Object(map) => {
+            let mut entries: Vec<_> = map.iter().collect();
+            entries.sort_unstable_by(|a, b| a.0.cmp(b.0));
+            out.push('{');
+            for (i, (key, item)) in entries.into_iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                out.push_str(&Value::String(key.clone()).to_string());
+                out.push(':');
+                write_canonical(item, out);
+            }
+            out.push('}');
+        }
+        Value::Array(items) => {
+            out.push('[');
+            for (i, item) in items.iter().enumerate() {
+                if i > 0 {
+                    out.push(',');
+                }
+                write_canonical(item, out);
+            }
+            out.push(']');
+        }
+        scalar => out.push_str(&scalar.to_string()),
+    }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    /// The digest is the standard SHA-256 (pinned against a known vector) and round-trips through hex.
+    /// The digest is SHA-256 (pinned against known vectors) of canonical JSON:
+    /// spacing and key order do not change it, values do; non-JSON is hashed raw.
     #[test]
     fn digest_is_stable() {
+        // Not JSON: hashed as is.
         assert_eq!(
             arguments_digest("abc"),
             "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
         );
-        assert_eq!(arguments_digest(r#"{"to":"a@b"}"#), arguments_digest(r#"{"to":"a@b"}"#));
-        assert_ne!(arguments_digest(r#"{"to":"a@b"}"#), arguments_digest(r#"{"to": "a@b"}"#));
+        // sha256 of the canonical text `{"a":1,"b":[true,null,"x"]}`.
+        let pinned = hex(&sha256(br#"{"a":1,"b":[true,null,"x"]}"#));
+        assert_eq!(arguments_digest(r#"{"a":1,"b":[true,null,"x"]}"#), pinned);
+        assert_eq!(
+            arguments_digest(" { \"b\" : [true, null, \"x\"],\n \"a\": 1 } "),
+            pinned
+        );
+        assert_ne!(arguments_digest(r#"{"a":2,"b":[true,null,"x"]}"#), pinned);
+        assert_ne!(arguments_digest(r#"{"a":1,"b":[null,true,"x"]}"#), pinned);
+        assert_eq!(arguments_digest(r#"{"to":"a@b"}"#).len(), 64);
         let d = sha256(b"tok");
         assert_eq!(parse_sha256_hex(&hex(&d).to_uppercase()), Some(d));
         assert_eq!(parse_sha256_hex("zz"), None);

@@ -29,7 +29,10 @@ impl ToolPattern {
     /// Parses a pattern; the error says which character is wrong and what is allowed.
     pub fn parse(text: &str) -> Result<Self, String> {
         if text.is_empty() {
-            return Err("is empty: write a tool name such as \"search_kb\" or a glob such as \"get_*\"".into());
+            return Err(
+                "is empty: write a tool name such as \"search_kb\" or a glob such as \"get_*\""
+                    .into(),
+            );
         }
         if let Some(bad) = text
             .chars()

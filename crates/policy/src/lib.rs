@@ -1,1 +1,72 @@
-//! x
+//! Caller policy for toolmesh: who a caller is, which tools it may see and call, what needs approval, how fast, and the audit trail.
+//!
+//! A registered tool is not thereby usable by everyone. The dispatcher asks
+//! this crate, for every `ListTools` entry and every `Invoke`:
+//!
+//! 1. [`Policy::authenticate`] — the `authorization: Bearer <token>` value
+//!    becomes a [`Principal`] (or the anonymous one, when allowed);
+//! 2. [`Policy::decide`] — a [`Decision`]: allowed by which grant, and
+//!    whether an approval is needed ([`ApprovalNeed`]), or denied and why;
+//!    [`explain`] lists every grant considered, for `toolmesh explain`;
+//! 3. [`Approvals`] — single-use tickets bound to tool, version,
+//!    [`arguments_digest`] and caller;
+//! 4. [`Limits::check`] (via [`Policy::limits`]) — rate limits and
+//!    concurrency quotas, with a [`Permit`] that frees its slot on drop;
+//! 5. [`AuditSink`] — one JSON [`AuditRecord`] line per call or decision.
+//!
+//! [`PolicyHandle`] keeps the policy in force and reloads it on SIGHUP or
+//! when its file changes; a bad file leaves the previous policy in force.
+//! [`Policy::permissive_dev`] is the development policy ([`DEV_POLICY_TOML`]).
+//!
+//! # The policy file
+//!
+//! One TOML file, validated as a whole when it is loaded: unknown keys,
+//! bad risk names, bad tool patterns, duplicate tokens or grant names and
+//! out-of-range numbers are all reported at once, each with its line, its
+//! field and how to fix it. Every table is optional; an empty file admits
+//! nobody. A full example (also [`EXAMPLE_POLICY_TOML`]):
+//!
+//! ```toml
+#![doc = include_str!("../policy.example.toml")]
+//! ```
+//!
+//! Grants are checked in file order and the first that allows a call is
+//! the decision's `rule`. When none does, the reason names the grants that
+//! came closest (a risk cap, or what the caller's grants do cover).
+//! Approval is decided after access: a tool needs one when its risk is at
+//! or above `require_for_risk` or its name matches `require_for_tools`,
+//! unless the caller is in `pre_approved_principals` (never an anonymous one).
+//! The raw arguments of a call reach the audit log only for tools tagged
+//! [`RAW_ARGUMENTS_TAG`], with `"x-sensitive": true` properties redacted.
+
+pub mod approvals;
+pub mod audit;
+mod config;
+mod decision;
+mod digest;
+mod error;
+mod glob;
+pub mod limits;
+mod policy;
+mod principal;
+pub mod reload;
+
+#[cfg(test)]
+mod tests;
+
+pub use approvals::{ApprovalError, ApprovalSettings, ApprovalState, ApprovalTicket, Approvals};
+pub use audit::{AuditKind, AuditRecord, AuditSink, RAW_ARGUMENTS_TAG};
+pub use config::Scope;
+pub use decision::{ApprovalNeed, Decision, Explanation, GrantCheck, GrantVerdict, explain};
+pub use digest::arguments_digest;
+pub use error::{AuthError, PolicyError, Problem};
+pub use glob::ToolPattern;
+pub use limits::{LimitKind, Limited, Limits, Permit};
+pub use policy::{
+    DEFAULT_TENANT, DEV_APPROVER_TOKEN, DEV_POLICY_TOML, MAX_RATE_PER_SEC, MAX_TTL_SECS, Policy,
+};
+pub use principal::Principal;
+pub use reload::{PolicyHandle, PolicyWatcher};
+
+/// The full example policy shown in the crate docs (`policy.example.toml`).
+pub const EXAMPLE_POLICY_TOML: &str = include_str!("../policy.example.toml");

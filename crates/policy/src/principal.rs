@@ -27,6 +27,12 @@ impl Principal {
         roles.iter().any(|r| self.has_role(r))
     }
 
+    /// `tenant/name`: a key unique across tenants, e.g. for
+    /// [`Limits::check`](crate::Limits::check).
+    pub fn key(&self) -> String {
+        format!("{}/{}", self.tenant, self.name)
+    }
+
     /// The same principal-and-tenant pair (roles aside).
     pub fn same_identity(&self, other: &Principal) -> bool {
         self.name == other.name && self.tenant == other.tenant

@@ -1,5 +1,6 @@
 //! How a registry is tuned: lease bounds, history depth and health watching.
 
+use std::path::PathBuf;
 use std::time::Duration;
 
 /// Settings of one [`Registry`](crate::Registry).
@@ -16,6 +17,11 @@ pub struct RegistryConfig {
     pub history: usize,
     /// Whether to watch each executor's `grpc.health.v1` status.
     pub watch_health: bool,
+    /// Where disabled tools and tool owners are kept across restarts; `None`
+    /// keeps them in memory only.
+    pub data_dir: Option<PathBuf>,
+    /// Most tools one registration may list.
+    pub max_tools_per_executor: usize,
 }
 
 impl Default for RegistryConfig {
@@ -26,6 +32,8 @@ impl Default for RegistryConfig {
             max_ttl: Duration::from_secs(300),
             history: 64,
             watch_health: true,
+            data_dir: None,
+            max_tools_per_executor: 1024,
         }
     }
 }

@@ -33,6 +33,30 @@ pub enum RegistryError {
         /// The newest version.
         newest: u64,
     },
+    /// One registration lists more tools than allowed.
+    #[error(
+        "this registration lists {count} tools; the limit is {limit} per executor: split it over several executors"
+    )]
+    TooManyTools {
+        /// Tools listed.
+        count: usize,
+        /// The limit.
+        limit: usize,
+    },
+    /// The caller could not be identified.
+    #[error("{0}")]
+    Unauthenticated(String),
+    /// The caller may not do this.
+    #[error("{0}")]
+    NotAllowed(String),
+    /// The state file in the data directory could not be used.
+    #[error("registry state file {path}: {problem}")]
+    State {
+        /// The file.
+        path: std::path::PathBuf,
+        /// What is wrong and what to do.
+        problem: String,
+    },
 }
 
 impl From<RegistryError> for tonic::Status {
@@ -41,7 +65,11 @@ impl From<RegistryError> for tonic::Status {
         match error {
             RegistryError::EmptyExecutorId
             | RegistryError::InvalidEndpoint(_)
-            | RegistryError::EmptyLeaseId => tonic::Status::invalid_argument(message),
+            | RegistryError::EmptyLeaseId
+            | RegistryError::TooManyTools { .. } => tonic::Status::invalid_argument(message),
+            RegistryError::Unauthenticated(_) => tonic::Status::unauthenticated(message),
+            RegistryError::NotAllowed(_) => tonic::Status::permission_denied(message),
+            RegistryError::State { .. } => tonic::Status::internal(message),
             RegistryError::UnknownLease(_)
             | RegistryError::UnknownTool(_)
             | RegistryError::SnapshotNotHeld { .. } => tonic::Status::not_found(message),

@@ -3,7 +3,9 @@
 //! immutable, versioned snapshot.
 
 mod config;
+mod durable;
 mod error;
+mod gate;
 mod health_watch;
 mod leases;
 mod registry;
@@ -13,6 +15,8 @@ mod store;
 mod txn;
 
 pub use config::RegistryConfig;
+pub use durable::STATE_FILE;
 pub use error::RegistryError;
+pub use gate::{Gate, OpenGate, bearer};
 pub use registry::Registry;
 pub use service::{RegistryService, SnapshotStream};

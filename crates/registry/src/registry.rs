@@ -3,7 +3,9 @@
 //! health watches.
 
 use crate::config::RegistryConfig;
+use crate::durable::Durable;
 use crate::error::RegistryError;
+use crate::gate::{Gate, OpenGate};
 use crate::health_watch;
 use crate::service::RegistryService;
 use crate::state::{Executor, Registration, State};
@@ -30,6 +32,8 @@ pub struct Registry {
 
 struct Inner {
     config: RegistryConfig,
+    /// Decides who registers as which owner, and who is an admin.
+    gate: Arc<dyn Gate>,
     /// The single writer lock; readers never take it.
     state: Mutex<State>,
     store: Store,
@@ -65,12 +69,32 @@ impl Registry {
     /// When called outside a tokio runtime: the lease reaper and the health
     /// watches run as tasks on the current runtime.
     pub fn new(config: RegistryConfig) -> Registry {
+        Registry::open(config, Arc::new(OpenGate)).unwrap_or_else(|error| {
+            tracing::error!(%error, "registry state not loaded; keeping it in memory only");
+            let config = RegistryConfig {
+                data_dir: None,
+                ..RegistryConfig::default()
+            };
+            Registry::open(config, Arc::new(OpenGate)).expect("in-memory state always opens")
+        })
+    }
+
+    /// A registry whose disabled tools and tool owners are loaded from (and
+    /// saved to) `config.data_dir`, and whose edge asks `gate` who callers
+    /// are. Fails when the state file exists but cannot be used.
+    ///
+    /// # Panics
+    ///
+    /// When called outside a tokio runtime.
+    pub fn open(config: RegistryConfig, gate: Arc<dyn Gate>) -> Result<Registry, RegistryError> {
+        let durable = Durable::open(config.data_dir.as_deref())?;
         let runtime = Handle::current();
         let epoch = uuid::Uuid::new_v4().to_string();
         let inner = Arc::new(Inner {
             store: Store::new(Snapshot::empty(epoch), config.history),
             config,
-            state: Mutex::new(State::default()),
+            gate,
+            state: Mutex::new(State::with_durable(durable)),
             reaper: Arc::new(Notify::new()),
             shutdown: CancellationToken::new(),
             runtime,
@@ -80,7 +104,12 @@ impl Registry {
             inner.reaper.clone(),
             inner.shutdown.clone(),
         ));
-        Registry { inner }
+        Ok(Registry { inner })
+    }
+
+    /// The gate this registry asks at its gRPC edge.
+    pub fn gate(&self) -> &dyn Gate {
+        &*self.inner.gate
     }
 
     /// The settings this registry runs with.
@@ -112,6 +141,23 @@ impl Registry {
         &self,
         req: pb::RegisterRequest,
     ) -> Result<pb::RegisterResponse, RegistryError> {
+        self.register_as(req, "")
+    }
+
+    /// Registers as `owner`: tool names another owner holds are rejected,
+    /// unowned ones are claimed (an empty owner claims nothing).
+    pub fn register_as(
+        &self,
+        req: pb::RegisterRequest,
+        owner: &str,
+    ) -> Result<pb::RegisterResponse, RegistryError> {
+        let limit = self.inner.config.max_tools_per_executor;
+        if req.tools.len() > limit {
+            return Err(RegistryError::TooManyTools {
+                count: req.tools.len(),
+                limit,
+            });
+        }
         let executor_id = req.executor_id.trim();
         if executor_id.is_empty() {
             return Err(RegistryError::EmptyExecutorId);
@@ -142,7 +188,7 @@ impl Registry {
             let mut state = self.inner.lock();
             let base = self.current();
             let mut registered =
-                state.register(&base, registration, lease_id.clone(), Instant::now());
+                state.register(&base, registration, lease_id.clone(), Instant::now(), owner);
             let version = self.inner.publish(registered.snapshot.take(), &base);
             (version, registered)
         };

@@ -1,5 +1,7 @@
 //! The `toolmesh.v1.Registry` gRPC service: a thin edge over [`Registry`].
 
+use crate::error::RegistryError;
+use crate::gate::bearer;
 use crate::registry::Registry;
 use futures_util::{Stream, StreamExt, stream};
 use std::pin::Pin;
@@ -20,6 +22,16 @@ impl RegistryService {
     pub(crate) fn new(registry: Registry) -> Self {
         RegistryService { registry }
     }
+
+    fn admin(&self, metadata: &tonic::metadata::MetadataMap) -> Result<String, RegistryError> {
+        let admin = self
+            .registry
+            .gate()
+            .admin(bearer(metadata))
+            .map_err(RegistryError::NotAllowed)?;
+        tracing::info!(%admin, "admin request");
+        Ok(admin)
+    }
 }
 
 /// The stream of snapshots `WatchSnapshots` answers with.
@@ -31,7 +43,14 @@ impl pb::registry_server::Registry for RegistryService {
         &self,
         request: Request<pb::RegisterRequest>,
     ) -> Result<Response<pb::RegisterResponse>, Status> {
-        Ok(Response::new(self.registry.register(request.into_inner())?))
+        let owner = self
+            .registry
+            .gate()
+            .executor_owner(bearer(request.metadata()))
+            .map_err(RegistryError::Unauthenticated)?;
+        Ok(Response::new(
+            self.registry.register_as(request.into_inner(), &owner)?,
+        ))
     }
 
     async fn heartbeat(
@@ -48,6 +67,32 @@ impl pb::registry_server::Registry for RegistryService {
     ) -> Result<Response<pb::DeregisterResponse>, Status> {
         let snapshot_version = self.registry.deregister(&request.get_ref().lease_id)?;
         Ok(Response::new(pb::DeregisterResponse { snapshot_version }))
+    }
+
+    async fn disable_tool(
+        &self,
+        request: Request<pb::DisableToolRequest>,
+    ) -> Result<Response<pb::DisableToolResponse>, Status> {
+        self.admin(request.metadata())?;
+        let request = request.into_inner();
+        if request.reason.trim().is_empty() {
+            return Err(Status::invalid_argument(
+                "say why the tool is disabled: callers and operators read the reason",
+            ));
+        }
+        let snapshot_version = self
+            .registry
+            .set_disabled(&request.tool, Some(request.reason))?;
+        Ok(Response::new(pb::DisableToolResponse { snapshot_version }))
+    }
+
+    async fn enable_tool(
+        &self,
+        request: Request<pb::EnableToolRequest>,
+    ) -> Result<Response<pb::EnableToolResponse>, Status> {
+        self.admin(request.metadata())?;
+        let snapshot_version = self.registry.set_disabled(&request.get_ref().tool, None)?;
+        Ok(Response::new(pb::EnableToolResponse { snapshot_version }))
     }
 
     async fn get_snapshot(

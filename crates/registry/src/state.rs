@@ -2,6 +2,7 @@
 //! their leases and the tool keys each serves, and how each change turns into
 //! the next snapshot.
 
+use crate::durable::Durable;
 use crate::error::RegistryError;
 use crate::leases::LeaseTable;
 use crate::txn::{Key, Staged, Txn, key_of, label};
@@ -78,9 +79,19 @@ pub(crate) struct Registered {
 pub(crate) struct State {
     executors: HashMap<Arc<str>, Executor>,
     leases: LeaseTable,
+    /// Disabled tools and tool owners, kept across restarts.
+    durable: Durable,
 }
 
 impl State {
+    /// An empty state over loaded durable state.
+    pub(crate) fn with_durable(durable: Durable) -> Self {
+        State {
+            durable,
+            ..State::default()
+        }
+    }
+
     /// Registers (or replaces) an executor under `lease_id`, in one change.
     pub(crate) fn register(
         &mut self,
@@ -88,6 +99,7 @@ impl State {
         reg: Registration,
         lease_id: Arc<str>,
         now: Instant,
+        owner: &str,
     ) -> Registered {
         let mut txn = Txn::new(base);
         let replaced = self.executors.remove(&reg.executor_id);
@@ -106,9 +118,26 @@ impl State {
         let mut keys = Vec::with_capacity(reg.tools.len());
         let mut rejected = Vec::new();
         for def in reg.tools {
-            match add_instance(&mut txn, def, &executor) {
+            if let Some(holder) = self.durable.owner(def.name()).filter(|h| *h != owner) {
+                rejected.push(RejectedTool {
+                    name: def.name().to_owned(),
+                    reason: format!(
+                        "tool {} belongs to owner {holder:?}; an executor registering as {owner:?} cannot register, replace or shadow it: choose a name in your own namespace",
+                        def.name()
+                    ),
+                });
+                continue;
+            }
+            let disabled = self.durable.disabled(def.name()).map(Arc::<str>::from);
+            match add_instance(&mut txn, def, &executor, disabled) {
                 Ok(key) => keys.push(key),
                 Err(reject) => rejected.push(reject),
+            }
+        }
+        if !owner.is_empty() {
+            let names: Vec<&str> = keys.iter().map(|k| &*k.0).collect();
+            if let Err(e) = self.durable.claim(owner, names) {
+                tracing::error!(error = %e, "tool ownership could not be saved");
             }
         }
         if let Some(old) = &replaced {
@@ -218,9 +247,11 @@ impl State {
         reason: Option<Arc<str>>,
     ) -> Result<Option<Snapshot>, RegistryError> {
         let versions = base.versions(tool);
-        if versions.is_empty() {
+        if versions.is_empty() && self.durable.disabled(tool).is_none() {
             return Err(RegistryError::UnknownTool(tool.to_owned()));
         }
+        // Saved first: a switch the disk lost must not seem to have worked.
+        self.durable.set_disabled(tool, reason.as_deref())?;
         let mut txn = Txn::new(base);
         for entry in versions {
             if let Some(staged) = txn.get(&key_of(&entry.def)) {
@@ -250,16 +281,22 @@ impl State {
 
 /// Adds (or refreshes) `executor`'s instance of `def`, or explains why the
 /// definition conflicts with the one other executors serve.
-fn add_instance(txn: &mut Txn<'_>, def: ToolDef, executor: &Executor) -> Result<Key, RejectedTool> {
+fn add_instance(
+    txn: &mut Txn<'_>,
+    def: ToolDef,
+    executor: &Executor,
+    disabled: Option<Arc<str>>,
+) -> Result<Key, RejectedTool> {
     let key = key_of(&def);
     let instance = executor.instance(true);
     // New versions of a disabled tool stay disabled: every version of a name
-    // shares the operator's switch.
-    let family_disabled = txn
-        .base()
-        .versions(&key.0)
-        .first()
-        .and_then(|e| e.disabled.clone());
+    // shares the operator's switch, which also survives restarts.
+    let family_disabled = disabled.or_else(|| {
+        txn.base()
+            .versions(&key.0)
+            .first()
+            .and_then(|e| e.disabled.clone())
+    });
     let Some(staged) = txn.get(&key) else {
         txn.insert(
             key.clone(),

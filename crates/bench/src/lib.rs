@@ -1,0 +1,193 @@
+//! The toolmesh benchmark (`toolmesh bench`): what the gateway costs per
+//! call compared with calling the executor directly and with nginx
+//! `grpc_pass`, how the registry behaves at 10,000 tools, and how fresh the
+//! dispatcher's view is when executors die or turn unhealthy.
+//!
+//! [`run`] starts everything it needs on 127.0.0.1 (the `toolmesh` binary as
+//! separate processes, nginx if it is on PATH, and registries, dispatchers
+//! and a small executor inside this process), measures, stops every process
+//! it started (drop guards on every path, and `PR_SET_PDEATHSIG` should the
+//! bench itself be killed) and returns a [`Report`]: `Display` prints the
+//! tables, serde gives the same figures as JSON.
+//!
+//! ```no_run
+//! # async fn example() -> Result<(), toolmesh_bench::BenchError> {
+//! let report = toolmesh_bench::run(toolmesh_bench::BenchOptions {
+//!     toolmesh_exe: "target/release/toolmesh".into(),
+//!     quick: false,
+//!     json: Some("bench.json".into()),
+//! })
+//! .await?;
+//! println!("{report}");
+//! # Ok(())
+//! # }
+//! ```
+
+mod error;
+mod freshness;
+mod load;
+mod machine;
+mod mesh;
+mod nginx;
+mod overhead;
+mod procs;
+mod report;
+mod scale;
+mod stats;
+
+pub use error::BenchError;
+pub use freshness::{Freshness, Series};
+pub use load::Throughput;
+pub use machine::{Build, Machine};
+pub use overhead::{ByTarget, NginxStatus, Overhead, SizeResult};
+pub use report::{Report, Target, Verdict};
+pub use scale::{AtSize, ListTools, Propagation, Publish, Scale};
+pub use stats::Latency;
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+/// What to run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BenchOptions {
+    /// The `toolmesh` binary to start (build it with
+    /// `cargo build --release -p toolmesh-cli`).
+    pub toolmesh_exe: PathBuf,
+    /// Short series for a smoke test (well under a minute) instead of the
+    /// full run (a few minutes).
+    pub quick: bool,
+    /// Also write the report as JSON to this file.
+    pub json: Option<PathBuf>,
+}
+
+/// Runs the whole benchmark; see the crate docs. Must be called inside a
+/// multi-threaded tokio runtime (the load generator, in-process servers and
+/// their followers run as tasks on it).
+pub async fn run(options: BenchOptions) -> Result<Report, BenchError> {
+    let started = Instant::now();
+    let plan = Plan::new(options.quick);
+    let exe = std::fs::canonicalize(&options.toolmesh_exe).map_err(|e| {
+        BenchError::io(
+            format!(
+                "find the toolmesh binary {} (build it with `cargo build --release -p toolmesh-cli`)",
+                options.toolmesh_exe.display()
+            ),
+            e,
+        )
+    })?;
+    let machine = machine::Machine::read(&exe);
+    let logs = procs::TempDir::new("logs")?;
+
+    progress("1/3 per-call overhead: direct, nginx grpc_pass, toolmesh");
+    let overhead = overhead::run(&plan, &exe, logs.path()).await?;
+    // Freshness before scale: scale leaves in-process dispatcher tasks
+    // behind that would add noise to the timings.
+    progress("2/3 freshness: registry, dispatcher and executors as separate processes");
+    let freshness = freshness::run(&plan, &exe, logs.path()).await?;
+    progress(&format!(
+        "3/3 registry scale: {} and {} tools in this process",
+        plan.baseline_tools, plan.scale_tools
+    ));
+    let scale = scale::run(&plan).await?;
+
+    let report = Report::new(
+        machine,
+        plan.quick,
+        started.elapsed().as_secs_f64(),
+        overhead,
+        scale,
+        freshness,
+    );
+    if let Some(path) = &options.json {
+        let text = serde_json::to_string_pretty(&report)?;
+        std::fs::write(path, text + "\n")
+            .map_err(|e| BenchError::io(format!("write {}", path.display()), e))?;
+    }
+    Ok(report)
+}
+
+/// One progress line on stderr, so a long run shows where it is.
+fn progress(step: &str) {
+    eprintln!("toolmesh bench: {step}");
+}
+
+/// How much of everything to run.
+#[derive(Debug, Clone)]
+pub(crate) struct Plan {
+    /// Whether this is the quick run.
+    pub(crate) quick: bool,
+    /// Calls before each latency series.
+    pub(crate) latency_warmup: usize,
+    /// Timed calls per latency series.
+    pub(crate) latency_calls: usize,
+    /// Before each throughput window.
+    pub(crate) throughput_warmup: Duration,
+    /// Each throughput window.
+    pub(crate) throughput_window: Duration,
+    /// Calls in flight for throughput.
+    pub(crate) in_flight: Vec<usize>,
+    /// Size of the small arguments.
+    pub(crate) small_bytes: usize,
+    /// Size of the medium arguments.
+    pub(crate) medium_bytes: usize,
+    /// Tools in the small registry.
+    pub(crate) baseline_tools: usize,
+    /// Tools in the large registry.
+    pub(crate) scale_tools: usize,
+    /// Concurrent gRPC clients registering them.
+    pub(crate) register_clients: usize,
+    /// Changes timed for the publish cost.
+    pub(crate) publish_changes: usize,
+    /// Changes timed until an in-process dispatcher has them.
+    pub(crate) propagation_changes: usize,
+    /// Changes timed until a gRPC follower has them.
+    pub(crate) grpc_propagation_changes: usize,
+    /// ListTools calls timed.
+    pub(crate) list_calls: usize,
+    /// Repetitions of each freshness measurement.
+    pub(crate) freshness_reps: usize,
+}
+
+impl Plan {
+    fn new(quick: bool) -> Plan {
+        if quick {
+            Plan {
+                quick,
+                latency_warmup: 100,
+                latency_calls: 300,
+                throughput_warmup: Duration::from_millis(200),
+                throughput_window: Duration::from_millis(500),
+                in_flight: vec![32, 128],
+                small_bytes: 100,
+                medium_bytes: 10_000,
+                baseline_tools: 100,
+                scale_tools: 1_000,
+                register_clients: 8,
+                publish_changes: 50,
+                propagation_changes: 10,
+                grpc_propagation_changes: 3,
+                list_calls: 5,
+                freshness_reps: 2,
+            }
+        } else {
+            Plan {
+                quick,
+                latency_warmup: 500,
+                latency_calls: 2_000,
+                throughput_warmup: Duration::from_millis(500),
+                throughput_window: Duration::from_secs(3),
+                in_flight: vec![32, 128],
+                small_bytes: 100,
+                medium_bytes: 10_000,
+                baseline_tools: 100,
+                scale_tools: 10_000,
+                register_clients: 16,
+                publish_changes: 200,
+                propagation_changes: 50,
+                grpc_propagation_changes: 10,
+                list_calls: 30,
+                freshness_reps: 5,
+            }
+        }
+    }
+}

@@ -1,0 +1,274 @@
+//! Load drivers: one gRPC client kind per target (executor Execute directly
+//! or through nginx, dispatcher Invoke), a latency run at concurrency 1 and
+//! a throughput run at a fixed number of calls in flight.
+
+use crate::error::BenchError;
+use crate::stats::Latency;
+use serde::Serialize;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::time::Instant;
+use tonic::transport::Channel;
+use toolmesh::pb::{
+    CallContext, ExecuteRequest, InvokeRequest, ToolResult, dispatcher_client::DispatcherClient,
+    executor_client::ExecutorClient,
+};
+
+/// Deadline sent with every measured call.
+const CALL_DEADLINE: Duration = Duration::from_secs(10);
+
+/// One call's arguments for one tool.
+#[derive(Debug, Clone)]
+pub(crate) struct Workload {
+    /// Tool name.
+    pub(crate) tool: Arc<str>,
+    /// Tool version (sent to executors, as the dispatcher does).
+    pub(crate) version: Arc<str>,
+    /// JSON arguments.
+    pub(crate) arguments: Arc<str>,
+}
+
+/// A client for one target; clones share its single HTTP/2 channel.
+#[derive(Debug, Clone)]
+pub(crate) enum Client {
+    /// `toolmesh.v1.Executor/Execute` (the executor itself, or nginx in front of it).
+    Executor(ExecutorClient<Channel>),
+    /// `toolmesh.v1.Dispatcher/Invoke`.
+    Dispatcher(DispatcherClient<Channel>),
+}
+
+impl Client {
+    /// An Execute client over one lazily connecting channel to `addr`.
+    pub(crate) fn executor(addr: &str) -> Result<Client, BenchError> {
+        Ok(Client::Executor(ExecutorClient::new(
+            toolmesh::grpc::channel(addr)?,
+        )))
+    }
+
+    /// An Invoke client over one lazily connecting channel to `addr`.
+    pub(crate) fn dispatcher(addr: &str) -> Result<Client, BenchError> {
+        Ok(Client::Dispatcher(DispatcherClient::new(
+            toolmesh::grpc::channel(addr)?,
+        )))
+    }
+
+    /// One call; `Err` with a description when the RPC or the tool failed.
+    pub(crate) async fn call(&mut self, work: &Workload) -> Result<(), String> {
+        let context = Some(CallContext {
+            caller: "toolmesh-bench".into(),
+            ..CallContext::default()
+        });
+        let result = match self {
+            Client::Executor(client) => {
+                let mut request = tonic::Request::new(ExecuteRequest {
+                    call_id: String::new(),
+                    tool: work.tool.to_string(),
+                    version: work.version.to_string(),
+                    arguments: work.arguments.to_string(),
+                    attempt: 1,
+                    context,
+                });
+                request.set_timeout(CALL_DEADLINE);
+                client.execute(request).await.map(|r| r.into_inner().result)
+            }
+            Client::Dispatcher(client) => {
+                let mut request = tonic::Request::new(InvokeRequest {
+                    tool: work.tool.to_string(),
+                    arguments: work.arguments.to_string(),
+                    context,
+                    ..InvokeRequest::default()
+                });
+                request.set_timeout(CALL_DEADLINE);
+                client.invoke(request).await.map(|r| r.into_inner().result)
+            }
+        };
+        match result {
+            Ok(result) => check(result),
+            Err(status) => Err(format!("{:?}: {}", status.code(), status.message())),
+        }
+    }
+}
+
+/// A result counts when it has no error.
+fn check(result: Option<ToolResult>) -> Result<(), String> {
+    match result.and_then(|r| r.error).filter(|e| e.code != 0) {
+        None => Ok(()),
+        Some(e) => Err(format!("tool error {}: {}", e.code, e.message)),
+    }
+}
+
+/// Calls once and fails the bench if the call fails: a target that cannot
+/// echo is misconfigured, and its figures would mean nothing.
+pub(crate) async fn check_works(
+    client: &Client,
+    work: &Workload,
+    target: &str,
+) -> Result<(), BenchError> {
+    client
+        .clone()
+        .call(work)
+        .await
+        .map_err(|e| BenchError::failed(format!("a first {} call through {target}", work.tool), e))
+}
+
+/// `warmup` calls, then `calls` timed calls one after the other.
+pub(crate) async fn latency(
+    client: &Client,
+    work: &Workload,
+    warmup: usize,
+    calls: usize,
+) -> Latency {
+    let mut client = client.clone();
+    for _ in 0..warmup {
+        let _ = client.call(work).await;
+    }
+    let mut samples = Vec::with_capacity(calls);
+    let mut errors = 0;
+    for _ in 0..calls {
+        let started = Instant::now();
+        match client.call(work).await {
+            Ok(()) => samples.push(started.elapsed()),
+            Err(_) => errors += 1,
+        }
+    }
+    Latency::from_samples(samples, errors)
+}
+
+/// Calls per second at saturation.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Throughput {
+    /// Calls kept in flight.
+    pub in_flight: usize,
+    /// Successful calls completed per second of the measuring window.
+    pub calls_per_sec: f64,
+    /// Calls completed in the window.
+    pub calls: u64,
+    /// Calls that failed in the window.
+    pub errors: u64,
+}
+
+/// Keeps `in_flight` calls going for `warmup + window`; counts the calls
+/// that complete inside the window (those still in flight at its end are
+/// left out).
+pub(crate) async fn throughput(
+    client: &Client,
+    work: &Workload,
+    in_flight: usize,
+    warmup: Duration,
+    window: Duration,
+) -> Throughput {
+    let start = Instant::now() + warmup;
+    let end = start + window;
+    let workers: Vec<_> = (0..in_flight)
+        .map(|_| {
+            let mut client = client.clone();
+            let work = work.clone();
+            tokio::spawn(async move {
+                let (mut ok, mut failed) = (0u64, 0u64);
+                loop {
+                    let result = client.call(&work).await;
+                    let now = Instant::now();
+                    if now >= end {
+                        break;
+                    }
+                    if now >= start {
+                        match result {
+                            Ok(()) => ok += 1,
+                            Err(_) => failed += 1,
+                        }
+                    }
+                }
+                (ok, failed)
+            })
+        })
+        .collect();
+    let (mut calls, mut errors) = (0, 0);
+    for worker in workers {
+        match worker.await {
+            Ok((ok, failed)) => {
+                calls += ok;
+                errors += failed;
+            }
+            Err(_) => errors += 1,
+        }
+    }
+    Throughput {
+        in_flight,
+        calls_per_sec: calls as f64 / window.as_secs_f64(),
+        calls,
+        errors,
+    }
+}
+
+/// About `bytes` of `acc_echo` arguments: only a `message`.
+pub(crate) fn small_arguments(bytes: usize) -> String {
+    let overhead = r#"{"message":""}"#.len();
+    let message = "x".repeat(bytes.saturating_sub(overhead));
+    serde_json::json!({ "message": message }).to_string()
+}
+
+/// At least `bytes` of `acc_echo` arguments: a message and a nested
+/// `payload.items` array that the tool's schema validates item by item.
+pub(crate) fn medium_arguments(bytes: usize) -> String {
+    let mut items = Vec::new();
+    loop {
+        let text = serde_json::json!({
+            "message": "medium payload",
+            "payload": { "items": items },
+        })
+        .to_string();
+        if text.len() >= bytes {
+            return text;
+        }
+        let id = items.len();
+        items.push(serde_json::json!({
+            "id": id,
+            "name": format!("item-{id:05}"),
+            "tags": ["alpha", "beta", "gamma"],
+        }));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Arguments have the sizes asked for and the shape acc_echo accepts.
+    #[test]
+    fn argument_sizes() {
+        let small = small_arguments(100);
+        assert_eq!(small.len(), 100);
+        let v: serde_json::Value = serde_json::from_str(&small).unwrap();
+        assert!(v["message"].is_string());
+        let medium = medium_arguments(10_000);
+        assert!((10_000..10_200).contains(&medium.len()), "{}", medium.len());
+        let v: serde_json::Value = serde_json::from_str(&medium).unwrap();
+        let items = v["payload"]["items"].as_array().unwrap();
+        assert!(items.len() > 100);
+        assert!(items.iter().all(|i| i["id"].as_u64().is_some()
+            && i["name"].is_string()
+            && i["tags"].as_array().is_some_and(|t| t.len() == 3)));
+    }
+
+    /// A result with an error code is a failure; none or code 0 is success.
+    #[test]
+    fn result_checks() {
+        use toolmesh::pb::ToolError;
+        assert!(check(Some(ToolResult::default())).is_ok());
+        assert!(check(None).is_ok());
+        let zero = ToolResult {
+            error: Some(ToolError::default()),
+            ..ToolResult::default()
+        };
+        assert!(check(Some(zero)).is_ok());
+        let failed = ToolResult {
+            error: Some(ToolError {
+                code: 2,
+                message: "bad".into(),
+                ..ToolError::default()
+            }),
+            ..ToolResult::default()
+        };
+        assert!(check(Some(failed)).unwrap_err().contains("bad"));
+    }
+}

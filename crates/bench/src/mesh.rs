@@ -1,0 +1,74 @@
+//! Talking to a toolmesh dispatcher: which tools it lists, and waiting
+//! (polling) until a tool appears or leaves.
+
+use crate::error::BenchError;
+use std::time::Duration;
+use tokio::time::Instant;
+use tonic::transport::Channel;
+use toolmesh::grpc::MAX_SNAPSHOT_MESSAGE_BYTES;
+use toolmesh::pb::{ListToolsRequest, ToolFormat, dispatcher_client::DispatcherClient};
+
+/// A Dispatcher client for `addr` that accepts tool lists of any size.
+pub(crate) fn dispatcher_client(addr: &str) -> Result<DispatcherClient<Channel>, BenchError> {
+    Ok(DispatcherClient::new(toolmesh::grpc::channel(addr)?)
+        .max_decoding_message_size(MAX_SNAPSHOT_MESSAGE_BYTES))
+}
+
+/// Whether ListTools lists `tool` right now.
+pub(crate) async fn is_listed(
+    client: &mut DispatcherClient<Channel>,
+    tool: &str,
+) -> Result<bool, tonic::Status> {
+    let response = client
+        .list_tools(ListToolsRequest {
+            format: ToolFormat::Native as i32,
+            ..ListToolsRequest::default()
+        })
+        .await?;
+    Ok(response.into_inner().tools.iter().any(|t| t.name == tool))
+}
+
+/// Polls ListTools every `poll` until `tool` is listed (`want`) or not;
+/// returns the time since `since`, or `None` when that took over `limit`.
+/// A failed ListTools counts as "not yet".
+pub(crate) async fn until_listed(
+    client: &mut DispatcherClient<Channel>,
+    tool: &str,
+    want: bool,
+    since: Instant,
+    limit: Duration,
+    poll: Duration,
+) -> Option<Duration> {
+    loop {
+        if is_listed(client, tool).await.ok() == Some(want) {
+            return Some(since.elapsed());
+        }
+        if since.elapsed() > limit {
+            return None;
+        }
+        tokio::time::sleep(poll).await;
+    }
+}
+
+/// Like [`until_listed`] from now, as an error when it takes over `limit`.
+pub(crate) async fn wait_listed(
+    client: &mut DispatcherClient<Channel>,
+    tool: &str,
+    want: bool,
+    limit: Duration,
+) -> Result<(), BenchError> {
+    until_listed(
+        client,
+        tool,
+        want,
+        Instant::now(),
+        limit,
+        Duration::from_millis(5),
+    )
+    .await
+    .map(|_| ())
+    .ok_or_else(|| {
+        let state = if want { "listed" } else { "unlisted" };
+        BenchError::timeout(format!("{tool} to be {state} by the dispatcher"), limit)
+    })
+}

@@ -1,0 +1,721 @@
+//! The report: every figure (serialisable to JSON), the targets judged
+//! from them, and the tables people read.
+
+use crate::freshness::{Freshness, Series};
+use crate::machine::{Build, Machine};
+use crate::overhead::{ByTarget, Overhead, SizeResult};
+use crate::scale::{AtSize, Scale};
+use serde::Serialize;
+use std::fmt::{self, Write as _};
+
+/// The outcome of one target.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Verdict {
+    /// Met in this run.
+    Pass,
+    /// Missed in this run.
+    Miss,
+    /// Could not be judged (for example nginx is not installed).
+    NotMeasured,
+}
+
+impl Verdict {
+    fn label(self) -> &'static str {
+        match self {
+            Verdict::Pass => "PASS",
+            Verdict::Miss => "MISS",
+            Verdict::NotMeasured => "n/a ",
+        }
+    }
+
+    fn of(pass: bool) -> Verdict {
+        if pass { Verdict::Pass } else { Verdict::Miss }
+    }
+}
+
+/// One target from the issue, judged against this run's figures.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Target {
+    /// What is promised.
+    pub name: String,
+    /// Whether this run met it.
+    pub verdict: Verdict,
+    /// The figures compared.
+    pub detail: String,
+}
+
+/// Everything one run measured. `Display` prints the tables; serde gives
+/// the same figures as JSON.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Report {
+    /// When, where and with which binaries.
+    pub machine: Machine,
+    /// Whether this was the short smoke-test run.
+    pub quick: bool,
+    /// Wall time of the whole run, in s.
+    pub elapsed_secs: f64,
+    /// 1. Per-call overhead.
+    pub overhead: Overhead,
+    /// 2. Registry scale.
+    pub scale: Scale,
+    /// 3. Freshness.
+    pub freshness: Freshness,
+    /// The targets, judged.
+    pub targets: Vec<Target>,
+    /// How to read the figures, and anything odd in this run.
+    pub notes: Vec<String>,
+}
+
+impl Report {
+    /// Assembles the report and judges the targets.
+    pub(crate) fn new(
+        machine: Machine,
+        quick: bool,
+        elapsed_secs: f64,
+        overhead: Overhead,
+        scale: Scale,
+        freshness: Freshness,
+    ) -> Report {
+        let targets = targets(&overhead, &scale, &freshness);
+        let notes = notes(&machine, &overhead);
+        Report {
+            machine,
+            quick,
+            elapsed_secs,
+            overhead,
+            scale,
+            freshness,
+            targets,
+            notes,
+        }
+    }
+
+    /// Whether every target that could be judged passed.
+    pub fn all_pass(&self) -> bool {
+        self.targets.iter().all(|t| t.verdict != Verdict::Miss)
+    }
+}
+
+/// Judges the issue's targets.
+pub(crate) fn targets(overhead: &Overhead, scale: &Scale, freshness: &Freshness) -> Vec<Target> {
+    let mut out = Vec::new();
+    let nginx_missing = overhead.nginx.describe();
+    for size in &overhead.sizes {
+        let tm = size.latency.toolmesh.p50_us;
+        out.push(match size.latency.nginx {
+            Some(nginx) => Target {
+                name: format!("toolmesh p50 at concurrency 1 <= nginx's ({})", size.label),
+                verdict: Verdict::of(tm <= nginx.p50_us),
+                detail: format!(
+                    "{} vs {} ({})",
+                    fmt_us(tm),
+                    fmt_us(nginx.p50_us),
+                    fmt_ratio(tm / nginx.p50_us)
+                ),
+            },
+            None => Target {
+                name: format!("toolmesh p50 at concurrency 1 <= nginx's ({})", size.label),
+                verdict: Verdict::NotMeasured,
+                detail: nginx_missing.clone(),
+            },
+        });
+    }
+    for size in &overhead.sizes {
+        for row in &size.throughput {
+            let name = format!(
+                "toolmesh calls/s at {} in flight >= nginx's ({})",
+                row.toolmesh.in_flight, size.label
+            );
+            let tm = row.toolmesh.calls_per_sec;
+            out.push(match row.nginx {
+                Some(nginx) => Target {
+                    name,
+                    verdict: Verdict::of(tm >= nginx.calls_per_sec),
+                    detail: format!(
+                        "{} vs {} ({})",
+                        fmt_rate(tm),
+                        fmt_rate(nginx.calls_per_sec),
+                        fmt_ratio(tm / nginx.calls_per_sec)
+                    ),
+                },
+                None => Target {
+                    name,
+                    verdict: Verdict::NotMeasured,
+                    detail: nginx_missing.clone(),
+                },
+            });
+        }
+    }
+    out.push(Target {
+        name: format!(
+            "publish at {} tools <= 2x publish at {}",
+            thousands(scale.large.tools as u64),
+            thousands(scale.small.tools as u64)
+        ),
+        verdict: Verdict::of(scale.publish_ratio <= 2.0),
+        detail: format!(
+            "{} vs {} per register+deregister ({})",
+            fmt_us(scale.large.publish.change_us),
+            fmt_us(scale.small.publish.change_us),
+            fmt_ratio(scale.publish_ratio)
+        ),
+    });
+    out.push(series_target(
+        "SIGKILL -> de-exposed < 1 s",
+        &freshness.sigkill_to_unlisted,
+        1000.0,
+    ));
+    out.push(series_target(
+        "NOT_SERVING -> de-exposed < 100 ms",
+        &freshness.not_serving_to_unlisted,
+        100.0,
+    ));
+    out
+}
+
+fn series_target(name: &str, series: &Series, limit_ms: f64) -> Target {
+    let n = series.samples_ms.len();
+    Target {
+        name: format!("{name} (max of {n})"),
+        verdict: Verdict::of(n > 0 && series.timeouts == 0 && series.max_ms < limit_ms),
+        detail: format!(
+            "max {}, median {}{}",
+            fmt_ms(series.max_ms),
+            fmt_ms(series.median_ms),
+            timeouts(series)
+        ),
+    }
+}
+
+fn timeouts(series: &Series) -> String {
+    match series.timeouts {
+        0 => String::new(),
+        n => format!(", {n} timed out after {}", fmt_ms(series.limit_ms)),
+    }
+}
+
+/// How to read the figures, and warnings about this run.
+fn notes(machine: &Machine, overhead: &Overhead) -> Vec<String> {
+    let mut notes = vec![
+        format!(
+            "The load generator, the servers and nginx share this machine's {} cores: every figure includes the client's own cost, and at saturation the targets compete for CPU.",
+            machine.nproc
+        ),
+        "x direct / x nginx is the figure divided by direct's / nginx's: for latency lower is better, for calls/s higher is better.".to_owned(),
+        "toolmesh = `toolmesh serve` (registry+dispatcher in one process); the dispatcher parses and validates the arguments against the tool's schema before calling the executor, which (SDK) parses and validates them again; the executor is the same process in all three columns.".to_owned(),
+        "nginx: 1 worker, HTTP/2 listener, grpc_pass to an upstream with keepalive 512 and keepalive_requests 1000000 (nginx does not multiplex upstream gRPC streams: one upstream connection per call in flight).".to_owned(),
+    ];
+    for size in &overhead.sizes {
+        let mut failed = Vec::new();
+        let mut add = |who: &str, errors: u64| {
+            if errors > 0 {
+                failed.push(format!("{who} {errors}"));
+            }
+        };
+        add("direct", size.latency.direct.errors as u64);
+        add("toolmesh", size.latency.toolmesh.errors as u64);
+        if let Some(n) = size.latency.nginx {
+            add("nginx", n.errors as u64);
+        }
+        for row in &size.throughput {
+            add(
+                &format!("direct@{}", row.direct.in_flight),
+                row.direct.errors,
+            );
+            add(
+                &format!("toolmesh@{}", row.toolmesh.in_flight),
+                row.toolmesh.errors,
+            );
+            if let Some(n) = row.nginx {
+                add(&format!("nginx@{}", n.in_flight), n.errors);
+            }
+        }
+        if !failed.is_empty() {
+            notes.push(format!(
+                "WARNING: failed calls ({}): {}; they are left out of the figures.",
+                size.label,
+                failed.join(", ")
+            ));
+        }
+    }
+    notes
+}
+
+impl fmt::Display for Report {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let m = &self.machine;
+        writeln!(f, "toolmesh bench, {}", m.date_utc)?;
+        writeln!(
+            f,
+            "machine   {} cores, {}, {}",
+            m.nproc, m.cpu_model, m.kernel
+        )?;
+        writeln!(
+            f,
+            "toolmesh  {} ({})",
+            m.toolmesh_exe,
+            m.toolmesh_build.describe()
+        )?;
+        writeln!(
+            f,
+            "bench     {}{}, took {:.0} s",
+            m.bench_build.describe(),
+            if self.quick { ", QUICK run" } else { "" },
+            self.elapsed_secs
+        )?;
+        writeln!(f, "nginx     {}", self.overhead.nginx.describe())?;
+        for (who, build) in [
+            ("the toolmesh binary", m.toolmesh_build),
+            ("the bench", m.bench_build),
+        ] {
+            match build {
+                Build::Release => {}
+                Build::Debug => writeln!(
+                    f,
+                    "!!! WARNING: {who} is a DEBUG build: these figures say nothing about toolmesh. Build with `cargo build --release -p toolmesh-cli`. !!!"
+                )?,
+                Build::Unknown => writeln!(
+                    f,
+                    "!!! WARNING: cannot tell whether {who} is a release build. !!!"
+                )?,
+            }
+        }
+        if self.quick {
+            writeln!(f, "(quick run: short series, for a smoke test only)")?;
+        }
+        writeln!(f)?;
+        write_overhead(f, &self.overhead)?;
+        write_scale(f, &self.scale)?;
+        write_freshness(f, &self.freshness)?;
+        writeln!(f, "Targets")?;
+        let width = self.targets.iter().map(|t| t.name.len()).max().unwrap_or(0);
+        for t in &self.targets {
+            writeln!(
+                f,
+                "  {}  {:<width$}  {}",
+                t.verdict.label(),
+                t.name,
+                t.detail
+            )?;
+        }
+        writeln!(f)?;
+        writeln!(f, "Notes")?;
+        for note in &self.notes {
+            writeln!(f, "  - {note}")?;
+        }
+        Ok(())
+    }
+}
+
+fn write_overhead(f: &mut fmt::Formatter<'_>, o: &Overhead) -> fmt::Result {
+    writeln!(
+        f,
+        "1. Per-call overhead: acc_echo, one HTTP/2 channel per target; latency over {} calls at concurrency 1 after {} warm-up calls; calls/s over {} after {} warm-up",
+        o.latency_calls,
+        o.warmup_calls,
+        fmt_ms(o.throughput_window_ms),
+        fmt_ms(o.throughput_warmup_ms)
+    )?;
+    for size in &o.sizes {
+        writeln!(f)?;
+        writeln!(
+            f,
+            "   {} arguments ({})",
+            size.label,
+            fmt_bytes(size.argument_bytes as f64)
+        )?;
+        write!(f, "{}", overhead_table(size))?;
+    }
+    writeln!(f)
+}
+
+/// One size's table: a row per figure, a column per target and ratio.
+pub(crate) fn overhead_table(size: &SizeResult) -> String {
+    let with_nginx = size.latency.nginx.is_some();
+    let mut header = vec!["", "direct"];
+    if with_nginx {
+        header.extend(["nginx", "x direct"]);
+    }
+    header.extend(["toolmesh", "x direct"]);
+    if with_nginx {
+        header.push("x nginx");
+    }
+    let mut table = Table::new(header);
+    let lat = &size.latency;
+    let latency_row = |name: &str, pick: fn(&crate::stats::Latency) -> f64| {
+        row(
+            name,
+            ByTarget {
+                direct: pick(&lat.direct),
+                nginx: lat.nginx.as_ref().map(pick),
+                toolmesh: pick(&lat.toolmesh),
+            },
+            fmt_us,
+        )
+    };
+    table.push(latency_row("p50 @1", |l| l.p50_us));
+    table.push(latency_row("p90 @1", |l| l.p90_us));
+    table.push(latency_row("p99 @1", |l| l.p99_us));
+    for t in &size.throughput {
+        table.push(row(
+            &format!("calls/s @{}", t.direct.in_flight),
+            ByTarget {
+                direct: t.direct.calls_per_sec,
+                nginx: t.nginx.map(|n| n.calls_per_sec),
+                toolmesh: t.toolmesh.calls_per_sec,
+            },
+            fmt_rate,
+        ));
+    }
+    table.render("   ")
+}
+
+fn row(name: &str, v: ByTarget<f64>, format: fn(f64) -> String) -> Vec<String> {
+    let mut cells = vec![name.to_owned(), format(v.direct)];
+    if let Some(n) = v.nginx {
+        cells.extend([format(n), fmt_ratio(n / v.direct)]);
+    }
+    cells.extend([format(v.toolmesh), fmt_ratio(v.toolmesh / v.direct)]);
+    if let Some(n) = v.nginx {
+        cells.push(fmt_ratio(v.toolmesh / n));
+    }
+    cells
+}
+
+fn write_scale(f: &mut fmt::Formatter<'_>, s: &Scale) -> fmt::Result {
+    writeln!(
+        f,
+        "2. Registry scale (in this process; watch_health off, fake endpoints, {} tools per executor)",
+        s.large.tools / s.large.executors.max(1)
+    )?;
+    writeln!(
+        f,
+        "   registered {} tools over {} executors with {} gRPC clients in {:.2} s: {} registrations/s ({} tools/s)",
+        thousands(s.large.tools as u64),
+        thousands(s.large.executors as u64),
+        s.register_clients,
+        s.registration_secs,
+        thousands(s.registrations_per_sec.round() as u64),
+        thousands(s.tools_per_sec.round() as u64)
+    )?;
+    match (s.rss_before_bytes, s.rss_after_bytes, s.rss_bytes_per_tool) {
+        (Some(before), Some(after), Some(per_tool)) => writeln!(
+            f,
+            "   resident memory {} -> {}: {} per registered tool",
+            fmt_bytes(before as f64),
+            fmt_bytes(after as f64),
+            fmt_bytes(per_tool)
+        )?,
+        _ => writeln!(f, "   resident memory: /proc/self/statm not readable")?,
+    }
+    writeln!(f)?;
+    let small = thousands(s.small.tools as u64) + " tools";
+    let large = thousands(s.large.tools as u64) + " tools";
+    let mut table = Table::new(vec!["", &small, &large, "ratio"]);
+    let both = |name: &str, pick: fn(&AtSize) -> f64, format: fn(f64) -> String| {
+        let (a, b) = (pick(&s.small), pick(&s.large));
+        vec![name.to_owned(), format(a), format(b), fmt_ratio(b / a)]
+    };
+    table.push(both(
+        "publish one change (register+deregister)",
+        |a| a.publish.change_us,
+        fmt_us,
+    ));
+    table.push(both(
+        "  Registry::register (1 tool)",
+        |a| a.publish.register_us,
+        fmt_us,
+    ));
+    table.push(both(
+        "  Registry::deregister",
+        |a| a.publish.deregister_us,
+        fmt_us,
+    ));
+    table.push(both(
+        "change -> dispatcher in process (median)",
+        |a| a.to_dispatcher_in_process.median_us,
+        fmt_us,
+    ));
+    table.push(both(
+        "change -> gRPC follower (median)",
+        |a| a.to_follower_over_grpc.median_us,
+        fmt_us,
+    ));
+    table.push(both(
+        "ListTools in process, native p50",
+        |a| a.list_tools.in_process_native.p50_us,
+        fmt_us,
+    ));
+    table.push(both(
+        "ListTools in process, OpenAI p50",
+        |a| a.list_tools.in_process_openai.p50_us,
+        fmt_us,
+    ));
+    table.push(both(
+        "ListTools over gRPC p50",
+        |a| a.list_tools.grpc_native.p50_us,
+        fmt_us,
+    ));
+    table.push(both(
+        "ListTools over gRPC p99",
+        |a| a.list_tools.grpc_native.p99_us,
+        fmt_us,
+    ));
+    table.push(both(
+        "ListTools response size",
+        |a| a.list_tools.response_bytes as f64,
+        fmt_bytes,
+    ));
+    write!(f, "{}", table.render("   "))?;
+    writeln!(
+        f,
+        "   (medians of {} changes after warm-up; propagation over {} / {} changes; ListTools over {} calls; gRPC follower = follow_registry, as `toolmesh dispatcher` runs)",
+        s.large.publish.changes,
+        s.large.to_dispatcher_in_process.changes,
+        s.large.to_follower_over_grpc.changes,
+        s.large.list_tools.in_process_native.calls
+    )?;
+    writeln!(f)
+}
+
+fn write_freshness(f: &mut fmt::Formatter<'_>, fr: &Freshness) -> fmt::Result {
+    writeln!(
+        f,
+        "3. Freshness (separate processes: toolmesh registry, toolmesh dispatcher --registry, executors; ListTools polled every {}; leases {} ms)",
+        fmt_ms(fr.poll_ms),
+        fr.lease_ttl_ms
+    )?;
+    let mut table = Table::new(vec!["", "median", "max", "samples"]);
+    for (name, series) in [
+        ("(a) SIGKILL -> unlisted", &fr.sigkill_to_unlisted),
+        ("(b) NOT_SERVING -> unlisted", &fr.not_serving_to_unlisted),
+        (
+            "(c) Register -> first successful Invoke",
+            &fr.register_to_invocable,
+        ),
+    ] {
+        let samples = series
+            .samples_ms
+            .iter()
+            .map(|s| format!("{s:.1}"))
+            .collect::<Vec<_>>()
+            .join(", ");
+        table.push(vec![
+            name.to_owned(),
+            fmt_ms(series.median_ms),
+            fmt_ms(series.max_ms),
+            format!("{samples} ms{}", timeouts(series)),
+        ]);
+    }
+    write!(f, "{}", table.render("   "))?;
+    writeln!(f)
+}
+
+/// A plain table: first column left-aligned, the rest right-aligned.
+pub(crate) struct Table {
+    rows: Vec<Vec<String>>,
+}
+
+impl Table {
+    pub(crate) fn new(header: Vec<&str>) -> Table {
+        Table {
+            rows: vec![header.into_iter().map(str::to_owned).collect()],
+        }
+    }
+
+    pub(crate) fn push(&mut self, row: Vec<String>) {
+        self.rows.push(row);
+    }
+
+    /// Every row on its own line, each prefixed with `indent`.
+    pub(crate) fn render(&self, indent: &str) -> String {
+        let columns = self.rows.iter().map(Vec::len).max().unwrap_or(0);
+        let widths: Vec<usize> = (0..columns)
+            .map(|c| {
+                self.rows
+                    .iter()
+                    .filter_map(|r| r.get(c))
+                    .map(|cell| cell.chars().count())
+                    .max()
+                    .unwrap_or(0)
+            })
+            .collect();
+        let mut out = String::new();
+        for row in &self.rows {
+            let mut line = String::from(indent);
+            for (c, cell) in row.iter().enumerate() {
+                let pad = widths[c].saturating_sub(cell.chars().count());
+                if c == 0 {
+                    line.push_str(cell);
+                    line.push_str(&" ".repeat(pad));
+                } else {
+                    line.push_str("  ");
+                    line.push_str(&" ".repeat(pad));
+                    line.push_str(cell);
+                }
+            }
+            let _ = writeln!(out, "{}", line.trim_end());
+        }
+        out
+    }
+}
+
+/// Microseconds, in the unit that reads best.
+pub(crate) fn fmt_us(us: f64) -> String {
+    if !us.is_finite() {
+        "-".to_owned()
+    } else if us < 10.0 {
+        format!("{us:.1} µs")
+    } else if us < 1_000.0 {
+        format!("{us:.0} µs")
+    } else if us < 1_000_000.0 {
+        format!("{:.2} ms", us / 1e3)
+    } else {
+        format!("{:.2} s", us / 1e6)
+    }
+}
+
+/// Milliseconds, in the unit that reads best.
+pub(crate) fn fmt_ms(ms: f64) -> String {
+    fmt_us(ms * 1e3)
+}
+
+/// A ratio such as `1.65x`; `-` when it cannot be computed.
+pub(crate) fn fmt_ratio(ratio: f64) -> String {
+    if ratio.is_finite() {
+        format!("{ratio:.2}x")
+    } else {
+        "-".to_owned()
+    }
+}
+
+/// Calls per second with thousands separators.
+pub(crate) fn fmt_rate(per_sec: f64) -> String {
+    if per_sec.is_finite() {
+        format!("{}/s", thousands(per_sec.round().max(0.0) as u64))
+    } else {
+        "-".to_owned()
+    }
+}
+
+/// Bytes in B, KiB or MiB.
+pub(crate) fn fmt_bytes(bytes: f64) -> String {
+    if bytes < 1024.0 {
+        format!("{bytes:.0} B")
+    } else if bytes < 1024.0 * 1024.0 {
+        format!("{:.1} KiB", bytes / 1024.0)
+    } else {
+        format!("{:.1} MiB", bytes / (1024.0 * 1024.0))
+    }
+}
+
+/// `12345` as `12,345`.
+pub(crate) fn thousands(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::with_capacity(digits.len() + digits.len() / 3);
+    for (i, ch) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i).is_multiple_of(3) {
+            out.push(',');
+        }
+        out.push(ch);
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::load::Throughput;
+    use crate::stats::Latency;
+
+    /// Units switch at 10 µs, 1 ms and 1 s; ratios and rates read well;
+    /// impossible ratios print as a dash.
+    #[test]
+    fn number_formatting() {
+        assert_eq!(fmt_us(4.25), "4.2 µs");
+        assert_eq!(fmt_us(85.4), "85 µs");
+        assert_eq!(fmt_us(1_234.0), "1.23 ms");
+        assert_eq!(fmt_us(2_500_000.0), "2.50 s");
+        assert_eq!(fmt_ms(0.5), "500 µs");
+        assert_eq!(fmt_ratio(1.6549), "1.65x");
+        assert_eq!(fmt_ratio(f64::INFINITY), "-");
+        assert_eq!(fmt_ratio(f64::NAN), "-");
+        assert_eq!(fmt_rate(12_345.4), "12,345/s");
+        assert_eq!(thousands(0), "0");
+        assert_eq!(thousands(999), "999");
+        assert_eq!(thousands(1_000), "1,000");
+        assert_eq!(thousands(1_234_567), "1,234,567");
+        assert_eq!(fmt_bytes(512.0), "512 B");
+        assert_eq!(fmt_bytes(3_584.0), "3.5 KiB");
+        assert_eq!(fmt_bytes(5.0 * 1024.0 * 1024.0), "5.0 MiB");
+    }
+
+    fn latency(p50: f64) -> Latency {
+        Latency {
+            calls: 10,
+            errors: 0,
+            p50_us: p50,
+            p90_us: p50 * 1.5,
+            p99_us: p50 * 2.0,
+            mean_us: p50,
+            max_us: p50 * 3.0,
+        }
+    }
+
+    fn rate(in_flight: usize, calls_per_sec: f64) -> Throughput {
+        Throughput {
+            in_flight,
+            calls_per_sec,
+            calls: 1,
+            errors: 0,
+        }
+    }
+
+    /// With nginx every figure has a ratio to direct and to nginx; without
+    /// it the nginx columns are left out.
+    #[test]
+    fn overhead_table_columns() {
+        let mut size = SizeResult {
+            label: "small".into(),
+            argument_bytes: 100,
+            latency: ByTarget {
+                direct: latency(100.0),
+                nginx: Some(latency(150.0)),
+                toolmesh: latency(200.0),
+            },
+            throughput: vec![ByTarget {
+                direct: rate(32, 10_000.0),
+                nginx: Some(rate(32, 8_000.0)),
+                toolmesh: rate(32, 5_000.0),
+            }],
+        };
+        let text = overhead_table(&size);
+        let p50 = text.lines().find(|l| l.contains("p50 @1")).unwrap();
+        for cell in ["100 µs", "150 µs", "1.50x", "200 µs", "2.00x", "1.33x"] {
+            assert!(p50.contains(cell), "{cell} in {p50}");
+        }
+        let calls = text.lines().find(|l| l.contains("calls/s @32")).unwrap();
+        for cell in ["10,000/s", "8,000/s", "0.80x", "5,000/s", "0.50x", "0.62x"] {
+            assert!(calls.contains(cell), "{cell} in {calls}");
+        }
+        size.latency.nginx = None;
+        size.throughput[0].nginx = None;
+        let text = overhead_table(&size);
+        assert!(!text.contains("nginx"), "{text}");
+        assert!(text.lines().next().unwrap().contains("toolmesh"));
+    }
+
+    /// Right-aligned numeric columns line up whatever the cell widths.
+    #[test]
+    fn table_alignment() {
+        let mut t = Table::new(vec!["", "a", "b"]);
+        t.push(vec!["row one".into(), "1".into(), "22 µs".into()]);
+        t.push(vec!["r2".into(), "333".into(), "4".into()]);
+        let text = t.render("");
+        let lines: Vec<&str> = text.lines().collect();
+        let width = |l: &str| l.chars().count();
+        assert_eq!(width(lines[1]), width(lines[2]));
+        assert!(lines[2].starts_with("r2     "));
+    }
+}

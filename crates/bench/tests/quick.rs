@@ -1,0 +1,110 @@
+//! The whole benchmark in its quick form against the `toolmesh` binary of
+//! this build profile: every phase runs, the report prints and serialises,
+//! and no process the bench started is left running.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use toolmesh_bench::{BenchOptions, Verdict};
+
+/// `TOOLMESH_BIN`, or the `toolmesh` binary beside this test's profile
+/// directory, built if absent.
+fn toolmesh_bin() -> PathBuf {
+    if let Some(path) = std::env::var_os("TOOLMESH_BIN") {
+        return PathBuf::from(path);
+    }
+    let exe = std::env::current_exe().expect("test executable path");
+    let profile_dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("target/<profile>");
+    let bin = profile_dir.join("toolmesh");
+    if !bin.exists() {
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let status = Command::new(cargo)
+            .args(["build", "-p", "toolmesh-cli", "--bin", "toolmesh"])
+            .status()
+            .expect("run cargo build");
+        assert!(status.success(), "building the toolmesh binary failed");
+    }
+    bin
+}
+
+/// Processes (not zombies) whose parent is this test process.
+fn live_children() -> Vec<String> {
+    let me = std::process::id().to_string();
+    let mut found = Vec::new();
+    for entry in std::fs::read_dir("/proc").into_iter().flatten().flatten() {
+        let Ok(stat) = std::fs::read_to_string(entry.path().join("stat")) else {
+            continue;
+        };
+        // pid (comm) state ppid …; comm may contain spaces, so split after ')'.
+        let Some((head, rest)) = stat.rsplit_once(')') else {
+            continue;
+        };
+        let fields: Vec<&str> = rest.split_whitespace().collect();
+        if fields.get(1) == Some(&me.as_str()) && fields.first() != Some(&"Z") {
+            found.push(head.to_owned());
+        }
+    }
+    found
+}
+
+/// A quick run measures every part, judges every target, writes its JSON,
+/// and cleans up after itself.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn quick_run_end_to_end() {
+    let json =
+        std::env::temp_dir().join(format!("toolmesh-bench-quick-{}.json", std::process::id()));
+    let report = toolmesh_bench::run(BenchOptions {
+        toolmesh_exe: toolmesh_bin(),
+        quick: true,
+        json: Some(json.clone()),
+    })
+    .await
+    .expect("the quick bench runs");
+    let text = report.to_string();
+    println!("{text}");
+
+    for heading in [
+        "1. Per-call overhead",
+        "2. Registry scale",
+        "3. Freshness",
+        "Targets",
+    ] {
+        assert!(text.contains(heading), "{heading} missing");
+    }
+    assert_eq!(report.overhead.sizes.len(), 2);
+    for size in &report.overhead.sizes {
+        assert!(size.latency.direct.calls > 0 && size.latency.toolmesh.calls > 0);
+        assert_eq!(size.latency.toolmesh.errors, 0, "{}", size.label);
+        assert_eq!(size.throughput.len(), 2);
+        for row in &size.throughput {
+            assert!(row.direct.calls_per_sec > 0.0 && row.toolmesh.calls_per_sec > 0.0);
+        }
+    }
+    assert_eq!(
+        report.scale.large.list_tools.listed,
+        report.scale.large.tools
+    );
+    assert_eq!(report.freshness.sigkill_to_unlisted.samples_ms.len(), 2);
+    assert_eq!(report.targets.len(), 2 + 4 + 3);
+    let nginx_judged = report
+        .targets
+        .iter()
+        .any(|t| t.name.contains("nginx") && t.verdict != Verdict::NotMeasured);
+    assert_eq!(
+        nginx_judged,
+        report.overhead.sizes[0].latency.nginx.is_some()
+    );
+
+    let written: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&json).expect("JSON report written"))
+            .expect("valid JSON");
+    let _ = std::fs::remove_file(&json);
+    assert_eq!(written["quick"], true);
+    assert!(written["overhead"]["sizes"][1]["latency"]["toolmesh"]["p50_us"].is_number());
+    assert!(written["scale"]["publish_ratio"].is_number());
+
+    let children = live_children();
+    assert!(children.is_empty(), "left running: {children:?}");
+}

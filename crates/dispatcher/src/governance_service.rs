@@ -1,0 +1,128 @@
+//! The `toolmesh.v1.Governance` gRPC service: explain a caller's view of a
+//! tool, list pending approvals, approve or deny them.
+
+use crate::Dispatcher;
+use crate::governance::approval_pb;
+use tonic::{Request, Response, Status};
+use toolmesh::ToolRef;
+use toolmesh::pb::{
+    ApprovalResponse, ApproveRequest, DenyRequest, ExplainRequest, ExplainResponse,
+    ListApprovalsRequest, ListApprovalsResponse, governance_server,
+};
+use toolmesh_policy::{Decision, explain};
+
+/// gRPC adapter for governance over a [`Dispatcher`].
+#[derive(Clone)]
+pub struct GovernanceService {
+    pub(crate) dispatcher: Dispatcher,
+}
+
+#[tonic::async_trait]
+impl governance_server::Governance for GovernanceService {
+    async fn explain(
+        &self,
+        request: Request<ExplainRequest>,
+    ) -> Result<Response<ExplainResponse>, Status> {
+        let governance = self.dispatcher.governance();
+        let asker = governance.authenticate(request.metadata())?;
+        let request = request.into_inner();
+        let policy = governance.policy();
+        let who = if request.caller_token.is_empty() {
+            asker
+        } else {
+            policy
+                .authenticate(Some(&request.caller_token))
+                .map_err(|e| Status::invalid_argument(format!("caller_token: {e}")))?
+        };
+        let reference =
+            ToolRef::parse(&request.tool).map_err(|e| Status::invalid_argument(e.to_string()))?;
+        let snapshot = self.dispatcher.current_snapshot();
+        let entry = snapshot
+            .resolve(&reference)
+            .map_err(|e| Status::not_found(e.to_string()))?;
+        let explanation = explain(&policy, &who, entry.def.spec());
+        let callable = self.dispatcher.is_callable(entry);
+        let (verdict, rule, reason) = match &explanation.decision {
+            Decision::Deny { reason } => ("DENIED", String::new(), reason.clone()),
+            Decision::Allow { rule, .. } if !callable => (
+                "HIDDEN",
+                rule.clone(),
+                match &entry.disabled {
+                    Some(why) => format!("granted by {rule:?}, but disabled by an operator: {why}"),
+                    None => {
+                        format!("granted by {rule:?}, but no healthy executor serves it right now")
+                    }
+                },
+            ),
+            Decision::Allow { rule, .. } => {
+                ("VISIBLE", rule.clone(), format!("granted by {rule:?}"))
+            }
+        };
+        let trace = explanation.grants.iter().map(ToString::to_string).collect();
+        Ok(Response::new(ExplainResponse {
+            verdict: verdict.into(),
+            principal: who.name.clone(),
+            tenant: who.tenant.clone(),
+            roles: who.roles.clone(),
+            rule,
+            reason,
+            trace,
+            tool_version: entry.def.version().to_string(),
+            approval_required: explanation.approval_reason.is_some()
+                && matches!(
+                    explanation.decision,
+                    Decision::Allow {
+                        approval: toolmesh_policy::ApprovalNeed::Required,
+                        ..
+                    }
+                ),
+        }))
+    }
+
+    async fn list_approvals(
+        &self,
+        request: Request<ListApprovalsRequest>,
+    ) -> Result<Response<ListApprovalsResponse>, Status> {
+        let governance = self.dispatcher.governance();
+        let who = governance.authenticate(request.metadata())?;
+        let approver_roles = governance.policy().approval_settings().approver_roles;
+        let approvals = governance
+            .approvals
+            .list_pending()
+            .iter()
+            .filter(|t| who.has_any_role(&approver_roles) || t.caller.same_identity(&who))
+            .map(approval_pb)
+            .collect();
+        Ok(Response::new(ListApprovalsResponse { approvals }))
+    }
+
+    async fn approve(
+        &self,
+        request: Request<ApproveRequest>,
+    ) -> Result<Response<ApprovalResponse>, Status> {
+        let governance = self.dispatcher.governance();
+        let who = governance.authenticate(request.metadata())?;
+        let ticket = governance.decide_approval(&who, &request.get_ref().id, None)?;
+        Ok(Response::new(ApprovalResponse {
+            approval: Some(approval_pb(&ticket)),
+        }))
+    }
+
+    async fn deny(
+        &self,
+        request: Request<DenyRequest>,
+    ) -> Result<Response<ApprovalResponse>, Status> {
+        let governance = self.dispatcher.governance();
+        let who = governance.authenticate(request.metadata())?;
+        let request = request.into_inner();
+        let reason = if request.reason.trim().is_empty() {
+            "denied by an approver"
+        } else {
+            request.reason.as_str()
+        };
+        let ticket = governance.decide_approval(&who, &request.id, Some(reason))?;
+        Ok(Response::new(ApprovalResponse {
+            approval: Some(approval_pb(&ticket)),
+        }))
+    }
+}

@@ -1,0 +1,373 @@
+//! The retry rules, one by one, through a real dispatcher calling real gRPC
+//! executors on 127.0.0.1 whose behaviour each test scripts.
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::net::TcpListener;
+use tokio::sync::watch;
+use tokio::time::Instant;
+use tokio_stream::wrappers::TcpListenerStream;
+use tonic::{Request, Response, Status};
+use toolmesh::pb::{
+    self, ErrorCode, ExecuteRequest, ExecuteResponse, InvokeRequest, RetryPolicy, ToolError,
+    ToolResult, ToolSpec, executor_server::ExecutorServer,
+};
+use toolmesh::{Instance, Snapshot, ToolDef, ToolEntry, ToolErrorExt};
+use toolmesh_dispatcher::{Dispatcher, DispatcherConfig};
+
+/// What a scripted executor does with each call.
+#[derive(Clone)]
+enum Script {
+    Ok,
+    Status(tonic::Code),
+    Reply(ToolError),
+    Hang,
+}
+
+/// One execution as the executor saw it.
+#[derive(Clone, Debug)]
+struct Seen {
+    call_id: String,
+    attempt: u32,
+    at: Instant,
+}
+
+#[derive(Clone)]
+struct Scripted {
+    script: Script,
+    seen: Arc<Mutex<Vec<Seen>>>,
+}
+
+#[tonic::async_trait]
+impl pb::executor_server::Executor for Scripted {
+    async fn execute(
+        &self,
+        request: Request<ExecuteRequest>,
+    ) -> Result<Response<ExecuteResponse>, Status> {
+        let request = request.into_inner();
+        self.seen.lock().unwrap().push(Seen {
+            call_id: request.call_id.clone(),
+            attempt: request.attempt,
+            at: Instant::now(),
+        });
+        let result = match &self.script {
+            Script::Ok => ToolResult {
+                output: "ok".into(),
+                ..ToolResult::default()
+            },
+            Script::Status(code) => return Err(Status::new(*code, "scripted")),
+            Script::Reply(error) => error.clone().into_result(),
+            Script::Hang => std::future::pending().await,
+        };
+        Ok(Response::new(ExecuteResponse {
+            result: Some(result),
+        }))
+    }
+}
+
+/// A real executor server on 127.0.0.1:0 following `script`.
+async fn executor(script: Script) -> (String, Arc<Mutex<Vec<Seen>>>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    let seen = Arc::new(Mutex::new(Vec::new()));
+    let service = Scripted {
+        script,
+        seen: seen.clone(),
+    };
+    tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(ExecutorServer::new(service))
+            .serve_with_incoming(TcpListenerStream::new(listener)),
+    );
+    (addr.to_string(), seen)
+}
+
+/// An address where nothing listens: connections are refused.
+async fn refusing() -> String {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr: SocketAddr = listener.local_addr().unwrap();
+    drop(listener);
+    addr.to_string()
+}
+
+fn spec(idempotent: bool, attempt_timeout_ms: u32) -> ToolSpec {
+    ToolSpec {
+        name: "t".into(),
+        version: "1.0.0".into(),
+        description: "scripted".into(),
+        input_schema: r#"{"type":"object"}"#.into(),
+        idempotent,
+        timeout_ms: 5_000,
+        retry: Some(RetryPolicy {
+            max_attempts: 3,
+            initial_backoff_ms: 1,
+            max_backoff_ms: 5,
+            backoff_multiplier: 2.0,
+            attempt_timeout_ms,
+        }),
+        ..ToolSpec::default()
+    }
+}
+
+/// A dispatcher over one tool served at `endpoints`.
+fn dispatcher(spec: ToolSpec, endpoints: &[&str], config: DispatcherConfig) -> Dispatcher {
+    let entry = ToolEntry {
+        def: Arc::new(ToolDef::new(spec).unwrap()),
+        instances: endpoints
+            .iter()
+            .enumerate()
+            .map(|(i, e)| Instance {
+                executor_id: format!("x{i}").into(),
+                endpoint: (*e).into(),
+                service: "s".into(),
+                healthy: true,
+            })
+            .collect(),
+        disabled: None,
+    };
+    let mut builder = Snapshot::empty("test").next();
+    builder.put(entry);
+    let (_tx, rx) = watch::channel(Arc::new(builder.finish()));
+    std::mem::forget(_tx);
+    let (health, _) = tonic_health::server::health_reporter();
+    Dispatcher::new(config, rx, health)
+}
+
+fn call(call_id: &str) -> InvokeRequest {
+    InvokeRequest {
+        tool: "t".into(),
+        arguments: "{}".into(),
+        call_id: call_id.into(),
+        ..InvokeRequest::default()
+    }
+}
+
+fn code_of(response: &pb::InvokeResponse) -> ErrorCode {
+    response
+        .result
+        .as_ref()
+        .and_then(|r| r.error.as_ref())
+        .map_or(ErrorCode::Unspecified, |e| e.error_code())
+}
+
+/// Failure kind × idempotent → how many attempts reach (or try to reach) an
+/// executor. Retried failures use all 3 attempts; others stop at 1.
+#[tokio::test]
+async fn retry_rule_table() {
+    let retryable = |code| ToolError::new(code, "scripted").with_retryable(true);
+    let final_ = |code| ToolError::new(code, "scripted").with_retryable(false);
+    let rows: Vec<(&str, Option<Script>, bool, u32)> = vec![
+        (
+            "UNAVAILABLE status",
+            Some(Script::Status(tonic::Code::Unavailable)),
+            true,
+            3,
+        ),
+        (
+            "UNAVAILABLE status",
+            Some(Script::Status(tonic::Code::Unavailable)),
+            false,
+            1,
+        ),
+        (
+            "INTERNAL status",
+            Some(Script::Status(tonic::Code::Internal)),
+            true,
+            1,
+        ),
+        (
+            "declared retryable",
+            Some(Script::Reply(retryable(ErrorCode::ToolError))),
+            true,
+            3,
+        ),
+        (
+            "declared retryable",
+            Some(Script::Reply(retryable(ErrorCode::ToolError))),
+            false,
+            1,
+        ),
+        (
+            "declared final",
+            Some(Script::Reply(final_(ErrorCode::Unavailable))),
+            true,
+            1,
+        ),
+        (
+            "business error",
+            Some(Script::Reply(final_(ErrorCode::ToolError))),
+            true,
+            1,
+        ),
+        (
+            "executor failed",
+            Some(Script::Reply(final_(ErrorCode::ExecutorFailed))),
+            true,
+            1,
+        ),
+        (
+            "stale: not served",
+            Some(Script::Reply(final_(ErrorCode::NotFound))),
+            false,
+            3,
+        ),
+        ("attempt timeout", Some(Script::Hang), true, 3),
+        ("attempt timeout", Some(Script::Hang), false, 1),
+        ("connection refused", None, true, 3),
+        ("connection refused", None, false, 3),
+    ];
+    for (label, script, idempotent, expected) in rows {
+        let (endpoint, seen) = match script {
+            Some(script) => executor(script).await,
+            None => (refusing().await, Arc::new(Mutex::new(Vec::new()))),
+        };
+        let d = dispatcher(
+            spec(idempotent, 100),
+            &[&endpoint],
+            DispatcherConfig::default(),
+        );
+        let id = format!("{label}-{idempotent}");
+        let response = d.invoke(call(&id), None).await.unwrap();
+        assert_eq!(
+            response.attempts, expected,
+            "{label}, idempotent={idempotent}"
+        );
+        assert_ne!(code_of(&response), ErrorCode::Unspecified, "{label}");
+        let seen = seen.lock().unwrap().clone();
+        if !seen.is_empty() {
+            assert_eq!(seen.len() as u32, expected, "{label}: executions seen");
+            assert!(seen.iter().all(|s| s.call_id == id), "call_id unchanged");
+            let attempts: Vec<u32> = seen.iter().map(|s| s.attempt).collect();
+            assert_eq!(
+                attempts,
+                (1..=expected).collect::<Vec<_>>(),
+                "{label}: attempt counts up"
+            );
+        }
+    }
+}
+
+/// A refused connection goes to another instance, even for a
+/// non-idempotent tool, and the call succeeds there.
+#[tokio::test]
+async fn never_sent_goes_to_another_instance() {
+    let dead = refusing().await;
+    let (alive, seen) = executor(Script::Ok).await;
+    let d = dispatcher(
+        spec(false, 0),
+        &[&dead, &alive],
+        DispatcherConfig::default(),
+    );
+    for i in 0..20 {
+        let response = d.invoke(call(&format!("c{i}")), None).await.unwrap();
+        assert_eq!(code_of(&response), ErrorCode::Unspecified, "{response:?}");
+        assert_eq!(response.executor_id, "x1");
+    }
+    assert_eq!(seen.lock().unwrap().len(), 20, "each call ran exactly once");
+}
+
+/// Retries go to a different instance when one exists.
+#[tokio::test]
+async fn retry_prefers_a_different_instance() {
+    let (bad, bad_seen) = executor(Script::Status(tonic::Code::Unavailable)).await;
+    let (good, _) = executor(Script::Ok).await;
+    let d = dispatcher(spec(true, 0), &[&bad, &good], DispatcherConfig::default());
+    for i in 0..20 {
+        let response = d.invoke(call(&format!("r{i}")), None).await.unwrap();
+        assert_eq!(code_of(&response), ErrorCode::Unspecified);
+        assert!(response.attempts <= 2, "at most one failed attempt first");
+        assert_eq!(response.executor_id, "x1");
+    }
+    assert!(
+        bad_seen.lock().unwrap().iter().all(|s| s.attempt == 1),
+        "never retried on the same instance"
+    );
+}
+
+/// An empty retry budget stops retries; the executor's retry-after hint
+/// delays the next attempt.
+#[tokio::test]
+async fn budget_and_pushback() {
+    let (endpoint, _) = executor(Script::Status(tonic::Code::Unavailable)).await;
+    let config = DispatcherConfig {
+        retry_budget_min_per_sec: 0,
+        retry_budget_ratio: 0.0,
+        ..DispatcherConfig::default()
+    };
+    let d = dispatcher(spec(true, 0), &[&endpoint], config);
+    let response = d.invoke(call("budget"), None).await.unwrap();
+    assert_eq!(response.attempts, 1, "no budget, no retry");
+
+    let pushback = ToolError::new(ErrorCode::Unavailable, "busy")
+        .with_retryable(true)
+        .with_retry_after_ms(150);
+    let (endpoint, seen) = executor(Script::Reply(pushback)).await;
+    let d = dispatcher(spec(true, 0), &[&endpoint], DispatcherConfig::default());
+    let response = d.invoke(call("pushback"), None).await.unwrap();
+    assert_eq!(response.attempts, 3);
+    let seen = seen.lock().unwrap().clone();
+    for pair in seen.windows(2) {
+        let gap = pair[1].at - pair[0].at;
+        assert!(
+            gap >= Duration::from_millis(150),
+            "pushback honoured: {gap:?}"
+        );
+    }
+}
+
+/// The caller's deadline bounds every attempt together: a hung executor
+/// yields DEADLINE_EXCEEDED right at the deadline, not after the tool's.
+#[tokio::test]
+async fn one_deadline_for_all_attempts() {
+    let (endpoint, _) = executor(Script::Hang).await;
+    let d = dispatcher(spec(true, 0), &[&endpoint], DispatcherConfig::default());
+    let started = Instant::now();
+    let response = d
+        .invoke(call("deadline"), Some(Duration::from_millis(300)))
+        .await
+        .unwrap();
+    let took = started.elapsed();
+    assert_eq!(code_of(&response), ErrorCode::DeadlineExceeded);
+    assert!(
+        took >= Duration::from_millis(280) && took <= Duration::from_millis(330),
+        "{took:?}"
+    );
+}
+
+/// Over `max_in_flight`, calls are shed with RESOURCE_EXHAUSTED instead of
+/// queueing.
+#[tokio::test]
+async fn sheds_load_over_the_in_flight_limit() {
+    let (endpoint, _) = executor(Script::Hang).await;
+    let config = DispatcherConfig {
+        max_in_flight: 1,
+        ..DispatcherConfig::default()
+    };
+    let d = dispatcher(spec(false, 0), &[&endpoint], config);
+    let hung = {
+        let d = d.clone();
+        tokio::spawn(async move { d.invoke(call("hung"), Some(Duration::from_secs(2))).await })
+    };
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let shed = d.invoke(call("shed"), None).await.unwrap_err();
+    assert_eq!(shed.code(), tonic::Code::ResourceExhausted);
+    assert!(shed.message().contains("limit of 1"), "{}", shed.message());
+    hung.abort();
+}
+
+/// Five consecutive failures eject an instance: later calls avoid it.
+#[tokio::test]
+async fn outlier_is_ejected() {
+    let (bad, bad_seen) = executor(Script::Status(tonic::Code::Unavailable)).await;
+    let (good, good_seen) = executor(Script::Ok).await;
+    // Non-idempotent: a failed call is not retried, so failures reach the
+    // bad instance one by one.
+    let d = dispatcher(spec(false, 0), &[&bad, &good], DispatcherConfig::default());
+    for i in 0..60 {
+        d.invoke(call(&format!("o{i}")), None).await.unwrap();
+    }
+    let bad_calls = bad_seen.lock().unwrap().len();
+    assert_eq!(bad_calls, 5, "ejected after exactly 5 consecutive failures");
+    assert_eq!(good_seen.lock().unwrap().len(), 60 - 5);
+}

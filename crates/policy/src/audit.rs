@@ -1,0 +1,666 @@
+//! Audit records (one JSON line per call or decision) and the non-blocking sink that writes them.
+//!
+//! A record always carries the SHA-256 of the arguments; the raw arguments
+//! only when the tool opts in with the tag [`RAW_ARGUMENTS_TAG`], and then
+//! with every input-schema property marked `"x-sensitive": true` replaced
+//! by [`REDACTED`].
+
+use crate::{Principal, arguments_digest};
+use serde::Serialize;
+use serde_json::Value;
+use std::{
+    io,
+    path::Path,
+    sync::{
+        Arc,
+        atomic::{AtomicU64, Ordering},
+    },
+    time::{SystemTime, UNIX_EPOCH},
+};
+use tokio::{
+    io::{AsyncWrite, AsyncWriteExt, BufWriter},
+    sync::{mpsc, oneshot},
+};
+use toolmesh::{
+    ErrorCodeExt, ToolDef, ToolErrorExt,
+    pb::{ErrorCode, ToolResult, ToolSpec},
+};
+
+/// The spec tag with which a tool allows its (redacted) raw arguments in audit records.
+pub const RAW_ARGUMENTS_TAG: &str = "audit:raw-arguments";
+/// What replaces a sensitive value.
+pub const REDACTED: &str = "[REDACTED]";
+/// Records the sink queues before it starts dropping (and counting) them.
+pub const DEFAULT_CAPACITY: usize = 4096;
+/// Schemas followed (through `$ref`, `allOf`, …) for one value before giving up and redacting it.
+const MAX_SCHEMAS_PER_VALUE: usize = 64;
+/// Nesting depth beyond which a value is redacted whole.
+const MAX_DEPTH: usize = 64;
+
+/// What an audit record is about.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum AuditKind {
+    /// A call was dispatched (whatever its outcome).
+    Invoke,
+    /// Policy refused a call (permission, approval or rate).
+    Denied,
+    /// A call asked for approval.
+    ApprovalRequested,
+    /// An approver approved.
+    ApprovalGranted,
+    /// An approver denied.
+    ApprovalDenied,
+}
+
+/// One audit line. Fields are public so the dispatcher fills what it knows;
+/// unknown strings stay empty and every key is always present, except the
+/// optional ones at the end.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct AuditRecord {
+    /// RFC 3339 UTC with milliseconds, e.g. `2026-11-01T12:00:00.250Z`.
+    pub time: String,
+    /// What the record is about.
+    pub kind: AuditKind,
+    /// The dispatcher's id of the call.
+    pub call_id: String,
+    /// The caller's trace id.
+    pub trace_id: String,
+    /// The agent session (run).
+    pub session_id: String,
+    /// The principal's name.
+    pub caller: String,
+    /// The principal's tenant.
+    pub tenant: String,
+    /// The tool's name.
+    pub tool: String,
+    /// The tool's version.
+    pub version: String,
+    /// The snapshot the call was resolved in (0 when none).
+    pub snapshot_version: u64,
+    /// The executor that served the last attempt (empty when none).
+    pub executor_id: String,
+    /// Attempts made (0 when the call never reached an executor).
+    pub attempts: u32,
+    /// `OK` or the error code's short name, e.g. `PERMISSION_DENIED` (see [`outcome_of`]).
+    pub outcome: String,
+    /// Wall time of the call.
+    pub duration_ms: u64,
+    /// [`arguments_digest`] of the arguments.
+    pub arguments_sha256: String,
+    /// The arguments, redacted; only for tools tagged [`RAW_ARGUMENTS_TAG`].
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub arguments: Option<Value>,
+    /// The approval ticket involved, if any.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub approval_id: Option<String>,
+    /// The grant that allowed the call, if known.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rule: Option<String>,
+    /// Why the call was refused, or the approver's reason.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub reason: Option<String>,
+}
+
+impl AuditRecord {
+    /// A record stamped now for `who` calling `spec` with `arguments`
+    /// (raw JSON text); outcome `OK` until set. Parses the input schema
+    /// only when the tool allows raw arguments.
+    pub fn new(kind: AuditKind, who: &Principal, spec: &ToolSpec, arguments: &str) -> Self {
+        let raw = allows_raw_arguments(spec)
+            .then(|| serde_json::from_str::<Value>(&spec.input_schema).ok())
+            .flatten();
+        Self::build(kind, who, spec, arguments, raw.as_ref())
+    }
+
+    /// Like [`new`](Self::new), using the definition's already parsed schema.
+    pub fn for_def(kind: AuditKind, who: &Principal, def: &ToolDef, arguments: &str) -> Self {
+        let schema = allows_raw_arguments(def.spec()).then(|| def.input_schema());
+        Self::build(kind, who, def.spec(), arguments, schema)
+    }
+
+    fn build(
+        kind: AuditKind,
+        who: &Principal,
+        spec: &ToolSpec,
+        arguments: &str,
+        schema: Option<&Value>,
+    ) -> Self {
+        let raw = schema.and_then(|schema| {
+            serde_json::from_str::<Value>(arguments)
+                .ok()
+                .map(|args| redact(schema, &args))
+        });
+        AuditRecord {
+            time: rfc3339(SystemTime::now()),
+            kind,
+            call_id: String::new(),
+            trace_id: String::new(),
+            session_id: String::new(),
+            caller: who.name.clone(),
+            tenant: who.tenant.clone(),
+            tool: spec.name.clone(),
+            version: spec.version.clone(),
+            snapshot_version: 0,
+            executor_id: String::new(),
+            attempts: 0,
+            outcome: "OK".into(),
+            duration_ms: 0,
+            arguments_sha256: arguments_digest(arguments),
+            arguments: raw,
+            approval_id: None,
+            rule: None,
+            reason: None,
+        }
+    }
+
+    /// The record as one JSON line (no trailing newline).
+    pub fn to_json_line(&self) -> String {
+        // Strings, numbers and a serde_json::Value: serialisation cannot fail.
+        serde_json::to_string(self).unwrap_or_default()
+    }
+}
+
+/// Whether the tool opted in to raw (redacted) arguments in audit records.
+pub fn allows_raw_arguments(spec: &ToolSpec) -> bool {
+    spec.tags.iter().any(|t| t == RAW_ARGUMENTS_TAG)
+}
+
+/// `OK` for a successful result, else the error code's short name.
+pub fn outcome_of(result: &ToolResult) -> String {
+    match &result.error {
+        Some(e) if e.error_code() != ErrorCode::Unspecified => e.error_code().short_name().into(),
+        _ => "OK".into(),
+    }
+}
+
+/// `arguments` with every value whose schema says `"x-sensitive": true`
+/// replaced by [`REDACTED`].
+///
+/// Walks `properties`, `additionalProperties`, `patternProperties`,
+/// `items`, `prefixItems`, and through `$ref` (local `#/...` pointers),
+/// `allOf`, `anyOf`, `oneOf`, `then` and `else`, at any depth. When unsure
+/// it redacts: a key matching any `patternProperties` entry is assumed to
+/// match all of them, and a value nested deeper than 64 levels or reached
+/// through too many schemas is redacted whole.
+pub fn redact(schema: &Value, arguments: &Value) -> Value {
+    redact_value(schema, vec![schema], arguments, 0)
+}
+
+fn redact_value(root: &Value, schemas: Vec<&Value>, value: &Value, depth: usize) -> Value {
+    let Some(schemas) = expand(root, schemas) else {
+        return Value::String(REDACTED.into());
+    };
+    if depth > MAX_DEPTH
+        || schemas
+            .iter()
+            .any(|s| s.get("x-sensitive") == Some(&Value::Bool(true)))
+    {
+        return Value::String(REDACTED.into());
+    }
+    match value {
+        Value::Object(map) => {
+            let mut out = serde_json::Map::new();
+            for (key, item) in map {
+                let mut children = Vec::new();
+                for s in &schemas {
+                    let named = s.get("properties").and_then(|p| p.get(key));
+                    if let Some(named) = named {
+                        children.push(named);
+                        continue;
+                    }
+                    if let Some(Value::Object(patterns)) = s.get("patternProperties") {
+                        children.extend(patterns.values());
+                    }
+                    if let Some(extra) = s.get("additionalProperties") {
+                        children.push(extra);
+                    }
+                }
+                out.insert(key.clone(), redact_value(root, children, item, depth + 1));
+            }
+            Value::Object(out)
+        }
+        Value::Array(items) => Value::Array(
+            items
+                .iter()
+                .enumerate()
+                .map(|(i, item)| {
+                    let mut children = Vec::new();
+                    for s in &schemas {
+                        let positional =
+                            s.get("prefixItems").and_then(|p| p.get(i)).or_else(|| {
+                                s.get("items")
+                                    .filter(|v| v.is_array())
+                                    .and_then(|p| p.get(i))
+                            });
+                        match positional {
+                            Some(p) => children.push(p),
+                            None => {
+                                if let Some(items) = s.get("items").filter(|v| v.is_object()) {
+                                    children.push(items);
+                                }
+                                if let Some(extra) = s.get("additionalItems") {
+                                    children.push(extra);
+                                }
+                            }
+                        }
+                    }
+                    redact_value(root, children, item, depth + 1)
+                })
+                .collect(),
+        ),
+        scalar => scalar.clone(),
+    }
+}
+
+/// The schemas that apply to one value: the given ones plus everything
+/// reachable through `$ref` and the combinators. `None` when there are too
+/// many to follow (the caller then redacts).
+fn expand<'a>(root: &'a Value, start: Vec<&'a Value>) -> Option<Vec<&'a Value>> {
+    let mut out: Vec<&Value> = Vec::new();
+    let mut work = start;
+    while let Some(schema) = work.pop() {
+        if !schema.is_object() || out.iter().any(|s| std::ptr::eq(*s, schema)) {
+            continue;
+        }
+        if out.len() >= MAX_SCHEMAS_PER_VALUE {
+            return None;
+        }
+        out.push(schema);
+        if let Some(target) = schema
+            .get("$ref")
+            .and_then(Value::as_str)
+            .and_then(|r| r.strip_prefix('#'))
+            .and_then(|pointer| root.pointer(pointer))
+        {
+            work.push(target);
+        }
+        for key in ["allOf", "anyOf", "oneOf"] {
+            if let Some(Value::Array(list)) = schema.get(key) {
+                work.extend(list.iter());
+            }
+        }
+        for key in ["then", "else"] {
+            if let Some(branch) = schema.get(key) {
+                work.push(branch);
+            }
+        }
+    }
+    Some(out)
+}
+
+/// `time` as RFC 3339 UTC with milliseconds (times before 1970 read as 1970).
+pub fn rfc3339(time: SystemTime) -> String {
+    let since = time.duration_since(UNIX_EPOCH).unwrap_or_default();
+    let secs = since.as_secs();
+    let (year, month, day) = civil_from_days(secs / 86_400);
+    let rem = secs % 86_400;
+    format!(
+        "{year:04}-{month:02}-{day:02}T{:02}:{:02}:{:02}.{:03}Z",
+        rem / 3600,
+        rem % 3600 / 60,
+        rem % 60,
+        since.subsec_millis()
+    )
+}
+
+/// Howard Hinnant's days-to-civil for days since 1970-01-01 (no dates before 1970 reach it).
+fn civil_from_days(days: u64) -> (u64, u64, u64) {
+    let z = days + 719_468;
+    let era = z / 146_097;
+    let doe = z % 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let day = doy - (153 * mp + 2) / 5 + 1;
+    let month = if mp < 10 { mp + 3 } else { mp - 9 };
+    let year = yoe + era * 400 + u64::from(month <= 2);
+    (year, month, day)
+}
+
+enum Msg {
+    Record(Box<AuditRecord>),
+    Flush(oneshot::Sender<()>),
+}
+
+#[derive(Debug, Default)]
+struct Stats {
+    written: AtomicU64,
+    dropped: AtomicU64,
+    write_errors: AtomicU64,
+}
+
+/// Where audit lines go. Cheap to clone; [`record`](Self::record) never
+/// waits: records queue in a bounded channel for a writer task, and when
+/// the queue is full they are dropped and counted ([`dropped`](Self::dropped)).
+#[derive(Debug, Clone)]
+pub struct AuditSink {
+    tx: mpsc::Sender<Msg>,
+    stats: Arc<Stats>,
+}
+
+impl std::fmt::Debug for Msg {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Msg::Record(_) => "Record",
+            Msg::Flush(_) => "Flush",
+        })
+    }
+}
+
+impl AuditSink {
+    /// A sink writing to `writer` from a task spawned on the current Tokio
+    /// runtime, queueing at most `capacity` records (at least 1).
+    ///
+    /// # Panics
+    /// When called outside a Tokio runtime.
+    pub fn to_writer<W: AsyncWrite + Unpin + Send + 'static>(writer: W, capacity: usize) -> Self {
+        let (tx, rx) = mpsc::channel(capacity.max(1));
+        let stats = Arc::new(Stats::default());
+        tokio::spawn(write_loop(BufWriter::new(writer), rx, Arc::clone(&stats)));
+        AuditSink { tx, stats }
+    }
+
+    /// A sink writing to standard output. Same panics as [`to_writer`](Self::to_writer).
+    pub fn stdout(capacity: usize) -> Self {
+        Self::to_writer(tokio::io::stdout(), capacity)
+    }
+
+    /// A sink appending to the file at `path` (created if missing).
+    /// Same panics as [`to_writer`](Self::to_writer).
+    pub async fn append_to_file(path: &Path, capacity: usize) -> io::Result<Self> {
+        let file = tokio::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(path)
+            .await
+            .map_err(|e| {
+                io::Error::new(
+                    e.kind(),
+                    format!(
+                        "cannot open audit log {} for appending: {e}; check the path and its permissions",
+                        path.display()
+                    ),
+                )
+            })?;
+        Ok(Self::to_writer(file, capacity))
+    }
+
+    /// Queues one record; drops (and counts) it if the queue is full or the writer is gone.
+    pub fn record(&self, record: AuditRecord) {
+        if self.tx.try_send(Msg::Record(Box::new(record))).is_err() {
+            let dropped = self.stats.dropped.fetch_add(1, Ordering::Relaxed) + 1;
+            if dropped.is_power_of_two() {
+                tracing::warn!(
+                    dropped,
+                    "audit queue is full or its writer stopped: audit records are being dropped"
+                );
+            }
+        }
+    }
+
+    /// Waits until every record queued before this call is written and flushed.
+    pub async fn flush(&self) {
+        let (ack, done) = oneshot::channel();
+        if self.tx.send(Msg::Flush(ack)).await.is_ok() {
+            let _ = done.await;
+        }
+    }
+
+    /// Records written so far.
+    pub fn written(&self) -> u64 {
+        self.stats.written.load(Ordering::Relaxed)
+    }
+
+    /// Records dropped so far because the queue was full.
+    pub fn dropped(&self) -> u64 {
+        self.stats.dropped.load(Ordering::Relaxed)
+    }
+
+    /// Records lost to write errors so far.
+    pub fn write_errors(&self) -> u64 {
+        self.stats.write_errors.load(Ordering::Relaxed)
+    }
+}
+
+async fn write_loop<W: AsyncWrite + Unpin>(
+    mut out: BufWriter<W>,
+    mut rx: mpsc::Receiver<Msg>,
+    stats: Arc<Stats>,
+) {
+    while let Some(first) = rx.recv().await {
+        let mut next = Some(first);
+        while let Some(msg) = next.take() {
+            match msg {
+                Msg::Record(record) => {
+                    let mut line = record.to_json_line().into_bytes();
+                    line.push(b'\n');
+                    match out.write_all(&line).await {
+                        Ok(()) => {
+                            stats.written.fetch_add(1, Ordering::Relaxed);
+                        }
+                        Err(e) => write_failed(&stats, &e),
+                    }
+                }
+                Msg::Flush(ack) => {
+                    if let Err(e) = out.flush().await {
+                        write_failed(&stats, &e);
+                    }
+                    let _ = ack.send(());
+                }
+            }
+            next = rx.try_recv().ok();
+        }
+        if let Err(e) = out.flush().await {
+            write_failed(&stats, &e);
+        }
+    }
+    let _ = out.flush().await;
+}
+
+fn write_failed(stats: &Stats, error: &io::Error) {
+    let errors = stats.write_errors.fetch_add(1, Ordering::Relaxed) + 1;
+    if errors.is_power_of_two() {
+        tracing::error!(errors, %error, "cannot write the audit log; records are being lost");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+    use std::{
+        pin::Pin,
+        task::{Context, Poll},
+        time::Duration,
+    };
+
+    fn who() -> Principal {
+        Principal {
+            name: "support-bot".into(),
+            tenant: "acme".into(),
+            roles: vec!["agent".into()],
+            anonymous: false,
+        }
+    }
+
+    fn spec(tags: &[&str]) -> ToolSpec {
+        ToolSpec {
+            name: "create_user".into(),
+            version: "1.2.0".into(),
+            input_schema: json!({
+                "type": "object",
+                "properties": {
+                    "name": {"type": "string"},
+                    "password": {"type": "string", "x-sensitive": true},
+                    "profile": {
+                        "type": "object",
+                        "properties": {
+                            "email": {"type": "string"},
+                            "ssn": {"type": "string", "x-sensitive": true}
+                        },
+                        "additionalProperties": {"x-sensitive": true}
+                    },
+                    "keys": {"type": "array", "items": {"$ref": "#/$defs/key"}},
+                    "pair": {"prefixItems": [{"type": "string"}, {"x-sensitive": true}]},
+                    "either": {"anyOf": [{"type": "string"}, {"properties": {"pin": {"x-sensitive": true}}}]}
+                },
+                "$defs": {
+                    "key": {"type": "object", "properties": {"id": {}, "secret": {"x-sensitive": true}}}
+                }
+            })
+            .to_string(),
+            tags: tags.iter().map(|t| t.to_string()).collect(),
+            ..ToolSpec::default()
+        }
+    }
+
+    const ARGS: &str = r#"{"name":"ann","password":"hunter2",
+        "profile":{"email":"a@x","ssn":"123","note":"extra"},
+        "keys":[{"id":1,"secret":"s1"},{"id":2,"secret":"s2"}],
+        "pair":["label","hidden"],
+        "either":{"pin":"0000"}}"#;
+
+    /// Sensitive values are redacted at any depth: nested objects, additionalProperties, $ref'd array items, prefixItems, anyOf.
+    #[test]
+    fn nested_sensitive_values_are_redacted() {
+        let record = AuditRecord::new(AuditKind::Invoke, &who(), &spec(&[RAW_ARGUMENTS_TAG]), ARGS);
+        assert_eq!(
+            record.arguments,
+            Some(json!({
+                "name": "ann",
+                "password": REDACTED,
+                "profile": {"email": "a@x", "ssn": REDACTED, "note": REDACTED},
+                "keys": [{"id": 1, "secret": REDACTED}, {"id": 2, "secret": REDACTED}],
+                "pair": ["label", REDACTED],
+                "either": {"pin": REDACTED}
+            }))
+        );
+        // A sensitive root hides everything; a schema cycle terminates.
+        assert_eq!(
+            redact(&json!({"x-sensitive": true}), &json!({"a": 1})),
+            json!(REDACTED)
+        );
+        let cyclic = json!({"$ref": "#", "properties": {"a": {"$ref": "#"}}});
+        assert_eq!(
+            redact(&cyclic, &json!({"a": {"a": 1}})),
+            json!({"a": {"a": 1}})
+        );
+    }
+
+    /// Every field is present in the JSON line; raw arguments appear only with the opt-in tag.
+    #[test]
+    fn record_json_fields() {
+        let mut record = AuditRecord::new(AuditKind::ApprovalRequested, &who(), &spec(&[]), ARGS);
+        record.call_id = "c-1".into();
+        record.approval_id = Some("a-3".into());
+        let line: Value = serde_json::from_str(&record.to_json_line()).unwrap();
+        let keys: Vec<_> = line.as_object().unwrap().keys().cloned().collect();
+        for key in [
+            "time",
+            "kind",
+            "call_id",
+            "trace_id",
+            "session_id",
+            "caller",
+            "tenant",
+            "tool",
+            "version",
+            "snapshot_version",
+            "executor_id",
+            "attempts",
+            "outcome",
+            "duration_ms",
+            "arguments_sha256",
+            "approval_id",
+        ] {
+            assert!(keys.iter().any(|k| k == key), "{key} missing from {line}");
+        }
+        assert!(line.get("arguments").is_none(), "{line}");
+        assert!(line.get("reason").is_none(), "{line}");
+        assert_eq!(line["kind"], "approval_requested");
+        assert_eq!(line["caller"], "support-bot");
+        assert_eq!(line["tenant"], "acme");
+        assert_eq!(line["outcome"], "OK");
+        assert_eq!(line["arguments_sha256"], arguments_digest(ARGS));
+        let time = line["time"].as_str().unwrap();
+        assert!(time.ends_with('Z') && time.len() == 24, "{time}");
+    }
+
+    /// RFC 3339 formatting handles the epoch, leap days and year ends.
+    #[test]
+    fn rfc3339_dates() {
+        let at = |secs: u64, ms: u64| {
+            rfc3339(UNIX_EPOCH + Duration::from_secs(secs) + Duration::from_millis(ms))
+        };
+        assert_eq!(at(0, 0), "1970-01-01T00:00:00.000Z");
+        assert_eq!(at(951_782_400, 5), "2000-02-29T00:00:00.005Z");
+        assert_eq!(at(1_767_225_599, 999), "2025-12-31T23:59:59.999Z");
+        assert_eq!(at(4_102_444_800, 0), "2100-01-01T00:00:00.000Z");
+    }
+
+    /// Outcome is "OK" or the error code's short name.
+    #[test]
+    fn outcome_names() {
+        assert_eq!(outcome_of(&ToolResult::default()), "OK");
+        let denied = toolmesh::pb::ToolError::new(ErrorCode::PermissionDenied, "no").into_result();
+        assert_eq!(outcome_of(&denied), "PERMISSION_DENIED");
+    }
+
+    /// The file sink appends one JSON line per record and flush waits for them.
+    #[tokio::test]
+    async fn file_sink_appends_lines() {
+        let path =
+            std::env::temp_dir().join(format!("toolmesh-audit-{}.jsonl", std::process::id()));
+        let _ = std::fs::remove_file(&path);
+        std::fs::write(&path, "{\"earlier\":true}\n").unwrap();
+        let sink = AuditSink::append_to_file(&path, 16).await.unwrap();
+        for kind in [AuditKind::Invoke, AuditKind::Denied] {
+            sink.record(AuditRecord::new(kind, &who(), &spec(&[]), "{}"));
+        }
+        sink.flush().await;
+        assert_eq!(sink.written(), 2);
+        let text = std::fs::read_to_string(&path).unwrap();
+        let lines: Vec<Value> = text
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect();
+        assert_eq!(lines.len(), 3);
+        assert_eq!(lines[1]["kind"], "invoke");
+        assert_eq!(lines[2]["kind"], "denied");
+        let _ = std::fs::remove_file(&path);
+    }
+
+    struct Stalled;
+    impl AsyncWrite for Stalled {
+        fn poll_write(
+            self: Pin<&mut Self>,
+            _: &mut Context<'_>,
+            _: &[u8],
+        ) -> Poll<io::Result<usize>> {
+            Poll::Pending
+        }
+        fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+            Poll::Pending
+        }
+        fn poll_shutdown(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
+            Poll::Pending
+        }
+    }
+
+    /// A stalled writer never blocks `record`: past the queue's capacity records are dropped and counted.
+    #[tokio::test]
+    async fn overflow_drops_and_counts() {
+        let sink = AuditSink::to_writer(Stalled, 2);
+        for _ in 0..10 {
+            sink.record(AuditRecord::new(
+                AuditKind::Invoke,
+                &who(),
+                &spec(&[]),
+                "{}",
+            ));
+        }
+        assert_eq!(sink.dropped(), 8);
+        assert_eq!(sink.written(), 0);
+    }
+}

@@ -1,0 +1,542 @@
+//! The validated policy: building it from TOML (collecting every problem), authentication and access decisions.
+
+use crate::{
+    ApprovalSettings, AuthError, Principal, Problem,
+    approvals::DEFAULT_TTL,
+    config::{self, RawPolicy, line_of},
+    decision::{self, Decision},
+    digest::{hex, parse_sha256_hex, sha256},
+    error::PolicyError,
+    glob::ToolPattern,
+    limits::{LimitRule, Limits},
+};
+use std::{collections::HashMap, fmt, num::NonZeroU32, ops::Range, path::Path, time::Duration};
+use toml::Spanned;
+use toolmesh::pb::{RiskLevel, ToolSpec};
+
+/// Tenant of a caller entry that names none.
+pub const DEFAULT_TENANT: &str = "default";
+/// Longest approval lifetime accepted (`ttl_secs`).
+pub const MAX_TTL_SECS: u64 = 24 * 60 * 60;
+/// Highest `rate_per_sec` accepted.
+pub const MAX_RATE_PER_SEC: f64 = 1_000_000.0;
+/// The token [`Policy::permissive_dev`] accepts for its approver, `dev-approver`.
+pub const DEV_APPROVER_TOKEN: &str = "dev-approver";
+
+/// The policy [`Policy::permissive_dev`] uses, also a starting point for a real file.
+pub const DEV_POLICY_TOML: &str = r#"# toolmesh development policy: anyone may call anything, register
+# executors and switch tools off; HIGH-risk calls still need an approval,
+# which the `dev-approver` token can give.
+[auth]
+allow_anonymous = true
+anonymous = { principal = "anonymous", tenant = "dev", roles = ["agent", "admin", "executor"] }
+
+[[callers]]
+token = "dev-approver"
+principal = "dev-approver"
+tenant = "dev"
+roles = ["approver", "admin"]
+
+[[grants]]
+name = "dev: everything"
+tools = ["*"]
+
+[approval]
+approver_roles = ["approver"]
+require_for_risk = "HIGH"
+"#;
+
+/// One validated `[[grants]]` entry.
+#[derive(Debug, Clone)]
+pub(crate) struct Grant {
+    pub(crate) name: String,
+    pub(crate) roles: Vec<String>,
+    pub(crate) tenants: Vec<String>,
+    pub(crate) principals: Vec<String>,
+    pub(crate) tools: Vec<ToolPattern>,
+    pub(crate) tags: Vec<String>,
+    pub(crate) max_risk: RiskLevel,
+}
+
+/// The validated `[approval]` table.
+#[derive(Debug, Clone)]
+pub(crate) struct ApprovalRules {
+    pub(crate) settings: ApprovalSettings,
+    pub(crate) require_for_risk: Option<RiskLevel>,
+    pub(crate) require_for_tools: Vec<ToolPattern>,
+    pub(crate) pre_approved_principals: Vec<String>,
+}
+
+/// A parsed and validated policy: who callers are, what they may use,
+/// what needs approval and how fast they may call. Immutable; share it by
+/// `Arc` (see [`PolicyHandle`](crate::PolicyHandle) for live reload).
+pub struct Policy {
+    allow_anonymous: bool,
+    anonymous: Principal,
+    callers: HashMap<[u8; 32], Principal>,
+    pub(crate) grants: Vec<Grant>,
+    pub(crate) approval: ApprovalRules,
+    limits: Limits,
+}
+
+impl fmt::Debug for Policy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Policy")
+            .field("allow_anonymous", &self.allow_anonymous)
+            .field("callers", &self.callers.len())
+            .field(
+                "grants",
+                &self.grants.iter().map(|g| &g.name).collect::<Vec<_>>(),
+            )
+            .field("limits", &self.limits)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Policy {
+    /// Parses and validates a policy. Syntax errors carry toml's line and
+    /// column; every semantic problem is listed with its line and field.
+    pub fn from_toml(text: &str) -> Result<Policy, PolicyError> {
+        let raw: RawPolicy = toml::from_str(text).map_err(|e| PolicyError::Syntax {
+            origin: "(inline)".into(),
+            detail: e.to_string().trim_end().to_owned(),
+        })?;
+        Builder {
+            text,
+            problems: Vec::new(),
+        }
+        .build(raw)
+    }
+
+    /// Reads and validates the policy file at `path`.
+    pub fn load(path: &Path) -> Result<Policy, PolicyError> {
+        let text = std::fs::read_to_string(path).map_err(|source| PolicyError::Read {
+            path: path.to_owned(),
+            source,
+        })?;
+        Policy::from_toml(&text).map_err(|e| e.with_origin(path.display().to_string()))
+    }
+
+    /// The development policy ([`DEV_POLICY_TOML`]): anonymous callers
+    /// allowed (tenant `dev`, role `agent`), every tool granted, HIGH-risk
+    /// calls still need approval, which the [`DEV_APPROVER_TOKEN`] caller can give.
+    pub fn permissive_dev() -> Policy {
+        // A constant the tests parse; failing here is a bug in this crate, not bad input.
+        Policy::from_toml(DEV_POLICY_TOML).expect("DEV_POLICY_TOML is valid")
+    }
+
+    /// Identifies a caller from the value of its `authorization` header
+    /// (with or without the `Bearer ` prefix). No token (or an empty one)
+    /// is the anonymous principal when the policy allows it; an unknown
+    /// token is always an error, never anonymous.
+    pub fn authenticate(&self, bearer: Option<&str>) -> Result<Principal, AuthError> {
+        let token = bearer.map(strip_bearer).filter(|t| !t.is_empty());
+        let Some(token) = token else {
+            return if self.allow_anonymous {
+                Ok(self.anonymous.clone())
+            } else {
+                Err(AuthError::MissingToken)
+            };
+        };
+        let digest = sha256(token.as_bytes());
+        self.callers
+            .get(&digest)
+            .cloned()
+            .ok_or_else(|| AuthError::UnknownToken {
+                digest_prefix: hex(&digest[..6]),
+            })
+    }
+
+    /// Whether `who` may see and call the tool of `spec`, by which grant,
+    /// and whether the call needs an approval. A spec whose risk is
+    /// UNSPECIFIED reads as LOW; an unknown risk number reads as HIGH.
+    pub fn decide(&self, who: &Principal, spec: &ToolSpec) -> Decision {
+        decision::decide(self, who, spec)
+    }
+
+    /// Whether anonymous callers are accepted.
+    pub fn allows_anonymous(&self) -> bool {
+        self.allow_anonymous
+    }
+
+    /// The rate limits and concurrency quotas, with their live state.
+    pub fn limits(&self) -> &Limits {
+        &self.limits
+    }
+
+    /// Who may approve and how long approvals live, for [`Approvals`](crate::Approvals).
+    pub fn approval_settings(&self) -> ApprovalSettings {
+        self.approval.settings.clone()
+    }
+
+    /// The names of the grants, in file order.
+    pub fn grant_names(&self) -> impl Iterator<Item = &str> {
+        self.grants.iter().map(|g| g.name.as_str())
+    }
+}
+
+fn strip_bearer(value: &str) -> &str {
+    let value = value.trim();
+    match value.get(..7) {
+        Some(prefix) if prefix.eq_ignore_ascii_case("bearer ") => value[7..].trim(),
+        _ => value,
+    }
+}
+
+/// Collects every problem while turning the raw file into a [`Policy`].
+struct Builder<'a> {
+    text: &'a str,
+    problems: Vec<Problem>,
+}
+
+impl Builder<'_> {
+    fn problem(&mut self, span: Option<Range<usize>>, field: String, message: impl Into<String>) {
+        self.problems.push(Problem {
+            line: span.map(|s| line_of(self.text, s.start)),
+            field,
+            message: message.into(),
+        });
+    }
+
+    fn line(&self, span: &Range<usize>) -> usize {
+        line_of(self.text, span.start)
+    }
+
+    /// Checks that every entry of a list of names is non-empty.
+    fn names(&mut self, list: Vec<String>, span: &Range<usize>, field: &str) -> Vec<String> {
+        for (i, name) in list.iter().enumerate() {
+            if name.trim().is_empty() {
+                self.problem(
+                    Some(span.clone()),
+                    format!("{field}[{i}]"),
+                    "is empty: remove it or write a name",
+                );
+            }
+        }
+        list
+    }
+
+    fn patterns(&mut self, list: Vec<Spanned<String>>, field: &str) -> Vec<ToolPattern> {
+        let mut out = Vec::with_capacity(list.len());
+        for (i, item) in list.into_iter().enumerate() {
+            let span = item.span();
+            match ToolPattern::parse(item.get_ref()) {
+                Ok(p) => out.push(p),
+                Err(e) => self.problem(Some(span), format!("{field}[{i}]"), e),
+            }
+        }
+        out
+    }
+
+    fn build(mut self, raw: RawPolicy) -> Result<Policy, PolicyError> {
+        let anonymous = match raw.auth.anonymous {
+            Some(identity) => {
+                let span = identity.span();
+                let id = identity.into_inner();
+                if id.principal.trim().is_empty() {
+                    self.problem(
+                        Some(span.clone()),
+                        "auth.anonymous.principal".into(),
+                        "is empty: name the anonymous caller, e.g. \"anonymous\"",
+                    );
+                }
+                Principal {
+                    name: id.principal,
+                    tenant: self.tenant(id.tenant, &span, "auth.anonymous.tenant"),
+                    roles: self.names(id.roles, &span, "auth.anonymous.roles"),
+                    anonymous: true,
+                }
+            }
+            None => Principal {
+                name: "anonymous".into(),
+                tenant: DEFAULT_TENANT.into(),
+                roles: Vec::new(),
+                anonymous: true,
+            },
+        };
+        let callers = self.callers(raw.callers);
+        let grants = self.grants(raw.grants);
+        let approval = self.approval(raw.approval);
+        let limits = self.limits(raw.limits);
+        if !self.problems.is_empty() {
+            return Err(PolicyError::Invalid {
+                origin: "(inline)".into(),
+                problems: self.problems,
+            });
+        }
+        Ok(Policy {
+            allow_anonymous: raw.auth.allow_anonymous,
+            anonymous,
+            callers,
+            grants,
+            approval,
+            limits: Limits::new(limits),
+        })
+    }
+
+    fn tenant(&mut self, tenant: Option<String>, span: &Range<usize>, field: &str) -> String {
+        match tenant {
+            None => DEFAULT_TENANT.into(),
+            Some(t) if t.trim().is_empty() => {
+                self.problem(
+                    Some(span.clone()),
+                    field.into(),
+                    format!("is empty: name a tenant, or leave the key out for {DEFAULT_TENANT:?}"),
+                );
+                t
+            }
+            Some(t) => t,
+        }
+    }
+
+    fn callers(&mut self, raw: Vec<Spanned<config::RawCaller>>) -> HashMap<[u8; 32], Principal> {
+        let mut callers = HashMap::new();
+        let mut seen: HashMap<[u8; 32], (usize, usize, String)> = HashMap::new();
+        for (i, entry) in raw.into_iter().enumerate() {
+            let n = i + 1;
+            let span = entry.span();
+            let c = entry.into_inner();
+            let field = |key: &str| format!("[[callers]] #{n} {key}");
+            if c.principal.trim().is_empty() {
+                self.problem(
+                    Some(span.clone()),
+                    field("principal"),
+                    "is empty: name who holds this token, e.g. \"support-bot\"",
+                );
+            }
+            let digest = match (c.token, c.token_sha256) {
+                (Some(_), Some(h)) => {
+                    self.problem(
+                        Some(h.span()),
+                        field("token_sha256"),
+                        "is set together with token: keep only one (token_sha256 keeps the secret out of the file)",
+                    );
+                    None
+                }
+                (None, None) => {
+                    self.problem(
+                        Some(span.clone()),
+                        field("token"),
+                        "is missing: add token = \"...\" or token_sha256 = \"<hex SHA-256 of the token>\"",
+                    );
+                    None
+                }
+                (Some(t), None) => {
+                    let token = t.get_ref();
+                    if token.is_empty()
+                        || token.chars().any(|c| c.is_whitespace() || c.is_control())
+                    {
+                        self.problem(
+                            Some(t.span()),
+                            field("token"),
+                            "must be non-empty with no spaces or control characters, as it travels in an HTTP header",
+                        );
+                        None
+                    } else {
+                        Some((sha256(token.as_bytes()), t.span()))
+                    }
+                }
+                (None, Some(h)) => match parse_sha256_hex(h.get_ref().trim()) {
+                    Some(d) => Some((d, h.span())),
+                    None => {
+                        self.problem(
+                            Some(h.span()),
+                            field("token_sha256"),
+                            "is not 64 hex digits: write the SHA-256 of the token, e.g. from `printf %s TOKEN | sha256sum`",
+                        );
+                        None
+                    }
+                },
+            };
+            let principal = Principal {
+                tenant: self.tenant(c.tenant, &span, &field("tenant")),
+                roles: self.names(c.roles, &span, &field("roles")),
+                name: c.principal,
+                anonymous: false,
+            };
+            let Some((digest, token_span)) = digest else {
+                continue;
+            };
+            if let Some((first, first_line, first_name)) = seen.get(&digest) {
+                let message = format!(
+                    "is the same token as [[callers]] #{first} (line {first_line}, principal {first_name:?}); \
+                     every caller needs its own token: generate a new one for one of them"
+                );
+                self.problem(Some(token_span), field("token"), message);
+                continue;
+            }
+            seen.insert(digest, (n, self.line(&token_span), principal.name.clone()));
+            callers.insert(digest, principal);
+        }
+        callers
+    }
+
+    fn grants(&mut self, raw: Vec<Spanned<config::RawGrant>>) -> Vec<Grant> {
+        let mut grants = Vec::new();
+        let mut names: HashMap<String, usize> = HashMap::new();
+        for (i, entry) in raw.into_iter().enumerate() {
+            let n = i + 1;
+            let span = entry.span();
+            let g = entry.into_inner();
+            let field = |key: &str| format!("[[grants]] #{n} {key}");
+            let name_span = g.name.span();
+            let name = g.name.into_inner();
+            if name.trim().is_empty() {
+                self.problem(
+                    Some(name_span.clone()),
+                    field("name"),
+                    "is empty: name the grant so decisions and audits can cite it",
+                );
+            } else if let Some(first) = names.get(&name) {
+                let message = format!(
+                    "{name:?} is already the name of the grant on line {first}: give each grant its own name"
+                );
+                self.problem(Some(name_span.clone()), field("name"), message);
+            } else {
+                names.insert(name.clone(), self.line(&name_span));
+            }
+            if g.tools.is_empty() && g.tags.is_empty() {
+                self.problem(
+                    Some(span.clone()),
+                    field("tools"),
+                    "is missing: the grant covers no tool; add tools = [\"*\"] for every tool, or list names, globs or tags = [...]",
+                );
+            }
+            grants.push(Grant {
+                roles: self.names(g.roles, &span, &field("roles")),
+                tenants: self.names(g.tenants, &span, &field("tenants")),
+                principals: self.names(g.principals, &span, &field("principals")),
+                tools: self.patterns(g.tools, &field("tools")),
+                tags: self.names(g.tags, &span, &field("tags")),
+                max_risk: g.max_risk.map_or(RiskLevel::High, |r| r.0),
+                name,
+            });
+        }
+        grants
+    }
+
+    fn approval(&mut self, raw: config::RawApproval) -> ApprovalRules {
+        let approver_roles = match raw.approver_roles {
+            None => ApprovalSettings::default().approver_roles,
+            Some(roles) => {
+                let span = roles.span();
+                let roles = roles.into_inner();
+                if roles.is_empty() {
+                    self.problem(
+                        Some(span.clone()),
+                        "approval.approver_roles".into(),
+                        "is empty, so nobody could approve: name at least one role, e.g. [\"approver\"]",
+                    );
+                }
+                self.names(roles, &span, "approval.approver_roles")
+            }
+        };
+        let ttl = match raw.ttl_secs {
+            None => DEFAULT_TTL,
+            Some(ttl) => {
+                let secs = *ttl.get_ref();
+                if !(1..=MAX_TTL_SECS).contains(&secs) {
+                    self.problem(
+                        Some(ttl.span()),
+                        "approval.ttl_secs".into(),
+                        format!("{secs} is out of range: use 1..={MAX_TTL_SECS} (default 900, 15 minutes)"),
+                    );
+                }
+                Duration::from_secs(secs)
+            }
+        };
+        ApprovalRules {
+            settings: ApprovalSettings {
+                approver_roles,
+                ttl,
+            },
+            require_for_risk: raw.require_for_risk.map_or(Some(RiskLevel::High), |t| t.0),
+            require_for_tools: self.patterns(raw.require_for_tools, "approval.require_for_tools"),
+            pre_approved_principals: raw.pre_approved_principals,
+        }
+    }
+
+    fn limits(&mut self, raw: Vec<Spanned<config::RawLimit>>) -> Vec<LimitRule> {
+        let mut rules = Vec::new();
+        for (i, entry) in raw.into_iter().enumerate() {
+            let n = i + 1;
+            let span = entry.span();
+            let l = entry.into_inner();
+            let field = |key: &str| format!("[[limits]] #{n} {key}");
+            let tool = match l.tool {
+                None => ToolPattern::parse("*").ok(),
+                Some(t) => {
+                    let span = t.span();
+                    match ToolPattern::parse(t.get_ref()) {
+                        Ok(p) => Some(p),
+                        Err(e) => {
+                            self.problem(Some(span), field("tool"), e);
+                            None
+                        }
+                    }
+                }
+            };
+            let rate = l.rate_per_sec.map(|r| (*r.get_ref(), r.span()));
+            if let Some((rate, span)) = &rate
+                && !(rate.is_finite() && *rate > 0.0 && *rate <= MAX_RATE_PER_SEC)
+            {
+                let message = format!(
+                    "{rate} is out of range: use a number above 0 and at most {MAX_RATE_PER_SEC} \
+                     (0.5 = one call every 2 s)"
+                );
+                self.problem(Some(span.clone()), field("rate_per_sec"), message);
+            }
+            let burst = match (&l.burst, &rate) {
+                (Some(b), None) => {
+                    self.problem(
+                        Some(b.span()),
+                        field("burst"),
+                        "needs rate_per_sec: a burst is the size of a rate bucket; add rate_per_sec or remove burst",
+                    );
+                    None
+                }
+                (Some(b), Some(_)) => {
+                    let burst = NonZeroU32::new(*b.get_ref());
+                    if burst.is_none() {
+                        self.problem(
+                            Some(b.span()),
+                            field("burst"),
+                            "is 0: use at least 1 (calls that may go at once after a quiet spell)",
+                        );
+                    }
+                    burst
+                }
+                (None, Some((rate, _))) => {
+                    NonZeroU32::new(rate.ceil().clamp(1.0, f64::from(u32::MAX)) as u32)
+                }
+                (None, None) => None,
+            };
+            if let Some(m) = &l.max_concurrent
+                && *m.get_ref() == 0
+            {
+                self.problem(
+                    Some(m.span()),
+                    field("max_concurrent"),
+                    "is 0, which would refuse every call: use at least 1, or leave it out",
+                );
+            }
+            if rate.is_none() && l.max_concurrent.is_none() {
+                self.problem(
+                    Some(span),
+                    field("rate_per_sec"),
+                    "is missing, and so is max_concurrent: this limit limits nothing; add either or remove the entry",
+                );
+            }
+            if let Some(tool) = tool {
+                rules.push(LimitRule {
+                    index: n,
+                    tool,
+                    scope: l.per,
+                    rate: rate.zip(burst).map(|((r, _), b)| (r, b)),
+                    max_concurrent: l.max_concurrent.map(|m| *m.get_ref()),
+                });
+            }
+        }
+        rules
+    }
+}

@@ -1,0 +1,40 @@
+//! Who may register and who may switch tools off: the registry asks a
+//! [`Gate`] with the caller's bearer token and stays free of any one policy
+//! format.
+
+/// Decides identities at the registry's edge.
+pub trait Gate: Send + Sync + 'static {
+    /// The owner an executor registers as, from its bearer token (the
+    /// `authorization` header without `Bearer `). `Err` says how to
+    /// authenticate.
+    fn executor_owner(&self, bearer: Option<&str>) -> Result<String, String>;
+
+    /// The principal allowed to disable and enable tools. `Err` says why not.
+    fn admin(&self, bearer: Option<&str>) -> Result<String, String>;
+}
+
+/// No authentication: every executor registers as the empty owner (no
+/// ownership is enforced) and every caller is an admin. For development.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct OpenGate;
+
+impl Gate for OpenGate {
+    fn executor_owner(&self, _bearer: Option<&str>) -> Result<String, String> {
+        Ok(String::new())
+    }
+
+    fn admin(&self, _bearer: Option<&str>) -> Result<String, String> {
+        Ok("anonymous".to_owned())
+    }
+}
+
+/// The bearer token of a request, without the `Bearer ` prefix.
+pub fn bearer(metadata: &tonic::metadata::MetadataMap) -> Option<&str> {
+    let value = metadata.get("authorization")?.to_str().ok()?;
+    let token = value
+        .strip_prefix("Bearer ")
+        .or_else(|| value.strip_prefix("bearer "))
+        .unwrap_or(value)
+        .trim();
+    (!token.is_empty()).then_some(token)
+}

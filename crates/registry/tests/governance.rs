@@ -1,0 +1,243 @@
+//! Registration security and durable operator state over real gRPC: owners
+//! from bearer tokens, hijack attempts rejected, admin-only switches, and
+//! disabled tools surviving a registry restart.
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+use tokio::net::TcpListener;
+use tokio_stream::wrappers::TcpListenerStream;
+use tonic::Code;
+use tonic::transport::{Channel, Server};
+use toolmesh::pb::registry_client::RegistryClient;
+use toolmesh::pb::{DisableToolRequest, EnableToolRequest, RegisterRequest, ToolSpec};
+use toolmesh_registry::{Gate, Registry, RegistryConfig};
+
+/// Tokens `tok-a`/`tok-b` are owners `team-a`/`team-b`; `tok-admin` is the admin.
+struct TestGate;
+
+impl Gate for TestGate {
+    fn executor_owner(&self, bearer: Option<&str>) -> Result<String, String> {
+        match bearer {
+            Some("tok-a") => Ok("team-a".into()),
+            Some("tok-b") => Ok("team-b".into()),
+            Some(_) => Err("unknown registration token".into()),
+            None => Err("register with a bearer token".into()),
+        }
+    }
+    fn admin(&self, bearer: Option<&str>) -> Result<String, String> {
+        match bearer {
+            Some("tok-admin") => Ok("ops".into()),
+            _ => Err("only admins may switch tools".into()),
+        }
+    }
+}
+
+fn config(data_dir: Option<PathBuf>) -> RegistryConfig {
+    RegistryConfig {
+        watch_health: false,
+        data_dir,
+        ..RegistryConfig::default()
+    }
+}
+
+async fn serve(registry: &Registry) -> RegistryClient<Channel> {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr: SocketAddr = listener.local_addr().unwrap();
+    let service = registry.grpc_service();
+    tokio::spawn(
+        Server::builder()
+            .add_service(service)
+            .serve_with_incoming(TcpListenerStream::new(listener)),
+    );
+    RegistryClient::connect(format!("http://{addr}"))
+        .await
+        .unwrap()
+}
+
+fn with_token<T>(message: T, token: Option<&str>) -> tonic::Request<T> {
+    let mut request = tonic::Request::new(message);
+    if let Some(token) = token {
+        request
+            .metadata_mut()
+            .insert("authorization", format!("Bearer {token}").parse().unwrap());
+    }
+    request
+}
+
+fn registration(executor: &str, tool: &str) -> RegisterRequest {
+    RegisterRequest {
+        executor_id: executor.into(),
+        service: "svc".into(),
+        endpoint: "127.0.0.1:9".into(),
+        tools: vec![ToolSpec {
+            name: tool.into(),
+            version: "1.0.0".into(),
+            description: "A tool.".into(),
+            input_schema: r#"{"type":"object"}"#.into(),
+            ..ToolSpec::default()
+        }],
+        lease_ttl_ms: 0,
+    }
+}
+
+fn temp_dir(label: &str) -> PathBuf {
+    let dir = std::env::temp_dir().join(format!(
+        "toolmesh-registry-{label}-{}-{}",
+        std::process::id(),
+        uuid::Uuid::new_v4()
+    ));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+/// A tool name owned by one owner cannot be registered, replaced or
+/// shadowed by another; the owner itself can add replicas; no token is
+/// UNAUTHENTICATED.
+#[tokio::test]
+async fn hijack_is_rejected() {
+    let registry = Registry::open(config(None), Arc::new(TestGate)).unwrap();
+    let mut client = serve(&registry).await;
+    let first = client
+        .register(with_token(registration("a-1", "search_kb"), Some("tok-a")))
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(first.rejected.is_empty());
+
+    let hijack = client
+        .register(with_token(registration("b-1", "search_kb"), Some("tok-b")))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(hijack.rejected.len(), 1);
+    let reason = &hijack.rejected[0].reason;
+    assert!(reason.contains("belongs to owner \"team-a\""), "{reason}");
+    let entry = registry.current().versions("search_kb")[0].clone();
+    assert_eq!(entry.instances.len(), 1, "the hijacker is not an instance");
+
+    let replica = client
+        .register(with_token(registration("a-2", "search_kb"), Some("tok-a")))
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(replica.rejected.is_empty());
+    assert_eq!(
+        registry.current().versions("search_kb")[0].instances.len(),
+        2
+    );
+
+    let anonymous = client
+        .register(with_token(registration("x", "other"), None))
+        .await
+        .unwrap_err();
+    assert_eq!(anonymous.code(), Code::Unauthenticated);
+}
+
+/// Only an admin may disable or enable; a reason is required.
+#[tokio::test]
+async fn switches_are_admin_only() {
+    let registry = Registry::open(config(None), Arc::new(TestGate)).unwrap();
+    let mut client = serve(&registry).await;
+    client
+        .register(with_token(registration("a-1", "send_email"), Some("tok-a")))
+        .await
+        .unwrap();
+    let disable = DisableToolRequest {
+        tool: "send_email".into(),
+        reason: "incident 42".into(),
+    };
+    let denied = client
+        .disable_tool(with_token(disable.clone(), Some("tok-a")))
+        .await
+        .unwrap_err();
+    assert_eq!(denied.code(), Code::PermissionDenied);
+    let no_reason = client
+        .disable_tool(with_token(
+            DisableToolRequest {
+                tool: "send_email".into(),
+                reason: " ".into(),
+            },
+            Some("tok-admin"),
+        ))
+        .await
+        .unwrap_err();
+    assert_eq!(no_reason.code(), Code::InvalidArgument);
+    client
+        .disable_tool(with_token(disable, Some("tok-admin")))
+        .await
+        .unwrap();
+    let entry = registry.current().versions("send_email")[0].clone();
+    assert_eq!(entry.disabled.as_deref(), Some("incident 42"));
+    assert!(!entry.exposed());
+    client
+        .enable_tool(with_token(
+            EnableToolRequest {
+                tool: "send_email".into(),
+            },
+            Some("tok-admin"),
+        ))
+        .await
+        .unwrap();
+    assert!(registry.current().versions("send_email")[0].exposed());
+}
+
+/// Disabled state and owners survive a restart: the tool comes back
+/// disabled when it registers again, and the old owner still holds it.
+#[tokio::test]
+async fn disabled_survives_restart() {
+    let dir = temp_dir("restart");
+    {
+        let registry = Registry::open(config(Some(dir.clone())), Arc::new(TestGate)).unwrap();
+        registry
+            .register_as(registration("a-1", "send_email"), "team-a")
+            .unwrap();
+        registry
+            .set_disabled("send_email", Some("incident 42".into()))
+            .unwrap();
+    }
+    let registry = Registry::open(config(Some(dir.clone())), Arc::new(TestGate)).unwrap();
+    let hijack = registry
+        .register_as(registration("b-1", "send_email"), "team-b")
+        .unwrap();
+    assert_eq!(hijack.rejected.len(), 1, "ownership survived the restart");
+    registry
+        .register_as(registration("a-1", "send_email"), "team-a")
+        .unwrap();
+    let entry = registry.current().versions("send_email")[0].clone();
+    assert_eq!(entry.disabled.as_deref(), Some("incident 42"));
+    registry.set_disabled("send_email", None).unwrap();
+    assert!(registry.current().versions("send_email")[0].exposed());
+    let registry = Registry::open(config(Some(dir.clone())), Arc::new(TestGate)).unwrap();
+    registry
+        .register_as(registration("a-1", "send_email"), "team-a")
+        .unwrap();
+    assert!(
+        registry.current().versions("send_email")[0].exposed(),
+        "enable survived too"
+    );
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// Over the tool-count limit, a registration is refused as a whole.
+#[tokio::test]
+async fn tool_count_limit() {
+    let registry = Registry::open(
+        RegistryConfig {
+            max_tools_per_executor: 2,
+            ..config(None)
+        },
+        Arc::new(TestGate),
+    )
+    .unwrap();
+    let mut request = registration("a-1", "t1");
+    let extra = request.tools[0].clone();
+    for name in ["t2", "t3"] {
+        request.tools.push(ToolSpec {
+            name: name.into(),
+            ..extra.clone()
+        });
+    }
+    let err = registry.register_as(request, "team-a").unwrap_err();
+    assert!(err.to_string().contains("limit is 2"), "{err}");
+}
