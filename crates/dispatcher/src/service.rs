@@ -20,6 +20,10 @@ impl dispatcher_server::Dispatcher for DispatcherService {
         &self,
         request: Request<ListToolsRequest>,
     ) -> Result<Response<ListToolsResponse>, Status> {
+        let who = self
+            .dispatcher
+            .governance()
+            .authenticate(request.metadata())?;
         let request = request.into_inner();
         let format = ToolFormat::try_from(request.format).map_err(|_| {
             Status::invalid_argument(format!(
@@ -28,7 +32,7 @@ impl dispatcher_server::Dispatcher for DispatcherService {
             ))
         })?;
         self.dispatcher
-            .list_tools(request.snapshot_version, format)
+            .list_tools_for(&who, request.snapshot_version, format)
             .map(Response::new)
     }
 
@@ -37,8 +41,12 @@ impl dispatcher_server::Dispatcher for DispatcherService {
         request: Request<InvokeRequest>,
     ) -> Result<Response<InvokeResponse>, Status> {
         let timeout = toolmesh::grpc::request_timeout(request.metadata());
+        let who = self
+            .dispatcher
+            .governance()
+            .authenticate(request.metadata())?;
         self.dispatcher
-            .invoke(request.into_inner(), timeout)
+            .invoke_as(&who, request.into_inner(), timeout)
             .await
             .map(Response::new)
     }

@@ -1,0 +1,619 @@
+//! Governance end to end over real processes: caller identity and
+//! projection, forged calls to hidden tools, approvals (asked, approved,
+//! single use, bound to the arguments, expired), rate limits, session
+//! preconditions with the file tools, audit records, disable/enable across a
+//! registry restart, and pinned snapshots.
+
+mod support;
+
+use std::path::Path;
+use std::time::Duration;
+use support::*;
+use tonic::transport::Channel;
+use toolmesh::pb::{
+    ApproveRequest, CallContext, ErrorCode, InvokeRequest, InvokeResponse, ListApprovalsRequest,
+    ListToolsRequest, dispatcher_client::DispatcherClient, governance_client::GovernanceClient,
+};
+
+const POLICY: &str = r#"
+[auth]
+allow_anonymous = false
+
+[[callers]]
+token = "tok-agent"
+principal = "support-bot"
+tenant = "acme"
+roles = ["agent"]
+
+[[callers]]
+token = "tok-approver"
+principal = "alice"
+tenant = "acme"
+roles = ["approver", "admin"]
+
+[[callers]]
+token = "tok-exec"
+principal = "acceptance-team"
+tenant = "acme"
+roles = ["executor"]
+
+[[grants]]
+name = "agents: echo, charge and the file tools"
+roles = ["agent"]
+tools = ["acc_echo", "acc_charge", "*_file", "list_files"]
+
+[approval]
+approver_roles = ["approver"]
+ttl_secs = 2
+require_for_risk = "HIGH"
+require_for_tools = ["acc_charge"]
+
+[[limits]]
+tool = "acc_echo"
+per = "caller"
+rate_per_sec = 0.5
+burst = 3
+"#;
+
+fn with_token<T>(message: T, token: Option<&str>) -> tonic::Request<T> {
+    let mut request = tonic::Request::new(message);
+    if let Some(token) = token {
+        request
+            .metadata_mut()
+            .insert("authorization", format!("Bearer {token}").parse().unwrap());
+    }
+    request
+}
+
+struct Governed {
+    _serve: Proc,
+    _examples: Vec<Proc>,
+    addr: String,
+    ledger: std::path::PathBuf,
+    audit: std::path::PathBuf,
+    files: std::path::PathBuf,
+    dir: std::path::PathBuf,
+}
+
+fn start(label: &str) -> Governed {
+    let dir = temp_dir(label);
+    let policy = dir.join("policy.toml");
+    std::fs::write(&policy, POLICY).unwrap();
+    let (ledger, audit, files) = (
+        dir.join("ledger.jsonl"),
+        dir.join("audit.jsonl"),
+        dir.join("files"),
+    );
+    std::fs::create_dir_all(&files).unwrap();
+    std::fs::write(files.join("notes.txt"), "one two two three\n").unwrap();
+    let (serve, addr) = serve(&[
+        "--policy",
+        policy.to_str().unwrap(),
+        "--audit",
+        audit.to_str().unwrap(),
+    ]);
+    let acceptance = example(
+        "acceptance",
+        &addr,
+        &["--token", "tok-exec", "--ledger", ledger.to_str().unwrap()],
+    );
+    let file_tools = example(
+        "files",
+        &addr,
+        &[
+            "--token",
+            "tok-exec",
+            "--files-root",
+            files.to_str().unwrap(),
+        ],
+    );
+    Governed {
+        _serve: serve,
+        _examples: vec![acceptance, file_tools],
+        addr,
+        ledger,
+        audit,
+        files,
+        dir,
+    }
+}
+
+async fn call(
+    client: &mut DispatcherClient<Channel>,
+    token: &str,
+    tool: &str,
+    arguments: &str,
+    session: &str,
+    approval: &str,
+) -> InvokeResponse {
+    let request = InvokeRequest {
+        tool: tool.into(),
+        arguments: arguments.into(),
+        context: Some(CallContext {
+            session_id: session.into(),
+            ..Default::default()
+        }),
+        approval_id: approval.into(),
+        ..Default::default()
+    };
+    client
+        .invoke(with_token(request, Some(token)))
+        .await
+        .expect("invoke RPC")
+        .into_inner()
+}
+
+async fn listed_as(
+    client: &mut DispatcherClient<Channel>,
+    token: Option<&str>,
+) -> Result<Vec<String>, tonic::Code> {
+    client
+        .list_tools(with_token(ListToolsRequest::default(), token))
+        .await
+        .map(|r| r.into_inner().tools.into_iter().map(|t| t.name).collect())
+        .map_err(|s| s.code())
+}
+
+async fn wait_registered(client: &mut DispatcherClient<Channel>) {
+    eventually("tools registered", Duration::from_secs(10), || {
+        let mut client = client.clone();
+        async move {
+            let names = listed_as(&mut client, Some("tok-agent")).await.ok()?;
+            (names.len() == 6).then_some(())
+        }
+    })
+    .await;
+}
+
+fn audit_lines(path: &Path) -> Vec<serde_json::Value> {
+    ledger(path)
+}
+
+/// Each caller lists only what the policy grants it; a hidden tool named
+/// directly is denied and never runs; callers without a valid token are
+/// refused; suggestions never leak hidden names; explain names the rule.
+#[tokio::test]
+async fn projection_and_forged_calls() {
+    let mesh = start("projection");
+    let mut client = dispatcher(&mesh.addr);
+    wait_registered(&mut client).await;
+    let agent = listed_as(&mut client, Some("tok-agent")).await.unwrap();
+    assert_eq!(
+        agent,
+        [
+            "acc_charge",
+            "acc_echo",
+            "edit_file",
+            "list_files",
+            "read_file",
+            "write_file"
+        ]
+    );
+    assert_eq!(
+        listed_as(&mut client, Some("tok-approver")).await.unwrap(),
+        Vec::<String>::new()
+    );
+    assert_eq!(
+        listed_as(&mut client, None).await,
+        Err(tonic::Code::Unauthenticated)
+    );
+    assert_eq!(
+        listed_as(&mut client, Some("tok-forged")).await,
+        Err(tonic::Code::Unauthenticated)
+    );
+
+    let forged = call(&mut client, "tok-agent", "acc_panic", "{}", "", "").await;
+    assert_eq!(
+        code(&forged),
+        ErrorCode::PermissionDenied as i32,
+        "{}",
+        message(&forged)
+    );
+    assert_eq!(forged.attempts, 0);
+    let unknown = call(&mut client, "tok-agent", "acc_pani", "{}", "", "").await;
+    assert_eq!(code(&unknown), ErrorCode::NotFound as i32);
+    assert!(
+        !message(&unknown).contains("acc_panic"),
+        "hidden name leaked: {}",
+        message(&unknown)
+    );
+    assert!(
+        ledger(&mesh.ledger)
+            .iter()
+            .all(|l| l["tool"] != "acc_panic"),
+        "a denied call ran"
+    );
+
+    let explain = |tool: &str| {
+        std::process::Command::new(toolmesh_bin())
+            .args([
+                "explain",
+                "--server",
+                &mesh.addr,
+                "--token",
+                "tok-agent",
+                tool,
+            ])
+            .output()
+            .unwrap()
+    };
+    let denied = String::from_utf8_lossy(&explain("acc_panic").stdout).to_string();
+    assert!(denied.contains("DENIED"), "{denied}");
+    let visible = String::from_utf8_lossy(&explain("acc_echo").stdout).to_string();
+    assert!(
+        visible.contains("VISIBLE") && visible.contains("agents: echo, charge and the file tools"),
+        "{visible}"
+    );
+    let audit = audit_lines(&mesh.audit);
+    let denial = audit
+        .iter()
+        .find(|r| r["kind"] == "denied" && r["tool"] == "acc_panic")
+        .expect("denial audited");
+    assert_eq!(denial["caller"], "support-bot");
+    assert_eq!(denial["outcome"], "PERMISSION_DENIED");
+    let _ = std::fs::remove_dir_all(&mesh.dir);
+}
+
+/// Approval end to end: asked, listed, approved by an approver (not the
+/// caller), bound to the arguments, single use, and expiring.
+#[tokio::test]
+async fn approval_flow() {
+    let mesh = start("approval");
+    let mut client = dispatcher(&mesh.addr);
+    wait_registered(&mut client).await;
+    let mut governance = GovernanceClient::new(toolmesh::grpc::channel(&mesh.addr).unwrap());
+    let args = r#"{"account": "acme-1", "cents": 500}"#;
+
+    let asked = call(&mut client, "tok-agent", "acc_charge", args, "", "").await;
+    assert_eq!(
+        code(&asked),
+        ErrorCode::ApprovalRequired as i32,
+        "{}",
+        message(&asked)
+    );
+    let id = asked
+        .result
+        .as_ref()
+        .unwrap()
+        .error
+        .as_ref()
+        .unwrap()
+        .approval_id
+        .clone();
+    assert!(!id.is_empty());
+    assert!(
+        message(&asked).contains(&format!("toolmesh approve {id}")),
+        "{}",
+        message(&asked)
+    );
+    let again = call(&mut client, "tok-agent", "acc_charge", args, "", "").await;
+    assert_eq!(
+        again.result.unwrap().error.unwrap().approval_id,
+        id,
+        "asking again returns the pending approval"
+    );
+
+    let pending = governance
+        .list_approvals(with_token(ListApprovalsRequest {}, Some("tok-approver")))
+        .await
+        .unwrap()
+        .into_inner()
+        .approvals;
+    assert!(pending.iter().any(|a| a.id == id && a.tool == "acc_charge"));
+    let self_approval = governance
+        .approve(with_token(
+            ApproveRequest { id: id.clone() },
+            Some("tok-agent"),
+        ))
+        .await;
+    assert!(
+        self_approval.is_err(),
+        "the agent cannot approve its own call"
+    );
+    let before = call(&mut client, "tok-agent", "acc_charge", args, "", &id).await;
+    assert_eq!(
+        code(&before),
+        ErrorCode::ApprovalRequired as i32,
+        "not yet approved"
+    );
+    governance
+        .approve(with_token(
+            ApproveRequest { id: id.clone() },
+            Some("tok-approver"),
+        ))
+        .await
+        .unwrap();
+
+    let other_args = call(
+        &mut client,
+        "tok-agent",
+        "acc_charge",
+        r#"{"account": "acme-1", "cents": 9999}"#,
+        "",
+        &id,
+    )
+    .await;
+    assert_eq!(
+        code(&other_args),
+        ErrorCode::ApprovalRequired as i32,
+        "bound to the arguments"
+    );
+    let ran = call(&mut client, "tok-agent", "acc_charge", args, "", &id).await;
+    assert_eq!(code(&ran), 0, "{}", message(&ran));
+    let reused = call(&mut client, "tok-agent", "acc_charge", args, "", &id).await;
+    assert_eq!(
+        code(&reused),
+        ErrorCode::ApprovalRequired as i32,
+        "single use"
+    );
+    let charges = ledger(&mesh.ledger)
+        .into_iter()
+        .filter(|l| l["tool"] == "acc_charge")
+        .count();
+    assert_eq!(charges, 1, "the approved call ran exactly once");
+
+    let args2 = r#"{"account": "acme-2", "cents": 1}"#;
+    let asked = call(&mut client, "tok-agent", "acc_charge", args2, "", "").await;
+    let id2 = asked.result.unwrap().error.unwrap().approval_id;
+    governance
+        .approve(with_token(
+            ApproveRequest { id: id2.clone() },
+            Some("tok-approver"),
+        ))
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(2300)).await;
+    let expired = call(&mut client, "tok-agent", "acc_charge", args2, "", &id2).await;
+    assert_eq!(
+        code(&expired),
+        ErrorCode::ApprovalRequired as i32,
+        "expired after 2 s"
+    );
+
+    let audit = audit_lines(&mesh.audit);
+    for kind in ["approval_requested", "approval_granted", "invoke"] {
+        assert!(audit.iter().any(|r| r["kind"] == kind), "{kind} audited");
+    }
+    let record = audit
+        .iter()
+        .find(|r| r["kind"] == "invoke" && r["outcome"] == "OK")
+        .expect("the approved call is audited");
+    for field in [
+        "time",
+        "call_id",
+        "caller",
+        "tenant",
+        "tool",
+        "version",
+        "snapshot_version",
+        "executor_id",
+        "attempts",
+        "duration_ms",
+    ] {
+        assert!(record.get(field).is_some(), "audit field {field}");
+    }
+    assert_eq!(record["approval_id"], id.as_str());
+    assert_eq!(record["arguments_sha256"].as_str().unwrap().len(), 64);
+    assert!(
+        record.get("arguments").is_none(),
+        "raw arguments only for tools that allow it"
+    );
+    let _ = std::fs::remove_dir_all(&mesh.dir);
+}
+
+/// Over the per-caller rate, calls get RATE_LIMITED with a retry-after hint
+/// and never reach the executor.
+#[tokio::test]
+async fn rate_limited() {
+    let mesh = start("rate");
+    let mut client = dispatcher(&mesh.addr);
+    wait_registered(&mut client).await;
+    let mut codes = Vec::new();
+    for i in 0..5 {
+        let r = call(
+            &mut client,
+            "tok-agent",
+            "acc_echo",
+            &format!(r#"{{"message":"{i}"}}"#),
+            "",
+            "",
+        )
+        .await;
+        if code(&r) == ErrorCode::RateLimited as i32 {
+            assert!(
+                r.result
+                    .as_ref()
+                    .unwrap()
+                    .error
+                    .as_ref()
+                    .unwrap()
+                    .retry_after_ms
+                    > 0
+            );
+        }
+        codes.push(code(&r));
+    }
+    assert_eq!(&codes[..3], &[0, 0, 0], "the burst passes");
+    assert!(
+        codes[3..]
+            .iter()
+            .all(|c| *c == ErrorCode::RateLimited as i32),
+        "{codes:?}"
+    );
+    let ran = ledger(&mesh.ledger)
+        .into_iter()
+        .filter(|l| l["tool"] == "acc_echo")
+        .count();
+    assert_eq!(ran, 3);
+    let _ = std::fs::remove_dir_all(&mesh.dir);
+}
+
+/// edit_file before read_file in a session is refused with what to call
+/// first; after reading the same path it works; the unique-match rule holds.
+#[tokio::test]
+async fn preconditions_with_file_tools() {
+    let mesh = start("preconditions");
+    let mut client = dispatcher(&mesh.addr);
+    wait_registered(&mut client).await;
+    let edit = r#"{"path": "notes.txt", "old_string": "one", "new_string": "1"}"#;
+    let refused = call(&mut client, "tok-agent", "edit_file", edit, "s-1", "").await;
+    assert_eq!(
+        code(&refused),
+        ErrorCode::PreconditionFailed as i32,
+        "{}",
+        message(&refused)
+    );
+    assert!(
+        message(&refused).contains("call read_file on path \"notes.txt\" first"),
+        "{}",
+        message(&refused)
+    );
+
+    let read = call(
+        &mut client,
+        "tok-agent",
+        "read_file",
+        r#"{"path": "notes.txt"}"#,
+        "s-1",
+        "",
+    )
+    .await;
+    assert_eq!(code(&read), 0, "{}", message(&read));
+    let other_session = call(&mut client, "tok-agent", "edit_file", edit, "s-2", "").await;
+    assert_eq!(code(&other_session), ErrorCode::PreconditionFailed as i32);
+    let ambiguous = call(
+        &mut client,
+        "tok-agent",
+        "edit_file",
+        r#"{"path": "notes.txt", "old_string": "two", "new_string": "2"}"#,
+        "s-1",
+        "",
+    )
+    .await;
+    assert_eq!(
+        code(&ambiguous),
+        ErrorCode::ToolError as i32,
+        "{}",
+        message(&ambiguous)
+    );
+    let edited = call(&mut client, "tok-agent", "edit_file", edit, "s-1", "").await;
+    assert_eq!(code(&edited), 0, "{}", message(&edited));
+    let text = std::fs::read_to_string(mesh.files.join("notes.txt")).unwrap();
+    assert_eq!(text, "1 two two three\n");
+    let _ = std::fs::remove_dir_all(&mesh.dir);
+}
+
+/// `toolmesh disable` takes a tool out (DISABLED with the reason), the
+/// switch survives a registry restart, and `toolmesh enable` brings it back.
+#[tokio::test]
+async fn disable_survives_registry_restart() {
+    let dir = temp_dir("disable");
+    let data = dir.join("data");
+    let data_arg = data.to_str().unwrap().to_owned();
+    let (mut serve1, addr) = serve(&["--data-dir", &data_arg]);
+    let _exec = example("acceptance", &addr, &["--ttl-ms", "1000"]);
+    let mut client = dispatcher(&addr);
+    until_listed(&mut client, &["acc_echo"], Duration::from_secs(10)).await;
+    let cli = |args: &[&str]| {
+        std::process::Command::new(toolmesh_bin())
+            .args(args)
+            .env("TOOLMESH_SERVER", &addr)
+            .output()
+            .unwrap()
+    };
+    let out = cli(&["disable", "acc_echo", "--reason", "incident 7"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let disabled = invoke(&mut client, "acc_echo", r#"{"message":"x"}"#, None).await;
+    assert_eq!(code(&disabled), ErrorCode::Disabled as i32);
+    assert!(
+        message(&disabled).contains("incident 7"),
+        "{}",
+        message(&disabled)
+    );
+    assert!(
+        !listed(&mut client)
+            .await
+            .unwrap()
+            .contains(&"acc_echo".to_owned())
+    );
+
+    serve1.kill9();
+    let mut serve2 = None;
+    for _ in 0..50 {
+        let mut proc = Proc::toolmesh(
+            "serve",
+            &["serve", "--listen", &addr, "--data-dir", &data_arg],
+        );
+        if proc.wait_exit(Duration::from_millis(300)).is_none() {
+            proc.listen_addr();
+            serve2 = Some(proc);
+            break;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let _serve2 = serve2.expect("serve restarted");
+    let mut client = dispatcher(&addr);
+    until_listed(&mut client, &["acc_charge"], Duration::from_secs(5)).await;
+    let still = invoke(&mut client, "acc_echo", r#"{"message":"x"}"#, None).await;
+    assert_eq!(
+        code(&still),
+        ErrorCode::Disabled as i32,
+        "disabled across the restart"
+    );
+    let out = cli(&["enable", "acc_echo"]);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let back = invoke(&mut client, "acc_echo", r#"{"message":"x"}"#, None).await;
+    assert_eq!(code(&back), 0, "{}", message(&back));
+    let _ = std::fs::remove_dir_all(dir);
+}
+
+/// A call pinned to the snapshot a listing returned runs; a pin the
+/// dispatcher no longer holds is FAILED_PRECONDITION naming what it holds.
+#[tokio::test]
+async fn pinned_snapshots() {
+    let (_serve, addr) = serve(&[]);
+    let _exec = example("acceptance", &addr, &[]);
+    let mut client = dispatcher(&addr);
+    until_listed(&mut client, &["acc_echo"], Duration::from_secs(10)).await;
+    let version = client
+        .list_tools(ListToolsRequest::default())
+        .await
+        .unwrap()
+        .into_inner()
+        .snapshot_version;
+    let pinned = client
+        .invoke(InvokeRequest {
+            tool: "acc_echo".into(),
+            arguments: r#"{"message":"pinned"}"#.into(),
+            snapshot_version: version,
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(code(&pinned), 0);
+    assert_eq!(pinned.snapshot_version, version);
+    let expired = client
+        .invoke(InvokeRequest {
+            tool: "acc_echo".into(),
+            arguments: r#"{"message":"x"}"#.into(),
+            snapshot_version: version + 1000,
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(expired.code(), tonic::Code::FailedPrecondition);
+    assert!(
+        expired.message().contains("list the tools again"),
+        "{}",
+        expired.message()
+    );
+}
