@@ -1,9 +1,13 @@
 //! What every gRPC server and client of the mesh shares: addresses, pooled
-//! channels with connect timeouts, message limits, reflection, the health
-//! service names of tools, and the shutdown signal.
+//! channels with connect timeouts, TLS, message limits, reflection, the
+//! health service names of tools, and the shutdown signal.
 
+use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
 use std::{net::SocketAddr, time::Duration};
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::{
+    Certificate, Channel, ClientTlsConfig, Endpoint, Identity, Server, ServerTlsConfig,
+};
 
 /// Largest message on a call path (Invoke, Execute, Register).
 pub const MAX_CALL_MESSAGE_BYTES: usize = 8 * 1024 * 1024;
@@ -54,16 +58,23 @@ pub fn parse_grpc_timeout(value: &str) -> Option<Duration> {
 #[error("address {0:?} is not host:port (for example 127.0.0.1:7070)")]
 pub struct BadAddress(pub String);
 
-/// A lazily connecting channel to `host:port` (or a full `http://` URI):
-/// TCP_NODELAY, a connect timeout and HTTP/2 keepalives so a dead peer is
-/// noticed.
+/// A lazily connecting channel to `host:port` (or a full URI): TCP_NODELAY,
+/// a connect timeout and HTTP/2 keepalives so a dead peer is noticed; TLS
+/// when this process was configured with a CA ([`configure_tls`]).
 pub fn channel(address: &str) -> Result<Channel, BadAddress> {
+    let tls = TLS.get().and_then(|t| t.client.clone());
+    let scheme = if tls.is_some() { "https" } else { "http" };
     let uri = if address.contains("://") {
         address.to_owned()
     } else {
-        format!("http://{address}")
+        format!("{scheme}://{address}")
     };
-    let endpoint = Endpoint::from_shared(uri).map_err(|_| BadAddress(address.to_owned()))?;
+    let mut endpoint = Endpoint::from_shared(uri).map_err(|_| BadAddress(address.to_owned()))?;
+    if let Some(tls) = tls {
+        endpoint = endpoint
+            .tls_config(tls)
+            .map_err(|_| BadAddress(address.to_owned()))?;
+    }
     Ok(endpoint
         .connect_timeout(CONNECT_TIMEOUT)
         .tcp_nodelay(true)
@@ -71,6 +82,108 @@ pub fn channel(address: &str) -> Result<Channel, BadAddress> {
         .keep_alive_timeout(Duration::from_secs(5))
         .keep_alive_while_idle(true)
         .connect_lazy())
+}
+
+/// PEM files that configure TLS for this process: every server it runs
+/// and every channel it opens.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct TlsFiles {
+    /// CA that signs the servers' certificates; clients verify against it.
+    /// Setting it makes every client connection TLS.
+    pub ca: Option<PathBuf>,
+    /// This process' certificate chain: servers present it, and clients
+    /// present it too when a server asks (mTLS).
+    pub cert: Option<PathBuf>,
+    /// The key of `cert`.
+    pub key: Option<PathBuf>,
+    /// Servers require client certificates signed by this CA (mTLS).
+    pub client_ca: Option<PathBuf>,
+}
+
+impl TlsFiles {
+    /// Whether any TLS setting is given.
+    pub fn is_set(&self) -> bool {
+        *self != TlsFiles::default()
+    }
+}
+
+/// TLS settings that cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum TlsError {
+    /// A file could not be read.
+    #[error("TLS file {path}: {error}")]
+    Read {
+        /// The file.
+        path: PathBuf,
+        /// What went wrong.
+        error: std::io::Error,
+    },
+    /// A certificate without its key, or the other way round.
+    #[error("TLS needs both a certificate and its key: give --tls-cert and --tls-key together")]
+    Incomplete,
+    /// Already configured differently.
+    #[error("TLS was already configured for this process")]
+    AlreadySet,
+}
+
+struct TlsConfig {
+    server: Option<ServerTlsConfig>,
+    client: Option<ClientTlsConfig>,
+}
+
+static TLS: OnceLock<TlsConfig> = OnceLock::new();
+
+fn read(path: &Path) -> Result<Vec<u8>, TlsError> {
+    std::fs::read(path).map_err(|error| TlsError::Read {
+        path: path.to_owned(),
+        error,
+    })
+}
+
+/// Configures TLS for the whole process, once, before any server or
+/// channel is made.
+pub fn configure_tls(files: &TlsFiles) -> Result<(), TlsError> {
+    let identity = match (&files.cert, &files.key) {
+        (Some(cert), Some(key)) => Some(Identity::from_pem(read(cert)?, read(key)?)),
+        (None, None) => None,
+        _ => return Err(TlsError::Incomplete),
+    };
+    let server = match &identity {
+        Some(identity) => {
+            let mut config = ServerTlsConfig::new().identity(identity.clone());
+            if let Some(ca) = &files.client_ca {
+                config = config.client_ca_root(Certificate::from_pem(read(ca)?));
+            }
+            Some(config)
+        }
+        None => None,
+    };
+    let client = match &files.ca {
+        Some(ca) => {
+            let mut config =
+                ClientTlsConfig::new().ca_certificate(Certificate::from_pem(read(ca)?));
+            if let Some(identity) = identity {
+                config = config.identity(identity);
+            }
+            Some(config)
+        }
+        None => None,
+    };
+    TLS.set(TlsConfig { server, client })
+        .map_err(|_| TlsError::AlreadySet)
+}
+
+/// A server builder with this process' TLS (if configured) and the mesh's
+/// keepalive settings.
+pub fn server_builder() -> Result<Server, tonic::transport::Error> {
+    let builder = Server::builder()
+        .tcp_nodelay(true)
+        .http2_keepalive_interval(Some(Duration::from_secs(10)))
+        .http2_keepalive_timeout(Some(Duration::from_secs(5)));
+    match TLS.get().and_then(|t| t.server.clone()) {
+        Some(tls) => builder.tls_config(tls),
+        None => Ok(builder),
+    }
 }
 
 /// Parses a listen address such as `127.0.0.1:0`.

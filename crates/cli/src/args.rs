@@ -13,6 +13,28 @@ pub(crate) struct Cli {
     /// Log format for servers (logs go to stderr; filter with TOOLMESH_LOG).
     #[arg(long, global = true, value_enum, default_value_t = LogFormat::Text)]
     pub(crate) log_format: LogFormat,
+    /// TLS for every server and connection of this process.
+    #[command(flatten)]
+    pub(crate) tls: TlsArgs,
+}
+
+/// TLS files (PEM). A CA makes every outgoing connection TLS; a
+/// certificate and key make every server TLS; a client CA makes servers
+/// require client certificates (mTLS).
+#[derive(Debug, Args, Clone)]
+pub(crate) struct TlsArgs {
+    /// CA certificate that signs the servers' certificates.
+    #[arg(long, global = true, env = "TOOLMESH_TLS_CA")]
+    pub(crate) tls_ca: Option<PathBuf>,
+    /// This process' certificate (servers present it; clients too, for mTLS).
+    #[arg(long, global = true, env = "TOOLMESH_TLS_CERT")]
+    pub(crate) tls_cert: Option<PathBuf>,
+    /// The key of --tls-cert.
+    #[arg(long, global = true, env = "TOOLMESH_TLS_KEY")]
+    pub(crate) tls_key: Option<PathBuf>,
+    /// Servers accept only clients with a certificate signed by this CA.
+    #[arg(long, global = true, env = "TOOLMESH_TLS_CLIENT_CA")]
+    pub(crate) tls_client_ca: Option<PathBuf>,
 }
 
 /// How logs are written.

@@ -58,6 +58,18 @@ pub fn main() -> ExitCode {
             | Command::Example(_)
     );
     logging::init(cli.log_format, if serving { "info" } else { "warn" });
+    let tls = toolmesh::grpc::TlsFiles {
+        ca: cli.tls.tls_ca.clone(),
+        cert: cli.tls.tls_cert.clone(),
+        key: cli.tls.tls_key.clone(),
+        client_ca: cli.tls.tls_client_ca.clone(),
+    };
+    if tls.is_set()
+        && let Err(e) = toolmesh::grpc::configure_tls(&tls)
+    {
+        eprintln!("error: {e}");
+        return ExitCode::from(64);
+    }
     let runtime = match tokio::runtime::Runtime::new() {
         Ok(runtime) => runtime,
         Err(e) => {
@@ -65,7 +77,7 @@ pub fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(run(cli.command)) {
+    match runtime.block_on(run(cli.command, &tls)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(failure) => {
             eprintln!("error: {failure}");
@@ -74,10 +86,10 @@ pub fn main() -> ExitCode {
     }
 }
 
-async fn run(command: Command) -> Result<(), Failure> {
+async fn run(command: Command, tls: &toolmesh::grpc::TlsFiles) -> Result<(), Failure> {
     let ttl = |ms: u64| Duration::from_millis(ms);
     match command {
-        Command::Up(args) => Ok(up::run(args).await?),
+        Command::Up(args) => Ok(up::run(args, tls).await?),
         Command::Serve(args) => Ok(server::run(
             Role::Serve {
                 default_ttl: ttl(args.default_ttl_ms),

@@ -7,7 +7,6 @@ use anyhow::Context;
 use std::{net::SocketAddr, sync::Arc, time::Duration};
 use tokio::{net::TcpListener, sync::oneshot, task::JoinHandle};
 use tokio_stream::wrappers::TcpListenerStream;
-use tonic::transport::Server;
 use tonic_health::{ServingStatus, server::HealthReporter};
 use toolmesh::Snapshot;
 use toolmesh_dispatcher::{Dispatcher, DispatcherConfig, follow_registry};
@@ -136,7 +135,8 @@ pub(crate) async fn start(
             .set_service_status("toolmesh.v1.Dispatcher", ServingStatus::Serving)
             .await;
     }
-    let router = Server::builder()
+    let router = toolmesh::grpc::server_builder()
+        .context("TLS settings")?
         .add_service(health_service)
         .add_service(toolmesh::grpc::reflection_service())
         .add_optional_service(registry.as_ref().map(Registry::grpc_service))

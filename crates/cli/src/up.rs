@@ -11,7 +11,7 @@ use tokio::process::{Child, Command};
 /// How long `up` waits for the examples' tools to become callable.
 const READY_TIMEOUT: Duration = Duration::from_secs(30);
 
-pub(crate) async fn run(args: UpArgs) -> anyhow::Result<()> {
+pub(crate) async fn run(args: UpArgs, tls: &toolmesh::grpc::TlsFiles) -> anyhow::Result<()> {
     let started = Instant::now();
     let role = Role::Serve {
         default_ttl: Duration::from_millis(args.serve.default_ttl_ms),
@@ -31,7 +31,7 @@ pub(crate) async fn run(args: UpArgs) -> anyhow::Result<()> {
                 toolmesh_examples::EXAMPLE_NAMES.join(", ")
             );
         }
-        let child = spawn_example(&exe, name, &addr, &token)
+        let child = spawn_example(&exe, name, &addr, &token, tls)
             .with_context(|| format!("cannot start example executor {name}"))?;
         children.push((name.clone(), child));
     }
@@ -129,8 +129,20 @@ fn spawn_example(
     name: &str,
     registry: &str,
     token: &str,
+    tls: &toolmesh::grpc::TlsFiles,
 ) -> std::io::Result<Child> {
     let mut command = Command::new(exe);
+    // The examples speak TLS exactly as `up` does.
+    for (var, file) in [
+        ("TOOLMESH_TLS_CA", &tls.ca),
+        ("TOOLMESH_TLS_CERT", &tls.cert),
+        ("TOOLMESH_TLS_KEY", &tls.key),
+        ("TOOLMESH_TLS_CLIENT_CA", &tls.client_ca),
+    ] {
+        if let Some(file) = file {
+            command.env(var, file);
+        }
+    }
     command
         .args(["example", name, "--registry", registry])
         .env("TOOLMESH_TOKEN", token)

@@ -75,7 +75,7 @@ use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tonic::{
     service::interceptor::InterceptedService,
-    transport::{Channel, Server, server::TcpIncoming},
+    transport::{Channel, server::TcpIncoming},
 };
 use tonic_health::{
     ServingStatus,
@@ -414,7 +414,7 @@ impl BoundExecutor {
         let executor_id = core.executor_id.clone();
         let stop_calls = core.stop.clone();
         let tool_count = specs.len();
-        let router = Server::builder()
+        let router = toolmesh::grpc::server_builder()?
             .add_service(InterceptedService::new(
                 ExecutorServer::new(ExecuteService { core })
                     .max_decoding_message_size(MAX_CALL_MESSAGE_BYTES)
