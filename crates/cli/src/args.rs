@@ -79,6 +79,20 @@ pub(crate) enum Command {
     Disable(DisableArgs),
     /// Switch a disabled tool back on (admin).
     Enable(ToolArg),
+    /// Measure per-call overhead (against a direct call and nginx), registry
+    /// scale and freshness, on loopback; prints a table.
+    Bench(BenchArgs),
+}
+
+/// `toolmesh bench`.
+#[derive(Debug, Args, Clone)]
+pub(crate) struct BenchArgs {
+    /// Short series (a smoke test) instead of the full run.
+    #[arg(long)]
+    pub(crate) quick: bool,
+    /// Also write the report as JSON to this file.
+    #[arg(long)]
+    pub(crate) json: Option<PathBuf>,
 }
 
 /// A client command with no arguments of its own.

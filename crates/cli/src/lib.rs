@@ -122,7 +122,23 @@ async fn run(command: Command, tls: &toolmesh::grpc::TlsFiles) -> Result<(), Fai
         Command::Deny(args) => client::decide(args, true).await,
         Command::Disable(args) => client::disable(args).await,
         Command::Enable(args) => client::enable(args).await,
+        Command::Bench(args) => bench(args).await,
     }
+}
+
+/// `toolmesh bench`: the benchmark, with this binary as the one measured.
+async fn bench(args: args::BenchArgs) -> Result<(), Failure> {
+    let exe = std::env::current_exe()
+        .map_err(|e| Failure::Failed(format!("cannot find the toolmesh binary: {e}")))?;
+    let report = toolmesh_bench::run(toolmesh_bench::BenchOptions {
+        toolmesh_exe: exe,
+        quick: args.quick,
+        json: args.json,
+    })
+    .await
+    .map_err(|e| Failure::Failed(e.to_string()))?;
+    println!("{report}");
+    Ok(())
 }
 
 /// `toolmesh example NAME`: one example executor, registered with a registry.
