@@ -77,6 +77,26 @@ impl ToolErrorExt for ToolError {
     }
 }
 
+/// Reading the outcome of a tool result.
+pub trait ToolResultExt {
+    /// The error code; UNSPECIFIED on success.
+    fn error_code(&self) -> ErrorCode;
+    /// The error message; empty on success.
+    fn error_message(&self) -> &str;
+}
+
+impl ToolResultExt for ToolResult {
+    fn error_code(&self) -> ErrorCode {
+        self.error
+            .as_ref()
+            .map_or(ErrorCode::Unspecified, |e| e.error_code())
+    }
+
+    fn error_message(&self) -> &str {
+        self.error.as_ref().map_or("", |e| e.message.as_str())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

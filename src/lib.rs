@@ -10,7 +10,7 @@ pub mod snapshot;
 pub mod spec;
 pub mod suggest;
 
-pub use error::{ErrorCodeExt, ToolErrorExt};
+pub use error::{ErrorCodeExt, ToolErrorExt, ToolResultExt};
 pub use reference::ToolRef;
 pub use snapshot::{Instance, Snapshot, ToolEntry};
 pub use spec::{SpecError, ToolDef};

@@ -344,7 +344,6 @@ async fn chaos_suite() {
     let calls = calls.lock().unwrap().clone();
     let ledger = ledger(&ledger_path);
     report_and_check(&calls, &ledger, &faults, recovered);
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 fn report_and_check(

@@ -135,7 +135,6 @@ async fn invalid_arguments_never_reach_the_executor() {
     let lines = ledger(&ledger_path);
     assert_eq!(lines.len(), 1);
     assert_eq!(lines[0]["call_id"], ok.call_id.as_str());
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 /// An unknown name gets NOT_FOUND with close names; a bad version names the
@@ -354,4 +353,37 @@ async fn cli_commands() {
         .output()
         .unwrap();
     assert_eq!(out.status.code(), Some(69), "unreachable server exits 69");
+}
+
+/// SIGTERM on `serve`: a call in flight finishes, new connections are
+/// refused, and the process exits 0 within its grace period.
+#[tokio::test]
+async fn serve_drains_on_sigterm() {
+    let (mut serve, addr) = serve(&["--grace-ms", "3000"]);
+    let _exec = example("acceptance", &addr, &[]);
+    let mut client = dispatcher(&addr);
+    until_listed(&mut client, &["acc_sleep"], Duration::from_secs(10)).await;
+    let in_flight = {
+        let mut client = client.clone();
+        tokio::spawn(async move { invoke(&mut client, "acc_sleep", r#"{"ms": 600}"#, None).await })
+    };
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    let termed = Instant::now();
+    serve.signal(libc::SIGTERM);
+    let response = in_flight.await.unwrap();
+    assert_eq!(
+        code(&response),
+        0,
+        "the in-flight call finished: {}",
+        message(&response)
+    );
+    let exit = serve.wait_exit(Duration::from_secs(4));
+    assert!(
+        exit.is_some_and(|s| s.success()),
+        "exited cleanly: {exit:?}"
+    );
+    assert!(
+        termed.elapsed() < Duration::from_secs(4),
+        "within the grace period"
+    );
 }

@@ -55,16 +55,6 @@ rate_per_sec = 0.5
 burst = 3
 "#;
 
-fn with_token<T>(message: T, token: Option<&str>) -> tonic::Request<T> {
-    let mut request = tonic::Request::new(message);
-    if let Some(token) = token {
-        request
-            .metadata_mut()
-            .insert("authorization", format!("Bearer {token}").parse().unwrap());
-    }
-    request
-}
-
 struct Governed {
     _serve: Proc,
     _examples: Vec<Proc>,
@@ -72,7 +62,7 @@ struct Governed {
     ledger: std::path::PathBuf,
     audit: std::path::PathBuf,
     files: std::path::PathBuf,
-    dir: std::path::PathBuf,
+    _dir: TempDir,
 }
 
 fn start(label: &str) -> Governed {
@@ -114,7 +104,7 @@ fn start(label: &str) -> Governed {
         ledger,
         audit,
         files,
-        dir,
+        _dir: dir,
     }
 }
 
@@ -251,7 +241,6 @@ async fn projection_and_forged_calls() {
         .expect("denial audited");
     assert_eq!(denial["caller"], "support-bot");
     assert_eq!(denial["outcome"], "PERMISSION_DENIED");
-    let _ = std::fs::remove_dir_all(&mesh.dir);
 }
 
 /// Approval end to end: asked, listed, approved by an approver (not the
@@ -398,7 +387,6 @@ async fn approval_flow() {
         record.get("arguments").is_none(),
         "raw arguments only for tools that allow it"
     );
-    let _ = std::fs::remove_dir_all(&mesh.dir);
 }
 
 /// Over the per-caller rate, calls get RATE_LIMITED with a retry-after hint
@@ -445,7 +433,6 @@ async fn rate_limited() {
         .filter(|l| l["tool"] == "acc_echo")
         .count();
     assert_eq!(ran, 3);
-    let _ = std::fs::remove_dir_all(&mesh.dir);
 }
 
 /// edit_file before read_file in a session is refused with what to call
@@ -500,7 +487,6 @@ async fn preconditions_with_file_tools() {
     assert_eq!(code(&edited), 0, "{}", message(&edited));
     let text = std::fs::read_to_string(mesh.files.join("notes.txt")).unwrap();
     assert_eq!(text, "1 two two three\n");
-    let _ = std::fs::remove_dir_all(&mesh.dir);
 }
 
 /// `toolmesh disable` takes a tool out (DISABLED with the reason), the
@@ -572,7 +558,6 @@ async fn disable_survives_registry_restart() {
     );
     let back = invoke(&mut client, "acc_echo", r#"{"message":"x"}"#, None).await;
     assert_eq!(code(&back), 0, "{}", message(&back));
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 /// A call pinned to the snapshot a listing returned runs; a pin the

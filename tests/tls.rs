@@ -12,7 +12,7 @@ use support::*;
 
 /// Writes a CA and a certificate it signs (for localhost and 127.0.0.1)
 /// under `dir/name-*.pem`; returns (ca, cert, key).
-fn pki(dir: &Path, name: &str) -> (PathBuf, PathBuf, PathBuf) {
+fn pki(dir: &TempDir, name: &str) -> (PathBuf, PathBuf, PathBuf) {
     let ca_key = KeyPair::generate().unwrap();
     let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
     ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
@@ -115,5 +115,4 @@ async fn mutual_tls_call_and_refusals() {
         !rogue.status.success(),
         "a certificate from another CA is refused"
     );
-    let _ = std::fs::remove_dir_all(dir);
 }

@@ -1,43 +1,18 @@
 //! Shared helpers for the end-to-end tests: the `toolmesh` binary, real OS
 //! processes on 127.0.0.1 port 0, gRPC clients, and polling instead of sleeps.
-#![allow(dead_code, unreachable_pub, missing_docs)]
+#![allow(dead_code, unused_imports, unreachable_pub, missing_docs)]
 
 use std::io::{BufRead, BufReader};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, Command, Stdio};
-use std::sync::{Mutex, OnceLock, mpsc};
+use std::sync::{Mutex, mpsc};
 use std::time::{Duration, Instant};
 use tonic::transport::Channel;
 use toolmesh::pb::{
     CallContext, InvokeRequest, InvokeResponse, ListToolsRequest, ToolFormat,
     dispatcher_client::DispatcherClient,
 };
-
-/// The `toolmesh` binary next to the test executable, built once if absent.
-pub fn toolmesh_bin() -> PathBuf {
-    static BIN: OnceLock<PathBuf> = OnceLock::new();
-    BIN.get_or_init(|| {
-        if let Ok(path) = std::env::var("TOOLMESH_BIN") {
-            return PathBuf::from(path);
-        }
-        let exe = std::env::current_exe().expect("test executable path");
-        let profile_dir = exe
-            .parent()
-            .and_then(Path::parent)
-            .expect("target/<profile>");
-        let bin = profile_dir.join(format!("toolmesh{}", std::env::consts::EXE_SUFFIX));
-        if !bin.exists() {
-            let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-            let status = Command::new(cargo)
-                .args(["build", "-p", "toolmesh-cli", "--bin", "toolmesh"])
-                .status()
-                .expect("run cargo build");
-            assert!(status.success(), "building the toolmesh binary failed");
-        }
-        bin
-    })
-    .clone()
-}
+pub use toolmesh_testkit::{TempDir, eventually, toolmesh_bin, with_token};
 
 /// A child process that is killed when dropped, with its stdout lines
 /// available to wait on.
@@ -181,25 +156,6 @@ pub fn example(name: &str, registry: &str, extra: &[&str]) -> Proc {
     proc
 }
 
-/// Polls `check` every 10 ms until it returns `Some`, or panics after `timeout`.
-pub async fn eventually<T, F, Fut>(what: &str, timeout: Duration, mut check: F) -> T
-where
-    F: FnMut() -> Fut,
-    Fut: std::future::Future<Output = Option<T>>,
-{
-    let deadline = Instant::now() + timeout;
-    loop {
-        if let Some(value) = check().await {
-            return value;
-        }
-        assert!(
-            Instant::now() < deadline,
-            "timed out after {timeout:?} waiting for {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-}
-
 /// A client for the dispatcher at `addr`.
 pub fn dispatcher(addr: &str) -> DispatcherClient<Channel> {
     DispatcherClient::new(toolmesh::grpc::channel(addr).expect("valid address"))
@@ -288,20 +244,9 @@ pub fn message(response: &InvokeResponse) -> String {
         .unwrap_or_default()
 }
 
-/// A fresh temporary directory under the target dir (no extra crates).
-pub fn temp_dir(label: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!(
-        "toolmesh-{label}-{}-{}",
-        std::process::id(),
-        Instant::now().elapsed().as_nanos() ^ rand_suffix()
-    ));
-    std::fs::create_dir_all(&dir).expect("create temp dir");
-    dir
-}
-
-fn rand_suffix() -> u128 {
-    use std::hash::{BuildHasher, RandomState};
-    RandomState::new().hash_one(0u8) as u128
+/// A fresh temporary directory, removed when the returned guard drops.
+pub fn temp_dir(label: &str) -> TempDir {
+    TempDir::new(label)
 }
 
 /// Lines of a ledger file (each a JSON object).

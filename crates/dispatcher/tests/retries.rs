@@ -7,7 +7,6 @@ use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::time::Instant;
-use tokio_stream::wrappers::TcpListenerStream;
 use tonic::{Request, Response, Status};
 use toolmesh::pb::{
     self, ErrorCode, ExecuteRequest, ExecuteResponse, InvokeRequest, RetryPolicy, ToolError,
@@ -15,6 +14,7 @@ use toolmesh::pb::{
 };
 use toolmesh::{Instance, Snapshot, ToolDef, ToolEntry, ToolErrorExt};
 use toolmesh_dispatcher::{Dispatcher, DispatcherConfig};
+use toolmesh_testkit::serve_router;
 
 /// What a scripted executor does with each call.
 #[derive(Clone)]
@@ -68,18 +68,14 @@ impl pb::executor_server::Executor for Scripted {
 
 /// A real executor server on 127.0.0.1:0 following `script`.
 async fn executor(script: Script) -> (String, Arc<Mutex<Vec<Seen>>>) {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr = listener.local_addr().unwrap();
     let seen = Arc::new(Mutex::new(Vec::new()));
     let service = Scripted {
         script,
         seen: seen.clone(),
     };
-    tokio::spawn(
-        tonic::transport::Server::builder()
-            .add_service(ExecutorServer::new(service))
-            .serve_with_incoming(TcpListenerStream::new(listener)),
-    );
+    let addr =
+        serve_router(tonic::transport::Server::builder().add_service(ExecutorServer::new(service)))
+            .await;
     (addr.to_string(), seen)
 }
 

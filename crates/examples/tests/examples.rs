@@ -7,6 +7,7 @@ use std::{
     path::PathBuf,
     time::{Duration, SystemTime, UNIX_EPOCH},
 };
+use toolmesh::ToolResultExt;
 use toolmesh::{
     ToolErrorExt,
     pb::{ErrorCode, ExecuteRequest, RiskLevel, ToolResult, executor_client::ExecutorClient},
@@ -19,14 +20,11 @@ fn get(name: &str) -> Executor {
 }
 
 fn code(result: &ToolResult) -> ErrorCode {
-    result
-        .error
-        .as_ref()
-        .map_or(ErrorCode::Unspecified, |e| e.error_code())
+    result.error_code()
 }
 
 fn message(result: &ToolResult) -> &str {
-    result.error.as_ref().map_or("", |e| e.message.as_str())
+    result.error_message()
 }
 
 fn data(result: &ToolResult) -> Value {

@@ -10,7 +10,7 @@ use std::{
     time::{SystemTime, UNIX_EPOCH},
 };
 use toolmesh::{
-    ToolErrorExt,
+    ToolResultExt,
     pb::{ErrorCode, Precondition, RiskLevel, ToolResult},
 };
 use toolmesh_examples::{ExampleOptions, example, files};
@@ -80,14 +80,11 @@ impl Drop for Scratch {
 }
 
 fn code(result: &ToolResult) -> ErrorCode {
-    result
-        .error
-        .as_ref()
-        .map_or(ErrorCode::Unspecified, |e| e.error_code())
+    result.error_code()
 }
 
 fn message(result: &ToolResult) -> &str {
-    result.error.as_ref().map_or("", |e| e.message.as_str())
+    result.error_message()
 }
 
 fn ok(result: &ToolResult) {

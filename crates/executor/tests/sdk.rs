@@ -16,6 +16,7 @@ use tonic::Request;
 use tonic_health::pb::{
     HealthCheckRequest, health_check_response::ServingStatus, health_client::HealthClient,
 };
+use toolmesh::ToolResultExt;
 use toolmesh::{
     ToolErrorExt,
     pb::{ErrorCode, ExecuteRequest, ToolResult, executor_client::ExecutorClient},
@@ -224,14 +225,11 @@ async fn execute(
 }
 
 fn code(result: &ToolResult) -> ErrorCode {
-    result
-        .error
-        .as_ref()
-        .map_or(ErrorCode::Unspecified, |e| e.error_code())
+    result.error_code()
 }
 
 fn message(result: &ToolResult) -> &str {
-    result.error.as_ref().map_or("", |e| e.message.as_str())
+    result.error_message()
 }
 
 async fn eventually(what: &str, cond: impl Fn() -> bool) {

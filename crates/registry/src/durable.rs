@@ -139,22 +139,13 @@ fn write_atomically(path: &Path, contents: &Contents) -> Result<(), RegistryErro
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn temp_dir(label: &str) -> PathBuf {
-        let dir = std::env::temp_dir().join(format!(
-            "toolmesh-durable-{label}-{}-{}",
-            std::process::id(),
-            uuid::Uuid::new_v4()
-        ));
-        std::fs::create_dir_all(&dir).unwrap();
-        dir
-    }
+    use toolmesh_testkit::TempDir;
 
     /// Disabled tools and owners survive a reopen; enabling removes the entry.
     #[test]
     fn survives_a_reopen() {
-        let dir = temp_dir("reopen");
-        let mut state = Durable::open(Some(&dir)).unwrap();
+        let dir = TempDir::new("reopen");
+        let mut state = Durable::open(Some(dir.path())).unwrap();
         state
             .set_disabled("send_email", Some("incident 7"))
             .unwrap();
@@ -164,7 +155,7 @@ mod tests {
             .claim("team-a", ["search_kb", "get_user_info"])
             .unwrap();
         state.claim("team-b", ["search_kb"]).unwrap();
-        let again = Durable::open(Some(&dir)).unwrap();
+        let again = Durable::open(Some(dir.path())).unwrap();
         assert_eq!(again.disabled("send_email"), Some("incident 7"));
         assert_eq!(again.disabled("search_kb"), None);
         assert_eq!(
@@ -172,20 +163,18 @@ mod tests {
             Some("team-a"),
             "first owner keeps it"
         );
-        let _ = std::fs::remove_dir_all(dir);
     }
 
     /// A corrupt file is refused with its path and what to do, not ignored.
     #[test]
     fn corrupt_file_is_refused() {
-        let dir = temp_dir("corrupt");
+        let dir = TempDir::new("corrupt");
         std::fs::write(dir.join(STATE_FILE), "{not json").unwrap();
-        let err = Durable::open(Some(&dir)).unwrap_err().to_string();
+        let err = Durable::open(Some(dir.path())).unwrap_err().to_string();
         assert!(
             err.contains(STATE_FILE) && err.contains("fix or move it away"),
             "{err}"
         );
-        let _ = std::fs::remove_dir_all(dir);
     }
 
     /// Without a data dir the state lives in memory.

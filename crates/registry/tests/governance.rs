@@ -2,16 +2,14 @@
 //! from bearer tokens, hijack attempts rejected, admin-only switches, and
 //! disabled tools surviving a registry restart.
 
-use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::sync::Arc;
-use tokio::net::TcpListener;
-use tokio_stream::wrappers::TcpListenerStream;
 use tonic::Code;
 use tonic::transport::{Channel, Server};
 use toolmesh::pb::registry_client::RegistryClient;
 use toolmesh::pb::{DisableToolRequest, EnableToolRequest, RegisterRequest, ToolSpec};
 use toolmesh_registry::{Gate, Registry, RegistryConfig};
+use toolmesh_testkit::{TempDir, serve_router, with_token};
 
 /// Tokens `tok-a`/`tok-b` are owners `team-a`/`team-b`; `tok-admin` is the admin.
 struct TestGate;
@@ -42,27 +40,10 @@ fn config(data_dir: Option<PathBuf>) -> RegistryConfig {
 }
 
 async fn serve(registry: &Registry) -> RegistryClient<Channel> {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr: SocketAddr = listener.local_addr().unwrap();
-    let service = registry.grpc_service();
-    tokio::spawn(
-        Server::builder()
-            .add_service(service)
-            .serve_with_incoming(TcpListenerStream::new(listener)),
-    );
+    let addr = serve_router(Server::builder().add_service(registry.grpc_service())).await;
     RegistryClient::connect(format!("http://{addr}"))
         .await
         .unwrap()
-}
-
-fn with_token<T>(message: T, token: Option<&str>) -> tonic::Request<T> {
-    let mut request = tonic::Request::new(message);
-    if let Some(token) = token {
-        request
-            .metadata_mut()
-            .insert("authorization", format!("Bearer {token}").parse().unwrap());
-    }
-    request
 }
 
 fn registration(executor: &str, tool: &str) -> RegisterRequest {
@@ -79,16 +60,6 @@ fn registration(executor: &str, tool: &str) -> RegisterRequest {
         }],
         lease_ttl_ms: 0,
     }
-}
-
-fn temp_dir(label: &str) -> PathBuf {
-    let dir = std::env::temp_dir().join(format!(
-        "toolmesh-registry-{label}-{}-{}",
-        std::process::id(),
-        uuid::Uuid::new_v4()
-    ));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
 }
 
 /// A tool name owned by one owner cannot be registered, replaced or
@@ -186,9 +157,10 @@ async fn switches_are_admin_only() {
 /// disabled when it registers again, and the old owner still holds it.
 #[tokio::test]
 async fn disabled_survives_restart() {
-    let dir = temp_dir("restart");
+    let dir = TempDir::new("restart");
     {
-        let registry = Registry::open(config(Some(dir.clone())), Arc::new(TestGate)).unwrap();
+        let registry =
+            Registry::open(config(Some(dir.path().to_owned())), Arc::new(TestGate)).unwrap();
         registry
             .register_as(registration("a-1", "send_email"), "team-a")
             .unwrap();
@@ -196,7 +168,7 @@ async fn disabled_survives_restart() {
             .set_disabled("send_email", Some("incident 42".into()))
             .unwrap();
     }
-    let registry = Registry::open(config(Some(dir.clone())), Arc::new(TestGate)).unwrap();
+    let registry = Registry::open(config(Some(dir.path().to_owned())), Arc::new(TestGate)).unwrap();
     let hijack = registry
         .register_as(registration("b-1", "send_email"), "team-b")
         .unwrap();
@@ -208,7 +180,7 @@ async fn disabled_survives_restart() {
     assert_eq!(entry.disabled.as_deref(), Some("incident 42"));
     registry.set_disabled("send_email", None).unwrap();
     assert!(registry.current().versions("send_email")[0].exposed());
-    let registry = Registry::open(config(Some(dir.clone())), Arc::new(TestGate)).unwrap();
+    let registry = Registry::open(config(Some(dir.path().to_owned())), Arc::new(TestGate)).unwrap();
     registry
         .register_as(registration("a-1", "send_email"), "team-a")
         .unwrap();
@@ -216,7 +188,6 @@ async fn disabled_survives_restart() {
         registry.current().versions("send_email")[0].exposed(),
         "enable survived too"
     );
-    let _ = std::fs::remove_dir_all(dir);
 }
 
 /// Over the tool-count limit, a registration is refused as a whole.

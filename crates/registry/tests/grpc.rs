@@ -1,10 +1,7 @@
 //! The `toolmesh.v1.Registry` service over a real TCP connection, driven by
 //! the generated client.
 
-use std::net::SocketAddr;
 use std::time::Duration;
-use tokio::net::TcpListener;
-use tokio_stream::wrappers::TcpListenerStream;
 use tonic::Code;
 use tonic::transport::{Channel, Server};
 use toolmesh::pb::registry_client::RegistryClient;
@@ -13,6 +10,7 @@ use toolmesh::pb::{
     WatchSnapshotsRequest,
 };
 use toolmesh_registry::{Registry, RegistryConfig};
+use toolmesh_testkit::serve_router;
 
 const PATIENCE: Duration = Duration::from_secs(5);
 
@@ -21,15 +19,7 @@ async fn start() -> (Registry, RegistryClient<Channel>) {
         watch_health: false,
         ..RegistryConfig::default()
     });
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let addr: SocketAddr = listener.local_addr().unwrap();
-    let service = registry.grpc_service();
-    tokio::spawn(async move {
-        Server::builder()
-            .add_service(service)
-            .serve_with_incoming(TcpListenerStream::new(listener))
-            .await
-    });
+    let addr = serve_router(Server::builder().add_service(registry.grpc_service())).await;
     let client = RegistryClient::connect(format!("http://{addr}"))
         .await
         .unwrap();
