@@ -63,8 +63,17 @@ impl ToolEntry {
     }
 }
 
-/// Every version of one tool name, oldest first.
-type Family = Arc<[Arc<ToolEntry>]>;
+/// Every version of one tool name, oldest first. Equal only when it is
+/// the same allocation, so diffing two snapshots skips shared entries
+/// without comparing their contents.
+#[derive(Debug, Clone)]
+struct Family(Arc<[Arc<ToolEntry>]>);
+
+impl PartialEq for Family {
+    fn eq(&self, other: &Self) -> bool {
+        Arc::ptr_eq(&self.0, &other.0)
+    }
+}
 
 /// Why a reference resolved to nothing.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -122,7 +131,7 @@ impl Snapshot {
 
     /// Every entry, sorted by name, then version.
     pub fn entries(&self) -> impl Iterator<Item = &Arc<ToolEntry>> {
-        self.tools.values().flat_map(|family| family.iter())
+        self.tools.values().flat_map(|family| family.0.iter())
     }
 
     /// Every tool name, sorted.
@@ -132,7 +141,7 @@ impl Snapshot {
 
     /// Every version of `name`, oldest first.
     pub fn versions(&self, name: &str) -> &[Arc<ToolEntry>] {
-        self.tools.get(name).map(|f| &f[..]).unwrap_or(&[])
+        self.tools.get(name).map(|f| &f.0[..]).unwrap_or(&[])
     }
 
     /// One exact name@version.
@@ -170,6 +179,21 @@ impl Snapshot {
                     .collect::<Vec<_>>()
                     .join(", "),
             })
+    }
+
+    /// The tool names whose entries differ between `older` and this
+    /// snapshot (added, changed or removed), visiting only what is not
+    /// shared: O(changes), not O(tools), for snapshots built one from the other.
+    pub fn changed_names(&self, older: &Snapshot) -> Vec<Arc<str>> {
+        older
+            .tools
+            .diff(&self.tools)
+            .map(|item| match item {
+                imbl::ordmap::DiffItem::Add(name, _)
+                | imbl::ordmap::DiffItem::Remove(name, _)
+                | imbl::ordmap::DiffItem::Update { new: (name, _), .. } => name.clone(),
+            })
+            .collect()
     }
 
     /// Starts snapshot `version + 1` from this one; nothing is copied.
@@ -255,14 +279,14 @@ impl SnapshotBuilder {
             .snapshot
             .tools
             .get(&name)
-            .map(|f| f.to_vec())
+            .map(|f| f.0.to_vec())
             .unwrap_or_default();
         let version = entry.def.version().clone();
         match family.binary_search_by(|e| e.def.version().cmp(&version)) {
             Ok(i) => family[i] = Arc::new(entry),
             Err(i) => family.insert(i, Arc::new(entry)),
         }
-        self.snapshot.tools.insert(name, family.into());
+        self.snapshot.tools.insert(name, Family(family.into()));
         self
     }
 
@@ -270,6 +294,7 @@ impl SnapshotBuilder {
     pub fn remove(&mut self, name: &str, version: &semver::Version) -> &mut Self {
         if let Some(family) = self.snapshot.tools.get(name) {
             let rest: Vec<Arc<ToolEntry>> = family
+                .0
                 .iter()
                 .filter(|e| e.def.version() != version)
                 .cloned()
@@ -277,7 +302,7 @@ impl SnapshotBuilder {
             if rest.is_empty() {
                 self.snapshot.tools.remove(name);
             } else {
-                self.snapshot.tools.insert(name.into(), rest.into());
+                self.snapshot.tools.insert(name.into(), Family(rest.into()));
             }
         }
         self
@@ -344,9 +369,21 @@ mod tests {
         let a1 = &s1.versions("a")[0];
         let a2 = &s2.versions("a")[0];
         assert!(Arc::ptr_eq(a1, a2), "unchanged entry must be shared");
+        let changed: Vec<String> = s2
+            .changed_names(&s1)
+            .iter()
+            .map(|n| n.to_string())
+            .collect();
+        assert_eq!(changed, ["c"], "only the added name differs");
         let mut b = s2.next();
         b.remove("a", &semver::Version::new(1, 0, 0));
         let s3 = b.finish();
+        let changed: Vec<String> = s3
+            .changed_names(&s2)
+            .iter()
+            .map(|n| n.to_string())
+            .collect();
+        assert_eq!(changed, ["a"]);
         assert!(s3.versions("a").is_empty());
         assert_eq!(s2.versions("a").len(), 1, "old snapshot unchanged");
     }

@@ -16,7 +16,7 @@ pub(crate) struct Nginx {
     proc: Proc,
     /// Where it listens (h2c).
     pub(crate) addr: String,
-    /// What `nginx -v` says.
+    /// What `nginx -v` says, e.g. `nginx/1.22.1`.
     pub(crate) version: String,
 }
 

@@ -41,7 +41,7 @@ impl NginxStatus {
     /// A short sentence for the report.
     pub fn describe(&self) -> String {
         match self {
-            NginxStatus::Measured { path, version } => format!("nginx {version} ({path})"),
+            NginxStatus::Measured { path, version } => format!("{version} ({path})"),
             NginxStatus::NotInstalled => "nginx not installed".to_owned(),
             NginxStatus::Failed { reason } => format!("nginx failed: {reason}"),
         }

@@ -59,7 +59,7 @@ pub(crate) struct Proc {
 }
 
 impl Proc {
-    /// Starts `program args…` with stdout piped and stderr appended to
+    /// Starts `program args…` with stdout piped and stderr written to
     /// `log_dir/<label>.log`. Child servers log at `warn` so their logging
     /// stays out of the measurement.
     pub(crate) fn spawn(

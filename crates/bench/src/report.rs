@@ -207,6 +207,11 @@ fn notes(machine: &Machine, overhead: &Overhead) -> Vec<String> {
         "nginx: 1 worker, HTTP/2 listener, grpc_pass to an upstream with keepalive 512 and keepalive_requests 1000000 (nginx does not multiplex upstream gRPC streams: one upstream connection per call in flight).".to_owned(),
     ];
     for size in &overhead.sizes {
+        if let Some(note) = nagle_note(size) {
+            notes.push(note);
+        }
+    }
+    for size in &overhead.sizes {
         let mut failed = Vec::new();
         let mut add = |who: &str, errors: u64| {
             if errors > 0 {
@@ -240,6 +245,19 @@ fn notes(machine: &Machine, overhead: &Overhead) -> Vec<String> {
         }
     }
     notes
+}
+
+/// A warning when toolmesh's median sits near 40 ms while a direct call
+/// takes well under 5 ms: the signature of Nagle's algorithm meeting the
+/// peer's delayed ACK on a socket without TCP_NODELAY.
+pub(crate) fn nagle_note(size: &SizeResult) -> Option<String> {
+    let (tm, direct) = (size.latency.toolmesh.p50_us, size.latency.direct.p50_us);
+    (tm >= 30_000.0 && direct < 5_000.0).then(|| format!(
+        "WARNING ({} arguments): toolmesh's p50 is {} while a direct call takes {}; a median near 40 ms is the signature of Nagle's algorithm meeting delayed ACKs: a toolmesh server is answering on sockets without TCP_NODELAY (tonic ignores Server::tcp_nodelay for serve_with_incoming*; wrap the listener in TcpIncoming::from(listener).with_nodelay(Some(true))).",
+        size.label,
+        fmt_us(tm),
+        fmt_us(direct)
+    ))
 }
 
 impl fmt::Display for Report {
@@ -704,6 +722,24 @@ mod tests {
         let text = overhead_table(&size);
         assert!(!text.contains("nginx"), "{text}");
         assert!(text.lines().next().unwrap().contains("toolmesh"));
+    }
+
+    /// The Nagle warning fires on a ~40 ms median over a sub-ms direct call only.
+    #[test]
+    fn nagle_signature() {
+        let mut size = SizeResult {
+            label: "small".into(),
+            argument_bytes: 100,
+            latency: ByTarget {
+                direct: latency(150.0),
+                nginx: None,
+                toolmesh: latency(44_000.0),
+            },
+            throughput: Vec::new(),
+        };
+        assert!(nagle_note(&size).is_some_and(|n| n.contains("TCP_NODELAY")));
+        size.latency.toolmesh = latency(400.0);
+        assert!(nagle_note(&size).is_none());
     }
 
     /// Right-aligned numeric columns line up whatever the cell widths.

@@ -71,7 +71,10 @@ impl Invoker {
     ) -> InvokeResponse {
         let started = Instant::now();
         let call_id = if request.call_id.is_empty() {
-            uuid::Uuid::new_v4().to_string()
+            // From the thread-local generator: no system call per call.
+            uuid::Builder::from_random_bytes(rand::random())
+                .into_uuid()
+                .to_string()
         } else {
             request.call_id.clone()
         };
@@ -272,15 +275,18 @@ impl Invoker {
             self.check_approval(def, who, request, &arguments)
                 .map_err(fail)?;
         }
-        let permit = policy
-            .limits()
-            .check(def.name(), &who.key())
-            .map_err(|limited| {
+        // Without [[limits]] there is nothing to count (and no lock to take).
+        let limits = policy.limits();
+        let permit = if limits.is_empty() {
+            Permit::unlimited()
+        } else {
+            limits.check(def.name(), &who.key()).map_err(|limited| {
                 fail(InvokeError::RateLimited {
                     message: limited.message,
                     retry_after: limited.retry_after,
                 })
-            })?;
+            })?
+        };
         Ok(Prepared {
             entry: entry.clone(),
             arguments,

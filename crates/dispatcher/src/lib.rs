@@ -32,6 +32,7 @@ use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::{Notify, Semaphore, watch};
+use tokio::time::Instant;
 use tonic::Status;
 use tonic_health::server::HealthReporter;
 use toolmesh::Snapshot;
@@ -43,6 +44,9 @@ use toolmesh::pb::{
 pub use toolmesh_policy::Principal;
 use tower::retry::budget::TpsBudget;
 use view::SnapshotView;
+
+/// How often channels to endpoints no snapshot names are closed.
+const POOL_SWEEP: Duration = Duration::from_secs(10);
 
 /// A running dispatcher; cheap to clone.
 #[derive(Clone)]
@@ -80,6 +84,7 @@ impl Dispatcher {
             max: config.max_ejection,
         }));
         let changed = Arc::new(Notify::new());
+        let ejections = Arc::new(Notify::new());
         let invoker = Arc::new(Invoker {
             view: view.clone(),
             pool: pool.clone(),
@@ -88,7 +93,7 @@ impl Dispatcher {
                 config.retry_budget_min_per_sec,
                 config.retry_budget_ratio,
             ),
-            ejections: changed.clone(),
+            ejections: ejections.clone(),
             config: config.clone(),
             governance,
         });
@@ -97,17 +102,24 @@ impl Dispatcher {
             pool.clone(),
             health,
             changed.clone(),
+            ejections,
         ));
         tokio::spawn(async move {
+            let mut swept = Instant::now();
             while snapshots.changed().await.is_ok() {
                 let snapshot = snapshots.borrow_and_update().clone();
-                let endpoints: HashSet<&str> = snapshot
-                    .entries()
-                    .flat_map(|e| e.instances.iter().map(|i| &*i.endpoint))
-                    .collect();
-                pool.retain(|address| endpoints.contains(address));
                 view.install(snapshot.clone());
                 changed.notify_one();
+                // Forgetting departed endpoints walks every instance: do it
+                // now and then, not on every change.
+                if swept.elapsed() >= POOL_SWEEP {
+                    swept = Instant::now();
+                    let endpoints: HashSet<&str> = snapshot
+                        .entries()
+                        .flat_map(|e| e.instances.iter().map(|i| &*i.endpoint))
+                        .collect();
+                    pool.retain(|address| endpoints.contains(address));
+                }
             }
         });
         Dispatcher {

@@ -10,51 +10,74 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::Notify;
 use tonic_health::{ServingStatus, server::HealthReporter};
+use toolmesh::Snapshot;
 use toolmesh::grpc::tool_health_service;
 
-/// Ejections expire on their own; look again this often.
-const RECHECK: Duration = Duration::from_millis(500);
+/// Ejections expire on their own: look at every tool again this often.
+const RECHECK: Duration = Duration::from_secs(1);
 
-/// Runs until the process ends: waits for a change, then updates only the
-/// statuses that changed.
+/// Runs until the process ends. A new snapshot updates only the names it
+/// changed (a diff over shared structure); an ejection, or the periodic
+/// recheck, looks at every name.
 pub(crate) async fn run(
     view: Arc<SnapshotView>,
     pool: Arc<Endpoints>,
     mut reporter: HealthReporter,
-    changed: Arc<Notify>,
+    snapshots: Arc<Notify>,
+    ejections: Arc<Notify>,
 ) {
-    let mut published: HashMap<String, bool> = HashMap::new();
+    let mut published: HashMap<Arc<str>, bool> = HashMap::new();
+    let mut last = view.current();
+    let names: Vec<Arc<str>> = last.names().map(Arc::from).collect();
+    publish(&last, &pool, &mut reporter, &mut published, names).await;
     loop {
+        let full = tokio::select! {
+            _ = snapshots.notified() => false,
+            _ = ejections.notified() => true,
+            _ = tokio::time::sleep(RECHECK) => true,
+        };
         let snapshot = view.current();
-        let mut seen: HashMap<String, bool> = HashMap::with_capacity(published.len());
-        for name in snapshot.names() {
-            let up = snapshot
-                .versions(name)
-                .iter()
-                .any(|e| balance::in_rotation(e, &pool));
-            seen.insert(name.to_owned(), up);
-        }
-        for (name, up) in &seen {
-            if published.get(name) != Some(up) {
-                let status = if *up {
-                    ServingStatus::Serving
-                } else {
-                    ServingStatus::NotServing
-                };
+        let names = if full {
+            let mut names: Vec<Arc<str>> = snapshot.names().map(Arc::from).collect();
+            names.extend(published.keys().cloned());
+            names
+        } else {
+            snapshot.changed_names(&last)
+        };
+        publish(&snapshot, &pool, &mut reporter, &mut published, names).await;
+        last = snapshot;
+    }
+}
+
+/// Sets the status of each of `names` that changed since it was published.
+async fn publish(
+    snapshot: &Snapshot,
+    pool: &Endpoints,
+    reporter: &mut HealthReporter,
+    published: &mut HashMap<Arc<str>, bool>,
+    names: Vec<Arc<str>>,
+) {
+    for name in names {
+        let versions = snapshot.versions(&name);
+        if versions.is_empty() {
+            if published.remove(&name).is_some() {
                 reporter
-                    .set_service_status(tool_health_service(name), status)
+                    .clear_service_status(&tool_health_service(&name))
                     .await;
             }
+            continue;
         }
-        for gone in published.keys().filter(|name| !seen.contains_key(*name)) {
+        let up = versions.iter().any(|e| balance::in_rotation(e, pool));
+        if published.get(&name) != Some(&up) {
+            let status = if up {
+                ServingStatus::Serving
+            } else {
+                ServingStatus::NotServing
+            };
             reporter
-                .clear_service_status(&tool_health_service(gone))
+                .set_service_status(tool_health_service(&name), status)
                 .await;
-        }
-        published = seen;
-        tokio::select! {
-            _ = changed.notified() => {}
-            _ = tokio::time::sleep(RECHECK) => {}
+            published.insert(name, up);
         }
     }
 }
