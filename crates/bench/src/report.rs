@@ -488,7 +488,7 @@ fn write_scale(f: &mut fmt::Formatter<'_>, s: &Scale) -> fmt::Result {
     write!(f, "{}", table.render("   "))?;
     writeln!(
         f,
-        "   (medians of {} changes after warm-up; propagation over {} / {} changes; ListTools over {} calls; gRPC follower = follow_registry, as `toolmesh dispatcher` runs)",
+        "   (publish: medians of {} changes per registry after warm-up, the two registries taking turns in blocks; propagation over {} / {} changes; ListTools over {} calls; gRPC follower = follow_registry, as `toolmesh dispatcher` runs)",
         s.large.publish.changes,
         s.large.to_dispatcher_in_process.changes,
         s.large.to_follower_over_grpc.changes,

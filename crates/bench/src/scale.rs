@@ -114,15 +114,15 @@ pub struct Scale {
     pub publish_ratio: f64,
 }
 
-/// Builds a small and a large registry and measures both.
+/// Builds a small and a large registry and measures both; the publish
+/// cost of the two is measured in alternating blocks so that drift (CPU
+/// frequency, other load) hits both alike.
 pub(crate) async fn run(plan: &Plan) -> Result<Scale, BenchError> {
     let small_executors = plan.baseline_tools.div_ceil(TOOLS_PER_EXECUTOR);
     let small = World::start().await?;
     for e in 0..small_executors {
         register_in_process(&small.registry, executor_request("small", e))?;
     }
-    let small_report = measure(plan, &small, small_executors).await?;
-    small.stop().await;
 
     let executors = plan.scale_tools.div_ceil(TOOLS_PER_EXECUTOR);
     let rss_before = rss_bytes();
@@ -131,7 +131,12 @@ pub(crate) async fn run(plan: &Plan) -> Result<Scale, BenchError> {
     register_over_grpc(&large.addr, executors, plan.register_clients).await?;
     let registration = started.elapsed();
     let rss_after = rss_bytes();
-    let large_report = measure(plan, &large, executors).await?;
+
+    let (small_publish, large_publish) =
+        publish_costs(&small.registry, &large.registry, plan.publish_changes)?;
+    let small_report = measure(plan, &small, small_executors, small_publish).await?;
+    small.stop().await;
+    let large_report = measure(plan, &large, executors, large_publish).await?;
     large.stop().await;
 
     let tools = executors * TOOLS_PER_EXECUTOR;
@@ -232,10 +237,13 @@ async fn bind() -> Result<(TcpListener, String), BenchError> {
     Ok((listener, addr))
 }
 
-/// Publish cost, propagation and ListTools for one populated world.
-async fn measure(plan: &Plan, world: &World, executors: usize) -> Result<AtSize, BenchError> {
-    let publish = publish_cost(&world.registry, plan.publish_changes)?;
-
+/// Propagation and ListTools for one populated world.
+async fn measure(
+    plan: &Plan,
+    world: &World,
+    executors: usize,
+    publish: Publish,
+) -> Result<AtSize, BenchError> {
     let (health, _) = tonic_health::server::health_reporter();
     let dispatcher = Dispatcher::new(
         DispatcherConfig::default(),
@@ -263,11 +271,49 @@ async fn measure(plan: &Plan, world: &World, executors: usize) -> Result<AtSize,
     })
 }
 
+/// Blocks of changes between which the two registries alternate.
+const PUBLISH_BLOCKS: usize = 10;
+
 /// Median cost of registering and deregistering one extra executor with
-/// one tool, `changes` times after a warm-up, with nobody following.
-fn publish_cost(registry: &Registry, changes: usize) -> Result<Publish, BenchError> {
-    let (mut register, mut deregister, mut pair) = (Vec::new(), Vec::new(), Vec::new());
-    for i in 0..WARMUP_CHANGES + changes {
+/// one tool, `changes` times per registry after a warm-up, with nobody
+/// following; the registries take turns, a block of changes at a time.
+fn publish_costs(
+    small: &Registry,
+    large: &Registry,
+    changes: usize,
+) -> Result<(Publish, Publish), BenchError> {
+    let mut samples = [Samples::default(), Samples::default()];
+    for (registry, into) in [small, large].into_iter().zip(samples.iter_mut()) {
+        for i in 0..WARMUP_CHANGES {
+            into.change(registry, i, false)?;
+        }
+    }
+    let per_block = changes.div_ceil(PUBLISH_BLOCKS).max(1);
+    let mut done = 0;
+    while done < changes {
+        let n = per_block.min(changes - done);
+        for (registry, into) in [small, large].into_iter().zip(samples.iter_mut()) {
+            for i in done..done + n {
+                into.change(registry, WARMUP_CHANGES + i, true)?;
+            }
+        }
+        done += n;
+    }
+    let [small, large] = samples;
+    Ok((small.publish(), large.publish()))
+}
+
+/// Timings of register, deregister and both, one per change.
+#[derive(Default)]
+struct Samples {
+    register: Vec<Duration>,
+    deregister: Vec<Duration>,
+    pair: Vec<Duration>,
+}
+
+impl Samples {
+    /// Change `i`: register one extra executor, then deregister it.
+    fn change(&mut self, registry: &Registry, i: usize, keep: bool) -> Result<(), BenchError> {
         let request = change_request(i);
         let t0 = Instant::now();
         let lease = register_in_process(registry, request)?;
@@ -276,18 +322,22 @@ fn publish_cost(registry: &Registry, changes: usize) -> Result<Publish, BenchErr
             .deregister(&lease)
             .map_err(|e| BenchError::failed("Registry::deregister", e.to_string()))?;
         let t2 = Instant::now();
-        if i >= WARMUP_CHANGES {
-            register.push(t1 - t0);
-            deregister.push(t2 - t1);
-            pair.push(t2 - t0);
+        if keep {
+            self.register.push(t1 - t0);
+            self.deregister.push(t2 - t1);
+            self.pair.push(t2 - t0);
+        }
+        Ok(())
+    }
+
+    fn publish(&self) -> Publish {
+        Publish {
+            changes: self.pair.len(),
+            register_us: stats::us(stats::median(&self.register)),
+            deregister_us: stats::us(stats::median(&self.deregister)),
+            change_us: stats::us(stats::median(&self.pair)),
         }
     }
-    Ok(Publish {
-        changes,
-        register_us: stats::us(stats::median(&register)),
-        deregister_us: stats::us(stats::median(&deregister)),
-        change_us: stats::us(stats::median(&pair)),
-    })
 }
 
 /// Registers and deregisters one executor `changes` times, timing each call

@@ -6,7 +6,6 @@ use crate::governance::{PolicyGate, PolicySetup, governance, load_policy};
 use anyhow::Context;
 use std::{net::SocketAddr, sync::Arc, time::Duration};
 use tokio::{net::TcpListener, sync::oneshot, task::JoinHandle};
-use tokio_stream::wrappers::TcpListenerStream;
 use tonic_health::{ServingStatus, server::HealthReporter};
 use toolmesh::Snapshot;
 use toolmesh_dispatcher::{Dispatcher, DispatcherConfig, follow_registry};
@@ -144,7 +143,7 @@ pub(crate) async fn start(
         .add_optional_service(dispatcher.as_ref().map(Dispatcher::governance_service));
     let (stop, stopped) = oneshot::channel::<()>();
     let task = tokio::spawn(router.serve_with_incoming_shutdown(
-        TcpListenerStream::new(listener),
+        toolmesh::grpc::incoming(listener),
         async {
             let _ = stopped.await;
         },

@@ -73,10 +73,7 @@ use server::{Core, ExecuteService, Slot, Tools};
 use std::{future::Future, net::SocketAddr, sync::Arc, time::Duration};
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
-use tonic::{
-    service::interceptor::InterceptedService,
-    transport::{Channel, server::TcpIncoming},
-};
+use tonic::{service::interceptor::InterceptedService, transport::Channel};
 use tonic_health::{
     ServingStatus,
     pb::health_server::HealthServer,
@@ -425,7 +422,7 @@ impl BoundExecutor {
                 health.clone(),
             )))
             .add_service(toolmesh::grpc::reflection_service());
-        let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
+        let incoming = toolmesh::grpc::incoming(listener);
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
         let mut server = tokio::spawn(router.serve_with_incoming_shutdown(incoming, async {
             let _ = stop_rx.await;
