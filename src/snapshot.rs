@@ -213,56 +213,117 @@ impl Snapshot {
             version: self.version,
             epoch: self.epoch.to_string(),
             tools: self.entries().map(|e| e.to_pb()).collect(),
+            ..pb::Snapshot::default()
+        }
+    }
+
+    /// The wire form of what changed from `older` to this snapshot: every
+    /// version of each changed name, and the entries that are gone.
+    /// O(changes) for snapshots built one from the other.
+    pub fn delta_pb(&self, older: &Snapshot) -> pb::Snapshot {
+        let mut tools = Vec::new();
+        let mut removed = Vec::new();
+        for name in self.changed_names(older) {
+            tools.extend(self.versions(&name).iter().map(|e| e.to_pb()));
+            for gone in older
+                .versions(&name)
+                .iter()
+                .filter(|e| self.get(&name, e.def.version()).is_none())
+            {
+                removed.push(pb::ToolKey {
+                    name: name.to_string(),
+                    version: gone.def.version().to_string(),
+                });
+            }
+        }
+        pb::Snapshot {
+            version: self.version,
+            epoch: self.epoch.to_string(),
+            tools,
+            delta: true,
+            base_version: older.version,
+            removed,
         }
     }
 
     /// Rebuilds a snapshot received over the wire. Definitions whose
     /// fingerprint matches one in `previous` are reused (no recompilation).
-    /// Entries that fail validation are left out and reported.
+    /// Entries that fail validation are left out and reported. A delta
+    /// (`wire.delta`) is applied on top of `previous`, which must be its
+    /// base; otherwise the answer is `None`.
     pub fn from_pb(
         wire: &pb::Snapshot,
         previous: Option<&Snapshot>,
-    ) -> (Snapshot, Vec<(String, SpecError)>) {
-        let mut builder = SnapshotBuilder {
-            snapshot: Snapshot::empty(wire.epoch.as_str()),
+    ) -> Option<(Snapshot, Vec<(String, SpecError)>)> {
+        let mut builder = match (wire.delta, previous) {
+            (false, _) => SnapshotBuilder {
+                snapshot: Snapshot::empty(wire.epoch.as_str()),
+            },
+            (true, Some(base))
+                if base.epoch() == wire.epoch && base.version() == wire.base_version =>
+            {
+                let mut builder = base.next();
+                for key in &wire.removed {
+                    if let Ok(version) = semver::Version::parse(&key.version) {
+                        builder.remove(&key.name, &version);
+                    }
+                }
+                builder
+            }
+            (true, _) => return None,
         };
         builder.snapshot.version = wire.version;
         let mut skipped = Vec::new();
         for entry in &wire.tools {
-            let spec = entry.spec.clone().unwrap_or_default();
-            let label = format!("{}@{}", spec.name, spec.version);
-            let def = match ToolDef::new(spec) {
-                Ok(def) => def,
-                Err(e) => {
-                    skipped.push((label, e));
-                    continue;
+            match entry_from_pb(entry, previous) {
+                Ok(entry) => {
+                    builder.put(entry);
                 }
-            };
-            let reused = previous
-                .and_then(|p| p.get(def.name(), def.version()))
-                .filter(|old| old.def.fingerprint() == def.fingerprint())
-                .map(|old| old.def.clone());
-            let def = reused.unwrap_or_else(|| Arc::new(def));
-            let instances = entry
-                .instances
-                .iter()
-                .map(|i| Instance {
-                    executor_id: i.executor_id.as_str().into(),
-                    endpoint: i.endpoint.as_str().into(),
-                    service: i.service.as_str().into(),
-                    healthy: i.healthy,
-                })
-                .collect();
-            builder.put(ToolEntry {
-                def,
-                instances,
-                disabled: entry
-                    .disabled
-                    .then(|| entry.disabled_reason.as_str().into()),
-            });
+                Err(reject) => skipped.push(reject),
+            }
         }
-        (builder.snapshot, skipped)
+        Some((builder.snapshot, skipped))
     }
+}
+
+/// One entry from the wire, reusing `previous`'s definition when its
+/// fingerprint is the same.
+fn entry_from_pb(
+    entry: &pb::ToolEntry,
+    previous: Option<&Snapshot>,
+) -> Result<ToolEntry, (String, SpecError)> {
+    let spec = entry.spec.clone().unwrap_or_default();
+    // The registry sends normalised specs: an identical one is the same
+    // definition, reused without compiling its schema again.
+    let reused = semver::Version::parse(&spec.version)
+        .ok()
+        .and_then(|version| previous?.get(&spec.name, &version))
+        .filter(|old| old.def.spec() == &spec)
+        .map(|old| old.def.clone());
+    let def = match reused {
+        Some(def) => def,
+        None => {
+            let label = format!("{}@{}", spec.name, spec.version);
+            Arc::new(ToolDef::new(spec).map_err(|e| (label, e))?)
+        }
+    };
+    let instances = entry
+        .instances
+        .iter()
+        .map(|i| Instance {
+            executor_id: i.executor_id.as_str().into(),
+            endpoint: i.endpoint.as_str().into(),
+            service: i.service.as_str().into(),
+            healthy: i.healthy,
+        })
+        .collect();
+    Ok(ToolEntry {
+        def,
+        instances,
+        disabled: entry
+            .disabled
+            .then(|| entry.disabled_reason.as_str().into()),
+    })
 }
 
 /// Collects the changes that make the next snapshot.
@@ -418,7 +479,7 @@ mod tests {
         let wire = s.to_pb();
         assert_eq!(wire.tools.len(), 2);
         assert!(wire.tools[0].exposed && !wire.tools[1].exposed);
-        let (back, skipped) = Snapshot::from_pb(&wire, Some(&s));
+        let (back, skipped) = Snapshot::from_pb(&wire, Some(&s)).unwrap();
         assert!(skipped.is_empty());
         assert_eq!(back.version(), s.version());
         assert!(Arc::ptr_eq(
@@ -426,5 +487,36 @@ mod tests {
             &s.versions("a")[0].def
         ));
         assert_eq!(back.to_pb(), wire);
+    }
+
+    /// A delta carries only what changed and, applied to its base, gives
+    /// the same snapshot; applied to another base it is refused.
+    #[test]
+    fn deltas_round_trip() {
+        let mut b = Snapshot::empty("e").next();
+        b.put(entry("a", "1.0.0", true))
+            .put(entry("b", "1.0.0", true))
+            .put(entry("c", "1.0.0", true));
+        let s1 = b.finish();
+        let mut b = s1.next();
+        b.put(entry("b", "1.0.0", false))
+            .remove("c", &semver::Version::new(1, 0, 0));
+        let s2 = b.finish();
+        let delta = s2.delta_pb(&s1);
+        assert!(delta.delta);
+        assert_eq!(delta.base_version, 1);
+        let names: Vec<&str> = delta
+            .tools
+            .iter()
+            .map(|t| t.spec.as_ref().unwrap().name.as_str())
+            .collect();
+        assert_eq!(names, ["b"], "only the changed entry travels");
+        assert_eq!(delta.removed.len(), 1);
+        let (follower, _) = Snapshot::from_pb(&s1.to_pb(), None).unwrap();
+        let (applied, skipped) = Snapshot::from_pb(&delta, Some(&follower)).unwrap();
+        assert!(skipped.is_empty());
+        assert_eq!(applied.to_pb(), s2.to_pb());
+        assert!(Snapshot::from_pb(&delta, Some(&s2)).is_none(), "wrong base");
+        assert!(Snapshot::from_pb(&delta, None).is_none(), "no base");
     }
 }

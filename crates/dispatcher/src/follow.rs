@@ -35,6 +35,16 @@ pub fn follow_registry(address: &str) -> Result<watch::Receiver<Arc<Snapshot>>, 
     Ok(rx)
 }
 
+/// What became of one message.
+enum Received {
+    /// Installed or held back.
+    Taken,
+    /// A delta whose base this follower does not hold: watch again.
+    NoBase,
+    /// Nobody listens any more.
+    Closed,
+}
+
 struct Follower {
     address: String,
     tx: watch::Sender<Arc<Snapshot>>,
@@ -52,7 +62,10 @@ impl Follower {
             // Always from 0: a restarted registry counts versions anew, and
             // the first message is its newest snapshot.
             match client
-                .watch_snapshots(WatchSnapshotsRequest { after_version: 0 })
+                .watch_snapshots(WatchSnapshotsRequest {
+                    after_version: 0,
+                    deltas: true,
+                })
                 .await
             {
                 Ok(stream) => {
@@ -74,8 +87,13 @@ impl Follower {
                                     outage_logged = false;
                                 }
                                 backoff = FIRST_BACKOFF;
-                                if !self.receive(&wire) {
-                                    return;
+                                match self.receive(&wire) {
+                                    Received::Taken => {}
+                                    Received::Closed => return,
+                                    Received::NoBase => {
+                                        warn!(registry = %self.address, "snapshot delta without its base; watching again");
+                                        break;
+                                    }
                                 }
                             }
                             Ok(None) => break,
@@ -108,25 +126,30 @@ impl Follower {
         }
     }
 
-    /// Takes in one wire snapshot; false when nobody listens any more.
-    fn receive(&mut self, wire: &pb::Snapshot) -> bool {
+    /// Takes in one wire snapshot (full or delta).
+    fn receive(&mut self, wire: &pb::Snapshot) -> Received {
         let installed = self.tx.borrow().clone();
         let same_epoch = wire.epoch == installed.epoch();
-        if same_epoch && wire.version <= installed.version() {
-            return true;
+        if same_epoch && wire.version <= installed.version() && !wire.delta {
+            return Received::Taken;
         }
         let base = match &self.pending {
             Some((pending, _)) if pending.epoch() == wire.epoch => pending.clone(),
             _ => installed.clone(),
         };
-        let (snapshot, skipped) = Snapshot::from_pb(wire, Some(&base));
+        let Some((snapshot, skipped)) = Snapshot::from_pb(wire, Some(&base)) else {
+            return Received::NoBase;
+        };
         for (tool, error) in skipped {
             warn!(%tool, %error, "snapshot entry left out");
         }
         let snapshot = Arc::new(snapshot);
         if same_epoch || installed.epoch().is_empty() || covers(&snapshot, &installed) {
             self.pending = None;
-            return self.tx.send(snapshot).is_ok();
+            return match self.tx.send(snapshot) {
+                Ok(()) => Received::Taken,
+                Err(_) => Received::Closed,
+            };
         }
         let since = match &self.pending {
             Some((pending, since)) if pending.epoch() == snapshot.epoch() => *since,
@@ -136,7 +159,7 @@ impl Follower {
             }
         };
         self.pending = Some((snapshot, since));
-        true
+        Received::Taken
     }
 
     fn take_pending(&mut self, why: &str) {

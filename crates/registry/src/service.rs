@@ -109,7 +109,12 @@ impl pb::registry_server::Registry for RegistryService {
         &self,
         request: Request<pb::WatchSnapshotsRequest>,
     ) -> Result<Response<Self::WatchSnapshotsStream>, Status> {
-        let stream = watch_stream(self.registry.subscribe(), request.get_ref().after_version);
+        let request = request.get_ref();
+        let stream = watch_stream(
+            self.registry.subscribe(),
+            request.after_version,
+            request.deltas,
+        );
         Ok(Response::new(stream))
     }
 }
@@ -118,27 +123,35 @@ impl pb::registry_server::Registry for RegistryService {
 /// newer one as it is published (intermediates may be skipped under bursts,
 /// the newest never is). An `after_version` ahead of ours can only come
 /// from an earlier registry lifetime, so it also gets the newest at once
-/// (its epoch tells the watcher). Ends when the client goes away.
+/// (its epoch tells the watcher). With `deltas`, every message after the
+/// first full one holds only what changed since the previous message.
+/// Ends when the client goes away.
 pub(crate) fn watch_stream(
     mut receiver: watch::Receiver<Arc<Snapshot>>,
     after_version: u64,
+    deltas: bool,
 ) -> SnapshotStream {
     let current = receiver.borrow_and_update().clone();
-    let last = current.version();
-    let unseen = after_version == 0 || last != after_version;
-    let first = unseen.then_some(current);
-    let newer = stream::unfold((receiver, last), |(mut receiver, last)| async move {
-        loop {
-            receiver.changed().await.ok()?;
-            let snapshot = receiver.borrow_and_update().clone();
-            if snapshot.version() > last {
-                let version = snapshot.version();
-                return Some((snapshot, (receiver, version)));
+    let unseen = after_version == 0 || current.version() != after_version;
+    let first = unseen.then(|| Ok(current.to_pb()));
+    // A delta needs a base the watcher holds: only once a full one was sent.
+    let base = (deltas && unseen).then(|| current.clone());
+    let newer = stream::unfold(
+        (receiver, current, base),
+        |(mut receiver, last, base)| async move {
+            loop {
+                receiver.changed().await.ok()?;
+                let snapshot = receiver.borrow_and_update().clone();
+                if snapshot.version() > last.version() {
+                    let message = match &base {
+                        Some(base) => snapshot.delta_pb(base),
+                        None => snapshot.to_pb(),
+                    };
+                    let base = base.is_some().then(|| snapshot.clone());
+                    return Some((Ok(message), (receiver, snapshot, base)));
+                }
             }
-        }
-    });
-    stream::iter(first)
-        .chain(newer)
-        .map(|snapshot| Ok(snapshot.to_pb()))
-        .boxed()
+        },
+    );
+    stream::iter(first).chain(newer).boxed()
 }

@@ -155,7 +155,10 @@ async fn watch_sends_current_then_newer() {
         .await
         .unwrap();
     let mut stream = client
-        .watch_snapshots(WatchSnapshotsRequest { after_version: 0 })
+        .watch_snapshots(WatchSnapshotsRequest {
+            after_version: 0,
+            deltas: false,
+        })
         .await
         .unwrap()
         .into_inner();
@@ -208,12 +211,18 @@ async fn watch_after_version() {
         .await
         .unwrap();
     let mut caught_up = client
-        .watch_snapshots(WatchSnapshotsRequest { after_version: 1 })
+        .watch_snapshots(WatchSnapshotsRequest {
+            after_version: 1,
+            deltas: false,
+        })
         .await
         .unwrap()
         .into_inner();
     let mut ahead = client
-        .watch_snapshots(WatchSnapshotsRequest { after_version: 40 })
+        .watch_snapshots(WatchSnapshotsRequest {
+            after_version: 40,
+            deltas: false,
+        })
         .await
         .unwrap()
         .into_inner();
@@ -235,4 +244,47 @@ async fn watch_after_version() {
     assert_eq!(next.version, 2, "version 1 was not sent again");
     assert!(next.tools[0].disabled);
     assert_eq!(next.tools[0].disabled_reason, "maintenance");
+}
+
+async fn next(stream: &mut tonic::Streaming<toolmesh::pb::Snapshot>) -> toolmesh::pb::Snapshot {
+    tokio::time::timeout(PATIENCE, stream.message())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap()
+}
+
+/// With deltas, the first message is the full snapshot and each later one
+/// carries only what changed since the previous message.
+#[tokio::test]
+async fn watch_with_deltas() {
+    let (_registry, mut client) = start().await;
+    client
+        .register(request("kb-1", vec![spec("a")]))
+        .await
+        .unwrap();
+    let mut stream = client
+        .watch_snapshots(WatchSnapshotsRequest {
+            after_version: 0,
+            deltas: true,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let first = next(&mut stream).await;
+    assert!(!first.delta);
+    assert_eq!(first.tools.len(), 1);
+    client
+        .register(request("kb-2", vec![spec("b")]))
+        .await
+        .unwrap();
+    let delta = next(&mut stream).await;
+    assert!(delta.delta);
+    assert_eq!(delta.base_version, first.version);
+    let names: Vec<String> = delta
+        .tools
+        .iter()
+        .map(|t| t.spec.clone().unwrap().name)
+        .collect();
+    assert_eq!(names, ["b"], "only the new tool travels");
 }
