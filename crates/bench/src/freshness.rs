@@ -5,7 +5,6 @@
 use crate::Plan;
 use crate::error::BenchError;
 use crate::mesh;
-use crate::procs::incoming;
 use crate::procs::{AbortOnDrop, Proc, SpawnOptions};
 use crate::stats;
 use serde::Serialize;
@@ -16,6 +15,7 @@ use tokio::time::Instant;
 use tonic::transport::{Channel, Server};
 use tonic::{Request, Response, Status};
 use tonic_health::ServingStatus;
+use toolmesh::grpc::incoming;
 use toolmesh::pb::{
     CallContext, DeregisterRequest, ExecuteRequest, ExecuteResponse, HeartbeatRequest,
     InvokeRequest, RegisterRequest, RiskLevel, ToolResult, ToolSpec,

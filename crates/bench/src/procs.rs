@@ -332,13 +332,6 @@ impl<T> Drop for AbortOnDrop<T> {
     }
 }
 
-/// Accepted connections of `listener` with TCP_NODELAY set. tonic ignores
-/// `Server::tcp_nodelay` for `serve_with_incoming*`: without this, small
-/// responses wait for the peer's delayed ACK (~40 ms).
-pub(crate) fn incoming(listener: tokio::net::TcpListener) -> tonic::transport::server::TcpIncoming {
-    tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true))
-}
-
 /// A free TCP port on 127.0.0.1 (bound, then released for a child to take).
 pub(crate) fn free_port() -> Result<u16, BenchError> {
     let listener = std::net::TcpListener::bind("127.0.0.1:0")

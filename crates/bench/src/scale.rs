@@ -6,7 +6,6 @@
 use crate::Plan;
 use crate::error::BenchError;
 use crate::procs::AbortOnDrop;
-use crate::procs::incoming;
 use crate::stats::{self, Latency};
 use prost::Message;
 use serde::Serialize;
@@ -16,6 +15,7 @@ use tokio::sync::{oneshot, watch};
 use tonic::transport::Server;
 use toolmesh::Snapshot;
 use toolmesh::grpc::MAX_SNAPSHOT_MESSAGE_BYTES;
+use toolmesh::grpc::incoming;
 use toolmesh::pb::{
     ListToolsRequest, RegisterRequest, RiskLevel, ToolFormat, ToolSpec,
     dispatcher_client::DispatcherClient, registry_client::RegistryClient,
