@@ -201,7 +201,8 @@ async fn timeouts_and_panics() {
         "{}",
         message(&response)
     );
-    assert!(took < Duration::from_millis(260), "{took:?}");
+    // The deadline plus scheduling slack on two loaded cores.
+    assert!(took < Duration::from_millis(350), "{took:?}");
 
     let response = invoke(&mut client, "acc_panic", "{}", None).await;
     assert_eq!(
