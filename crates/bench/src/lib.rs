@@ -116,6 +116,8 @@ fn progress(step: &str) {
 pub(crate) struct Plan {
     /// Whether this is the quick run.
     pub(crate) quick: bool,
+    /// Rounds of the per-call measurements (targets take turns in each).
+    pub(crate) rounds: usize,
     /// Calls before each latency series.
     pub(crate) latency_warmup: usize,
     /// Timed calls per latency series.
@@ -153,6 +155,7 @@ impl Plan {
         if quick {
             Plan {
                 quick,
+                rounds: 1,
                 latency_warmup: 100,
                 latency_calls: 300,
                 throughput_warmup: Duration::from_millis(200),
@@ -172,6 +175,7 @@ impl Plan {
         } else {
             Plan {
                 quick,
+                rounds: 3,
                 latency_warmup: 500,
                 latency_calls: 2_000,
                 throughput_warmup: Duration::from_millis(500),

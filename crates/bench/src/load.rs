@@ -111,40 +111,87 @@ pub(crate) async fn check_works(
         .map_err(|e| BenchError::failed(format!("a first {} call through {target}", work.tool), e))
 }
 
-/// `warmup` calls, then `calls` timed calls one after the other.
-pub(crate) async fn latency(
-    client: &Client,
-    work: &Workload,
-    warmup: usize,
-    calls: usize,
-) -> Latency {
+/// `calls` calls one after the other, untimed (warm-up).
+pub(crate) async fn warm_up(client: &Client, work: &Workload, calls: usize) {
     let mut client = client.clone();
-    for _ in 0..warmup {
+    for _ in 0..calls {
         let _ = client.call(work).await;
     }
-    let mut samples = Vec::with_capacity(calls);
-    let mut errors = 0;
-    for _ in 0..calls {
-        let started = Instant::now();
-        match client.call(work).await {
-            Ok(()) => samples.push(started.elapsed()),
-            Err(_) => errors += 1,
+}
+
+/// Latency samples of one series at concurrency 1.
+#[derive(Debug, Default)]
+pub(crate) struct Samples {
+    /// Durations of the calls that succeeded.
+    pub(crate) ok: Vec<Duration>,
+    /// Calls that failed.
+    pub(crate) errors: usize,
+}
+
+impl Samples {
+    /// Adds `calls` timed calls, one after the other.
+    pub(crate) async fn record(&mut self, client: &Client, work: &Workload, calls: usize) {
+        let mut client = client.clone();
+        for _ in 0..calls {
+            let started = Instant::now();
+            match client.call(work).await {
+                Ok(()) => self.ok.push(started.elapsed()),
+                Err(_) => self.errors += 1,
+            }
         }
     }
-    Latency::from_samples(samples, errors)
+
+    /// The percentiles of everything recorded.
+    pub(crate) fn summary(self) -> Latency {
+        Latency::from_samples(self.ok, self.errors)
+    }
 }
 
 /// Calls per second at saturation.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct Throughput {
     /// Calls kept in flight.
     pub in_flight: usize,
-    /// Successful calls completed per second of the measuring window.
+    /// Successful calls per second: the median of the rounds.
     pub calls_per_sec: f64,
-    /// Calls completed in the window.
+    /// Each round's calls per second, in order.
+    pub rounds_calls_per_sec: Vec<f64>,
+    /// Successful calls in all measuring windows.
     pub calls: u64,
-    /// Calls that failed in the window.
+    /// Calls that failed in all measuring windows.
     pub errors: u64,
+}
+
+impl Throughput {
+    /// Combines rounds measured at the same number of calls in flight.
+    pub(crate) fn from_rounds(in_flight: usize, rounds: &[Window]) -> Throughput {
+        let mut rates: Vec<f64> = rounds.iter().map(|r| r.calls_per_sec).collect();
+        let in_order = rates.clone();
+        rates.sort_by(f64::total_cmp);
+        let median = match rates.len() {
+            0 => 0.0,
+            n if n % 2 == 1 => rates[n / 2],
+            n => (rates[n / 2 - 1] + rates[n / 2]) / 2.0,
+        };
+        Throughput {
+            in_flight,
+            calls_per_sec: median,
+            rounds_calls_per_sec: in_order,
+            calls: rounds.iter().map(|r| r.calls).sum(),
+            errors: rounds.iter().map(|r| r.errors).sum(),
+        }
+    }
+}
+
+/// One throughput window.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct Window {
+    /// Successful calls per second of the window.
+    pub(crate) calls_per_sec: f64,
+    /// Successful calls.
+    pub(crate) calls: u64,
+    /// Failed calls.
+    pub(crate) errors: u64,
 }
 
 /// Keeps `in_flight` calls going for `warmup + window`; counts the calls
@@ -156,7 +203,7 @@ pub(crate) async fn throughput(
     in_flight: usize,
     warmup: Duration,
     window: Duration,
-) -> Throughput {
+) -> Window {
     let start = Instant::now() + warmup;
     let end = start + window;
     let workers: Vec<_> = (0..in_flight)
@@ -192,8 +239,7 @@ pub(crate) async fn throughput(
             Err(_) => errors += 1,
         }
     }
-    Throughput {
-        in_flight,
+    Window {
         calls_per_sec: calls as f64 / window.as_secs_f64(),
         calls,
         errors,
@@ -248,6 +294,23 @@ mod tests {
         assert!(items.iter().all(|i| i["id"].as_u64().is_some()
             && i["name"].is_string()
             && i["tags"].as_array().is_some_and(|t| t.len() == 3)));
+    }
+
+    /// The combined rate is the median round; counts add up.
+    #[test]
+    fn throughput_rounds() {
+        let w = |calls_per_sec, calls| Window {
+            calls_per_sec,
+            calls,
+            errors: 1,
+        };
+        let t = Throughput::from_rounds(32, &[w(300.0, 3), w(100.0, 1), w(200.0, 2)]);
+        assert_eq!(t.calls_per_sec, 200.0);
+        assert_eq!(t.rounds_calls_per_sec, [300.0, 100.0, 200.0]);
+        assert_eq!((t.calls, t.errors), (6, 3));
+        let even = Throughput::from_rounds(1, &[w(100.0, 1), w(200.0, 2)]);
+        assert_eq!(even.calls_per_sec, 150.0);
+        assert_eq!(Throughput::from_rounds(1, &[]).calls_per_sec, 0.0);
     }
 
     /// A result with an error code is a failure; none or code 0 is success.

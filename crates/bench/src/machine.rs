@@ -3,7 +3,7 @@
 
 use serde::Serialize;
 use std::path::{Component, Path};
-use std::time::{SystemTime, UNIX_EPOCH};
+use std::time::SystemTime;
 
 /// How a binary was built.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -31,7 +31,7 @@ impl Build {
 /// Where and with what the bench ran.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 pub struct Machine {
-    /// When the run started, UTC.
+    /// When the run started, UTC (RFC 3339).
     pub date_utc: String,
     /// Cores available to this process.
     pub nproc: usize,
@@ -50,15 +50,12 @@ pub struct Machine {
 impl Machine {
     /// Reads the machine and classifies `toolmesh_exe`.
     pub(crate) fn read(toolmesh_exe: &Path) -> Machine {
-        let secs = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map_or(0, |d| d.as_secs());
         let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
         let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease")
             .map(|k| format!("Linux {}", k.trim()))
             .unwrap_or_else(|_| std::env::consts::OS.to_owned());
         Machine {
-            date_utc: utc_date(secs),
+            date_utc: humantime::format_rfc3339_seconds(SystemTime::now()).to_string(),
             nproc: std::thread::available_parallelism().map_or(1, |n| n.get()),
             cpu_model: cpu_model(&cpuinfo).unwrap_or_else(|| "unknown CPU".to_owned()),
             kernel,
@@ -116,40 +113,9 @@ pub(crate) fn cpu_model(cpuinfo: &str) -> Option<String> {
         .map(|(_, value)| value.trim().to_owned())
 }
 
-/// `YYYY-MM-DD HH:MM:SS UTC` for seconds since the epoch (proleptic
-/// Gregorian, Howard Hinnant's days-to-civil).
-pub(crate) fn utc_date(secs: u64) -> String {
-    let days = (secs / 86_400) as i64;
-    let rest = secs % 86_400;
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1_460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let day = doy - (153 * mp + 2) / 5 + 1;
-    let month = if mp < 10 { mp + 3 } else { mp - 9 };
-    let year = yoe + era * 400 + i64::from(month <= 2);
-    format!(
-        "{year:04}-{month:02}-{day:02} {:02}:{:02}:{:02} UTC",
-        rest / 3600,
-        rest % 3600 / 60,
-        rest % 60
-    )
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    /// Known instants, a leap day included.
-    #[test]
-    fn dates() {
-        assert_eq!(utc_date(0), "1970-01-01 00:00:00 UTC");
-        assert_eq!(utc_date(951_782_400), "2000-02-29 00:00:00 UTC");
-        assert_eq!(utc_date(1_700_000_000), "2023-11-14 22:13:20 UTC");
-        assert_eq!(utc_date(4_102_444_799), "2099-12-31 23:59:59 UTC");
-    }
 
     /// The profile comes from the nearest cargo profile directory.
     #[test]

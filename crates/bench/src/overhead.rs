@@ -77,13 +77,16 @@ pub struct SizeResult {
 pub struct Overhead {
     /// Whether nginx was measured.
     pub nginx: NginxStatus,
-    /// Warm-up calls before each latency series.
+    /// Rounds in which the targets took turns.
+    pub rounds: usize,
+    /// Warm-up calls per target before the latency rounds.
     pub warmup_calls: usize,
-    /// Timed calls per latency series.
+    /// Timed calls per target at concurrency 1, over all rounds.
     pub latency_calls: usize,
     /// Warm-up before each throughput window, in ms.
     pub throughput_warmup_ms: f64,
-    /// Length of each throughput window, in ms.
+    /// Measuring time per target and calls-in-flight setting, over all
+    /// rounds (each round measures an equal share), in ms.
     pub throughput_window_ms: f64,
     /// Small and medium arguments.
     pub sizes: Vec<SizeResult>,
@@ -182,64 +185,90 @@ pub(crate) async fn run(plan: &Plan, exe: &Path, logs: &Path) -> Result<Overhead
     serve.kill_and_reap().await;
     Ok(Overhead {
         nginx: nginx_status,
+        rounds: plan.rounds.max(1),
         warmup_calls: plan.latency_warmup,
-        latency_calls: plan.latency_calls,
+        latency_calls: plan.latency_calls.div_ceil(plan.rounds.max(1)) * plan.rounds.max(1),
         throughput_warmup_ms: crate::stats::ms(plan.throughput_warmup),
         throughput_window_ms: crate::stats::ms(plan.throughput_window),
         sizes: results,
     })
 }
 
-/// Latency then throughput, the targets interleaved so that they see the
-/// same machine state.
+/// Latency then throughput in `plan.rounds` rounds, the targets taking
+/// turns within each round so that drift on a shared machine hits them alike.
+/// Latency samples are pooled over the rounds; throughput is the median round.
 async fn measure_size(plan: &Plan, clients: &Clients, label: &str, work: &Workload) -> SizeResult {
-    let latency = |client: &Client| {
-        let client = client.clone();
-        async move { load::latency(&client, work, plan.latency_warmup, plan.latency_calls).await }
-    };
-    let direct = latency(&clients.direct).await;
-    let nginx = match &clients.nginx {
-        Some(client) => Some(latency(client).await),
-        None => None,
-    };
-    let toolmesh = latency(&clients.toolmesh).await;
-    let latency = ByTarget {
-        direct,
-        nginx,
-        toolmesh,
-    };
+    let rounds = plan.rounds.max(1);
+    let per_round = plan.latency_calls.div_ceil(rounds);
+    let window = plan.throughput_window / u32::try_from(rounds).unwrap_or(1);
+    for client in clients.all() {
+        load::warm_up(client, work, plan.latency_warmup).await;
+    }
+
+    let mut samples = clients.each(load::Samples::default);
+    for _ in 0..rounds {
+        for (client, into) in clients.zip(&mut samples) {
+            into.record(client, work, per_round).await;
+        }
+    }
+    let latency = samples.map(load::Samples::summary);
 
     let mut throughput = Vec::new();
     for &in_flight in &plan.in_flight {
-        let run = |client: &Client| {
-            let client = client.clone();
-            async move {
-                load::throughput(
-                    &client,
-                    work,
-                    in_flight,
-                    plan.throughput_warmup,
-                    plan.throughput_window,
-                )
-                .await
+        let mut windows = clients.each(Vec::new);
+        for _ in 0..rounds {
+            for (client, into) in clients.zip(&mut windows) {
+                let measured =
+                    load::throughput(client, work, in_flight, plan.throughput_warmup, window).await;
+                into.push(measured);
             }
-        };
-        let direct = run(&clients.direct).await;
-        let nginx = match &clients.nginx {
-            Some(client) => Some(run(client).await),
-            None => None,
-        };
-        let toolmesh = run(&clients.toolmesh).await;
-        throughput.push(ByTarget {
-            direct,
-            nginx,
-            toolmesh,
-        });
+        }
+        throughput.push(windows.map(|w| Throughput::from_rounds(in_flight, &w)));
     }
     SizeResult {
         label: label.to_owned(),
         argument_bytes: work.arguments.len(),
         latency,
         throughput,
+    }
+}
+
+impl Clients {
+    /// direct, nginx (when measured), toolmesh.
+    fn all(&self) -> impl Iterator<Item = &Client> {
+        std::iter::once(&self.direct)
+            .chain(self.nginx.as_ref())
+            .chain(std::iter::once(&self.toolmesh))
+    }
+
+    /// A fresh accumulator per measured target.
+    fn each<T>(&self, mut make: impl FnMut() -> T) -> ByTarget<T> {
+        ByTarget {
+            direct: make(),
+            nginx: self.nginx.as_ref().map(|_| make()),
+            toolmesh: make(),
+        }
+    }
+
+    /// Each measured target's client with its accumulator, in the order of [`Clients::all`].
+    fn zip<'a, T>(
+        &'a self,
+        into: &'a mut ByTarget<T>,
+    ) -> impl Iterator<Item = (&'a Client, &'a mut T)> {
+        let nginx = self.nginx.as_ref().zip(into.nginx.as_mut());
+        std::iter::once((&self.direct, &mut into.direct))
+            .chain(nginx)
+            .chain(std::iter::once((&self.toolmesh, &mut into.toolmesh)))
+    }
+}
+
+impl<T> ByTarget<T> {
+    /// The same figure, transformed, for every target.
+    fn map<U>(self, mut f: impl FnMut(T) -> U) -> ByTarget<U> {
+        ByTarget {
+            direct: f(self.direct),
+            nginx: self.nginx.map(&mut f),
+            toolmesh: f(self.toolmesh),
+        }
     }
 }

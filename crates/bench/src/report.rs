@@ -128,7 +128,7 @@ pub(crate) fn targets(overhead: &Overhead, scale: &Scale, freshness: &Freshness)
                 row.toolmesh.in_flight, size.label
             );
             let tm = row.toolmesh.calls_per_sec;
-            out.push(match row.nginx {
+            out.push(match &row.nginx {
                 Some(nginx) => Target {
                     name,
                     verdict: Verdict::of(tm >= nginx.calls_per_sec),
@@ -232,7 +232,7 @@ fn notes(machine: &Machine, overhead: &Overhead) -> Vec<String> {
                 &format!("toolmesh@{}", row.toolmesh.in_flight),
                 row.toolmesh.errors,
             );
-            if let Some(n) = row.nginx {
+            if let Some(n) = &row.nginx {
                 add(&format!("nginx@{}", n.in_flight), n.errors);
             }
         }
@@ -329,7 +329,8 @@ impl fmt::Display for Report {
 fn write_overhead(f: &mut fmt::Formatter<'_>, o: &Overhead) -> fmt::Result {
     writeln!(
         f,
-        "1. Per-call overhead: acc_echo, one HTTP/2 channel per target; latency over {} calls at concurrency 1 after {} warm-up calls; calls/s over {} after {} warm-up",
+        "1. Per-call overhead: acc_echo, one HTTP/2 channel per target, the targets taking turns in {} round(s); latency over {} calls at concurrency 1 (pooled) after {} warm-up calls; calls/s = median of the rounds' windows, {} of measuring in all, each window after {} of warm-up",
+        o.rounds,
         o.latency_calls,
         o.warmup_calls,
         fmt_ms(o.throughput_window_ms),
@@ -380,7 +381,7 @@ pub(crate) fn overhead_table(size: &SizeResult) -> String {
             &format!("calls/s @{}", t.direct.in_flight),
             ByTarget {
                 direct: t.direct.calls_per_sec,
-                nginx: t.nginx.map(|n| n.calls_per_sec),
+                nginx: t.nginx.as_ref().map(|n| n.calls_per_sec),
                 toolmesh: t.toolmesh.calls_per_sec,
             },
             fmt_rate,
@@ -685,6 +686,7 @@ mod tests {
         Throughput {
             in_flight,
             calls_per_sec,
+            rounds_calls_per_sec: vec![calls_per_sec],
             calls: 1,
             errors: 0,
         }

@@ -70,7 +70,16 @@ pub fn main() -> ExitCode {
         eprintln!("error: {e}");
         return ExitCode::from(64);
     }
-    let runtime = match tokio::runtime::Runtime::new() {
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    // TOOLMESH_WORKER_THREADS caps the runtime's threads (default: one per core).
+    if let Some(threads) = std::env::var("TOOLMESH_WORKER_THREADS")
+        .ok()
+        .and_then(|v| v.parse::<usize>().ok())
+        .filter(|n| *n > 0)
+    {
+        builder.worker_threads(threads);
+    }
+    let runtime = match builder.enable_all().build() {
         Ok(runtime) => runtime,
         Err(e) => {
             eprintln!("error: cannot start the async runtime: {e}");

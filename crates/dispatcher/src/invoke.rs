@@ -411,10 +411,11 @@ impl Invoker {
                 let mut client = ExecutorClient::new(pick.endpoint.channel())
                     .max_decoding_message_size(toolmesh::grpc::MAX_CALL_MESSAGE_BYTES)
                     .max_encoding_message_size(toolmesh::grpc::MAX_CALL_MESSAGE_BYTES);
-                match tokio::time::timeout(attempt_budget, client.execute(rpc)).await {
-                    Err(_) => AttemptFailure::Timeout,
-                    Ok(Err(status)) => AttemptFailure::from_status(&status),
-                    Ok(Ok(answer)) => {
+                // The channel enforces the request's grpc-timeout itself
+                // (tonic's GrpcTimeout layer): no second timer per call.
+                match client.execute(rpc).await {
+                    Err(status) => AttemptFailure::from_status(&status),
+                    Ok(answer) => {
                         let result = answer.into_inner().result.unwrap_or_default();
                         match &result.error {
                             Some(e) if e.error_code() != ErrorCode::Unspecified => {
