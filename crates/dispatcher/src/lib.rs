@@ -52,6 +52,7 @@ const POOL_SWEEP: Duration = Duration::from_secs(10);
 #[derive(Clone)]
 pub struct Dispatcher {
     invoker: Arc<Invoker>,
+    listings: Arc<list::ListCache>,
     admission: Arc<Semaphore>,
     max_in_flight: usize,
 }
@@ -124,6 +125,7 @@ impl Dispatcher {
         });
         Dispatcher {
             invoker,
+            listings: Arc::default(),
             admission: Arc::new(Semaphore::new(config.max_in_flight)),
             max_in_flight: config.max_in_flight,
         }
@@ -138,11 +140,20 @@ impl Dispatcher {
     ) -> Result<ListToolsResponse, Status> {
         let snapshot = self.pinned(snapshot_version)?;
         let pool = &self.invoker.pool;
-        let policy = self.invoker.governance.policy();
-        let entries = list::callable(&snapshot, |e| {
-            balance::in_rotation(e, pool) && policy.decide(who, e.def.spec()).is_allowed()
-        });
-        Ok(list::render(snapshot.version(), &entries, format))
+        let governance = &self.invoker.governance;
+        let policy = governance.policy();
+        let key = list::cache_key(
+            snapshot.version(),
+            governance.policy.generation(),
+            who,
+            format,
+        );
+        Ok(self.listings.get_or_render(key, || {
+            let entries = list::callable(&snapshot, |e| {
+                balance::in_rotation(e, pool) && policy.decide(who, e.def.spec()).is_allowed()
+            });
+            list::render(snapshot.version(), &entries, format)
+        }))
     }
 
     /// [`list_tools_for`](Self::list_tools_for) the anonymous caller.

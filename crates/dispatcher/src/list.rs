@@ -2,10 +2,66 @@
 //! function-calling shape.
 
 use serde_json::{Value, json};
-use std::sync::Arc;
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 use toolmesh::pb::{ListToolsResponse, ToolFormat};
 use toolmesh::reference::VersionPattern;
 use toolmesh::{Snapshot, ToolEntry};
+
+/// How long a rendered listing is reused. Snapshots and policies are keyed
+/// exactly; this bounds only how long an expired ejection stays hidden.
+const CACHE_TTL: Duration = Duration::from_secs(1);
+/// Listings kept at most (distinct caller views × formats).
+const CACHE_ENTRIES: usize = 256;
+
+/// Which listing: snapshot version, policy generation, the caller's
+/// identity and roles, the format.
+type CacheKey = (u64, u64, String, i32);
+
+/// Rendered ListTools answers: a snapshot never changes, so a listing for
+/// the same caller view is built once, not on every call.
+#[derive(Debug, Default)]
+pub(crate) struct ListCache {
+    entries: Mutex<HashMap<CacheKey, (Instant, ListToolsResponse)>>,
+}
+
+impl ListCache {
+    /// The cached answer for `key`, or `render`'s, remembered.
+    pub(crate) fn get_or_render(
+        &self,
+        key: CacheKey,
+        render: impl FnOnce() -> ListToolsResponse,
+    ) -> ListToolsResponse {
+        if let Some((at, hit)) = self.lock().get(&key)
+            && at.elapsed() < CACHE_TTL
+        {
+            return hit.clone();
+        }
+        let response = render();
+        let mut entries = self.lock();
+        if entries.len() >= CACHE_ENTRIES {
+            entries.clear();
+        }
+        entries.insert(key, (Instant::now(), response.clone()));
+        response
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<CacheKey, (Instant, ListToolsResponse)>> {
+        self.entries.lock().unwrap_or_else(|e| e.into_inner())
+    }
+}
+
+/// The cache key of a listing for `who`.
+pub(crate) fn cache_key(
+    snapshot_version: u64,
+    policy_generation: u64,
+    who: &toolmesh_policy::Principal,
+    format: ToolFormat,
+) -> CacheKey {
+    let view = format!("{}/{}/{}", who.tenant, who.name, who.roles.join(","));
+    (snapshot_version, policy_generation, view, format as i32)
+}
 
 /// The version a bare name resolves to among those callable now, per name,
 /// sorted by name.
@@ -109,6 +165,36 @@ mod tests {
             .map(|e| format!("{}@{}", e.def.name(), e.def.version()))
             .collect();
         assert_eq!(names, ["alpha@1.1.0", "zeta@1.0.0"]);
+    }
+
+    /// A listing is rendered once per snapshot, policy and caller view; a
+    /// new snapshot version renders again.
+    #[test]
+    fn listings_are_cached_per_view() {
+        let cache = ListCache::default();
+        let who = toolmesh_policy::Principal {
+            name: "a".into(),
+            tenant: "t".into(),
+            roles: vec!["agent".into()],
+            anonymous: false,
+        };
+        let renders = std::cell::Cell::new(0);
+        let render = |version| {
+            renders.set(renders.get() + 1);
+            render(version, &[], ToolFormat::Native)
+        };
+        for _ in 0..3 {
+            cache.get_or_render(cache_key(7, 1, &who, ToolFormat::Native), || render(7));
+        }
+        assert_eq!(renders.get(), 1);
+        let other = toolmesh_policy::Principal {
+            roles: vec!["admin".into()],
+            ..who.clone()
+        };
+        cache.get_or_render(cache_key(7, 1, &other, ToolFormat::Native), || render(7));
+        let fresh = cache.get_or_render(cache_key(8, 1, &who, ToolFormat::Native), || render(8));
+        assert_eq!(renders.get(), 3);
+        assert_eq!(fresh.snapshot_version, 8);
     }
 
     /// The OpenAI export is the function-calling array with the input schema
