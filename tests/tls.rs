@@ -116,3 +116,98 @@ async fn mutual_tls_call_and_refusals() {
         "a certificate from another CA is refused"
     );
 }
+
+/// With mTLS, a caller can be identified by its certificate alone: the
+/// policy's `tls_name` maps the name the certificate is issued for to a
+/// principal, whose projection then applies; a bearer token, when sent,
+/// takes precedence.
+#[tokio::test]
+async fn client_certificate_is_an_identity() {
+    let dir = temp_dir("tls-identity");
+    let (ca, cert, key) = pki(&dir, "mesh");
+    let policy = dir.join("policy.toml");
+    std::fs::write(
+        &policy,
+        r#"
+[auth]
+allow_anonymous = false
+
+[[callers]]
+tls_name = "localhost"
+principal = "cert-agent"
+tenant = "acme"
+roles = ["agent"]
+
+[[callers]]
+token = "tok-exec"
+principal = "acceptance-team"
+roles = ["executor"]
+
+[[grants]]
+name = "certificate agents: echo only"
+roles = ["agent"]
+tools = ["acc_echo"]
+"#,
+    )
+    .unwrap();
+    let mut serve_cmd = Command::new(toolmesh_bin());
+    serve_cmd.args([
+        "serve",
+        "--listen",
+        "127.0.0.1:0",
+        "--policy",
+        policy.to_str().unwrap(),
+    ]);
+    tls_env(&mut serve_cmd, &ca, Some((&cert, &key)), Some(&ca));
+    let serve = Proc::spawn("serve", &mut serve_cmd);
+    let addr = serve.listen_addr();
+    let mut exec_cmd = Command::new(toolmesh_bin());
+    exec_cmd.args([
+        "example",
+        "acceptance",
+        "--registry",
+        &addr,
+        "--token",
+        "tok-exec",
+    ]);
+    tls_env(&mut exec_cmd, &ca, Some((&cert, &key)), Some(&ca));
+    let exec = Proc::spawn("example", &mut exec_cmd);
+    exec.listen_addr();
+
+    let tools = |token: Option<&str>| {
+        let mut command = Command::new(toolmesh_bin());
+        command.args(["tools", "--json", "--server", &addr]);
+        if let Some(token) = token {
+            command.args(["--token", token]);
+        }
+        tls_env(&mut command, &ca, Some((&cert, &key)), None);
+        command.output().unwrap()
+    };
+    let mut names = Vec::new();
+    for _ in 0..100 {
+        let out = tools(None);
+        if out.status.success() {
+            let value: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+            names = value["tools"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|t| t["name"].as_str().unwrap().to_owned())
+                .collect();
+            if !names.is_empty() {
+                break;
+            }
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert_eq!(
+        names,
+        ["acc_echo"],
+        "the certificate's principal sees its projection"
+    );
+    let forged = tools(Some("tok-unknown"));
+    assert!(
+        !forged.status.success(),
+        "a bad token is refused, not overridden by the certificate"
+    );
+}

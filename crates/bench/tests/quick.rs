@@ -2,32 +2,8 @@
 //! this build profile: every phase runs, the report prints and serialises,
 //! and no process the bench started is left running.
 
-use std::path::{Path, PathBuf};
-use std::process::Command;
 use toolmesh_bench::{BenchOptions, Verdict};
-
-/// `TOOLMESH_BIN`, or the `toolmesh` binary beside this test's profile
-/// directory, built if absent.
-fn toolmesh_bin() -> PathBuf {
-    if let Some(path) = std::env::var_os("TOOLMESH_BIN") {
-        return PathBuf::from(path);
-    }
-    let exe = std::env::current_exe().expect("test executable path");
-    let profile_dir = exe
-        .parent()
-        .and_then(Path::parent)
-        .expect("target/<profile>");
-    let bin = profile_dir.join("toolmesh");
-    if !bin.exists() {
-        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-        let status = Command::new(cargo)
-            .args(["build", "-p", "toolmesh-cli", "--bin", "toolmesh"])
-            .status()
-            .expect("run cargo build");
-        assert!(status.success(), "building the toolmesh binary failed");
-    }
-    bin
-}
+use toolmesh_testkit::toolmesh_bin;
 
 /// Processes (not zombies) whose parent is this test process.
 fn live_children() -> Vec<String> {

@@ -41,14 +41,24 @@ impl Governance {
         self.policy.current()
     }
 
-    /// The caller of a request, from its `authorization` metadata.
-    pub fn authenticate(
-        &self,
-        metadata: &tonic::metadata::MetadataMap,
-    ) -> Result<Principal, Status> {
-        let bearer = metadata.get("authorization").and_then(|v| v.to_str().ok());
-        self.policy
-            .current()
+    /// The caller of a request: its bearer token (`authorization`
+    /// metadata), else the mTLS client certificate the handshake verified,
+    /// matched against the policy's `tls_name`s, else the anonymous caller
+    /// where the policy admits one.
+    pub fn authenticate<T>(&self, request: &tonic::Request<T>) -> Result<Principal, Status> {
+        let bearer = request
+            .metadata()
+            .get("authorization")
+            .and_then(|v| v.to_str().ok());
+        let policy = self.policy.current();
+        if bearer.is_none()
+            && let Some(who) = request
+                .peer_certs()
+                .and_then(|certs| certificate_caller(&policy, certs.first()?))
+        {
+            return Ok(who);
+        }
+        policy
             .authenticate(bearer)
             .map_err(|e| Status::unauthenticated(e.to_string()))
     }
@@ -98,6 +108,19 @@ impl Governance {
         });
         Ok(decided)
     }
+}
+
+/// The policy's caller for a verified client certificate, by the DNS
+/// names it is valid for.
+fn certificate_caller(
+    policy: &Policy,
+    leaf: &rustls_pki_types::CertificateDer<'static>,
+) -> Option<Principal> {
+    let cert = webpki::EndEntityCert::try_from(leaf).ok()?;
+    policy.authenticate_tls(|name| {
+        rustls_pki_types::ServerName::try_from(name)
+            .is_ok_and(|name| cert.verify_is_valid_for_subject_name(&name).is_ok())
+    })
 }
 
 /// The wire form of a ticket.

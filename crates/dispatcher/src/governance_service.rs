@@ -24,7 +24,7 @@ impl governance_server::Governance for GovernanceService {
         request: Request<ExplainRequest>,
     ) -> Result<Response<ExplainResponse>, Status> {
         let governance = self.dispatcher.governance();
-        let asker = governance.authenticate(request.metadata())?;
+        let asker = governance.authenticate(&request)?;
         let request = request.into_inner();
         let policy = governance.policy();
         let who = if request.caller_token.is_empty() {
@@ -84,7 +84,7 @@ impl governance_server::Governance for GovernanceService {
         request: Request<ListApprovalsRequest>,
     ) -> Result<Response<ListApprovalsResponse>, Status> {
         let governance = self.dispatcher.governance();
-        let who = governance.authenticate(request.metadata())?;
+        let who = governance.authenticate(&request)?;
         let approver_roles = governance.policy().approval_settings().approver_roles;
         let approvals = governance
             .approvals
@@ -101,7 +101,7 @@ impl governance_server::Governance for GovernanceService {
         request: Request<ApproveRequest>,
     ) -> Result<Response<ApprovalResponse>, Status> {
         let governance = self.dispatcher.governance();
-        let who = governance.authenticate(request.metadata())?;
+        let who = governance.authenticate(&request)?;
         let ticket = governance.decide_approval(&who, &request.get_ref().id, None)?;
         Ok(Response::new(ApprovalResponse {
             approval: Some(approval_pb(&ticket)),
@@ -113,7 +113,7 @@ impl governance_server::Governance for GovernanceService {
         request: Request<DenyRequest>,
     ) -> Result<Response<ApprovalResponse>, Status> {
         let governance = self.dispatcher.governance();
-        let who = governance.authenticate(request.metadata())?;
+        let who = governance.authenticate(&request)?;
         let request = request.into_inner();
         let reason = if request.reason.trim().is_empty() {
             "denied by an approver"

@@ -20,10 +20,7 @@ impl dispatcher_server::Dispatcher for DispatcherService {
         &self,
         request: Request<ListToolsRequest>,
     ) -> Result<Response<ListToolsResponse>, Status> {
-        let who = self
-            .dispatcher
-            .governance()
-            .authenticate(request.metadata())?;
+        let who = self.dispatcher.governance().authenticate(&request)?;
         let request = request.into_inner();
         let format = ToolFormat::try_from(request.format).map_err(|_| {
             Status::invalid_argument(format!(
@@ -41,10 +38,7 @@ impl dispatcher_server::Dispatcher for DispatcherService {
         request: Request<InvokeRequest>,
     ) -> Result<Response<InvokeResponse>, Status> {
         let timeout = toolmesh::grpc::request_timeout(request.metadata());
-        let who = self
-            .dispatcher
-            .governance()
-            .authenticate(request.metadata())?;
+        let who = self.dispatcher.governance().authenticate(&request)?;
         self.dispatcher
             .invoke_as(&who, request.into_inner(), timeout)
             .await

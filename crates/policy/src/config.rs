@@ -46,6 +46,8 @@ pub(crate) struct RawIdentity {
 pub(crate) struct RawCaller {
     pub(crate) token: Option<Spanned<String>>,
     pub(crate) token_sha256: Option<Spanned<String>>,
+    /// A DNS name the caller's TLS client certificate is valid for (mTLS).
+    pub(crate) tls_name: Option<Spanned<String>>,
     pub(crate) principal: String,
     pub(crate) tenant: Option<String>,
     #[serde(default)]

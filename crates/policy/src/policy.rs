@@ -74,6 +74,8 @@ pub struct Policy {
     allow_anonymous: bool,
     anonymous: Principal,
     callers: HashMap<[u8; 32], Principal>,
+    /// Callers identified by their mTLS client certificate: (DNS name, who).
+    tls_callers: Vec<(String, Principal)>,
     pub(crate) grants: Vec<Grant>,
     pub(crate) approval: ApprovalRules,
     limits: Limits,
@@ -145,6 +147,15 @@ impl Policy {
             .ok_or_else(|| AuthError::UnknownToken {
                 digest_prefix: hex(&digest[..6]),
             })
+    }
+
+    /// The caller whose `tls_name` the peer's (already verified) client
+    /// certificate is valid for, if any; `valid_for` answers that per name.
+    pub fn authenticate_tls(&self, valid_for: impl Fn(&str) -> bool) -> Option<Principal> {
+        self.tls_callers
+            .iter()
+            .find(|(name, _)| valid_for(name))
+            .map(|(_, who)| who.clone())
     }
 
     /// Whether `who` may see and call the tool of `spec`, by which grant,
@@ -254,7 +265,7 @@ impl Builder<'_> {
                 anonymous: true,
             },
         };
-        let callers = self.callers(raw.callers);
+        let (callers, tls_callers) = self.callers(raw.callers);
         let grants = self.grants(raw.grants);
         let approval = self.approval(raw.approval);
         let limits = self.limits(raw.limits);
@@ -268,6 +279,7 @@ impl Builder<'_> {
             allow_anonymous: raw.auth.allow_anonymous,
             anonymous,
             callers,
+            tls_callers,
             grants,
             approval,
             limits: Limits::new(limits),
@@ -289,8 +301,12 @@ impl Builder<'_> {
         }
     }
 
-    fn callers(&mut self, raw: Vec<Spanned<config::RawCaller>>) -> HashMap<[u8; 32], Principal> {
+    fn callers(
+        &mut self,
+        raw: Vec<Spanned<config::RawCaller>>,
+    ) -> (HashMap<[u8; 32], Principal>, Vec<(String, Principal)>) {
         let mut callers = HashMap::new();
+        let mut tls_callers = Vec::new();
         let mut seen: HashMap<[u8; 32], (usize, usize, String)> = HashMap::new();
         for (i, entry) in raw.into_iter().enumerate() {
             let n = i + 1;
@@ -303,6 +319,35 @@ impl Builder<'_> {
                     field("principal"),
                     "is empty: name who holds this token, e.g. \"support-bot\"",
                 );
+            }
+            if let Some(name) = c.tls_name {
+                if c.token.is_some() || c.token_sha256.is_some() {
+                    self.problem(
+                        Some(name.span()),
+                        field("tls_name"),
+                        "is set together with a token: a caller is identified by one or the other, so use two entries",
+                    );
+                    continue;
+                }
+                let dns = name.get_ref().trim().to_ascii_lowercase();
+                if dns.is_empty() || dns.contains(char::is_whitespace) {
+                    self.problem(
+                        Some(name.span()),
+                        field("tls_name"),
+                        "must be the DNS name the caller's client certificate is issued for, e.g. \"support-bot.agents.internal\"",
+                    );
+                    continue;
+                }
+                tls_callers.push((
+                    dns,
+                    Principal {
+                        tenant: self.tenant(c.tenant, &span, &field("tenant")),
+                        roles: self.names(c.roles, &span, &field("roles")),
+                        name: c.principal,
+                        anonymous: false,
+                    },
+                ));
+                continue;
             }
             let digest = match (c.token, c.token_sha256) {
                 (Some(_), Some(h)) => {
@@ -317,7 +362,7 @@ impl Builder<'_> {
                     self.problem(
                         Some(span.clone()),
                         field("token"),
-                        "is missing: add token = \"...\" or token_sha256 = \"<hex SHA-256 of the token>\"",
+                        "is missing: add token = \"...\", token_sha256 = \"<hex SHA-256 of the token>\" or tls_name = \"<DNS name of its client certificate>\"",
                     );
                     None
                 }
@@ -368,7 +413,7 @@ impl Builder<'_> {
             seen.insert(digest, (n, self.line(&token_span), principal.name.clone()));
             callers.insert(digest, principal);
         }
-        callers
+        (callers, tls_callers)
     }
 
     fn grants(&mut self, raw: Vec<Spanned<config::RawGrant>>) -> Vec<Grant> {

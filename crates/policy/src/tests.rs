@@ -570,3 +570,37 @@ async fn watcher_follows_the_file() {
     let _ = std::fs::remove_file(&path);
     assert!(PolicyHandle::watch(temp_path("absent")).is_err());
 }
+
+/// A caller may be identified by the DNS name of its mTLS certificate
+/// instead of a token, never by both.
+#[test]
+fn tls_name_callers() {
+    let policy = Policy::from_toml(
+        r#"
+[[callers]]
+tls_name = "Bot.Agents.Internal"
+principal = "bot"
+roles = ["agent"]
+"#,
+    )
+    .unwrap();
+    let who = policy
+        .authenticate_tls(|name| name == "bot.agents.internal")
+        .expect("matched case-insensitively");
+    assert_eq!(who.name, "bot");
+    assert!(policy.authenticate_tls(|_| false).is_none());
+    let both = Policy::from_toml(
+        r#"
+[[callers]]
+tls_name = "bot.internal"
+token = "t"
+principal = "bot"
+"#,
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        both.contains("tls_name") && both.contains("one or the other"),
+        "{both}"
+    );
+}
