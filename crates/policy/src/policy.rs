@@ -46,6 +46,11 @@ approver_roles = ["approver"]
 require_for_risk = "HIGH"
 "#;
 
+/// Callers by the SHA-256 of their token.
+type TokenCallers = HashMap<[u8; 32], Principal>;
+/// Callers by the DNS name of their client certificate.
+type TlsCallers = Vec<(String, Principal)>;
+
 /// One validated `[[grants]]` entry.
 #[derive(Debug, Clone)]
 pub(crate) struct Grant {
@@ -73,9 +78,9 @@ pub(crate) struct ApprovalRules {
 pub struct Policy {
     allow_anonymous: bool,
     anonymous: Principal,
-    callers: HashMap<[u8; 32], Principal>,
+    callers: TokenCallers,
     /// Callers identified by their mTLS client certificate: (DNS name, who).
-    tls_callers: Vec<(String, Principal)>,
+    tls_callers: TlsCallers,
     pub(crate) grants: Vec<Grant>,
     pub(crate) approval: ApprovalRules,
     limits: Limits,
@@ -301,10 +306,7 @@ impl Builder<'_> {
         }
     }
 
-    fn callers(
-        &mut self,
-        raw: Vec<Spanned<config::RawCaller>>,
-    ) -> (HashMap<[u8; 32], Principal>, Vec<(String, Principal)>) {
+    fn callers(&mut self, raw: Vec<Spanned<config::RawCaller>>) -> (TokenCallers, TlsCallers) {
         let mut callers = HashMap::new();
         let mut tls_callers = Vec::new();
         let mut seen: HashMap<[u8; 32], (usize, usize, String)> = HashMap::new();
