@@ -164,6 +164,9 @@ pub(crate) struct ServerArgs {
     /// Calls a dispatcher keeps in flight before it sheds load.
     #[arg(long, default_value_t = 4096)]
     pub(crate) max_in_flight: usize,
+    /// Recent snapshots a dispatcher keeps so callers can pin a version.
+    #[arg(long, default_value_t = 64)]
+    pub(crate) snapshot_history: usize,
     /// Policy file (TOML): callers, grants, approvals, rate limits. Without
     /// it, the development policy (anonymous callers may use every tool).
     #[arg(long, env = "TOOLMESH_POLICY")]

@@ -116,6 +116,7 @@ pub(crate) async fn start(
         Some(snapshots) => Some(Dispatcher::with_governance(
             DispatcherConfig {
                 max_in_flight: args.max_in_flight,
+                snapshot_history: args.snapshot_history,
                 ..DispatcherConfig::default()
             },
             snapshots,

@@ -8,6 +8,9 @@ use std::process::Stdio;
 use std::time::{Duration, Instant};
 use tokio::process::{Child, Command};
 
+/// How often `up` looks for example executors that died.
+const RESTART_CHECK: Duration = Duration::from_secs(1);
+
 /// How long `up` waits for the examples' tools to become callable.
 const READY_TIMEOUT: Duration = Duration::from_secs(30);
 
@@ -91,7 +94,23 @@ pub(crate) async fn run(args: UpArgs, tls: &toolmesh::grpc::TlsFiles) -> anyhow:
     println!("  grpcurl -plaintext {addr} list");
     println!("\nPress ctrl-c to stop.");
 
-    toolmesh::grpc::shutdown_signal().await;
+    // Until ctrl-c: an example that dies is started again.
+    let mut shutdown = std::pin::pin!(toolmesh::grpc::shutdown_signal());
+    loop {
+        tokio::select! {
+            _ = &mut shutdown => break,
+            _ = tokio::time::sleep(RESTART_CHECK) => {}
+        }
+        for (name, child) in children.iter_mut() {
+            if let Ok(Some(status)) = child.try_wait() {
+                tracing::warn!(example = %name, %status, "example executor exited; starting it again");
+                match spawn_example(&exe, name, &addr, &token, tls) {
+                    Ok(again) => *child = again,
+                    Err(e) => tracing::error!(example = %name, error = %e, "cannot start it again"),
+                }
+            }
+        }
+    }
     println!("stopping: draining executors, then the server");
     for (_, child) in &children {
         if let Some(pid) = child.id() {
