@@ -602,3 +602,33 @@ async fn pinned_snapshots() {
         expired.message()
     );
 }
+
+/// Editing the policy file takes effect without a restart; a bad edit is
+/// refused and the previous policy stays in force.
+#[tokio::test]
+async fn policy_reloads_on_change() {
+    let mesh = start("reload");
+    let mut client = dispatcher(&mesh.addr);
+    wait_registered(&mut client).await;
+    let policy = mesh._dir.join("policy.toml");
+    let wider = POLICY.replace(
+        r#"tools = ["acc_echo", "acc_charge", "*_file", "list_files"]"#,
+        r#"tools = ["acc_*", "*_file", "list_files"]"#,
+    );
+    std::fs::write(&policy, wider).unwrap();
+    eventually("the wider grant", Duration::from_secs(5), || {
+        let mut client = client.clone();
+        async move {
+            let names = listed_as(&mut client, Some("tok-agent")).await.ok()?;
+            names.contains(&"acc_sleep".to_owned()).then_some(())
+        }
+    })
+    .await;
+    std::fs::write(&policy, "[[grants]]\nname = 1\n").unwrap();
+    tokio::time::sleep(Duration::from_millis(1500)).await;
+    let names = listed_as(&mut client, Some("tok-agent")).await.unwrap();
+    assert!(
+        names.contains(&"acc_sleep".to_owned()),
+        "the bad file left the last good policy in force"
+    );
+}
