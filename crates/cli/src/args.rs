@@ -57,7 +57,7 @@ pub(crate) enum Command {
     Registry(ServeArgs),
     /// Run only a dispatcher that follows a registry elsewhere.
     Dispatcher(DispatcherArgs),
-    /// Run one of the example executors (knowledge, accounts, support, acceptance).
+    /// Run one of the example executors (knowledge, accounts, support, files, acceptance).
     Example(ExampleArgs),
     /// List the tools you can call.
     Tools(ToolsArgs),
@@ -220,7 +220,7 @@ pub(crate) struct UpArgs {
 /// `toolmesh example`.
 #[derive(Debug, Args, Clone)]
 pub(crate) struct ExampleArgs {
-    /// Which example: knowledge, accounts, support or acceptance.
+    /// Which example: knowledge, accounts, support, files or acceptance.
     pub(crate) name: String,
     /// The registry to register with (host:port).
     #[arg(long, env = "TOOLMESH_REGISTRY", default_value = "127.0.0.1:7070")]
