@@ -10,8 +10,6 @@ use tonic_health::pb::{
 };
 use toolmesh::pb::{ErrorCode, ListToolsRequest, ToolFormat};
 
-const ACCEPTANCE_TOOLS: [&str; 4] = ["acc_charge", "acc_echo", "acc_panic", "acc_sleep"];
-
 async fn tool_status(addr: &str, tool: &str) -> Result<i32, tonic::Code> {
     let mut health = HealthClient::new(toolmesh::grpc::channel(addr).unwrap());
     health
@@ -27,10 +25,8 @@ async fn tool_status(addr: &str, tool: &str) -> Result<i32, tonic::Code> {
 /// executor, and OpenAI export carries the schema as parameters.
 #[tokio::test]
 async fn list_and_invoke() {
-    let (_serve, addr) = serve(&[]);
-    let _exec = example("acceptance", &addr, &[]);
-    let mut client = dispatcher(&addr);
-    until_listed(&mut client, &ACCEPTANCE_TOOLS, Duration::from_secs(10)).await;
+    let mesh = acceptance(&[], &[]).await;
+    let mut client = mesh.client.clone();
     assert_eq!(listed(&mut client).await.unwrap(), ACCEPTANCE_TOOLS);
 
     let response = invoke(&mut client, "acc_echo", r#"{"message":"hello"}"#, None).await;
@@ -141,10 +137,8 @@ async fn invalid_arguments_never_reach_the_executor() {
 /// served ones.
 #[tokio::test]
 async fn unknown_tool_gets_a_suggestion() {
-    let (_serve, addr) = serve(&[]);
-    let _exec = example("acceptance", &addr, &[]);
-    let mut client = dispatcher(&addr);
-    until_listed(&mut client, &["acc_echo"], Duration::from_secs(10)).await;
+    let mesh = acceptance(&[], &[]).await;
+    let mut client = mesh.client.clone();
     let response = invoke(&mut client, "acc_ech", "{}", None).await;
     assert_eq!(code(&response), ErrorCode::NotFound as i32);
     assert!(
@@ -166,10 +160,8 @@ async fn unknown_tool_gets_a_suggestion() {
 /// executor keeps serving.
 #[tokio::test]
 async fn timeouts_and_panics() {
-    let (_serve, addr) = serve(&[]);
-    let _exec = example("acceptance", &addr, &[]);
-    let mut client = dispatcher(&addr);
-    until_listed(&mut client, &ACCEPTANCE_TOOLS, Duration::from_secs(10)).await;
+    let mesh = acceptance(&[], &[]).await;
+    let mut client = mesh.client.clone();
 
     // acc_sleep declares a 1 s timeout.
     let started = Instant::now();
@@ -221,17 +213,15 @@ async fn timeouts_and_panics() {
 /// turns NOT_SERVING.
 #[tokio::test]
 async fn killed_executor_is_de_exposed() {
-    let (_serve, addr) = serve(&[]);
-    let mut exec = example("acceptance", &addr, &["--ttl-ms", "1000"]);
-    let mut client = dispatcher(&addr);
-    until_listed(&mut client, &ACCEPTANCE_TOOLS, Duration::from_secs(10)).await;
+    let mut mesh = acceptance(&[], &["--ttl-ms", "1000"]).await;
+    let (addr, mut client) = (mesh.addr.clone(), mesh.client.clone());
     assert_eq!(
         tool_status(&addr, "acc_echo").await,
         Ok(ServingStatus::Serving as i32)
     );
 
     let killed = Instant::now();
-    exec.kill9();
+    mesh.exec.kill9();
     eventually("acc_echo de-exposed", Duration::from_millis(1500), || {
         let mut client = client.clone();
         async move {
@@ -297,10 +287,8 @@ fn serve_on(addr: &str) -> (Proc, String) {
 /// The CLI: `tools`, `call` (output, error code and exit status), `health`.
 #[tokio::test]
 async fn cli_commands() {
-    let (_serve, addr) = serve(&[]);
-    let _exec = example("acceptance", &addr, &[]);
-    let mut client = dispatcher(&addr);
-    until_listed(&mut client, &["acc_echo"], Duration::from_secs(10)).await;
+    let mesh = acceptance(&[], &[]).await;
+    let addr = mesh.addr.clone();
     let run = |args: &[&str]| {
         std::process::Command::new(toolmesh_bin())
             .args(args)

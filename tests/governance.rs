@@ -564,10 +564,8 @@ async fn disable_survives_registry_restart() {
 /// dispatcher no longer holds is FAILED_PRECONDITION naming what it holds.
 #[tokio::test]
 async fn pinned_snapshots() {
-    let (_serve, addr) = serve(&[]);
-    let _exec = example("acceptance", &addr, &[]);
-    let mut client = dispatcher(&addr);
-    until_listed(&mut client, &["acc_echo"], Duration::from_secs(10)).await;
+    let mesh = acceptance(&[], &[]).await;
+    let mut client = mesh.client.clone();
     let version = client
         .list_tools(ListToolsRequest::default())
         .await

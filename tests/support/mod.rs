@@ -156,6 +156,31 @@ pub fn example(name: &str, registry: &str, extra: &[&str]) -> Proc {
     proc
 }
 
+/// The acceptance executor's tools.
+pub const ACCEPTANCE_TOOLS: [&str; 4] = ["acc_charge", "acc_echo", "acc_panic", "acc_sleep"];
+
+/// `toolmesh serve` plus the acceptance executor, its tools listed.
+pub struct Acceptance {
+    pub serve: Proc,
+    pub exec: Proc,
+    pub addr: String,
+    pub client: DispatcherClient<Channel>,
+}
+
+/// Starts [`Acceptance`] with extra `serve` and `example` arguments.
+pub async fn acceptance(serve_args: &[&str], exec_args: &[&str]) -> Acceptance {
+    let (serve, addr) = serve(serve_args);
+    let exec = example("acceptance", &addr, exec_args);
+    let mut client = dispatcher(&addr);
+    until_listed(&mut client, &ACCEPTANCE_TOOLS, Duration::from_secs(10)).await;
+    Acceptance {
+        serve,
+        exec,
+        addr,
+        client,
+    }
+}
+
 /// A client for the dispatcher at `addr`.
 pub fn dispatcher(addr: &str) -> DispatcherClient<Channel> {
     DispatcherClient::new(toolmesh::grpc::channel(addr).expect("valid address"))

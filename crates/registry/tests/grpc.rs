@@ -154,14 +154,7 @@ async fn watch_sends_current_then_newer() {
         .register(request("kb-1", vec![spec("a")]))
         .await
         .unwrap();
-    let mut stream = client
-        .watch_snapshots(WatchSnapshotsRequest {
-            after_version: 0,
-            deltas: false,
-        })
-        .await
-        .unwrap()
-        .into_inner();
+    let mut stream = watch(&mut client, 0, false).await;
     let first = tokio::time::timeout(PATIENCE, stream.message())
         .await
         .unwrap()
@@ -210,22 +203,8 @@ async fn watch_after_version() {
         .register(request("kb-1", vec![spec("a")]))
         .await
         .unwrap();
-    let mut caught_up = client
-        .watch_snapshots(WatchSnapshotsRequest {
-            after_version: 1,
-            deltas: false,
-        })
-        .await
-        .unwrap()
-        .into_inner();
-    let mut ahead = client
-        .watch_snapshots(WatchSnapshotsRequest {
-            after_version: 40,
-            deltas: false,
-        })
-        .await
-        .unwrap()
-        .into_inner();
+    let mut caught_up = watch(&mut client, 1, false).await;
+    let mut ahead = watch(&mut client, 40, false).await;
     let restarted = tokio::time::timeout(PATIENCE, ahead.message())
         .await
         .unwrap()
@@ -246,6 +225,22 @@ async fn watch_after_version() {
     assert_eq!(next.tools[0].disabled_reason, "maintenance");
 }
 
+/// A WatchSnapshots stream from `after_version`.
+async fn watch(
+    client: &mut RegistryClient<Channel>,
+    after_version: u64,
+    deltas: bool,
+) -> tonic::Streaming<toolmesh::pb::Snapshot> {
+    client
+        .watch_snapshots(WatchSnapshotsRequest {
+            after_version,
+            deltas,
+        })
+        .await
+        .unwrap()
+        .into_inner()
+}
+
 async fn next(stream: &mut tonic::Streaming<toolmesh::pb::Snapshot>) -> toolmesh::pb::Snapshot {
     tokio::time::timeout(PATIENCE, stream.message())
         .await
@@ -263,14 +258,7 @@ async fn watch_with_deltas() {
         .register(request("kb-1", vec![spec("a")]))
         .await
         .unwrap();
-    let mut stream = client
-        .watch_snapshots(WatchSnapshotsRequest {
-            after_version: 0,
-            deltas: true,
-        })
-        .await
-        .unwrap()
-        .into_inner();
+    let mut stream = watch(&mut client, 0, true).await;
     let first = next(&mut stream).await;
     assert!(!first.delta);
     assert_eq!(first.tools.len(), 1);
