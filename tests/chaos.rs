@@ -140,6 +140,8 @@ struct Call {
     outcome: String,
     latency: Duration,
     attempts: u32,
+    /// When it started.
+    started: Instant,
 }
 
 async fn caller(addr: String, stop: Instant, calls: Arc<Mutex<Vec<Call>>>, n: usize) {
@@ -201,6 +203,7 @@ async fn caller(addr: String, stop: Instant, calls: Arc<Mutex<Vec<Call>>>, n: us
             outcome,
             latency,
             attempts,
+            started,
         });
         // A small pause keeps the 2-core machine from saturating.
         tokio::time::sleep(Duration::from_millis(2)).await;
@@ -300,6 +303,7 @@ async fn chaos_suite() {
 
     at(14.0).await;
     let termed = Instant::now();
+    let drain_window = (termed, started + Duration::from_secs(16));
     mesh.replica(2).signal(libc::SIGTERM);
     let term_out = time_to_out(&mesh.registry_addr, "replica-2", termed).await;
     faults.push((
@@ -343,7 +347,7 @@ async fn chaos_suite() {
 
     let calls = calls.lock().unwrap().clone();
     let ledger = ledger(&ledger_path);
-    report_and_check(&calls, &ledger, &faults, recovered);
+    report_and_check(&calls, &ledger, &faults, recovered, drain_window);
 }
 
 fn report_and_check(
@@ -351,6 +355,7 @@ fn report_and_check(
     ledger: &[serde_json::Value],
     faults: &[(String, String)],
     recovered: Duration,
+    drain_window: (Instant, Instant),
 ) {
     let mut executions: HashMap<&str, usize> = HashMap::new();
     for line in ledger {
@@ -420,6 +425,22 @@ fn report_and_check(
         rate >= 0.99,
         "idempotent success {:.3}% < 99%",
         rate * 100.0
+    );
+    // A planned shutdown, with other replicas up, fails no call.
+    let during_drain: Vec<&Call> = calls
+        .iter()
+        .filter(|c| c.started >= drain_window.0 && c.started <= drain_window.1)
+        .collect();
+    let drain_failures: Vec<&&Call> = during_drain.iter().filter(|c| c.outcome != "OK").collect();
+    println!(
+        "  during the SIGTERM drain: {} calls, {} failed",
+        during_drain.len(),
+        drain_failures.len()
+    );
+    assert!(!during_drain.is_empty());
+    assert!(
+        drain_failures.is_empty(),
+        "calls failed during a planned shutdown: {drain_failures:?}"
     );
     let explained = ["UNAVAILABLE", "DEADLINE_EXCEEDED", "EXECUTOR_FAILED"];
     for c in calls.iter().filter(|c| c.outcome != "OK") {
