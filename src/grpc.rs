@@ -192,6 +192,29 @@ pub fn server_builder() -> Result<Server, tonic::transport::Error> {
     }
 }
 
+/// The verified client certificate of a request, as a test: is it valid
+/// for this DNS name? `None` without mTLS.
+pub fn peer_certificate<T>(request: &tonic::Request<T>) -> Option<PeerCertificate> {
+    let certs = request.peer_certs()?;
+    let leaf = certs.first()?.clone();
+    Some(PeerCertificate(leaf))
+}
+
+/// A client certificate the TLS handshake verified against the client CA.
+#[derive(Debug, Clone)]
+pub struct PeerCertificate(rustls_pki_types::CertificateDer<'static>);
+
+impl PeerCertificate {
+    /// Whether the certificate is issued for `dns_name`.
+    pub fn is_valid_for(&self, dns_name: &str) -> bool {
+        let Ok(cert) = webpki::EndEntityCert::try_from(&self.0) else {
+            return false;
+        };
+        rustls_pki_types::ServerName::try_from(dns_name)
+            .is_ok_and(|name| cert.verify_is_valid_for_subject_name(&name).is_ok())
+    }
+}
+
 /// Parses a listen address such as `127.0.0.1:0`.
 pub fn listen_address(text: &str) -> Result<SocketAddr, BadAddress> {
     text.parse().map_err(|_| BadAddress(text.to_owned()))

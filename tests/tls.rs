@@ -117,10 +117,10 @@ async fn mutual_tls_call_and_refusals() {
     );
 }
 
-/// With mTLS, a caller can be identified by its certificate alone: the
-/// policy's `tls_name` maps the name the certificate is issued for to a
-/// principal, whose projection then applies; a bearer token, when sent,
-/// takes precedence.
+/// With mTLS, callers and executors can be identified by their certificate
+/// alone: the policy's `tls_name` maps the name the certificate is issued
+/// for to a principal (the executor registers with no token), whose
+/// projection then applies; a bearer token, when sent, takes precedence.
 #[tokio::test]
 async fn client_certificate_is_an_identity() {
     let dir = temp_dir("tls-identity");
@@ -136,12 +136,7 @@ allow_anonymous = false
 tls_name = "localhost"
 principal = "cert-agent"
 tenant = "acme"
-roles = ["agent"]
-
-[[callers]]
-token = "tok-exec"
-principal = "acceptance-team"
-roles = ["executor"]
+roles = ["agent", "executor"]
 
 [[grants]]
 name = "certificate agents: echo only"
@@ -162,14 +157,7 @@ tools = ["acc_echo"]
     let serve = Proc::spawn("serve", &mut serve_cmd);
     let addr = serve.listen_addr();
     let mut exec_cmd = Command::new(toolmesh_bin());
-    exec_cmd.args([
-        "example",
-        "acceptance",
-        "--registry",
-        &addr,
-        "--token",
-        "tok-exec",
-    ]);
+    exec_cmd.args(["example", "acceptance", "--registry", &addr]);
     tls_env(&mut exec_cmd, &ca, Some((&cert, &key)), Some(&ca));
     let exec = Proc::spawn("example", &mut exec_cmd);
     exec.listen_addr();

@@ -98,6 +98,24 @@ impl Gate for PolicyGate {
         })
     }
 
+    fn executor_owner_by_certificate(
+        &self,
+        certificate: &toolmesh::grpc::PeerCertificate,
+    ) -> Option<Result<String, String>> {
+        let who = self
+            .0
+            .current()
+            .authenticate_tls(|name| certificate.is_valid_for(name))?;
+        Some(if who.has_role(EXECUTOR_ROLE) {
+            Ok(who.name)
+        } else {
+            Err(format!(
+                "{} may not register executors: give it the role \"{EXECUTOR_ROLE}\" in the policy",
+                who.name
+            ))
+        })
+    }
+
     fn admin(&self, bearer: Option<&str>) -> Result<String, String> {
         let who = self
             .0

@@ -52,9 +52,8 @@ impl Governance {
             .and_then(|v| v.to_str().ok());
         let policy = self.policy.current();
         if bearer.is_none()
-            && let Some(who) = request
-                .peer_certs()
-                .and_then(|certs| certificate_caller(&policy, certs.first()?))
+            && let Some(cert) = toolmesh::grpc::peer_certificate(request)
+            && let Some(who) = policy.authenticate_tls(|name| cert.is_valid_for(name))
         {
             return Ok(who);
         }
@@ -108,19 +107,6 @@ impl Governance {
         });
         Ok(decided)
     }
-}
-
-/// The policy's caller for a verified client certificate, by the DNS
-/// names it is valid for.
-fn certificate_caller(
-    policy: &Policy,
-    leaf: &rustls_pki_types::CertificateDer<'static>,
-) -> Option<Principal> {
-    let cert = webpki::EndEntityCert::try_from(leaf).ok()?;
-    policy.authenticate_tls(|name| {
-        rustls_pki_types::ServerName::try_from(name)
-            .is_ok_and(|name| cert.verify_is_valid_for_subject_name(&name).is_ok())
-    })
 }
 
 /// The wire form of a ticket.

@@ -9,6 +9,16 @@ pub trait Gate: Send + Sync + 'static {
     /// authenticate.
     fn executor_owner(&self, bearer: Option<&str>) -> Result<String, String>;
 
+    /// The owner an executor registers as when it sent no token but
+    /// presented a verified mTLS client certificate; `None` when the
+    /// certificate identifies no one (the token path then decides).
+    fn executor_owner_by_certificate(
+        &self,
+        _certificate: &toolmesh::grpc::PeerCertificate,
+    ) -> Option<Result<String, String>> {
+        None
+    }
+
     /// The principal allowed to disable and enable tools. `Err` says why not.
     fn admin(&self, bearer: Option<&str>) -> Result<String, String>;
 }

@@ -43,10 +43,14 @@ impl pb::registry_server::Registry for RegistryService {
         &self,
         request: Request<pb::RegisterRequest>,
     ) -> Result<Response<pb::RegisterResponse>, Status> {
-        let owner = self
-            .registry
-            .gate()
-            .executor_owner(bearer(request.metadata()))
+        let gate = self.registry.gate();
+        let token = bearer(request.metadata());
+        let by_certificate = match (token, toolmesh::grpc::peer_certificate(&request)) {
+            (None, Some(cert)) => gate.executor_owner_by_certificate(&cert),
+            _ => None,
+        };
+        let owner = by_certificate
+            .unwrap_or_else(|| gate.executor_owner(token))
             .map_err(RegistryError::Unauthenticated)?;
         Ok(Response::new(
             self.registry.register_as(request.into_inner(), &owner)?,
