@@ -53,6 +53,39 @@ pub fn parse_grpc_timeout(value: &str) -> Option<Duration> {
     })
 }
 
+/// The most a caller's deadline is answered early.
+const ANSWER_EARLY_MAX: Duration = Duration::from_millis(20);
+
+/// Which limit bounds a call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Bound {
+    /// The caller's deadline is the tighter one.
+    Caller,
+    /// The tool's own timeout is the tighter one.
+    ToolTimeout,
+}
+
+/// How long a call may run: the smaller of the caller's `grpc-timeout` and
+/// the tool's timeout. The caller's deadline is answered a little early (a
+/// tenth of it, at most 20 ms) so the DEADLINE_EXCEEDED result travels back
+/// before the caller's own timer fires — tonic enforces `grpc-timeout` on
+/// the client and on the server, and either would otherwise turn the answer
+/// into a bare "Timeout expired" status. The dispatcher and the executor
+/// SDK both budget with this.
+pub fn call_budget(caller: Option<Duration>, tool_timeout: Duration) -> (Duration, Bound) {
+    match caller {
+        Some(caller) => {
+            let caller = caller.saturating_sub((caller / 10).min(ANSWER_EARLY_MAX));
+            if caller < tool_timeout {
+                (caller, Bound::Caller)
+            } else {
+                (tool_timeout, Bound::ToolTimeout)
+            }
+        }
+        None => (tool_timeout, Bound::ToolTimeout),
+    }
+}
+
 /// A bad `host:port`.
 #[derive(Debug, thiserror::Error)]
 #[error("address {0:?} is not host:port (for example 127.0.0.1:7070)")]
@@ -266,8 +299,51 @@ mod tests {
         for (text, expected) in ok {
             assert_eq!(parse_grpc_timeout(text), Some(expected), "{text}");
         }
-        for text in ["", "m", "10", "10x", "-5m", "123456789m", "1.5S", "1é"] {
+        assert_eq!(
+            parse_grpc_timeout("00000010S"),
+            Some(Duration::from_secs(10))
+        );
+        for text in [
+            "",
+            "m",
+            "10",
+            "10x",
+            "10s",
+            "-5m",
+            "+1S",
+            "1Sm",
+            "123456789m",
+            "1.5S",
+            "1é",
+        ] {
             assert_eq!(parse_grpc_timeout(text), None, "{text}");
         }
+        let mut metadata = tonic::metadata::MetadataMap::new();
+        assert_eq!(request_timeout(&metadata), None);
+        metadata.insert("grpc-timeout", "250m".parse().unwrap());
+        assert_eq!(request_timeout(&metadata), Some(Duration::from_millis(250)));
+    }
+
+    /// The caller's timeout wins only when it is tighter, and is answered early.
+    #[test]
+    fn budget_takes_the_smaller() {
+        let tool = Duration::from_secs(1);
+        assert_eq!(call_budget(None, tool), (tool, Bound::ToolTimeout));
+        assert_eq!(
+            call_budget(Some(Duration::from_secs(5)), tool),
+            (tool, Bound::ToolTimeout)
+        );
+        assert_eq!(
+            call_budget(Some(Duration::from_millis(500)), tool),
+            (Duration::from_millis(480), Bound::Caller)
+        );
+        assert_eq!(
+            call_budget(Some(Duration::from_millis(100)), tool),
+            (Duration::from_millis(90), Bound::Caller)
+        );
+        assert_eq!(
+            call_budget(Some(Duration::ZERO), tool),
+            (Duration::ZERO, Bound::Caller)
+        );
     }
 }

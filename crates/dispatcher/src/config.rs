@@ -11,8 +11,6 @@ pub struct DispatcherConfig {
     pub max_in_flight: usize,
     /// Calls in flight to one executor instance; a full instance is skipped.
     pub max_in_flight_per_instance: u32,
-    /// Kept back from the caller's deadline so the answer reaches it in time.
-    pub deadline_margin: Duration,
     /// No attempt starts with less than this left.
     pub min_attempt_budget: Duration,
     /// Retry budget: the window over which calls and retries are counted.
@@ -37,7 +35,6 @@ impl Default for DispatcherConfig {
             max_argument_bytes: 1024 * 1024,
             max_in_flight: 4096,
             max_in_flight_per_instance: 256,
-            deadline_margin: Duration::from_millis(5),
             min_attempt_budget: Duration::from_millis(5),
             retry_budget_window: Duration::from_secs(10),
             retry_budget_min_per_sec: 10,

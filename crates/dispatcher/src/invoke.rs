@@ -346,12 +346,7 @@ impl Invoker {
         response: &mut InvokeResponse,
     ) -> Outcome {
         let def = &entry.def;
-        let budget = match caller_timeout {
-            Some(t) => t
-                .saturating_sub(self.config.deadline_margin)
-                .min(def.timeout()),
-            None => def.timeout(),
-        };
+        let (budget, bound) = toolmesh::grpc::call_budget(caller_timeout, def.timeout());
         let deadline = started + budget;
         let policy = def.retry();
         let mut tried: Vec<Arc<str>> = Vec::new();
@@ -450,7 +445,7 @@ impl Invoker {
             // the instance; one at the tool's own or per-attempt timeout does.
             let health = match failure {
                 AttemptFailure::Timeout
-                    if attempt_budget == remaining && budget < def.timeout() =>
+                    if attempt_budget == remaining && bound == toolmesh::grpc::Bound::Caller =>
                 {
                     Health::Neutral
                 }

@@ -56,7 +56,6 @@
 //! ```
 
 mod context;
-mod deadline;
 mod erased;
 mod lease;
 mod server;

@@ -2,7 +2,6 @@
 
 use crate::{
     CallCx,
-    deadline::{self, Bound},
     erased::{ErasedTool, Outcome},
     tool::{ToolOutput, duration_ms_ceil},
 };
@@ -11,6 +10,7 @@ use std::{any::Any, collections::BTreeMap, sync::Arc, time::Duration};
 use tokio::{task::AbortHandle, time::Instant};
 use tokio_util::sync::CancellationToken;
 use tonic::{Request, Response, Status};
+use toolmesh::grpc::{Bound, call_budget};
 use toolmesh::{
     ToolDef, ToolErrorExt,
     pb::{self, ErrorCode, ExecuteRequest, ExecuteResponse, ToolError, ToolResult},
@@ -85,7 +85,7 @@ impl Core {
             Err(message) => return failure(ErrorCode::InvalidArguments, message),
         };
 
-        let (budget, bound) = deadline::budget(caller_timeout, def.timeout());
+        let (budget, bound) = call_budget(caller_timeout, def.timeout());
         if budget.is_zero() {
             return deadline_exceeded(&def, budget, bound);
         }
