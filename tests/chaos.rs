@@ -446,7 +446,12 @@ fn report_and_check(
         drain_failures.is_empty(),
         "calls failed during a planned shutdown: {drain_failures:?}"
     );
-    let explained = ["UNAVAILABLE", "DEADLINE_EXCEEDED", CALLER_TIMER, "EXECUTOR_FAILED"];
+    let explained = [
+        "UNAVAILABLE",
+        "DEADLINE_EXCEEDED",
+        CALLER_TIMER,
+        "EXECUTOR_FAILED",
+    ];
     for c in calls.iter().filter(|c| c.outcome != "OK") {
         assert!(
             explained.contains(&c.outcome.as_str()),

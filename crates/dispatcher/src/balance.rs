@@ -28,8 +28,8 @@ pub(crate) fn pick(
     tried: &[Arc<str>],
     per_instance_limit: u32,
 ) -> Result<Pick, NoInstance> {
-    let mut fresh = Vec::new();
-    let mut retried = Vec::new();
+    // One pass: instances able to take the call, those not tried yet first.
+    let mut candidates = Vec::with_capacity(entry.instances.len());
     for instance in entry.healthy_instances() {
         let Some(endpoint) = pool.get(&instance.endpoint) else {
             continue;
@@ -37,14 +37,11 @@ pub(crate) fn pick(
         if pool.ejected(&endpoint) || endpoint.in_flight() >= per_instance_limit {
             continue;
         }
-        let list = if tried.contains(&instance.endpoint) {
-            &mut retried
-        } else {
-            &mut fresh
-        };
-        list.push((instance, endpoint));
+        candidates.push((instance, endpoint, tried.contains(&instance.endpoint)));
     }
-    let candidates = if fresh.is_empty() { retried } else { fresh };
+    if candidates.iter().any(|c| !c.2) {
+        candidates.retain(|c| !c.2);
+    }
     let chosen = match candidates.len() {
         0 => {
             let retry_after = entry

@@ -75,6 +75,8 @@ pub(crate) struct Endpoints {
     map: DashMap<Arc<str>, Arc<Endpoint>>,
     origin: Instant,
     policy: EjectionPolicy,
+    /// When the latest-ending ejection ends (ms after `origin`; 0 = none yet).
+    last_ejection_end_ms: AtomicU64,
 }
 
 impl Endpoints {
@@ -83,6 +85,7 @@ impl Endpoints {
             map: DashMap::new(),
             origin: Instant::now(),
             policy,
+            last_ejection_end_ms: AtomicU64::new(0),
         }
     }
 
@@ -122,10 +125,14 @@ impl Endpoints {
     /// Whether `address` is ejected right now. An endpoint whose ejection has
     /// run out is back, on probation.
     pub(crate) fn is_ejected(&self, address: &str) -> bool {
-        let Some(endpoint) = self.map.get(address).map(|e| e.clone()) else {
-            return false;
-        };
-        self.ejected(&endpoint)
+        self.map.get(address).is_some_and(|e| self.ejected(&e))
+    }
+
+    /// Whether an ejection is in force now or ended within `recently`:
+    /// only then can a tool's rotation have changed without a snapshot.
+    pub(crate) fn ejections_recent(&self, recently: Duration) -> bool {
+        let last_end = self.last_ejection_end_ms.load(Ordering::Relaxed);
+        last_end != 0 && self.now_ms() <= last_end + recently.as_millis() as u64
     }
 
     pub(crate) fn ejected(&self, endpoint: &Endpoint) -> bool {
@@ -168,10 +175,10 @@ impl Endpoints {
                 }
                 let times = endpoint.times_ejected.fetch_add(1, Ordering::Relaxed) + 1;
                 let ejection = self.policy.base.saturating_mul(times).min(self.policy.max);
-                endpoint.ejected_until_ms.store(
-                    self.now_ms() + ejection.as_millis() as u64,
-                    Ordering::Relaxed,
-                );
+                let until = self.now_ms() + ejection.as_millis() as u64;
+                endpoint.ejected_until_ms.store(until, Ordering::Relaxed);
+                self.last_ejection_end_ms
+                    .fetch_max(until, Ordering::Relaxed);
                 endpoint.consecutive_failures.store(0, Ordering::Relaxed);
                 endpoint.probing.store(true, Ordering::Relaxed);
                 true
@@ -199,6 +206,7 @@ mod tests {
         let pool = pool();
         let address: Arc<str> = "127.0.0.1:1".into();
         let e = pool.get(&address).unwrap();
+        assert!(!pool.ejections_recent(Duration::from_secs(1)));
         for _ in 0..4 {
             assert!(!pool.record(&e, Health::Bad, true));
         }
@@ -216,6 +224,9 @@ mod tests {
         assert!(pool.is_ejected(&address));
         tokio::time::advance(Duration::from_secs(2)).await;
         assert!(!pool.is_ejected(&address), "back after 30 s");
+        assert!(pool.ejections_recent(Duration::from_secs(2)), "just ended");
+        tokio::time::advance(Duration::from_secs(5)).await;
+        assert!(!pool.ejections_recent(Duration::from_secs(2)));
     }
 
     /// A failed probe ejects again at once, for 30 s × times ejected, capped.

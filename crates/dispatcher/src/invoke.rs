@@ -19,7 +19,7 @@ use toolmesh::pb::{
 };
 use toolmesh::{Snapshot, ToolDef, ToolEntry, ToolErrorExt, ToolRef, schema, suggest};
 use toolmesh_policy::audit::{AuditKind, AuditRecord, outcome_of, redact};
-use toolmesh_policy::{ApprovalNeed, Decision, Permit, Policy, Principal, arguments_digest};
+use toolmesh_policy::{ApprovalNeed, Decision, Permit, Policy, Principal, value_digest};
 use tower::retry::budget::{Budget, TpsBudget};
 use tracing::{debug, warn};
 
@@ -89,6 +89,8 @@ impl Invoker {
             approval_id: (!request.approval_id.is_empty()).then(|| request.approval_id.clone()),
         };
         let def;
+        // The arguments as parsed once by `prepare`, reused by the audit.
+        let mut parsed = None;
         let outcome = match self.prepare(&snapshot, &policy, who, &request) {
             Err((refusal, entry)) => {
                 def = entry.map(|e| e.def.clone());
@@ -124,6 +126,7 @@ impl Invoker {
                         &prepared.arguments,
                     );
                 }
+                parsed = Some(prepared.arguments);
                 outcome
             }
         };
@@ -162,7 +165,9 @@ impl Invoker {
         self.governance.audit(|| {
             let kind = refusal_kind.unwrap_or(AuditKind::Invoke);
             let mut record = match &def {
-                Some(def) => AuditRecord::for_def(kind, who, def, &request.arguments),
+                Some(def) => {
+                    AuditRecord::for_def(kind, who, def, &request.arguments, parsed.as_ref())
+                }
                 None => {
                     let spec = ToolSpec {
                         name: request.tool.clone(),
@@ -303,7 +308,7 @@ impl Invoker {
         request: &InvokeRequest,
         arguments: &Value,
     ) -> Result<(), InvokeError> {
-        let digest = arguments_digest(&request.arguments);
+        let digest = value_digest(arguments);
         let version = def.version().to_string();
         let approvals = &self.governance.approvals;
         if !request.approval_id.is_empty() {
@@ -478,7 +483,8 @@ impl Invoker {
         endpoint: &crate::endpoints::Endpoint,
         health: Health,
     ) {
-        let may_eject = balance::may_eject(entry, &self.pool, address);
+        // Walking the tool's instances matters only when a failure may eject.
+        let may_eject = health == Health::Bad && balance::may_eject(entry, &self.pool, address);
         if self.pool.record(endpoint, health, may_eject) {
             warn!(
                 endpoint = address,

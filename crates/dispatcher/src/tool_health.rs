@@ -17,8 +17,8 @@ use toolmesh::grpc::tool_health_service;
 const RECHECK: Duration = Duration::from_secs(1);
 
 /// Runs until the process ends. A new snapshot updates only the names it
-/// changed (a diff over shared structure); an ejection, or the periodic
-/// recheck, looks at every name.
+/// changed (a diff over shared structure); an ejection, and the periodic
+/// recheck while ejections are in force or just ended, look at every name.
 pub(crate) async fn run(
     view: Arc<SnapshotView>,
     pool: Arc<Endpoints>,
@@ -34,7 +34,14 @@ pub(crate) async fn run(
         let full = tokio::select! {
             _ = snapshots.notified() => false,
             _ = ejections.notified() => true,
-            _ = tokio::time::sleep(RECHECK) => true,
+            // Ejections end on their own; with none in force or just ended,
+            // nothing can have changed without a snapshot.
+            _ = tokio::time::sleep(RECHECK) => {
+                if !pool.ejections_recent(RECHECK * 2) {
+                    continue;
+                }
+                true
+            }
         };
         let snapshot = view.current();
         let names = if full {

@@ -5,7 +5,7 @@
 //! with every input-schema property marked `"x-sensitive": true` replaced
 //! by [`REDACTED`].
 
-use crate::{Principal, arguments_digest};
+use crate::{Principal, arguments_digest, value_digest};
 use serde::Serialize;
 use serde_json::Value;
 use std::{
@@ -110,13 +110,21 @@ impl AuditRecord {
         let raw = allows_raw_arguments(spec)
             .then(|| serde_json::from_str::<Value>(&spec.input_schema).ok())
             .flatten();
-        Self::build(kind, who, spec, arguments, raw.as_ref())
+        Self::build(kind, who, spec, arguments, None, raw.as_ref())
     }
 
-    /// Like [`new`](Self::new), using the definition's already parsed schema.
-    pub fn for_def(kind: AuditKind, who: &Principal, def: &ToolDef, arguments: &str) -> Self {
+    /// Like [`new`](Self::new), using the definition's already parsed
+    /// schema and, when the caller has it, the already parsed arguments
+    /// (so the call path parses them once).
+    pub fn for_def(
+        kind: AuditKind,
+        who: &Principal,
+        def: &ToolDef,
+        arguments: &str,
+        parsed: Option<&Value>,
+    ) -> Self {
         let schema = allows_raw_arguments(def.spec()).then(|| def.input_schema());
-        Self::build(kind, who, def.spec(), arguments, schema)
+        Self::build(kind, who, def.spec(), arguments, parsed, schema)
     }
 
     fn build(
@@ -124,13 +132,21 @@ impl AuditRecord {
         who: &Principal,
         spec: &ToolSpec,
         arguments: &str,
+        parsed: Option<&Value>,
         schema: Option<&Value>,
     ) -> Self {
-        let raw = schema.and_then(|schema| {
-            serde_json::from_str::<Value>(arguments)
-                .ok()
-                .map(|args| redact(schema, &args))
-        });
+        let owned = match parsed {
+            Some(_) => None,
+            None => serde_json::from_str::<Value>(arguments).ok(),
+        };
+        let parsed = parsed.or(owned.as_ref());
+        let arguments_sha256 = match parsed {
+            Some(value) => value_digest(value),
+            None => arguments_digest(arguments),
+        };
+        let raw = schema
+            .zip(parsed)
+            .map(|(schema, args)| redact(schema, args));
         AuditRecord {
             time: rfc3339(SystemTime::now()),
             kind,
@@ -146,7 +162,7 @@ impl AuditRecord {
             attempts: 0,
             outcome: "OK".into(),
             duration_ms: 0,
-            arguments_sha256: arguments_digest(arguments),
+            arguments_sha256,
             arguments: raw,
             approval_id: None,
             rule: None,

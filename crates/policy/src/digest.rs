@@ -45,13 +45,16 @@ pub(crate) fn parse_sha256_hex(text: &str) -> Option<[u8; 32]> {
 /// arguments.
 pub fn arguments_digest(arguments: &str) -> String {
     match serde_json::from_str::<Value>(arguments) {
-        Ok(value) => {
-            let mut canonical = String::with_capacity(arguments.len());
-            write_canonical(&value, &mut canonical);
-            hex(&sha256(canonical.as_bytes()))
-        }
+        Ok(value) => value_digest(&value),
         Err(_) => hex(&sha256(arguments.as_bytes())),
     }
+}
+
+/// [`arguments_digest`] of arguments already parsed, without parsing again.
+pub fn value_digest(value: &Value) -> String {
+    let mut canonical = String::new();
+    write_canonical(value, &mut canonical);
+    hex(&sha256(canonical.as_bytes()))
 }
 
 /// Writes `value` with sorted keys and no whitespace, whatever order the

@@ -58,7 +58,7 @@ pub use approvals::{ApprovalError, ApprovalSettings, ApprovalState, ApprovalTick
 pub use audit::{AuditKind, AuditRecord, AuditSink, RAW_ARGUMENTS_TAG};
 pub use config::Scope;
 pub use decision::{ApprovalNeed, Decision, Explanation, GrantCheck, GrantVerdict, explain};
-pub use digest::arguments_digest;
+pub use digest::{arguments_digest, value_digest};
 pub use error::{AuthError, PolicyError, Problem};
 pub use glob::ToolPattern;
 pub use limits::{LimitKind, Limited, Limits, Permit};
