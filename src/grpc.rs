@@ -86,6 +86,29 @@ pub fn call_budget(caller: Option<Duration>, tool_timeout: Duration) -> (Duratio
     }
 }
 
+/// The bearer token of a request (`authorization: Bearer TOKEN`, the
+/// prefix in any case, or a bare token), if any.
+pub fn bearer(metadata: &tonic::metadata::MetadataMap) -> Option<&str> {
+    let value = metadata.get("authorization")?.to_str().ok()?.trim();
+    let token = match value.get(..7) {
+        Some(prefix) if prefix.eq_ignore_ascii_case("bearer ") => value[7..].trim(),
+        _ => value,
+    };
+    (!token.is_empty()).then_some(token)
+}
+
+/// Sends `token` as `authorization: Bearer TOKEN`; false (and nothing
+/// set) when the token has characters a header cannot carry.
+pub fn set_bearer(metadata: &mut tonic::metadata::MetadataMap, token: &str) -> bool {
+    match format!("Bearer {token}").parse() {
+        Ok(value) => {
+            metadata.insert("authorization", value);
+            true
+        }
+        Err(_) => false,
+    }
+}
+
 /// A bad `host:port`.
 #[derive(Debug, thiserror::Error)]
 #[error("address {0:?} is not host:port (for example 127.0.0.1:7070)")]
@@ -284,6 +307,22 @@ pub async fn shutdown_signal() {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Bearer tokens round-trip through metadata, with or without the prefix.
+    #[test]
+    fn bearer_tokens() {
+        let mut metadata = tonic::metadata::MetadataMap::new();
+        assert_eq!(bearer(&metadata), None);
+        assert!(set_bearer(&mut metadata, "tok-1"));
+        assert_eq!(bearer(&metadata), Some("tok-1"));
+        metadata.insert("authorization", "BEARER  tok-2 ".parse().unwrap());
+        assert_eq!(bearer(&metadata), Some("tok-2"));
+        metadata.insert("authorization", "tok-3".parse().unwrap());
+        assert_eq!(bearer(&metadata), Some("tok-3"));
+        metadata.insert("authorization", "Bearer ".parse().unwrap());
+        assert_eq!(bearer(&metadata), None);
+        assert!(!set_bearer(&mut metadata, "bad\ntoken"));
+    }
 
     /// Every unit of the grpc-timeout header parses; malformed values do not.
     #[test]

@@ -30,9 +30,9 @@ fn connect(args: &ClientArgs) -> Result<Channel, Failure> {
 fn authed<T>(args: &ClientArgs, message: T) -> tonic::Request<T> {
     let mut request = tonic::Request::new(message);
     if let Some(token) = args.token.as_deref().filter(|t| !t.is_empty())
-        && let Ok(value) = format!("Bearer {token}").parse()
+        && !toolmesh::grpc::set_bearer(request.metadata_mut(), token)
     {
-        request.metadata_mut().insert("authorization", value);
+        eprintln!("warning: the token has characters a header cannot carry; sending none");
     }
     request
 }

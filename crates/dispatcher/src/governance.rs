@@ -46,10 +46,7 @@ impl Governance {
     /// matched against the policy's `tls_name`s, else the anonymous caller
     /// where the policy admits one.
     pub fn authenticate<T>(&self, request: &tonic::Request<T>) -> Result<Principal, Status> {
-        let bearer = request
-            .metadata()
-            .get("authorization")
-            .and_then(|v| v.to_str().ok());
+        let bearer = toolmesh::grpc::bearer(request.metadata());
         let policy = self.policy.current();
         if bearer.is_none()
             && let Some(cert) = toolmesh::grpc::peer_certificate(request)

@@ -231,27 +231,21 @@ async fn keep_lease(
 /// The executor's registration token, sent as `authorization: Bearer …`
 /// on every registry call.
 #[derive(Debug, Clone, Default)]
-pub(crate) struct Auth(Option<tonic::metadata::AsciiMetadataValue>);
+pub(crate) struct Auth(Option<String>);
 
 impl Auth {
     fn bearer(token: Option<&str>) -> Self {
-        let value = token
-            .filter(|t| !t.is_empty())
-            .and_then(|t| format!("Bearer {t}").parse().ok());
-        if token.is_some_and(|t| !t.is_empty()) && value.is_none() {
-            warn!(
-                "the registration token has characters a header cannot carry; registering without it"
-            );
-        }
-        Auth(value)
+        Auth(token.filter(|t| !t.is_empty()).map(str::to_owned))
     }
 
     fn request<T>(&self, message: T) -> Request<T> {
         let mut request = Request::new(message);
-        if let Some(value) = &self.0 {
-            request
-                .metadata_mut()
-                .insert("authorization", value.clone());
+        if let Some(token) = &self.0
+            && !toolmesh::grpc::set_bearer(request.metadata_mut(), token)
+        {
+            warn!(
+                "the registration token has characters a header cannot carry; registering without it"
+            );
         }
         request
     }

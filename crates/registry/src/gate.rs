@@ -37,14 +37,3 @@ impl Gate for OpenGate {
         Ok("anonymous".to_owned())
     }
 }
-
-/// The bearer token of a request, without the `Bearer ` prefix.
-pub fn bearer(metadata: &tonic::metadata::MetadataMap) -> Option<&str> {
-    let value = metadata.get("authorization")?.to_str().ok()?;
-    let token = value
-        .strip_prefix("Bearer ")
-        .or_else(|| value.strip_prefix("bearer "))
-        .unwrap_or(value)
-        .trim();
-    (!token.is_empty()).then_some(token)
-}

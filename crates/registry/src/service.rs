@@ -1,7 +1,6 @@
 //! The `toolmesh.v1.Registry` gRPC service: a thin edge over [`Registry`].
 
 use crate::error::RegistryError;
-use crate::gate::bearer;
 use crate::registry::Registry;
 use futures_util::{Stream, StreamExt, stream};
 use std::pin::Pin;
@@ -9,6 +8,7 @@ use std::sync::Arc;
 use tokio::sync::watch;
 use tonic::{Request, Response, Status};
 use toolmesh::Snapshot;
+use toolmesh::grpc::bearer;
 use toolmesh::pb;
 
 /// Serves `toolmesh.v1.Registry` for one [`Registry`]; build it with
