@@ -92,6 +92,8 @@ pub fn bearer(metadata: &tonic::metadata::MetadataMap) -> Option<&str> {
     let value = metadata.get("authorization")?.to_str().ok()?.trim();
     let token = match value.get(..7) {
         Some(prefix) if prefix.eq_ignore_ascii_case("bearer ") => value[7..].trim(),
+        // "Bearer" with nothing after it (the header's spaces trimmed).
+        _ if value.eq_ignore_ascii_case("bearer") => "",
         _ => value,
     };
     (!token.is_empty()).then_some(token)
