@@ -112,25 +112,16 @@ impl Mesh {
     fn restart_registry(&mut self) {
         self.registry.kill9();
         let ttl = TTL_MS.to_string();
-        for _ in 0..50 {
-            let mut proc = Proc::toolmesh(
+        self.registry = restart_on(
+            "registry",
+            &[
                 "registry",
-                &[
-                    "registry",
-                    "--listen",
-                    &self.registry_addr,
-                    "--default-ttl-ms",
-                    &ttl,
-                ],
-            );
-            if proc.wait_exit(Duration::from_millis(200)).is_none() {
-                proc.listen_addr();
-                self.registry = proc;
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        panic!("registry could not restart on {}", self.registry_addr);
+                "--listen",
+                &self.registry_addr,
+                "--default-ttl-ms",
+                &ttl,
+            ],
+        );
     }
 }
 

@@ -263,25 +263,11 @@ async fn executor_re_registers_after_registry_restart() {
     until_listed(&mut client, &["acc_echo"], Duration::from_secs(10)).await;
 
     serve1.kill9();
-    let (_serve2, addr2) = serve_on(&addr);
-    assert_eq!(addr, addr2);
+    let _serve2 = restart_on("serve", &["serve", "--listen", &addr]);
     let mut client = dispatcher(&addr);
     until_listed(&mut client, &["acc_echo"], Duration::from_secs(5)).await;
     let response = invoke(&mut client, "acc_echo", r#"{"message":"again"}"#, None).await;
     assert_eq!(code(&response), 0, "{}", message(&response));
-}
-
-/// `toolmesh serve` on a given address (retrying while the port frees up).
-fn serve_on(addr: &str) -> (Proc, String) {
-    for _ in 0..50 {
-        let mut proc = Proc::toolmesh("serve", &["serve", "--listen", addr]);
-        if proc.wait_exit(Duration::from_millis(300)).is_none() {
-            let listening = proc.listen_addr();
-            return (proc, listening);
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    panic!("could not restart serve on {addr}");
 }
 
 /// The CLI: `tools`, `call` (output, error code and exit status), `health`.

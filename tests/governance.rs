@@ -528,20 +528,10 @@ async fn disable_survives_registry_restart() {
     );
 
     serve1.kill9();
-    let mut serve2 = None;
-    for _ in 0..50 {
-        let mut proc = Proc::toolmesh(
-            "serve",
-            &["serve", "--listen", &addr, "--data-dir", &data_arg],
-        );
-        if proc.wait_exit(Duration::from_millis(300)).is_none() {
-            proc.listen_addr();
-            serve2 = Some(proc);
-            break;
-        }
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    let _serve2 = serve2.expect("serve restarted");
+    let _serve2 = restart_on(
+        "serve",
+        &["serve", "--listen", &addr, "--data-dir", &data_arg],
+    );
     let mut client = dispatcher(&addr);
     until_listed(&mut client, &["acc_charge"], Duration::from_secs(5)).await;
     let still = invoke(&mut client, "acc_echo", r#"{"message":"x"}"#, None).await;

@@ -147,6 +147,20 @@ pub fn serve(extra: &[&str]) -> (Proc, String) {
     (proc, addr)
 }
 
+/// `toolmesh ARGS…` started again on the port a killed process held
+/// (retrying while the kernel frees it); `args` carry `--listen ADDR`.
+pub fn restart_on(name: &str, args: &[&str]) -> Proc {
+    for _ in 0..50 {
+        let mut proc = Proc::toolmesh(name, args);
+        if proc.wait_exit(Duration::from_millis(300)).is_none() {
+            proc.listen_addr();
+            return proc;
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    panic!("{name} could not start again with {args:?}");
+}
+
 /// `toolmesh example NAME --registry ADDR …`, started and listening.
 pub fn example(name: &str, registry: &str, extra: &[&str]) -> Proc {
     let mut args = vec!["example", name, "--registry", registry];
