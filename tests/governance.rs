@@ -56,7 +56,7 @@ burst = 3
 "#;
 
 struct Governed {
-    _serve: Proc,
+    serve: Proc,
     _examples: Vec<Proc>,
     addr: String,
     ledger: std::path::PathBuf,
@@ -98,7 +98,7 @@ fn start(label: &str) -> Governed {
         ],
     );
     Governed {
-        _serve: serve,
+        serve,
         _examples: vec![acceptance, file_tools],
         addr,
         ledger,
@@ -613,10 +613,21 @@ async fn policy_reloads_on_change() {
     })
     .await;
     std::fs::write(&policy, "[[grants]]\nname = 1\n").unwrap();
-    tokio::time::sleep(Duration::from_millis(1500)).await;
+    mesh.serve
+        .wait_for_line("policy not reloaded", Duration::from_secs(5));
     let names = listed_as(&mut client, Some("tok-agent")).await.unwrap();
     assert!(
         names.contains(&"acc_sleep".to_owned()),
         "the bad file left the last good policy in force"
     );
+    // The watcher lives on: the original policy takes effect again.
+    std::fs::write(&policy, POLICY).unwrap();
+    eventually("the original grant", Duration::from_secs(5), || {
+        let mut client = client.clone();
+        async move {
+            let names = listed_as(&mut client, Some("tok-agent")).await.ok()?;
+            (!names.contains(&"acc_sleep".to_owned())).then_some(())
+        }
+    })
+    .await;
 }

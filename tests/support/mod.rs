@@ -33,23 +33,29 @@ impl Proc {
         let mut child = command
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
-            .stderr(if std::env::var_os("TOOLMESH_TEST_LOGS").is_some() {
-                Stdio::inherit()
-            } else {
-                Stdio::null()
-            })
+            .stderr(Stdio::piped())
             .spawn()
             .unwrap_or_else(|e| panic!("start {name}: {e}"));
         let stdout = child.stdout.take().expect("piped stdout");
+        let stderr = child.stderr.take().expect("piped stderr");
         let (tx, lines) = mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines() {
-                let Ok(line) = line else { break };
-                if tx.send(line).is_err() {
-                    break;
-                }
-            }
-        });
+        let echo = std::env::var_os("TOOLMESH_TEST_LOGS").is_some();
+        let forward =
+            |reader: Box<dyn std::io::Read + Send>, tx: mpsc::Sender<String>, echo: bool| {
+                std::thread::spawn(move || {
+                    for line in BufReader::new(reader).lines() {
+                        let Ok(line) = line else { break };
+                        if echo {
+                            eprintln!("{line}");
+                        }
+                        if tx.send(line).is_err() {
+                            break;
+                        }
+                    }
+                });
+            };
+        forward(Box::new(stdout), tx.clone(), false);
+        forward(Box::new(stderr), tx, echo);
         Proc {
             name: name.to_owned(),
             child,
@@ -58,7 +64,7 @@ impl Proc {
         }
     }
 
-    /// Waits for a stdout line containing `needle` and returns it.
+    /// Waits for a line of its output (stdout or logs) containing `needle`.
     pub fn wait_for_line(&self, needle: &str, timeout: Duration) -> String {
         let deadline = Instant::now() + timeout;
         if let Some(line) = self
