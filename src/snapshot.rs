@@ -303,7 +303,7 @@ fn entry_from_pb(
     let def = match reused {
         Some(def) => def,
         None => {
-            let label = format!("{}@{}", spec.name, spec.version);
+            let label = crate::spec::label(&spec.name, &spec.version);
             Arc::new(ToolDef::new(spec).map_err(|e| (label, e))?)
         }
     };

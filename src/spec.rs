@@ -258,7 +258,11 @@ impl ToolDef {
     }
     /// The risk level (never UNSPECIFIED).
     pub fn risk(&self) -> RiskLevel {
-        RiskLevel::try_from(self.spec.risk).unwrap_or(RiskLevel::Low)
+        effective_risk(self.spec.risk)
+    }
+    /// `name@version`, as every message names one definition.
+    pub fn label(&self) -> String {
+        label(self.name(), self.version())
     }
     /// Hex SHA-256 over the fields replicas must agree on.
     pub fn fingerprint(&self) -> &str {
@@ -289,6 +293,23 @@ impl ToolDef {
             fields.push("timeout_ms");
         }
         fields
+    }
+}
+
+/// `name@version`: how messages, keys and logs name one tool definition.
+pub fn label(name: &str, version: &impl fmt::Display) -> String {
+    format!("{name}@{version}")
+}
+
+/// The risk a raw `RiskLevel` number stands for, by the one rule every
+/// component applies: UNSPECIFIED is the documented default (LOW), and a
+/// number this build does not know is HIGH, so an unknown risk is never
+/// treated as lower than it might be.
+pub fn effective_risk(raw: i32) -> RiskLevel {
+    match RiskLevel::try_from(raw) {
+        Ok(RiskLevel::Unspecified) => RiskLevel::Low,
+        Ok(risk) => risk,
+        Err(_) => RiskLevel::High,
     }
 }
 

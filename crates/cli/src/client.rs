@@ -373,7 +373,7 @@ pub(crate) async fn approvals(args: ClientOnly) -> Result<(), Failure> {
     for a in &list {
         table.row(vec![
             a.id.clone(),
-            format!("{}@{}", a.tool, a.version),
+            toolmesh::spec::label(&a.tool, &a.version),
             format!("{} ({})", a.caller, a.tenant),
             format!("{}s", a.expires_in_ms / 1000),
             output::clip(&a.summary, 70),
@@ -414,11 +414,10 @@ pub(crate) async fn decide(args: DecideArgs, deny: bool) -> Result<(), Failure> 
         output::print_json(&output::approval_json(&approval));
     } else {
         println!(
-            "{} {}: {}@{} for {}",
+            "{} {}: {} for {}",
             approval.id,
             approval.state.to_lowercase(),
-            approval.tool,
-            approval.version,
+            toolmesh::spec::label(&approval.tool, &approval.version),
             approval.caller
         );
     }

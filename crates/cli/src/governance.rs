@@ -5,7 +5,7 @@ use crate::args::ServerArgs;
 use anyhow::Context;
 use std::sync::Arc;
 use toolmesh_dispatcher::Governance;
-use toolmesh_policy::{AuditSink, DEV_POLICY_TOML, Policy, PolicyHandle, PolicyWatcher};
+use toolmesh_governance::{AuditSink, DEV_POLICY_TOML, Policy, PolicyHandle, PolicyWatcher};
 use toolmesh_registry::Gate;
 
 /// Role a caller needs to register executors.

@@ -58,9 +58,9 @@ pub(crate) fn clip(text: &str, max: usize) -> String {
     }
 }
 
-/// LOW, MEDIUM or HIGH.
+/// LOW, MEDIUM or HIGH ([`toolmesh::spec::effective_risk`]).
 pub(crate) fn risk_name(risk: i32) -> &'static str {
-    match RiskLevel::try_from(risk).unwrap_or(RiskLevel::Unspecified) {
+    match toolmesh::spec::effective_risk(risk) {
         RiskLevel::High => "HIGH",
         RiskLevel::Medium => "MEDIUM",
         RiskLevel::Low | RiskLevel::Unspecified => "LOW",

@@ -2,12 +2,12 @@
 //! their bearer token, the policy's projection and denials, approvals of
 //! high-risk calls, rate limits, session preconditions and the audit trail.
 
-use crate::sessions::Sessions;
 use std::sync::Arc;
 use tonic::Status;
-use toolmesh_policy::approvals::{ApprovalState, ApprovalTicket, Approvals};
-use toolmesh_policy::audit::{AuditKind, AuditRecord, AuditSink};
-use toolmesh_policy::{Policy, PolicyHandle, Principal};
+use toolmesh_governance::Sessions;
+use toolmesh_governance::approvals::{ApprovalState, ApprovalTicket, Approvals};
+use toolmesh_governance::audit::{AuditKind, AuditRecord, AuditSink};
+use toolmesh_governance::{Policy, PolicyHandle, Principal};
 
 /// The governance a dispatcher runs with.
 pub struct Governance {

@@ -9,7 +9,7 @@ use toolmesh::pb::{
     ApprovalResponse, ApproveRequest, DenyRequest, ExplainRequest, ExplainResponse,
     ListApprovalsRequest, ListApprovalsResponse, governance_server,
 };
-use toolmesh_policy::{Decision, explain};
+use toolmesh_governance::{Decision, explain};
 
 /// gRPC adapter for governance over a [`Dispatcher`].
 #[derive(Clone)]
@@ -72,7 +72,7 @@ impl governance_server::Governance for GovernanceService {
                 && matches!(
                     explanation.decision,
                     Decision::Allow {
-                        approval: toolmesh_policy::ApprovalNeed::Required,
+                        approval: toolmesh_governance::ApprovalNeed::Required,
                         ..
                     }
                 ),

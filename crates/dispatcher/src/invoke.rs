@@ -18,8 +18,8 @@ use toolmesh::pb::{
     executor_client::ExecutorClient,
 };
 use toolmesh::{Snapshot, ToolDef, ToolEntry, ToolErrorExt, ToolRef, schema, suggest};
-use toolmesh_policy::audit::{AuditKind, AuditRecord, outcome_of, redact};
-use toolmesh_policy::{ApprovalNeed, Decision, Permit, Policy, Principal, value_digest};
+use toolmesh_governance::audit::{AuditKind, AuditRecord, outcome_of, redact};
+use toolmesh_governance::{ApprovalNeed, Decision, Permit, Policy, Principal, value_digest};
 use tower::retry::budget::{Budget, TpsBudget};
 use tracing::{debug, warn};
 

@@ -14,7 +14,6 @@ mod invoke;
 mod list;
 mod retry;
 mod service;
-mod sessions;
 mod tool_health;
 mod view;
 
@@ -41,7 +40,7 @@ use toolmesh::pb::{
     InvokeRequest, InvokeResponse, ListToolsResponse, ToolFormat,
     dispatcher_server::DispatcherServer, governance_server::GovernanceServer,
 };
-pub use toolmesh_policy::Principal;
+pub use toolmesh_governance::Principal;
 use tower::retry::budget::TpsBudget;
 use view::SnapshotView;
 

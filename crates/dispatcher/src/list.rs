@@ -56,7 +56,7 @@ impl ListCache {
 pub(crate) fn cache_key(
     snapshot_version: u64,
     policy_generation: u64,
-    who: &toolmesh_policy::Principal,
+    who: &toolmesh_governance::Principal,
     format: ToolFormat,
 ) -> CacheKey {
     let view = format!("{}/{}/{}", who.tenant, who.name, who.roles.join(","));
@@ -160,10 +160,7 @@ mod tests {
             .put(entry("down", "1.0.0", false));
         let s = b.finish();
         let listed = callable(&s, |e| e.exposed());
-        let names: Vec<String> = listed
-            .iter()
-            .map(|e| format!("{}@{}", e.def.name(), e.def.version()))
-            .collect();
+        let names: Vec<String> = listed.iter().map(|e| e.def.label()).collect();
         assert_eq!(names, ["alpha@1.1.0", "zeta@1.0.0"]);
     }
 
@@ -172,7 +169,7 @@ mod tests {
     #[test]
     fn listings_are_cached_per_view() {
         let cache = ListCache::default();
-        let who = toolmesh_policy::Principal {
+        let who = toolmesh_governance::Principal {
             name: "a".into(),
             tenant: "t".into(),
             roles: vec!["agent".into()],
@@ -187,7 +184,7 @@ mod tests {
             cache.get_or_render(cache_key(7, 1, &who, ToolFormat::Native), || render(7));
         }
         assert_eq!(renders.get(), 1);
-        let other = toolmesh_policy::Principal {
+        let other = toolmesh_governance::Principal {
             roles: vec!["admin".into()],
             ..who.clone()
         };

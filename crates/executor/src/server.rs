@@ -75,8 +75,9 @@ impl Core {
             return failure(
                 ErrorCode::NotFound,
                 format!(
-                    "tool {}@{} is not served by executor {}; it serves version {served}",
-                    request.tool, request.version, self.executor_id
+                    "tool {} is not served by executor {}; it serves version {served}",
+                    toolmesh::spec::label(&request.tool, &request.version),
+                    self.executor_id
                 ),
             );
         }

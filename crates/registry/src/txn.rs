@@ -10,7 +10,7 @@ pub(crate) type Key = (Arc<str>, semver::Version);
 
 /// `name@version` for messages.
 pub(crate) fn label(key: &Key) -> String {
-    format!("{}@{}", key.0, key.1)
+    toolmesh::spec::label(&key.0, &key.1)
 }
 
 /// The key of a definition.

@@ -204,13 +204,9 @@ pub fn explain(policy: &Policy, who: &Principal, spec: &ToolSpec) -> Explanation
     }
 }
 
-/// The risk a decision uses: UNSPECIFIED is LOW, an unknown number is HIGH (fail closed).
+/// The risk a decision uses ([`toolmesh::spec::effective_risk`]).
 pub(crate) fn spec_risk(spec: &ToolSpec) -> RiskLevel {
-    match RiskLevel::try_from(spec.risk) {
-        Ok(RiskLevel::Unspecified) => RiskLevel::Low,
-        Ok(risk) => risk,
-        Err(_) => RiskLevel::High,
-    }
+    toolmesh::spec::effective_risk(spec.risk)
 }
 
 pub(crate) fn decide(policy: &Policy, who: &Principal, spec: &ToolSpec) -> Decision {

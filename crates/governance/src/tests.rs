@@ -498,7 +498,7 @@ fn permissive_dev_policy() {
 
 fn temp_path(label: &str) -> PathBuf {
     std::env::temp_dir().join(format!(
-        "toolmesh-policy-{label}-{}-{:?}.toml",
+        "toolmesh-governance-{label}-{}-{:?}.toml",
         std::process::id(),
         std::thread::current().id()
     ))

@@ -1,4 +1,4 @@
-//! Caller policy for toolmesh: who a caller is, which tools it may see and call, what needs approval, how fast, and the audit trail.
+//! Governance for toolmesh: who a caller is, which tools it may see and call, what needs approval, how fast, what each session has done, and the audit trail.
 //!
 //! A registered tool is not thereby usable by everyone. The dispatcher asks
 //! this crate, for every `ListTools` entry and every `Invoke`:
@@ -50,6 +50,7 @@ pub mod limits;
 mod policy;
 mod principal;
 pub mod reload;
+pub mod sessions;
 
 #[cfg(test)]
 mod tests;
@@ -67,6 +68,7 @@ pub use policy::{
 };
 pub use principal::Principal;
 pub use reload::{PolicyHandle, PolicyWatcher};
+pub use sessions::Sessions;
 
 /// The full example policy shown in the crate docs (`policy.example.toml`).
 pub const EXAMPLE_POLICY_TOML: &str = include_str!("../policy.example.toml");

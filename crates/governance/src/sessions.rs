@@ -26,13 +26,13 @@ struct Session {
 
 /// Successful calls per session.
 #[derive(Debug, Default)]
-pub(crate) struct Sessions {
+pub struct Sessions {
     map: DashMap<String, Session>,
 }
 
 impl Sessions {
     /// Remembers a successful call of `tool` with `arguments`.
-    pub(crate) fn record(&self, session_id: &str, tool: &str, arguments: &Value) {
+    pub fn record(&self, session_id: &str, tool: &str, arguments: &Value) {
         if session_id.is_empty() {
             return;
         }
@@ -65,7 +65,7 @@ impl Sessions {
 
     /// Checks every precondition of a call; the error tells the model what
     /// to call first.
-    pub(crate) fn check(
+    pub fn check(
         &self,
         session_id: &str,
         tool: &str,
