@@ -4,6 +4,7 @@
 
 pub mod error;
 pub mod grpc;
+pub mod history;
 pub mod reference;
 pub mod schema;
 pub mod snapshot;
@@ -11,6 +12,7 @@ pub mod spec;
 pub mod suggest;
 
 pub use error::{ErrorCodeExt, ToolErrorExt, ToolResultExt};
+pub use history::{NotHeld, SnapshotHistory};
 pub use reference::ToolRef;
 pub use snapshot::{Instance, Snapshot, ToolEntry};
 pub use spec::{SpecError, ToolDef};

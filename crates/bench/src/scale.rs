@@ -443,7 +443,7 @@ async fn list_tools(dispatcher: &Dispatcher, calls: usize) -> Result<ListTools, 
             let t0 = Instant::now();
             let response = dispatcher
                 .list_tools(0, format)
-                .map_err(|s| BenchError::rpc("Dispatcher::list_tools", s))?;
+                .map_err(|s| BenchError::rpc("Dispatcher::list_tools", s.into()))?;
             samples.push(t0.elapsed());
             last = Some(response);
         }

@@ -1,5 +1,6 @@
-//! Why the dispatcher itself refused or failed a call, and the one mapping
-//! of those reasons to the `ToolError` a model reads.
+//! How a call failed when the executor's own answer is not the outcome —
+//! refused by a stage or given up on after its attempts — and the one
+//! mapping of those reasons to the `ToolError` a model reads.
 
 use std::time::Duration;
 use toolmesh::ToolErrorExt;
@@ -8,9 +9,10 @@ use toolmesh::schema::Violations;
 use toolmesh::suggest::did_you_mean;
 
 /// A call the dispatcher could not complete, before or instead of an
-/// executor's own answer.
+/// executor's own answer: the tool-outcome plane (a `ToolError` inside a
+/// normal response), as opposed to [`Refusal`](crate::Refusal).
 #[derive(Debug, Clone, thiserror::Error)]
-pub enum InvokeError {
+pub enum CallError {
     /// No tool has that name.
     #[error("no tool named {name:?}")]
     UnknownTool {
@@ -91,6 +93,32 @@ pub enum InvokeError {
     /// A declared precondition is not met.
     #[error("{0}")]
     PreconditionFailed(String),
+    /// No attempt reached an executor, or the connection broke under one.
+    #[error("could not reach an executor for {tool} ({}; last: {detail})", tries(.attempts))]
+    Unreachable {
+        /// The tool as the caller named it.
+        tool: String,
+        /// Attempts made.
+        attempts: u32,
+        /// How the last attempt failed.
+        detail: String,
+    },
+    /// The last attempt ran out of time.
+    #[error("{tool} did not answer within its deadline ({})", tries(.attempts))]
+    TimedOut {
+        /// The tool as the caller named it.
+        tool: String,
+        /// Attempts made.
+        attempts: u32,
+    },
+    /// The executor answered garbage or an internal error.
+    #[error("the executor for {tool} failed ({detail})")]
+    ExecutorBroke {
+        /// The tool as the caller named it.
+        tool: String,
+        /// What it answered.
+        detail: String,
+    },
     /// The deadline passed before an attempt could start or finish.
     #[error("{tool} did not complete within {budget:?}")]
     DeadlineExceeded {
@@ -101,23 +129,32 @@ pub enum InvokeError {
     },
 }
 
-impl InvokeError {
+/// "1 attempt", "3 attempts".
+fn tries(attempts: &u32) -> String {
+    if *attempts == 1 {
+        "1 attempt".to_owned()
+    } else {
+        format!("{attempts} attempts")
+    }
+}
+
+impl CallError {
     /// The error a model reads: what was wrong and how to fix it.
     pub fn to_tool_error(&self) -> ToolError {
         match self {
-            InvokeError::UnknownTool { name, suggestions } => {
+            CallError::UnknownTool { name, suggestions } => {
                 let names: Vec<&str> = suggestions.iter().map(String::as_str).collect();
                 let hint = did_you_mean(&names)
                     .map(|s| format!("; {s}"))
                     .unwrap_or_else(|| "; list the tools to see what exists".to_owned());
                 ToolError::new(ErrorCode::NotFound, format!("no tool named {name:?}{hint}"))
             }
-            InvokeError::BadReference(message) => ToolError::new(ErrorCode::NotFound, message),
-            InvokeError::PermissionDenied { .. } => ToolError::new(
+            CallError::BadReference(message) => ToolError::new(ErrorCode::NotFound, message),
+            CallError::PermissionDenied { .. } => ToolError::new(
                 ErrorCode::PermissionDenied,
                 format!("{self}; do not retry: ask an operator for access or use another tool"),
             ),
-            InvokeError::ApprovalRequired { approval_id, .. } => {
+            CallError::ApprovalRequired { approval_id, .. } => {
                 let mut error = ToolError::new(
                     ErrorCode::ApprovalRequired,
                     format!(
@@ -127,21 +164,21 @@ impl InvokeError {
                 error.approval_id = approval_id.clone();
                 error
             }
-            InvokeError::ApprovalUnusable(_) => {
+            CallError::ApprovalUnusable(_) => {
                 ToolError::new(ErrorCode::ApprovalRequired, self.to_string())
             }
-            InvokeError::RateLimited { retry_after, .. } => {
+            CallError::RateLimited { retry_after, .. } => {
                 ToolError::new(ErrorCode::RateLimited, self.to_string())
                     .with_retry_after_ms(retry_after.as_millis().max(1) as u32)
             }
-            InvokeError::PreconditionFailed(_) => {
+            CallError::PreconditionFailed(_) => {
                 ToolError::new(ErrorCode::PreconditionFailed, self.to_string())
             }
-            InvokeError::Disabled { .. } => ToolError::new(
+            CallError::Disabled { .. } => ToolError::new(
                 ErrorCode::Disabled,
                 format!("{self}; use another tool or ask an operator"),
             ),
-            InvokeError::NoHealthyInstance {
+            CallError::NoHealthyInstance {
                 tool,
                 registered,
                 retry_after,
@@ -160,21 +197,31 @@ impl InvokeError {
                     None => error,
                 }
             }
-            InvokeError::ArgumentsTooLarge { .. } => ToolError::new(
+            CallError::ArgumentsTooLarge { .. } => ToolError::new(
                 ErrorCode::InvalidArguments,
                 format!("{self}; send smaller arguments"),
             ),
-            InvokeError::ArgumentsNotJson(_) => ToolError::new(
+            CallError::ArgumentsNotJson(_) => ToolError::new(
                 ErrorCode::InvalidArguments,
                 format!("{self}; send a JSON object such as {{\"key\": \"value\"}}"),
             ),
-            InvokeError::ArgumentsInvalid { .. } => ToolError::new(
+            CallError::ArgumentsInvalid { .. } => ToolError::new(
                 ErrorCode::InvalidArguments,
                 format!("{self}; fix these fields and call again"),
             ),
-            InvokeError::DeadlineExceeded { .. } => ToolError::new(
+            CallError::DeadlineExceeded { .. } => ToolError::new(
                 ErrorCode::DeadlineExceeded,
                 format!("{self}; try again with a longer deadline or smaller input"),
+            ),
+            CallError::Unreachable { .. } => {
+                ToolError::new(ErrorCode::Unavailable, format!("{self}; try again shortly"))
+            }
+            CallError::TimedOut { .. } => {
+                ToolError::new(ErrorCode::DeadlineExceeded, self.to_string())
+            }
+            CallError::ExecutorBroke { .. } => ToolError::new(
+                ErrorCode::ExecutorFailed,
+                format!("{self}; the call may or may not have taken effect"),
             ),
         }
     }
@@ -188,9 +235,9 @@ mod tests {
     /// Each refusal maps to its code, and its message says how to fix it.
     #[test]
     fn error_mapping_table() {
-        let rows: Vec<(InvokeError, ErrorCode, &str)> = vec![
+        let mut rows: Vec<(CallError, ErrorCode, &str)> = vec![
             (
-                InvokeError::UnknownTool {
+                CallError::UnknownTool {
                     name: "acc_ech".into(),
                     suggestions: vec!["acc_echo".into()],
                 },
@@ -198,7 +245,7 @@ mod tests {
                 "did you mean \"acc_echo\"?",
             ),
             (
-                InvokeError::UnknownTool {
+                CallError::UnknownTool {
                     name: "zz".into(),
                     suggestions: vec![],
                 },
@@ -206,7 +253,7 @@ mod tests {
                 "list the tools",
             ),
             (
-                InvokeError::Disabled {
+                CallError::Disabled {
                     tool: "t@1.0.0".into(),
                     reason: "incident 42".into(),
                 },
@@ -214,7 +261,7 @@ mod tests {
                 "incident 42",
             ),
             (
-                InvokeError::NoHealthyInstance {
+                CallError::NoHealthyInstance {
                     tool: "t@1.0.0".into(),
                     registered: 0,
                     retry_after: None,
@@ -223,12 +270,12 @@ mod tests {
                 "no executor serves it",
             ),
             (
-                InvokeError::ArgumentsNotJson("EOF at line 1 column 1".into()),
+                CallError::ArgumentsNotJson("EOF at line 1 column 1".into()),
                 ErrorCode::InvalidArguments,
                 "send a JSON object",
             ),
             (
-                InvokeError::ArgumentsInvalid {
+                CallError::ArgumentsInvalid {
                     tool: "t@1.0.0".into(),
                     violations: Violations(vec![Violation {
                         path: "/priority".into(),
@@ -239,7 +286,7 @@ mod tests {
                 "at /priority: bad",
             ),
             (
-                InvokeError::DeadlineExceeded {
+                CallError::DeadlineExceeded {
                     tool: "t".into(),
                     budget: Duration::from_millis(5),
                 },
@@ -247,12 +294,37 @@ mod tests {
                 "longer deadline",
             ),
         ];
+        rows.push((
+            CallError::Unreachable {
+                tool: "search_kb".into(),
+                attempts: 3,
+                detail: "refused".into(),
+            },
+            ErrorCode::Unavailable,
+            "(3 attempts; last: refused); try again shortly",
+        ));
+        rows.push((
+            CallError::TimedOut {
+                tool: "t".into(),
+                attempts: 1,
+            },
+            ErrorCode::DeadlineExceeded,
+            "within its deadline (1 attempt)",
+        ));
+        rows.push((
+            CallError::ExecutorBroke {
+                tool: "t".into(),
+                detail: "internal".into(),
+            },
+            ErrorCode::ExecutorFailed,
+            "may or may not have taken effect",
+        ));
         for (error, code, text) in rows {
             let e = error.to_tool_error();
             assert_eq!(e.error_code(), code, "{error}");
             assert!(e.message.contains(text), "{}", e.message);
         }
-        let unavailable = InvokeError::NoHealthyInstance {
+        let unavailable = CallError::NoHealthyInstance {
             tool: "t".into(),
             registered: 2,
             retry_after: Some(Duration::from_secs(3)),

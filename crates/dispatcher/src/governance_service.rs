@@ -1,14 +1,14 @@
 //! The `toolmesh.v1.Governance` gRPC service: explain a caller's view of a
 //! tool, list pending approvals, approve or deny them.
 
-use crate::Dispatcher;
-use crate::governance::approval_pb;
+use crate::{Dispatcher, Refusal};
 use tonic::{Request, Response, Status};
 use toolmesh::ToolRef;
 use toolmesh::pb::{
     ApprovalResponse, ApproveRequest, DenyRequest, ExplainRequest, ExplainResponse,
     ListApprovalsRequest, ListApprovalsResponse, governance_server,
 };
+use toolmesh_governance::{ApprovalState, ApprovalTicket};
 use toolmesh_governance::{Decision, explain};
 
 /// gRPC adapter for governance over a [`Dispatcher`].
@@ -23,23 +23,22 @@ impl governance_server::Governance for GovernanceService {
         &self,
         request: Request<ExplainRequest>,
     ) -> Result<Response<ExplainResponse>, Status> {
-        let governance = self.dispatcher.governance();
-        let asker = governance.authenticate(&request)?;
+        let asker = self.dispatcher.caller(&request)?;
         let request = request.into_inner();
-        let policy = governance.policy();
+        let policy = self.dispatcher.governance().policy();
         let who = if request.caller_token.is_empty() {
             asker
         } else {
             policy
                 .authenticate(Some(&request.caller_token))
-                .map_err(|e| Status::invalid_argument(format!("caller_token: {e}")))?
+                .map_err(Refusal::BadCallerToken)?
         };
         let reference =
-            ToolRef::parse(&request.tool).map_err(|e| Status::invalid_argument(e.to_string()))?;
+            ToolRef::parse(&request.tool).map_err(|e| Refusal::BadReference(e.to_string()))?;
         let snapshot = self.dispatcher.current_snapshot();
         let entry = snapshot
             .resolve(&reference)
-            .map_err(|e| Status::not_found(e.to_string()))?;
+            .map_err(|e| Refusal::UnknownTool(e.to_string()))?;
         let explanation = explain(&policy, &who, entry.def.spec());
         let callable = self.dispatcher.is_callable(entry);
         let (verdict, rule, reason) = match &explanation.decision {
@@ -84,7 +83,7 @@ impl governance_server::Governance for GovernanceService {
         request: Request<ListApprovalsRequest>,
     ) -> Result<Response<ListApprovalsResponse>, Status> {
         let governance = self.dispatcher.governance();
-        let who = governance.authenticate(&request)?;
+        let who = self.dispatcher.caller(&request)?;
         let approver_roles = governance.policy().approval_settings().approver_roles;
         let approvals = governance
             .approvals
@@ -100,9 +99,12 @@ impl governance_server::Governance for GovernanceService {
         &self,
         request: Request<ApproveRequest>,
     ) -> Result<Response<ApprovalResponse>, Status> {
-        let governance = self.dispatcher.governance();
-        let who = governance.authenticate(&request)?;
-        let ticket = governance.decide_approval(&who, &request.get_ref().id, None)?;
+        let who = self.dispatcher.caller(&request)?;
+        let ticket = self
+            .dispatcher
+            .governance()
+            .decide_approval(&who, &request.get_ref().id, None)
+            .map_err(Refusal::from)?;
         Ok(Response::new(ApprovalResponse {
             approval: Some(approval_pb(&ticket)),
         }))
@@ -112,17 +114,42 @@ impl governance_server::Governance for GovernanceService {
         &self,
         request: Request<DenyRequest>,
     ) -> Result<Response<ApprovalResponse>, Status> {
-        let governance = self.dispatcher.governance();
-        let who = governance.authenticate(&request)?;
+        let who = self.dispatcher.caller(&request)?;
         let request = request.into_inner();
         let reason = if request.reason.trim().is_empty() {
             "denied by an approver"
         } else {
             request.reason.as_str()
         };
-        let ticket = governance.decide_approval(&who, &request.id, Some(reason))?;
+        let ticket = self
+            .dispatcher
+            .governance()
+            .decide_approval(&who, &request.id, Some(reason))
+            .map_err(Refusal::from)?;
         Ok(Response::new(ApprovalResponse {
             approval: Some(approval_pb(&ticket)),
         }))
+    }
+}
+
+/// The wire form of a ticket.
+fn approval_pb(ticket: &ApprovalTicket) -> toolmesh::pb::Approval {
+    let (state, decided_by) = match &ticket.state {
+        ApprovalState::Pending => ("PENDING", String::new()),
+        ApprovalState::Approved { by } => ("APPROVED", by.clone()),
+        ApprovalState::Denied { by, .. } => ("DENIED", by.clone()),
+        ApprovalState::Used => ("USED", String::new()),
+    };
+    toolmesh::pb::Approval {
+        id: ticket.id.clone(),
+        tool: ticket.tool.clone(),
+        version: ticket.version.clone(),
+        arguments_sha256: ticket.args_sha256.clone(),
+        caller: ticket.caller.name.clone(),
+        tenant: ticket.caller.tenant.clone(),
+        summary: ticket.summary.clone(),
+        state: state.to_owned(),
+        expires_in_ms: ticket.expires_in().as_millis() as u64,
+        decided_by,
     }
 }

@@ -1,59 +1,58 @@
 //! The dispatcher: the gateway agent runtimes talk to. It lists the tools a
-//! caller can use and invokes them by name — arguments checked against the
-//! compiled schema, one deadline for the whole call, retries only where safe,
-//! power-of-two-choices balancing and outlier ejection.
+//! caller can use and runs each call through one pipeline (`call`) —
+//! resolve, authorize, validate, admit, attempts, observe — whichever front
+//! door the call came in by.
 
-mod balance;
+mod call;
 mod config;
 mod endpoints;
 mod error;
 mod follow;
-mod governance;
 mod governance_service;
-mod invoke;
 mod list;
-mod retry;
+mod refusal;
+mod route;
 mod service;
 mod tool_health;
-mod view;
 
 pub use config::DispatcherConfig;
-pub use error::InvokeError;
+pub use error::CallError;
 pub use follow::{EPOCH_GRACE, follow_registry};
-pub use governance::Governance;
 pub use governance_service::GovernanceService;
+pub use refusal::Refusal;
 pub use service::DispatcherService;
-pub use view::PinExpired;
+pub use toolmesh_governance::{Governance, Principal};
 
+use call::{Attempts, Pipeline};
 use endpoints::{EjectionPolicy, Endpoints};
-use invoke::Invoker;
 use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::{Notify, Semaphore, watch};
 use tokio::time::Instant;
-use tonic::Status;
+use tokio_util::sync::{CancellationToken, DropGuard};
 use tonic_health::server::HealthReporter;
-use toolmesh::Snapshot;
 use toolmesh::grpc::MAX_CALL_MESSAGE_BYTES;
 use toolmesh::pb::{
     InvokeRequest, InvokeResponse, ListToolsResponse, ToolFormat,
     dispatcher_server::DispatcherServer, governance_server::GovernanceServer,
 };
-pub use toolmesh_governance::Principal;
+use toolmesh::{Snapshot, SnapshotHistory};
 use tower::retry::budget::TpsBudget;
-use view::SnapshotView;
 
 /// How often channels to endpoints no snapshot names are closed.
 const POOL_SWEEP: Duration = Duration::from_secs(10);
 
-/// A running dispatcher; cheap to clone.
+/// A running dispatcher; cheap to clone. Its background tasks stop when
+/// the last clone is dropped.
 #[derive(Clone)]
 pub struct Dispatcher {
-    invoker: Arc<Invoker>,
+    pipeline: Arc<Pipeline>,
+    snapshots: Arc<SnapshotHistory>,
     listings: Arc<list::ListCache>,
     admission: Arc<Semaphore>,
     max_in_flight: usize,
+    _tasks: Arc<DropGuard>,
 }
 
 impl Dispatcher {
@@ -72,12 +71,12 @@ impl Dispatcher {
     /// they may see and call, approvals, rate limits and audit.
     pub fn with_governance(
         config: DispatcherConfig,
-        mut snapshots: watch::Receiver<Arc<Snapshot>>,
+        mut updates: watch::Receiver<Arc<Snapshot>>,
         health: HealthReporter,
         governance: Governance,
     ) -> Self {
-        let first = snapshots.borrow_and_update().clone();
-        let view = Arc::new(SnapshotView::new(first, config.snapshot_history));
+        let first = updates.borrow_and_update().clone();
+        let snapshots = Arc::new(SnapshotHistory::new(first, config.snapshot_history));
         let pool = Arc::new(Endpoints::new(EjectionPolicy {
             after_failures: config.eject_after_failures.max(1),
             base: config.base_ejection,
@@ -85,48 +84,44 @@ impl Dispatcher {
         }));
         let changed = Arc::new(Notify::new());
         let ejections = Arc::new(Notify::new());
-        let invoker = Arc::new(Invoker {
-            view: view.clone(),
-            pool: pool.clone(),
-            budget: TpsBudget::new(
-                config.retry_budget_window,
-                config.retry_budget_min_per_sec,
-                config.retry_budget_ratio,
-            ),
-            ejections: ejections.clone(),
-            config: config.clone(),
-            governance,
-        });
+        let stop = CancellationToken::new();
         tokio::spawn(tool_health::run(
-            view.clone(),
+            snapshots.clone(),
             pool.clone(),
             health,
             changed.clone(),
-            ejections,
+            ejections.clone(),
+            stop.clone(),
         ));
-        tokio::spawn(async move {
-            let mut swept = Instant::now();
-            while snapshots.changed().await.is_ok() {
-                let snapshot = snapshots.borrow_and_update().clone();
-                view.install(snapshot.clone());
-                changed.notify_one();
-                // Forgetting departed endpoints walks every instance: do it
-                // now and then, not on every change.
-                if swept.elapsed() >= POOL_SWEEP {
-                    swept = Instant::now();
-                    let endpoints: HashSet<&str> = snapshot
-                        .entries()
-                        .flat_map(|e| e.instances.iter().map(|i| &*i.endpoint))
-                        .collect();
-                    pool.retain(|address| endpoints.contains(address));
-                }
-            }
-        });
+        tokio::spawn(follow_updates(
+            updates,
+            snapshots.clone(),
+            pool.clone(),
+            changed,
+            stop.clone(),
+        ));
+        let pipeline = Pipeline {
+            governance,
+            attempts: Attempts {
+                pool,
+                budget: TpsBudget::new(
+                    config.retry_budget_window,
+                    config.retry_budget_min_per_sec,
+                    config.retry_budget_ratio,
+                ),
+                ejections,
+                max_in_flight_per_instance: config.max_in_flight_per_instance,
+                min_attempt: config.min_attempt_budget,
+            },
+            max_argument_bytes: config.max_argument_bytes,
+        };
         Dispatcher {
-            invoker,
+            pipeline: Arc::new(pipeline),
+            snapshots,
             listings: Arc::default(),
             admission: Arc::new(Semaphore::new(config.max_in_flight)),
             max_in_flight: config.max_in_flight,
+            _tasks: Arc::new(stop.drop_guard()),
         }
     }
 
@@ -136,10 +131,10 @@ impl Dispatcher {
         who: &Principal,
         snapshot_version: u64,
         format: ToolFormat,
-    ) -> Result<ListToolsResponse, Status> {
-        let snapshot = self.pinned(snapshot_version)?;
-        let pool = &self.invoker.pool;
-        let governance = &self.invoker.governance;
+    ) -> Result<ListToolsResponse, Refusal> {
+        let snapshot = self.snapshots.get(snapshot_version)?;
+        let pool = &self.pipeline.attempts.pool;
+        let governance = &self.pipeline.governance;
         let policy = governance.policy();
         let key = list::cache_key(
             snapshot.version(),
@@ -149,7 +144,7 @@ impl Dispatcher {
         );
         Ok(self.listings.get_or_render(key, || {
             let entries = list::callable(&snapshot, |e| {
-                balance::in_rotation(e, pool) && policy.decide(who, e.def.spec()).is_allowed()
+                route::in_rotation(e, pool) && policy.decide(who, e.def.spec()).is_allowed()
             });
             list::render(snapshot.version(), &entries, format)
         }))
@@ -160,31 +155,29 @@ impl Dispatcher {
         &self,
         snapshot_version: u64,
         format: ToolFormat,
-    ) -> Result<ListToolsResponse, Status> {
-        let who = self.invoker.governance.anonymous()?;
+    ) -> Result<ListToolsResponse, Refusal> {
+        let who = self.governance().authenticate(None, None)?;
         self.list_tools_for(&who, snapshot_version, format)
     }
 
-    /// Invokes a tool. Tool failures come back inside the response; an
-    /// `Err` means the dispatcher itself could not take the call
-    /// (RESOURCE_EXHAUSTED when over `max_in_flight`, FAILED_PRECONDITION
-    /// for an expired pin).
+    /// Runs one call for `who` through the pipeline. Tool failures come
+    /// back inside the response; a [`Refusal`] means the dispatcher itself
+    /// would not take the call (over `max_in_flight`, an expired pin).
     pub async fn invoke_as(
         &self,
         who: &Principal,
         request: InvokeRequest,
         caller_timeout: Option<Duration>,
-    ) -> Result<InvokeResponse, Status> {
+    ) -> Result<InvokeResponse, Refusal> {
         let Ok(_permit) = self.admission.try_acquire() else {
-            return Err(Status::resource_exhausted(format!(
-                "the dispatcher is at its limit of {} calls in flight; retry with backoff",
-                self.max_in_flight
-            )));
+            return Err(Refusal::Overloaded {
+                limit: self.max_in_flight,
+            });
         };
-        let snapshot = self.pinned(request.snapshot_version)?;
+        let snapshot = self.snapshots.get(request.snapshot_version)?;
         Ok(self
-            .invoker
-            .invoke(snapshot, who, request, caller_timeout)
+            .pipeline
+            .run(snapshot, who, request, caller_timeout)
             .await)
     }
 
@@ -193,14 +186,24 @@ impl Dispatcher {
         &self,
         request: InvokeRequest,
         caller_timeout: Option<Duration>,
-    ) -> Result<InvokeResponse, Status> {
-        let who = self.invoker.governance.anonymous()?;
+    ) -> Result<InvokeResponse, Refusal> {
+        let who = self.governance().authenticate(None, None)?;
         self.invoke_as(&who, request, caller_timeout).await
     }
 
     /// The governance this dispatcher runs with.
     pub fn governance(&self) -> &Governance {
-        &self.invoker.governance
+        &self.pipeline.governance
+    }
+
+    /// The caller of a gRPC request: bearer token, else verified client
+    /// certificate, else the anonymous caller where the policy admits one.
+    pub fn caller<T>(&self, request: &tonic::Request<T>) -> Result<Principal, Refusal> {
+        let bearer = toolmesh::grpc::bearer(request.metadata());
+        let certificate = toolmesh::grpc::peer_certificate(request);
+        Ok(self
+            .governance()
+            .authenticate(bearer, certificate.as_ref())?)
     }
 
     /// The `toolmesh.v1.Governance` gRPC service (explain, approvals).
@@ -212,12 +215,12 @@ impl Dispatcher {
 
     /// Whether `entry` is callable here now: exposed and not all ejected.
     pub fn is_callable(&self, entry: &toolmesh::ToolEntry) -> bool {
-        balance::in_rotation(entry, &self.invoker.pool)
+        route::in_rotation(entry, &self.pipeline.attempts.pool)
     }
 
     /// The newest snapshot this dispatcher holds.
     pub fn current_snapshot(&self) -> Arc<Snapshot> {
-        self.invoker.view.current()
+        self.snapshots.current()
     }
 
     /// The gRPC service, with message size limits set.
@@ -228,11 +231,30 @@ impl Dispatcher {
         .max_decoding_message_size(MAX_CALL_MESSAGE_BYTES)
         .max_encoding_message_size(MAX_CALL_MESSAGE_BYTES)
     }
+}
 
-    fn pinned(&self, version: u64) -> Result<Arc<Snapshot>, Status> {
-        self.invoker
-            .view
-            .get(version)
-            .map_err(|e| Status::failed_precondition(e.to_string()))
+/// Installs each snapshot `updates` delivers, until `stop`; now and then
+/// forgets the channels of endpoints no snapshot names any more (that walks
+/// every instance, so not on every change).
+async fn follow_updates(
+    mut updates: watch::Receiver<Arc<Snapshot>>,
+    snapshots: Arc<SnapshotHistory>,
+    pool: Arc<Endpoints>,
+    changed: Arc<Notify>,
+    stop: CancellationToken,
+) {
+    let mut swept = Instant::now();
+    while let Some(Ok(())) = stop.run_until_cancelled(updates.changed()).await {
+        let snapshot = updates.borrow_and_update().clone();
+        snapshots.install(snapshot.clone());
+        changed.notify_one();
+        if swept.elapsed() >= POOL_SWEEP {
+            swept = Instant::now();
+            let endpoints: HashSet<&str> = snapshot
+                .entries()
+                .flat_map(|e| e.instances.iter().map(|i| &*i.endpoint))
+                .collect();
+            pool.retain(|address| endpoints.contains(address));
+        }
     }
 }

@@ -1,7 +1,7 @@
-//! The `toolmesh.v1.Dispatcher` gRPC service: the edge where requests are
-//! admitted (or shed) and refusals become gRPC statuses.
+//! The `toolmesh.v1.Dispatcher` gRPC front door: identifies the caller,
+//! hands the call to the pipeline, and turns refusals into statuses.
 
-use crate::Dispatcher;
+use crate::{Dispatcher, Refusal};
 use tonic::{Request, Response, Status};
 use toolmesh::pb::{
     InvokeRequest, InvokeResponse, ListToolsRequest, ListToolsResponse, ToolFormat,
@@ -20,17 +20,15 @@ impl dispatcher_server::Dispatcher for DispatcherService {
         &self,
         request: Request<ListToolsRequest>,
     ) -> Result<Response<ListToolsResponse>, Status> {
-        let who = self.dispatcher.governance().authenticate(&request)?;
+        let who = self.dispatcher.caller(&request)?;
         let request = request.into_inner();
-        let format = ToolFormat::try_from(request.format).map_err(|_| {
-            Status::invalid_argument(format!(
-                "format {} is unknown; use TOOL_FORMAT_NATIVE or TOOL_FORMAT_OPENAI",
-                request.format
-            ))
-        })?;
-        self.dispatcher
-            .list_tools_for(&who, request.snapshot_version, format)
-            .map(Response::new)
+        let format = ToolFormat::try_from(request.format)
+            .map_err(|_| Refusal::UnknownFormat(request.format))?;
+        Ok(Response::new(self.dispatcher.list_tools_for(
+            &who,
+            request.snapshot_version,
+            format,
+        )?))
     }
 
     async fn invoke(
@@ -38,10 +36,11 @@ impl dispatcher_server::Dispatcher for DispatcherService {
         request: Request<InvokeRequest>,
     ) -> Result<Response<InvokeResponse>, Status> {
         let timeout = toolmesh::grpc::request_timeout(request.metadata());
-        let who = self.dispatcher.governance().authenticate(&request)?;
-        self.dispatcher
+        let who = self.dispatcher.caller(&request)?;
+        let response = self
+            .dispatcher
             .invoke_as(&who, request.into_inner(), timeout)
-            .await
-            .map(Response::new)
+            .await?;
+        Ok(Response::new(response))
     }
 }

@@ -2,29 +2,31 @@
 //! version of the tool is callable here, NOT_SERVING while it is known but
 //! not callable, unknown (NOT_FOUND) once no snapshot names it.
 
-use crate::balance;
 use crate::endpoints::Endpoints;
-use crate::view::SnapshotView;
+use crate::route;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
 use tonic_health::{ServingStatus, server::HealthReporter};
 use toolmesh::Snapshot;
+use toolmesh::SnapshotHistory;
 use toolmesh::grpc::tool_health_service;
 
 /// Ejections expire on their own: look at every tool again this often.
 const RECHECK: Duration = Duration::from_secs(1);
 
-/// Runs until the process ends. A new snapshot updates only the names it
+/// Runs until `stop` is cancelled. A new snapshot updates only the names it
 /// changed (a diff over shared structure); an ejection, and the periodic
 /// recheck while ejections are in force or just ended, look at every name.
 pub(crate) async fn run(
-    view: Arc<SnapshotView>,
+    view: Arc<SnapshotHistory>,
     pool: Arc<Endpoints>,
     mut reporter: HealthReporter,
     snapshots: Arc<Notify>,
     ejections: Arc<Notify>,
+    stop: CancellationToken,
 ) {
     let mut published: HashMap<Arc<str>, bool> = HashMap::new();
     let mut last = view.current();
@@ -32,6 +34,7 @@ pub(crate) async fn run(
     publish(&last, &pool, &mut reporter, &mut published, names).await;
     loop {
         let full = tokio::select! {
+            _ = stop.cancelled() => return,
             _ = snapshots.notified() => false,
             _ = ejections.notified() => true,
             // Ejections end on their own; with none in force or just ended,
@@ -74,7 +77,7 @@ async fn publish(
             }
             continue;
         }
-        let up = versions.iter().any(|e| balance::in_rotation(e, pool));
+        let up = versions.iter().any(|e| route::in_rotation(e, pool));
         if published.get(&name) != Some(&up) {
             let status = if up {
                 ServingStatus::Serving

@@ -347,7 +347,7 @@ async fn sheds_load_over_the_in_flight_limit() {
         tokio::spawn(async move { d.invoke(call("hung"), Some(Duration::from_secs(2))).await })
     };
     tokio::time::sleep(Duration::from_millis(100)).await;
-    let shed = d.invoke(call("shed"), None).await.unwrap_err();
+    let shed = tonic::Status::from(d.invoke(call("shed"), None).await.unwrap_err());
     assert_eq!(shed.code(), tonic::Code::ResourceExhausted);
     assert!(shed.message().contains("limit of 1"), "{}", shed.message());
     hung.abort();

@@ -46,6 +46,7 @@ mod decision;
 mod digest;
 mod error;
 mod glob;
+mod governance;
 pub mod limits;
 mod policy;
 mod principal;
@@ -62,6 +63,7 @@ pub use decision::{ApprovalNeed, Decision, Explanation, GrantCheck, GrantVerdict
 pub use digest::{arguments_digest, value_digest};
 pub use error::{AuthError, PolicyError, Problem};
 pub use glob::ToolPattern;
+pub use governance::Governance;
 pub use limits::{LimitKind, Limited, Limits, Permit};
 pub use policy::{
     DEFAULT_TENANT, DEV_APPROVER_TOKEN, DEV_POLICY_TOML, MAX_RATE_PER_SEC, MAX_TTL_SECS, Policy,

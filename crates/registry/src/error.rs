@@ -22,17 +22,8 @@ pub enum RegistryError {
     #[error("no tool named {0:?} is known to the registry")]
     UnknownTool(String),
     /// The snapshot asked for is not (or no longer, or not yet) held.
-    #[error(
-        "snapshot version {version} is not held: this registry holds versions {oldest} to {newest}; ask for 0 to get the newest"
-    )]
-    SnapshotNotHeld {
-        /// The version asked for.
-        version: u64,
-        /// The oldest version still held.
-        oldest: u64,
-        /// The newest version.
-        newest: u64,
-    },
+    #[error("{0}; ask for 0 to get the newest")]
+    SnapshotNotHeld(#[from] toolmesh::NotHeld),
     /// One registration lists more tools than allowed.
     #[error(
         "this registration lists {count} tools; the limit is {limit} per executor: split it over several executors"
@@ -72,7 +63,7 @@ impl From<RegistryError> for tonic::Status {
             RegistryError::State { .. } => tonic::Status::internal(message),
             RegistryError::UnknownLease(_)
             | RegistryError::UnknownTool(_)
-            | RegistryError::SnapshotNotHeld { .. } => tonic::Status::not_found(message),
+            | RegistryError::SnapshotNotHeld(_) => tonic::Status::not_found(message),
         }
     }
 }
@@ -96,11 +87,11 @@ mod tests {
             (RegistryError::UnknownLease("L".into()), Code::NotFound),
             (RegistryError::UnknownTool("t".into()), Code::NotFound),
             (
-                RegistryError::SnapshotNotHeld {
+                RegistryError::SnapshotNotHeld(toolmesh::NotHeld {
                     version: 1,
                     oldest: 5,
                     newest: 9,
-                },
+                }),
                 Code::NotFound,
             ),
         ];

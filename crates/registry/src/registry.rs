@@ -129,7 +129,7 @@ impl Registry {
 
     /// Snapshot `version` if still held (0 means the newest).
     pub fn snapshot(&self, version: u64) -> Result<Arc<Snapshot>, RegistryError> {
-        self.inner.store.get(version)
+        Ok(self.inner.store.get(version)?)
     }
 
     /// Registers an executor's tools, or replaces its previous registration.

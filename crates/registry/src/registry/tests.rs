@@ -566,11 +566,11 @@ async fn versions_history_and_eviction() {
         let err = registry.snapshot(version).unwrap_err();
         assert_eq!(
             err,
-            RegistryError::SnapshotNotHeld {
+            RegistryError::SnapshotNotHeld(toolmesh::NotHeld {
                 version,
                 oldest: 2,
                 newest: 4
-            }
+            })
         );
         assert!(err.to_string().contains("holds versions 2 to 4"), "{err}");
     }

@@ -1,0 +1,83 @@
+//! Admit: what must hold before a valid call may run — the session's
+//! preconditions, an approval for high-risk tools, and the rate limits.
+
+use crate::error::CallError;
+use serde_json::Value;
+use toolmesh::ToolDef;
+use toolmesh::pb::InvokeRequest;
+use toolmesh_governance::audit::redact;
+use toolmesh_governance::{ApprovalNeed, Governance, Permit, Policy, Principal, value_digest};
+
+/// Admits a call whose arguments are valid; the permit holds the caller's
+/// concurrency slot while the call runs.
+pub(crate) fn admit(
+    governance: &Governance,
+    policy: &Policy,
+    who: &Principal,
+    def: &ToolDef,
+    request: &InvokeRequest,
+    arguments: &Value,
+    approval: ApprovalNeed,
+) -> Result<Permit, CallError> {
+    let session = request
+        .context
+        .as_ref()
+        .map_or("", |c| c.session_id.as_str());
+    governance
+        .sessions
+        .check(session, def.name(), &def.spec().preconditions, arguments)
+        .map_err(CallError::PreconditionFailed)?;
+    if approval == ApprovalNeed::Required {
+        approved(governance, def, who, &request.approval_id, arguments)?;
+    }
+    // Without [[limits]] there is nothing to count (and no lock to take).
+    let limits = policy.limits();
+    if limits.is_empty() {
+        return Ok(Permit::unlimited());
+    }
+    limits
+        .check(def.name(), &who.key())
+        .map_err(|limited| CallError::RateLimited {
+            message: limited.message,
+            retry_after: limited.retry_after,
+        })
+}
+
+/// Consumes the approval the call carries, or asks for one.
+fn approved(
+    governance: &Governance,
+    def: &ToolDef,
+    who: &Principal,
+    approval_id: &str,
+    arguments: &Value,
+) -> Result<(), CallError> {
+    let digest = value_digest(arguments);
+    let version = def.version().to_string();
+    let approvals = &governance.approvals;
+    if !approval_id.is_empty() {
+        return approvals
+            .consume(approval_id, def.name(), &version, &digest, who)
+            .map_err(|e| CallError::ApprovalUnusable(e.to_string()));
+    }
+    let shown = redact(def.input_schema(), arguments).to_string();
+    let shown: String = if shown.chars().count() > 300 {
+        shown.chars().take(299).chain(['…']).collect()
+    } else {
+        shown
+    };
+    let summary = format!(
+        "{} for {} (tenant {}) with arguments {shown} (sha256 {})",
+        def.label(),
+        who.name,
+        who.tenant,
+        &digest[..12]
+    );
+    let ticket = approvals
+        .request(def.name(), &version, &digest, who, &summary)
+        .map_err(|e| CallError::ApprovalUnusable(e.to_string()))?;
+    Err(CallError::ApprovalRequired {
+        tool: def.label(),
+        approval_id: ticket.id,
+        summary,
+    })
+}

@@ -1,0 +1,161 @@
+//! The attempt loop: pick an instance, send, record what the outcome says
+//! about the instance, and ask the retry decision what next — all within
+//! one deadline and the dispatcher-wide retry budget.
+
+use super::attempt::{self, AttemptFailure};
+use super::retry::{self, AttemptState, Next};
+use super::{Outcome, Trail};
+use crate::endpoints::{Endpoints, Health};
+use crate::error::CallError;
+use crate::route::{self, NoInstance, Pick};
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::Notify;
+use tokio::time::Instant;
+use toolmesh::ToolEntry;
+use toolmesh::grpc::{Bound, call_budget};
+use toolmesh::pb::InvokeRequest;
+use tower::retry::budget::{Budget, TpsBudget};
+use tracing::{debug, warn};
+
+/// What every call's attempts share.
+pub(crate) struct Attempts {
+    pub(crate) pool: Arc<Endpoints>,
+    /// Retries allowed as a share of calls (plus a floor per second).
+    pub(crate) budget: TpsBudget,
+    /// Woken when an instance is ejected, so tool health is recomputed.
+    pub(crate) ejections: Arc<Notify>,
+    pub(crate) max_in_flight_per_instance: u32,
+    /// No attempt starts with less than this left.
+    pub(crate) min_attempt: Duration,
+}
+
+impl Attempts {
+    /// Sends attempts until one answers, the retry decision stops, or the
+    /// deadline leaves too little for one more.
+    pub(crate) async fn run(
+        &self,
+        entry: &ToolEntry,
+        request: &InvokeRequest,
+        caller_timeout: Option<Duration>,
+        trail: &mut Trail,
+    ) -> Outcome {
+        let def = &entry.def;
+        let (budget, bound) = call_budget(caller_timeout, def.timeout());
+        let deadline = trail.started + budget;
+        let policy = def.retry();
+        let mut tried: Vec<Arc<str>> = Vec::new();
+        let mut last: Option<AttemptFailure> = None;
+        self.budget.deposit();
+        loop {
+            let remaining = deadline.saturating_duration_since(Instant::now());
+            if remaining < self.min_attempt {
+                return match last {
+                    Some(failure) if failure != AttemptFailure::Timeout => {
+                        outcome(failure, request, trail)
+                    }
+                    _ => Outcome::Failed(CallError::DeadlineExceeded {
+                        tool: request.tool.clone(),
+                        budget,
+                    }),
+                };
+            }
+            let pick = match route::pick(entry, &self.pool, &tried, self.max_in_flight_per_instance)
+            {
+                Ok(pick) => pick,
+                Err(none) => return no_instance(entry, none, last, request, trail),
+            };
+            trail.attempts += 1;
+            trail.executor_id = pick.instance.executor_id.to_string();
+            tried.push(pick.instance.endpoint.clone());
+            // Envoy's per_try_timeout: a hung instance costs one slice.
+            let slice = policy
+                .attempt_timeout
+                .map_or(remaining, |t| t.min(remaining));
+            let sent = attempt::send(&pick, def, request, &trail.call_id, trail.attempts, slice);
+            let failure = match sent.await {
+                Ok(result) => {
+                    self.record(entry, &pick, Health::Good);
+                    return Outcome::Answered(result);
+                }
+                Err(failure) => failure,
+            };
+            let caller_bound = slice == remaining && bound == Bound::Caller;
+            self.record(entry, &pick, failure.health(caller_bound));
+            let state = AttemptState {
+                made: trail.attempts,
+                idempotent: def.idempotent(),
+                left: deadline.saturating_duration_since(Instant::now()),
+                min_attempt: self.min_attempt,
+            };
+            match retry::decide(&policy, &state, &failure, rand::random()) {
+                Next::Retry { after } if self.budget.withdraw() => {
+                    debug!(call_id = %trail.call_id, attempt = trail.attempts, ?failure, "attempt failed; retrying");
+                    tokio::time::sleep(after).await;
+                    last = Some(failure);
+                }
+                Next::Retry { .. } => {
+                    warn!(call_id = %trail.call_id, tool = def.name(), "retry budget exhausted; not retrying");
+                    return outcome(failure, request, trail);
+                }
+                Next::Stop(reason) => {
+                    debug!(call_id = %trail.call_id, attempt = trail.attempts, ?failure, ?reason, "attempt failed; stopping");
+                    return outcome(failure, request, trail);
+                }
+            }
+        }
+    }
+
+    /// Records an attempt's outcome against the instance; may eject it.
+    fn record(&self, entry: &ToolEntry, pick: &Pick, health: Health) {
+        let address = &pick.instance.endpoint;
+        // Walking the tool's instances matters only when a failure may eject.
+        let may_eject = health == Health::Bad && route::may_eject(entry, &self.pool, address);
+        if self.pool.record(&pick.endpoint, health, may_eject) {
+            warn!(
+                endpoint = &**address,
+                tool = entry.def.name(),
+                "instance ejected after repeated failures"
+            );
+            self.ejections.notify_one();
+        }
+    }
+}
+
+/// The outcome when the last attempt failed this way: the executor's own
+/// answer when it gave one, else what the dispatcher makes of the failure.
+fn outcome(failure: AttemptFailure, request: &InvokeRequest, trail: &Trail) -> Outcome {
+    let tool = request.tool.clone();
+    let attempts = trail.attempts;
+    Outcome::Failed(match failure {
+        AttemptFailure::Reported(result) => return Outcome::Answered(result),
+        AttemptFailure::NotSent(detail) | AttemptFailure::Transport(detail) => {
+            CallError::Unreachable {
+                tool,
+                attempts,
+                detail,
+            }
+        }
+        AttemptFailure::Timeout => CallError::TimedOut { tool, attempts },
+        AttemptFailure::Broken(detail) => CallError::ExecutorBroke { tool, detail },
+    })
+}
+
+/// No instance can take the next attempt: the last failure if there was
+/// one, else "unavailable".
+fn no_instance(
+    entry: &ToolEntry,
+    none: NoInstance,
+    last: Option<AttemptFailure>,
+    request: &InvokeRequest,
+    trail: &Trail,
+) -> Outcome {
+    match last {
+        Some(failure) => outcome(failure, request, trail),
+        None => Outcome::Failed(CallError::NoHealthyInstance {
+            tool: entry.def.label(),
+            registered: none.registered,
+            retry_after: none.retry_after,
+        }),
+    }
+}

@@ -1,0 +1,40 @@
+//! Authorize: whether the caller may use the tool under the policy in force
+//! now, and whether an operator has switched it off.
+
+use crate::error::CallError;
+use toolmesh::ToolEntry;
+use toolmesh_governance::{ApprovalNeed, Decision, Policy, Principal};
+
+/// The grant that lets a call through.
+#[derive(Debug)]
+pub(crate) struct Grant {
+    /// The policy rule that allowed it (for the audit trail).
+    pub(crate) rule: String,
+    /// Whether the call needs an approval before it runs.
+    pub(crate) approval: ApprovalNeed,
+}
+
+/// Decides `who`'s access to `entry`: denied, disabled, or granted.
+pub(crate) fn grant(
+    policy: &Policy,
+    who: &Principal,
+    entry: &ToolEntry,
+) -> Result<Grant, CallError> {
+    let def = &entry.def;
+    let (rule, approval) = match policy.decide(who, def.spec()) {
+        Decision::Deny { reason } => {
+            return Err(CallError::PermissionDenied {
+                tool: def.label(),
+                reason,
+            });
+        }
+        Decision::Allow { rule, approval } => (rule, approval),
+    };
+    if let Some(reason) = &entry.disabled {
+        return Err(CallError::Disabled {
+            tool: def.label(),
+            reason: reason.to_string(),
+        });
+    }
+    Ok(Grant { rule, approval })
+}

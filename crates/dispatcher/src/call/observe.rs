@@ -1,0 +1,118 @@
+//! Observe: how a call ended becomes the response, the session's facts and
+//! the audit record (and the place for metrics and spans).
+
+use super::{Outcome, Trail};
+use crate::error::CallError;
+use toolmesh::ToolErrorExt;
+use toolmesh::pb::{InvokeRequest, InvokeResponse, ToolResult, ToolSpec};
+use toolmesh_governance::audit::{AuditKind, AuditRecord, outcome_of};
+use toolmesh_governance::{Governance, Principal};
+use tracing::debug;
+
+/// Finishes a call: the response the front door returns.
+pub(crate) fn finish(
+    governance: &Governance,
+    who: &Principal,
+    request: &InvokeRequest,
+    mut trail: Trail,
+    outcome: Outcome,
+) -> InvokeResponse {
+    let kind = audit_kind(&outcome);
+    let mut result = match outcome {
+        Outcome::Answered(result) => result,
+        Outcome::Failed(error) => {
+            if let CallError::ApprovalRequired { approval_id, .. } = &error {
+                trail.approval_id = Some(approval_id.clone());
+            }
+            error.to_tool_error().into_result()
+        }
+    };
+    if result.error.as_ref().is_none_or(|e| e.code == 0) {
+        record_session_facts(governance, request, &trail);
+    }
+    if let Some(def) = &trail.def
+        && !def.spec().deprecated.is_empty()
+    {
+        result
+            .metadata
+            .insert("toolmesh.deprecated".into(), def.spec().deprecated.clone());
+    }
+    debug!(
+        call_id = %trail.call_id,
+        tool = %request.tool,
+        attempts = trail.attempts,
+        code = result.error.as_ref().map_or(0, |e| e.code),
+        elapsed_us = trail.started.elapsed().as_micros() as u64,
+        "invoke done"
+    );
+    governance.audit(|| audit_record(who, request, &trail, kind, &result));
+    InvokeResponse {
+        call_id: trail.call_id,
+        snapshot_version: trail.snapshot_version,
+        tool_version: trail.tool_version,
+        attempts: trail.attempts,
+        executor_id: trail.executor_id,
+        result: Some(result),
+    }
+}
+
+/// What the audit log calls this outcome.
+fn audit_kind(outcome: &Outcome) -> AuditKind {
+    match outcome {
+        Outcome::Failed(CallError::PermissionDenied { .. } | CallError::RateLimited { .. }) => {
+            AuditKind::Denied
+        }
+        Outcome::Failed(CallError::ApprovalRequired { .. }) => AuditKind::ApprovalRequested,
+        _ => AuditKind::Invoke,
+    }
+}
+
+/// A successful call is a fact later preconditions of its session can use.
+fn record_session_facts(governance: &Governance, request: &InvokeRequest, trail: &Trail) {
+    if let (Some(def), Some(arguments)) = (&trail.def, &trail.arguments) {
+        let session = request
+            .context
+            .as_ref()
+            .map_or("", |c| c.session_id.as_str());
+        governance.sessions.record(session, def.name(), arguments);
+    }
+}
+
+/// The audit line of one call.
+fn audit_record(
+    who: &Principal,
+    request: &InvokeRequest,
+    trail: &Trail,
+    kind: AuditKind,
+    result: &ToolResult,
+) -> AuditRecord {
+    let mut record = match &trail.def {
+        Some(def) => {
+            AuditRecord::for_def(kind, who, def, &request.arguments, trail.arguments.as_ref())
+        }
+        None => {
+            let spec = ToolSpec {
+                name: request.tool.clone(),
+                ..ToolSpec::default()
+            };
+            AuditRecord::new(kind, who, &spec, &request.arguments)
+        }
+    };
+    let context = request.context.clone().unwrap_or_default();
+    record.call_id = trail.call_id.clone();
+    record.trace_id = context.trace_id;
+    record.session_id = context.session_id;
+    record.snapshot_version = trail.snapshot_version;
+    record.executor_id = trail.executor_id.clone();
+    record.attempts = trail.attempts;
+    record.outcome = outcome_of(result);
+    record.duration_ms = trail.started.elapsed().as_millis() as u64;
+    record.approval_id = trail.approval_id.clone();
+    record.rule = trail.rule.clone();
+    record.reason = result
+        .error
+        .as_ref()
+        .filter(|e| e.code != 0 && kind != AuditKind::Invoke)
+        .map(|e| e.message.clone());
+    record
+}

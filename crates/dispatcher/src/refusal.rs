@@ -1,0 +1,101 @@
+//! Why the dispatcher itself would not serve a request — the gRPC status
+//! plane, apart from tool outcomes — and the one mapping to a `Status`.
+
+use tonic::Status;
+use toolmesh::NotHeld;
+use toolmesh_governance::{ApprovalError, AuthError};
+
+/// A request the dispatcher refused before (or instead of) running a call.
+#[derive(Debug, thiserror::Error)]
+pub enum Refusal {
+    /// Over `max_in_flight`: shed.
+    #[error("the dispatcher is at its limit of {limit} calls in flight; retry with backoff")]
+    Overloaded {
+        /// The limit.
+        limit: usize,
+    },
+    /// A pinned snapshot this dispatcher no longer holds.
+    #[error("{0}; list the tools again and pin the version it returns")]
+    PinExpired(#[from] NotHeld),
+    /// The caller could not be identified.
+    #[error("{0}")]
+    Unauthenticated(#[from] AuthError),
+    /// A `ListTools.format` this build does not know.
+    #[error("format {0} is unknown; use TOOL_FORMAT_NATIVE or TOOL_FORMAT_OPENAI")]
+    UnknownFormat(i32),
+    /// `explain`'s `caller_token` names no caller.
+    #[error("caller_token: {0}")]
+    BadCallerToken(AuthError),
+    /// A tool reference that cannot be parsed.
+    #[error("{0}")]
+    BadReference(String),
+    /// No tool matches the reference (governance requests only; a call gets
+    /// a NOT_FOUND `ToolError` instead).
+    #[error("{0}")]
+    UnknownTool(String),
+    /// An approval that cannot be decided.
+    #[error("{0}")]
+    Approval(#[from] ApprovalError),
+}
+
+impl From<Refusal> for Status {
+    fn from(refusal: Refusal) -> Status {
+        let message = refusal.to_string();
+        match refusal {
+            Refusal::Overloaded { .. } => Status::resource_exhausted(message),
+            Refusal::PinExpired(_) | Refusal::Approval(_) => Status::failed_precondition(message),
+            Refusal::Unauthenticated(_) => Status::unauthenticated(message),
+            Refusal::UnknownFormat(_) | Refusal::BadCallerToken(_) | Refusal::BadReference(_) => {
+                Status::invalid_argument(message)
+            }
+            Refusal::UnknownTool(_) => Status::not_found(message),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tonic::Code;
+
+    /// Each refusal has its gRPC code, and its message says what to do.
+    #[test]
+    fn status_mapping_table() {
+        let rows: Vec<(Refusal, Code, &str)> = vec![
+            (
+                Refusal::Overloaded { limit: 7 },
+                Code::ResourceExhausted,
+                "limit of 7",
+            ),
+            (
+                Refusal::PinExpired(NotHeld {
+                    version: 1,
+                    oldest: 2,
+                    newest: 3,
+                }),
+                Code::FailedPrecondition,
+                "list the tools again",
+            ),
+            (
+                Refusal::Unauthenticated(AuthError::MissingToken),
+                Code::Unauthenticated,
+                "",
+            ),
+            (
+                Refusal::UnknownFormat(99),
+                Code::InvalidArgument,
+                "TOOL_FORMAT_NATIVE",
+            ),
+            (
+                Refusal::UnknownTool("no tool named \"x\"".into()),
+                Code::NotFound,
+                "x",
+            ),
+        ];
+        for (refusal, code, text) in rows {
+            let status = Status::from(refusal);
+            assert_eq!(status.code(), code, "{}", status.message());
+            assert!(status.message().contains(text), "{}", status.message());
+        }
+    }
+}

@@ -1,0 +1,99 @@
+//! The governance one server runs with: the live policy, open approvals,
+//! session facts and the audit sink, behind one handle every front door uses.
+
+use crate::approvals::{ApprovalError, ApprovalTicket, Approvals};
+use crate::audit::{AuditKind, AuditRecord, AuditSink};
+use crate::{AuthError, Policy, PolicyHandle, Principal, Sessions};
+use std::sync::Arc;
+use toolmesh::grpc::PeerCertificate;
+
+/// The governance a dispatcher runs with.
+pub struct Governance {
+    /// The policy in force (live: reloads show up on the next call).
+    pub policy: Arc<PolicyHandle>,
+    /// Approvals requested by calls and decided by approvers.
+    pub approvals: Approvals,
+    /// What each agent session has done, for preconditions.
+    pub sessions: Sessions,
+    audit: Option<AuditSink>,
+}
+
+impl Governance {
+    /// Governance by `policy`, writing audit records to `audit` when set.
+    pub fn new(policy: Arc<PolicyHandle>, audit: Option<AuditSink>) -> Self {
+        let approvals = Approvals::new(policy.current().approval_settings());
+        Governance {
+            policy,
+            approvals,
+            audit,
+            sessions: Sessions::default(),
+        }
+    }
+
+    /// The development policy (anonymous callers may use every tool; HIGH
+    /// risk still needs approval), no audit.
+    pub fn dev() -> Self {
+        Governance::new(Arc::new(PolicyHandle::new(Policy::permissive_dev())), None)
+    }
+
+    /// The policy in force now.
+    pub fn policy(&self) -> Arc<Policy> {
+        self.policy.current()
+    }
+
+    /// The caller: its bearer token, else the verified mTLS client
+    /// certificate matched against the policy's `tls_name`s, else the
+    /// anonymous caller where the policy admits one.
+    pub fn authenticate(
+        &self,
+        bearer: Option<&str>,
+        certificate: Option<&PeerCertificate>,
+    ) -> Result<Principal, AuthError> {
+        let policy = self.policy.current();
+        if bearer.is_none()
+            && let Some(cert) = certificate
+            && let Some(who) = policy.authenticate_tls(|name| cert.is_valid_for(name))
+        {
+            return Ok(who);
+        }
+        policy.authenticate(bearer)
+    }
+
+    /// Writes an audit record, built only when an audit sink is set.
+    pub fn audit(&self, record: impl FnOnce() -> AuditRecord) {
+        if let Some(sink) = &self.audit {
+            sink.record(record());
+        }
+    }
+
+    /// Approves (`deny` = None) or denies a ticket; audited.
+    pub fn decide_approval(
+        &self,
+        approver: &Principal,
+        id: &str,
+        deny: Option<&str>,
+    ) -> Result<ApprovalTicket, ApprovalError> {
+        let decided = match deny {
+            None => self.approvals.approve(id, approver),
+            Some(reason) => self.approvals.deny(id, approver, reason),
+        }?;
+        self.audit(|| {
+            let kind = if deny.is_some() {
+                AuditKind::ApprovalDenied
+            } else {
+                AuditKind::ApprovalGranted
+            };
+            let spec = toolmesh::pb::ToolSpec {
+                name: decided.tool.clone(),
+                version: decided.version.clone(),
+                ..Default::default()
+            };
+            let mut record = AuditRecord::new(kind, approver, &spec, "");
+            record.arguments_sha256 = decided.args_sha256.clone();
+            record.approval_id = Some(decided.id.clone());
+            record.reason = deny.map(str::to_owned);
+            record
+        });
+        Ok(decided)
+    }
+}
