@@ -43,6 +43,27 @@ impl ToolEntry {
         self.instances.iter().filter(|i| i.healthy)
     }
 
+    /// This entry as `current` has it now: the same definition (a pin fixes
+    /// the spec a run sees) with the instances and the operator's switch of
+    /// the current snapshot (a pin never brings back a disabled tool or a
+    /// departed instance). A definition that is gone, or was replaced by a
+    /// different spec under the same name@version, has no instances.
+    pub fn as_of(self: &Arc<Self>, current: &Snapshot) -> Arc<ToolEntry> {
+        match current.get(self.def.name(), self.def.version()) {
+            Some(live) if Arc::ptr_eq(live, self) => live.clone(),
+            Some(live) if live.def.fingerprint() == self.def.fingerprint() => Arc::new(ToolEntry {
+                def: self.def.clone(),
+                instances: live.instances.clone(),
+                disabled: live.disabled.clone(),
+            }),
+            _ => Arc::new(ToolEntry {
+                def: self.def.clone(),
+                instances: Arc::from([]),
+                disabled: None,
+            }),
+        }
+    }
+
     fn to_pb(&self) -> pb::ToolEntry {
         pb::ToolEntry {
             spec: Some(self.def.spec().clone()),
@@ -447,6 +468,48 @@ mod tests {
         assert_eq!(changed, ["a"]);
         assert!(s3.versions("a").is_empty());
         assert_eq!(s2.versions("a").len(), 1, "old snapshot unchanged");
+    }
+
+    /// A pinned entry takes the current snapshot's instances and switch:
+    /// a later disable or departure applies to it; its spec stays.
+    #[test]
+    fn pinned_entries_follow_the_current_switch_and_instances() {
+        let mut b = Snapshot::empty("e").next();
+        b.put(entry("a", "1.0.0", true));
+        let pinned = b.finish();
+        let old = pinned.versions("a")[0].clone();
+        assert!(
+            Arc::ptr_eq(&old.as_of(&pinned), &old),
+            "same snapshot: shared"
+        );
+        let mut b = pinned.next();
+        let mut off = (*old).clone();
+        off.disabled = Some("incident".into());
+        b.put(off);
+        let disabled = b.finish();
+        let seen = old.as_of(&disabled);
+        assert!(Arc::ptr_eq(&seen.def, &old.def));
+        assert_eq!(seen.disabled.as_deref(), Some("incident"));
+        assert!(!seen.exposed());
+        let mut b = disabled.next();
+        b.remove("a", &semver::Version::new(1, 0, 0));
+        let gone = b.finish();
+        assert!(old.as_of(&gone).instances.is_empty());
+        let mut b = gone.next();
+        let mut other = entry("a", "1.0.0", true);
+        other.def = Arc::new(
+            ToolDef::new(ToolSpec {
+                description: "another spec under the same version".into(),
+                ..other.def.spec().clone()
+            })
+            .unwrap(),
+        );
+        b.put(other);
+        let replaced = b.finish();
+        assert!(
+            old.as_of(&replaced).instances.is_empty(),
+            "never routed to a different spec"
+        );
     }
 
     /// Resolution prefers the newest exposed version and explains misses.

@@ -589,6 +589,49 @@ async fn pinned_snapshots() {
         "{}",
         expired.message()
     );
+
+    // A pin fixes the specs, never the kill switch: once an operator
+    // disables the tool, the saved version neither lists nor runs it.
+    let out = std::process::Command::new(toolmesh_bin())
+        .args(["disable", "acc_echo", "--reason", "incident 9"])
+        .env("TOOLMESH_SERVER", &mesh.addr)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let pinned = client
+        .invoke(InvokeRequest {
+            tool: "acc_echo".into(),
+            arguments: r#"{"message":"pinned"}"#.into(),
+            snapshot_version: version,
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(
+        code(&pinned),
+        ErrorCode::Disabled as i32,
+        "{}",
+        message(&pinned)
+    );
+    let listed: Vec<String> = client
+        .list_tools(ListToolsRequest {
+            snapshot_version: version,
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .tools
+        .into_iter()
+        .map(|t| t.name)
+        .collect();
+    assert!(!listed.contains(&"acc_echo".to_owned()), "{listed:?}");
+    assert!(listed.contains(&"acc_charge".to_owned()), "{listed:?}");
 }
 
 /// Editing the policy file takes effect without a restart; a bad edit is

@@ -1,5 +1,6 @@
 //! One pooled channel per executor endpoint, with its load (calls in flight)
-//! and its outlier state (consecutive failures, ejection, probing).
+//! and its outlier state — for the instance as a whole, and for each tool on
+//! it — so a fault is ejected at the granularity the evidence supports.
 
 use dashmap::DashMap;
 use std::sync::{
@@ -10,15 +11,70 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tonic::transport::Channel;
 
-/// How one attempt ended, as far as the instance's health is concerned.
+/// What one attempt's outcome says about where it ran.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Health {
     /// The instance answered (even with a tool error).
     Good,
-    /// Connection failure, UNAVAILABLE or EXECUTOR_FAILED.
-    Bad,
+    /// A failure, of the instance or of one tool on it.
+    Bad(Scope),
     /// Says nothing about the instance (cancelled by the caller, …).
     Neutral,
+}
+
+/// What a failure is evidence against.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Scope {
+    /// The host is gone or broken: connection refused or reset, GOAWAY.
+    Instance,
+    /// The tool's handler failed on that instance: an UNAVAILABLE status
+    /// it returned, EXECUTOR_FAILED, a panic, a timeout.
+    Tool,
+}
+
+/// Consecutive failures, ejection and probation of one thing: an instance,
+/// or one tool on an instance.
+#[derive(Debug, Default)]
+struct Outlier {
+    consecutive_failures: AtomicU32,
+    times_ejected: AtomicU32,
+    /// Milliseconds after the pool's origin until which it is ejected; 0
+    /// when in rotation.
+    ejected_until_ms: AtomicU64,
+    /// Back from an ejection: its next result decides (one failure ejects again).
+    probing: AtomicBool,
+}
+
+impl Outlier {
+    fn ejected_until(&self) -> u64 {
+        self.ejected_until_ms.load(Ordering::Relaxed)
+    }
+
+    fn good(&self, now_ms: u64) {
+        self.consecutive_failures.store(0, Ordering::Relaxed);
+        if self.ejected_until() <= now_ms {
+            self.probing.store(false, Ordering::Relaxed);
+        }
+    }
+
+    /// Counts a failure; returns the end of a new ejection, if it ejects.
+    fn bad(&self, policy: &EjectionPolicy, now_ms: u64, may_eject: bool) -> Option<u64> {
+        let failures = self.consecutive_failures.fetch_add(1, Ordering::Relaxed) + 1;
+        if !may_eject || now_ms < self.ejected_until() {
+            return None;
+        }
+        let probe_failed = self.probing.load(Ordering::Relaxed);
+        if failures < policy.after_failures && !probe_failed {
+            return None;
+        }
+        let times = self.times_ejected.fetch_add(1, Ordering::Relaxed) + 1;
+        let ejection = policy.base.saturating_mul(times).min(policy.max);
+        let until = now_ms + ejection.as_millis() as u64;
+        self.ejected_until_ms.store(until, Ordering::Relaxed);
+        self.consecutive_failures.store(0, Ordering::Relaxed);
+        self.probing.store(true, Ordering::Relaxed);
+        Some(until)
+    }
 }
 
 /// State of one executor endpoint.
@@ -26,13 +82,11 @@ pub(crate) enum Health {
 pub(crate) struct Endpoint {
     channel: Channel,
     in_flight: AtomicU32,
-    consecutive_failures: AtomicU32,
-    times_ejected: AtomicU32,
-    /// Milliseconds after the pool's origin until which the endpoint is
-    /// ejected; 0 when it is in rotation.
-    ejected_until_ms: AtomicU64,
-    /// Back from an ejection: its next result decides (one failure ejects again).
-    probing: AtomicBool,
+    host: Outlier,
+    /// Per-tool state, created at a tool's first failure here.
+    tools: DashMap<Arc<str>, Arc<Outlier>>,
+    /// Whether `tools` has ever held an entry (skips the map lookup).
+    has_tool_state: AtomicBool,
 }
 
 impl Endpoint {
@@ -48,6 +102,28 @@ impl Endpoint {
     pub(crate) fn start_call(self: &Arc<Self>) -> InFlight {
         self.in_flight.fetch_add(1, Ordering::Relaxed);
         InFlight(self.clone())
+    }
+
+    fn tool(&self, tool: &str) -> Option<Arc<Outlier>> {
+        if !self.has_tool_state.load(Ordering::Relaxed) {
+            return None;
+        }
+        self.tools.get(tool).map(|t| t.clone())
+    }
+
+    fn tool_or_new(&self, tool: &str) -> Arc<Outlier> {
+        if let Some(found) = self.tool(tool) {
+            return found;
+        }
+        self.has_tool_state.store(true, Ordering::Relaxed);
+        self.tools.entry(tool.into()).or_default().clone()
+    }
+
+    /// When the later of the instance's and `tool`'s ejections ends.
+    fn ejected_until(&self, tool: &str) -> u64 {
+        let host = self.host.ejected_until();
+        self.tool(tool)
+            .map_or(host, |t| t.ejected_until().max(host))
     }
 }
 
@@ -103,10 +179,9 @@ impl Endpoints {
                 Arc::new(Endpoint {
                     channel,
                     in_flight: AtomicU32::new(0),
-                    consecutive_failures: AtomicU32::new(0),
-                    times_ejected: AtomicU32::new(0),
-                    ejected_until_ms: AtomicU64::new(0),
-                    probing: AtomicBool::new(false),
+                    host: Outlier::default(),
+                    tools: DashMap::new(),
+                    has_tool_state: AtomicBool::new(false),
                 })
             })
             .clone();
@@ -122,10 +197,12 @@ impl Endpoints {
         self.origin.elapsed().as_millis() as u64 + 1
     }
 
-    /// Whether `address` is ejected right now. An endpoint whose ejection has
-    /// run out is back, on probation.
-    pub(crate) fn is_ejected(&self, address: &str) -> bool {
-        self.map.get(address).is_some_and(|e| self.ejected(&e))
+    /// Whether `address` is ejected for `tool` right now (as an instance,
+    /// or for that tool). An ejection that has run out is back, on probation.
+    pub(crate) fn is_ejected(&self, address: &str, tool: &str) -> bool {
+        self.map
+            .get(address)
+            .is_some_and(|e| self.ejected(&e, tool))
     }
 
     /// Whether an ejection is in force now or ended within `recently`:
@@ -135,61 +212,59 @@ impl Endpoints {
         last_end != 0 && self.now_ms() <= last_end + recently.as_millis() as u64
     }
 
-    pub(crate) fn ejected(&self, endpoint: &Endpoint) -> bool {
-        let until = endpoint.ejected_until_ms.load(Ordering::Relaxed);
-        until != 0 && self.now_ms() < until
+    /// Whether `endpoint` is ejected for `tool` right now.
+    pub(crate) fn ejected(&self, endpoint: &Endpoint, tool: &str) -> bool {
+        self.now_ms() < endpoint.ejected_until(tool)
     }
 
-    /// Time left of an ejection, if ejected.
-    pub(crate) fn ejection_left(&self, address: &str) -> Option<Duration> {
+    /// Time left of an ejection of `address` for `tool`, if ejected.
+    pub(crate) fn ejection_left(&self, address: &str, tool: &str) -> Option<Duration> {
         let endpoint = self.map.get(address).map(|e| e.clone())?;
-        let until = endpoint.ejected_until_ms.load(Ordering::Relaxed);
+        let until = endpoint.ejected_until(tool);
         let now = self.now_ms();
         (until > now).then(|| Duration::from_millis(until - now))
     }
 
-    /// Records an attempt's outcome. Returns true when this call ejected the
-    /// endpoint. `may_eject` is false when ejecting would leave a tool with
-    /// no instance in rotation while its other instances are healthy.
-    pub(crate) fn record(&self, endpoint: &Endpoint, health: Health, may_eject: bool) -> bool {
-        match health {
-            Health::Neutral => false,
+    /// Records an attempt of `tool` on `endpoint`. Returns true when this
+    /// call ejected the endpoint (or the tool on it). `may_eject` is false
+    /// when ejecting would leave a tool with no instance in rotation while
+    /// its other instances are healthy.
+    pub(crate) fn record(
+        &self,
+        endpoint: &Endpoint,
+        tool: &str,
+        health: Health,
+        may_eject: bool,
+    ) -> bool {
+        let now = self.now_ms();
+        let ejected = match health {
+            Health::Neutral => None,
             Health::Good => {
-                endpoint.consecutive_failures.store(0, Ordering::Relaxed);
-                if !self.ejected(endpoint) {
-                    endpoint.probing.store(false, Ordering::Relaxed);
+                // An answer proves the host; it clears this tool's record only.
+                endpoint.host.good(now);
+                if let Some(state) = endpoint.tool(tool) {
+                    state.good(now);
                 }
-                false
+                None
             }
-            Health::Bad => {
-                let failures = endpoint
-                    .consecutive_failures
-                    .fetch_add(1, Ordering::Relaxed)
-                    + 1;
-                if !may_eject || self.ejected(endpoint) {
-                    return false;
-                }
-                let probe_failed = endpoint.probing.load(Ordering::Relaxed);
-                if failures < self.policy.after_failures && !probe_failed {
-                    return false;
-                }
-                let times = endpoint.times_ejected.fetch_add(1, Ordering::Relaxed) + 1;
-                let ejection = self.policy.base.saturating_mul(times).min(self.policy.max);
-                let until = self.now_ms() + ejection.as_millis() as u64;
-                endpoint.ejected_until_ms.store(until, Ordering::Relaxed);
-                self.last_ejection_end_ms
-                    .fetch_max(until, Ordering::Relaxed);
-                endpoint.consecutive_failures.store(0, Ordering::Relaxed);
-                endpoint.probing.store(true, Ordering::Relaxed);
-                true
+            Health::Bad(Scope::Instance) => endpoint.host.bad(&self.policy, now, may_eject),
+            Health::Bad(Scope::Tool) => {
+                endpoint.tool_or_new(tool).bad(&self.policy, now, may_eject)
             }
+        };
+        if let Some(until) = ejected {
+            self.last_ejection_end_ms
+                .fetch_max(until, Ordering::Relaxed);
         }
+        ejected.is_some()
     }
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    const HOST: Health = Health::Bad(Scope::Instance);
 
     fn pool() -> Endpoints {
         Endpoints::new(EjectionPolicy {
@@ -208,25 +283,42 @@ mod tests {
         let e = pool.get(&address).unwrap();
         assert!(!pool.ejections_recent(Duration::from_secs(1)));
         for _ in 0..4 {
-            assert!(!pool.record(&e, Health::Bad, true));
+            assert!(!pool.record(&e, "t", HOST, true));
         }
-        assert!(!pool.record(&e, Health::Good, true));
+        assert!(!pool.record(&e, "t", Health::Good, true));
         for _ in 0..4 {
-            assert!(!pool.record(&e, Health::Bad, true));
+            assert!(!pool.record(&e, "t", HOST, true));
         }
-        assert!(
-            !pool.record(&e, Health::Bad, false),
-            "guard forbids ejection"
-        );
-        assert!(pool.record(&e, Health::Bad, true));
-        assert!(pool.is_ejected(&address));
+        assert!(!pool.record(&e, "t", HOST, false), "guard forbids ejection");
+        assert!(pool.record(&e, "t", HOST, true));
+        assert!(pool.is_ejected(&address, "t"));
+        assert!(pool.is_ejected(&address, "other"), "the whole instance");
         tokio::time::advance(Duration::from_secs(29)).await;
-        assert!(pool.is_ejected(&address));
+        assert!(pool.is_ejected(&address, "t"));
         tokio::time::advance(Duration::from_secs(2)).await;
-        assert!(!pool.is_ejected(&address), "back after 30 s");
+        assert!(!pool.is_ejected(&address, "t"), "back after 30 s");
         assert!(pool.ejections_recent(Duration::from_secs(2)), "just ended");
         tokio::time::advance(Duration::from_secs(5)).await;
         assert!(!pool.ejections_recent(Duration::from_secs(2)));
+    }
+
+    /// A tool-level fault ejects that tool on that instance only; the
+    /// instance keeps serving its other tools.
+    #[tokio::test(start_paused = true)]
+    async fn tool_faults_eject_only_the_tool() {
+        let pool = pool();
+        let address: Arc<str> = "127.0.0.1:3".into();
+        let e = pool.get(&address).unwrap();
+        for _ in 0..4 {
+            assert!(!pool.record(&e, "t_write", Health::Bad(Scope::Tool), true));
+            // Successes of another tool do not clear t_write's record.
+            assert!(!pool.record(&e, "t_read", Health::Good, true));
+        }
+        assert!(pool.record(&e, "t_write", Health::Bad(Scope::Tool), true));
+        assert!(pool.is_ejected(&address, "t_write"));
+        assert!(!pool.is_ejected(&address, "t_read"));
+        assert!(pool.ejection_left(&address, "t_read").is_none());
+        assert!(pool.ejection_left(&address, "t_write").is_some());
     }
 
     /// A failed probe ejects again at once, for 30 s × times ejected, capped.
@@ -236,25 +328,25 @@ mod tests {
         let address: Arc<str> = "127.0.0.1:2".into();
         let e = pool.get(&address).unwrap();
         for _ in 0..5 {
-            pool.record(&e, Health::Bad, true);
+            pool.record(&e, "t", HOST, true);
         }
         tokio::time::advance(Duration::from_secs(31)).await;
-        assert!(!pool.is_ejected(&address));
-        assert!(pool.record(&e, Health::Bad, true), "probe failure ejects");
-        let left = pool.ejection_left(&address).unwrap();
+        assert!(!pool.is_ejected(&address, "t"));
+        assert!(pool.record(&e, "t", HOST, true), "probe failure ejects");
+        let left = pool.ejection_left(&address, "t").unwrap();
         assert!(
             left > Duration::from_secs(59) && left <= Duration::from_secs(60),
             "{left:?}"
         );
         for _ in 0..20 {
             tokio::time::advance(Duration::from_secs(301)).await;
-            pool.record(&e, Health::Bad, true);
+            pool.record(&e, "t", HOST, true);
         }
-        assert!(pool.ejection_left(&address).unwrap() <= Duration::from_secs(300));
+        assert!(pool.ejection_left(&address, "t").unwrap() <= Duration::from_secs(300));
         tokio::time::advance(Duration::from_secs(301)).await;
-        pool.record(&e, Health::Good, true);
+        pool.record(&e, "t", Health::Good, true);
         assert!(
-            !pool.record(&e, Health::Bad, true),
+            !pool.record(&e, "t", HOST, true),
             "a good probe clears probation"
         );
     }

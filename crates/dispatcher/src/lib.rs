@@ -48,7 +48,6 @@ const POOL_SWEEP: Duration = Duration::from_secs(10);
 #[derive(Clone)]
 pub struct Dispatcher {
     pipeline: Arc<Pipeline>,
-    snapshots: Arc<SnapshotHistory>,
     listings: Arc<list::ListCache>,
     admission: Arc<Semaphore>,
     max_in_flight: usize,
@@ -101,6 +100,7 @@ impl Dispatcher {
             stop.clone(),
         ));
         let pipeline = Pipeline {
+            snapshots,
             governance,
             attempts: Attempts {
                 pool,
@@ -117,7 +117,6 @@ impl Dispatcher {
         };
         Dispatcher {
             pipeline: Arc::new(pipeline),
-            snapshots,
             listings: Arc::default(),
             admission: Arc::new(Semaphore::new(config.max_in_flight)),
             max_in_flight: config.max_in_flight,
@@ -132,19 +131,28 @@ impl Dispatcher {
         snapshot_version: u64,
         format: ToolFormat,
     ) -> Result<ListToolsResponse, Refusal> {
-        let snapshot = self.snapshots.get(snapshot_version)?;
+        let snapshot = self.pipeline.snapshots.get(snapshot_version)?;
+        let current = self.pipeline.snapshots.current();
+        let pinned = !Arc::ptr_eq(&snapshot, &current);
         let pool = &self.pipeline.attempts.pool;
         let governance = &self.pipeline.governance;
         let policy = governance.policy();
         let key = list::cache_key(
             snapshot.version(),
+            current.version(),
             governance.policy.generation(),
             who,
             format,
         );
         Ok(self.listings.get_or_render(key, || {
             let entries = list::callable(&snapshot, |e| {
-                route::in_rotation(e, pool) && policy.decide(who, e.def.spec()).is_allowed()
+                // A pin fixes the specs listed, never the switches or instances.
+                let in_rotation = if pinned {
+                    route::in_rotation(&e.as_of(&current), pool)
+                } else {
+                    route::in_rotation(e, pool)
+                };
+                in_rotation && policy.decide(who, e.def.spec()).is_allowed()
             });
             list::render(snapshot.version(), &entries, format)
         }))
@@ -174,7 +182,7 @@ impl Dispatcher {
                 limit: self.max_in_flight,
             });
         };
-        let snapshot = self.snapshots.get(request.snapshot_version)?;
+        let snapshot = self.pipeline.snapshots.get(request.snapshot_version)?;
         Ok(self
             .pipeline
             .run(snapshot, who, request, caller_timeout)
@@ -220,7 +228,7 @@ impl Dispatcher {
 
     /// The newest snapshot this dispatcher holds.
     pub fn current_snapshot(&self) -> Arc<Snapshot> {
-        self.snapshots.current()
+        self.pipeline.snapshots.current()
     }
 
     /// The gRPC service, with message size limits set.

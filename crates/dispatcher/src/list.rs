@@ -15,9 +15,10 @@ const CACHE_TTL: Duration = Duration::from_secs(1);
 /// Listings kept at most (distinct caller views × formats).
 const CACHE_ENTRIES: usize = 256;
 
-/// Which listing: snapshot version, policy generation, the caller's
-/// identity and roles, the format.
-type CacheKey = (u64, u64, String, i32);
+/// Which listing: the snapshot listed, the current one (whose switches and
+/// instances apply to a pinned listing too), policy generation, the
+/// caller's identity and roles, the format.
+type CacheKey = (u64, u64, u64, String, i32);
 
 /// Rendered ListTools answers: a snapshot never changes, so a listing for
 /// the same caller view is built once, not on every call.
@@ -55,19 +56,26 @@ impl ListCache {
 /// The cache key of a listing for `who`.
 pub(crate) fn cache_key(
     snapshot_version: u64,
+    current_version: u64,
     policy_generation: u64,
     who: &toolmesh_governance::Principal,
     format: ToolFormat,
 ) -> CacheKey {
     let view = format!("{}/{}/{}", who.tenant, who.name, who.roles.join(","));
-    (snapshot_version, policy_generation, view, format as i32)
+    (
+        snapshot_version,
+        current_version,
+        policy_generation,
+        view,
+        format as i32,
+    )
 }
 
 /// The version a bare name resolves to among those callable now, per name,
 /// sorted by name.
 pub(crate) fn callable(
     snapshot: &Snapshot,
-    in_rotation: impl Fn(&ToolEntry) -> bool,
+    in_rotation: impl Fn(&Arc<ToolEntry>) -> bool,
 ) -> Vec<&Arc<ToolEntry>> {
     snapshot
         .names()
@@ -181,15 +189,15 @@ mod tests {
             render(version, &[], ToolFormat::Native)
         };
         for _ in 0..3 {
-            cache.get_or_render(cache_key(7, 1, &who, ToolFormat::Native), || render(7));
+            cache.get_or_render(cache_key(7, 7, 1, &who, ToolFormat::Native), || render(7));
         }
         assert_eq!(renders.get(), 1);
         let other = toolmesh_governance::Principal {
             roles: vec!["admin".into()],
             ..who.clone()
         };
-        cache.get_or_render(cache_key(7, 1, &other, ToolFormat::Native), || render(7));
-        let fresh = cache.get_or_render(cache_key(8, 1, &who, ToolFormat::Native), || render(8));
+        cache.get_or_render(cache_key(7, 7, 1, &other, ToolFormat::Native), || render(7));
+        let fresh = cache.get_or_render(cache_key(8, 8, 1, &who, ToolFormat::Native), || render(8));
         assert_eq!(renders.get(), 3);
         assert_eq!(fresh.snapshot_version, 8);
     }

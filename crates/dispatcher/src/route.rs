@@ -1,5 +1,6 @@
-//! Choosing an instance: power of two choices on calls in flight among the
-//! healthy, non-ejected, non-full instances, avoiding those already tried.
+//! Route: choosing an instance — power of two choices on calls in flight
+//! among the healthy, non-ejected, non-full instances, avoiding those
+//! already tried — and whether a tool is in rotation at all.
 
 use crate::endpoints::{Endpoint, Endpoints};
 use std::{sync::Arc, time::Duration};
@@ -21,32 +22,50 @@ pub(crate) struct NoInstance {
     pub(crate) retry_after: Option<Duration>,
 }
 
-/// Picks an instance for `entry`, preferring ones not in `tried`.
+/// Picks an instance for `entry`: among those able to take the call, the
+/// ones not in `tried` first; on a retry, when every untried instance is
+/// ejected, one of those rather than the one that just failed (never a dead
+/// end, as Envoy's panic threshold and gRPC's outlier detection avoid).
 pub(crate) fn pick(
     entry: &ToolEntry,
     pool: &Endpoints,
     tried: &[Arc<str>],
     per_instance_limit: u32,
 ) -> Result<Pick, NoInstance> {
-    // One pass: instances able to take the call, those not tried yet first.
-    let mut candidates = Vec::with_capacity(entry.instances.len());
+    let tool = entry.def.name();
+    let mut fresh = Vec::with_capacity(entry.instances.len());
+    let mut ejected = Vec::new();
+    let mut again = Vec::new();
     for instance in entry.healthy_instances() {
         let Some(endpoint) = pool.get(&instance.endpoint) else {
             continue;
         };
-        if pool.ejected(&endpoint) || endpoint.in_flight() >= per_instance_limit {
+        if endpoint.in_flight() >= per_instance_limit {
             continue;
         }
-        candidates.push((instance, endpoint, tried.contains(&instance.endpoint)));
+        let tier = match (
+            pool.ejected(&endpoint, tool),
+            tried.contains(&instance.endpoint),
+        ) {
+            (false, false) => &mut fresh,
+            (true, false) => &mut ejected,
+            (false, true) => &mut again,
+            (true, true) => continue,
+        };
+        tier.push((instance, endpoint));
     }
-    if candidates.iter().any(|c| !c.2) {
-        candidates.retain(|c| !c.2);
-    }
+    let candidates = if !fresh.is_empty() {
+        fresh
+    } else if !tried.is_empty() && !ejected.is_empty() {
+        ejected
+    } else {
+        again
+    };
     let chosen = match candidates.len() {
         0 => {
             let retry_after = entry
                 .healthy_instances()
-                .filter_map(|i| pool.ejection_left(&i.endpoint))
+                .filter_map(|i| pool.ejection_left(&i.endpoint, tool))
                 .min();
             return Err(NoInstance {
                 registered: entry.instances.len(),
@@ -71,30 +90,32 @@ pub(crate) fn pick(
     })
 }
 
-/// Whether some healthy instance of `entry` is in rotation here.
+/// Whether some healthy instance of `entry` is in rotation here for it.
 pub(crate) fn in_rotation(entry: &ToolEntry, pool: &Endpoints) -> bool {
+    let tool = entry.def.name();
     entry.exposed()
         && entry
             .healthy_instances()
-            .any(|i| !pool.is_ejected(&i.endpoint))
+            .any(|i| !pool.is_ejected(&i.endpoint, tool))
 }
 
 /// Whether ejecting `address` is allowed for `entry`: not when it is the last
 /// instance in rotation of a tool that has other healthy instances (those are
 /// ejected already; keep one to try rather than none).
 pub(crate) fn may_eject(entry: &ToolEntry, pool: &Endpoints, address: &str) -> bool {
+    let tool = entry.def.name();
     let healthy = entry.healthy_instances().count();
     let others_in_rotation = entry
         .healthy_instances()
         .filter(|i| &*i.endpoint != address)
-        .any(|i| !pool.is_ejected(&i.endpoint));
+        .any(|i| !pool.is_ejected(&i.endpoint, tool));
     healthy <= 1 || others_in_rotation
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::endpoints::{EjectionPolicy, Health};
+    use crate::endpoints::{EjectionPolicy, Health, Scope};
     use toolmesh::{ToolDef, pb::ToolSpec};
 
     fn entry(endpoints: &[&str]) -> ToolEntry {
@@ -160,7 +181,7 @@ mod tests {
         let e = entry(&["127.0.0.1:1", "127.0.0.1:2"]);
         let first = pool.get(&"127.0.0.1:1".into()).unwrap();
         assert!(may_eject(&e, &pool, "127.0.0.1:1"));
-        assert!(pool.record(&first, Health::Bad, true));
+        assert!(pool.record(&first, "t", Health::Bad(Scope::Instance), true));
         for _ in 0..10 {
             assert_eq!(
                 &*pick(&e, &pool, &[], 100).unwrap().instance.endpoint,
@@ -177,5 +198,28 @@ mod tests {
                 .retry_after
                 .is_some()
         );
+    }
+
+    /// On a retry, an ejected instance that was not tried beats the one
+    /// that just failed; a first attempt never goes to an ejected one.
+    #[tokio::test]
+    async fn no_dead_end_on_retry() {
+        let pool = pool();
+        let e = entry(&["127.0.0.1:1", "127.0.0.1:2"]);
+        let second = pool.get(&"127.0.0.1:2".into()).unwrap();
+        assert!(pool.record(&second, "t", Health::Bad(Scope::Tool), true));
+        let tried: Vec<Arc<str>> = vec!["127.0.0.1:1".into()];
+        for _ in 0..10 {
+            assert_eq!(
+                &*pick(&e, &pool, &tried, 100).unwrap().instance.endpoint,
+                "127.0.0.1:2",
+                "the ejected, untried one"
+            );
+            assert_eq!(
+                &*pick(&e, &pool, &[], 100).unwrap().instance.endpoint,
+                "127.0.0.1:1",
+                "first attempts stay in rotation"
+            );
+        }
     }
 }

@@ -1,6 +1,7 @@
 //! The retry rules, one by one, through a real dispatcher calling real gRPC
 //! executors on 127.0.0.1 whose behaviour each test scripts.
 
+use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -36,6 +37,8 @@ struct Seen {
 #[derive(Clone)]
 struct Scripted {
     script: Script,
+    /// Scripts for particular tools; `script` for the others.
+    by_tool: Arc<HashMap<String, Script>>,
     seen: Arc<Mutex<Vec<Seen>>>,
 }
 
@@ -51,7 +54,8 @@ impl pb::executor_server::Executor for Scripted {
             attempt: request.attempt,
             at: Instant::now(),
         });
-        let result = match &self.script {
+        let script = self.by_tool.get(&request.tool).unwrap_or(&self.script);
+        let result = match script {
             Script::Ok => ToolResult {
                 output: "ok".into(),
                 ..ToolResult::default()
@@ -68,9 +72,23 @@ impl pb::executor_server::Executor for Scripted {
 
 /// A real executor server on 127.0.0.1:0 following `script`.
 async fn executor(script: Script) -> (String, Arc<Mutex<Vec<Seen>>>) {
+    executor_by_tool(script, &[]).await
+}
+
+/// A real executor server following a script per tool (`script` for others).
+async fn executor_by_tool(
+    script: Script,
+    by_tool: &[(&str, Script)],
+) -> (String, Arc<Mutex<Vec<Seen>>>) {
     let seen = Arc::new(Mutex::new(Vec::new()));
     let service = Scripted {
         script,
+        by_tool: Arc::new(
+            by_tool
+                .iter()
+                .map(|(tool, script)| (tool.to_string(), script.clone()))
+                .collect(),
+        ),
         seen: seen.clone(),
     };
     let addr =
@@ -108,22 +126,28 @@ fn spec(idempotent: bool, attempt_timeout_ms: u32) -> ToolSpec {
 
 /// A dispatcher over one tool served at `endpoints`.
 fn dispatcher(spec: ToolSpec, endpoints: &[&str], config: DispatcherConfig) -> Dispatcher {
-    let entry = ToolEntry {
-        def: Arc::new(ToolDef::new(spec).unwrap()),
-        instances: endpoints
-            .iter()
-            .enumerate()
-            .map(|(i, e)| Instance {
-                executor_id: format!("x{i}").into(),
-                endpoint: (*e).into(),
-                service: "s".into(),
-                healthy: true,
-            })
-            .collect(),
-        disabled: None,
-    };
+    dispatcher_of(vec![spec], endpoints, config)
+}
+
+/// A dispatcher over `specs`, each served at every one of `endpoints`.
+fn dispatcher_of(specs: Vec<ToolSpec>, endpoints: &[&str], config: DispatcherConfig) -> Dispatcher {
     let mut builder = Snapshot::empty("test").next();
-    builder.put(entry);
+    for spec in specs {
+        builder.put(ToolEntry {
+            def: Arc::new(ToolDef::new(spec).unwrap()),
+            instances: endpoints
+                .iter()
+                .enumerate()
+                .map(|(i, e)| Instance {
+                    executor_id: format!("x{i}").into(),
+                    endpoint: (*e).into(),
+                    service: "s".into(),
+                    healthy: true,
+                })
+                .collect(),
+            disabled: None,
+        });
+    }
     let (_tx, rx) = watch::channel(Arc::new(builder.finish()));
     std::mem::forget(_tx);
     let (health, _) = tonic_health::server::health_reporter();
@@ -233,7 +257,12 @@ async fn retry_rule_table() {
         let seen = seen.lock().unwrap().clone();
         if !seen.is_empty() {
             assert_eq!(seen.len() as u32, expected, "{label}: executions seen");
-            assert!(seen.iter().all(|s| s.call_id == id), "call_id unchanged");
+            // One idempotency key for every attempt (scoped to the caller).
+            assert!(
+                seen.iter().all(|s| s.call_id == seen[0].call_id),
+                "call_id unchanged across attempts"
+            );
+            assert_eq!(response.call_id, id, "the caller's own id comes back");
             let attempts: Vec<u32> = seen.iter().map(|s| s.attempt).collect();
             assert_eq!(
                 attempts,
@@ -367,4 +396,75 @@ async fn outlier_is_ejected() {
     let bad_calls = bad_seen.lock().unwrap().len();
     assert_eq!(bad_calls, 5, "ejected after exactly 5 consecutive failures");
     assert_eq!(good_seen.lock().unwrap().len(), 60 - 5);
+}
+
+/// A tool-level fault ejects that tool on that instance, not the instance:
+/// with t_write failing on B (and ejected there), and t_read failing on A,
+/// every t_read still succeeds on B.
+#[tokio::test]
+async fn tool_fault_failover_keeps_the_healthy_replicas_tools() {
+    let unavailable = Script::Status(tonic::Code::Unavailable);
+    let (a, a_seen) = executor_by_tool(Script::Ok, &[("t_read", unavailable.clone())]).await;
+    let (b, _) = executor_by_tool(Script::Ok, &[("t_write", unavailable)]).await;
+    let named = |name: &str, idempotent: bool| ToolSpec {
+        name: name.into(),
+        ..spec(idempotent, 0)
+    };
+    let d = dispatcher_of(
+        vec![named("t_write", false), named("t_read", true)],
+        &[&a, &b],
+        DispatcherConfig::default(),
+    );
+    let run = |tool: &str, id: String| InvokeRequest {
+        tool: tool.into(),
+        ..call(&id)
+    };
+    // Until B is ejected for t_write (5 consecutive failures there).
+    let mut write_failures = 0;
+    for i in 0..200 {
+        let response = d
+            .invoke(run("t_write", format!("w{i}")), None)
+            .await
+            .unwrap();
+        if code_of(&response) != ErrorCode::Unspecified {
+            write_failures += 1;
+        }
+        if write_failures == 5 {
+            break;
+        }
+    }
+    assert_eq!(write_failures, 5, "t_write failed on B five times");
+    let mut first_try_on_b = 0;
+    for i in 0..30 {
+        let response = d
+            .invoke(run("t_read", format!("r{i}")), None)
+            .await
+            .unwrap();
+        assert_eq!(
+            code_of(&response),
+            ErrorCode::Unspecified,
+            "t_read r{i}: {response:?}"
+        );
+        if response.attempts == 1 {
+            first_try_on_b += 1;
+        }
+    }
+    assert!(
+        !a_seen.lock().unwrap().is_empty(),
+        "A's failing t_read was tried too"
+    );
+    // B is in rotation for t_read: balancing gives it first attempts too
+    // (all 30 going to A first has odds of 2^-30).
+    assert!(first_try_on_b > 0, "B was ejected as a whole");
+    for i in 0..20 {
+        let response = d
+            .invoke(run("t_write", format!("w2-{i}")), None)
+            .await
+            .unwrap();
+        assert_eq!(
+            code_of(&response),
+            ErrorCode::Unspecified,
+            "t_write avoids B, where it is ejected"
+        );
+    }
 }

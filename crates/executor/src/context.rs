@@ -48,7 +48,8 @@ impl CallCx {
     }
 
     /// The call's id: the same for every attempt of one call, so it is the
-    /// idempotency key for tools with side effects.
+    /// idempotency key for tools with side effects. The dispatcher scopes it
+    /// to the authenticated caller: two callers reusing one id never share it.
     pub fn call_id(&self) -> &str {
         &self.inner.call_id
     }
@@ -68,9 +69,24 @@ impl CallCx {
         &self.inner.executor_id
     }
 
-    /// Who is calling and on whose behalf.
+    /// Who is calling and on whose behalf. Through a dispatcher, `caller`,
+    /// `tenant` and `caller_roles` are the principal it authenticated
+    /// (verified); `claimed_caller` / `claimed_tenant` hold what the client
+    /// asserted itself and are never verified; `session_id`, `trace_id` and
+    /// `metadata` are the client's own. Verified fields are only as strong as
+    /// the path to this executor: accept calls from dispatchers only.
     pub fn context(&self) -> &CallContext {
         &self.inner.context
+    }
+
+    /// The verified caller: the principal the dispatcher authenticated.
+    pub fn caller(&self) -> &str {
+        &self.inner.context.caller
+    }
+
+    /// The verified tenant the caller acts for.
+    pub fn tenant(&self) -> &str {
+        &self.inner.context.tenant
     }
 
     /// When the call's budget runs out: the smaller of the caller's deadline

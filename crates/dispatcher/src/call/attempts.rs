@@ -15,6 +15,7 @@ use tokio::time::Instant;
 use toolmesh::ToolEntry;
 use toolmesh::grpc::{Bound, call_budget};
 use toolmesh::pb::InvokeRequest;
+use toolmesh_governance::Principal;
 use tower::retry::budget::{Budget, TpsBudget};
 use tracing::{debug, warn};
 
@@ -37,10 +38,12 @@ impl Attempts {
         &self,
         entry: &ToolEntry,
         request: &InvokeRequest,
+        who: &Principal,
         caller_timeout: Option<Duration>,
         trail: &mut Trail,
     ) -> Outcome {
         let def = &entry.def;
+        let execute = attempt::execute_request(def, request, who, &trail.call_id);
         let (budget, bound) = call_budget(caller_timeout, def.timeout());
         let deadline = trail.started + budget;
         let policy = def.retry();
@@ -50,15 +53,7 @@ impl Attempts {
         loop {
             let remaining = deadline.saturating_duration_since(Instant::now());
             if remaining < self.min_attempt {
-                return match last {
-                    Some(failure) if failure != AttemptFailure::Timeout => {
-                        outcome(failure, request, trail)
-                    }
-                    _ => Outcome::Failed(CallError::DeadlineExceeded {
-                        tool: request.tool.clone(),
-                        budget,
-                    }),
-                };
+                return out_of_time(last, budget, request, trail);
             }
             let pick = match route::pick(entry, &self.pool, &tried, self.max_in_flight_per_instance)
             {
@@ -72,7 +67,7 @@ impl Attempts {
             let slice = policy
                 .attempt_timeout
                 .map_or(remaining, |t| t.min(remaining));
-            let sent = attempt::send(&pick, def, request, &trail.call_id, trail.attempts, slice);
+            let sent = attempt::send(&pick, &execute, trail.attempts, slice);
             let failure = match sent.await {
                 Ok(result) => {
                     self.record(entry, &pick, Health::Good);
@@ -110,12 +105,17 @@ impl Attempts {
     fn record(&self, entry: &ToolEntry, pick: &Pick, health: Health) {
         let address = &pick.instance.endpoint;
         // Walking the tool's instances matters only when a failure may eject.
-        let may_eject = health == Health::Bad && route::may_eject(entry, &self.pool, address);
-        if self.pool.record(&pick.endpoint, health, may_eject) {
+        let may_eject =
+            matches!(health, Health::Bad(_)) && route::may_eject(entry, &self.pool, address);
+        if self
+            .pool
+            .record(&pick.endpoint, entry.def.name(), health, may_eject)
+        {
             warn!(
                 endpoint = &**address,
                 tool = entry.def.name(),
-                "instance ejected after repeated failures"
+                ?health,
+                "ejected after repeated failures (the instance, or this tool on it)"
             );
             self.ejections.notify_one();
         }
@@ -128,17 +128,34 @@ fn outcome(failure: AttemptFailure, request: &InvokeRequest, trail: &Trail) -> O
     let tool = request.tool.clone();
     let attempts = trail.attempts;
     Outcome::Failed(match failure {
-        AttemptFailure::Reported(result) => return Outcome::Answered(result),
-        AttemptFailure::NotSent(detail) | AttemptFailure::Transport(detail) => {
-            CallError::Unreachable {
-                tool,
-                attempts,
-                detail,
-            }
-        }
+        AttemptFailure::Reported(result) => return Outcome::Answered(*result),
+        AttemptFailure::NotSent(detail)
+        | AttemptFailure::ConnectionLost(detail)
+        | AttemptFailure::Unavailable(detail) => CallError::Unreachable {
+            tool,
+            attempts,
+            detail,
+        },
         AttemptFailure::Timeout => CallError::TimedOut { tool, attempts },
         AttemptFailure::Broken(detail) => CallError::ExecutorBroke { tool, detail },
     })
+}
+
+/// Too little time is left for another attempt: the last failure if it
+/// says more than "timed out", else "deadline exceeded".
+fn out_of_time(
+    last: Option<AttemptFailure>,
+    budget: Duration,
+    request: &InvokeRequest,
+    trail: &Trail,
+) -> Outcome {
+    match last {
+        Some(failure) if failure != AttemptFailure::Timeout => outcome(failure, request, trail),
+        _ => Outcome::Failed(CallError::DeadlineExceeded {
+            tool: request.tool.clone(),
+            budget,
+        }),
+    }
 }
 
 /// No instance can take the next attempt: the last failure if there was

@@ -19,11 +19,13 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::time::Instant;
 use toolmesh::pb::{InvokeRequest, InvokeResponse, ToolResult};
-use toolmesh::{Snapshot, ToolDef, ToolEntry};
+use toolmesh::{Snapshot, SnapshotHistory, ToolDef, ToolEntry};
 use toolmesh_governance::{Governance, Permit, Principal};
 
 /// The call pipeline: what its stages share across calls.
 pub(crate) struct Pipeline {
+    /// The newest snapshot and the recent ones callers may pin.
+    pub(crate) snapshots: Arc<SnapshotHistory>,
     pub(crate) governance: Governance,
     pub(crate) attempts: Attempts,
     /// Largest `arguments` accepted, in bytes.
@@ -100,7 +102,7 @@ impl Pipeline {
             Ok((entry, _permit)) => {
                 let attempts = self
                     .attempts
-                    .run(&entry, &request, caller_timeout, &mut trail);
+                    .run(&entry, &request, who, caller_timeout, &mut trail);
                 attempts.await
             }
         };
@@ -118,7 +120,8 @@ impl Pipeline {
         trail: &mut Trail,
     ) -> Result<(Arc<ToolEntry>, Permit), CallError> {
         let policy = self.governance.policy();
-        let entry = resolve::tool(snapshot, &policy, who, &request.tool)?;
+        let current = self.snapshots.current();
+        let entry = resolve::tool(snapshot, &current, &policy, who, &request.tool)?;
         let def = trail.def.insert(entry.def.clone()).clone();
         let grant = authorize::grant(&policy, who, &entry)?;
         trail.rule = Some(grant.rule);

@@ -72,7 +72,9 @@ pub(crate) fn decide(
 pub(crate) fn may_retry(failure: &AttemptFailure, idempotent: bool) -> bool {
     match failure {
         AttemptFailure::NotSent(_) => true,
-        AttemptFailure::Transport(_) | AttemptFailure::Timeout => idempotent,
+        AttemptFailure::ConnectionLost(_)
+        | AttemptFailure::Unavailable(_)
+        | AttemptFailure::Timeout => idempotent,
         AttemptFailure::Broken(_) => false,
         AttemptFailure::Reported(result) => match result.error_code() {
             // The instance does not serve the tool (a stale snapshot):
@@ -95,16 +97,16 @@ pub(crate) fn backoff(policy: &Retry, next_attempt: u32, jitter: f64) -> Duratio
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::endpoints::Health;
+    use crate::endpoints::{Health, Scope};
     use toolmesh::ToolErrorExt;
     use toolmesh::pb::ToolError;
 
     fn reported(code: ErrorCode, retryable: bool) -> AttemptFailure {
-        AttemptFailure::Reported(
+        AttemptFailure::Reported(Box::new(
             ToolError::new(code, "x")
                 .with_retryable(retryable)
                 .into_result(),
-        )
+        ))
     }
 
     /// The retry rules, one row per failure kind: retried for idempotent
@@ -112,78 +114,22 @@ mod tests {
     #[test]
     fn retry_rule_table() {
         use AttemptFailure as F;
+        const HOST: Health = Health::Bad(Scope::Instance);
+        const TOOL: Health = Health::Bad(Scope::Tool);
+        #[rustfmt::skip]
         let rows: Vec<(&str, AttemptFailure, bool, bool, Health)> = vec![
-            (
-                "connect refused",
-                F::NotSent("refused".into()),
-                true,
-                true,
-                Health::Bad,
-            ),
-            (
-                "reset mid-call",
-                F::Transport("reset".into()),
-                true,
-                false,
-                Health::Bad,
-            ),
-            ("attempt timeout", F::Timeout, true, false, Health::Bad),
-            (
-                "garbage / internal",
-                F::Broken("internal".into()),
-                false,
-                false,
-                Health::Bad,
-            ),
-            (
-                "declared retryable",
-                reported(ErrorCode::ToolError, true),
-                true,
-                false,
-                Health::Good,
-            ),
-            (
-                "declared not retryable",
-                reported(ErrorCode::Unavailable, false),
-                false,
-                false,
-                Health::Bad,
-            ),
-            (
-                "business error",
-                reported(ErrorCode::ToolError, false),
-                false,
-                false,
-                Health::Good,
-            ),
-            (
-                "invalid arguments",
-                reported(ErrorCode::InvalidArguments, false),
-                false,
-                false,
-                Health::Good,
-            ),
-            (
-                "executor unavailable",
-                reported(ErrorCode::Unavailable, true),
-                true,
-                false,
-                Health::Bad,
-            ),
-            (
-                "executor failed",
-                reported(ErrorCode::ExecutorFailed, false),
-                false,
-                false,
-                Health::Bad,
-            ),
-            (
-                "stale: tool not served",
-                reported(ErrorCode::NotFound, false),
-                true,
-                true,
-                Health::Good,
-            ),
+            ("connect refused", F::NotSent("refused".into()), true, true, HOST),
+            ("reset mid-call", F::ConnectionLost("reset".into()), true, false, HOST),
+            ("handler UNAVAILABLE", F::Unavailable("busy".into()), true, false, TOOL),
+            ("attempt timeout", F::Timeout, true, false, TOOL),
+            ("garbage / internal", F::Broken("internal".into()), false, false, TOOL),
+            ("declared retryable", reported(ErrorCode::ToolError, true), true, false, Health::Good),
+            ("declared not retryable", reported(ErrorCode::Unavailable, false), false, false, TOOL),
+            ("business error", reported(ErrorCode::ToolError, false), false, false, Health::Good),
+            ("invalid arguments", reported(ErrorCode::InvalidArguments, false), false, false, Health::Good),
+            ("executor unavailable", reported(ErrorCode::Unavailable, true), true, false, TOOL),
+            ("executor failed", reported(ErrorCode::ExecutorFailed, false), false, false, TOOL),
+            ("stale: tool not served", reported(ErrorCode::NotFound, false), true, true, Health::Good),
         ];
         for (label, failure, idempotent, non_idempotent, health) in rows {
             assert_eq!(may_retry(&failure, true), idempotent, "{label}: idempotent");
@@ -211,12 +157,12 @@ mod tests {
     fn decision_table() {
         let policy = Retry::default();
         let refused = AttemptFailure::NotSent("refused".into());
-        let pushback = AttemptFailure::Reported(
+        let pushback = AttemptFailure::Reported(Box::new(
             ToolError::new(ErrorCode::Unavailable, "busy")
                 .with_retryable(true)
                 .with_retry_after_ms(200)
                 .into_result(),
-        );
+        ));
         let rows: Vec<(&str, AttemptState, &AttemptFailure, f64, Next)> = vec![
             (
                 "first retry, no jitter",
