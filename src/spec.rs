@@ -416,6 +416,16 @@ mod tests {
                 Some("output_schema does not compile"),
             ),
             (
+                "output regex too costly",
+                |s| s.output_schema = r#"{"pattern":"x{99999}"}"#.into(),
+                Some(r#"output_schema has the pattern "x{99999}""#),
+            ),
+            (
+                "input regex too costly",
+                |s| s.input_schema = r#"{"properties":{"a":{"pattern":"a{99999}"}}}"#.into(),
+                Some("compiles to more than 256 KiB"),
+            ),
+            (
                 "output valid",
                 |s| s.output_schema = r#"{"type":"object"}"#.into(),
                 None,

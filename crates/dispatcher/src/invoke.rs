@@ -121,9 +121,11 @@ impl Invoker {
                         .as_ref()
                         .map_or("", |c| c.session_id.as_str());
                     self.governance.sessions.record(
+                        who,
                         session,
                         prepared.entry.def.name(),
                         &prepared.arguments,
+                        &self.governance.sessions.declared_for(&snapshot),
                     );
                 }
                 parsed = Some(prepared.arguments);
@@ -274,8 +276,14 @@ impl Invoker {
             .map_or("", |c| c.session_id.as_str());
         self.governance
             .sessions
-            .check(session, def.name(), &def.spec().preconditions, &arguments)
-            .map_err(|message| fail(InvokeError::PreconditionFailed(message)))?;
+            .check(
+                who,
+                session,
+                def.name(),
+                &def.spec().preconditions,
+                &arguments,
+            )
+            .map_err(|e| fail(InvokeError::PreconditionFailed(e.to_string())))?;
         if approval == ApprovalNeed::Required {
             self.check_approval(def, who, request, &arguments)
                 .map_err(fail)?;

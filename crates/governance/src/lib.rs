@@ -68,7 +68,7 @@ pub use policy::{
 };
 pub use principal::Principal;
 pub use reload::{PolicyHandle, PolicyWatcher};
-pub use sessions::Sessions;
+pub use sessions::{Declared, PreconditionError, SessionLimits, SessionUsage, Sessions};
 
 /// The full example policy shown in the crate docs (`policy.example.toml`).
 pub const EXAMPLE_POLICY_TOML: &str = include_str!("../policy.example.toml");
