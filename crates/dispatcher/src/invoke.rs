@@ -18,8 +18,10 @@ use toolmesh::pb::{
     executor_client::ExecutorClient,
 };
 use toolmesh::{Snapshot, ToolDef, ToolEntry, ToolErrorExt, ToolRef, schema, suggest};
-use toolmesh_governance::audit::{AuditKind, AuditRecord, outcome_of, redact};
-use toolmesh_governance::{ApprovalNeed, Decision, Permit, Policy, Principal, value_digest};
+use toolmesh_governance::audit::{AuditKind, AuditRecord, outcome_of};
+use toolmesh_governance::{
+    ApprovalNeed, Decision, Permit, Policy, Principal, approval_summary, value_digest,
+};
 use tower::retry::budget::{Budget, TpsBudget};
 use tracing::{debug, warn};
 
@@ -324,18 +326,12 @@ impl Invoker {
                 .consume(&request.approval_id, def.name(), &version, &digest, who)
                 .map_err(|e| InvokeError::ApprovalUnusable(e.to_string()));
         }
-        let shown = redact(def.input_schema(), arguments).to_string();
-        let shown: String = if shown.chars().count() > 300 {
-            shown.chars().take(299).chain(['…']).collect()
-        } else {
-            shown
-        };
-        let summary = format!(
-            "{}@{version} for {} (tenant {}) with arguments {shown} (sha256 {})",
-            def.name(),
-            who.name,
-            who.tenant,
-            &digest[..12]
+        let summary = approval_summary(
+            &format!("{}@{version}", def.name()),
+            who,
+            def.input_schema(),
+            arguments,
+            &digest,
         );
         let ticket = approvals
             .request(def.name(), &version, &digest, who, &summary)

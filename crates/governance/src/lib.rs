@@ -55,7 +55,9 @@ pub mod sessions;
 #[cfg(test)]
 mod tests;
 
-pub use approvals::{ApprovalError, ApprovalSettings, ApprovalState, ApprovalTicket, Approvals};
+pub use approvals::{
+    ApprovalError, ApprovalSettings, ApprovalState, ApprovalTicket, Approvals, approval_summary,
+};
 pub use audit::{AuditKind, AuditRecord, AuditSink, RAW_ARGUMENTS_TAG};
 pub use config::Scope;
 pub use decision::{ApprovalNeed, Decision, Explanation, GrantCheck, GrantVerdict, explain};
