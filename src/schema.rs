@@ -18,6 +18,9 @@ pub const MAX_SCHEMA_DEPTH: usize = 32;
 /// keys) in one schema: each is compiled into the registry, the dispatcher
 /// and every executor.
 pub const MAX_SCHEMA_PATTERNS: usize = 32;
+/// Most regular expressions one registration may compile across all its
+/// tools (at most 256 KiB each, so at most 128 MiB for one registration).
+pub const MAX_REGISTRATION_PATTERNS: usize = 512;
 /// Compiled size allowed per regular expression, in bytes (the regex
 /// crate's own default is 10 MiB: 16 patterns such as `x{99999}` in an
 /// 824-byte schema cost over 100 MB).
@@ -136,7 +139,7 @@ pub fn compile(schema: &Value) -> Result<Validator, SchemaError> {
 
 /// `pattern` strings and `patternProperties` keys anywhere in `schema`
 /// (counted generously: a `pattern` key in an unrelated place counts too).
-fn count_patterns(schema: &Value) -> usize {
+pub fn count_patterns(schema: &Value) -> usize {
     let mut count = 0;
     let mut stack = vec![schema];
     while let Some(v) = stack.pop() {

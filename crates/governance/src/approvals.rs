@@ -601,6 +601,20 @@ mod tests {
         }
     }
 
+    fn in_tenant(mut p: Principal, tenant: &str) -> Principal {
+        p.tenant = tenant.into();
+        p
+    }
+
+    /// `p` asks to run `wipe@1.0.0` with arguments digest `digest`.
+    fn ask(
+        approvals: &Approvals,
+        digest: &str,
+        p: &Principal,
+    ) -> Result<ApprovalTicket, ApprovalError> {
+        approvals.request("wipe", "1.0.0", digest, p, "")
+    }
+
     fn store() -> Approvals {
         Approvals::new(ApprovalSettings::default())
     }
@@ -823,45 +837,24 @@ mod tests {
         for d in ["d1", "d2", "d3"] {
             approvals.request("wipe", "1.0.0", d, &flood, "").unwrap();
         }
-        let err = approvals
-            .request("wipe", "1.0.0", "d4", &flood, "")
-            .unwrap_err();
+        let err = ask(&approvals, "d4", &flood).unwrap_err();
         assert_eq!(err, ApprovalError::TooManyForCaller { open: 3 });
         assert!(
             err.to_string().starts_with("you have 3 open approvals"),
             "{err}"
         );
-        assert_eq!(
-            approvals
-                .request("wipe", "1.0.0", "d1", &flood, "")
-                .unwrap()
-                .id,
-            "a-1"
-        );
-        let mut namesake = flood.clone();
-        namesake.tenant = "globex".into();
-        approvals
-            .request("wipe", "1.0.0", "d4", &namesake, "")
-            .unwrap();
-        approvals
-            .request("wipe", "1.0.0", "d4", &other, "")
-            .unwrap();
+        assert_eq!(ask(&approvals, "d1", &flood).unwrap().id, "a-1");
+        let namesake = in_tenant(flood.clone(), "globex");
+        ask(&approvals, "d4", &namesake).unwrap();
+        ask(&approvals, "d4", &other).unwrap();
         approvals.deny("a-1", &alice, "no").unwrap();
-        approvals
-            .request("wipe", "1.0.0", "d4", &flood, "")
-            .unwrap();
+        ask(&approvals, "d4", &flood).unwrap();
         approvals.approve("a-2", &alice).unwrap();
         approvals
             .consume("a-2", "wipe", "1.0.0", "d2", &flood)
             .unwrap();
-        approvals
-            .request("wipe", "1.0.0", "d5", &flood, "")
-            .unwrap();
-        assert!(
-            approvals
-                .request("wipe", "1.0.0", "d6", &flood, "")
-                .is_err()
-        );
+        ask(&approvals, "d5", &flood).unwrap();
+        assert!(ask(&approvals, "d6", &flood).is_err());
     }
 
     /// An approver lists only its own tenant's pending tickets, a caller
@@ -871,18 +864,12 @@ mod tests {
         let approvals = store();
         let roles = ApprovalSettings::default().approver_roles;
         let acme_bot = who("support-bot", &["agent"]);
-        let mut globex_bot = who("globex-bot", &["agent"]);
-        globex_bot.tenant = "globex".into();
+        let globex_bot = in_tenant(who("globex-bot", &["agent"]), "globex");
         let alice = who("alice", &["approver"]);
-        let mut bob = who("bob", &["approver"]);
-        bob.tenant = "globex".into();
+        let bob = in_tenant(who("bob", &["approver"]), "globex");
         let helper = who("helper", &["agent"]);
-        approvals
-            .request("wipe", "1.0.0", "d", &acme_bot, "")
-            .unwrap();
-        approvals
-            .request("wipe", "1.0.0", "d", &globex_bot, "")
-            .unwrap();
+        ask(&approvals, "d", &acme_bot).unwrap();
+        ask(&approvals, "d", &globex_bot).unwrap();
         let ids = |p: &Principal| -> Vec<String> {
             approvals
                 .list_for(p, &roles)

@@ -296,7 +296,8 @@ fn patterned(name: &str, patterns: &[String]) -> ToolSpec {
 }
 
 /// A regex-heavy schema is rejected with the limit named; a schema with a
-/// few ordinary patterns registers; and while a costly registration
+/// few ordinary patterns registers; a registration past 512 patterns in all
+/// has the excess tools rejected; and while a costly registration
 /// compiles, other RPCs are still answered (compilation runs off the
 /// async workers: this test's runtime has a single thread).
 #[tokio::test]
@@ -313,25 +314,27 @@ async fn regex_heavy_schemas_are_rejected_and_never_stall_other_calls() {
         .unwrap()
         .into_inner();
     assert_eq!(response.rejected.len(), 1, "{:?}", response.rejected);
-    assert_eq!(response.rejected[0].name, "heavy");
-    assert!(
-        response.rejected[0]
-            .reason
-            .contains("compiles to more than 256 KiB"),
-        "{}",
-        response.rejected[0].reason
-    );
+    let rejected = &response.rejected[0];
+    assert_eq!(rejected.name, "heavy");
+    let reason = &rejected.reason;
+    assert!(reason.contains("compiles to more than 256 KiB"), "{reason}");
 
     // Many accepted-but-costly schemas: long enough to compile that a
     // blocked worker would delay GetSnapshot until Register ends.
-    let tools: Vec<ToolSpec> = (0..300)
-        .map(|t| {
-            let patterns: Vec<String> = (0..8)
-                .map(|p| format!("^[a-z]{{1,{}}}$", 100 + t * 8 + p))
-                .collect();
-            patterned(&format!("slow_{t}"), &patterns)
-        })
-        .collect();
+    // 512 patterns, the most one registration may compile: 32 slow ones
+    // (about 10 ms each here) and 480 literal ones.
+    let slow = (0..32).map(|t| {
+        patterned(
+            &format!("slow_{t}"),
+            &[format!("^(\\w+\\s){{1,{}}}$", 100 + t)],
+        )
+    });
+    let cheap = (0..60).map(|t| {
+        let patterns: Vec<String> = (0..8).map(|p| format!("^k{t}_{p}$")).collect();
+        patterned(&format!("cheap_{t}"), &patterns)
+    });
+    let mut tools: Vec<ToolSpec> = slow.chain(cheap).collect();
+    tools.push(patterned("one_too_many", &["^a$".into()]));
     let mut registering = client.clone();
     let register = tokio::spawn(async move {
         let answer = registering.register(request("re-2", tools)).await;
@@ -344,7 +347,14 @@ async fn regex_heavy_schemas_are_rejected_and_never_stall_other_calls() {
         .unwrap();
     let snapshot_done = tokio::time::Instant::now();
     let (answer, register_done) = register.await.unwrap();
-    assert!(answer.unwrap().into_inner().rejected.is_empty());
+    let rejected = answer.unwrap().into_inner().rejected;
+    assert_eq!(rejected.len(), 1, "{rejected:?}");
+    assert_eq!(rejected[0].name, "one_too_many");
+    let reason = &rejected[0].reason;
+    assert!(
+        reason.contains("past 512 (the limit across all its tools)"),
+        "{reason}"
+    );
     assert!(
         snapshot_done < register_done,
         "GetSnapshot waited for the registration to compile"
