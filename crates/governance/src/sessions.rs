@@ -12,6 +12,7 @@
 
 use crate::Principal;
 use crate::digest::value_sha256;
+use arc_swap::ArcSwapOption;
 use serde_json::Value;
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -139,8 +140,13 @@ pub enum PreconditionError {
 type Fact = (Arc<str>, Arc<str>, [u8; 32]);
 /// (tenant/principal, session id).
 type Key = (Arc<str>, Arc<str>);
-/// The snapshot a [`Declared`] set was computed for: (epoch, version, set).
-type DeclaredMemo = Option<(Arc<str>, u64, Arc<Declared>)>;
+/// The [`Declared`] set of one snapshot.
+#[derive(Debug)]
+struct DeclaredMemo {
+    epoch: Arc<str>,
+    version: u64,
+    declared: Arc<Declared>,
+}
 
 #[derive(Debug)]
 struct Session {
@@ -177,7 +183,7 @@ pub struct Sessions {
     limits: SessionLimits,
     store: Mutex<Store>,
     /// The [`Declared`] set of the last snapshot asked about: (epoch, version).
-    declared: Mutex<DeclaredMemo>,
+    declared: ArcSwapOption<DeclaredMemo>,
 }
 
 impl Sessions {
@@ -189,21 +195,21 @@ impl Sessions {
         }
     }
 
-    /// The [`Declared`] set of `snapshot`, computed once per snapshot.
+    /// The [`Declared`] set of `snapshot`, computed once per snapshot
+    /// (a lock-free read while the snapshot stays the same).
     pub fn declared_for(&self, snapshot: &Snapshot) -> Arc<Declared> {
-        let mut memo = lock(&self.declared);
-        if let Some((epoch, version, declared)) = memo.as_ref()
-            && **epoch == *snapshot.epoch()
-            && *version == snapshot.version()
+        if let Some(memo) = self.declared.load().as_ref()
+            && *memo.epoch == *snapshot.epoch()
+            && memo.version == snapshot.version()
         {
-            return declared.clone();
+            return memo.declared.clone();
         }
         let declared = Arc::new(Declared::of(snapshot));
-        *memo = Some((
-            snapshot.epoch().into(),
-            snapshot.version(),
-            declared.clone(),
-        ));
+        self.declared.store(Some(Arc::new(DeclaredMemo {
+            epoch: snapshot.epoch().into(),
+            version: snapshot.version(),
+            declared: declared.clone(),
+        })));
         declared
     }
 
@@ -670,5 +676,35 @@ mod tests {
         );
         sessions.record(&a, "s2", "read_file", &args, &d);
         assert_eq!(sessions.usage().sessions, 1);
+    }
+
+    /// The declared set comes from the snapshot's preconditions, is
+    /// computed once per snapshot, and is recomputed for the next one.
+    #[test]
+    fn declared_follows_the_snapshot() {
+        let sessions = Sessions::default();
+        let empty = Snapshot::empty("e1");
+        assert!(sessions.declared_for(&empty).is_empty());
+        let edit = ToolSpec {
+            name: "edit_file".into(),
+            version: "1.0.0".into(),
+            description: "Edits.".into(),
+            input_schema: r#"{"type":"object"}"#.into(),
+            preconditions: needs_read(),
+            ..ToolSpec::default()
+        };
+        let def = toolmesh::ToolDef::new(edit).unwrap();
+        let mut next = empty.next();
+        next.put(toolmesh::ToolEntry {
+            def: Arc::new(def),
+            instances: Arc::from(Vec::new()),
+            disabled: None,
+        });
+        let snapshot = next.finish();
+        let first = sessions.declared_for(&snapshot);
+        assert_eq!(first.arguments_of("read_file"), ["path"]);
+        assert!(first.arguments_of("edit_file").is_empty());
+        assert!(Arc::ptr_eq(&first, &sessions.declared_for(&snapshot)));
+        assert!(sessions.declared_for(&empty).is_empty());
     }
 }
