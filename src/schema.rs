@@ -2,6 +2,10 @@
 //! compiling a schema (no remote `$ref`), and checking arguments with a
 //! message that names every failing JSON path.
 
+mod arguments;
+
+pub use arguments::{ArgumentsError, parse_arguments};
+
 use jsonschema::Validator;
 use serde_json::Value;
 use std::fmt;
@@ -10,6 +14,19 @@ use std::fmt;
 pub const MAX_SCHEMA_BYTES: usize = 64 * 1024;
 /// Deepest nesting of objects and arrays accepted in a schema.
 pub const MAX_SCHEMA_DEPTH: usize = 32;
+/// Most regular expressions (`pattern` values and `patternProperties`
+/// keys) in one schema: each is compiled into the registry, the dispatcher
+/// and every executor.
+pub const MAX_SCHEMA_PATTERNS: usize = 32;
+/// Most regular expressions one registration may compile across all its
+/// tools (at most 256 KiB each, so at most 128 MiB for one registration).
+pub const MAX_REGISTRATION_PATTERNS: usize = 512;
+/// Compiled size allowed per regular expression, in bytes (the regex
+/// crate's own default is 10 MiB: 16 patterns such as `x{99999}` in an
+/// 824-byte schema cost over 100 MB).
+pub const MAX_PATTERN_COMPILED_BYTES: usize = 256 * 1024;
+/// Lazy-DFA cache allowed per regular expression, in bytes.
+pub const MAX_PATTERN_DFA_BYTES: usize = 256 * 1024;
 /// How many failing paths a message lists before it says "and N more".
 const MAX_LISTED_VIOLATIONS: usize = 10;
 
@@ -30,6 +47,21 @@ pub enum SchemaError {
     /// Nested too deeply.
     #[error("nests deeper than {MAX_SCHEMA_DEPTH} levels; flatten it")]
     TooDeep,
+    /// More regular expressions than [`MAX_SCHEMA_PATTERNS`].
+    #[error(
+        "has {0} regular expressions (`pattern` and `patternProperties`); the limit is {MAX_SCHEMA_PATTERNS}, so use `enum`, `format` or fewer, simpler patterns"
+    )]
+    TooManyPatterns(usize),
+    /// A regular expression does not parse, or compiles to more than
+    /// [`MAX_PATTERN_COMPILED_BYTES`].
+    #[error(
+        "has the pattern {pattern}, which is not a valid regular expression or compiles to more than {} KiB (the limit per pattern); fix its syntax, shorten large repetitions such as `x{{99999}}` (use `maxLength` for lengths) or split it",
+        MAX_PATTERN_COMPILED_BYTES / 1024
+    )]
+    BadPattern {
+        /// The pattern, as JSON.
+        pattern: String,
+    },
     /// jsonschema refused it.
     #[error("does not compile as a JSON Schema: {0}")]
     Invalid(String),
@@ -84,9 +116,49 @@ pub fn compile(schema: &Value) -> Result<Validator, SchemaError> {
     if depth(schema) > MAX_SCHEMA_DEPTH {
         return Err(SchemaError::TooDeep);
     }
+    let patterns = count_patterns(schema);
+    if patterns > MAX_SCHEMA_PATTERNS {
+        return Err(SchemaError::TooManyPatterns(patterns));
+    }
     jsonschema::options()
+        .with_pattern_options(
+            jsonschema::PatternOptions::fancy_regex()
+                .size_limit(MAX_PATTERN_COMPILED_BYTES)
+                .dfa_size_limit(MAX_PATTERN_DFA_BYTES),
+        )
         .build(schema)
-        .map_err(|e| SchemaError::Invalid(e.to_string()))
+        .map_err(|e| match e.kind() {
+            jsonschema::error::ValidationErrorKind::Format { format } if format == "regex" => {
+                SchemaError::BadPattern {
+                    pattern: e.instance().to_string(),
+                }
+            }
+            _ => SchemaError::Invalid(e.to_string()),
+        })
+}
+
+/// `pattern` strings and `patternProperties` keys anywhere in `schema`
+/// (counted generously: a `pattern` key in an unrelated place counts too).
+pub fn count_patterns(schema: &Value) -> usize {
+    let mut count = 0;
+    let mut stack = vec![schema];
+    while let Some(v) = stack.pop() {
+        match v {
+            Value::Array(items) => stack.extend(items),
+            Value::Object(map) => {
+                for (key, value) in map {
+                    match (key.as_str(), value) {
+                        ("pattern", Value::String(_)) => count += 1,
+                        ("patternProperties", Value::Object(p)) => count += p.len(),
+                        _ => {}
+                    }
+                    stack.push(value);
+                }
+            }
+            _ => {}
+        }
+    }
+    count
 }
 
 /// Checks `instance`; fast path first, and only on failure collects every
@@ -216,6 +288,63 @@ mod tests {
         assert!(matches!(compile(&deep), Err(SchemaError::TooDeep)));
         let huge = format!(r#"{{"description": "{}"}}"#, "x".repeat(MAX_SCHEMA_BYTES));
         assert!(matches!(compile_text(&huge), Err(SchemaError::TooLarge(_))));
+    }
+
+    /// An 824-byte schema with 16 `x{99999}` patterns is refused quickly, naming the limit and the fix.
+    #[test]
+    fn regex_heavy_schemas_are_refused_quickly() {
+        let properties: serde_json::Map<String, Value> = (0..16)
+            .map(|i| {
+                (
+                    format!("p{i}"),
+                    json!({"type": "string", "pattern": "x{99999}"}),
+                )
+            })
+            .collect();
+        let schema = json!({"type": "object", "properties": properties});
+        assert!(schema.to_string().len() < 1024);
+        let started = std::time::Instant::now();
+        let err = compile(&schema).unwrap_err();
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(2),
+            "{:?}",
+            started.elapsed()
+        );
+        assert!(matches!(err, SchemaError::BadPattern { .. }), "{err}");
+        let text = err.to_string();
+        assert!(text.contains(r#"pattern "x{99999}""#), "{text}");
+        assert!(text.contains("256 KiB"), "{text}");
+        assert!(text.contains("maxLength"), "{text}");
+
+        let many: serde_json::Map<String, Value> = (0..=MAX_SCHEMA_PATTERNS)
+            .map(|i| (format!("^k{i}$"), json!({})))
+            .collect();
+        let err = compile(&json!({"patternProperties": many})).unwrap_err();
+        assert_eq!(err, SchemaError::TooManyPatterns(MAX_SCHEMA_PATTERNS + 1));
+        assert!(err.to_string().contains("the limit is 32"), "{err}");
+    }
+
+    /// Ordinary patterns (Unicode classes, anchors, bounded repeats, lookarounds) still compile and work.
+    #[test]
+    fn ordinary_patterns_compile() {
+        let v = compile(&json!({
+            "type": "object",
+            "properties": {
+                "email": {"type": "string", "pattern": "^[^@\\s]+@[^@\\s]+\\.[a-z]{2,}$"},
+                "slug": {"type": "string", "pattern": "^\\w{1,64}$"},
+                "no_tmp": {"type": "string", "pattern": "^(?!/tmp).*"}
+            },
+            "patternProperties": {"^x-": {"type": "string"}}
+        }))
+        .unwrap();
+        assert!(
+            check(
+                &v,
+                &json!({"email": "a@b.io", "slug": "ok_1", "no_tmp": "/home"})
+            )
+            .is_ok()
+        );
+        assert!(check(&v, &json!({"email": "nope", "no_tmp": "/tmp/x"})).is_err());
     }
 
     /// A remote `$ref` is never fetched: the schema fails to compile.

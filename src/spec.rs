@@ -154,6 +154,8 @@ pub struct ToolDef {
     timeout: Duration,
     retry: Retry,
     fingerprint: String,
+    /// Regular expressions its input and output schemas compile.
+    patterns: usize,
 }
 
 impl fmt::Debug for ToolDef {
@@ -185,8 +187,11 @@ impl ToolDef {
         }
         let (input_schema, validator) =
             schema::compile_text(&spec.input_schema).map_err(SpecError::InputSchema)?;
+        let mut patterns = schema::count_patterns(&input_schema);
         if !spec.output_schema.trim().is_empty() {
-            schema::compile_text(&spec.output_schema).map_err(SpecError::OutputSchema)?;
+            let (output, _) =
+                schema::compile_text(&spec.output_schema).map_err(SpecError::OutputSchema)?;
+            patterns += schema::count_patterns(&output);
         }
         let timeout = match spec.timeout_ms {
             0 => DEFAULT_TIMEOUT,
@@ -221,7 +226,15 @@ impl ToolDef {
             timeout,
             retry,
             fingerprint,
+            patterns,
         })
+    }
+
+    /// Regular expressions (`pattern` values and `patternProperties` keys)
+    /// its input and output schemas compile, for budgets across tools such
+    /// as [`MAX_REGISTRATION_PATTERNS`](schema::MAX_REGISTRATION_PATTERNS).
+    pub fn pattern_count(&self) -> usize {
+        self.patterns
     }
 
     /// The normalised spec (defaults filled in, schemas in canonical form).
@@ -414,6 +427,16 @@ mod tests {
                 "output invalid",
                 |s| s.output_schema = r#"{"minimum":"x"}"#.into(),
                 Some("output_schema does not compile"),
+            ),
+            (
+                "output regex too costly",
+                |s| s.output_schema = r#"{"pattern":"x{99999}"}"#.into(),
+                Some(r#"output_schema has the pattern "x{99999}""#),
+            ),
+            (
+                "input regex too costly",
+                |s| s.input_schema = r#"{"properties":{"a":{"pattern":"a{99999}"}}}"#.into(),
+                Some("compiles to more than 256 KiB"),
             ),
             (
                 "output valid",

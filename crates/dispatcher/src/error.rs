@@ -5,7 +5,7 @@
 use std::time::Duration;
 use toolmesh::ToolErrorExt;
 use toolmesh::pb::{ErrorCode, ToolError};
-use toolmesh::schema::Violations;
+use toolmesh::schema::{ArgumentsError, Violations};
 use toolmesh::suggest::did_you_mean;
 
 /// A call the dispatcher could not complete, before or instead of an
@@ -50,9 +50,9 @@ pub enum CallError {
         /// Limit.
         limit: usize,
     },
-    /// Arguments are not JSON.
-    #[error("arguments are not valid JSON: {0}")]
-    ArgumentsNotJson(String),
+    /// Arguments are not JSON, or repeat a key.
+    #[error("{0}")]
+    Arguments(#[from] ArgumentsError),
     /// Arguments do not satisfy the input schema.
     #[error("arguments do not match the input schema of {tool}: {violations}")]
     ArgumentsInvalid {
@@ -201,10 +201,9 @@ impl CallError {
                 ErrorCode::InvalidArguments,
                 format!("{self}; send smaller arguments"),
             ),
-            CallError::ArgumentsNotJson(_) => ToolError::new(
-                ErrorCode::InvalidArguments,
-                format!("{self}; send a JSON object such as {{\"key\": \"value\"}}"),
-            ),
+            CallError::Arguments(_) => {
+                ToolError::new(ErrorCode::InvalidArguments, self.to_string())
+            }
             CallError::ArgumentsInvalid { .. } => ToolError::new(
                 ErrorCode::InvalidArguments,
                 format!("{self}; fix these fields and call again"),
@@ -270,9 +269,9 @@ mod tests {
                 "no executor serves it",
             ),
             (
-                CallError::ArgumentsNotJson("EOF at line 1 column 1".into()),
+                CallError::Arguments(ArgumentsError::NotJson("EOF at line 1 column 1".into())),
                 ErrorCode::InvalidArguments,
-                "send a JSON object",
+                "send one JSON object",
             ),
             (
                 CallError::ArgumentsInvalid {

@@ -86,10 +86,9 @@ impl governance_server::Governance for GovernanceService {
         let who = self.dispatcher.caller(&request)?;
         let approver_roles = governance.policy().approval_settings().approver_roles;
         let approvals = governance
-            .approvals
-            .list_pending()
+            .approvals()
+            .list_for(&who, &approver_roles)
             .iter()
-            .filter(|t| who.has_any_role(&approver_roles) || t.caller.same_identity(&who))
             .map(approval_pb)
             .collect();
         Ok(Response::new(ListApprovalsResponse { approvals }))

@@ -164,18 +164,9 @@ impl Core {
 }
 
 /// The arguments as JSON, checked against the tool's compiled schema.
-/// Empty text reads as `{}`.
+/// Empty text reads as `{}`; a key repeated in one object is refused.
 fn parse_arguments(def: &ToolDef, text: &str) -> Result<Value, String> {
-    let args: Value = if text.trim().is_empty() {
-        Value::Object(Default::default())
-    } else {
-        serde_json::from_str(text).map_err(|e| {
-            format!(
-                "arguments for {} are not valid JSON ({e}); send a JSON object",
-                def.name()
-            )
-        })?
-    };
+    let args = schema::parse_arguments(text).map_err(|e| format!("calling {}: {e}", def.name()))?;
     schema::check(def.validator(), &args).map_err(|violations| {
         format!(
             "arguments for {} do not match its input schema: {violations}",

@@ -293,6 +293,10 @@ async fn invalid_arguments_never_reach_the_tool() {
     let executor = Executor::new("t").tool(tool);
     let cases: &[(&str, &str)] = &[
         ("{", "not valid JSON"),
+        (
+            r#"{"n": 1, "mode": "fast", "n": 9}"#,
+            r#"repeat the key "n""#,
+        ),
         (r#"{"n": 1}"#, "mode"),
         (r#"{"n": 9, "mode": "fast"}"#, "at /n"),
         (r#"{"n": 1, "mode": "sideways"}"#, "at /mode"),

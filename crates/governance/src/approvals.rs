@@ -6,6 +6,10 @@
 //! the agent's next identical call [`consume`](Approvals::consume)s it.
 //! Time is `tokio::time`, so tests can run with a paused clock.
 
+mod summary;
+
+pub use summary::{MAX_NAME_CHARS, MAX_VALUE_CHARS, approval_summary};
+
 use crate::Principal;
 use std::{
     collections::HashMap,
@@ -18,12 +22,14 @@ use tokio::time::Instant;
 /// Tickets kept at once (pending, decided or used but not yet purged);
 /// beyond this, new requests are refused until approvers catch up.
 pub const MAX_TICKETS: usize = 10_000;
-/// Longest summary kept, in characters; longer ones are cut.
-pub const MAX_SUMMARY_CHARS: usize = 500;
+/// Longest denial reason kept, in characters; longer ones are cut.
+pub const MAX_REASON_CHARS: usize = 500;
 /// Longest lifetime used when settings ask for more than the clock can represent.
 const MAX_TTL: Duration = Duration::from_secs(365 * 24 * 60 * 60);
 /// Default lifetime of a ticket.
 pub const DEFAULT_TTL: Duration = Duration::from_secs(15 * 60);
+/// Default cap on one caller's open tickets (`max_open_per_caller`).
+pub const DEFAULT_MAX_OPEN_PER_CALLER: usize = 100;
 
 /// Who may approve and how long a ticket lives; from the policy's `[approval]`.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -32,6 +38,8 @@ pub struct ApprovalSettings {
     pub approver_roles: Vec<String>,
     /// How long a ticket is valid from the moment it is requested.
     pub ttl: Duration,
+    /// Open tickets (pending, or approved and unused) one caller may have.
+    pub max_open_per_caller: usize,
 }
 
 impl Default for ApprovalSettings {
@@ -39,6 +47,7 @@ impl Default for ApprovalSettings {
         ApprovalSettings {
             approver_roles: vec!["approver".into()],
             ttl: DEFAULT_TTL,
+            max_open_per_caller: DEFAULT_MAX_OPEN_PER_CALLER,
         }
     }
 }
@@ -106,6 +115,15 @@ impl ApprovalTicket {
 
     fn expired(&self, now: Instant) -> bool {
         now >= self.expires_at
+    }
+
+    /// Pending, or approved and not yet used, and not expired.
+    fn open(&self, now: Instant) -> bool {
+        !self.expired(now)
+            && matches!(
+                self.state,
+                ApprovalState::Pending | ApprovalState::Approved { .. }
+            )
     }
 
     fn binds(&self, tool: &str, version: &str, args_sha256: &str, caller: &Principal) -> bool {
@@ -240,6 +258,14 @@ pub enum ApprovalError {
         /// What differs.
         mismatch: Mismatch,
     },
+    /// This caller already has as many open tickets as it may.
+    #[error(
+        "you have {open} open approvals, the most one caller may have; wait until approvers decide them or they expire, or withdraw one with `toolmesh deny ID`"
+    )]
+    TooManyForCaller {
+        /// The caller's open tickets.
+        open: usize,
+    },
     /// Too many tickets are open.
     #[error(
         "{limit} approvals are already open; ask approvers to clear the queue, or try again once old ones expire"
@@ -321,15 +347,24 @@ impl Approvals {
         let now = Instant::now();
         let mut state = self.lock();
         purge(&mut state, now);
-        if let Some(open) = state.tickets.values().find(|t| {
-            !t.expired(now)
-                && matches!(
-                    t.state,
-                    ApprovalState::Pending | ApprovalState::Approved { .. }
-                )
-                && t.binds(tool, version, args_sha256, caller)
-        }) {
+        if let Some(open) = state
+            .tickets
+            .values()
+            .find(|t| t.open(now) && t.binds(tool, version, args_sha256, caller))
+        {
             return Ok(open.clone());
+        }
+        let open = state
+            .tickets
+            .values()
+            .filter(|t| t.open(now) && t.caller.same_identity(caller))
+            .count();
+        if open >= state.settings.max_open_per_caller {
+            return Err(ApprovalError::TooManyForCaller { open });
+        }
+        if state.tickets.len() >= MAX_TICKETS {
+            // Closed tickets (used, denied, expired) make room before anyone is refused.
+            state.tickets.retain(|_, t| t.open(now));
         }
         if state.tickets.len() >= MAX_TICKETS {
             return Err(ApprovalError::TooMany { limit: MAX_TICKETS });
@@ -342,7 +377,7 @@ impl Approvals {
             version: version.to_owned(),
             args_sha256: args_sha256.to_owned(),
             caller: caller.clone(),
-            summary: summary.chars().take(MAX_SUMMARY_CHARS).collect(),
+            summary: summary.to_owned(),
             requested_at: SystemTime::now(),
             expires_at: now
                 .checked_add(state.settings.ttl)
@@ -374,6 +409,17 @@ impl Approvals {
         pending
     }
 
+    /// The pending tickets `who` may see, oldest first: an approver (a
+    /// holder of one of `approver_roles`) sees those of its own tenant,
+    /// anyone sees its own requests; never another tenant's.
+    pub fn list_for(&self, who: &Principal, approver_roles: &[String]) -> Vec<ApprovalTicket> {
+        let approver = !who.anonymous && who.has_any_role(approver_roles);
+        self.list_pending()
+            .into_iter()
+            .filter(|t| t.caller.same_identity(who) || (approver && t.caller.tenant == who.tenant))
+            .collect()
+    }
+
     /// Approves a pending ticket. The approver must hold an approver role,
     /// act for the same tenant, and not be the requester.
     pub fn approve(&self, id: &str, approver: &Principal) -> Result<ApprovalTicket, ApprovalError> {
@@ -402,7 +448,7 @@ impl Approvals {
         let reason = if reason.trim().is_empty() {
             "no reason given".to_owned()
         } else {
-            reason.chars().take(MAX_SUMMARY_CHARS).collect()
+            reason.chars().take(MAX_REASON_CHARS).collect()
         };
         self.decide(id, approver, |_| {
             Ok(ApprovalState::Denied {
@@ -553,6 +599,20 @@ mod tests {
             roles: roles.iter().map(|r| r.to_string()).collect(),
             anonymous: false,
         }
+    }
+
+    fn in_tenant(mut p: Principal, tenant: &str) -> Principal {
+        p.tenant = tenant.into();
+        p
+    }
+
+    /// `p` asks to run `wipe@1.0.0` with arguments digest `digest`.
+    fn ask(
+        approvals: &Approvals,
+        digest: &str,
+        p: &Principal,
+    ) -> Result<ApprovalTicket, ApprovalError> {
+        approvals.request("wipe", "1.0.0", digest, p, "")
     }
 
     fn store() -> Approvals {
@@ -760,5 +820,77 @@ mod tests {
         assert_eq!(again.id, "a-3");
         // A requester may withdraw its own request.
         approvals.deny("a-3", &bot, "").unwrap();
+    }
+
+    /// One caller at its cap gets "you have N open approvals" while other
+    /// callers still get theirs; a repeat of an open request is not a new
+    /// one, and a decided or withdrawn ticket frees the slot.
+    #[tokio::test(start_paused = true)]
+    async fn open_approvals_are_capped_per_caller() {
+        let approvals = Approvals::new(ApprovalSettings {
+            max_open_per_caller: 3,
+            ..ApprovalSettings::default()
+        });
+        let flood = who("flood-bot", &["agent"]);
+        let other = who("support-bot", &["agent"]);
+        let alice = who("alice", &["approver"]);
+        for d in ["d1", "d2", "d3"] {
+            approvals.request("wipe", "1.0.0", d, &flood, "").unwrap();
+        }
+        let err = ask(&approvals, "d4", &flood).unwrap_err();
+        assert_eq!(err, ApprovalError::TooManyForCaller { open: 3 });
+        assert!(
+            err.to_string().starts_with("you have 3 open approvals"),
+            "{err}"
+        );
+        assert_eq!(ask(&approvals, "d1", &flood).unwrap().id, "a-1");
+        let namesake = in_tenant(flood.clone(), "globex");
+        ask(&approvals, "d4", &namesake).unwrap();
+        ask(&approvals, "d4", &other).unwrap();
+        approvals.deny("a-1", &alice, "no").unwrap();
+        ask(&approvals, "d4", &flood).unwrap();
+        approvals.approve("a-2", &alice).unwrap();
+        approvals
+            .consume("a-2", "wipe", "1.0.0", "d2", &flood)
+            .unwrap();
+        ask(&approvals, "d5", &flood).unwrap();
+        assert!(ask(&approvals, "d6", &flood).is_err());
+    }
+
+    /// An approver lists only its own tenant's pending tickets, a caller
+    /// only its own; deciding another tenant's ticket stays refused.
+    #[tokio::test(start_paused = true)]
+    async fn listing_is_scoped_by_tenant() {
+        let approvals = store();
+        let roles = ApprovalSettings::default().approver_roles;
+        let acme_bot = who("support-bot", &["agent"]);
+        let globex_bot = in_tenant(who("globex-bot", &["agent"]), "globex");
+        let alice = who("alice", &["approver"]);
+        let bob = in_tenant(who("bob", &["approver"]), "globex");
+        let helper = who("helper", &["agent"]);
+        ask(&approvals, "d", &acme_bot).unwrap();
+        ask(&approvals, "d", &globex_bot).unwrap();
+        let ids = |p: &Principal| -> Vec<String> {
+            approvals
+                .list_for(p, &roles)
+                .into_iter()
+                .map(|t| t.id)
+                .collect()
+        };
+        assert_eq!(ids(&alice), ["a-1"]);
+        assert_eq!(ids(&bob), ["a-2"]);
+        assert_eq!(ids(&acme_bot), ["a-1"]);
+        assert_eq!(ids(&globex_bot), ["a-2"]);
+        assert!(ids(&helper).is_empty());
+        let mut anonymous = alice.clone();
+        anonymous.anonymous = true;
+        assert!(ids(&anonymous).is_empty());
+        for err in [
+            approvals.approve("a-2", &alice).unwrap_err(),
+            approvals.deny("a-2", &alice, "no").unwrap_err(),
+            approvals.approve("a-1", &bob).unwrap_err(),
+        ] {
+            assert!(matches!(err, ApprovalError::OtherTenant { .. }), "{err}");
+        }
     }
 }

@@ -5,6 +5,10 @@
 //! with every input-schema property marked `"x-sensitive": true` replaced
 //! by [`REDACTED`].
 
+mod redact;
+
+pub use redact::redact;
+
 use crate::{Principal, arguments_digest, value_digest};
 use serde::Serialize;
 use serde_json::Value;
@@ -32,10 +36,6 @@ pub const RAW_ARGUMENTS_TAG: &str = "audit:raw-arguments";
 pub const REDACTED: &str = "[REDACTED]";
 /// Records the sink queues before it starts dropping (and counting) them.
 pub const DEFAULT_CAPACITY: usize = 4096;
-/// Schemas followed (through `$ref`, `allOf`, …) for one value before giving up and redacting it.
-const MAX_SCHEMAS_PER_VALUE: usize = 64;
-/// Nesting depth beyond which a value is redacted whole.
-const MAX_DEPTH: usize = 64;
 
 /// What an audit record is about.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -188,121 +188,6 @@ pub fn outcome_of(result: &ToolResult) -> String {
         Some(e) if e.error_code() != ErrorCode::Unspecified => e.error_code().short_name().into(),
         _ => "OK".into(),
     }
-}
-
-/// `arguments` with every value whose schema says `"x-sensitive": true`
-/// replaced by [`REDACTED`].
-///
-/// Walks `properties`, `additionalProperties`, `patternProperties`,
-/// `items`, `prefixItems`, and through `$ref` (local `#/...` pointers),
-/// `allOf`, `anyOf`, `oneOf`, `then` and `else`, at any depth. When unsure
-/// it redacts: a key matching any `patternProperties` entry is assumed to
-/// match all of them, and a value nested deeper than 64 levels or reached
-/// through too many schemas is redacted whole.
-pub fn redact(schema: &Value, arguments: &Value) -> Value {
-    redact_value(schema, vec![schema], arguments, 0)
-}
-
-fn redact_value(root: &Value, schemas: Vec<&Value>, value: &Value, depth: usize) -> Value {
-    let Some(schemas) = expand(root, schemas) else {
-        return Value::String(REDACTED.into());
-    };
-    if depth > MAX_DEPTH
-        || schemas
-            .iter()
-            .any(|s| s.get("x-sensitive") == Some(&Value::Bool(true)))
-    {
-        return Value::String(REDACTED.into());
-    }
-    match value {
-        Value::Object(map) => {
-            let mut out = serde_json::Map::new();
-            for (key, item) in map {
-                let mut children = Vec::new();
-                for s in &schemas {
-                    let named = s.get("properties").and_then(|p| p.get(key));
-                    if let Some(named) = named {
-                        children.push(named);
-                        continue;
-                    }
-                    if let Some(Value::Object(patterns)) = s.get("patternProperties") {
-                        children.extend(patterns.values());
-                    }
-                    if let Some(extra) = s.get("additionalProperties") {
-                        children.push(extra);
-                    }
-                }
-                out.insert(key.clone(), redact_value(root, children, item, depth + 1));
-            }
-            Value::Object(out)
-        }
-        Value::Array(items) => Value::Array(
-            items
-                .iter()
-                .enumerate()
-                .map(|(i, item)| {
-                    let mut children = Vec::new();
-                    for s in &schemas {
-                        let positional =
-                            s.get("prefixItems").and_then(|p| p.get(i)).or_else(|| {
-                                s.get("items")
-                                    .filter(|v| v.is_array())
-                                    .and_then(|p| p.get(i))
-                            });
-                        match positional {
-                            Some(p) => children.push(p),
-                            None => {
-                                if let Some(items) = s.get("items").filter(|v| v.is_object()) {
-                                    children.push(items);
-                                }
-                                if let Some(extra) = s.get("additionalItems") {
-                                    children.push(extra);
-                                }
-                            }
-                        }
-                    }
-                    redact_value(root, children, item, depth + 1)
-                })
-                .collect(),
-        ),
-        scalar => scalar.clone(),
-    }
-}
-
-/// The schemas that apply to one value: the given ones plus everything
-/// reachable through `$ref` and the combinators. `None` when there are too
-/// many to follow (the caller then redacts).
-fn expand<'a>(root: &'a Value, start: Vec<&'a Value>) -> Option<Vec<&'a Value>> {
-    let mut out: Vec<&Value> = Vec::new();
-    let mut work = start;
-    while let Some(schema) = work.pop() {
-        if !schema.is_object() || out.iter().any(|s| std::ptr::eq(*s, schema)) {
-            continue;
-        }
-        if out.len() >= MAX_SCHEMAS_PER_VALUE {
-            return None;
-        }
-        out.push(schema);
-        if let Some(target) = schema
-            .get("$ref")
-            .and_then(Value::as_str)
-            .and_then(|r| r.strip_prefix('#'))
-            .and_then(|pointer| root.pointer(pointer))
-        {
-            work.push(target);
-        }
-        for key in ["allOf", "anyOf", "oneOf"] {
-            if let Some(Value::Array(list)) = schema.get(key) {
-                work.extend(list.iter());
-            }
-        }
-        for key in ["then", "else"] {
-            if let Some(branch) = schema.get(key) {
-                work.push(branch);
-            }
-        }
-    }
-    Some(out)
 }
 
 /// `time` as RFC 3339 UTC with milliseconds (times before 1970 read as 1970).

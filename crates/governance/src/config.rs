@@ -78,6 +78,7 @@ pub(crate) struct RawGrant {
 pub(crate) struct RawApproval {
     pub(crate) approver_roles: Option<Spanned<Vec<String>>>,
     pub(crate) ttl_secs: Option<Spanned<u64>>,
+    pub(crate) max_open_per_caller: Option<Spanned<u64>>,
     pub(crate) require_for_risk: Option<RiskThreshold>,
     #[serde(default)]
     pub(crate) require_for_tools: Vec<Spanned<String>>,

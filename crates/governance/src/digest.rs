@@ -52,9 +52,14 @@ pub fn arguments_digest(arguments: &str) -> String {
 
 /// [`arguments_digest`] of arguments already parsed, without parsing again.
 pub fn value_digest(value: &Value) -> String {
+    hex(&value_sha256(value))
+}
+
+/// The SHA-256 of `value`'s canonical JSON, as bytes.
+pub(crate) fn value_sha256(value: &Value) -> [u8; 32] {
     let mut canonical = String::new();
     write_canonical(value, &mut canonical);
-    hex(&sha256(canonical.as_bytes()))
+    sha256(canonical.as_bytes())
 }
 
 /// Writes `value` with sorted keys and no whitespace, whatever order the

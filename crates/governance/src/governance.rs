@@ -5,14 +5,16 @@ use crate::approvals::{ApprovalError, ApprovalTicket, Approvals};
 use crate::audit::{AuditKind, AuditRecord, AuditSink};
 use crate::{AuthError, Policy, PolicyHandle, Principal, Sessions};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 use toolmesh::grpc::PeerCertificate;
 
 /// The governance a dispatcher runs with.
 pub struct Governance {
     /// The policy in force (live: reloads show up on the next call).
     pub policy: Arc<PolicyHandle>,
-    /// Approvals requested by calls and decided by approvers.
-    pub approvals: Approvals,
+    approvals: Approvals,
+    /// The policy generation whose approval settings `approvals` holds.
+    approvals_generation: AtomicU64,
     /// What each agent session has done, for preconditions.
     pub sessions: Sessions,
     audit: Option<AuditSink>,
@@ -23,6 +25,7 @@ impl Governance {
     pub fn new(policy: Arc<PolicyHandle>, audit: Option<AuditSink>) -> Self {
         let approvals = Approvals::new(policy.current().approval_settings());
         Governance {
+            approvals_generation: AtomicU64::new(policy.generation()),
             policy,
             approvals,
             audit,
@@ -39,6 +42,22 @@ impl Governance {
     /// The policy in force now.
     pub fn policy(&self) -> Arc<Policy> {
         self.policy.current()
+    }
+
+    /// Approvals requested by calls and decided by approvers, under the
+    /// approval settings of the policy in force (a reload applies to
+    /// tickets requested from then on).
+    pub fn approvals(&self) -> &Approvals {
+        let generation = self.policy.generation();
+        if self
+            .approvals_generation
+            .swap(generation, Ordering::Relaxed)
+            != generation
+        {
+            self.approvals
+                .set_settings(self.policy.current().approval_settings());
+        }
+        &self.approvals
     }
 
     /// The caller: its bearer token, else the verified mTLS client
@@ -74,8 +93,8 @@ impl Governance {
         deny: Option<&str>,
     ) -> Result<ApprovalTicket, ApprovalError> {
         let decided = match deny {
-            None => self.approvals.approve(id, approver),
-            Some(reason) => self.approvals.deny(id, approver, reason),
+            None => self.approvals().approve(id, approver),
+            Some(reason) => self.approvals().deny(id, approver, reason),
         }?;
         self.audit(|| {
             let kind = if deny.is_some() {

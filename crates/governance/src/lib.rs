@@ -56,7 +56,9 @@ pub mod sessions;
 #[cfg(test)]
 mod tests;
 
-pub use approvals::{ApprovalError, ApprovalSettings, ApprovalState, ApprovalTicket, Approvals};
+pub use approvals::{
+    ApprovalError, ApprovalSettings, ApprovalState, ApprovalTicket, Approvals, approval_summary,
+};
 pub use audit::{AuditKind, AuditRecord, AuditSink, RAW_ARGUMENTS_TAG};
 pub use config::Scope;
 pub use decision::{ApprovalNeed, Decision, Explanation, GrantCheck, GrantVerdict, explain};
@@ -70,7 +72,7 @@ pub use policy::{
 };
 pub use principal::Principal;
 pub use reload::{PolicyHandle, PolicyWatcher};
-pub use sessions::Sessions;
+pub use sessions::{Declared, PreconditionError, SessionLimits, SessionUsage, Sessions};
 
 /// The full example policy shown in the crate docs (`policy.example.toml`).
 pub const EXAMPLE_POLICY_TOML: &str = include_str!("../policy.example.toml");

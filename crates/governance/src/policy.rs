@@ -2,7 +2,7 @@
 
 use crate::{
     ApprovalSettings, AuthError, Principal, Problem,
-    approvals::DEFAULT_TTL,
+    approvals::{DEFAULT_MAX_OPEN_PER_CALLER, DEFAULT_TTL, MAX_TICKETS},
     config::{self, RawPolicy, line_of},
     decision::{self, Decision},
     digest::{hex, parse_sha256_hex, sha256},
@@ -492,10 +492,26 @@ impl Builder<'_> {
                 Duration::from_secs(secs)
             }
         };
+        let max_open_per_caller = match raw.max_open_per_caller {
+            None => DEFAULT_MAX_OPEN_PER_CALLER,
+            Some(max) => {
+                let n = *max.get_ref();
+                let limit = MAX_TICKETS as u64;
+                if !(1..=limit).contains(&n) {
+                    self.problem(
+                        Some(max.span()),
+                        "approval.max_open_per_caller".into(),
+                        format!("{n} is out of range: use 1..={limit} (default {DEFAULT_MAX_OPEN_PER_CALLER})"),
+                    );
+                }
+                usize::try_from(n).unwrap_or(MAX_TICKETS)
+            }
+        };
         ApprovalRules {
             settings: ApprovalSettings {
                 approver_roles,
                 ttl,
+                max_open_per_caller,
             },
             require_for_risk: raw.require_for_risk.map_or(Some(RiskLevel::High), |t| t.0),
             require_for_tools: self.patterns(raw.require_for_tools, "approval.require_for_tools"),

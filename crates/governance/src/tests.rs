@@ -62,6 +62,16 @@ fn config_errors_name_the_problem() {
             ],
         ),
         (
+            "approval cap zero",
+            "[approval]\nmax_open_per_caller = 0\n",
+            &[
+                "line 2",
+                "approval.max_open_per_caller",
+                "0 is out of range",
+                "default 100",
+            ],
+        ),
+        (
             "bad approval risk",
             "[approval]\nrequire_for_risk = \"SEVERE\"\n",
             &["line 2", "\"NONE\""],

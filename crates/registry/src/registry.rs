@@ -20,6 +20,7 @@ use tokio::sync::{Notify, watch};
 use tokio::time::{Instant, sleep_until};
 use tokio_util::sync::CancellationToken;
 use toolmesh::pb::{self, RejectedTool};
+use toolmesh::schema::MAX_REGISTRATION_PATTERNS;
 use toolmesh::{Snapshot, ToolDef};
 use tracing::{debug, info, warn};
 
@@ -400,6 +401,7 @@ fn validate_tools(specs: Vec<pb::ToolSpec>) -> (Vec<ToolDef>, Vec<RejectedTool>)
     let mut seen: HashSet<Key> = HashSet::with_capacity(specs.len());
     let mut accepted = Vec::with_capacity(specs.len());
     let mut rejected = Vec::new();
+    let mut patterns = 0;
     for spec in specs {
         let name = spec.name.clone();
         match ToolDef::new(spec) {
@@ -407,9 +409,19 @@ fn validate_tools(specs: Vec<pb::ToolSpec>) -> (Vec<ToolDef>, Vec<RejectedTool>)
                 name,
                 reason: error.to_string(),
             }),
+            Ok(def) if patterns + def.pattern_count() > MAX_REGISTRATION_PATTERNS => {
+                rejected.push(RejectedTool {
+                    name,
+                    reason: format!(
+                        "its {} regular expressions would bring this registration past {MAX_REGISTRATION_PATTERNS} (the limit across all its tools); use fewer patterns (`enum`, `format`, `maxLength`) or register some tools from another executor",
+                        def.pattern_count()
+                    ),
+                });
+            }
             Ok(def) => {
                 let key = key_of(&def);
                 if seen.insert(key.clone()) {
+                    patterns += def.pattern_count();
                     accepted.push(def);
                 } else {
                     rejected.push(RejectedTool {

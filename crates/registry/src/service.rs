@@ -52,9 +52,16 @@ impl pb::registry_server::Registry for RegistryService {
         let owner = by_certificate
             .unwrap_or_else(|| gate.executor_owner(token))
             .map_err(RegistryError::Unauthenticated)?;
-        Ok(Response::new(
-            self.registry.register_as(request.into_inner(), &owner)?,
-        ))
+        // Schemas compile on the blocking pool: a costly one must not stall
+        // the async workers that serve every other RPC.
+        let registry = self.registry.clone();
+        let request = request.into_inner();
+        let registered = tokio::task::spawn_blocking(move || registry.register_as(request, &owner))
+            .await
+            .map_err(|e| {
+                Status::internal(format!("registration failed ({e}); register again"))
+            })??;
+        Ok(Response::new(registered))
     }
 
     async fn heartbeat(

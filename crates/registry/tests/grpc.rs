@@ -276,3 +276,87 @@ async fn watch_with_deltas() {
         .collect();
     assert_eq!(names, ["b"], "only the new tool travels");
 }
+
+/// A tool whose schema has `patterns` distinct regular expressions.
+fn patterned(name: &str, patterns: &[String]) -> ToolSpec {
+    let properties: serde_json::Map<String, serde_json::Value> = patterns
+        .iter()
+        .enumerate()
+        .map(|(i, p)| {
+            (
+                format!("p{i}"),
+                serde_json::json!({"type": "string", "pattern": p}),
+            )
+        })
+        .collect();
+    ToolSpec {
+        input_schema: serde_json::json!({"type": "object", "properties": properties}).to_string(),
+        ..spec(name)
+    }
+}
+
+/// A regex-heavy schema is rejected with the limit named; a schema with a
+/// few ordinary patterns registers; a registration past 512 patterns in all
+/// has the excess tools rejected; and while a costly registration
+/// compiles, other RPCs are still answered (compilation runs off the
+/// async workers: this test's runtime has a single thread).
+#[tokio::test]
+async fn regex_heavy_schemas_are_rejected_and_never_stall_other_calls() {
+    let (_registry, mut client) = start().await;
+    let heavy = patterned("heavy", &vec!["x{99999}".to_owned(); 16]);
+    let normal = patterned(
+        "normal",
+        &["^[a-z0-9_]{1,64}$".into(), "^\\d{4}-\\d{2}$".into()],
+    );
+    let response = client
+        .register(request("re-1", vec![heavy, normal]))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(response.rejected.len(), 1, "{:?}", response.rejected);
+    let rejected = &response.rejected[0];
+    assert_eq!(rejected.name, "heavy");
+    let reason = &rejected.reason;
+    assert!(reason.contains("compiles to more than 256 KiB"), "{reason}");
+
+    // Many accepted-but-costly schemas: long enough to compile that a
+    // blocked worker would delay GetSnapshot until Register ends.
+    // 512 patterns, the most one registration may compile: 32 slow ones
+    // (about 10 ms each here) and 480 literal ones.
+    let slow = (0..32).map(|t| {
+        patterned(
+            &format!("slow_{t}"),
+            &[format!("^(\\w+\\s){{1,{}}}$", 100 + t)],
+        )
+    });
+    let cheap = (0..60).map(|t| {
+        let patterns: Vec<String> = (0..8).map(|p| format!("^k{t}_{p}$")).collect();
+        patterned(&format!("cheap_{t}"), &patterns)
+    });
+    let mut tools: Vec<ToolSpec> = slow.chain(cheap).collect();
+    tools.push(patterned("one_too_many", &["^a$".into()]));
+    let mut registering = client.clone();
+    let register = tokio::spawn(async move {
+        let answer = registering.register(request("re-2", tools)).await;
+        (answer, tokio::time::Instant::now())
+    });
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    client
+        .get_snapshot(GetSnapshotRequest { version: 0 })
+        .await
+        .unwrap();
+    let snapshot_done = tokio::time::Instant::now();
+    let (answer, register_done) = register.await.unwrap();
+    let rejected = answer.unwrap().into_inner().rejected;
+    assert_eq!(rejected.len(), 1, "{rejected:?}");
+    assert_eq!(rejected[0].name, "one_too_many");
+    let reason = &rejected[0].reason;
+    assert!(
+        reason.contains("past 512 (the limit across all its tools)"),
+        "{reason}"
+    );
+    assert!(
+        snapshot_done < register_done,
+        "GetSnapshot waited for the registration to compile"
+    );
+}

@@ -5,8 +5,9 @@ use crate::error::CallError;
 use serde_json::Value;
 use toolmesh::ToolDef;
 use toolmesh::pb::InvokeRequest;
-use toolmesh_governance::audit::redact;
-use toolmesh_governance::{ApprovalNeed, Governance, Permit, Policy, Principal, value_digest};
+use toolmesh_governance::{
+    ApprovalNeed, Governance, Permit, Policy, Principal, approval_summary, value_digest,
+};
 
 /// Admits a call whose arguments are valid; the permit holds the caller's
 /// concurrency slot while the call runs.
@@ -25,8 +26,14 @@ pub(crate) fn admit(
         .map_or("", |c| c.session_id.as_str());
     governance
         .sessions
-        .check(session, def.name(), &def.spec().preconditions, arguments)
-        .map_err(CallError::PreconditionFailed)?;
+        .check(
+            who,
+            session,
+            def.name(),
+            &def.spec().preconditions,
+            arguments,
+        )
+        .map_err(|e| CallError::PreconditionFailed(e.to_string()))?;
     if approval == ApprovalNeed::Required {
         approved(governance, def, who, &request.approval_id, arguments)?;
     }
@@ -53,25 +60,13 @@ fn approved(
 ) -> Result<(), CallError> {
     let digest = value_digest(arguments);
     let version = def.version().to_string();
-    let approvals = &governance.approvals;
+    let approvals = governance.approvals();
     if !approval_id.is_empty() {
         return approvals
             .consume(approval_id, def.name(), &version, &digest, who)
             .map_err(|e| CallError::ApprovalUnusable(e.to_string()));
     }
-    let shown = redact(def.input_schema(), arguments).to_string();
-    let shown: String = if shown.chars().count() > 300 {
-        shown.chars().take(299).chain(['…']).collect()
-    } else {
-        shown
-    };
-    let summary = format!(
-        "{} for {} (tenant {}) with arguments {shown} (sha256 {})",
-        def.label(),
-        who.name,
-        who.tenant,
-        &digest[..12]
-    );
+    let summary = approval_summary(&def.label(), who, def.input_schema(), arguments, &digest);
     let ticket = approvals
         .request(def.name(), &version, &digest, who, &summary)
         .map_err(|e| CallError::ApprovalUnusable(e.to_string()))?;

@@ -106,7 +106,7 @@ impl Pipeline {
                 attempts.await
             }
         };
-        observe::finish(&self.governance, who, &request, trail, outcome)
+        observe::finish(&self.governance, &snapshot, who, &request, trail, outcome)
     }
 
     /// Every check before anything is sent, in the order a model can act

@@ -3,8 +3,8 @@
 
 use super::{Outcome, Trail};
 use crate::error::CallError;
-use toolmesh::ToolErrorExt;
 use toolmesh::pb::{InvokeRequest, InvokeResponse, ToolResult, ToolSpec};
+use toolmesh::{Snapshot, ToolErrorExt};
 use toolmesh_governance::audit::{AuditKind, AuditRecord, outcome_of};
 use toolmesh_governance::{Governance, Principal};
 use tracing::debug;
@@ -12,6 +12,7 @@ use tracing::debug;
 /// Finishes a call: the response the front door returns.
 pub(crate) fn finish(
     governance: &Governance,
+    snapshot: &Snapshot,
     who: &Principal,
     request: &InvokeRequest,
     mut trail: Trail,
@@ -28,7 +29,7 @@ pub(crate) fn finish(
         }
     };
     if result.error.as_ref().is_none_or(|e| e.code == 0) {
-        record_session_facts(governance, request, &trail);
+        record_session_facts(governance, snapshot, who, request, &trail);
     }
     if let Some(def) = &trail.def
         && !def.spec().deprecated.is_empty()
@@ -67,14 +68,24 @@ fn audit_kind(outcome: &Outcome) -> AuditKind {
     }
 }
 
-/// A successful call is a fact later preconditions of its session can use.
-fn record_session_facts(governance: &Governance, request: &InvokeRequest, trail: &Trail) {
+/// A successful call is a fact later preconditions of its caller's session
+/// can use (only what some declared precondition names is kept).
+fn record_session_facts(
+    governance: &Governance,
+    snapshot: &Snapshot,
+    who: &Principal,
+    request: &InvokeRequest,
+    trail: &Trail,
+) {
     if let (Some(def), Some(arguments)) = (&trail.def, &trail.arguments) {
         let session = request
             .context
             .as_ref()
             .map_or("", |c| c.session_id.as_str());
-        governance.sessions.record(session, def.name(), arguments);
+        let declared = governance.sessions.declared_for(snapshot);
+        governance
+            .sessions
+            .record(who, session, def.name(), arguments, &declared);
     }
 }
 

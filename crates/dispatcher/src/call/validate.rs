@@ -1,5 +1,6 @@
-//! Validate: the arguments are JSON within the size limit and satisfy the
-//! tool's compiled input schema; every failing path is named.
+//! Validate: the arguments are JSON within the size limit, name no key twice
+//! (what is checked is what is sent), and satisfy the tool's compiled input
+//! schema; every failing path is named.
 
 use crate::error::CallError;
 use serde_json::Value;
@@ -14,9 +15,7 @@ pub(crate) fn arguments(def: &ToolDef, text: &str, limit: usize) -> Result<Value
             limit,
         });
     }
-    let text = if text.trim().is_empty() { "{}" } else { text };
-    let arguments: Value =
-        serde_json::from_str(text).map_err(|e| CallError::ArgumentsNotJson(e.to_string()))?;
+    let arguments = schema::parse_arguments(text)?;
     schema::check(def.validator(), &arguments).map_err(|violations| {
         CallError::ArgumentsInvalid {
             tool: def.label(),
@@ -53,8 +52,17 @@ mod tests {
         ));
         assert!(matches!(
             arguments(&def, "{", 100),
-            Err(CallError::ArgumentsNotJson(_))
+            Err(CallError::Arguments(_))
         ));
+        assert!(
+            matches!(
+                arguments(&def, r#"{"n": 1, "n": 100}"#, 100),
+                Err(CallError::Arguments(
+                    toolmesh::schema::ArgumentsError::DuplicateKey { .. }
+                ))
+            ),
+            "a repeated key is refused, not read last-wins"
+        );
         match arguments(&def, r#"{"n": 11}"#, 100) {
             Err(CallError::ArgumentsInvalid { tool, violations }) => {
                 assert_eq!(tool, "t@1.0.0");
