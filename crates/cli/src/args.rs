@@ -180,6 +180,22 @@ pub(crate) struct ServerArgs {
     pub(crate) data_dir: Option<PathBuf>,
 }
 
+impl ServerArgs {
+    /// The node settings these flags ask for.
+    pub(crate) fn node_config(&self) -> toolmesh_node::NodeConfig {
+        toolmesh_node::NodeConfig {
+            listen: self.listen.clone(),
+            grace: std::time::Duration::from_millis(self.grace_ms),
+            max_in_flight: self.max_in_flight,
+            snapshot_history: self.snapshot_history,
+            policy: self.policy.clone(),
+            audit: self.audit.clone(),
+            data_dir: self.data_dir.clone(),
+            dev_executor_token: None,
+        }
+    }
+}
+
 /// `toolmesh serve` / `toolmesh registry`.
 #[derive(Debug, Args, Clone)]
 pub(crate) struct ServeArgs {

@@ -4,17 +4,15 @@
 
 mod args;
 mod client;
-mod governance;
 mod logging;
 mod output;
-mod server;
 mod up;
 
 use args::{Cli, Command, ExampleArgs};
 use clap::Parser;
-use server::Role;
 use std::process::ExitCode;
 use std::time::Duration;
+use toolmesh_node::Role;
 
 /// How a command failed, and so which exit code it gets.
 #[derive(Debug, thiserror::Error)]
@@ -99,27 +97,24 @@ async fn run(command: Command, tls: &toolmesh::grpc::TlsFiles) -> Result<(), Fai
     let ttl = |ms: u64| Duration::from_millis(ms);
     match command {
         Command::Up(args) => Ok(up::run(args, tls).await?),
-        Command::Serve(args) => Ok(server::run(
-            Role::Serve {
+        Command::Serve(args) => {
+            let role = Role::Serve {
                 default_ttl: ttl(args.default_ttl_ms),
-            },
-            &args.server,
-        )
-        .await?),
-        Command::Registry(args) => Ok(server::run(
-            Role::Registry {
+            };
+            serve(role, &args.server).await
+        }
+        Command::Registry(args) => {
+            let role = Role::Registry {
                 default_ttl: ttl(args.default_ttl_ms),
-            },
-            &args.server,
-        )
-        .await?),
-        Command::Dispatcher(args) => Ok(server::run(
-            Role::Dispatcher {
+            };
+            serve(role, &args.server).await
+        }
+        Command::Dispatcher(args) => {
+            let role = Role::Dispatcher {
                 registry: args.registry.clone(),
-            },
-            &args.server,
-        )
-        .await?),
+            };
+            serve(role, &args.server).await
+        }
         Command::Example(args) => example(args).await,
         Command::Tools(args) => client::tools(args).await,
         Command::Call(args) => client::call(args).await,
@@ -133,6 +128,13 @@ async fn run(command: Command, tls: &toolmesh::grpc::TlsFiles) -> Result<(), Fai
         Command::Enable(args) => client::enable(args).await,
         Command::Bench(args) => bench(args).await,
     }
+}
+
+/// `toolmesh serve|registry|dispatcher`: a node until SIGTERM or ctrl-c.
+async fn serve(role: Role, args: &args::ServerArgs) -> Result<(), Failure> {
+    toolmesh_node::run(role, &args.node_config(), toolmesh::grpc::shutdown_signal())
+        .await
+        .map_err(|e| Failure::Failed(e.to_string()))
 }
 
 /// `toolmesh bench`: the benchmark, with this binary as the one measured.

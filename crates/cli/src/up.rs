@@ -2,11 +2,11 @@
 //! executor as its own OS process, until ctrl-c.
 
 use crate::args::UpArgs;
-use crate::server::{self, Role};
 use anyhow::Context;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 use tokio::process::{Child, Command};
+use toolmesh_node::Role;
 
 /// How often `up` looks for example executors that died.
 const RESTART_CHECK: Duration = Duration::from_secs(1);
@@ -22,7 +22,11 @@ pub(crate) async fn run(args: UpArgs, tls: &toolmesh::grpc::TlsFiles) -> anyhow:
     // Examples register with a token made for this run; nothing else may
     // register under their owner.
     let token = format!("dev-{}", uuid::Uuid::new_v4().simple());
-    let running = server::start(role, &args.serve.server, Some(&token)).await?;
+    let config = toolmesh_node::NodeConfig {
+        dev_executor_token: Some(token.clone()),
+        ..args.serve.server.node_config()
+    };
+    let running = toolmesh_node::start(role, &config).await?;
     let addr = running.addr.to_string();
     let exe =
         std::env::current_exe().context("cannot find the toolmesh binary to start examples")?;
@@ -125,7 +129,7 @@ pub(crate) async fn run(args: UpArgs, tls: &toolmesh::grpc::TlsFiles) -> anyhow:
             let _ = child.kill().await;
         }
     }
-    running.stop(grace).await
+    Ok(running.stop(grace).await?)
 }
 
 /// `toolmesh` when that is the binary on PATH, else the path to this binary.

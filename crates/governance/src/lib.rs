@@ -49,6 +49,7 @@ mod glob;
 pub mod limits;
 mod policy;
 mod principal;
+pub mod registry_access;
 pub mod reload;
 pub mod sessions;
 
@@ -67,6 +68,7 @@ pub use policy::{
     DEFAULT_TENANT, DEV_APPROVER_TOKEN, DEV_POLICY_TOML, MAX_RATE_PER_SEC, MAX_TTL_SECS, Policy,
 };
 pub use principal::Principal;
+pub use registry_access::{ADMIN_ROLE, AccessError, EXECUTOR_ROLE};
 pub use reload::{PolicyHandle, PolicyWatcher};
 pub use sessions::Sessions;
 

@@ -17,6 +17,6 @@ mod txn;
 pub use config::RegistryConfig;
 pub use durable::STATE_FILE;
 pub use error::RegistryError;
-pub use gate::{Gate, OpenGate};
+pub use gate::{Gate, GateError, OpenGate};
 pub use registry::Registry;
 pub use service::{RegistryService, SnapshotStream};
