@@ -203,7 +203,9 @@ pub async fn acceptance(serve_args: &[&str], exec_args: &[&str]) -> Acceptance {
 
 /// A client for the dispatcher at `addr`.
 pub fn dispatcher(addr: &str) -> DispatcherClient<Channel> {
-    DispatcherClient::new(toolmesh::grpc::channel(addr).expect("valid address"))
+    DispatcherClient::new(
+        toolmesh::grpc::channel(addr, &toolmesh::grpc::Tls::none()).expect("valid address"),
+    )
 }
 
 /// Names listed by ListTools, or None if the call failed.

@@ -113,8 +113,14 @@ pub(crate) async fn run(plan: &Plan, exe: &Path, logs: &Path) -> Result<Freshnes
     }
 
     let executor = InProcessExecutor::start().await?;
-    let mut registrar = RegistryClient::new(toolmesh::grpc::channel(&registry_addr)?);
-    let mut invoker = DispatcherClient::new(toolmesh::grpc::channel(&dispatcher_addr)?);
+    let mut registrar = RegistryClient::new(toolmesh::grpc::channel(
+        &registry_addr,
+        &toolmesh::grpc::Tls::none(),
+    )?);
+    let mut invoker = DispatcherClient::new(toolmesh::grpc::channel(
+        &dispatcher_addr,
+        &toolmesh::grpc::Tls::none(),
+    )?);
     let (mut not_serving, mut invocable) = (Vec::new(), Vec::new());
     for rep in 0..plan.freshness_reps {
         let (b, c) = health_once(&executor, &mut registrar, &mut lister, &mut invoker, rep).await?;

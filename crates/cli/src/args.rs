@@ -37,6 +37,18 @@ pub(crate) struct TlsArgs {
     pub(crate) tls_client_ca: Option<PathBuf>,
 }
 
+impl TlsArgs {
+    /// The files these flags name.
+    pub(crate) fn files(&self) -> toolmesh::grpc::TlsFiles {
+        toolmesh::grpc::TlsFiles {
+            ca: self.tls_ca.clone(),
+            cert: self.tls_cert.clone(),
+            key: self.tls_key.clone(),
+            client_ca: self.tls_client_ca.clone(),
+        }
+    }
+}
+
 /// How logs are written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub(crate) enum LogFormat {
@@ -182,7 +194,7 @@ pub(crate) struct ServerArgs {
 
 impl ServerArgs {
     /// The node settings these flags ask for.
-    pub(crate) fn node_config(&self) -> toolmesh_node::NodeConfig {
+    pub(crate) fn node_config(&self, tls: &toolmesh::grpc::Tls) -> toolmesh_node::NodeConfig {
         toolmesh_node::NodeConfig {
             listen: self.listen.clone(),
             grace: std::time::Duration::from_millis(self.grace_ms),
@@ -192,6 +204,7 @@ impl ServerArgs {
             audit: self.audit.clone(),
             data_dir: self.data_dir.clone(),
             dev_executor_token: None,
+            tls: tls.clone(),
         }
     }
 }

@@ -56,18 +56,13 @@ pub fn main() -> ExitCode {
             | Command::Example(_)
     );
     logging::init(cli.log_format, if serving { "info" } else { "warn" });
-    let tls = toolmesh::grpc::TlsFiles {
-        ca: cli.tls.tls_ca.clone(),
-        cert: cli.tls.tls_cert.clone(),
-        key: cli.tls.tls_key.clone(),
-        client_ca: cli.tls.tls_client_ca.clone(),
+    let tls = match toolmesh::grpc::Tls::from_files(&cli.tls.files()) {
+        Ok(tls) => tls,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(64);
+        }
     };
-    if tls.is_set()
-        && let Err(e) = toolmesh::grpc::configure_tls(&tls)
-    {
-        eprintln!("error: {e}");
-        return ExitCode::from(64);
-    }
     let mut builder = tokio::runtime::Builder::new_multi_thread();
     // TOOLMESH_WORKER_THREADS caps the runtime's threads (default: one per core).
     if let Some(threads) = std::env::var("TOOLMESH_WORKER_THREADS")
@@ -93,7 +88,7 @@ pub fn main() -> ExitCode {
     }
 }
 
-async fn run(command: Command, tls: &toolmesh::grpc::TlsFiles) -> Result<(), Failure> {
+async fn run(command: Command, tls: &toolmesh::grpc::Tls) -> Result<(), Failure> {
     let ttl = |ms: u64| Duration::from_millis(ms);
     match command {
         Command::Up(args) => Ok(up::run(args, tls).await?),
@@ -101,40 +96,48 @@ async fn run(command: Command, tls: &toolmesh::grpc::TlsFiles) -> Result<(), Fai
             let role = Role::Serve {
                 default_ttl: ttl(args.default_ttl_ms),
             };
-            serve(role, &args.server).await
+            serve(role, &args.server, tls).await
         }
         Command::Registry(args) => {
             let role = Role::Registry {
                 default_ttl: ttl(args.default_ttl_ms),
             };
-            serve(role, &args.server).await
+            serve(role, &args.server, tls).await
         }
         Command::Dispatcher(args) => {
             let role = Role::Dispatcher {
                 registry: args.registry.clone(),
             };
-            serve(role, &args.server).await
+            serve(role, &args.server, tls).await
         }
-        Command::Example(args) => example(args).await,
-        Command::Tools(args) => client::tools(args).await,
-        Command::Call(args) => client::call(args).await,
-        Command::Health(args) => client::health(args).await,
-        Command::Snapshot(args) => client::snapshot(args).await,
-        Command::Explain(args) => client::explain(args).await,
-        Command::Approvals(args) => client::approvals(args).await,
-        Command::Approve(args) => client::decide(args, false).await,
-        Command::Deny(args) => client::decide(args, true).await,
-        Command::Disable(args) => client::disable(args).await,
-        Command::Enable(args) => client::enable(args).await,
+        Command::Example(args) => example(args, tls).await,
+        Command::Tools(args) => client::tools(args, tls).await,
+        Command::Call(args) => client::call(args, tls).await,
+        Command::Health(args) => client::health(args, tls).await,
+        Command::Snapshot(args) => client::snapshot(args, tls).await,
+        Command::Explain(args) => client::explain(args, tls).await,
+        Command::Approvals(args) => client::approvals(args, tls).await,
+        Command::Approve(args) => client::decide(args, false, tls).await,
+        Command::Deny(args) => client::decide(args, true, tls).await,
+        Command::Disable(args) => client::disable(args, tls).await,
+        Command::Enable(args) => client::enable(args, tls).await,
         Command::Bench(args) => bench(args).await,
     }
 }
 
 /// `toolmesh serve|registry|dispatcher`: a node until SIGTERM or ctrl-c.
-async fn serve(role: Role, args: &args::ServerArgs) -> Result<(), Failure> {
-    toolmesh_node::run(role, &args.node_config(), toolmesh::grpc::shutdown_signal())
-        .await
-        .map_err(|e| Failure::Failed(e.to_string()))
+async fn serve(
+    role: Role,
+    args: &args::ServerArgs,
+    tls: &toolmesh::grpc::Tls,
+) -> Result<(), Failure> {
+    toolmesh_node::run(
+        role,
+        &args.node_config(tls),
+        toolmesh::grpc::shutdown_signal(),
+    )
+    .await
+    .map_err(|e| Failure::Failed(e.to_string()))
 }
 
 /// `toolmesh bench`: the benchmark, with this binary as the one measured.
@@ -153,7 +156,7 @@ async fn bench(args: args::BenchArgs) -> Result<(), Failure> {
 }
 
 /// `toolmesh example NAME`: one example executor, registered with a registry.
-async fn example(args: ExampleArgs) -> Result<(), Failure> {
+async fn example(args: ExampleArgs, tls: &toolmesh::grpc::Tls) -> Result<(), Failure> {
     let options = toolmesh_examples::ExampleOptions {
         ledger: args.ledger.clone(),
         files_root: args.files_root.clone(),
@@ -176,6 +179,7 @@ async fn example(args: ExampleArgs) -> Result<(), Failure> {
             lease_ttl: Duration::from_millis(args.ttl_ms),
             grace: Duration::from_millis(args.grace_ms),
             token: args.token.clone(),
+            tls: tls.clone(),
         })
         .await
         .map_err(|e| Failure::Failed(e.to_string()))?;

@@ -14,7 +14,7 @@ const RESTART_CHECK: Duration = Duration::from_secs(1);
 /// How long `up` waits for the examples' tools to become callable.
 const READY_TIMEOUT: Duration = Duration::from_secs(30);
 
-pub(crate) async fn run(args: UpArgs, tls: &toolmesh::grpc::TlsFiles) -> anyhow::Result<()> {
+pub(crate) async fn run(args: UpArgs, tls: &toolmesh::grpc::Tls) -> anyhow::Result<()> {
     let started = Instant::now();
     let role = Role::Serve {
         default_ttl: Duration::from_millis(args.serve.default_ttl_ms),
@@ -24,7 +24,7 @@ pub(crate) async fn run(args: UpArgs, tls: &toolmesh::grpc::TlsFiles) -> anyhow:
     let token = format!("dev-{}", uuid::Uuid::new_v4().simple());
     let config = toolmesh_node::NodeConfig {
         dev_executor_token: Some(token.clone()),
-        ..args.serve.server.node_config()
+        ..args.serve.server.node_config(tls)
     };
     let running = toolmesh_node::start(role, &config).await?;
     let addr = running.addr.to_string();
@@ -38,7 +38,7 @@ pub(crate) async fn run(args: UpArgs, tls: &toolmesh::grpc::TlsFiles) -> anyhow:
                 toolmesh_examples::EXAMPLE_NAMES.join(", ")
             );
         }
-        let child = spawn_example(&exe, name, &addr, &token, tls)
+        let child = spawn_example(&exe, name, &addr, &token, tls.files())
             .with_context(|| format!("cannot start example executor {name}"))?;
         children.push((name.clone(), child));
     }
@@ -108,7 +108,7 @@ pub(crate) async fn run(args: UpArgs, tls: &toolmesh::grpc::TlsFiles) -> anyhow:
         for (name, child) in children.iter_mut() {
             if let Ok(Some(status)) = child.try_wait() {
                 tracing::warn!(example = %name, %status, "example executor exited; starting it again");
-                match spawn_example(&exe, name, &addr, &token, tls) {
+                match spawn_example(&exe, name, &addr, &token, tls.files()) {
                     Ok(again) => *child = again,
                     Err(e) => tracing::error!(example = %name, error = %e, "cannot start it again"),
                 }

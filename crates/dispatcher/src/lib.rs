@@ -78,11 +78,14 @@ impl Dispatcher {
     ) -> Self {
         let first = snapshots.borrow_and_update().clone();
         let view = Arc::new(SnapshotView::new(first, config.snapshot_history));
-        let pool = Arc::new(Endpoints::new(EjectionPolicy {
-            after_failures: config.eject_after_failures.max(1),
-            base: config.base_ejection,
-            max: config.max_ejection,
-        }));
+        let pool = Arc::new(
+            Endpoints::new(EjectionPolicy {
+                after_failures: config.eject_after_failures.max(1),
+                base: config.base_ejection,
+                max: config.max_ejection,
+            })
+            .with_tls(config.tls.clone()),
+        );
         let changed = Arc::new(Notify::new());
         let ejections = Arc::new(Notify::new());
         let invoker = Arc::new(Invoker {

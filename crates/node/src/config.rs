@@ -55,6 +55,9 @@ pub struct NodeConfig {
     /// Under the development policy, a token admitted as an executor's
     /// (`toolmesh up` generates one per run for its examples).
     pub dev_executor_token: Option<String>,
+    /// TLS of the node's server and of its channels (to executors, and to
+    /// the registry a dispatcher follows).
+    pub tls: toolmesh::grpc::Tls,
 }
 
 impl Default for NodeConfig {
@@ -68,6 +71,7 @@ impl Default for NodeConfig {
             audit: None,
             data_dir: None,
             dev_executor_token: None,
+            tls: toolmesh::grpc::Tls::none(),
         }
     }
 }

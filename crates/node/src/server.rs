@@ -61,6 +61,7 @@ pub async fn start(role: Role, config: &NodeConfig) -> Result<Running, NodeError
             let registry_config = RegistryConfig {
                 default_ttl: *default_ttl,
                 data_dir: config.data_dir.clone(),
+                tls: config.tls.clone(),
                 ..RegistryConfig::default()
             };
             if registry_config.data_dir.is_none() {
@@ -75,7 +76,7 @@ pub async fn start(role: Role, config: &NodeConfig) -> Result<Running, NodeError
     };
     let snapshots: Option<tokio::sync::watch::Receiver<Arc<Snapshot>>> = match (&role, &registry) {
         (Role::Serve { .. }, Some(registry)) => Some(registry.subscribe()),
-        (Role::Dispatcher { registry }, _) => Some(follow_registry(registry)?),
+        (Role::Dispatcher { registry }, _) => Some(follow_registry(registry, &config.tls)?),
         _ => None,
     };
     let dispatcher = match snapshots {
@@ -83,6 +84,7 @@ pub async fn start(role: Role, config: &NodeConfig) -> Result<Running, NodeError
             DispatcherConfig {
                 max_in_flight: config.max_in_flight,
                 snapshot_history: config.snapshot_history,
+                tls: config.tls.clone(),
                 ..DispatcherConfig::default()
             },
             snapshots,
@@ -101,7 +103,7 @@ pub async fn start(role: Role, config: &NodeConfig) -> Result<Running, NodeError
             .set_service_status("toolmesh.v1.Dispatcher", ServingStatus::Serving)
             .await;
     }
-    let router = toolmesh::grpc::server_builder()
+    let router = toolmesh::grpc::server_builder(&config.tls)
         .map_err(NodeError::Tls)?
         .add_service(health_service)
         .add_service(toolmesh::grpc::reflection_service())

@@ -294,9 +294,12 @@ impl Registry {
                 inner.apply_health(&executor_id, &lease_id, healthy, reason);
             }
         });
-        self.inner
-            .runtime
-            .spawn(health_watch::watch(endpoint, token, report));
+        self.inner.runtime.spawn(health_watch::watch(
+            endpoint,
+            self.inner.config.tls.clone(),
+            token,
+            report,
+        ));
     }
 
     #[cfg(test)]
