@@ -66,7 +66,7 @@ async fn mutual_tls_call_and_refusals() {
     let serve = Proc::spawn("serve", &mut serve_cmd);
     let addr = serve.listen_addr();
 
-    let mut exec_cmd = Command::new(toolmesh_bin());
+    let mut exec_cmd = Command::new(fixture_bin());
     exec_cmd.args(["example", "acceptance", "--registry", &addr]);
     tls_env(&mut exec_cmd, &ca, Some((&cert, &key)), Some(&ca));
     let exec = Proc::spawn("example", &mut exec_cmd);
@@ -156,7 +156,7 @@ tools = ["acc_echo"]
     tls_env(&mut serve_cmd, &ca, Some((&cert, &key)), Some(&ca));
     let serve = Proc::spawn("serve", &mut serve_cmd);
     let addr = serve.listen_addr();
-    let mut exec_cmd = Command::new(toolmesh_bin());
+    let mut exec_cmd = Command::new(fixture_bin());
     exec_cmd.args(["example", "acceptance", "--registry", &addr]);
     tls_env(&mut exec_cmd, &ca, Some((&cert, &key)), Some(&ca));
     let exec = Proc::spawn("example", &mut exec_cmd);

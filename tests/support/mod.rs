@@ -12,7 +12,9 @@ use toolmesh::pb::{
     CallContext, InvokeRequest, InvokeResponse, ListToolsRequest, ToolFormat,
     dispatcher_client::DispatcherClient,
 };
-pub use toolmesh_testkit::{TempDir, eventually, toolmesh_bin, with_token};
+pub use toolmesh_testkit::{
+    TempDir, eventually, example_bin, fixture_bin, toolmesh_bin, with_token,
+};
 
 /// A child process that is killed when dropped, with its stdout lines
 /// available to wait on.
@@ -167,11 +169,16 @@ pub fn restart_on(name: &str, args: &[&str]) -> Proc {
     panic!("{name} could not start again with {args:?}");
 }
 
-/// `toolmesh example NAME --registry ADDR …`, started and listening.
+/// `toolmesh example NAME --registry ADDR …`, started and listening; the
+/// test fixtures (`acceptance`) run from `toolmesh-fixture` with the same
+/// command line.
 pub fn example(name: &str, registry: &str, extra: &[&str]) -> Proc {
     let mut args = vec!["example", name, "--registry", registry];
     args.extend_from_slice(extra);
-    let proc = Proc::toolmesh(&format!("example {name}"), &args);
+    let proc = Proc::spawn(
+        &format!("example {name}"),
+        Command::new(example_bin(name)).args(&args),
+    );
     proc.listen_addr();
     proc
 }

@@ -2,6 +2,7 @@
 //! soon a tool leaves ListTools after its executor is SIGKILLed or turns
 //! NOT_SERVING, and how soon a new registration can be invoked.
 
+use crate::Binaries;
 use crate::Plan;
 use crate::error::BenchError;
 use crate::mesh;
@@ -82,10 +83,14 @@ pub struct Freshness {
 /// Starts `toolmesh registry` and `toolmesh dispatcher --registry`, then
 /// measures (a) with example processes and (b), (c) with an executor inside
 /// this process.
-pub(crate) async fn run(plan: &Plan, exe: &Path, logs: &Path) -> Result<Freshness, BenchError> {
+pub(crate) async fn run(
+    plan: &Plan,
+    bins: &Binaries,
+    logs: &Path,
+) -> Result<Freshness, BenchError> {
     let mut registry = Proc::spawn(
         "toolmesh registry",
-        exe,
+        &bins.toolmesh,
         &["registry", "--listen", "127.0.0.1:0"],
         logs,
         SpawnOptions::default(),
@@ -93,7 +98,7 @@ pub(crate) async fn run(plan: &Plan, exe: &Path, logs: &Path) -> Result<Freshnes
     let registry_addr = registry.listen_addr().await?;
     let mut dispatcher = Proc::spawn(
         "toolmesh dispatcher",
-        exe,
+        &bins.toolmesh,
         &[
             "dispatcher",
             "--listen",
@@ -109,7 +114,7 @@ pub(crate) async fn run(plan: &Plan, exe: &Path, logs: &Path) -> Result<Freshnes
 
     let mut killed = Vec::new();
     for rep in 0..plan.freshness_reps {
-        killed.push(sigkill_once(exe, logs, &registry_addr, &mut lister, rep).await?);
+        killed.push(sigkill_once(&bins.fixture, logs, &registry_addr, &mut lister, rep).await?);
     }
 
     let executor = InProcessExecutor::start().await?;

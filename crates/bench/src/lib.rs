@@ -14,6 +14,7 @@
 //! # async fn example() -> Result<(), toolmesh_bench::BenchError> {
 //! let report = toolmesh_bench::run(toolmesh_bench::BenchOptions {
 //!     toolmesh_exe: "target/release/toolmesh".into(),
+//!     fixture_exe: "target/release/toolmesh".into(),
 //!     quick: false,
 //!     json: Some("bench.json".into()),
 //! })
@@ -51,8 +52,12 @@ use std::time::{Duration, Instant};
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct BenchOptions {
     /// The `toolmesh` binary to start (build it with
-    /// `cargo build --release -p toolmesh-cli`).
+    /// `cargo build --release -p toolmesh-cli --features bench`).
     pub toolmesh_exe: PathBuf,
+    /// The binary that serves the acceptance fixture with the command line
+    /// `example acceptance …`: `toolmesh` built with the `bench` feature, or
+    /// `toolmesh-fixture` (crate `toolmesh-fixtures`).
+    pub fixture_exe: PathBuf,
     /// Short series for a smoke test (well under a minute) instead of the
     /// full run (a few minutes).
     pub quick: bool,
@@ -66,24 +71,30 @@ pub struct BenchOptions {
 pub async fn run(options: BenchOptions) -> Result<Report, BenchError> {
     let started = Instant::now();
     let plan = Plan::new(options.quick);
-    let exe = std::fs::canonicalize(&options.toolmesh_exe).map_err(|e| {
-        BenchError::io(
-            format!(
-                "find the toolmesh binary {} (build it with `cargo build --release -p toolmesh-cli`)",
-                options.toolmesh_exe.display()
-            ),
-            e,
-        )
-    })?;
-    let machine = machine::Machine::read(&exe);
+    let find = |exe: &std::path::Path| {
+        std::fs::canonicalize(exe).map_err(|e| {
+            BenchError::io(
+                format!(
+                    "find the binary {} (build it with `cargo build --release -p toolmesh-cli --features bench`)",
+                    exe.display()
+                ),
+                e,
+            )
+        })
+    };
+    let bins = Binaries {
+        toolmesh: find(&options.toolmesh_exe)?,
+        fixture: find(&options.fixture_exe)?,
+    };
+    let machine = machine::Machine::read(&bins.toolmesh);
     let logs = procs::TempDir::new("logs")?;
 
     progress("1/3 per-call overhead: direct, nginx grpc_pass, toolmesh");
-    let overhead = overhead::run(&plan, &exe, logs.path()).await?;
+    let overhead = overhead::run(&plan, &bins, logs.path()).await?;
     // Freshness before scale: scale leaves in-process dispatcher tasks
     // behind that would add noise to the timings.
     progress("2/3 freshness: registry, dispatcher and executors as separate processes");
-    let freshness = freshness::run(&plan, &exe, logs.path()).await?;
+    let freshness = freshness::run(&plan, &bins, logs.path()).await?;
     progress(&format!(
         "3/3 registry scale: {} and {} tools in this process",
         plan.baseline_tools, plan.scale_tools
@@ -104,6 +115,15 @@ pub async fn run(options: BenchOptions) -> Result<Report, BenchError> {
             .map_err(|e| BenchError::io(format!("write {}", path.display()), e))?;
     }
     Ok(report)
+}
+
+/// The programs the bench starts.
+#[derive(Debug, Clone)]
+pub(crate) struct Binaries {
+    /// `toolmesh`: serve, registry, dispatcher.
+    pub(crate) toolmesh: PathBuf,
+    /// Serves `example acceptance …`.
+    pub(crate) fixture: PathBuf,
 }
 
 /// One progress line on stderr, so a long run shows where it is.

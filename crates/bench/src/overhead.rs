@@ -1,6 +1,7 @@
 //! Per-call overhead: the same `acc_echo` call straight to the executor,
 //! through nginx `grpc_pass`, and through the toolmesh dispatcher.
 
+use crate::Binaries;
 use crate::Plan;
 use crate::error::BenchError;
 use crate::load::{self, Client, Throughput, Workload};
@@ -101,10 +102,10 @@ struct Clients {
 
 /// Starts `toolmesh serve`, the acceptance example and (if installed)
 /// nginx in front of the example, measures, and stops them.
-pub(crate) async fn run(plan: &Plan, exe: &Path, logs: &Path) -> Result<Overhead, BenchError> {
+pub(crate) async fn run(plan: &Plan, bins: &Binaries, logs: &Path) -> Result<Overhead, BenchError> {
     let mut serve = Proc::spawn(
         "toolmesh serve",
-        exe,
+        &bins.toolmesh,
         &["serve", "--listen", "127.0.0.1:0"],
         logs,
         SpawnOptions::default(),
@@ -112,7 +113,7 @@ pub(crate) async fn run(plan: &Plan, exe: &Path, logs: &Path) -> Result<Overhead
     let serve_addr = serve.listen_addr().await?;
     let mut example = Proc::spawn(
         "toolmesh example acceptance",
-        exe,
+        &bins.fixture,
         &["example", "acceptance", "--registry", &serve_addr],
         logs,
         SpawnOptions::default(),

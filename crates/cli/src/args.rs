@@ -69,7 +69,7 @@ pub(crate) enum Command {
     Registry(ServeArgs),
     /// Run only a dispatcher that follows a registry elsewhere.
     Dispatcher(DispatcherArgs),
-    /// Run one of the example executors (knowledge, accounts, support, files, acceptance).
+    /// Run one of the example executors (knowledge, accounts, support, files).
     Example(ExampleArgs),
     /// List the tools you can call.
     Tools(ToolsArgs),
@@ -93,10 +93,12 @@ pub(crate) enum Command {
     Enable(ToolArg),
     /// Measure per-call overhead (against a direct call and nginx), registry
     /// scale and freshness, on loopback; prints a table.
+    #[cfg(feature = "bench")]
     Bench(BenchArgs),
 }
 
 /// `toolmesh bench`.
+#[cfg(feature = "bench")]
 #[derive(Debug, Args, Clone)]
 pub(crate) struct BenchArgs {
     /// Short series (a smoke test) instead of the full run.
@@ -249,7 +251,7 @@ pub(crate) struct UpArgs {
 /// `toolmesh example`.
 #[derive(Debug, Args, Clone)]
 pub(crate) struct ExampleArgs {
-    /// Which example: knowledge, accounts, support, files or acceptance.
+    /// Which example: knowledge, accounts, support or files.
     pub(crate) name: String,
     /// The registry to register with (host:port).
     #[arg(long, env = "TOOLMESH_REGISTRY", default_value = "127.0.0.1:7070")]
@@ -264,6 +266,7 @@ pub(crate) struct ExampleArgs {
     #[arg(long)]
     pub(crate) executor_id: Option<String>,
     /// Append one JSON line per execution to this file (acceptance example).
+    #[cfg(feature = "bench")]
     #[arg(long)]
     pub(crate) ledger: Option<PathBuf>,
     /// Directory the files example is confined to (default: a fresh temp dir).

@@ -121,6 +121,7 @@ async fn run(command: Command, tls: &toolmesh::grpc::Tls) -> Result<(), Failure>
         Command::Deny(args) => client::decide(args, true, tls).await,
         Command::Disable(args) => client::disable(args, tls).await,
         Command::Enable(args) => client::enable(args, tls).await,
+        #[cfg(feature = "bench")]
         Command::Bench(args) => bench(args).await,
     }
 }
@@ -140,12 +141,14 @@ async fn serve(
     .map_err(|e| Failure::Failed(e.to_string()))
 }
 
+#[cfg(feature = "bench")]
 /// `toolmesh bench`: the benchmark, with this binary as the one measured.
 async fn bench(args: args::BenchArgs) -> Result<(), Failure> {
     let exe = std::env::current_exe()
         .map_err(|e| Failure::Failed(format!("cannot find the toolmesh binary: {e}")))?;
     let report = toolmesh_bench::run(toolmesh_bench::BenchOptions {
-        toolmesh_exe: exe,
+        toolmesh_exe: exe.clone(),
+        fixture_exe: exe,
         quick: args.quick,
         json: args.json,
     })
@@ -158,10 +161,17 @@ async fn bench(args: args::BenchArgs) -> Result<(), Failure> {
 /// `toolmesh example NAME`: one example executor, registered with a registry.
 async fn example(args: ExampleArgs, tls: &toolmesh::grpc::Tls) -> Result<(), Failure> {
     let options = toolmesh_examples::ExampleOptions {
-        ledger: args.ledger.clone(),
         files_root: args.files_root.clone(),
     };
-    let executor = toolmesh_examples::example(&args.name, &options).ok_or_else(|| {
+    let executor = toolmesh_examples::example(&args.name, &options);
+    #[cfg(feature = "bench")]
+    let executor = executor.or_else(|| {
+        let options = toolmesh_fixtures::FixtureOptions {
+            ledger: args.ledger.clone(),
+        };
+        toolmesh_fixtures::fixture(&args.name, &options)
+    });
+    let executor = executor.ok_or_else(|| {
         Failure::Usage(format!(
             "unknown example {:?}; choose from {}",
             args.name,
@@ -170,27 +180,18 @@ async fn example(args: ExampleArgs, tls: &toolmesh::grpc::Tls) -> Result<(), Fai
     })?;
     let listen =
         toolmesh::grpc::listen_address(&args.listen).map_err(|e| Failure::Usage(e.to_string()))?;
-    let bound = executor
-        .bind(toolmesh_executor::ServeOptions {
-            registry: args.registry.clone(),
-            listen,
-            advertise: None,
-            executor_id: args.executor_id.clone(),
-            lease_ttl: Duration::from_millis(args.ttl_ms),
-            grace: Duration::from_millis(args.grace_ms),
-            token: args.token.clone(),
-            tls: tls.clone(),
-        })
-        .await
-        .map_err(|e| Failure::Failed(e.to_string()))?;
-    println!(
-        "toolmesh example {} ({}) listening on {}",
-        args.name,
-        bound.executor_id(),
-        bound.local_addr()
-    );
-    bound
-        .run(toolmesh::grpc::shutdown_signal())
+    let options = toolmesh_executor::ServeOptions {
+        registry: args.registry.clone(),
+        listen,
+        advertise: None,
+        executor_id: args.executor_id.clone(),
+        lease_ttl: Duration::from_millis(args.ttl_ms),
+        grace: Duration::from_millis(args.grace_ms),
+        token: args.token.clone(),
+        tls: tls.clone(),
+    };
+    let shutdown = toolmesh::grpc::shutdown_signal();
+    toolmesh_examples::serve(&args.name, executor, options, shutdown)
         .await
         .map_err(|e| Failure::Failed(e.to_string()))
 }

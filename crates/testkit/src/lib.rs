@@ -1,5 +1,5 @@
 //! Helpers the toolmesh tests share, so each test says only what it pins:
-//! the `toolmesh` binary, temporary directories that clean up, gRPC servers
+//! the `toolmesh` and `toolmesh-fixture` binaries, temporary directories that clean up, gRPC servers
 //! on 127.0.0.1 port 0, bearer tokens, and polling instead of sleeps.
 
 use std::future::Future;
@@ -16,27 +16,61 @@ use tonic::transport::server::Router;
 /// `$TOOLMESH_BIN`), built once with cargo if it is not there yet.
 pub fn toolmesh_bin() -> PathBuf {
     static BIN: OnceLock<PathBuf> = OnceLock::new();
+    BIN.get_or_init(|| workspace_bin("toolmesh", "toolmesh-cli", "TOOLMESH_BIN"))
+        .clone()
+}
+
+/// The `toolmesh-fixture` binary (the test executors, such as
+/// `acceptance`, served with the command line of `toolmesh example`), or
+/// `$TOOLMESH_FIXTURE_BIN`, built once with cargo if it is not there yet.
+pub fn fixture_bin() -> PathBuf {
+    static BIN: OnceLock<PathBuf> = OnceLock::new();
     BIN.get_or_init(|| {
-        if let Ok(path) = std::env::var("TOOLMESH_BIN") {
-            return PathBuf::from(path);
-        }
-        let exe = std::env::current_exe().expect("test executable path");
-        let profile_dir = exe
-            .parent()
-            .and_then(Path::parent)
-            .expect("target/<profile>");
-        let bin = profile_dir.join(format!("toolmesh{}", std::env::consts::EXE_SUFFIX));
-        if !bin.exists() {
-            let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-            let status = Command::new(cargo)
-                .args(["build", "-p", "toolmesh-cli", "--bin", "toolmesh"])
-                .status()
-                .expect("run cargo build");
-            assert!(status.success(), "building the toolmesh binary failed");
-        }
-        bin
+        workspace_bin(
+            "toolmesh-fixture",
+            "toolmesh-fixtures",
+            "TOOLMESH_FIXTURE_BIN",
+        )
     })
     .clone()
+}
+
+/// The executors `toolmesh-fixture` serves (those of crate
+/// `toolmesh-fixtures`; the tests must not link it, or the crates under
+/// test would be built twice).
+pub const FIXTURES: [&str; 1] = ["acceptance"];
+
+/// The binary that serves `example NAME`: `toolmesh-fixture` for the
+/// [`FIXTURES`], `toolmesh` for the user-facing examples.
+pub fn example_bin(name: &str) -> PathBuf {
+    if FIXTURES.contains(&name) {
+        fixture_bin()
+    } else {
+        toolmesh_bin()
+    }
+}
+
+/// Binary `name` of workspace package `package` beside the running test
+/// executable (or the path in `$override_var`), built if missing.
+fn workspace_bin(name: &str, package: &str, override_var: &str) -> PathBuf {
+    if let Ok(path) = std::env::var(override_var) {
+        return PathBuf::from(path);
+    }
+    let exe = std::env::current_exe().expect("test executable path");
+    let profile_dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("target/<profile>");
+    let bin = profile_dir.join(format!("{name}{}", std::env::consts::EXE_SUFFIX));
+    if !bin.exists() {
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let status = Command::new(cargo)
+            .args(["build", "-p", package, "--bin", name])
+            .status()
+            .expect("run cargo build");
+        assert!(status.success(), "building the {name} binary failed");
+    }
+    bin
 }
 
 /// A fresh directory under the system temp dir, removed on drop.
