@@ -11,6 +11,9 @@ fn main() -> ExitCode {
     let mut options = BenchOptions {
         toolmesh_exe: PathBuf::from("target/release/toolmesh"),
         fixture_exe: PathBuf::from("target/release/toolmesh-fixture"),
+        // Children are killed by drop guards; `toolmesh bench` also arms
+        // the kernel's parent-death signal.
+        parent_death: None,
         quick: false,
         json: None,
     };

@@ -6,7 +6,7 @@ use crate::Binaries;
 use crate::Plan;
 use crate::error::BenchError;
 use crate::mesh;
-use crate::procs::{AbortOnDrop, Proc, SpawnOptions};
+use crate::procs::{self, AbortOnDrop, Ready, SpawnOptions};
 use crate::stats;
 use serde::Serialize;
 use std::path::Path;
@@ -88,7 +88,8 @@ pub(crate) async fn run(
     bins: &Binaries,
     logs: &Path,
 ) -> Result<Freshness, BenchError> {
-    let mut registry = Proc::spawn(
+    let mut registry = procs::spawn(
+        bins.parent_death,
         "toolmesh registry",
         &bins.toolmesh,
         &["registry", "--listen", "127.0.0.1:0"],
@@ -96,7 +97,8 @@ pub(crate) async fn run(
         SpawnOptions::default(),
     )?;
     let registry_addr = registry.listen_addr().await?;
-    let mut dispatcher = Proc::spawn(
+    let mut dispatcher = procs::spawn(
+        bins.parent_death,
         "toolmesh dispatcher",
         &bins.toolmesh,
         &[
@@ -114,7 +116,7 @@ pub(crate) async fn run(
 
     let mut killed = Vec::new();
     for rep in 0..plan.freshness_reps {
-        killed.push(sigkill_once(&bins.fixture, logs, &registry_addr, &mut lister, rep).await?);
+        killed.push(sigkill_once(bins, logs, &registry_addr, &mut lister, rep).await?);
     }
 
     let executor = InProcessExecutor::start().await?;
@@ -147,7 +149,7 @@ pub(crate) async fn run(
 
 /// (a) once: start an example, wait until listed, SIGKILL it, time until unlisted.
 async fn sigkill_once(
-    exe: &Path,
+    bins: &Binaries,
     logs: &Path,
     registry_addr: &str,
     lister: &mut DispatcherClient<Channel>,
@@ -155,9 +157,10 @@ async fn sigkill_once(
 ) -> Result<Option<Duration>, BenchError> {
     let executor_id = format!("bench-kill-{}-{rep}", std::process::id());
     let ttl = LEASE_TTL_MS.to_string();
-    let mut example = Proc::spawn(
+    let mut example = procs::spawn(
+        bins.parent_death,
         &format!("toolmesh example acceptance {rep}"),
-        exe,
+        &bins.fixture,
         &[
             "example",
             "acceptance",

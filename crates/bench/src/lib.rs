@@ -17,12 +17,14 @@
 //!     fixture_exe: "target/release/toolmesh".into(),
 //!     quick: false,
 //!     json: Some("bench.json".into()),
+//!     parent_death: None,
 //! })
 //! .await?;
 //! println!("{report}");
 //! # Ok(())
 //! # }
 //! ```
+#![forbid(unsafe_code)]
 
 mod error;
 mod freshness;
@@ -49,7 +51,7 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 /// What to run.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct BenchOptions {
     /// The `toolmesh` binary to start (build it with
     /// `cargo build --release -p toolmesh-cli --features bench`).
@@ -63,6 +65,9 @@ pub struct BenchOptions {
     pub quick: bool,
     /// Also write the report as JSON to this file.
     pub json: Option<PathBuf>,
+    /// Has the kernel signal every child should the bench die (a binary
+    /// provides it: it needs `unsafe`); `None` relies on drop guards only.
+    pub parent_death: Option<toolmesh_procs::ArmParentDeath>,
 }
 
 /// Runs the whole benchmark; see the crate docs. Must be called inside a
@@ -85,9 +90,11 @@ pub async fn run(options: BenchOptions) -> Result<Report, BenchError> {
     let bins = Binaries {
         toolmesh: find(&options.toolmesh_exe)?,
         fixture: find(&options.fixture_exe)?,
+        parent_death: options.parent_death,
     };
     let machine = machine::Machine::read(&bins.toolmesh);
-    let logs = procs::TempDir::new("logs")?;
+    let logs = procs::TempDir::new("bench-logs")
+        .map_err(|e| BenchError::io("create a temp dir for the logs", e))?;
 
     progress("1/3 per-call overhead: direct, nginx grpc_pass, toolmesh");
     let overhead = overhead::run(&plan, &bins, logs.path()).await?;
@@ -124,6 +131,8 @@ pub(crate) struct Binaries {
     pub(crate) toolmesh: PathBuf,
     /// Serves `example acceptance …`.
     pub(crate) fixture: PathBuf,
+    /// Arms the parent-death signal of each child.
+    pub(crate) parent_death: Option<toolmesh_procs::ArmParentDeath>,
 }
 
 /// One progress line on stderr, so a long run shows where it is.

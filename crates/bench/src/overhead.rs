@@ -7,7 +7,7 @@ use crate::error::BenchError;
 use crate::load::{self, Client, Throughput, Workload};
 use crate::mesh;
 use crate::nginx;
-use crate::procs::{Proc, SpawnOptions, TempDir};
+use crate::procs::{self, Ready, SpawnOptions, TempDir};
 use crate::stats::Latency;
 use serde::Serialize;
 use std::path::Path;
@@ -103,7 +103,8 @@ struct Clients {
 /// Starts `toolmesh serve`, the acceptance example and (if installed)
 /// nginx in front of the example, measures, and stops them.
 pub(crate) async fn run(plan: &Plan, bins: &Binaries, logs: &Path) -> Result<Overhead, BenchError> {
-    let mut serve = Proc::spawn(
+    let mut serve = procs::spawn(
+        bins.parent_death,
         "toolmesh serve",
         &bins.toolmesh,
         &["serve", "--listen", "127.0.0.1:0"],
@@ -111,7 +112,8 @@ pub(crate) async fn run(plan: &Plan, bins: &Binaries, logs: &Path) -> Result<Ove
         SpawnOptions::default(),
     )?;
     let serve_addr = serve.listen_addr().await?;
-    let mut example = Proc::spawn(
+    let mut example = procs::spawn(
+        bins.parent_death,
         "toolmesh example acceptance",
         &bins.fixture,
         &["example", "acceptance", "--registry", &serve_addr],
@@ -127,24 +129,27 @@ pub(crate) async fn run(plan: &Plan, bins: &Binaries, logs: &Path) -> Result<Ove
     )
     .await?;
 
-    let prefix = TempDir::new("nginx")?;
+    let prefix = TempDir::new("bench-nginx")
+        .map_err(|e| BenchError::io("create a temp dir for nginx", e))?;
     let (nginx, mut nginx_status) = match nginx::find() {
         None => (None, NginxStatus::NotInstalled),
-        Some(path) => match nginx::start(&path, prefix.path(), &executor_addr).await {
-            Ok(running) => {
-                let status = NginxStatus::Measured {
-                    path: path.display().to_string(),
-                    version: running.version.clone(),
-                };
-                (Some(running), status)
+        Some(path) => {
+            match nginx::start(bins.parent_death, &path, prefix.path(), &executor_addr).await {
+                Ok(running) => {
+                    let status = NginxStatus::Measured {
+                        path: path.display().to_string(),
+                        version: running.version.clone(),
+                    };
+                    (Some(running), status)
+                }
+                Err(e) => (
+                    None,
+                    NginxStatus::Failed {
+                        reason: e.to_string(),
+                    },
+                ),
             }
-            Err(e) => (
-                None,
-                NginxStatus::Failed {
-                    reason: e.to_string(),
-                },
-            ),
-        },
+        }
     };
     let mut clients = Clients {
         direct: Client::executor(&executor_addr)?,

@@ -595,8 +595,7 @@ fn tool_spec(name: &str) -> ToolSpec {
 fn rss_bytes() -> Option<u64> {
     let statm = std::fs::read_to_string("/proc/self/statm").ok()?;
     let pages: u64 = statm.split_whitespace().nth(1)?.parse().ok()?;
-    // SAFETY: sysconf has no preconditions.
-    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    let page = rustix::param::page_size();
     Some(pages * u64::try_from(page).ok()?)
 }
 

@@ -34,6 +34,8 @@ async fn quick_run_end_to_end() {
     let report = toolmesh_bench::run(BenchOptions {
         toolmesh_exe: toolmesh_bin(),
         fixture_exe: fixture_bin(),
+        // Drop guards only: what this test checks is that they clean up.
+        parent_death: None,
         quick: true,
         json: Some(json.clone()),
     })

@@ -1,4 +1,5 @@
-//! The client commands: tools, call, health, snapshot.
+//! The client commands: tools, call, health, snapshot, explain, approvals,
+//! approve and deny, disable and enable.
 
 use crate::Failure;
 use crate::args::{

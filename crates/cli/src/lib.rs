@@ -1,6 +1,11 @@
-//! The `toolmesh` command line: servers (`up`, `serve`, `registry`,
-//! `dispatcher`, `example`) and clients (`tools`, `call`, `health`,
-//! `snapshot`). `main` only calls [`main`].
+//! The `toolmesh` command line: parses the arguments, sets up logging, TLS
+//! and the runtime, and calls into the libraries: servers through
+//! `toolmesh-node` (`serve`, `registry`, `dispatcher`, and `up` with its
+//! example processes), example executors (`example`), the client commands
+//! (`tools`, `call`, `health`, `snapshot`, `explain`, `approvals`, `approve`,
+//! `deny`, `disable`, `enable`) and, with the `bench` feature, `bench`.
+//! The binary's `main` only calls [`main`].
+#![forbid(unsafe_code)]
 
 mod args;
 mod client;
@@ -45,7 +50,9 @@ impl From<anyhow::Error> for Failure {
 }
 
 /// Parses the command line, runs the command, and returns its exit code.
-pub fn main() -> ExitCode {
+/// `arm` sets the parent-death signal of the processes `up` and `bench`
+/// start (it needs `unsafe`, which this library forbids).
+pub fn main(arm: toolmesh_procs::ArmParentDeath) -> ExitCode {
     let cli = Cli::parse();
     let serving = matches!(
         cli.command,
@@ -79,7 +86,7 @@ pub fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(run(cli.command, &tls)) {
+    match runtime.block_on(run(cli.command, &tls, arm)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(failure) => {
             eprintln!("error: {failure}");
@@ -88,10 +95,14 @@ pub fn main() -> ExitCode {
     }
 }
 
-async fn run(command: Command, tls: &toolmesh::grpc::Tls) -> Result<(), Failure> {
+async fn run(
+    command: Command,
+    tls: &toolmesh::grpc::Tls,
+    arm: toolmesh_procs::ArmParentDeath,
+) -> Result<(), Failure> {
     let ttl = |ms: u64| Duration::from_millis(ms);
     match command {
-        Command::Up(args) => Ok(up::run(args, tls).await?),
+        Command::Up(args) => Ok(up::run(args, tls, arm).await?),
         Command::Serve(args) => {
             let role = Role::Serve {
                 default_ttl: ttl(args.default_ttl_ms),
@@ -122,7 +133,7 @@ async fn run(command: Command, tls: &toolmesh::grpc::Tls) -> Result<(), Failure>
         Command::Disable(args) => client::disable(args, tls).await,
         Command::Enable(args) => client::enable(args, tls).await,
         #[cfg(feature = "bench")]
-        Command::Bench(args) => bench(args).await,
+        Command::Bench(args) => bench(args, arm).await,
     }
 }
 
@@ -143,12 +154,13 @@ async fn serve(
 
 #[cfg(feature = "bench")]
 /// `toolmesh bench`: the benchmark, with this binary as the one measured.
-async fn bench(args: args::BenchArgs) -> Result<(), Failure> {
+async fn bench(args: args::BenchArgs, arm: toolmesh_procs::ArmParentDeath) -> Result<(), Failure> {
     let exe = std::env::current_exe()
         .map_err(|e| Failure::Failed(format!("cannot find the toolmesh binary: {e}")))?;
     let report = toolmesh_bench::run(toolmesh_bench::BenchOptions {
         toolmesh_exe: exe.clone(),
         fixture_exe: exe,
+        parent_death: Some(arm),
         quick: args.quick,
         json: args.json,
     })

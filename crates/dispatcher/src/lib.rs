@@ -2,6 +2,7 @@
 //! caller can use and invokes them by name — arguments checked against the
 //! compiled schema, one deadline for the whole call, retries only where safe,
 //! power-of-two-choices balancing and outlier ejection.
+#![forbid(unsafe_code)]
 
 mod balance;
 mod config;

@@ -14,6 +14,7 @@
 //! assert!(result.output.contains("Ada Lovelace"));
 //! # }
 //! ```
+#![forbid(unsafe_code)]
 
 pub mod accounts;
 pub mod files;

@@ -54,6 +54,7 @@
 //! # Ok(())
 //! # }
 //! ```
+#![forbid(unsafe_code)]
 
 mod context;
 mod erased;

@@ -38,6 +38,7 @@
 //! unless the caller is in `pre_approved_principals` (never an anonymous one).
 //! The raw arguments of a call reach the audit log only for tools tagged
 //! [`RAW_ARGUMENTS_TAG`], with `"x-sensitive": true` properties redacted.
+#![forbid(unsafe_code)]
 
 pub mod approvals;
 pub mod audit;

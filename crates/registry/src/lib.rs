@@ -1,6 +1,7 @@
 //! The toolmesh registry: executors register their tools and hold leases,
 //! the registry watches their health and publishes every change as a new
 //! immutable, versioned snapshot.
+#![forbid(unsafe_code)]
 
 mod config;
 mod durable;

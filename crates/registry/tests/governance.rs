@@ -161,7 +161,7 @@ async fn switches_are_admin_only() {
 /// disabled when it registers again, and the old owner still holds it.
 #[tokio::test]
 async fn disabled_survives_restart() {
-    let dir = TempDir::new("restart");
+    let dir = TempDir::new("restart").unwrap();
     {
         let registry =
             Registry::open(config(Some(dir.path().to_owned())), Arc::new(TestGate)).unwrap();

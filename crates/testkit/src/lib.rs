@@ -1,6 +1,7 @@
 //! Helpers the toolmesh tests share, so each test says only what it pins:
 //! the `toolmesh` and `toolmesh-fixture` binaries, temporary directories that clean up, gRPC servers
 //! on 127.0.0.1 port 0, bearer tokens, and polling instead of sleeps.
+#![forbid(unsafe_code)]
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -11,6 +12,7 @@ use std::time::{Duration, Instant};
 use tokio::net::TcpListener;
 use tokio_stream::wrappers::TcpListenerStream;
 use tonic::transport::server::Router;
+pub use toolmesh_procs::TempDir;
 
 /// The `toolmesh` binary beside the running test executable (or
 /// `$TOOLMESH_BIN`), built once with cargo if it is not there yet.
@@ -71,39 +73,6 @@ fn workspace_bin(name: &str, package: &str, override_var: &str) -> PathBuf {
         assert!(status.success(), "building the {name} binary failed");
     }
     bin
-}
-
-/// A fresh directory under the system temp dir, removed on drop.
-#[derive(Debug)]
-pub struct TempDir(PathBuf);
-
-impl TempDir {
-    /// Creates `toolmesh-<label>-<pid>-<random>`.
-    pub fn new(label: &str) -> Self {
-        let dir = std::env::temp_dir().join(format!(
-            "toolmesh-{label}-{}-{}",
-            std::process::id(),
-            uuid::Uuid::new_v4().simple()
-        ));
-        std::fs::create_dir_all(&dir).expect("create temp dir");
-        TempDir(dir)
-    }
-
-    /// The directory.
-    pub fn path(&self) -> &Path {
-        &self.0
-    }
-
-    /// A path inside it.
-    pub fn join(&self, name: impl AsRef<Path>) -> PathBuf {
-        self.0.join(name)
-    }
-}
-
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
 }
 
 /// A request with `authorization: Bearer TOKEN` when a token is given.
