@@ -23,7 +23,7 @@ pub trait TestProc: Sized {
     /// Starts `toolmesh ARGS…`.
     fn toolmesh(name: &str, args: &[&str]) -> Self;
     /// Starts `command`.
-    fn spawn(name: &str, command: &mut Command) -> Self;
+    fn spawn(name: &str, command: Command) -> Self;
     /// Waits for a line of its output (stdout or logs) containing `needle`.
     fn wait_for_line(&self, needle: &str, timeout: Duration) -> String;
     /// The address from its "listening on ADDR" line.
@@ -34,12 +34,12 @@ pub trait TestProc: Sized {
 
 impl TestProc for Proc {
     fn toolmesh(name: &str, args: &[&str]) -> Proc {
-        Proc::spawn(name, Command::new(toolmesh_bin()).args(args))
+        let mut command = Command::new(toolmesh_bin());
+        command.args(args);
+        Proc::spawn(name, command)
     }
 
-    fn spawn(name: &str, command: &mut Command) -> Proc {
-        // The command is spent by starting it; leave an empty one behind.
-        let command = std::mem::replace(command, Command::new(""));
+    fn spawn(name: &str, command: Command) -> Proc {
         let echo = std::env::var_os("TOOLMESH_TEST_LOGS").is_some();
         toolmesh_procs::Spawn::new(name, command)
             .stdout_lines()
@@ -92,10 +92,9 @@ pub fn restart_on(name: &str, args: &[&str]) -> Proc {
 pub fn example(name: &str, registry: &str, extra: &[&str]) -> Proc {
     let mut args = vec!["example", name, "--registry", registry];
     args.extend_from_slice(extra);
-    let proc = Proc::spawn(
-        &format!("example {name}"),
-        Command::new(example_bin(name)).args(&args),
-    );
+    let mut command = Command::new(example_bin(name));
+    command.args(&args);
+    let proc = Proc::spawn(&format!("example {name}"), command);
     proc.listen_addr();
     proc
 }
