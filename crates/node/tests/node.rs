@@ -2,7 +2,9 @@
 //! reports its halves SERVING, takes registrations and calls, and drains.
 
 use std::time::Duration;
-use tonic_health::pb::{HealthCheckRequest, health_client::HealthClient};
+use tonic_health::pb::{
+    HealthCheckRequest, health_check_response::ServingStatus, health_client::HealthClient,
+};
 use toolmesh::grpc::{Tls, channel};
 use toolmesh::pb::{RegisterRequest, ToolSpec, registry_client::RegistryClient};
 use toolmesh_node::{NodeConfig, Role};
@@ -38,7 +40,7 @@ async fn serve_starts_serves_and_stops() {
             .unwrap()
             .into_inner()
             .status;
-        assert_eq!(status, 1, "{service} is SERVING");
+        assert_eq!(status, ServingStatus::Serving as i32, "{service}");
     }
     let mut registry = RegistryClient::new(channel(&addr, &Tls::none()).unwrap());
     registry
