@@ -1,6 +1,7 @@
 //! The toolmesh.v1 gRPC contract and the domain types every component shares:
 //! validated tool definitions, immutable snapshots, tool references, argument
 //! checking and the error vocabulary a model reads.
+#![forbid(unsafe_code)]
 
 pub mod error;
 pub mod grpc;

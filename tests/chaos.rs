@@ -207,7 +207,8 @@ async fn caller(addr: String, stop: Instant, calls: Arc<Mutex<Vec<Call>>>, n: us
 
 /// Whether the registry's newest snapshot shows `executor` serving healthy.
 async fn instance_healthy(registry: &str, executor: &str) -> Option<bool> {
-    let mut client = RegistryClient::new(toolmesh::grpc::channel(registry).ok()?);
+    let mut client =
+        RegistryClient::new(toolmesh::grpc::channel(registry, &toolmesh::grpc::Tls::none()).ok()?);
     let snapshot = client
         .get_snapshot(GetSnapshotRequest { version: 0 })
         .await

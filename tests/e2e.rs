@@ -11,7 +11,8 @@ use tonic_health::pb::{
 use toolmesh::pb::{ErrorCode, ListToolsRequest, ToolFormat};
 
 async fn tool_status(addr: &str, tool: &str) -> Result<i32, tonic::Code> {
-    let mut health = HealthClient::new(toolmesh::grpc::channel(addr).unwrap());
+    let mut health =
+        HealthClient::new(toolmesh::grpc::channel(addr, &toolmesh::grpc::Tls::none()).unwrap());
     health
         .check(HealthCheckRequest {
             service: toolmesh::grpc::tool_health_service(tool),

@@ -250,7 +250,9 @@ async fn approval_flow() {
     let mesh = start("approval");
     let mut client = dispatcher(&mesh.addr);
     wait_registered(&mut client).await;
-    let mut governance = GovernanceClient::new(toolmesh::grpc::channel(&mesh.addr).unwrap());
+    let mut governance = GovernanceClient::new(
+        toolmesh::grpc::channel(&mesh.addr, &toolmesh::grpc::Tls::none()).unwrap(),
+    );
     let args = r#"{"account": "acme-1", "cents": 500}"#;
 
     let asked = call(&mut client, "tok-agent", "acc_charge", args, "", "").await;

@@ -63,13 +63,13 @@ async fn mutual_tls_call_and_refusals() {
     let mut serve_cmd = Command::new(toolmesh_bin());
     serve_cmd.args(["serve", "--listen", "127.0.0.1:0"]);
     tls_env(&mut serve_cmd, &ca, Some((&cert, &key)), Some(&ca));
-    let serve = Proc::spawn("serve", &mut serve_cmd);
+    let serve = Proc::spawn("serve", serve_cmd);
     let addr = serve.listen_addr();
 
-    let mut exec_cmd = Command::new(toolmesh_bin());
+    let mut exec_cmd = Command::new(fixture_bin());
     exec_cmd.args(["example", "acceptance", "--registry", &addr]);
     tls_env(&mut exec_cmd, &ca, Some((&cert, &key)), Some(&ca));
-    let exec = Proc::spawn("example", &mut exec_cmd);
+    let exec = Proc::spawn("example", exec_cmd);
     exec.listen_addr();
 
     let client = |configure: &dyn Fn(&mut Command), args: &[&str]| {
@@ -154,12 +154,12 @@ tools = ["acc_echo"]
         policy.to_str().unwrap(),
     ]);
     tls_env(&mut serve_cmd, &ca, Some((&cert, &key)), Some(&ca));
-    let serve = Proc::spawn("serve", &mut serve_cmd);
+    let serve = Proc::spawn("serve", serve_cmd);
     let addr = serve.listen_addr();
-    let mut exec_cmd = Command::new(toolmesh_bin());
+    let mut exec_cmd = Command::new(fixture_bin());
     exec_cmd.args(["example", "acceptance", "--registry", &addr]);
     tls_env(&mut exec_cmd, &ca, Some((&cert, &key)), Some(&ca));
-    let exec = Proc::spawn("example", &mut exec_cmd);
+    let exec = Proc::spawn("example", exec_cmd);
     exec.listen_addr();
 
     let tools = |token: Option<&str>| {

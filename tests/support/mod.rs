@@ -2,145 +2,64 @@
 //! processes on 127.0.0.1 port 0, gRPC clients, and polling instead of sleeps.
 #![allow(dead_code, unused_imports, unreachable_pub, missing_docs)]
 
-use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
-use std::sync::{Mutex, mpsc};
-use std::time::{Duration, Instant};
+use std::process::Command;
+use std::time::Duration;
 use tonic::transport::Channel;
 use toolmesh::pb::{
     CallContext, InvokeRequest, InvokeResponse, ListToolsRequest, ToolFormat,
     dispatcher_client::DispatcherClient,
 };
-pub use toolmesh_testkit::{TempDir, eventually, toolmesh_bin, with_token};
+pub use toolmesh_testkit::{
+    TempDir, eventually, example_bin, fixture_bin, toolmesh_bin, with_token,
+};
 
-/// A child process that is killed when dropped, with its stdout lines
-/// available to wait on.
-pub struct Proc {
-    pub name: String,
-    child: Child,
-    lines: mpsc::Receiver<String>,
-    seen: Mutex<Vec<String>>,
-}
+pub use toolmesh_procs::Proc;
 
-impl Proc {
+/// The tests' side of [`Proc`]: started from a `std` command with stdout
+/// and stderr lines to wait on (stderr echoed with `TOOLMESH_TEST_LOGS`),
+/// and waits that panic with a message instead of returning errors.
+pub trait TestProc: Sized {
     /// Starts `toolmesh ARGS…`.
-    pub fn toolmesh(name: &str, args: &[&str]) -> Proc {
-        Proc::spawn(name, Command::new(toolmesh_bin()).args(args))
-    }
-
-    pub fn spawn(name: &str, command: &mut Command) -> Proc {
-        let mut child = command
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap_or_else(|e| panic!("start {name}: {e}"));
-        let stdout = child.stdout.take().expect("piped stdout");
-        let stderr = child.stderr.take().expect("piped stderr");
-        let (tx, lines) = mpsc::channel();
-        let echo = std::env::var_os("TOOLMESH_TEST_LOGS").is_some();
-        let forward =
-            |reader: Box<dyn std::io::Read + Send>, tx: mpsc::Sender<String>, echo: bool| {
-                std::thread::spawn(move || {
-                    for line in BufReader::new(reader).lines() {
-                        let Ok(line) = line else { break };
-                        if echo {
-                            eprintln!("{line}");
-                        }
-                        if tx.send(line).is_err() {
-                            break;
-                        }
-                    }
-                });
-            };
-        forward(Box::new(stdout), tx.clone(), false);
-        forward(Box::new(stderr), tx, echo);
-        Proc {
-            name: name.to_owned(),
-            child,
-            lines,
-            seen: Mutex::new(Vec::new()),
-        }
-    }
-
+    fn toolmesh(name: &str, args: &[&str]) -> Self;
+    /// Starts `command`.
+    fn spawn(name: &str, command: Command) -> Self;
     /// Waits for a line of its output (stdout or logs) containing `needle`.
-    pub fn wait_for_line(&self, needle: &str, timeout: Duration) -> String {
-        let deadline = Instant::now() + timeout;
-        if let Some(line) = self
-            .seen
-            .lock()
-            .unwrap()
-            .iter()
-            .find(|l| l.contains(needle))
-        {
-            return line.clone();
-        }
-        loop {
-            let left = deadline.saturating_duration_since(Instant::now());
-            match self.lines.recv_timeout(left) {
-                Ok(line) => {
-                    self.seen.lock().unwrap().push(line.clone());
-                    if line.contains(needle) {
-                        return line;
-                    }
-                }
-                Err(_) => panic!(
-                    "{}: no line containing {needle:?} within {timeout:?}",
-                    self.name
-                ),
-            }
-        }
-    }
-
+    fn wait_for_line(&self, needle: &str, timeout: Duration) -> String;
     /// The address from its "listening on ADDR" line.
-    pub fn listen_addr(&self) -> String {
-        let line = self.wait_for_line("listening on ", Duration::from_secs(30));
-        line.rsplit("listening on ")
-            .next()
-            .unwrap()
-            .trim()
-            .to_owned()
-    }
-
-    pub fn pid(&self) -> i32 {
-        self.child.id() as i32
-    }
-
-    pub fn signal(&self, signal: i32) {
-        unsafe { libc::kill(self.pid(), signal) };
-    }
-
+    fn listen_addr(&self) -> String;
     /// SIGKILL and reap.
-    pub fn kill9(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-
-    /// Whether it is still running.
-    pub fn alive(&mut self) -> bool {
-        matches!(self.child.try_wait(), Ok(None))
-    }
-
-    /// Waits for it to exit, up to `timeout`; its exit code if it did.
-    pub fn wait_exit(&mut self, timeout: Duration) -> Option<std::process::ExitStatus> {
-        let deadline = Instant::now() + timeout;
-        while Instant::now() < deadline {
-            if let Ok(Some(status)) = self.child.try_wait() {
-                return Some(status);
-            }
-            std::thread::sleep(Duration::from_millis(10));
-        }
-        None
-    }
+    fn kill9(&mut self);
 }
 
-impl Drop for Proc {
-    fn drop(&mut self) {
-        // SIGCONT first so a stopped process can die.
-        self.signal(libc::SIGCONT);
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+impl TestProc for Proc {
+    fn toolmesh(name: &str, args: &[&str]) -> Proc {
+        let mut command = Command::new(toolmesh_bin());
+        command.args(args);
+        Proc::spawn(name, command)
+    }
+
+    fn spawn(name: &str, command: Command) -> Proc {
+        let echo = std::env::var_os("TOOLMESH_TEST_LOGS").is_some();
+        toolmesh_procs::Spawn::new(name, command)
+            .stdout_lines()
+            .stderr(toolmesh_procs::Stderr::Lines { echo })
+            .start()
+            .unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    fn wait_for_line(&self, needle: &str, timeout: Duration) -> String {
+        self.wait_line(needle, timeout)
+            .unwrap_or_else(|e| panic!("{}: {e}", self.name()))
+    }
+
+    fn listen_addr(&self) -> String {
+        self.address(Duration::from_secs(30))
+            .unwrap_or_else(|e| panic!("{}: {e}", self.name()))
+    }
+
+    fn kill9(&mut self) {
+        self.kill_blocking();
     }
 }
 
@@ -167,11 +86,15 @@ pub fn restart_on(name: &str, args: &[&str]) -> Proc {
     panic!("{name} could not start again with {args:?}");
 }
 
-/// `toolmesh example NAME --registry ADDR …`, started and listening.
+/// `toolmesh example NAME --registry ADDR …`, started and listening; the
+/// test fixtures (`acceptance`) run from `toolmesh-fixture` with the same
+/// command line.
 pub fn example(name: &str, registry: &str, extra: &[&str]) -> Proc {
     let mut args = vec!["example", name, "--registry", registry];
     args.extend_from_slice(extra);
-    let proc = Proc::toolmesh(&format!("example {name}"), &args);
+    let mut command = Command::new(example_bin(name));
+    command.args(&args);
+    let proc = Proc::spawn(&format!("example {name}"), command);
     proc.listen_addr();
     proc
 }
@@ -203,7 +126,9 @@ pub async fn acceptance(serve_args: &[&str], exec_args: &[&str]) -> Acceptance {
 
 /// A client for the dispatcher at `addr`.
 pub fn dispatcher(addr: &str) -> DispatcherClient<Channel> {
-    DispatcherClient::new(toolmesh::grpc::channel(addr).expect("valid address"))
+    DispatcherClient::new(
+        toolmesh::grpc::channel(addr, &toolmesh::grpc::Tls::none()).expect("valid address"),
+    )
 }
 
 /// Names listed by ListTools, or None if the call failed.
@@ -291,7 +216,7 @@ pub fn message(response: &InvokeResponse) -> String {
 
 /// A fresh temporary directory, removed when the returned guard drops.
 pub fn temp_dir(label: &str) -> TempDir {
-    TempDir::new(label)
+    TempDir::new(label).expect("create a temp dir")
 }
 
 /// Lines of a ledger file (each a JSON object).

@@ -1,6 +1,7 @@
 //! Runs the benchmark without the CLI:
-//! `cargo run --release -p toolmesh-bench --example bench -- [--toolmesh PATH] [--quick] [--json PATH]`
-//! (the toolmesh binary defaults to `target/release/toolmesh`).
+//! `cargo run --release -p toolmesh-bench --example bench -- [--toolmesh PATH] [--fixture PATH] [--quick] [--json PATH]`
+//! (the toolmesh binary defaults to `target/release/toolmesh`, the fixture
+//! server to `target/release/toolmesh-fixture`: `cargo build --release -p toolmesh-fixtures`).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -9,6 +10,10 @@ use toolmesh_bench::{BenchOptions, run};
 fn main() -> ExitCode {
     let mut options = BenchOptions {
         toolmesh_exe: PathBuf::from("target/release/toolmesh"),
+        fixture_exe: PathBuf::from("target/release/toolmesh-fixture"),
+        // Children are killed by drop guards; `toolmesh bench` also arms
+        // the kernel's parent-death signal.
+        parent_death: None,
         quick: false,
         json: None,
     };
@@ -16,19 +21,21 @@ fn main() -> ExitCode {
     while let Some(arg) = args.next() {
         match arg.as_str() {
             "--quick" => options.quick = true,
-            "--toolmesh" | "--json" => {
+            "--toolmesh" | "--fixture" | "--json" => {
                 let Some(value) = args.next() else {
                     eprintln!("{arg} needs a path");
                     return ExitCode::from(64);
                 };
-                if arg == "--json" {
-                    options.json = Some(value.into());
-                } else {
-                    options.toolmesh_exe = value.into();
+                match arg.as_str() {
+                    "--json" => options.json = Some(value.into()),
+                    "--fixture" => options.fixture_exe = value.into(),
+                    _ => options.toolmesh_exe = value.into(),
                 }
             }
             _ => {
-                eprintln!("usage: bench [--toolmesh PATH] [--quick] [--json PATH]");
+                eprintln!(
+                    "usage: bench [--toolmesh PATH] [--fixture PATH] [--quick] [--json PATH]"
+                );
                 return ExitCode::from(64);
             }
         }

@@ -6,25 +6,9 @@ use std::time::Duration;
 /// errors: they are figures in the [`Report`](crate::Report).
 #[derive(Debug, thiserror::Error)]
 pub enum BenchError {
-    /// A process could not be started.
-    #[error("cannot start {what}: {source}")]
-    Spawn {
-        /// What was being started.
-        what: String,
-        /// What the OS said.
-        #[source]
-        source: std::io::Error,
-    },
-    /// A process exited before it was ready.
-    #[error("{what} exited before it was ready ({status}); its log ends with:\n{log}")]
-    Exited {
-        /// Which process.
-        what: String,
-        /// Its exit status.
-        status: String,
-        /// The last lines of its stderr.
-        log: String,
-    },
+    /// A process could not be started, or went away before it was ready.
+    #[error(transparent)]
+    Proc(#[from] toolmesh_procs::ProcError),
     /// Something did not happen in time.
     #[error("timed out after {timeout:?} waiting for {what}")]
     Timeout {

@@ -2,10 +2,11 @@
 //! soon a tool leaves ListTools after its executor is SIGKILLed or turns
 //! NOT_SERVING, and how soon a new registration can be invoked.
 
+use crate::Binaries;
 use crate::Plan;
 use crate::error::BenchError;
 use crate::mesh;
-use crate::procs::{AbortOnDrop, Proc, SpawnOptions};
+use crate::procs::{self, AbortOnDrop, Ready, SpawnOptions};
 use crate::stats;
 use serde::Serialize;
 use std::path::Path;
@@ -82,18 +83,24 @@ pub struct Freshness {
 /// Starts `toolmesh registry` and `toolmesh dispatcher --registry`, then
 /// measures (a) with example processes and (b), (c) with an executor inside
 /// this process.
-pub(crate) async fn run(plan: &Plan, exe: &Path, logs: &Path) -> Result<Freshness, BenchError> {
-    let mut registry = Proc::spawn(
+pub(crate) async fn run(
+    plan: &Plan,
+    bins: &Binaries,
+    logs: &Path,
+) -> Result<Freshness, BenchError> {
+    let mut registry = procs::spawn(
+        bins.parent_death,
         "toolmesh registry",
-        exe,
+        &bins.toolmesh,
         &["registry", "--listen", "127.0.0.1:0"],
         logs,
         SpawnOptions::default(),
     )?;
     let registry_addr = registry.listen_addr().await?;
-    let mut dispatcher = Proc::spawn(
+    let mut dispatcher = procs::spawn(
+        bins.parent_death,
         "toolmesh dispatcher",
-        exe,
+        &bins.toolmesh,
         &[
             "dispatcher",
             "--listen",
@@ -109,12 +116,18 @@ pub(crate) async fn run(plan: &Plan, exe: &Path, logs: &Path) -> Result<Freshnes
 
     let mut killed = Vec::new();
     for rep in 0..plan.freshness_reps {
-        killed.push(sigkill_once(exe, logs, &registry_addr, &mut lister, rep).await?);
+        killed.push(sigkill_once(bins, logs, &registry_addr, &mut lister, rep).await?);
     }
 
     let executor = InProcessExecutor::start().await?;
-    let mut registrar = RegistryClient::new(toolmesh::grpc::channel(&registry_addr)?);
-    let mut invoker = DispatcherClient::new(toolmesh::grpc::channel(&dispatcher_addr)?);
+    let mut registrar = RegistryClient::new(toolmesh::grpc::channel(
+        &registry_addr,
+        &toolmesh::grpc::Tls::none(),
+    )?);
+    let mut invoker = DispatcherClient::new(toolmesh::grpc::channel(
+        &dispatcher_addr,
+        &toolmesh::grpc::Tls::none(),
+    )?);
     let (mut not_serving, mut invocable) = (Vec::new(), Vec::new());
     for rep in 0..plan.freshness_reps {
         let (b, c) = health_once(&executor, &mut registrar, &mut lister, &mut invoker, rep).await?;
@@ -136,7 +149,7 @@ pub(crate) async fn run(plan: &Plan, exe: &Path, logs: &Path) -> Result<Freshnes
 
 /// (a) once: start an example, wait until listed, SIGKILL it, time until unlisted.
 async fn sigkill_once(
-    exe: &Path,
+    bins: &Binaries,
     logs: &Path,
     registry_addr: &str,
     lister: &mut DispatcherClient<Channel>,
@@ -144,9 +157,10 @@ async fn sigkill_once(
 ) -> Result<Option<Duration>, BenchError> {
     let executor_id = format!("bench-kill-{}-{rep}", std::process::id());
     let ttl = LEASE_TTL_MS.to_string();
-    let mut example = Proc::spawn(
+    let mut example = procs::spawn(
+        bins.parent_death,
         &format!("toolmesh example acceptance {rep}"),
-        exe,
+        &bins.fixture,
         &[
             "example",
             "acceptance",

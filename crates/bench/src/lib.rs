@@ -14,14 +14,17 @@
 //! # async fn example() -> Result<(), toolmesh_bench::BenchError> {
 //! let report = toolmesh_bench::run(toolmesh_bench::BenchOptions {
 //!     toolmesh_exe: "target/release/toolmesh".into(),
+//!     fixture_exe: "target/release/toolmesh".into(),
 //!     quick: false,
 //!     json: Some("bench.json".into()),
+//!     parent_death: None,
 //! })
 //! .await?;
 //! println!("{report}");
 //! # Ok(())
 //! # }
 //! ```
+#![forbid(unsafe_code)]
 
 mod error;
 mod freshness;
@@ -48,16 +51,23 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 /// What to run.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone)]
 pub struct BenchOptions {
     /// The `toolmesh` binary to start (build it with
-    /// `cargo build --release -p toolmesh-cli`).
+    /// `cargo build --release -p toolmesh-cli --features bench`).
     pub toolmesh_exe: PathBuf,
+    /// The binary that serves the acceptance fixture with the command line
+    /// `example acceptance …`: `toolmesh` built with the `bench` feature, or
+    /// `toolmesh-fixture` (crate `toolmesh-fixtures`).
+    pub fixture_exe: PathBuf,
     /// Short series for a smoke test (well under a minute) instead of the
     /// full run (a few minutes).
     pub quick: bool,
     /// Also write the report as JSON to this file.
     pub json: Option<PathBuf>,
+    /// Has the kernel signal every child should the bench die (a binary
+    /// provides it: it needs `unsafe`); `None` relies on drop guards only.
+    pub parent_death: Option<toolmesh_procs::ArmParentDeath>,
 }
 
 /// Runs the whole benchmark; see the crate docs. Must be called inside a
@@ -66,24 +76,32 @@ pub struct BenchOptions {
 pub async fn run(options: BenchOptions) -> Result<Report, BenchError> {
     let started = Instant::now();
     let plan = Plan::new(options.quick);
-    let exe = std::fs::canonicalize(&options.toolmesh_exe).map_err(|e| {
-        BenchError::io(
-            format!(
-                "find the toolmesh binary {} (build it with `cargo build --release -p toolmesh-cli`)",
-                options.toolmesh_exe.display()
-            ),
-            e,
-        )
-    })?;
-    let machine = machine::Machine::read(&exe);
-    let logs = procs::TempDir::new("logs")?;
+    let find = |exe: &std::path::Path| {
+        std::fs::canonicalize(exe).map_err(|e| {
+            BenchError::io(
+                format!(
+                    "find the binary {} (build it with `cargo build --release -p toolmesh-cli --features bench`)",
+                    exe.display()
+                ),
+                e,
+            )
+        })
+    };
+    let bins = Binaries {
+        toolmesh: find(&options.toolmesh_exe)?,
+        fixture: find(&options.fixture_exe)?,
+        parent_death: options.parent_death,
+    };
+    let machine = machine::Machine::read(&bins.toolmesh);
+    let logs = procs::TempDir::new("bench-logs")
+        .map_err(|e| BenchError::io("create a temp dir for the logs", e))?;
 
     progress("1/3 per-call overhead: direct, nginx grpc_pass, toolmesh");
-    let overhead = overhead::run(&plan, &exe, logs.path()).await?;
+    let overhead = overhead::run(&plan, &bins, logs.path()).await?;
     // Freshness before scale: scale leaves in-process dispatcher tasks
     // behind that would add noise to the timings.
     progress("2/3 freshness: registry, dispatcher and executors as separate processes");
-    let freshness = freshness::run(&plan, &exe, logs.path()).await?;
+    let freshness = freshness::run(&plan, &bins, logs.path()).await?;
     progress(&format!(
         "3/3 registry scale: {} and {} tools in this process",
         plan.baseline_tools, plan.scale_tools
@@ -104,6 +122,17 @@ pub async fn run(options: BenchOptions) -> Result<Report, BenchError> {
             .map_err(|e| BenchError::io(format!("write {}", path.display()), e))?;
     }
     Ok(report)
+}
+
+/// The programs the bench starts.
+#[derive(Debug, Clone)]
+pub(crate) struct Binaries {
+    /// `toolmesh`: serve, registry, dispatcher.
+    pub(crate) toolmesh: PathBuf,
+    /// Serves `example acceptance …`.
+    pub(crate) fixture: PathBuf,
+    /// Arms the parent-death signal of each child.
+    pub(crate) parent_death: Option<toolmesh_procs::ArmParentDeath>,
 }
 
 /// One progress line on stderr, so a long run shows where it is.

@@ -41,14 +41,14 @@ impl Client {
     /// An Execute client over one lazily connecting channel to `addr`.
     pub(crate) fn executor(addr: &str) -> Result<Client, BenchError> {
         Ok(Client::Executor(ExecutorClient::new(
-            toolmesh::grpc::channel(addr)?,
+            toolmesh::grpc::channel(addr, &toolmesh::grpc::Tls::none())?,
         )))
     }
 
     /// An Invoke client over one lazily connecting channel to `addr`.
     pub(crate) fn dispatcher(addr: &str) -> Result<Client, BenchError> {
         Ok(Client::Dispatcher(DispatcherClient::new(
-            toolmesh::grpc::channel(addr)?,
+            toolmesh::grpc::channel(addr, &toolmesh::grpc::Tls::none())?,
         )))
     }
 

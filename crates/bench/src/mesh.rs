@@ -10,8 +10,10 @@ use toolmesh::pb::{ListToolsRequest, ToolFormat, dispatcher_client::DispatcherCl
 
 /// A Dispatcher client for `addr` that accepts tool lists of any size.
 pub(crate) fn dispatcher_client(addr: &str) -> Result<DispatcherClient<Channel>, BenchError> {
-    Ok(DispatcherClient::new(toolmesh::grpc::channel(addr)?)
-        .max_decoding_message_size(MAX_SNAPSHOT_MESSAGE_BYTES))
+    Ok(
+        DispatcherClient::new(toolmesh::grpc::channel(addr, &toolmesh::grpc::Tls::none())?)
+            .max_decoding_message_size(MAX_SNAPSHOT_MESSAGE_BYTES),
+    )
 }
 
 /// Whether ListTools lists `tool` right now.

@@ -2,7 +2,7 @@
 //! `grpc_pass` config in a temporary prefix, started and stopped by the bench.
 
 use crate::error::BenchError;
-use crate::procs::{OnParentDeath, Proc, SpawnOptions, free_port};
+use crate::procs::{self, ArmParentDeath, OnParentDeath, Proc, SpawnOptions, free_port};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 use tokio::time::Instant;
@@ -107,7 +107,12 @@ async fn version(exe: &Path) -> String {
 
 /// Writes the config under `prefix` and starts `nginx -p PREFIX -c CONF`
 /// proxying to `upstream`; returns once it accepts TCP connections.
-pub(crate) async fn start(exe: &Path, prefix: &Path, upstream: &str) -> Result<Nginx, BenchError> {
+pub(crate) async fn start(
+    arm: Option<ArmParentDeath>,
+    exe: &Path,
+    prefix: &Path,
+    upstream: &str,
+) -> Result<Nginx, BenchError> {
     let port = free_port()?;
     let conf = prefix.join("nginx.conf");
     std::fs::write(&conf, render_config(prefix, port, upstream))
@@ -116,7 +121,8 @@ pub(crate) async fn start(exe: &Path, prefix: &Path, upstream: &str) -> Result<N
     let prefix_arg = format!("{}/", prefix.display());
     let conf_arg = conf.display().to_string();
     let error_log = format!("{}/error.log", prefix.display());
-    let mut proc = Proc::spawn(
+    let mut proc = procs::spawn(
+        arm,
         "nginx",
         exe,
         &["-p", &prefix_arg, "-c", &conf_arg, "-e", &error_log],
@@ -129,15 +135,12 @@ pub(crate) async fn start(exe: &Path, prefix: &Path, upstream: &str) -> Result<N
     let addr = format!("127.0.0.1:{port}");
     let deadline = Instant::now() + START_TIMEOUT;
     loop {
-        if proc.has_exited() {
+        if proc.try_exit().is_some() {
             let mut err = proc.exited().await;
-            if let BenchError::Exited { log, .. } = &mut err {
-                log.push_str(&format!(
-                    "\n{}",
-                    crate::procs::tail(Path::new(&error_log), 2048)
-                ));
+            if let toolmesh_procs::ProcError::Exited { log, .. } = &mut err {
+                log.push_str(&format!("\n{}", procs::tail(Path::new(&error_log), 2048)));
             }
-            return Err(err);
+            return Err(err.into());
         }
         if tokio::net::TcpStream::connect(&addr).await.is_ok() {
             return Ok(Nginx {
@@ -150,7 +153,7 @@ pub(crate) async fn start(exe: &Path, prefix: &Path, upstream: &str) -> Result<N
             return Err(BenchError::timeout(
                 format!(
                     "nginx to listen on {addr} (error log: {})",
-                    crate::procs::tail(Path::new(&error_log), 2048)
+                    procs::tail(Path::new(&error_log), 2048)
                 ),
                 START_TIMEOUT,
             ));
@@ -198,8 +201,8 @@ mod tests {
     #[test]
     fn finding_on_a_path() {
         use std::os::unix::fs::PermissionsExt;
-        let dir = crate::procs::TempDir::new("nginx-find").unwrap();
-        let empty = crate::procs::TempDir::new("nginx-find-empty").unwrap();
+        let dir = crate::procs::TempDir::new("bench-nginx-find").unwrap();
+        let empty = crate::procs::TempDir::new("bench-nginx-find-empty").unwrap();
         let path = std::env::join_paths([empty.path(), dir.path()]).unwrap();
         assert_eq!(find_in(&path), None);
         let exe = dir.path().join("nginx");

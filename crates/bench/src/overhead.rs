@@ -1,12 +1,13 @@
 //! Per-call overhead: the same `acc_echo` call straight to the executor,
 //! through nginx `grpc_pass`, and through the toolmesh dispatcher.
 
+use crate::Binaries;
 use crate::Plan;
 use crate::error::BenchError;
 use crate::load::{self, Client, Throughput, Workload};
 use crate::mesh;
 use crate::nginx;
-use crate::procs::{Proc, SpawnOptions, TempDir};
+use crate::procs::{self, Ready, SpawnOptions, TempDir};
 use crate::stats::Latency;
 use serde::Serialize;
 use std::path::Path;
@@ -101,18 +102,20 @@ struct Clients {
 
 /// Starts `toolmesh serve`, the acceptance example and (if installed)
 /// nginx in front of the example, measures, and stops them.
-pub(crate) async fn run(plan: &Plan, exe: &Path, logs: &Path) -> Result<Overhead, BenchError> {
-    let mut serve = Proc::spawn(
+pub(crate) async fn run(plan: &Plan, bins: &Binaries, logs: &Path) -> Result<Overhead, BenchError> {
+    let mut serve = procs::spawn(
+        bins.parent_death,
         "toolmesh serve",
-        exe,
+        &bins.toolmesh,
         &["serve", "--listen", "127.0.0.1:0"],
         logs,
         SpawnOptions::default(),
     )?;
     let serve_addr = serve.listen_addr().await?;
-    let mut example = Proc::spawn(
+    let mut example = procs::spawn(
+        bins.parent_death,
         "toolmesh example acceptance",
-        exe,
+        &bins.fixture,
         &["example", "acceptance", "--registry", &serve_addr],
         logs,
         SpawnOptions::default(),
@@ -126,24 +129,27 @@ pub(crate) async fn run(plan: &Plan, exe: &Path, logs: &Path) -> Result<Overhead
     )
     .await?;
 
-    let prefix = TempDir::new("nginx")?;
+    let prefix = TempDir::new("bench-nginx")
+        .map_err(|e| BenchError::io("create a temp dir for nginx", e))?;
     let (nginx, mut nginx_status) = match nginx::find() {
         None => (None, NginxStatus::NotInstalled),
-        Some(path) => match nginx::start(&path, prefix.path(), &executor_addr).await {
-            Ok(running) => {
-                let status = NginxStatus::Measured {
-                    path: path.display().to_string(),
-                    version: running.version.clone(),
-                };
-                (Some(running), status)
+        Some(path) => {
+            match nginx::start(bins.parent_death, &path, prefix.path(), &executor_addr).await {
+                Ok(running) => {
+                    let status = NginxStatus::Measured {
+                        path: path.display().to_string(),
+                        version: running.version.clone(),
+                    };
+                    (Some(running), status)
+                }
+                Err(e) => (
+                    None,
+                    NginxStatus::Failed {
+                        reason: e.to_string(),
+                    },
+                ),
             }
-            Err(e) => (
-                None,
-                NginxStatus::Failed {
-                    reason: e.to_string(),
-                },
-            ),
-        },
+        }
     };
     let mut clients = Clients {
         direct: Client::executor(&executor_addr)?,

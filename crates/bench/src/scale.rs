@@ -256,7 +256,7 @@ async fn measure(
     let in_process =
         propagation_in_process(&world.registry, &dispatcher_view, plan.propagation_changes).await?;
 
-    let follower = toolmesh_dispatcher::follow_registry(&world.addr)?;
+    let follower = toolmesh_dispatcher::follow_registry(&world.addr, &toolmesh::grpc::Tls::none())?;
     let over_grpc =
         propagation_over_grpc(&world.registry, follower, plan.grpc_propagation_changes).await?;
 
@@ -461,8 +461,11 @@ async fn list_tools(dispatcher: &Dispatcher, calls: usize) -> Result<ListTools, 
             .serve_with_incoming_shutdown(incoming(listener), shutdown)
             .await
     });
-    let mut client = DispatcherClient::new(toolmesh::grpc::channel(&addr)?)
-        .max_decoding_message_size(MAX_SNAPSHOT_MESSAGE_BYTES);
+    let mut client = DispatcherClient::new(toolmesh::grpc::channel(
+        &addr,
+        &toolmesh::grpc::Tls::none(),
+    )?)
+    .max_decoding_message_size(MAX_SNAPSHOT_MESSAGE_BYTES);
     let request = || ListToolsRequest {
         format: ToolFormat::Native as i32,
         ..ListToolsRequest::default()
@@ -518,7 +521,8 @@ async fn register_over_grpc(
     let clients = clients.clamp(1, executors.max(1));
     let mut tasks = Vec::with_capacity(clients);
     for task in 0..clients {
-        let mut client = RegistryClient::new(toolmesh::grpc::channel(addr)?);
+        let mut client =
+            RegistryClient::new(toolmesh::grpc::channel(addr, &toolmesh::grpc::Tls::none())?);
         tasks.push(AbortOnDrop(tokio::spawn(async move {
             for e in (task..executors).step_by(clients) {
                 let response = client
@@ -591,8 +595,7 @@ fn tool_spec(name: &str) -> ToolSpec {
 fn rss_bytes() -> Option<u64> {
     let statm = std::fs::read_to_string("/proc/self/statm").ok()?;
     let pages: u64 = statm.split_whitespace().nth(1)?.parse().ok()?;
-    // SAFETY: sysconf has no preconditions.
-    let page = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    let page = rustix::param::page_size();
     Some(pages * u64::try_from(page).ok()?)
 }
 

@@ -3,7 +3,7 @@
 //! and no process the bench started is left running.
 
 use toolmesh_bench::{BenchOptions, Verdict};
-use toolmesh_testkit::toolmesh_bin;
+use toolmesh_testkit::{fixture_bin, toolmesh_bin};
 
 /// Processes (not zombies) whose parent is this test process.
 fn live_children() -> Vec<String> {
@@ -33,6 +33,9 @@ async fn quick_run_end_to_end() {
         std::env::temp_dir().join(format!("toolmesh-bench-quick-{}.json", std::process::id()));
     let report = toolmesh_bench::run(BenchOptions {
         toolmesh_exe: toolmesh_bin(),
+        fixture_exe: fixture_bin(),
+        // Drop guards only: what this test checks is that they clean up.
+        parent_death: None,
         quick: true,
         json: Some(json.clone()),
     })

@@ -37,6 +37,18 @@ pub(crate) struct TlsArgs {
     pub(crate) tls_client_ca: Option<PathBuf>,
 }
 
+impl TlsArgs {
+    /// The files these flags name.
+    pub(crate) fn files(&self) -> toolmesh::grpc::TlsFiles {
+        toolmesh::grpc::TlsFiles {
+            ca: self.tls_ca.clone(),
+            cert: self.tls_cert.clone(),
+            key: self.tls_key.clone(),
+            client_ca: self.tls_client_ca.clone(),
+        }
+    }
+}
+
 /// How logs are written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
 pub(crate) enum LogFormat {
@@ -57,7 +69,7 @@ pub(crate) enum Command {
     Registry(ServeArgs),
     /// Run only a dispatcher that follows a registry elsewhere.
     Dispatcher(DispatcherArgs),
-    /// Run one of the example executors (knowledge, accounts, support, files, acceptance).
+    /// Run one of the example executors (knowledge, accounts, support, files).
     Example(ExampleArgs),
     /// List the tools you can call.
     Tools(ToolsArgs),
@@ -81,10 +93,12 @@ pub(crate) enum Command {
     Enable(ToolArg),
     /// Measure per-call overhead (against a direct call and nginx), registry
     /// scale and freshness, on loopback; prints a table.
+    #[cfg(feature = "bench")]
     Bench(BenchArgs),
 }
 
 /// `toolmesh bench`.
+#[cfg(feature = "bench")]
 #[derive(Debug, Args, Clone)]
 pub(crate) struct BenchArgs {
     /// Short series (a smoke test) instead of the full run.
@@ -180,6 +194,23 @@ pub(crate) struct ServerArgs {
     pub(crate) data_dir: Option<PathBuf>,
 }
 
+impl ServerArgs {
+    /// The node settings these flags ask for.
+    pub(crate) fn node_config(&self, tls: &toolmesh::grpc::Tls) -> toolmesh_node::NodeConfig {
+        toolmesh_node::NodeConfig {
+            listen: self.listen.clone(),
+            grace: std::time::Duration::from_millis(self.grace_ms),
+            max_in_flight: self.max_in_flight,
+            snapshot_history: self.snapshot_history,
+            policy: self.policy.clone(),
+            audit: self.audit.clone(),
+            data_dir: self.data_dir.clone(),
+            dev_executor_token: None,
+            tls: tls.clone(),
+        }
+    }
+}
+
 /// `toolmesh serve` / `toolmesh registry`.
 #[derive(Debug, Args, Clone)]
 pub(crate) struct ServeArgs {
@@ -220,7 +251,7 @@ pub(crate) struct UpArgs {
 /// `toolmesh example`.
 #[derive(Debug, Args, Clone)]
 pub(crate) struct ExampleArgs {
-    /// Which example: knowledge, accounts, support, files or acceptance.
+    /// Which example: knowledge, accounts, support or files.
     pub(crate) name: String,
     /// The registry to register with (host:port).
     #[arg(long, env = "TOOLMESH_REGISTRY", default_value = "127.0.0.1:7070")]
@@ -235,6 +266,7 @@ pub(crate) struct ExampleArgs {
     #[arg(long)]
     pub(crate) executor_id: Option<String>,
     /// Append one JSON line per execution to this file (acceptance example).
+    #[cfg(feature = "bench")]
     #[arg(long)]
     pub(crate) ledger: Option<PathBuf>,
     /// Directory the files example is confined to (default: a fresh temp dir).

@@ -1,4 +1,5 @@
-//! The client commands: tools, call, health, snapshot.
+//! The client commands: tools, call, health, snapshot, explain, approvals,
+//! approve and deny, disable and enable.
 
 use crate::Failure;
 use crate::args::{
@@ -13,7 +14,7 @@ use tonic::transport::Channel;
 use tonic_health::pb::{
     HealthCheckRequest, health_check_response::ServingStatus, health_client::HealthClient,
 };
-use toolmesh::grpc::{MAX_SNAPSHOT_MESSAGE_BYTES, tool_health_service};
+use toolmesh::grpc::{MAX_SNAPSHOT_MESSAGE_BYTES, Tls, tool_health_service};
 use toolmesh::pb::{
     ApproveRequest, CallContext, DenyRequest, DisableToolRequest, EnableToolRequest,
     ExplainRequest, GetSnapshotRequest, InvokeRequest, ListApprovalsRequest, ListToolsRequest,
@@ -22,8 +23,8 @@ use toolmesh::pb::{
 };
 use toolmesh::{ErrorCodeExt, ToolErrorExt};
 
-fn connect(args: &ClientArgs) -> Result<Channel, Failure> {
-    toolmesh::grpc::channel(&args.server).map_err(|e| Failure::Usage(e.to_string()))
+fn connect(args: &ClientArgs, tls: &Tls) -> Result<Channel, Failure> {
+    toolmesh::grpc::channel(&args.server, tls).map_err(|e| Failure::Usage(e.to_string()))
 }
 
 /// A request carrying the caller's bearer token, if any.
@@ -53,8 +54,8 @@ fn unreachable(server: &str, status: tonic::Status) -> Failure {
 }
 
 /// `toolmesh tools`.
-pub(crate) async fn tools(args: ToolsArgs) -> Result<(), Failure> {
-    let mut client = DispatcherClient::new(connect(&args.client)?)
+pub(crate) async fn tools(args: ToolsArgs, tls: &Tls) -> Result<(), Failure> {
+    let mut client = DispatcherClient::new(connect(&args.client, tls)?)
         .max_decoding_message_size(MAX_SNAPSHOT_MESSAGE_BYTES);
     let format = match args.format {
         Format::Native => ToolFormat::Native,
@@ -111,8 +112,8 @@ pub(crate) async fn tools(args: ToolsArgs) -> Result<(), Failure> {
 }
 
 /// `toolmesh call`.
-pub(crate) async fn call(args: CallArgs) -> Result<(), Failure> {
-    let mut client = DispatcherClient::new(connect(&args.client)?);
+pub(crate) async fn call(args: CallArgs, tls: &Tls) -> Result<(), Failure> {
+    let mut client = DispatcherClient::new(connect(&args.client, tls)?);
     let mut request = authed(
         &args.client,
         InvokeRequest {
@@ -171,8 +172,8 @@ fn status_name(status: i32) -> &'static str {
 }
 
 /// `toolmesh health [TOOL]`.
-pub(crate) async fn health(args: HealthArgs) -> Result<(), Failure> {
-    let channel = connect(&args.client)?;
+pub(crate) async fn health(args: HealthArgs, tls: &Tls) -> Result<(), Failure> {
+    let channel = connect(&args.client, tls)?;
     let health = HealthClient::new(channel.clone());
     let check = |service: String| {
         let mut health = health.clone();
@@ -249,8 +250,8 @@ pub(crate) async fn health(args: HealthArgs) -> Result<(), Failure> {
 }
 
 /// `toolmesh snapshot`.
-pub(crate) async fn snapshot(args: SnapshotArgs) -> Result<(), Failure> {
-    let snapshot = RegistryClient::new(connect(&args.client)?)
+pub(crate) async fn snapshot(args: SnapshotArgs, tls: &Tls) -> Result<(), Failure> {
+    let snapshot = RegistryClient::new(connect(&args.client, tls)?)
         .max_decoding_message_size(MAX_SNAPSHOT_MESSAGE_BYTES)
         .get_snapshot(authed(
             &args.client,
@@ -307,8 +308,8 @@ fn context(caller: &str) -> CallContext {
 }
 
 /// `toolmesh explain [--caller TOKEN] TOOL`.
-pub(crate) async fn explain(args: ExplainArgs) -> Result<(), Failure> {
-    let mut client = GovernanceClient::new(connect(&args.client)?);
+pub(crate) async fn explain(args: ExplainArgs, tls: &Tls) -> Result<(), Failure> {
+    let mut client = GovernanceClient::new(connect(&args.client, tls)?);
     let answer = client
         .explain(authed(
             &args.client,
@@ -355,8 +356,8 @@ pub(crate) async fn explain(args: ExplainArgs) -> Result<(), Failure> {
 }
 
 /// `toolmesh approvals`.
-pub(crate) async fn approvals(args: ClientOnly) -> Result<(), Failure> {
-    let mut client = GovernanceClient::new(connect(&args.client)?);
+pub(crate) async fn approvals(args: ClientOnly, tls: &Tls) -> Result<(), Failure> {
+    let mut client = GovernanceClient::new(connect(&args.client, tls)?);
     let list = client
         .list_approvals(authed(&args.client, ListApprovalsRequest {}))
         .await
@@ -385,8 +386,8 @@ pub(crate) async fn approvals(args: ClientOnly) -> Result<(), Failure> {
 }
 
 /// `toolmesh approve ID` / `toolmesh deny ID`.
-pub(crate) async fn decide(args: DecideArgs, deny: bool) -> Result<(), Failure> {
-    let mut client = GovernanceClient::new(connect(&args.client)?);
+pub(crate) async fn decide(args: DecideArgs, deny: bool, tls: &Tls) -> Result<(), Failure> {
+    let mut client = GovernanceClient::new(connect(&args.client, tls)?);
     let answer = if deny {
         client
             .deny(authed(
@@ -425,8 +426,8 @@ pub(crate) async fn decide(args: DecideArgs, deny: bool) -> Result<(), Failure> 
 }
 
 /// `toolmesh disable TOOL --reason …`.
-pub(crate) async fn disable(args: DisableArgs) -> Result<(), Failure> {
-    let mut client = RegistryClient::new(connect(&args.client)?);
+pub(crate) async fn disable(args: DisableArgs, tls: &Tls) -> Result<(), Failure> {
+    let mut client = RegistryClient::new(connect(&args.client, tls)?);
     let answer = client
         .disable_tool(authed(
             &args.client,
@@ -446,8 +447,8 @@ pub(crate) async fn disable(args: DisableArgs) -> Result<(), Failure> {
 }
 
 /// `toolmesh enable TOOL`.
-pub(crate) async fn enable(args: ToolArg) -> Result<(), Failure> {
-    let mut client = RegistryClient::new(connect(&args.client)?);
+pub(crate) async fn enable(args: ToolArg, tls: &Tls) -> Result<(), Failure> {
+    let mut client = RegistryClient::new(connect(&args.client, tls)?);
     let answer = client
         .enable_tool(authed(
             &args.client,

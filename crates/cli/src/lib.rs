@@ -1,20 +1,23 @@
-//! The `toolmesh` command line: servers (`up`, `serve`, `registry`,
-//! `dispatcher`, `example`) and clients (`tools`, `call`, `health`,
-//! `snapshot`). `main` only calls [`main`].
+//! The `toolmesh` command line: parses the arguments, sets up logging, TLS
+//! and the runtime, and calls into the libraries: servers through
+//! `toolmesh-node` (`serve`, `registry`, `dispatcher`, and `up` with its
+//! example processes), example executors (`example`), the client commands
+//! (`tools`, `call`, `health`, `snapshot`, `explain`, `approvals`, `approve`,
+//! `deny`, `disable`, `enable`) and, with the `bench` feature, `bench`.
+//! The binary's `main` only calls [`main`].
+#![forbid(unsafe_code)]
 
 mod args;
 mod client;
-mod governance;
 mod logging;
 mod output;
-mod server;
 mod up;
 
 use args::{Cli, Command, ExampleArgs};
 use clap::Parser;
-use server::Role;
 use std::process::ExitCode;
 use std::time::Duration;
+use toolmesh_node::Role;
 
 /// How a command failed, and so which exit code it gets.
 #[derive(Debug, thiserror::Error)]
@@ -47,7 +50,9 @@ impl From<anyhow::Error> for Failure {
 }
 
 /// Parses the command line, runs the command, and returns its exit code.
-pub fn main() -> ExitCode {
+/// `arm` sets the parent-death signal of the processes `up` and `bench`
+/// start (it needs `unsafe`, which this library forbids).
+pub fn main(arm: toolmesh_procs::ArmParentDeath) -> ExitCode {
     let cli = Cli::parse();
     let serving = matches!(
         cli.command,
@@ -58,18 +63,13 @@ pub fn main() -> ExitCode {
             | Command::Example(_)
     );
     logging::init(cli.log_format, if serving { "info" } else { "warn" });
-    let tls = toolmesh::grpc::TlsFiles {
-        ca: cli.tls.tls_ca.clone(),
-        cert: cli.tls.tls_cert.clone(),
-        key: cli.tls.tls_key.clone(),
-        client_ca: cli.tls.tls_client_ca.clone(),
+    let tls = match toolmesh::grpc::Tls::from_files(&cli.tls.files()) {
+        Ok(tls) => tls,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(64);
+        }
     };
-    if tls.is_set()
-        && let Err(e) = toolmesh::grpc::configure_tls(&tls)
-    {
-        eprintln!("error: {e}");
-        return ExitCode::from(64);
-    }
     let mut builder = tokio::runtime::Builder::new_multi_thread();
     // TOOLMESH_WORKER_THREADS caps the runtime's threads (default: one per core).
     if let Some(threads) = std::env::var("TOOLMESH_WORKER_THREADS")
@@ -86,7 +86,7 @@ pub fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(run(cli.command, &tls)) {
+    match runtime.block_on(run(cli.command, &tls, arm)) {
         Ok(()) => ExitCode::SUCCESS,
         Err(failure) => {
             eprintln!("error: {failure}");
@@ -95,52 +95,72 @@ pub fn main() -> ExitCode {
     }
 }
 
-async fn run(command: Command, tls: &toolmesh::grpc::TlsFiles) -> Result<(), Failure> {
+async fn run(
+    command: Command,
+    tls: &toolmesh::grpc::Tls,
+    arm: toolmesh_procs::ArmParentDeath,
+) -> Result<(), Failure> {
     let ttl = |ms: u64| Duration::from_millis(ms);
     match command {
-        Command::Up(args) => Ok(up::run(args, tls).await?),
-        Command::Serve(args) => Ok(server::run(
-            Role::Serve {
+        Command::Up(args) => Ok(up::run(args, tls, arm).await?),
+        Command::Serve(args) => {
+            let role = Role::Serve {
                 default_ttl: ttl(args.default_ttl_ms),
-            },
-            &args.server,
-        )
-        .await?),
-        Command::Registry(args) => Ok(server::run(
-            Role::Registry {
+            };
+            serve(role, &args.server, tls).await
+        }
+        Command::Registry(args) => {
+            let role = Role::Registry {
                 default_ttl: ttl(args.default_ttl_ms),
-            },
-            &args.server,
-        )
-        .await?),
-        Command::Dispatcher(args) => Ok(server::run(
-            Role::Dispatcher {
+            };
+            serve(role, &args.server, tls).await
+        }
+        Command::Dispatcher(args) => {
+            let role = Role::Dispatcher {
                 registry: args.registry.clone(),
-            },
-            &args.server,
-        )
-        .await?),
-        Command::Example(args) => example(args).await,
-        Command::Tools(args) => client::tools(args).await,
-        Command::Call(args) => client::call(args).await,
-        Command::Health(args) => client::health(args).await,
-        Command::Snapshot(args) => client::snapshot(args).await,
-        Command::Explain(args) => client::explain(args).await,
-        Command::Approvals(args) => client::approvals(args).await,
-        Command::Approve(args) => client::decide(args, false).await,
-        Command::Deny(args) => client::decide(args, true).await,
-        Command::Disable(args) => client::disable(args).await,
-        Command::Enable(args) => client::enable(args).await,
-        Command::Bench(args) => bench(args).await,
+            };
+            serve(role, &args.server, tls).await
+        }
+        Command::Example(args) => example(args, tls).await,
+        Command::Tools(args) => client::tools(args, tls).await,
+        Command::Call(args) => client::call(args, tls).await,
+        Command::Health(args) => client::health(args, tls).await,
+        Command::Snapshot(args) => client::snapshot(args, tls).await,
+        Command::Explain(args) => client::explain(args, tls).await,
+        Command::Approvals(args) => client::approvals(args, tls).await,
+        Command::Approve(args) => client::decide(args, false, tls).await,
+        Command::Deny(args) => client::decide(args, true, tls).await,
+        Command::Disable(args) => client::disable(args, tls).await,
+        Command::Enable(args) => client::enable(args, tls).await,
+        #[cfg(feature = "bench")]
+        Command::Bench(args) => bench(args, arm).await,
     }
 }
 
+/// `toolmesh serve|registry|dispatcher`: a node until SIGTERM or ctrl-c.
+async fn serve(
+    role: Role,
+    args: &args::ServerArgs,
+    tls: &toolmesh::grpc::Tls,
+) -> Result<(), Failure> {
+    toolmesh_node::run(
+        role,
+        &args.node_config(tls),
+        toolmesh::grpc::shutdown_signal(),
+    )
+    .await
+    .map_err(|e| Failure::Failed(e.to_string()))
+}
+
+#[cfg(feature = "bench")]
 /// `toolmesh bench`: the benchmark, with this binary as the one measured.
-async fn bench(args: args::BenchArgs) -> Result<(), Failure> {
+async fn bench(args: args::BenchArgs, arm: toolmesh_procs::ArmParentDeath) -> Result<(), Failure> {
     let exe = std::env::current_exe()
         .map_err(|e| Failure::Failed(format!("cannot find the toolmesh binary: {e}")))?;
     let report = toolmesh_bench::run(toolmesh_bench::BenchOptions {
-        toolmesh_exe: exe,
+        toolmesh_exe: exe.clone(),
+        fixture_exe: exe,
+        parent_death: Some(arm),
         quick: args.quick,
         json: args.json,
     })
@@ -151,12 +171,19 @@ async fn bench(args: args::BenchArgs) -> Result<(), Failure> {
 }
 
 /// `toolmesh example NAME`: one example executor, registered with a registry.
-async fn example(args: ExampleArgs) -> Result<(), Failure> {
+async fn example(args: ExampleArgs, tls: &toolmesh::grpc::Tls) -> Result<(), Failure> {
     let options = toolmesh_examples::ExampleOptions {
-        ledger: args.ledger.clone(),
         files_root: args.files_root.clone(),
     };
-    let executor = toolmesh_examples::example(&args.name, &options).ok_or_else(|| {
+    let executor = toolmesh_examples::example(&args.name, &options);
+    #[cfg(feature = "bench")]
+    let executor = executor.or_else(|| {
+        let options = toolmesh_fixtures::FixtureOptions {
+            ledger: args.ledger.clone(),
+        };
+        toolmesh_fixtures::fixture(&args.name, &options)
+    });
+    let executor = executor.ok_or_else(|| {
         Failure::Usage(format!(
             "unknown example {:?}; choose from {}",
             args.name,
@@ -165,26 +192,18 @@ async fn example(args: ExampleArgs) -> Result<(), Failure> {
     })?;
     let listen =
         toolmesh::grpc::listen_address(&args.listen).map_err(|e| Failure::Usage(e.to_string()))?;
-    let bound = executor
-        .bind(toolmesh_executor::ServeOptions {
-            registry: args.registry.clone(),
-            listen,
-            advertise: None,
-            executor_id: args.executor_id.clone(),
-            lease_ttl: Duration::from_millis(args.ttl_ms),
-            grace: Duration::from_millis(args.grace_ms),
-            token: args.token.clone(),
-        })
-        .await
-        .map_err(|e| Failure::Failed(e.to_string()))?;
-    println!(
-        "toolmesh example {} ({}) listening on {}",
-        args.name,
-        bound.executor_id(),
-        bound.local_addr()
-    );
-    bound
-        .run(toolmesh::grpc::shutdown_signal())
+    let options = toolmesh_executor::ServeOptions {
+        registry: args.registry.clone(),
+        listen,
+        advertise: None,
+        executor_id: args.executor_id.clone(),
+        lease_ttl: Duration::from_millis(args.ttl_ms),
+        grace: Duration::from_millis(args.grace_ms),
+        token: args.token.clone(),
+        tls: tls.clone(),
+    };
+    let shutdown = toolmesh::grpc::shutdown_signal();
+    toolmesh_examples::serve(&args.name, executor, options, shutdown)
         .await
         .map_err(|e| Failure::Failed(e.to_string()))
 }

@@ -2,11 +2,11 @@
 //! executor as its own OS process, until ctrl-c.
 
 use crate::args::UpArgs;
-use crate::server::{self, Role};
 use anyhow::Context;
-use std::process::Stdio;
 use std::time::{Duration, Instant};
-use tokio::process::{Child, Command};
+use tokio::process::Command;
+use toolmesh_node::Role;
+use toolmesh_procs::{ArmParentDeath, ParentDeath, Proc, Spawn};
 
 /// How often `up` looks for example executors that died.
 const RESTART_CHECK: Duration = Duration::from_secs(1);
@@ -14,7 +14,11 @@ const RESTART_CHECK: Duration = Duration::from_secs(1);
 /// How long `up` waits for the examples' tools to become callable.
 const READY_TIMEOUT: Duration = Duration::from_secs(30);
 
-pub(crate) async fn run(args: UpArgs, tls: &toolmesh::grpc::TlsFiles) -> anyhow::Result<()> {
+pub(crate) async fn run(
+    args: UpArgs,
+    tls: &toolmesh::grpc::Tls,
+    arm: ArmParentDeath,
+) -> anyhow::Result<()> {
     let started = Instant::now();
     let role = Role::Serve {
         default_ttl: Duration::from_millis(args.serve.default_ttl_ms),
@@ -22,11 +26,15 @@ pub(crate) async fn run(args: UpArgs, tls: &toolmesh::grpc::TlsFiles) -> anyhow:
     // Examples register with a token made for this run; nothing else may
     // register under their owner.
     let token = format!("dev-{}", uuid::Uuid::new_v4().simple());
-    let running = server::start(role, &args.serve.server, Some(&token)).await?;
+    let config = toolmesh_node::NodeConfig {
+        dev_executor_token: Some(token.clone()),
+        ..args.serve.server.node_config(tls)
+    };
+    let running = toolmesh_node::start(role, &config).await?;
     let addr = running.addr.to_string();
     let exe =
         std::env::current_exe().context("cannot find the toolmesh binary to start examples")?;
-    let mut children: Vec<(String, Child)> = Vec::new();
+    let mut children: Vec<(String, Proc)> = Vec::new();
     for name in &args.examples {
         if toolmesh_examples::example(name, &Default::default()).is_none() {
             anyhow::bail!(
@@ -34,7 +42,7 @@ pub(crate) async fn run(args: UpArgs, tls: &toolmesh::grpc::TlsFiles) -> anyhow:
                 toolmesh_examples::EXAMPLE_NAMES.join(", ")
             );
         }
-        let child = spawn_example(&exe, name, &addr, &token, tls)
+        let child = spawn_example(&exe, name, &addr, &token, tls.files(), arm)
             .with_context(|| format!("cannot start example executor {name}"))?;
         children.push((name.clone(), child));
     }
@@ -62,10 +70,7 @@ pub(crate) async fn run(args: UpArgs, tls: &toolmesh::grpc::TlsFiles) -> anyhow:
     println!("toolmesh is up in {} ms", started.elapsed().as_millis());
     println!("  registry + dispatcher  {addr}  (grpc.health.v1, reflection)");
     for (name, child) in &children {
-        println!(
-            "  executor {name:<13} pid {}",
-            child.id().unwrap_or_default()
-        );
+        println!("  executor {name:<13} pid {}", child.pid());
     }
     if !ready {
         println!(
@@ -102,9 +107,9 @@ pub(crate) async fn run(args: UpArgs, tls: &toolmesh::grpc::TlsFiles) -> anyhow:
             _ = tokio::time::sleep(RESTART_CHECK) => {}
         }
         for (name, child) in children.iter_mut() {
-            if let Ok(Some(status)) = child.try_wait() {
+            if let Some(status) = child.try_exit() {
                 tracing::warn!(example = %name, %status, "example executor exited; starting it again");
-                match spawn_example(&exe, name, &addr, &token, tls) {
+                match spawn_example(&exe, name, &addr, &token, tls.files(), arm) {
                     Ok(again) => *child = again,
                     Err(e) => tracing::error!(example = %name, error = %e, "cannot start it again"),
                 }
@@ -113,19 +118,17 @@ pub(crate) async fn run(args: UpArgs, tls: &toolmesh::grpc::TlsFiles) -> anyhow:
     }
     println!("stopping: draining executors, then the server");
     for (_, child) in &children {
-        if let Some(pid) = child.id() {
-            // SIGTERM lets each executor deregister and drain.
-            unsafe { libc::kill(pid as i32, libc::SIGTERM) };
-        }
+        // SIGTERM lets each executor deregister and drain.
+        child.signal(libc::SIGTERM);
     }
     let grace = Duration::from_millis(args.serve.server.grace_ms);
     for (name, mut child) in children {
-        if tokio::time::timeout(grace, child.wait()).await.is_err() {
+        if child.wait_timeout(grace).await.is_none() {
             tracing::warn!(example = %name, "did not stop in time; killing it");
-            let _ = child.kill().await;
+            child.kill_and_reap().await;
         }
     }
-    running.stop(grace).await
+    Ok(running.stop(grace).await?)
 }
 
 /// `toolmesh` when that is the binary on PATH, else the path to this binary.
@@ -143,13 +146,16 @@ fn command_name(exe: &std::path::Path) -> String {
     relative.unwrap_or_else(|| exe.display().to_string())
 }
 
+/// Starts `toolmesh example NAME` registering with `registry`, its output
+/// on this terminal; it gets SIGTERM should `up` die, even by SIGKILL.
 fn spawn_example(
     exe: &std::path::Path,
     name: &str,
     registry: &str,
     token: &str,
     tls: &toolmesh::grpc::TlsFiles,
-) -> std::io::Result<Child> {
+    arm: ArmParentDeath,
+) -> Result<Proc, toolmesh_procs::ProcError> {
     let mut command = Command::new(exe);
     // The examples speak TLS exactly as `up` does.
     for (var, file) in [
@@ -164,16 +170,11 @@ fn spawn_example(
     }
     command
         .args(["example", name, "--registry", registry])
-        .env("TOOLMESH_TOKEN", token)
-        .stdin(Stdio::null())
-        .kill_on_drop(true);
-    #[cfg(target_os = "linux")]
-    unsafe {
-        // The examples die with `up`, even if `up` is killed with SIGKILL.
-        command.pre_exec(|| {
-            libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGTERM);
-            Ok(())
-        });
-    }
-    command.spawn()
+        .env("TOOLMESH_TOKEN", token);
+    Spawn::new(format!("example {name}"), command)
+        .parent_death(Some(ParentDeath {
+            signal: libc::SIGTERM,
+            arm,
+        }))
+        .start()
 }

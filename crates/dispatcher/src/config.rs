@@ -27,6 +27,8 @@ pub struct DispatcherConfig {
     pub max_ejection: Duration,
     /// Recent snapshots kept so callers can pin a version.
     pub snapshot_history: usize,
+    /// TLS of the channels to executors.
+    pub tls: toolmesh::grpc::Tls,
 }
 
 impl Default for DispatcherConfig {
@@ -43,6 +45,7 @@ impl Default for DispatcherConfig {
             base_ejection: Duration::from_secs(30),
             max_ejection: Duration::from_secs(300),
             snapshot_history: 64,
+            tls: toolmesh::grpc::Tls::none(),
         }
     }
 }

@@ -153,6 +153,8 @@ pub(crate) struct Endpoints {
     policy: EjectionPolicy,
     /// When the latest-ending ejection ends (ms after `origin`; 0 = none yet).
     last_ejection_end_ms: AtomicU64,
+    /// TLS of the channels to executors.
+    tls: toolmesh::grpc::Tls,
 }
 
 impl Endpoints {
@@ -162,7 +164,13 @@ impl Endpoints {
             origin: Instant::now(),
             policy,
             last_ejection_end_ms: AtomicU64::new(0),
+            tls: toolmesh::grpc::Tls::none(),
         }
+    }
+
+    /// The same pool, opening its channels with `tls`.
+    pub(crate) fn with_tls(self, tls: toolmesh::grpc::Tls) -> Self {
+        Endpoints { tls, ..self }
     }
 
     /// The endpoint for `address`, creating its (lazily connecting) channel
@@ -171,7 +179,7 @@ impl Endpoints {
         if let Some(found) = self.map.get(address) {
             return Some(found.clone());
         }
-        let channel = toolmesh::grpc::channel(address).ok()?;
+        let channel = toolmesh::grpc::channel(address, &self.tls).ok()?;
         let endpoint = self
             .map
             .entry(address.clone())

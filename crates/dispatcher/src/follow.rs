@@ -21,10 +21,13 @@ const MAX_BACKOFF: Duration = Duration::from_secs(2);
 /// of their lease, so this covers leases up to 15 s.
 pub const EPOCH_GRACE: Duration = Duration::from_secs(5);
 
-/// Starts following the registry at `address`; the receiver holds the
-/// newest snapshot taken (an empty one until the first arrives).
-pub fn follow_registry(address: &str) -> Result<watch::Receiver<Arc<Snapshot>>, BadAddress> {
-    let channel = channel(address)?;
+/// Starts following the registry at `address` (over `tls`); the receiver
+/// holds the newest snapshot taken (an empty one until the first arrives).
+pub fn follow_registry(
+    address: &str,
+    tls: &toolmesh::grpc::Tls,
+) -> Result<watch::Receiver<Arc<Snapshot>>, BadAddress> {
+    let channel = channel(address, tls)?;
     let (tx, rx) = watch::channel(Arc::new(Snapshot::empty("")));
     let follower = Follower {
         address: address.to_owned(),

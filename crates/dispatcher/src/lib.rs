@@ -2,6 +2,7 @@
 //! caller can use and runs each call through one pipeline (`call`) —
 //! resolve, authorize, validate, admit, attempts, observe — whichever front
 //! door the call came in by.
+#![forbid(unsafe_code)]
 
 mod call;
 mod config;
@@ -76,11 +77,14 @@ impl Dispatcher {
     ) -> Self {
         let first = updates.borrow_and_update().clone();
         let snapshots = Arc::new(SnapshotHistory::new(first, config.snapshot_history));
-        let pool = Arc::new(Endpoints::new(EjectionPolicy {
-            after_failures: config.eject_after_failures.max(1),
-            base: config.base_ejection,
-            max: config.max_ejection,
-        }));
+        let pool = Arc::new(
+            Endpoints::new(EjectionPolicy {
+                after_failures: config.eject_after_failures.max(1),
+                base: config.base_ejection,
+                max: config.max_ejection,
+            })
+            .with_tls(config.tls.clone()),
+        );
         let changed = Arc::new(Notify::new());
         let ejections = Arc::new(Notify::new());
         let stop = CancellationToken::new();

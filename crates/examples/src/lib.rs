@@ -14,22 +14,20 @@
 //! assert!(result.output.contains("Ada Lovelace"));
 //! # }
 //! ```
+#![forbid(unsafe_code)]
 
-pub mod acceptance;
 pub mod accounts;
 pub mod files;
 pub mod knowledge;
 pub mod support;
 
+use std::future::Future;
 use std::path::PathBuf;
-use toolmesh_executor::Executor;
+use toolmesh_executor::{Executor, ExecutorError, ServeOptions};
 
 /// Options shared by the examples.
 #[derive(Debug, Clone, Default)]
 pub struct ExampleOptions {
-    /// For `acceptance`: a file to which every execution appends one JSON
-    /// line `{"call_id","tool","attempt","executor_id"}`.
-    pub ledger: Option<PathBuf>,
     /// For `files`: the directory the file tools are confined to (created
     /// if missing). `None` means a fresh `toolmesh-files-<pid>` directory
     /// under the system temp dir, seeded with a few fixture files.
@@ -37,7 +35,7 @@ pub struct ExampleOptions {
 }
 
 /// The example executors, by name.
-pub const EXAMPLE_NAMES: [&str; 5] = ["knowledge", "accounts", "support", "acceptance", "files"];
+pub const EXAMPLE_NAMES: [&str; 4] = ["knowledge", "accounts", "support", "files"];
 
 /// The example executor called `name` (one of [`EXAMPLE_NAMES`]), or `None`.
 pub fn example(name: &str, opts: &ExampleOptions) -> Option<Executor> {
@@ -45,8 +43,25 @@ pub fn example(name: &str, opts: &ExampleOptions) -> Option<Executor> {
         "knowledge" => knowledge::executor(),
         "accounts" => accounts::executor(),
         "support" => support::executor(),
-        "acceptance" => acceptance::executor(opts.ledger.clone()),
         "files" => files::executor(opts.files_root.clone()),
         _ => return None,
     })
+}
+
+/// Serves `executor` as `toolmesh example NAME` does until `shutdown`:
+/// binds, prints the `toolmesh example NAME (ID) listening on ADDR` line
+/// that scripts and tests read, then serves, registers and drains.
+pub async fn serve(
+    name: &str,
+    executor: Executor,
+    options: ServeOptions,
+    shutdown: impl Future<Output = ()> + Send,
+) -> Result<(), ExecutorError> {
+    let bound = executor.bind(options).await?;
+    println!(
+        "toolmesh example {name} ({}) listening on {}",
+        bound.executor_id(),
+        bound.local_addr()
+    );
+    bound.run(shutdown).await
 }

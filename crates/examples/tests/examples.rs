@@ -1,16 +1,15 @@
 //! Every example executor through the SDK's in-process call path (the same
-//! path a served call takes), plus the acceptance executor served for real.
+//! path a served call takes).
 
 use serde_json::{Value, json};
 use std::{
     collections::HashMap,
-    path::PathBuf,
-    time::{Duration, SystemTime, UNIX_EPOCH},
+    time::{SystemTime, UNIX_EPOCH},
 };
 use toolmesh::ToolResultExt;
 use toolmesh::{
     ToolErrorExt,
-    pb::{ErrorCode, ExecuteRequest, RiskLevel, ToolResult, executor_client::ExecutorClient},
+    pb::{ErrorCode, ExecuteRequest, RiskLevel, ToolResult},
 };
 use toolmesh_examples::{EXAMPLE_NAMES, ExampleOptions, example};
 use toolmesh_executor::{Executor, ServeOptions};
@@ -46,25 +45,6 @@ fn request(tool: &str, call_id: &str, attempt: u32, args: Value) -> ExecuteReque
     }
 }
 
-fn temp_ledger(tag: &str) -> PathBuf {
-    let nanos = SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .unwrap()
-        .as_nanos();
-    std::env::temp_dir().join(format!(
-        "toolmesh-ledger-{tag}-{}-{nanos}.jsonl",
-        std::process::id()
-    ))
-}
-
-fn ledger_lines(path: &PathBuf) -> Vec<Value> {
-    std::fs::read_to_string(path)
-        .unwrap_or_default()
-        .lines()
-        .map(|line| serde_json::from_str(line).expect(line))
-        .collect()
-}
-
 /// Each name in EXAMPLE_NAMES builds an executor whose specs all validate
 /// and bind; every schema forbids extra properties; risk and idempotency are
 /// as documented; an unknown name is None.
@@ -76,10 +56,6 @@ async fn every_example_binds_with_strict_schemas() {
         ("get_current_time", (RiskLevel::Low, true)),
         ("create_ticket", (RiskLevel::Medium, false)),
         ("send_email", (RiskLevel::High, false)),
-        ("acc_echo", (RiskLevel::Low, true)),
-        ("acc_sleep", (RiskLevel::Low, true)),
-        ("acc_panic", (RiskLevel::Low, false)),
-        ("acc_charge", (RiskLevel::Medium, false)),
         ("read_file", (RiskLevel::Low, true)),
         ("list_files", (RiskLevel::Low, true)),
         ("write_file", (RiskLevel::Medium, false)),
@@ -313,173 +289,4 @@ async fn send_email() {
         .await;
     assert_eq!(code(&bad), ErrorCode::InvalidArguments);
     assert!(message(&bad).contains("/to"), "{}", message(&bad));
-}
-
-/// The acceptance tools answer as documented, and every execution (but no
-/// call refused for its arguments) appends one ledger line with call id,
-/// tool, attempt and executor id.
-#[tokio::test]
-async fn acceptance_tools_and_ledger() {
-    let path = temp_ledger("inproc");
-    let acc = example(
-        "acceptance",
-        &ExampleOptions {
-            ledger: Some(path.clone()),
-            ..ExampleOptions::default()
-        },
-    )
-    .unwrap();
-    let payload = json!({"items": [{"id": 1, "name": "a", "tags": []}, {"id": 2, "name": "b", "tags": ["x"]}]});
-    let echo = acc
-        .execute(request(
-            "acc_echo",
-            "e-1",
-            1,
-            json!({"message": "hi", "payload": payload}),
-        ))
-        .await;
-    ok(&echo);
-    assert_eq!(echo.output, "hi");
-    assert_eq!(data(&echo), json!({"message": "hi", "items": 2}));
-
-    let slept = acc
-        .execute(request("acc_sleep", "s-1", 1, json!({"ms": 20})))
-        .await;
-    assert_eq!(slept.output, "slept 20 ms");
-    let started = std::time::Instant::now();
-    let too_long = acc
-        .execute(request("acc_sleep", "s-2", 1, json!({"ms": 5000})))
-        .await;
-    assert_eq!(code(&too_long), ErrorCode::DeadlineExceeded, "{too_long:?}");
-    assert!(started.elapsed() < Duration::from_millis(1500));
-
-    let panicked = acc.execute(request("acc_panic", "p-1", 1, json!({}))).await;
-    assert_eq!(code(&panicked), ErrorCode::ExecutorFailed);
-    assert!(message(&panicked).contains("acc_panic panics on purpose"));
-
-    let charged = acc
-        .execute(request(
-            "acc_charge",
-            "c-1",
-            3,
-            json!({"account": "acct-1", "cents": 250}),
-        ))
-        .await;
-    assert_eq!(charged.output, "charged");
-    for bad in [
-        request(
-            "acc_charge",
-            "bad-1",
-            1,
-            json!({"account": "a", "cents": 0}),
-        ),
-        request(
-            "acc_echo",
-            "bad-2",
-            1,
-            json!({"message": "m", "payload": {"items": [{"id": -1, "name": "n", "tags": []}]}}),
-        ),
-        request("acc_sleep", "bad-3", 1, json!({"ms": 60001})),
-    ] {
-        let result = acc.execute(bad.clone()).await;
-        assert_eq!(
-            code(&result),
-            ErrorCode::InvalidArguments,
-            "{bad:?}: {result:?}"
-        );
-    }
-
-    let lines = ledger_lines(&path);
-    let calls: Vec<(&str, &str, u64)> = lines
-        .iter()
-        .map(|l| {
-            (
-                l["call_id"].as_str().unwrap(),
-                l["tool"].as_str().unwrap(),
-                l["attempt"].as_u64().unwrap(),
-            )
-        })
-        .collect();
-    assert_eq!(
-        calls,
-        [
-            ("e-1", "acc_echo", 1),
-            ("s-1", "acc_sleep", 1),
-            ("s-2", "acc_sleep", 1),
-            ("p-1", "acc_panic", 1),
-            ("c-1", "acc_charge", 3),
-        ]
-    );
-    assert!(lines.iter().all(|l| l["executor_id"] == "acceptance-local"));
-    let _ = std::fs::remove_file(&path);
-}
-
-/// Served for real: acceptance calls over gRPC write ledger lines carrying
-/// the bound executor's id, a panic does not stop the server, and a
-/// `grpc-timeout` cuts acc_sleep short.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn acceptance_served_over_grpc() {
-    let path = temp_ledger("grpc");
-    let acc = example(
-        "acceptance",
-        &ExampleOptions {
-            ledger: Some(path.clone()),
-            ..ExampleOptions::default()
-        },
-    )
-    .unwrap();
-    let bound = acc
-        .bind(ServeOptions {
-            executor_id: Some("acc-test-1".into()),
-            ..ServeOptions::default()
-        })
-        .await
-        .unwrap();
-    let addr = bound.local_addr();
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let run = tokio::spawn(bound.run(async {
-        let _ = stopped.await;
-    }));
-    let mut client = ExecutorClient::connect(format!("http://{addr}"))
-        .await
-        .unwrap();
-    let mut execute = async |req: tonic::Request<ExecuteRequest>| {
-        client
-            .execute(req)
-            .await
-            .unwrap()
-            .into_inner()
-            .result
-            .unwrap()
-    };
-    let panicked = execute(tonic::Request::new(request(
-        "acc_panic",
-        "p-1",
-        1,
-        json!({}),
-    )))
-    .await;
-    assert_eq!(code(&panicked), ErrorCode::ExecutorFailed);
-    let charged = execute(tonic::Request::new(request(
-        "acc_charge",
-        "c-1",
-        2,
-        json!({"account": "a", "cents": 1}),
-    )))
-    .await;
-    assert_eq!(charged.output, "charged");
-    let mut short = tonic::Request::new(request("acc_sleep", "s-1", 1, json!({"ms": 800})));
-    short.set_timeout(Duration::from_millis(100));
-    let cut = execute(short).await;
-    assert_eq!(code(&cut), ErrorCode::DeadlineExceeded, "{cut:?}");
-
-    let lines = ledger_lines(&path);
-    assert_eq!(lines.len(), 3, "{lines:?}");
-    assert_eq!(
-        lines[1],
-        json!({"call_id": "c-1", "tool": "acc_charge", "attempt": 2, "executor_id": "acc-test-1"})
-    );
-    let _ = stop.send(());
-    run.await.unwrap().unwrap();
-    let _ = std::fs::remove_file(&path);
 }

@@ -66,7 +66,6 @@ impl Scratch {
             "files",
             &ExampleOptions {
                 files_root: Some(self.root()),
-                ..ExampleOptions::default()
             },
         )
         .unwrap()

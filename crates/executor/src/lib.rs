@@ -54,6 +54,7 @@
 //! # Ok(())
 //! # }
 //! ```
+#![forbid(unsafe_code)]
 
 mod context;
 mod erased;
@@ -242,7 +243,7 @@ impl Executor {
         let registry = if opts.registry.trim().is_empty() {
             None
         } else {
-            Some(toolmesh::grpc::channel(&opts.registry)?)
+            Some(toolmesh::grpc::channel(&opts.registry, &opts.tls)?)
         };
         let listener =
             TcpListener::bind(opts.listen)
@@ -290,6 +291,7 @@ impl Executor {
             lease_ttl: opts.lease_ttl,
             grace: opts.grace,
             token: opts.token.clone(),
+            tls: opts.tls.clone(),
         })
     }
 
@@ -322,6 +324,8 @@ pub struct ServeOptions {
     /// Registration token (sent as `authorization: Bearer …`), binding this
     /// executor to its owner; `None` registers without one.
     pub token: Option<String>,
+    /// TLS of this executor's server and of its channel to the registry.
+    pub tls: toolmesh::grpc::Tls,
 }
 
 impl Default for ServeOptions {
@@ -334,6 +338,7 @@ impl Default for ServeOptions {
             lease_ttl: Duration::from_secs(10),
             grace: Duration::from_secs(10),
             token: None,
+            tls: toolmesh::grpc::Tls::none(),
         }
     }
 }
@@ -361,6 +366,7 @@ pub struct BoundExecutor {
     lease_ttl: Duration,
     grace: Duration,
     token: Option<String>,
+    tls: toolmesh::grpc::Tls,
 }
 
 impl std::fmt::Debug for BoundExecutor {
@@ -406,11 +412,12 @@ impl BoundExecutor {
             lease_ttl,
             grace,
             token,
+            tls,
         } = self;
         let executor_id = core.executor_id.clone();
         let stop_calls = core.stop.clone();
         let tool_count = specs.len();
-        let router = toolmesh::grpc::server_builder()?
+        let router = toolmesh::grpc::server_builder(&tls)?
             .add_service(InterceptedService::new(
                 ExecutorServer::new(ExecuteService { core })
                     .max_decoding_message_size(MAX_CALL_MESSAGE_BYTES)

@@ -209,7 +209,16 @@ pub(crate) fn spec_risk(spec: &ToolSpec) -> RiskLevel {
     toolmesh::spec::effective_risk(spec.risk)
 }
 
-pub(crate) fn decide(policy: &Policy, who: &Principal, spec: &ToolSpec) -> Decision {
+impl Policy {
+    /// Whether `who` may see and call the tool of `spec`, by which grant,
+    /// and whether the call needs an approval. A spec whose risk is
+    /// UNSPECIFIED reads as LOW; an unknown risk number reads as HIGH.
+    pub fn decide(&self, who: &Principal, spec: &ToolSpec) -> Decision {
+        decide(self, who, spec)
+    }
+}
+
+fn decide(policy: &Policy, who: &Principal, spec: &ToolSpec) -> Decision {
     let risk = spec_risk(spec);
     // Fast path for ListTools, which decides every tool: no text is built
     // unless the answer is a deny.

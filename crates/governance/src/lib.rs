@@ -38,6 +38,7 @@
 //! unless the caller is in `pre_approved_principals` (never an anonymous one).
 //! The raw arguments of a call reach the audit log only for tools tagged
 //! [`RAW_ARGUMENTS_TAG`], with `"x-sensitive": true` properties redacted.
+#![forbid(unsafe_code)]
 
 pub mod approvals;
 pub mod audit;
@@ -50,6 +51,7 @@ mod governance;
 pub mod limits;
 mod policy;
 mod principal;
+pub mod registry_access;
 pub mod reload;
 pub mod sessions;
 
@@ -71,6 +73,7 @@ pub use policy::{
     DEFAULT_TENANT, DEV_APPROVER_TOKEN, DEV_POLICY_TOML, MAX_RATE_PER_SEC, MAX_TTL_SECS, Policy,
 };
 pub use principal::Principal;
+pub use registry_access::{ADMIN_ROLE, AccessError, EXECUTOR_ROLE};
 pub use reload::{PolicyHandle, PolicyWatcher};
 pub use sessions::{Declared, PreconditionError, SessionLimits, SessionUsage, Sessions};
 

@@ -4,7 +4,6 @@ use crate::{
     ApprovalSettings, AuthError, Principal, Problem,
     approvals::{DEFAULT_MAX_OPEN_PER_CALLER, DEFAULT_TTL, MAX_TICKETS},
     config::{self, RawPolicy, line_of},
-    decision::{self, Decision},
     digest::{hex, parse_sha256_hex, sha256},
     error::PolicyError,
     glob::ToolPattern,
@@ -12,7 +11,7 @@ use crate::{
 };
 use std::{collections::HashMap, fmt, num::NonZeroU32, ops::Range, path::Path, time::Duration};
 use toml::Spanned;
-use toolmesh::pb::{RiskLevel, ToolSpec};
+use toolmesh::pb::RiskLevel;
 
 /// Tenant of a caller entry that names none.
 pub const DEFAULT_TENANT: &str = "default";
@@ -161,13 +160,6 @@ impl Policy {
             .iter()
             .find(|(name, _)| valid_for(name))
             .map(|(_, who)| who.clone())
-    }
-
-    /// Whether `who` may see and call the tool of `spec`, by which grant,
-    /// and whether the call needs an approval. A spec whose risk is
-    /// UNSPECIFIED reads as LOW; an unknown risk number reads as HIGH.
-    pub fn decide(&self, who: &Principal, spec: &ToolSpec) -> Decision {
-        decision::decide(self, who, spec)
     }
 
     /// Whether anonymous callers are accepted.

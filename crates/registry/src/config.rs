@@ -22,6 +22,8 @@ pub struct RegistryConfig {
     pub data_dir: Option<PathBuf>,
     /// Most tools one registration may list.
     pub max_tools_per_executor: usize,
+    /// TLS of the channels that watch executors' health.
+    pub tls: toolmesh::grpc::Tls,
 }
 
 impl Default for RegistryConfig {
@@ -34,6 +36,7 @@ impl Default for RegistryConfig {
             watch_health: true,
             data_dir: None,
             max_tools_per_executor: 1024,
+            tls: toolmesh::grpc::Tls::none(),
         }
     }
 }

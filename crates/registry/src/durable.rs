@@ -144,7 +144,7 @@ mod tests {
     /// Disabled tools and owners survive a reopen; enabling removes the entry.
     #[test]
     fn survives_a_reopen() {
-        let dir = TempDir::new("reopen");
+        let dir = TempDir::new("reopen").unwrap();
         let mut state = Durable::open(Some(dir.path())).unwrap();
         state
             .set_disabled("send_email", Some("incident 7"))
@@ -168,7 +168,7 @@ mod tests {
     /// A corrupt file is refused with its path and what to do, not ignored.
     #[test]
     fn corrupt_file_is_refused() {
-        let dir = TempDir::new("corrupt");
+        let dir = TempDir::new("corrupt").unwrap();
         std::fs::write(dir.join(STATE_FILE), "{not json").unwrap();
         let err = Durable::open(Some(dir.path())).unwrap_err().to_string();
         assert!(

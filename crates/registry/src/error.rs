@@ -1,5 +1,7 @@
 //! What can go wrong in the registry, and its one mapping to a gRPC status.
 
+use crate::gate::GateError;
+
 /// Why a registry operation was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum RegistryError {
@@ -34,12 +36,14 @@ pub enum RegistryError {
         /// The limit.
         limit: usize,
     },
-    /// The caller could not be identified.
-    #[error("{0}")]
-    Unauthenticated(String),
-    /// The caller may not do this.
-    #[error("{0}")]
-    NotAllowed(String),
+    /// The gate refused an executor's registration (UNAUTHENTICATED, whether
+    /// the caller is unknown or lacks the right to register).
+    #[error(transparent)]
+    RegistrationRefused(GateError),
+    /// The gate refused an operator's switch (PERMISSION_DENIED, whether
+    /// the caller is unknown or lacks the right).
+    #[error(transparent)]
+    SwitchRefused(GateError),
     /// The state file in the data directory could not be used.
     #[error("registry state file {path}: {problem}")]
     State {
@@ -58,8 +62,8 @@ impl From<RegistryError> for tonic::Status {
             | RegistryError::InvalidEndpoint(_)
             | RegistryError::EmptyLeaseId
             | RegistryError::TooManyTools { .. } => tonic::Status::invalid_argument(message),
-            RegistryError::Unauthenticated(_) => tonic::Status::unauthenticated(message),
-            RegistryError::NotAllowed(_) => tonic::Status::permission_denied(message),
+            RegistryError::RegistrationRefused(_) => tonic::Status::unauthenticated(message),
+            RegistryError::SwitchRefused(_) => tonic::Status::permission_denied(message),
             RegistryError::State { .. } => tonic::Status::internal(message),
             RegistryError::UnknownLease(_)
             | RegistryError::UnknownTool(_)
@@ -93,6 +97,14 @@ mod tests {
                     newest: 9,
                 }),
                 Code::NotFound,
+            ),
+            (
+                RegistryError::RegistrationRefused(GateError::Forbidden("f".into())),
+                Code::Unauthenticated,
+            ),
+            (
+                RegistryError::SwitchRefused(GateError::Unauthenticated("u".into())),
+                Code::PermissionDenied,
             ),
         ];
         for (error, code) in cases {

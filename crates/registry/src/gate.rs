@@ -2,12 +2,25 @@
 //! [`Gate`] with the caller's bearer token and stays free of any one policy
 //! format.
 
+/// Why a [`Gate`] refused a caller; the message says what to change. The
+/// registry maps it to a gRPC status in one place
+/// ([`RegistryError`](crate::RegistryError)).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum GateError {
+    /// The caller could not be identified.
+    #[error("{0}")]
+    Unauthenticated(String),
+    /// The caller is known but may not do this.
+    #[error("{0}")]
+    Forbidden(String),
+}
+
 /// Decides identities at the registry's edge.
 pub trait Gate: Send + Sync + 'static {
     /// The owner an executor registers as, from its bearer token (the
     /// `authorization` header without `Bearer `). `Err` says how to
     /// authenticate.
-    fn executor_owner(&self, bearer: Option<&str>) -> Result<String, String>;
+    fn executor_owner(&self, bearer: Option<&str>) -> Result<String, GateError>;
 
     /// The owner an executor registers as when it sent no token but
     /// presented a verified mTLS client certificate; `None` when the
@@ -15,12 +28,12 @@ pub trait Gate: Send + Sync + 'static {
     fn executor_owner_by_certificate(
         &self,
         _certificate: &toolmesh::grpc::PeerCertificate,
-    ) -> Option<Result<String, String>> {
+    ) -> Option<Result<String, GateError>> {
         None
     }
 
     /// The principal allowed to disable and enable tools. `Err` says why not.
-    fn admin(&self, bearer: Option<&str>) -> Result<String, String>;
+    fn admin(&self, bearer: Option<&str>) -> Result<String, GateError>;
 }
 
 /// No authentication: every executor registers as the empty owner (no
@@ -29,11 +42,11 @@ pub trait Gate: Send + Sync + 'static {
 pub struct OpenGate;
 
 impl Gate for OpenGate {
-    fn executor_owner(&self, _bearer: Option<&str>) -> Result<String, String> {
+    fn executor_owner(&self, _bearer: Option<&str>) -> Result<String, GateError> {
         Ok(String::new())
     }
 
-    fn admin(&self, _bearer: Option<&str>) -> Result<String, String> {
+    fn admin(&self, _bearer: Option<&str>) -> Result<String, GateError> {
         Ok("anonymous".to_owned())
     }
 }

@@ -181,12 +181,17 @@ pub(crate) type Report = Box<dyn FnMut(bool, &str) + Send>;
 
 /// Watches `endpoint` until `token` is cancelled or it turns out to have no
 /// health service, reporting each change through `report`.
-pub(crate) async fn watch(endpoint: Arc<str>, token: CancellationToken, report: Report) {
-    token.run_until_cancelled(run(endpoint, report)).await;
+pub(crate) async fn watch(
+    endpoint: Arc<str>,
+    tls: toolmesh::grpc::Tls,
+    token: CancellationToken,
+    report: Report,
+) {
+    token.run_until_cancelled(run(endpoint, tls, report)).await;
 }
 
-async fn run(endpoint: Arc<str>, mut report: Report) {
-    let channel = match toolmesh::grpc::channel(&endpoint) {
+async fn run(endpoint: Arc<str>, tls: toolmesh::grpc::Tls, mut report: Report) {
+    let channel = match toolmesh::grpc::channel(&endpoint, &tls) {
         Ok(channel) => channel,
         Err(error) => {
             warn!(%endpoint, %error, "cannot watch executor health; assuming healthy");

@@ -1,6 +1,7 @@
 //! The toolmesh registry: executors register their tools and hold leases,
 //! the registry watches their health and publishes every change as a new
 //! immutable, versioned snapshot.
+#![forbid(unsafe_code)]
 
 mod config;
 mod durable;
@@ -17,6 +18,6 @@ mod txn;
 pub use config::RegistryConfig;
 pub use durable::STATE_FILE;
 pub use error::RegistryError;
-pub use gate::{Gate, OpenGate};
+pub use gate::{Gate, GateError, OpenGate};
 pub use registry::Registry;
 pub use service::{RegistryService, SnapshotStream};

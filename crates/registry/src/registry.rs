@@ -7,7 +7,6 @@ use crate::durable::Durable;
 use crate::error::RegistryError;
 use crate::gate::{Gate, OpenGate};
 use crate::health_watch;
-use crate::service::RegistryService;
 use crate::state::{Executor, Registration, State};
 use crate::store::Store;
 use crate::txn::{Key, key_of, label};
@@ -283,14 +282,6 @@ impl Registry {
         Ok(version)
     }
 
-    /// The `toolmesh.v1.Registry` gRPC service over this registry, with the
-    /// mesh's message size limits.
-    pub fn grpc_service(&self) -> pb::registry_server::RegistryServer<RegistryService> {
-        pb::registry_server::RegistryServer::new(RegistryService::new(self.clone()))
-            .max_decoding_message_size(toolmesh::grpc::MAX_CALL_MESSAGE_BYTES)
-            .max_encoding_message_size(toolmesh::grpc::MAX_SNAPSHOT_MESSAGE_BYTES)
-    }
-
     fn spawn_health_watch(
         &self,
         executor_id: Arc<str>,
@@ -304,9 +295,12 @@ impl Registry {
                 inner.apply_health(&executor_id, &lease_id, healthy, reason);
             }
         });
-        self.inner
-            .runtime
-            .spawn(health_watch::watch(endpoint, token, report));
+        self.inner.runtime.spawn(health_watch::watch(
+            endpoint,
+            self.inner.config.tls.clone(),
+            token,
+            report,
+        ));
     }
 
     #[cfg(test)]

@@ -18,17 +18,25 @@ pub struct RegistryService {
     registry: Registry,
 }
 
-impl RegistryService {
-    pub(crate) fn new(registry: Registry) -> Self {
-        RegistryService { registry }
+impl Registry {
+    /// The `toolmesh.v1.Registry` gRPC service over this registry, with the
+    /// mesh's message size limits.
+    pub fn grpc_service(&self) -> pb::registry_server::RegistryServer<RegistryService> {
+        pb::registry_server::RegistryServer::new(RegistryService {
+            registry: self.clone(),
+        })
+        .max_decoding_message_size(toolmesh::grpc::MAX_CALL_MESSAGE_BYTES)
+        .max_encoding_message_size(toolmesh::grpc::MAX_SNAPSHOT_MESSAGE_BYTES)
     }
+}
 
+impl RegistryService {
     fn admin(&self, metadata: &tonic::metadata::MetadataMap) -> Result<String, RegistryError> {
         let admin = self
             .registry
             .gate()
             .admin(bearer(metadata))
-            .map_err(RegistryError::NotAllowed)?;
+            .map_err(RegistryError::SwitchRefused)?;
         tracing::info!(%admin, "admin request");
         Ok(admin)
     }
@@ -51,7 +59,7 @@ impl pb::registry_server::Registry for RegistryService {
         };
         let owner = by_certificate
             .unwrap_or_else(|| gate.executor_owner(token))
-            .map_err(RegistryError::Unauthenticated)?;
+            .map_err(RegistryError::RegistrationRefused)?;
         // Schemas compile on the blocking pool: a costly one must not stall
         // the async workers that serve every other RPC.
         let registry = self.registry.clone();

@@ -8,25 +8,29 @@ use tonic::Code;
 use tonic::transport::{Channel, Server};
 use toolmesh::pb::registry_client::RegistryClient;
 use toolmesh::pb::{DisableToolRequest, EnableToolRequest, RegisterRequest, ToolSpec};
-use toolmesh_registry::{Gate, Registry, RegistryConfig};
+use toolmesh_registry::{Gate, GateError, Registry, RegistryConfig};
 use toolmesh_testkit::{TempDir, serve_router, with_token};
 
 /// Tokens `tok-a`/`tok-b` are owners `team-a`/`team-b`; `tok-admin` is the admin.
 struct TestGate;
 
 impl Gate for TestGate {
-    fn executor_owner(&self, bearer: Option<&str>) -> Result<String, String> {
+    fn executor_owner(&self, bearer: Option<&str>) -> Result<String, GateError> {
         match bearer {
             Some("tok-a") => Ok("team-a".into()),
             Some("tok-b") => Ok("team-b".into()),
-            Some(_) => Err("unknown registration token".into()),
-            None => Err("register with a bearer token".into()),
+            Some(_) => Err(GateError::Unauthenticated(
+                "unknown registration token".into(),
+            )),
+            None => Err(GateError::Unauthenticated(
+                "register with a bearer token".into(),
+            )),
         }
     }
-    fn admin(&self, bearer: Option<&str>) -> Result<String, String> {
+    fn admin(&self, bearer: Option<&str>) -> Result<String, GateError> {
         match bearer {
             Some("tok-admin") => Ok("ops".into()),
-            _ => Err("only admins may switch tools".into()),
+            _ => Err(GateError::Forbidden("only admins may switch tools".into())),
         }
     }
 }
@@ -157,7 +161,7 @@ async fn switches_are_admin_only() {
 /// disabled when it registers again, and the old owner still holds it.
 #[tokio::test]
 async fn disabled_survives_restart() {
-    let dir = TempDir::new("restart");
+    let dir = TempDir::new("restart").unwrap();
     {
         let registry =
             Registry::open(config(Some(dir.path().to_owned())), Arc::new(TestGate)).unwrap();

@@ -1,6 +1,7 @@
 //! Helpers the toolmesh tests share, so each test says only what it pins:
-//! the `toolmesh` binary, temporary directories that clean up, gRPC servers
+//! the `toolmesh` and `toolmesh-fixture` binaries, temporary directories that clean up, gRPC servers
 //! on 127.0.0.1 port 0, bearer tokens, and polling instead of sleeps.
+#![forbid(unsafe_code)]
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -11,65 +12,67 @@ use std::time::{Duration, Instant};
 use tokio::net::TcpListener;
 use tokio_stream::wrappers::TcpListenerStream;
 use tonic::transport::server::Router;
+pub use toolmesh_procs::TempDir;
 
 /// The `toolmesh` binary beside the running test executable (or
 /// `$TOOLMESH_BIN`), built once with cargo if it is not there yet.
 pub fn toolmesh_bin() -> PathBuf {
     static BIN: OnceLock<PathBuf> = OnceLock::new();
+    BIN.get_or_init(|| workspace_bin("toolmesh", "toolmesh-cli", "TOOLMESH_BIN"))
+        .clone()
+}
+
+/// The `toolmesh-fixture` binary (the test executors, such as
+/// `acceptance`, served with the command line of `toolmesh example`), or
+/// `$TOOLMESH_FIXTURE_BIN`, built once with cargo if it is not there yet.
+pub fn fixture_bin() -> PathBuf {
+    static BIN: OnceLock<PathBuf> = OnceLock::new();
     BIN.get_or_init(|| {
-        if let Ok(path) = std::env::var("TOOLMESH_BIN") {
-            return PathBuf::from(path);
-        }
-        let exe = std::env::current_exe().expect("test executable path");
-        let profile_dir = exe
-            .parent()
-            .and_then(Path::parent)
-            .expect("target/<profile>");
-        let bin = profile_dir.join(format!("toolmesh{}", std::env::consts::EXE_SUFFIX));
-        if !bin.exists() {
-            let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
-            let status = Command::new(cargo)
-                .args(["build", "-p", "toolmesh-cli", "--bin", "toolmesh"])
-                .status()
-                .expect("run cargo build");
-            assert!(status.success(), "building the toolmesh binary failed");
-        }
-        bin
+        workspace_bin(
+            "toolmesh-fixture",
+            "toolmesh-fixtures",
+            "TOOLMESH_FIXTURE_BIN",
+        )
     })
     .clone()
 }
 
-/// A fresh directory under the system temp dir, removed on drop.
-#[derive(Debug)]
-pub struct TempDir(PathBuf);
+/// The executors `toolmesh-fixture` serves (those of crate
+/// `toolmesh-fixtures`; the tests must not link it, or the crates under
+/// test would be built twice).
+pub const FIXTURES: [&str; 1] = ["acceptance"];
 
-impl TempDir {
-    /// Creates `toolmesh-<label>-<pid>-<random>`.
-    pub fn new(label: &str) -> Self {
-        let dir = std::env::temp_dir().join(format!(
-            "toolmesh-{label}-{}-{}",
-            std::process::id(),
-            uuid::Uuid::new_v4().simple()
-        ));
-        std::fs::create_dir_all(&dir).expect("create temp dir");
-        TempDir(dir)
-    }
-
-    /// The directory.
-    pub fn path(&self) -> &Path {
-        &self.0
-    }
-
-    /// A path inside it.
-    pub fn join(&self, name: impl AsRef<Path>) -> PathBuf {
-        self.0.join(name)
+/// The binary that serves `example NAME`: `toolmesh-fixture` for the
+/// [`FIXTURES`], `toolmesh` for the user-facing examples.
+pub fn example_bin(name: &str) -> PathBuf {
+    if FIXTURES.contains(&name) {
+        fixture_bin()
+    } else {
+        toolmesh_bin()
     }
 }
 
-impl Drop for TempDir {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
+/// Binary `name` of workspace package `package` beside the running test
+/// executable (or the path in `$override_var`), built if missing.
+fn workspace_bin(name: &str, package: &str, override_var: &str) -> PathBuf {
+    if let Ok(path) = std::env::var(override_var) {
+        return PathBuf::from(path);
     }
+    let exe = std::env::current_exe().expect("test executable path");
+    let profile_dir = exe
+        .parent()
+        .and_then(Path::parent)
+        .expect("target/<profile>");
+    let bin = profile_dir.join(format!("{name}{}", std::env::consts::EXE_SUFFIX));
+    if !bin.exists() {
+        let cargo = std::env::var("CARGO").unwrap_or_else(|_| "cargo".into());
+        let status = Command::new(cargo)
+            .args(["build", "-p", package, "--bin", name])
+            .status()
+            .expect("run cargo build");
+        assert!(status.success(), "building the {name} binary failed");
+    }
+    bin
 }
 
 /// A request with `authorization: Bearer TOKEN` when a token is given.

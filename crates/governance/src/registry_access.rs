@@ -1,0 +1,136 @@
+//! The registry's authorization rules: who may register executors and who may disable and enable tools.
+
+use crate::{Policy, Principal};
+
+/// Role a caller needs to register executors.
+pub const EXECUTOR_ROLE: &str = "executor";
+/// Role a caller needs to disable and enable tools.
+pub const ADMIN_ROLE: &str = "admin";
+
+/// Why the registry refuses a caller; the message says what to change.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum AccessError {
+    /// The caller could not be identified.
+    #[error("{0}")]
+    Unauthenticated(String),
+    /// The caller is known but lacks the role.
+    #[error("{0}")]
+    Forbidden(String),
+}
+
+/// The owner an executor registers as, from its bearer token: its principal
+/// must have [`EXECUTOR_ROLE`]. Anonymous registrations (where the policy
+/// admits them) claim no names, so ownership starts with the first
+/// authenticated owner: their owner is the empty string.
+pub fn executor_owner(policy: &Policy, bearer: Option<&str>) -> Result<String, AccessError> {
+    let who = policy.authenticate(bearer).map_err(|e| {
+        AccessError::Unauthenticated(format!(
+            "{e}; executors register with the token of a [[callers]] entry that has the role \"{EXECUTOR_ROLE}\""
+        ))
+    })?;
+    may_register(&who)?;
+    Ok(if who.anonymous {
+        String::new()
+    } else {
+        who.name
+    })
+}
+
+/// The owner an executor registers as from a verified client certificate
+/// (`valid_for` tests the certificate against a `tls_name`); `None` when
+/// the certificate names no caller of the policy.
+pub fn executor_owner_by_certificate(
+    policy: &Policy,
+    valid_for: impl Fn(&str) -> bool,
+) -> Option<Result<String, AccessError>> {
+    let who = policy.authenticate_tls(valid_for)?;
+    Some(may_register(&who).map(|()| who.name))
+}
+
+/// The principal allowed to disable and enable tools: it must have
+/// [`ADMIN_ROLE`].
+pub fn admin(policy: &Policy, bearer: Option<&str>) -> Result<String, AccessError> {
+    let who = policy
+        .authenticate(bearer)
+        .map_err(|e| AccessError::Unauthenticated(e.to_string()))?;
+    if who.has_role(ADMIN_ROLE) {
+        Ok(who.name)
+    } else {
+        Err(AccessError::Forbidden(format!(
+            "{} may not disable or enable tools: that needs the role \"{ADMIN_ROLE}\"",
+            who.name
+        )))
+    }
+}
+
+fn may_register(who: &Principal) -> Result<(), AccessError> {
+    if who.has_role(EXECUTOR_ROLE) {
+        Ok(())
+    } else {
+        Err(AccessError::Forbidden(format!(
+            "{} may not register executors: give it the role \"{EXECUTOR_ROLE}\" in the policy",
+            who.name
+        )))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn policy() -> Policy {
+        Policy::from_toml(
+            r#"
+[[callers]]
+token = "tok-exec"
+principal = "kb-team"
+roles = ["executor"]
+
+[[callers]]
+token = "tok-ops"
+principal = "ops"
+roles = ["admin"]
+
+[[callers]]
+tls_name = "ops.internal"
+principal = "ops-host"
+roles = ["admin"]
+"#,
+        )
+        .unwrap()
+    }
+
+    /// Executors need the executor role; admins the admin role; each
+    /// refusal says which role is missing or how to authenticate.
+    #[test]
+    fn roles_decide() {
+        let policy = policy();
+        assert_eq!(
+            executor_owner(&policy, Some("tok-exec")).unwrap(),
+            "kb-team"
+        );
+        let forbidden = executor_owner(&policy, Some("tok-ops")).unwrap_err();
+        assert!(matches!(&forbidden, AccessError::Forbidden(m) if m.contains("role \"executor\"")));
+        let unknown = executor_owner(&policy, Some("tok-nobody")).unwrap_err();
+        assert!(matches!(&unknown, AccessError::Unauthenticated(m) if m.contains("[[callers]]")));
+        assert_eq!(admin(&policy, Some("tok-ops")).unwrap(), "ops");
+        assert!(matches!(
+            admin(&policy, Some("tok-exec")),
+            Err(AccessError::Forbidden(_))
+        ));
+        assert!(matches!(
+            admin(&policy, None),
+            Err(AccessError::Unauthenticated(_))
+        ));
+        let by_cert = executor_owner_by_certificate(&policy, |name| name == "ops.internal");
+        assert!(matches!(by_cert, Some(Err(AccessError::Forbidden(_)))));
+        assert!(executor_owner_by_certificate(&policy, |_| false).is_none());
+    }
+
+    /// Under the development policy anonymous executors own nothing.
+    #[test]
+    fn anonymous_owns_nothing() {
+        let dev = Policy::permissive_dev();
+        assert_eq!(executor_owner(&dev, None).unwrap(), "");
+    }
+}

@@ -1,0 +1,77 @@
+//! What a node runs and with which settings: plain values, no flag parsing.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Which halves this process runs.
+#[derive(Debug, Clone)]
+pub enum Role {
+    /// Registry and dispatcher in one process.
+    Serve {
+        /// Default executor lease.
+        default_ttl: Duration,
+    },
+    /// Only the registry.
+    Registry {
+        /// Default executor lease.
+        default_ttl: Duration,
+    },
+    /// Only a dispatcher, following the registry at this address.
+    Dispatcher {
+        /// host:port of the registry.
+        registry: String,
+    },
+}
+
+impl Role {
+    /// How the process names itself in its `listening on` line and logs.
+    pub fn label(&self) -> &'static str {
+        match self {
+            Role::Serve { .. } => "registry+dispatcher",
+            Role::Registry { .. } => "registry",
+            Role::Dispatcher { .. } => "dispatcher",
+        }
+    }
+}
+
+/// Settings of one node (the CLI's server flags).
+#[derive(Debug, Clone)]
+pub struct NodeConfig {
+    /// Address to listen on (`host:port`; port 0 picks a free port).
+    pub listen: String,
+    /// How long in-flight calls may take to finish on shutdown.
+    pub grace: Duration,
+    /// Calls a dispatcher keeps in flight before it sheds load.
+    pub max_in_flight: usize,
+    /// Recent snapshots a dispatcher keeps so callers can pin a version.
+    pub snapshot_history: usize,
+    /// Policy file (TOML) reloaded on SIGHUP and change; `None` runs the
+    /// development policy.
+    pub policy: Option<PathBuf>,
+    /// Audit sink: a file path, or `-` for stdout; `None` writes no audit.
+    pub audit: Option<String>,
+    /// Where state that survives restarts is kept; `None` keeps it in memory.
+    pub data_dir: Option<PathBuf>,
+    /// Under the development policy, a token admitted as an executor's
+    /// (`toolmesh up` generates one per run for its examples).
+    pub dev_executor_token: Option<String>,
+    /// TLS of the node's server and of its channels (to executors, and to
+    /// the registry a dispatcher follows).
+    pub tls: toolmesh::grpc::Tls,
+}
+
+impl Default for NodeConfig {
+    fn default() -> Self {
+        NodeConfig {
+            listen: "127.0.0.1:7070".to_owned(),
+            grace: Duration::from_secs(10),
+            max_in_flight: 4096,
+            snapshot_history: 64,
+            policy: None,
+            audit: None,
+            data_dir: None,
+            dev_executor_token: None,
+            tls: toolmesh::grpc::Tls::none(),
+        }
+    }
+}

@@ -1,0 +1,50 @@
+//! Why a node could not start or stop cleanly.
+
+use std::path::PathBuf;
+
+/// Why a node could not start, or failed while serving.
+#[derive(Debug, thiserror::Error)]
+pub enum NodeError {
+    /// A listen or registry address is not `host:port`.
+    #[error(transparent)]
+    Address(#[from] toolmesh::grpc::BadAddress),
+    /// The listener could not be bound.
+    #[error("cannot listen on {addr}: {source}")]
+    Listen {
+        /// The address asked for.
+        addr: std::net::SocketAddr,
+        /// What the OS said.
+        source: std::io::Error,
+    },
+    /// The policy file could not be loaded.
+    #[error("policy file {}: {source}", path.display())]
+    Policy {
+        /// The file.
+        path: PathBuf,
+        /// What is wrong with it.
+        source: toolmesh_governance::PolicyError,
+    },
+    /// The built-in development policy did not load.
+    #[error(transparent)]
+    DevPolicy(toolmesh_governance::PolicyError),
+    /// The audit file could not be opened.
+    #[error("cannot open audit file {path}: {source}")]
+    Audit {
+        /// The file.
+        path: String,
+        /// What the OS said.
+        source: std::io::Error,
+    },
+    /// The registry could not open its state.
+    #[error(transparent)]
+    Registry(#[from] toolmesh_registry::RegistryError),
+    /// The TLS settings could not be applied to the server.
+    #[error("TLS settings: {0}")]
+    Tls(tonic::transport::Error),
+    /// The server failed while serving.
+    #[error("server failed: {0}")]
+    Serve(tonic::transport::Error),
+    /// The server task panicked or was cancelled.
+    #[error("server task failed: {0}")]
+    Task(#[from] tokio::task::JoinError),
+}

@@ -1,0 +1,104 @@
+//! Governance setup for a node: the policy (file with live reload, or the
+//! development default), the registry's gate over it, and the audit sink.
+
+use crate::config::NodeConfig;
+use crate::error::NodeError;
+use std::sync::Arc;
+use toolmesh_governance::{
+    AccessError, AuditSink, DEV_POLICY_TOML, EXECUTOR_ROLE, Policy, PolicyHandle, PolicyWatcher,
+    registry_access,
+};
+use toolmesh_registry::{Gate, GateError};
+
+/// Audit records buffered before the writer applies back-pressure.
+const AUDIT_CAPACITY: usize = 4096;
+
+/// The policy a server runs with, and what keeps it fresh.
+pub struct PolicySetup {
+    /// The policy in force.
+    pub handle: Arc<PolicyHandle>,
+    /// Reloads on SIGHUP and file change while alive.
+    _watcher: Option<PolicyWatcher>,
+}
+
+/// Loads `config.policy`, or the development policy (plus an entry for
+/// `config.dev_executor_token`, when set).
+pub fn load_policy(config: &NodeConfig) -> Result<PolicySetup, NodeError> {
+    match &config.policy {
+        Some(path) => {
+            let (handle, watcher) =
+                PolicyHandle::watch(path).map_err(|source| NodeError::Policy {
+                    path: path.clone(),
+                    source,
+                })?;
+            tracing::info!(path = %path.display(), "policy loaded; reloads on SIGHUP and on change");
+            Ok(PolicySetup {
+                handle,
+                _watcher: Some(watcher),
+            })
+        }
+        None => {
+            let mut text = DEV_POLICY_TOML.to_owned();
+            if let Some(token) = &config.dev_executor_token {
+                text.push_str(&format!(
+                    "\n[[callers]]\ntoken = \"{token}\"\nprincipal = \"dev-executors\"\ntenant = \"dev\"\nroles = [\"{EXECUTOR_ROLE}\"]\n"
+                ));
+            }
+            let policy = Policy::from_toml(&text).map_err(NodeError::DevPolicy)?;
+            tracing::warn!(
+                "no --policy given: development policy (anonymous callers may use every tool)"
+            );
+            Ok(PolicySetup {
+                handle: Arc::new(PolicyHandle::new(policy)),
+                _watcher: None,
+            })
+        }
+    }
+}
+
+/// The audit sink `config.audit` names (`-` is stdout), if any.
+pub async fn audit_sink(config: &NodeConfig) -> Result<Option<AuditSink>, NodeError> {
+    Ok(match config.audit.as_deref() {
+        None => None,
+        Some("-") => Some(AuditSink::stdout(AUDIT_CAPACITY)),
+        Some(path) => Some(
+            AuditSink::append_to_file(std::path::Path::new(path), AUDIT_CAPACITY)
+                .await
+                .map_err(|source| NodeError::Audit {
+                    path: path.to_owned(),
+                    source,
+                })?,
+        ),
+    })
+}
+
+/// The registry's gate over the policy in force: the rules themselves are
+/// [`toolmesh_governance::registry_access`]'s.
+pub struct PolicyGate(pub Arc<PolicyHandle>);
+
+fn gate_error(error: AccessError) -> GateError {
+    match error {
+        AccessError::Unauthenticated(message) => GateError::Unauthenticated(message),
+        AccessError::Forbidden(message) => GateError::Forbidden(message),
+    }
+}
+
+impl Gate for PolicyGate {
+    fn executor_owner(&self, bearer: Option<&str>) -> Result<String, GateError> {
+        registry_access::executor_owner(&self.0.current(), bearer).map_err(gate_error)
+    }
+
+    fn executor_owner_by_certificate(
+        &self,
+        certificate: &toolmesh::grpc::PeerCertificate,
+    ) -> Option<Result<String, GateError>> {
+        registry_access::executor_owner_by_certificate(&self.0.current(), |name| {
+            certificate.is_valid_for(name)
+        })
+        .map(|owner| owner.map_err(gate_error))
+    }
+
+    fn admin(&self, bearer: Option<&str>) -> Result<String, GateError> {
+        registry_access::admin(&self.0.current(), bearer).map_err(gate_error)
+    }
+}

@@ -1,0 +1,16 @@
+//! The composition root of a toolmesh server process: which halves run
+//! ([`Role`]), their settings ([`NodeConfig`]), and [`start`] / [`run`],
+//! which wire registry, dispatcher, governance, `grpc.health.v1` and
+//! reflection onto one listener and drain them on shutdown. The CLI maps its
+//! flags into a [`NodeConfig`]; tests and the bench call the same functions.
+#![forbid(unsafe_code)]
+
+mod config;
+mod error;
+mod governance;
+mod server;
+
+pub use config::{NodeConfig, Role};
+pub use error::NodeError;
+pub use governance::{PolicyGate, PolicySetup, audit_sink, load_policy};
+pub use server::{Running, run, start};

@@ -1,0 +1,36 @@
+//! Client channels to other servers of the mesh, and the addresses they take.
+
+use super::{CONNECT_TIMEOUT, Tls};
+use std::time::Duration;
+use tonic::transport::{Channel, Endpoint};
+
+/// A bad `host:port`.
+#[derive(Debug, thiserror::Error)]
+#[error("address {0:?} is not host:port (for example 127.0.0.1:7070)")]
+pub struct BadAddress(pub String);
+
+/// A lazily connecting channel to `host:port` (or a full URI): TCP_NODELAY,
+/// a connect timeout and HTTP/2 keepalives so a dead peer is noticed; TLS
+/// when `tls` has a CA ([`Tls::client`]).
+pub fn channel(address: &str, tls: &Tls) -> Result<Channel, BadAddress> {
+    let tls = tls.client().cloned();
+    let scheme = if tls.is_some() { "https" } else { "http" };
+    let uri = if address.contains("://") {
+        address.to_owned()
+    } else {
+        format!("{scheme}://{address}")
+    };
+    let mut endpoint = Endpoint::from_shared(uri).map_err(|_| BadAddress(address.to_owned()))?;
+    if let Some(tls) = tls {
+        endpoint = endpoint
+            .tls_config(tls)
+            .map_err(|_| BadAddress(address.to_owned()))?;
+    }
+    Ok(endpoint
+        .connect_timeout(CONNECT_TIMEOUT)
+        .tcp_nodelay(true)
+        .http2_keep_alive_interval(Duration::from_secs(10))
+        .keep_alive_timeout(Duration::from_secs(5))
+        .keep_alive_while_idle(true)
+        .connect_lazy())
+}

@@ -1,0 +1,32 @@
+//! What every gRPC server and client of the mesh shares: message limits and
+//! health service names here, the rest one concern per module.
+
+mod auth;
+mod channel;
+mod deadline;
+mod server;
+mod shutdown;
+mod tls;
+
+pub use auth::{PeerCertificate, bearer, peer_certificate, set_bearer};
+pub use channel::{BadAddress, channel};
+pub use deadline::{Bound, call_budget, parse_grpc_timeout, request_timeout};
+pub use server::{incoming, listen_address, reflection_service, server_builder};
+pub use shutdown::shutdown_signal;
+pub use tls::{Tls, TlsError, TlsFiles};
+
+use std::time::Duration;
+
+/// Largest message on a call path (Invoke, Execute, Register).
+pub const MAX_CALL_MESSAGE_BYTES: usize = 8 * 1024 * 1024;
+/// Largest snapshot message (GetSnapshot, WatchSnapshots).
+pub const MAX_SNAPSHOT_MESSAGE_BYTES: usize = 256 * 1024 * 1024;
+/// How long a client waits for a TCP connection to an endpoint.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+/// The health service name of the whole executor service.
+pub const EXECUTOR_HEALTH_SERVICE: &str = "toolmesh.v1.Executor";
+
+/// The `grpc.health.v1` service name that tracks whether a tool is exposed.
+pub fn tool_health_service(tool: &str) -> String {
+    format!("toolmesh.tool.{tool}")
+}

@@ -1,0 +1,41 @@
+//! Serving: listen addresses, the server builder, accepted connections and reflection.
+
+use super::{BadAddress, Tls};
+use std::{net::SocketAddr, time::Duration};
+use tonic::transport::Server;
+
+/// Parses a listen address such as `127.0.0.1:0`.
+pub fn listen_address(text: &str) -> Result<SocketAddr, BadAddress> {
+    text.parse().map_err(|_| BadAddress(text.to_owned()))
+}
+
+/// The connections a server accepts on `listener`, with TCP_NODELAY (tonic
+/// ignores `Server::tcp_nodelay` for `serve_with_incoming*`; without it a
+/// small answer waits ~40 ms for Nagle's algorithm and a delayed ACK).
+pub fn incoming(listener: tokio::net::TcpListener) -> tonic::transport::server::TcpIncoming {
+    tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true))
+}
+
+/// A server builder with `tls` (if it has a certificate) and the mesh's
+/// keepalive settings; serve it with [`incoming`].
+pub fn server_builder(tls: &Tls) -> Result<Server, tonic::transport::Error> {
+    let builder = Server::builder()
+        .http2_keepalive_interval(Some(Duration::from_secs(10)))
+        .http2_keepalive_timeout(Some(Duration::from_secs(5)));
+    match tls.server().cloned() {
+        Some(tls) => builder.tls_config(tls),
+        None => Ok(builder),
+    }
+}
+
+/// gRPC reflection over every toolmesh.v1 service and grpc.health.v1, so
+/// grpcurl works without the proto files.
+pub fn reflection_service() -> tonic_reflection::server::v1::ServerReflectionServer<
+    impl tonic_reflection::server::v1::ServerReflection,
+> {
+    tonic_reflection::server::Builder::configure()
+        .register_encoded_file_descriptor_set(crate::pb::FILE_DESCRIPTOR_SET)
+        .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
+        .build_v1()
+        .expect("the embedded descriptor sets are valid")
+}
