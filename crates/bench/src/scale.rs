@@ -256,7 +256,8 @@ async fn measure(
     let in_process =
         propagation_in_process(&world.registry, &dispatcher_view, plan.propagation_changes).await?;
 
-    let follower = toolmesh_dispatcher::follow_registry(&world.addr, &toolmesh::grpc::Tls::none())?;
+    let follower =
+        toolmesh_dispatcher::follow_registry(&world.addr, &toolmesh::grpc::Tls::none(), None)?;
     let over_grpc =
         propagation_over_grpc(&world.registry, follower, plan.grpc_propagation_changes).await?;
 

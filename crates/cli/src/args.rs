@@ -231,6 +231,10 @@ pub(crate) struct DispatcherArgs {
     /// The registry to follow (host:port).
     #[arg(long, env = "TOOLMESH_REGISTRY")]
     pub(crate) registry: String,
+    /// Bearer token to follow the registry with: a policy caller with the
+    /// role "dispatcher" (snapshots are not for everyone to read).
+    #[arg(long, env = "TOOLMESH_REGISTRY_TOKEN", hide_env_values = true)]
+    pub(crate) registry_token: Option<String>,
 }
 
 /// `toolmesh up`.

@@ -118,6 +118,7 @@ async fn run(
         Command::Dispatcher(args) => {
             let role = Role::Dispatcher {
                 registry: args.registry.clone(),
+                token: args.registry_token.clone(),
             };
             serve(role, &args.server, tls).await
         }

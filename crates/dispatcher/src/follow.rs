@@ -23,14 +23,18 @@ pub const EPOCH_GRACE: Duration = Duration::from_secs(5);
 
 /// Starts following the registry at `address` (over `tls`); the receiver
 /// holds the newest snapshot taken (an empty one until the first arrives).
+/// `token` is sent as the bearer token (a caller with the `dispatcher`
+/// role: snapshots are not for everyone to read).
 pub fn follow_registry(
     address: &str,
     tls: &toolmesh::grpc::Tls,
+    token: Option<&str>,
 ) -> Result<watch::Receiver<Arc<Snapshot>>, BadAddress> {
     let channel = channel(address, tls)?;
     let (tx, rx) = watch::channel(Arc::new(Snapshot::empty("")));
     let follower = Follower {
         address: address.to_owned(),
+        token: token.map(str::to_owned),
         tx,
         pending: None,
     };
@@ -50,6 +54,7 @@ enum Received {
 
 struct Follower {
     address: String,
+    token: Option<String>,
     tx: watch::Sender<Arc<Snapshot>>,
     /// A new epoch's snapshot held back, and since when.
     pending: Option<(Arc<Snapshot>, Instant)>,
@@ -64,13 +69,14 @@ impl Follower {
                 .max_decoding_message_size(MAX_SNAPSHOT_MESSAGE_BYTES);
             // Always from 0: a restarted registry counts versions anew, and
             // the first message is its newest snapshot.
-            match client
-                .watch_snapshots(WatchSnapshotsRequest {
-                    after_version: 0,
-                    deltas: true,
-                })
-                .await
-            {
+            let mut request = tonic::Request::new(WatchSnapshotsRequest {
+                after_version: 0,
+                deltas: true,
+            });
+            if let Some(token) = &self.token {
+                toolmesh::grpc::set_bearer(request.metadata_mut(), token);
+            }
+            match client.watch_snapshots(request).await {
                 Ok(stream) => {
                     let mut stream = stream.into_inner();
                     loop {

@@ -73,7 +73,9 @@ pub use policy::{
     DEFAULT_TENANT, DEV_APPROVER_TOKEN, DEV_POLICY_TOML, MAX_RATE_PER_SEC, MAX_TTL_SECS, Policy,
 };
 pub use principal::Principal;
-pub use registry_access::{ADMIN_ROLE, AccessError, EXECUTOR_ROLE};
+pub use registry_access::{
+    ADMIN_ROLE, AccessError, DISPATCHER_ROLE, EXECUTOR_ROLE, SnapshotAccess,
+};
 pub use reload::{PolicyHandle, PolicyWatcher};
 pub use sessions::{Declared, PreconditionError, SessionLimits, SessionUsage, Sessions};
 

@@ -28,7 +28,7 @@ pub const DEV_POLICY_TOML: &str = r#"# toolmesh development policy: anyone may c
 # which the `dev-approver` token can give.
 [auth]
 allow_anonymous = true
-anonymous = { principal = "anonymous", tenant = "dev", roles = ["agent", "admin", "executor"] }
+anonymous = { principal = "anonymous", tenant = "dev", roles = ["agent", "admin", "executor", "dispatcher"] }
 
 [[callers]]
 token = "dev-approver"

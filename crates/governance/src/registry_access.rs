@@ -4,8 +4,22 @@ use crate::{Policy, Principal};
 
 /// Role a caller needs to register executors.
 pub const EXECUTOR_ROLE: &str = "executor";
-/// Role a caller needs to disable and enable tools.
+/// Role a caller needs to disable and enable tools (and to read snapshots).
 pub const ADMIN_ROLE: &str = "admin";
+/// Role a dispatcher following a registry needs: it reads snapshots,
+/// executor endpoints and the tokens executors accept calls with.
+pub const DISPATCHER_ROLE: &str = "dispatcher";
+
+/// What a caller of GetSnapshot / WatchSnapshots may see.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SnapshotAccess {
+    /// Who reads.
+    pub reader: String,
+    /// Whether it sees the tokens executors accept calls with (dispatchers
+    /// only: an operator reading snapshots must not be able to call an
+    /// executor past the dispatcher).
+    pub execute_tokens: bool,
+}
 
 /// Why the registry refuses a caller; the message says what to change.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -63,6 +77,40 @@ pub fn admin(policy: &Policy, bearer: Option<&str>) -> Result<String, AccessErro
     }
 }
 
+/// Who may read snapshots: dispatchers ([`DISPATCHER_ROLE`]) and
+/// operators ([`ADMIN_ROLE`]); the caller is the bearer token's principal,
+/// else the one a verified client certificate names (`certificate_valid_for`).
+pub fn snapshot_reader(
+    policy: &Policy,
+    bearer: Option<&str>,
+    certificate_valid_for: Option<&dyn Fn(&str) -> bool>,
+) -> Result<SnapshotAccess, AccessError> {
+    let by_certificate = match (bearer, certificate_valid_for) {
+        (None, Some(valid_for)) => policy.authenticate_tls(valid_for),
+        _ => None,
+    };
+    let who = match by_certificate {
+        Some(who) => who,
+        None => policy.authenticate(bearer).map_err(|e| {
+            AccessError::Unauthenticated(format!(
+                "{e}; snapshots are read with the token of a [[callers]] entry that has the role \"{DISPATCHER_ROLE}\" or \"{ADMIN_ROLE}\""
+            ))
+        })?,
+    };
+    let execute_tokens = who.has_role(DISPATCHER_ROLE);
+    if execute_tokens || who.has_role(ADMIN_ROLE) {
+        Ok(SnapshotAccess {
+            reader: who.name,
+            execute_tokens,
+        })
+    } else {
+        Err(AccessError::Forbidden(format!(
+            "{} may not read snapshots (they name every tool and executor): that needs the role \"{DISPATCHER_ROLE}\" or \"{ADMIN_ROLE}\"",
+            who.name
+        )))
+    }
+}
+
 fn may_register(who: &Principal) -> Result<(), AccessError> {
     if who.has_role(EXECUTOR_ROLE) {
         Ok(())
@@ -95,6 +143,16 @@ roles = ["admin"]
 tls_name = "ops.internal"
 principal = "ops-host"
 roles = ["admin"]
+
+[[callers]]
+token = "tok-dispatcher"
+principal = "dispatcher-1"
+roles = ["dispatcher"]
+
+[[callers]]
+token = "tok-agent"
+principal = "agent"
+roles = ["agent"]
 "#,
         )
         .unwrap()
@@ -125,6 +183,32 @@ roles = ["admin"]
         let by_cert = executor_owner_by_certificate(&policy, |name| name == "ops.internal");
         assert!(matches!(by_cert, Some(Err(AccessError::Forbidden(_)))));
         assert!(executor_owner_by_certificate(&policy, |_| false).is_none());
+    }
+
+    /// Snapshots are for dispatchers (with executor tokens) and operators
+    /// (without); anyone else is refused, saying which role is needed.
+    #[test]
+    fn snapshot_readers() {
+        let policy = policy();
+        let dispatcher = snapshot_reader(&policy, Some("tok-dispatcher"), None).unwrap();
+        assert!(dispatcher.execute_tokens);
+        let ops = snapshot_reader(&policy, Some("tok-ops"), None).unwrap();
+        assert_eq!((ops.reader.as_str(), ops.execute_tokens), ("ops", false));
+        let by_cert = snapshot_reader(&policy, None, Some(&|name: &str| name == "ops.internal"));
+        assert_eq!(by_cert.unwrap().reader, "ops-host");
+        assert!(matches!(
+            snapshot_reader(&policy, Some("tok-agent"), None),
+            Err(AccessError::Forbidden(m)) if m.contains("\"dispatcher\"")
+        ));
+        assert!(matches!(
+            snapshot_reader(&policy, None, None),
+            Err(AccessError::Unauthenticated(_))
+        ));
+        let dev = snapshot_reader(&Policy::permissive_dev(), None, None).unwrap();
+        assert!(
+            dev.execute_tokens,
+            "the development policy lets anyone follow"
+        );
     }
 
     /// Under the development policy anonymous executors own nothing.

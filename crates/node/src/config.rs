@@ -20,6 +20,8 @@ pub enum Role {
     Dispatcher {
         /// host:port of the registry.
         registry: String,
+        /// Bearer token to follow it with (a caller with the dispatcher role).
+        token: Option<String>,
     },
 }
 

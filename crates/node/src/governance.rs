@@ -8,7 +8,7 @@ use toolmesh_governance::{
     AccessError, AuditSink, DEV_POLICY_TOML, EXECUTOR_ROLE, Policy, PolicyHandle, PolicyWatcher,
     registry_access,
 };
-use toolmesh_registry::{Gate, GateError};
+use toolmesh_registry::{Gate, GateError, SnapshotReader};
 
 /// Audit records buffered before the writer applies back-pressure.
 const AUDIT_CAPACITY: usize = 4096;
@@ -100,5 +100,20 @@ impl Gate for PolicyGate {
 
     fn admin(&self, bearer: Option<&str>) -> Result<String, GateError> {
         registry_access::admin(&self.0.current(), bearer).map_err(gate_error)
+    }
+
+    fn snapshot_reader(
+        &self,
+        bearer: Option<&str>,
+        certificate: Option<&toolmesh::grpc::PeerCertificate>,
+    ) -> Result<SnapshotReader, GateError> {
+        let valid_for = certificate.map(|c| move |name: &str| c.is_valid_for(name));
+        let valid_for = valid_for.as_ref().map(|f| f as &dyn Fn(&str) -> bool);
+        registry_access::snapshot_reader(&self.0.current(), bearer, valid_for)
+            .map(|access| SnapshotReader {
+                name: access.reader,
+                execute_tokens: access.execute_tokens,
+            })
+            .map_err(gate_error)
     }
 }

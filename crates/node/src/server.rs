@@ -76,7 +76,9 @@ pub async fn start(role: Role, config: &NodeConfig) -> Result<Running, NodeError
     };
     let snapshots: Option<tokio::sync::watch::Receiver<Arc<Snapshot>>> = match (&role, &registry) {
         (Role::Serve { .. }, Some(registry)) => Some(registry.subscribe()),
-        (Role::Dispatcher { registry }, _) => Some(follow_registry(registry, &config.tls)?),
+        (Role::Dispatcher { registry, token }, _) => {
+            Some(follow_registry(registry, &config.tls, token.as_deref())?)
+        }
         _ => None,
     };
     let dispatcher = match snapshots {

@@ -44,6 +44,22 @@ pub enum RegistryError {
     /// the caller is unknown or lacks the right).
     #[error(transparent)]
     SwitchRefused(GateError),
+    /// The executor id is held by a live registration of another owner.
+    #[error(
+        "executor id {id:?} is registered by another owner: executor ids are bound to the identity that registered them while their lease lives; give this executor a unique id"
+    )]
+    ExecutorIdTaken {
+        /// The id asked for.
+        id: String,
+    },
+    /// A heartbeat or deregistration for a lease another owner holds.
+    #[error(
+        "lease {0} was granted to another owner: heartbeat and deregister with the token (or certificate) you registered with"
+    )]
+    NotYourLease(String),
+    /// The gate refused a snapshot read.
+    #[error(transparent)]
+    ReadRefused(GateError),
     /// The state file in the data directory could not be used.
     #[error("registry state file {path}: {problem}")]
     State {
@@ -63,7 +79,15 @@ impl From<RegistryError> for tonic::Status {
             | RegistryError::EmptyLeaseId
             | RegistryError::TooManyTools { .. } => tonic::Status::invalid_argument(message),
             RegistryError::RegistrationRefused(_) => tonic::Status::unauthenticated(message),
-            RegistryError::SwitchRefused(_) => tonic::Status::permission_denied(message),
+            RegistryError::SwitchRefused(_)
+            | RegistryError::ExecutorIdTaken { .. }
+            | RegistryError::NotYourLease(_)
+            | RegistryError::ReadRefused(GateError::Forbidden(_)) => {
+                tonic::Status::permission_denied(message)
+            }
+            RegistryError::ReadRefused(GateError::Unauthenticated(_)) => {
+                tonic::Status::unauthenticated(message)
+            }
             RegistryError::State { .. } => tonic::Status::internal(message),
             RegistryError::UnknownLease(_)
             | RegistryError::UnknownTool(_)

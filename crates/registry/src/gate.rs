@@ -34,10 +34,29 @@ pub trait Gate: Send + Sync + 'static {
 
     /// The principal allowed to disable and enable tools. `Err` says why not.
     fn admin(&self, bearer: Option<&str>) -> Result<String, GateError>;
+
+    /// Who may read snapshots (GetSnapshot, WatchSnapshots), by bearer
+    /// token or verified client certificate, and whether it sees the
+    /// tokens executors accept calls with. `Err` says why not.
+    fn snapshot_reader(
+        &self,
+        bearer: Option<&str>,
+        certificate: Option<&toolmesh::grpc::PeerCertificate>,
+    ) -> Result<SnapshotReader, GateError>;
+}
+
+/// A caller allowed to read snapshots.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SnapshotReader {
+    /// Who reads.
+    pub name: String,
+    /// Whether it sees executors' call tokens (dispatchers do).
+    pub execute_tokens: bool,
 }
 
 /// No authentication: every executor registers as the empty owner (no
-/// ownership is enforced) and every caller is an admin. For development.
+/// ownership is enforced) and every caller is an admin and may follow
+/// snapshots. For development.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct OpenGate;
 
@@ -48,5 +67,16 @@ impl Gate for OpenGate {
 
     fn admin(&self, _bearer: Option<&str>) -> Result<String, GateError> {
         Ok("anonymous".to_owned())
+    }
+
+    fn snapshot_reader(
+        &self,
+        _bearer: Option<&str>,
+        _certificate: Option<&toolmesh::grpc::PeerCertificate>,
+    ) -> Result<SnapshotReader, GateError> {
+        Ok(SnapshotReader {
+            name: "anonymous".to_owned(),
+            execute_tokens: true,
+        })
     }
 }

@@ -59,6 +59,11 @@ impl LeaseTable {
         Some(lease)
     }
 
+    /// The executor holding `lease_id`, when it is live.
+    pub(crate) fn executor_of(&self, lease_id: &str) -> Option<&Arc<str>> {
+        self.by_id.get(lease_id).map(|lease| &lease.executor_id)
+    }
+
     /// Removes `lease_id`, returning it when it was live.
     pub(crate) fn revoke(&mut self, lease_id: &str) -> Option<Lease> {
         let (key, lease) = self.by_id.remove_entry(lease_id)?;

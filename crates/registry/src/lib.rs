@@ -18,6 +18,6 @@ mod txn;
 pub use config::RegistryConfig;
 pub use durable::STATE_FILE;
 pub use error::RegistryError;
-pub use gate::{Gate, GateError, OpenGate};
+pub use gate::{Gate, GateError, OpenGate, SnapshotReader};
 pub use registry::Registry;
 pub use service::{RegistryService, SnapshotStream};

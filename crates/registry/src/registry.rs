@@ -188,7 +188,7 @@ impl Registry {
             let mut state = self.inner.lock();
             let base = self.current();
             let mut registered =
-                state.register(&base, registration, lease_id.clone(), Instant::now(), owner);
+                state.register(&base, registration, lease_id.clone(), Instant::now(), owner)?;
             let version = self.inner.publish(registered.snapshot.take(), &base);
             (version, registered)
         };
@@ -228,8 +228,15 @@ impl Registry {
         })
     }
 
-    /// Renews a lease; returns the newest snapshot version.
+    /// Renews a lease of an anonymous registration; returns the newest
+    /// snapshot version.
     pub fn heartbeat(&self, lease_id: &str) -> Result<u64, RegistryError> {
+        self.heartbeat_as(lease_id, "")
+    }
+
+    /// Renews a lease registered by `owner` (only its holder may); returns
+    /// the newest snapshot version.
+    pub fn heartbeat_as(&self, lease_id: &str, owner: &str) -> Result<u64, RegistryError> {
         if lease_id.is_empty() {
             return Err(RegistryError::EmptyLeaseId);
         }
@@ -237,21 +244,27 @@ impl Registry {
         let now = Instant::now();
         // A lease past its deadline is gone even if the reaper has not run yet.
         self.inner.expire_due(&mut state, now);
-        state.renew(lease_id, now)?;
+        state.renew(lease_id, owner, now)?;
         debug!(lease_id, "lease renewed");
         Ok(self.current().version())
     }
 
-    /// Removes the executor holding `lease_id` at once; returns the snapshot
-    /// version after the removal.
+    /// Removes the anonymous registration holding `lease_id` at once;
+    /// returns the snapshot version after the removal.
     pub fn deregister(&self, lease_id: &str) -> Result<u64, RegistryError> {
+        self.deregister_as(lease_id, "")
+    }
+
+    /// Removes the executor holding `lease_id`, registered by `owner`
+    /// (only its holder may), at once; returns the snapshot version after.
+    pub fn deregister_as(&self, lease_id: &str, owner: &str) -> Result<u64, RegistryError> {
         if lease_id.is_empty() {
             return Err(RegistryError::EmptyLeaseId);
         }
         let (version, executor) = {
             let mut state = self.inner.lock();
             let base = self.current();
-            let (snapshot, executor) = state.deregister(&base, lease_id)?;
+            let (snapshot, executor) = state.deregister(&base, lease_id, owner)?;
             (self.inner.publish(snapshot, &base), executor)
         };
         executor.stop_watch();

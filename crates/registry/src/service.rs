@@ -1,6 +1,7 @@
 //! The `toolmesh.v1.Registry` gRPC service: a thin edge over [`Registry`].
 
 use crate::error::RegistryError;
+use crate::gate::SnapshotReader;
 use crate::registry::Registry;
 use futures_util::{Stream, StreamExt, stream};
 use std::pin::Pin;
@@ -31,6 +32,29 @@ impl Registry {
 }
 
 impl RegistryService {
+    /// The executor identity of a request: its bearer token, else a
+    /// verified client certificate naming an executor.
+    fn executor_owner<T>(&self, request: &Request<T>) -> Result<String, RegistryError> {
+        let gate = self.registry.gate();
+        let token = bearer(request.metadata());
+        let by_certificate = match (token, toolmesh::grpc::peer_certificate(request)) {
+            (None, Some(cert)) => gate.executor_owner_by_certificate(&cert),
+            _ => None,
+        };
+        by_certificate
+            .unwrap_or_else(|| gate.executor_owner(token))
+            .map_err(RegistryError::RegistrationRefused)
+    }
+
+    /// Who may read snapshots, and whether it sees executors' call tokens.
+    fn reader<T>(&self, request: &Request<T>) -> Result<SnapshotReader, RegistryError> {
+        let certificate = toolmesh::grpc::peer_certificate(request);
+        self.registry
+            .gate()
+            .snapshot_reader(bearer(request.metadata()), certificate.as_ref())
+            .map_err(RegistryError::ReadRefused)
+    }
+
     fn admin(&self, metadata: &tonic::metadata::MetadataMap) -> Result<String, RegistryError> {
         let admin = self
             .registry
@@ -51,15 +75,7 @@ impl pb::registry_server::Registry for RegistryService {
         &self,
         request: Request<pb::RegisterRequest>,
     ) -> Result<Response<pb::RegisterResponse>, Status> {
-        let gate = self.registry.gate();
-        let token = bearer(request.metadata());
-        let by_certificate = match (token, toolmesh::grpc::peer_certificate(&request)) {
-            (None, Some(cert)) => gate.executor_owner_by_certificate(&cert),
-            _ => None,
-        };
-        let owner = by_certificate
-            .unwrap_or_else(|| gate.executor_owner(token))
-            .map_err(RegistryError::RegistrationRefused)?;
+        let owner = self.executor_owner(&request)?;
         // Schemas compile on the blocking pool: a costly one must not stall
         // the async workers that serve every other RPC.
         let registry = self.registry.clone();
@@ -76,7 +92,10 @@ impl pb::registry_server::Registry for RegistryService {
         &self,
         request: Request<pb::HeartbeatRequest>,
     ) -> Result<Response<pb::HeartbeatResponse>, Status> {
-        let snapshot_version = self.registry.heartbeat(&request.get_ref().lease_id)?;
+        let owner = self.executor_owner(&request)?;
+        let snapshot_version = self
+            .registry
+            .heartbeat_as(&request.get_ref().lease_id, &owner)?;
         Ok(Response::new(pb::HeartbeatResponse { snapshot_version }))
     }
 
@@ -84,7 +103,10 @@ impl pb::registry_server::Registry for RegistryService {
         &self,
         request: Request<pb::DeregisterRequest>,
     ) -> Result<Response<pb::DeregisterResponse>, Status> {
-        let snapshot_version = self.registry.deregister(&request.get_ref().lease_id)?;
+        let owner = self.executor_owner(&request)?;
+        let snapshot_version = self
+            .registry
+            .deregister_as(&request.get_ref().lease_id, &owner)?;
         Ok(Response::new(pb::DeregisterResponse { snapshot_version }))
     }
 
@@ -118,6 +140,7 @@ impl pb::registry_server::Registry for RegistryService {
         &self,
         request: Request<pb::GetSnapshotRequest>,
     ) -> Result<Response<pb::Snapshot>, Status> {
+        self.reader(&request)?;
         let snapshot = self.registry.snapshot(request.get_ref().version)?;
         Ok(Response::new(snapshot.to_pb()))
     }
@@ -128,6 +151,7 @@ impl pb::registry_server::Registry for RegistryService {
         &self,
         request: Request<pb::WatchSnapshotsRequest>,
     ) -> Result<Response<Self::WatchSnapshotsStream>, Status> {
+        self.reader(&request)?;
         let request = request.get_ref();
         let stream = watch_stream(
             self.registry.subscribe(),

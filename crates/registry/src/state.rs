@@ -33,6 +33,9 @@ pub(crate) struct Registration {
 #[derive(Debug)]
 pub(crate) struct Executor {
     pub(crate) id: Arc<str>,
+    /// The identity that registered it ("" for anonymous registrations):
+    /// only it may replace, renew or deregister this registration.
+    pub(crate) owner: Arc<str>,
     pub(crate) service: Arc<str>,
     pub(crate) endpoint: Arc<str>,
     pub(crate) lease_id: Arc<str>,
@@ -100,7 +103,14 @@ impl State {
         lease_id: Arc<str>,
         now: Instant,
         owner: &str,
-    ) -> Registered {
+    ) -> Result<Registered, RegistryError> {
+        if let Some(held) = self.executors.get(&reg.executor_id)
+            && *held.owner != *owner
+        {
+            return Err(RegistryError::ExecutorIdTaken {
+                id: reg.executor_id.to_string(),
+            });
+        }
         let mut txn = Txn::new(base);
         let replaced = self.executors.remove(&reg.executor_id);
         if let Some(old) = &replaced {
@@ -108,6 +118,7 @@ impl State {
         }
         let executor = Executor {
             id: reg.executor_id.clone(),
+            owner: owner.into(),
             service: reg.service,
             endpoint: reg.endpoint,
             lease_id: lease_id.clone(),
@@ -153,16 +164,35 @@ impl State {
         self.leases
             .grant(lease_id, executor.id.clone(), reg.ttl, now);
         self.executors.insert(executor.id.clone(), executor);
-        Registered {
+        Ok(Registered {
             snapshot: txn.commit(),
             rejected,
             accepted,
             replaced,
+        })
+    }
+
+    /// Checks that `lease_id` is live and was granted to `owner`.
+    fn check_holder(&self, lease_id: &str, owner: &str) -> Result<(), RegistryError> {
+        let executor_id = self
+            .leases
+            .executor_of(lease_id)
+            .ok_or_else(|| RegistryError::UnknownLease(lease_id.to_owned()))?;
+        match self.executors.get(executor_id) {
+            Some(executor) if *executor.owner == *owner => Ok(()),
+            Some(_) => Err(RegistryError::NotYourLease(lease_id.to_owned())),
+            None => Err(RegistryError::UnknownLease(lease_id.to_owned())),
         }
     }
 
-    /// Renews a lease.
-    pub(crate) fn renew(&mut self, lease_id: &str, now: Instant) -> Result<(), RegistryError> {
+    /// Renews a lease held by `owner`.
+    pub(crate) fn renew(
+        &mut self,
+        lease_id: &str,
+        owner: &str,
+        now: Instant,
+    ) -> Result<(), RegistryError> {
+        self.check_holder(lease_id, owner)?;
         self.leases
             .renew(lease_id, now)
             .map(|_| ())
@@ -174,7 +204,9 @@ impl State {
         &mut self,
         base: &Snapshot,
         lease_id: &str,
+        owner: &str,
     ) -> Result<(Option<Snapshot>, Executor), RegistryError> {
+        self.check_holder(lease_id, owner)?;
         let lease = self
             .leases
             .revoke(lease_id)

@@ -7,8 +7,11 @@ use std::sync::Arc;
 use tonic::Code;
 use tonic::transport::{Channel, Server};
 use toolmesh::pb::registry_client::RegistryClient;
+use toolmesh::pb::{
+    DeregisterRequest, GetSnapshotRequest, HeartbeatRequest, WatchSnapshotsRequest,
+};
 use toolmesh::pb::{DisableToolRequest, EnableToolRequest, RegisterRequest, ToolSpec};
-use toolmesh_registry::{Gate, GateError, Registry, RegistryConfig};
+use toolmesh_registry::{Gate, GateError, Registry, RegistryConfig, SnapshotReader};
 use toolmesh_testkit::{TempDir, serve_router, with_token};
 
 /// Tokens `tok-a`/`tok-b` are owners `team-a`/`team-b`; `tok-admin` is the admin.
@@ -31,6 +34,24 @@ impl Gate for TestGate {
         match bearer {
             Some("tok-admin") => Ok("ops".into()),
             _ => Err(GateError::Forbidden("only admins may switch tools".into())),
+        }
+    }
+    fn snapshot_reader(
+        &self,
+        bearer: Option<&str>,
+        _certificate: Option<&toolmesh::grpc::PeerCertificate>,
+    ) -> Result<SnapshotReader, GateError> {
+        match bearer {
+            Some("tok-dispatcher") => Ok(SnapshotReader {
+                name: "d".into(),
+                execute_tokens: true,
+            }),
+            Some("tok-admin") => Ok(SnapshotReader {
+                name: "ops".into(),
+                execute_tokens: false,
+            }),
+            Some(_) => Err(GateError::Forbidden("not a reader".into())),
+            None => Err(GateError::Unauthenticated("read with a token".into())),
         }
     }
 }
@@ -107,6 +128,109 @@ async fn hijack_is_rejected() {
         .await
         .unwrap_err();
     assert_eq!(anonymous.code(), Code::Unauthenticated);
+}
+
+/// An executor id is bound to the owner that registered it while its lease
+/// lives: another team reusing the (public) id cannot take it over.
+#[tokio::test]
+async fn executor_ids_are_bound_to_their_owner() {
+    let registry = Registry::open(config(None), Arc::new(TestGate)).unwrap();
+    let mut client = serve(&registry).await;
+    client
+        .register(with_token(registration("a-1", "search_kb"), Some("tok-a")))
+        .await
+        .unwrap();
+    let taken = client
+        .register(with_token(
+            registration("a-1", "team_b_tool"),
+            Some("tok-b"),
+        ))
+        .await
+        .unwrap_err();
+    assert_eq!(taken.code(), Code::PermissionDenied);
+    assert!(taken.message().contains("unique id"), "{}", taken.message());
+    let entry = registry.current().versions("search_kb")[0].clone();
+    assert_eq!(entry.instances.len(), 1, "team A's instance stays");
+    // Its owner may still replace its own registration.
+    client
+        .register(with_token(registration("a-1", "search_kb"), Some("tok-a")))
+        .await
+        .unwrap();
+}
+
+/// Lease ids are not bearer secrets: only the owner that registered may
+/// heartbeat or deregister with them.
+#[tokio::test]
+async fn leases_answer_only_their_holder() {
+    let registry = Registry::open(config(None), Arc::new(TestGate)).unwrap();
+    let mut client = serve(&registry).await;
+    let lease_id = client
+        .register(with_token(registration("a-1", "search_kb"), Some("tok-a")))
+        .await
+        .unwrap()
+        .into_inner()
+        .lease_id;
+    let heartbeat = HeartbeatRequest {
+        lease_id: lease_id.clone(),
+    };
+    let foreign = client
+        .heartbeat(with_token(heartbeat.clone(), Some("tok-b")))
+        .await
+        .unwrap_err();
+    assert_eq!(foreign.code(), Code::PermissionDenied);
+    let anonymous = client
+        .heartbeat(with_token(heartbeat.clone(), None))
+        .await
+        .unwrap_err();
+    assert_eq!(anonymous.code(), Code::Unauthenticated);
+    let deregister = DeregisterRequest {
+        lease_id: lease_id.clone(),
+    };
+    let foreign = client
+        .deregister(with_token(deregister.clone(), Some("tok-b")))
+        .await
+        .unwrap_err();
+    assert_eq!(foreign.code(), Code::PermissionDenied);
+    let instances = |r: &Registry| {
+        r.current()
+            .versions("search_kb")
+            .iter()
+            .map(|e| e.instances.len())
+            .sum::<usize>()
+    };
+    assert_eq!(instances(&registry), 1, "still registered");
+    client
+        .heartbeat(with_token(heartbeat, Some("tok-a")))
+        .await
+        .unwrap();
+    client
+        .deregister(with_token(deregister, Some("tok-a")))
+        .await
+        .unwrap();
+    assert_eq!(instances(&registry), 0, "its holder deregistered it");
+}
+
+/// Snapshots name every tool, schema and endpoint: reading them takes a
+/// reader role, over GetSnapshot and WatchSnapshots alike.
+#[tokio::test]
+async fn snapshot_reads_need_a_role() {
+    let registry = Registry::open(config(None), Arc::new(TestGate)).unwrap();
+    let mut client = serve(&registry).await;
+    for (token, code) in [
+        (None, Some(Code::Unauthenticated)),
+        (Some("tok-a"), Some(Code::PermissionDenied)),
+        (Some("tok-dispatcher"), None),
+        (Some("tok-admin"), None),
+    ] {
+        let got = client
+            .get_snapshot(with_token(GetSnapshotRequest::default(), token))
+            .await;
+        assert_eq!(got.as_ref().err().map(|e| e.code()), code, "{token:?}");
+        let watched = client
+            .watch_snapshots(with_token(WatchSnapshotsRequest::default(), token))
+            .await;
+        assert_eq!(watched.as_ref().err().map(|e| e.code()), code, "{token:?}");
+    }
 }
 
 /// Only an admin may disable or enable; a reason is required.
