@@ -19,6 +19,8 @@ pub struct Instance {
     pub service: Arc<str>,
     /// Whether the registry currently considers it able to serve.
     pub healthy: bool,
+    /// The token it accepts Execute calls with (empty: none asked for).
+    pub execute_token: Arc<str>,
 }
 
 /// One tool at one version, with its instances.
@@ -75,6 +77,7 @@ impl ToolEntry {
                     endpoint: i.endpoint.to_string(),
                     healthy: i.healthy,
                     service: i.service.to_string(),
+                    execute_token: i.execute_token.to_string(),
                 })
                 .collect(),
             exposed: self.exposed(),
@@ -336,6 +339,7 @@ fn entry_from_pb(
             endpoint: i.endpoint.as_str().into(),
             service: i.service.as_str().into(),
             healthy: i.healthy,
+            execute_token: i.execute_token.as_str().into(),
         })
         .collect();
     Ok(ToolEntry {
@@ -427,6 +431,7 @@ mod tests {
                 endpoint: "127.0.0.1:1".into(),
                 service: "svc".into(),
                 healthy,
+                execute_token: "".into(),
             }]
             .into(),
             disabled: None,

@@ -11,8 +11,9 @@ use std::time::Duration;
 use support::*;
 use tonic::transport::Channel;
 use toolmesh::pb::{
-    ApproveRequest, CallContext, ErrorCode, InvokeRequest, InvokeResponse, ListApprovalsRequest,
-    ListToolsRequest, dispatcher_client::DispatcherClient, governance_client::GovernanceClient,
+    ApproveRequest, CallContext, ErrorCode, GetSnapshotRequest, InvokeRequest, InvokeResponse,
+    ListApprovalsRequest, ListToolsRequest, dispatcher_client::DispatcherClient,
+    governance_client::GovernanceClient,
 };
 
 const POLICY: &str = r#"
@@ -634,6 +635,58 @@ async fn pinned_snapshots() {
         .collect();
     assert!(!listed.contains(&"acc_echo".to_owned()), "{listed:?}");
     assert!(listed.contains(&"acc_charge".to_owned()), "{listed:?}");
+}
+
+/// An agent that reads an executor's endpoint cannot skip the dispatcher:
+/// the executor refuses Execute without the token the registry hands to
+/// dispatchers only, while the same call through the dispatcher runs.
+#[tokio::test]
+async fn executors_accept_calls_from_dispatchers_only() {
+    let mesh = acceptance(&[], &[]).await;
+    let mut registry = toolmesh::pb::registry_client::RegistryClient::new(
+        toolmesh::grpc::channel(&mesh.addr, &toolmesh::grpc::Tls::none()).unwrap(),
+    );
+    let snapshot = registry
+        .get_snapshot(GetSnapshotRequest::default())
+        .await
+        .unwrap()
+        .into_inner();
+    let instance = snapshot
+        .tools
+        .iter()
+        .find(|t| t.spec.as_ref().is_some_and(|s| s.name == "acc_echo"))
+        .map(|t| t.instances[0].clone())
+        .unwrap();
+    assert_eq!(
+        instance.execute_token.len(),
+        64,
+        "the development policy lets anyone follow"
+    );
+    let mut executor = toolmesh::pb::executor_client::ExecutorClient::new(
+        toolmesh::grpc::channel(&instance.endpoint, &toolmesh::grpc::Tls::none()).unwrap(),
+    );
+    let execute = toolmesh::pb::ExecuteRequest {
+        tool: "acc_echo".into(),
+        arguments: r#"{"message":"direct"}"#.into(),
+        ..Default::default()
+    };
+    for token in [None, Some("a-guess")] {
+        let refused = executor
+            .execute(with_token(execute.clone(), token))
+            .await
+            .unwrap_err();
+        assert_eq!(refused.code(), tonic::Code::Unauthenticated, "{token:?}");
+        assert!(refused.message().contains("through a dispatcher"));
+    }
+    let with_the_token = executor
+        .execute(with_token(execute, Some(&instance.execute_token)))
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(with_the_token.result.unwrap().error.is_none());
+    let mut client = mesh.client.clone();
+    let through = invoke(&mut client, "acc_echo", r#"{"message":"x"}"#, None).await;
+    assert_eq!(code(&through), 0, "{}", message(&through));
 }
 
 /// Editing the policy file takes effect without a restart; a bad edit is

@@ -205,6 +205,7 @@ async fn health_once(
         endpoint: executor.addr.clone(),
         tools: vec![fresh_spec()],
         lease_ttl_ms: LEASE_TTL_MS,
+        execute_token: String::new(),
     };
     let registered_at = Instant::now();
     let response = registrar

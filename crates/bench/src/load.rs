@@ -31,18 +31,22 @@ pub(crate) struct Workload {
 /// A client for one target; clones share its single HTTP/2 channel.
 #[derive(Debug, Clone)]
 pub(crate) enum Client {
-    /// `toolmesh.v1.Executor/Execute` (the executor itself, or nginx in front of it).
-    Executor(ExecutorClient<Channel>),
+    /// `toolmesh.v1.Executor/Execute` (the executor itself, or nginx in
+    /// front of it), with the executor's execute token, as a dispatcher
+    /// sends it.
+    Executor(ExecutorClient<Channel>, Arc<str>),
     /// `toolmesh.v1.Dispatcher/Invoke`.
     Dispatcher(DispatcherClient<Channel>),
 }
 
 impl Client {
-    /// An Execute client over one lazily connecting channel to `addr`.
-    pub(crate) fn executor(addr: &str) -> Result<Client, BenchError> {
-        Ok(Client::Executor(ExecutorClient::new(
-            toolmesh::grpc::channel(addr, &toolmesh::grpc::Tls::none())?,
-        )))
+    /// An Execute client over one lazily connecting channel to `addr`,
+    /// sending `token` (see [`crate::mesh::execute_token`]).
+    pub(crate) fn executor(addr: &str, token: &str) -> Result<Client, BenchError> {
+        Ok(Client::Executor(
+            ExecutorClient::new(toolmesh::grpc::channel(addr, &toolmesh::grpc::Tls::none())?),
+            token.into(),
+        ))
     }
 
     /// An Invoke client over one lazily connecting channel to `addr`.
@@ -59,7 +63,7 @@ impl Client {
             ..CallContext::default()
         });
         let result = match self {
-            Client::Executor(client) => {
+            Client::Executor(client, token) => {
                 let mut request = tonic::Request::new(ExecuteRequest {
                     call_id: String::new(),
                     tool: work.tool.to_string(),
@@ -69,6 +73,9 @@ impl Client {
                     context,
                 });
                 request.set_timeout(CALL_DEADLINE);
+                if !token.is_empty() {
+                    toolmesh::grpc::set_bearer(request.metadata_mut(), token);
+                }
                 client.execute(request).await.map(|r| r.into_inner().result)
             }
             Client::Dispatcher(client) => {

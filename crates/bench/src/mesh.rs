@@ -6,7 +6,10 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tonic::transport::Channel;
 use toolmesh::grpc::MAX_SNAPSHOT_MESSAGE_BYTES;
-use toolmesh::pb::{ListToolsRequest, ToolFormat, dispatcher_client::DispatcherClient};
+use toolmesh::pb::{
+    GetSnapshotRequest, ListToolsRequest, ToolFormat, dispatcher_client::DispatcherClient,
+    registry_client::RegistryClient,
+};
 
 /// A Dispatcher client for `addr` that accepts tool lists of any size.
 pub(crate) fn dispatcher_client(addr: &str) -> Result<DispatcherClient<Channel>, BenchError> {
@@ -14,6 +17,26 @@ pub(crate) fn dispatcher_client(addr: &str) -> Result<DispatcherClient<Channel>,
         DispatcherClient::new(toolmesh::grpc::channel(addr, &toolmesh::grpc::Tls::none())?)
             .max_decoding_message_size(MAX_SNAPSHOT_MESSAGE_BYTES),
     )
+}
+
+/// The token the executor at `endpoint` accepts Execute calls with, read
+/// from the snapshot of the registry at `registry` (as a dispatcher would;
+/// empty when it asked for none). A direct call needs it.
+pub(crate) async fn execute_token(registry: &str, endpoint: &str) -> Result<String, BenchError> {
+    let channel = toolmesh::grpc::channel(registry, &toolmesh::grpc::Tls::none())?;
+    let snapshot = RegistryClient::new(channel)
+        .max_decoding_message_size(MAX_SNAPSHOT_MESSAGE_BYTES)
+        .get_snapshot(GetSnapshotRequest::default())
+        .await
+        .map_err(|s| BenchError::rpc("Registry::GetSnapshot", s))?
+        .into_inner();
+    Ok(snapshot
+        .tools
+        .iter()
+        .flat_map(|t| &t.instances)
+        .find(|i| i.endpoint == endpoint)
+        .map(|i| i.execute_token.clone())
+        .unwrap_or_default())
 }
 
 /// Whether ListTools lists `tool` right now.

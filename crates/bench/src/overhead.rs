@@ -151,11 +151,12 @@ pub(crate) async fn run(plan: &Plan, bins: &Binaries, logs: &Path) -> Result<Ove
             }
         }
     };
+    let token = mesh::execute_token(&serve_addr, &executor_addr).await?;
     let mut clients = Clients {
-        direct: Client::executor(&executor_addr)?,
+        direct: Client::executor(&executor_addr, &token)?,
         nginx: nginx
             .as_ref()
-            .map(|n| Client::executor(&n.addr))
+            .map(|n| Client::executor(&n.addr, &token))
             .transpose()?,
         toolmesh: Client::dispatcher(&serve_addr)?,
     };

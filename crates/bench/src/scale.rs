@@ -561,6 +561,7 @@ fn executor_request(prefix: &str, e: usize) -> RegisterRequest {
             .map(|t| tool_spec(&format!("{prefix}_{e:05}_{t:02}")))
             .collect(),
         lease_ttl_ms: SCALE_LEASE_MS,
+        execute_token: String::new(),
     }
 }
 
@@ -572,6 +573,7 @@ fn change_request(i: usize) -> RegisterRequest {
         endpoint: "127.0.0.1:19999".into(),
         tools: vec![tool_spec("bench_change")],
         lease_ttl_ms: SCALE_LEASE_MS,
+        execute_token: String::new(),
     }
 }
 

@@ -150,6 +150,7 @@ mod tests {
                 endpoint: "127.0.0.1:1".into(),
                 service: "s".into(),
                 healthy,
+                execute_token: "".into(),
             }]
             .into(),
             disabled: None,

@@ -136,6 +136,7 @@ mod tests {
                     endpoint: (*e).into(),
                     service: "s".into(),
                     healthy: true,
+                    execute_token: "".into(),
                 })
                 .collect(),
             disabled: None,

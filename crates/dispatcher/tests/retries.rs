@@ -143,6 +143,7 @@ fn dispatcher_of(specs: Vec<ToolSpec>, endpoints: &[&str], config: DispatcherCon
                     endpoint: (*e).into(),
                     service: "s".into(),
                     healthy: true,
+                    execute_token: "".into(),
                 })
                 .collect(),
             disabled: None,

@@ -1,5 +1,6 @@
 //! The registration loop: Register, Heartbeat every ttl/3, register again when the registry forgot us, retry with backoff through outages, Deregister on drain.
 
+use crate::dispatcher_only::DispatcherOnly;
 use std::{
     future::Future,
     sync::{Arc, Mutex},
@@ -40,6 +41,7 @@ impl LeaseTask {
         registry: String,
         request: RegisterRequest,
         token: Option<String>,
+        dispatcher_only: Option<Arc<DispatcherOnly>>,
     ) -> Self {
         let auth = Auth::bearer(token.as_deref());
         let client = RegistryClient::new(channel)
@@ -54,6 +56,7 @@ impl LeaseTask {
             Arc::clone(&lease_id),
             stop.clone(),
             auth.clone(),
+            dispatcher_only,
         ));
         LeaseTask {
             client,
@@ -165,6 +168,7 @@ async fn keep_lease(
     lease_id: Arc<Mutex<Option<String>>>,
     stop: CancellationToken,
     auth: Auth,
+    dispatcher_only: Option<Arc<DispatcherOnly>>,
 ) {
     // Waits, unless the loop is being stopped: then the loop ends.
     let pause = |wait: Duration| {
@@ -183,6 +187,9 @@ async fn keep_lease(
             Ok(response) => {
                 outage.recovered();
                 report(&registry, &request, &response);
+                if let Some(gate) = &dispatcher_only {
+                    gate.accepted(response.execute_token_accepted);
+                }
                 if let Ok(mut id) = lease_id.lock() {
                     *id = Some(response.lease_id.clone());
                 }

@@ -57,6 +57,7 @@
 #![forbid(unsafe_code)]
 
 mod context;
+mod dispatcher_only;
 mod erased;
 mod lease;
 mod server;
@@ -417,11 +418,19 @@ impl BoundExecutor {
         let executor_id = core.executor_id.clone();
         let stop_calls = core.stop.clone();
         let tool_count = specs.len();
+        // With a registry, Execute is for dispatchers only (they get the
+        // token through the registry).
+        let dispatcher_only = registry
+            .as_ref()
+            .map(|_| Arc::new(dispatcher_only::DispatcherOnly::new()));
         let router = toolmesh::grpc::server_builder(&tls)?
             .add_service(InterceptedService::new(
-                ExecutorServer::new(ExecuteService { core })
-                    .max_decoding_message_size(MAX_CALL_MESSAGE_BYTES)
-                    .max_encoding_message_size(MAX_CALL_MESSAGE_BYTES),
+                ExecutorServer::new(ExecuteService {
+                    core,
+                    dispatcher_only: dispatcher_only.clone(),
+                })
+                .max_decoding_message_size(MAX_CALL_MESSAGE_BYTES)
+                .max_encoding_message_size(MAX_CALL_MESSAGE_BYTES),
                 server::stamp_arrival,
             ))
             .add_service(HealthServer::new(HealthService::from_health_reporter(
@@ -445,8 +454,13 @@ impl BoundExecutor {
                     endpoint: endpoint.clone(),
                     tools: specs,
                     lease_ttl_ms: tool::duration_ms_ceil(lease_ttl),
+                    execute_token: dispatcher_only
+                        .as_ref()
+                        .map(|d| d.token().to_owned())
+                        .unwrap_or_default(),
                 },
                 token.clone(),
+                dispatcher_only.clone(),
             )
         });
 

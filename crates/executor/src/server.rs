@@ -1,5 +1,6 @@
 //! The `toolmesh.v1.Executor` service: one call from request to `ToolResult`, with validation, deadline, cancellation and panic isolation.
 
+use crate::dispatcher_only::DispatcherOnly;
 use crate::{
     CallCx,
     erased::{ErasedTool, Outcome},
@@ -284,6 +285,8 @@ pub(crate) fn stamp_arrival(mut request: Request<()>) -> Result<Request<()>, Sta
 /// The tonic service answering `toolmesh.v1.Executor/Execute`.
 pub(crate) struct ExecuteService {
     pub(crate) core: Arc<Core>,
+    /// Set when registered: only calls carrying the registered token run.
+    pub(crate) dispatcher_only: Option<Arc<DispatcherOnly>>,
 }
 
 #[tonic::async_trait]
@@ -292,6 +295,9 @@ impl pb::executor_server::Executor for ExecuteService {
         &self,
         request: Request<ExecuteRequest>,
     ) -> Result<Response<ExecuteResponse>, Status> {
+        if let Some(gate) = &self.dispatcher_only {
+            gate.admit(request.metadata())?;
+        }
         let arrived = request.extensions().get::<Arrived>().map(|a| a.0);
         let caller_timeout = toolmesh::grpc::request_timeout(request.metadata()).map(|timeout| {
             // Time already spent since arrival is gone from the budget.

@@ -73,6 +73,7 @@ impl Registry for FakeRegistry {
                 name: "not_a_tool".into(),
                 reason: "exercises the error! log path".into(),
             }],
+            execute_token_accepted: false,
         }))
     }
 
@@ -299,23 +300,21 @@ async fn keeps_retrying_until_the_registry_comes_up() {
     }));
 
     tokio::time::sleep(Duration::from_millis(700)).await;
-    // The executor serves calls while unregistered.
+    // It serves while unregistered, but only to dispatchers: a direct call
+    // without the token it will register is refused even now.
     let mut client =
         toolmesh::pb::executor_client::ExecutorClient::connect(format!("http://{executor_addr}"))
             .await
             .unwrap();
-    let result = client
+    let refused = client
         .execute(toolmesh::pb::ExecuteRequest {
             tool: "noop".into(),
             arguments: "{}".into(),
             ..Default::default()
         })
         .await
-        .unwrap()
-        .into_inner()
-        .result
-        .unwrap();
-    assert_eq!(result.output, "ok");
+        .unwrap_err();
+    assert_eq!(refused.code(), tonic::Code::Unauthenticated);
 
     let listener = TcpListener::bind(registry_addr).await.unwrap();
     let came_up = Instant::now();

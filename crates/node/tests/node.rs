@@ -56,6 +56,7 @@ async fn serve_starts_serves_and_stops() {
                 ..ToolSpec::default()
             }],
             lease_ttl_ms: 0,
+            execute_token: String::new(),
         })
         .await
         .unwrap();

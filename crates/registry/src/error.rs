@@ -13,6 +13,14 @@ pub enum RegistryError {
         "endpoint {0:?} is not host:port (for example 10.0.0.7:7070 or [::1]:7070): give the address of the executor's toolmesh.v1.Executor service"
     )]
     InvalidEndpoint(String),
+    /// `RegisterRequest.execute_token` cannot be sent as a header.
+    #[error(
+        "execute_token must be printable ASCII without spaces, at most {limit} bytes: use for example 64 random hex digits"
+    )]
+    InvalidExecuteToken {
+        /// The length limit.
+        limit: usize,
+    },
     /// A heartbeat or deregistration named no lease.
     #[error("lease_id is empty: pass the lease_id that Register returned")]
     EmptyLeaseId,
@@ -77,6 +85,7 @@ impl From<RegistryError> for tonic::Status {
             RegistryError::EmptyExecutorId
             | RegistryError::InvalidEndpoint(_)
             | RegistryError::EmptyLeaseId
+            | RegistryError::InvalidExecuteToken { .. }
             | RegistryError::TooManyTools { .. } => tonic::Status::invalid_argument(message),
             RegistryError::RegistrationRefused(_) => tonic::Status::unauthenticated(message),
             RegistryError::SwitchRefused(_)

@@ -164,6 +164,7 @@ impl Registry {
         }
         let endpoint = req.endpoint.trim();
         check_endpoint(endpoint)?;
+        let execute_token = check_execute_token(&req.execute_token)?;
         let ttl = self.inner.config.grant_ttl(req.lease_ttl_ms);
         // Schemas compile here, outside the writer lock.
         let (tools, mut rejected) = validate_tools(req.tools);
@@ -180,6 +181,7 @@ impl Registry {
             executor_id: executor_id.clone(),
             service: service.clone(),
             endpoint: endpoint.clone(),
+            execute_token: execute_token.clone(),
             ttl,
             tools,
             watch: watch.clone(),
@@ -225,6 +227,7 @@ impl Registry {
             snapshot_version: version,
             lease_ttl_ms: u32::try_from(ttl.as_millis()).unwrap_or(u32::MAX),
             rejected,
+            execute_token_accepted: !execute_token.is_empty(),
         })
     }
 
@@ -446,6 +449,20 @@ fn validate_tools(specs: Vec<pb::ToolSpec>) -> (Vec<ToolDef>, Vec<RejectedTool>)
 }
 
 /// Checks that `endpoint` is `host:port` with a non-zero port.
+/// Longest execute token accepted.
+const MAX_EXECUTE_TOKEN_BYTES: usize = 256;
+
+/// An executor's execute token: empty (none), or printable ASCII that fits
+/// an `authorization` header.
+fn check_execute_token(token: &str) -> Result<Arc<str>, RegistryError> {
+    if token.len() > MAX_EXECUTE_TOKEN_BYTES || !token.bytes().all(|b| b.is_ascii_graphic()) {
+        return Err(RegistryError::InvalidExecuteToken {
+            limit: MAX_EXECUTE_TOKEN_BYTES,
+        });
+    }
+    Ok(token.into())
+}
+
 fn check_endpoint(endpoint: &str) -> Result<(), RegistryError> {
     let bad = || RegistryError::InvalidEndpoint(endpoint.to_owned());
     let (host, port) = endpoint.rsplit_once(':').ok_or_else(bad)?;

@@ -140,9 +140,9 @@ impl pb::registry_server::Registry for RegistryService {
         &self,
         request: Request<pb::GetSnapshotRequest>,
     ) -> Result<Response<pb::Snapshot>, Status> {
-        self.reader(&request)?;
+        let reader = self.reader(&request)?;
         let snapshot = self.registry.snapshot(request.get_ref().version)?;
-        Ok(Response::new(snapshot.to_pb()))
+        Ok(Response::new(for_reader(snapshot.to_pb(), &reader)))
     }
 
     type WatchSnapshotsStream = SnapshotStream;
@@ -151,15 +151,31 @@ impl pb::registry_server::Registry for RegistryService {
         &self,
         request: Request<pb::WatchSnapshotsRequest>,
     ) -> Result<Response<Self::WatchSnapshotsStream>, Status> {
-        self.reader(&request)?;
+        let reader = self.reader(&request)?;
         let request = request.get_ref();
         let stream = watch_stream(
             self.registry.subscribe(),
             request.after_version,
             request.deltas,
         );
-        Ok(Response::new(stream))
+        let stream = stream.map(move |message| message.map(|m| for_reader(m, &reader)));
+        Ok(Response::new(stream.boxed()))
     }
+}
+
+/// A snapshot as `reader` may see it: executors' call tokens only for
+/// dispatchers (an operator must not be able to call past the dispatcher).
+fn for_reader(mut snapshot: pb::Snapshot, reader: &SnapshotReader) -> pb::Snapshot {
+    if !reader.execute_tokens {
+        for instance in snapshot
+            .tools
+            .iter_mut()
+            .flat_map(|e| e.instances.iter_mut())
+        {
+            instance.execute_token.clear();
+        }
+    }
+    snapshot
 }
 
 /// The newest snapshot at once when the watcher has not seen it, then each

@@ -22,6 +22,8 @@ pub(crate) struct Registration {
     pub(crate) executor_id: Arc<str>,
     pub(crate) service: Arc<str>,
     pub(crate) endpoint: Arc<str>,
+    /// The token its Execute service accepts ("" when it asked for none).
+    pub(crate) execute_token: Arc<str>,
     pub(crate) ttl: Duration,
     /// Valid definitions, no name@version twice.
     pub(crate) tools: Vec<ToolDef>,
@@ -36,6 +38,8 @@ pub(crate) struct Executor {
     /// The identity that registered it ("" for anonymous registrations):
     /// only it may replace, renew or deregister this registration.
     pub(crate) owner: Arc<str>,
+    /// The token its Execute service accepts.
+    pub(crate) execute_token: Arc<str>,
     pub(crate) service: Arc<str>,
     pub(crate) endpoint: Arc<str>,
     pub(crate) lease_id: Arc<str>,
@@ -61,6 +65,7 @@ impl Executor {
             endpoint: self.endpoint.clone(),
             service: self.service.clone(),
             healthy,
+            execute_token: self.execute_token.clone(),
         }
     }
 }
@@ -119,6 +124,7 @@ impl State {
         let executor = Executor {
             id: reg.executor_id.clone(),
             owner: owner.into(),
+            execute_token: reg.execute_token,
             service: reg.service,
             endpoint: reg.endpoint,
             lease_id: lease_id.clone(),

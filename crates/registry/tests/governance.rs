@@ -84,6 +84,7 @@ fn registration(executor: &str, tool: &str) -> RegisterRequest {
             ..ToolSpec::default()
         }],
         lease_ttl_ms: 0,
+        execute_token: String::new(),
     }
 }
 
@@ -216,6 +217,33 @@ async fn leases_answer_only_their_holder() {
 async fn snapshot_reads_need_a_role() {
     let registry = Registry::open(config(None), Arc::new(TestGate)).unwrap();
     let mut client = serve(&registry).await;
+    let mut with_secret = registration("a-1", "search_kb");
+    with_secret.execute_token = "s3cret".into();
+    let accepted = client
+        .register(with_token(with_secret, Some("tok-a")))
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(accepted.execute_token_accepted);
+    // Dispatchers see the token executors accept calls with; operators not.
+    for (token, seen) in [(Some("tok-dispatcher"), "s3cret"), (Some("tok-admin"), "")] {
+        let snapshot = client
+            .get_snapshot(with_token(GetSnapshotRequest::default(), token))
+            .await
+            .unwrap()
+            .into_inner();
+        assert_eq!(
+            snapshot.tools[0].instances[0].execute_token, seen,
+            "{token:?}"
+        );
+        let mut watch = client
+            .watch_snapshots(with_token(WatchSnapshotsRequest::default(), token))
+            .await
+            .unwrap()
+            .into_inner();
+        let first = watch.message().await.unwrap().unwrap();
+        assert_eq!(first.tools[0].instances[0].execute_token, seen, "{token:?}");
+    }
     for (token, code) in [
         (None, Some(Code::Unauthenticated)),
         (Some("tok-a"), Some(Code::PermissionDenied)),

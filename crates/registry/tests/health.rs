@@ -83,6 +83,7 @@ fn register(registry: &Registry, executor_id: &str, endpoint: &str) -> u64 {
             ..ToolSpec::default()
         }],
         lease_ttl_ms: 60_000,
+        execute_token: String::new(),
     };
     let response = registry.register(request).unwrap();
     assert!(response.rejected.is_empty());

@@ -100,6 +100,11 @@ pub(crate) async fn send(
         ..execute.clone()
     });
     rpc.set_timeout(budget);
+    if !pick.instance.execute_token.is_empty() {
+        // The executor accepts calls from dispatchers only: its token
+        // reached us through the registry.
+        toolmesh::grpc::set_bearer(rpc.metadata_mut(), &pick.instance.execute_token);
+    }
     let _in_flight = pick.endpoint.start_call();
     let mut client = ExecutorClient::new(pick.endpoint.channel())
         .max_decoding_message_size(MAX_CALL_MESSAGE_BYTES)

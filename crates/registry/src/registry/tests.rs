@@ -29,6 +29,7 @@ fn request(executor_id: &str, tools: Vec<ToolSpec>) -> RegisterRequest {
         endpoint: "127.0.0.1:7070".into(),
         tools,
         lease_ttl_ms: 0,
+        execute_token: String::new(),
     }
 }
 
