@@ -17,7 +17,9 @@ use toolmesh::pb::{
     RegisterRequest, RegisterResponse, RejectedTool, Snapshot, WatchSnapshotsRequest,
     registry_server::{Registry, RegistryServer},
 };
-use toolmesh_executor::{CallCx, Executor, ServeOptions, Tool, ToolFailure, ToolInfo, ToolOutput};
+use toolmesh_executor::{
+    CallCx, Executor, ExecutorError, ServeOptions, Tool, ToolFailure, ToolInfo, ToolOutput,
+};
 
 #[derive(Debug, Clone)]
 enum Event {
@@ -343,4 +345,75 @@ async fn keeps_retrying_until_the_registry_comes_up() {
             .iter()
             .any(|(_, e)| matches!(e, Event::Deregister(id) if id == "lease-1"))
     );
+}
+
+/// With a registry to register with, a wildcard listen address and no
+/// advertised one, or an advertised wildcard or port 0, refuse to start
+/// with a message naming the endpoint and --advertise; without a registry
+/// nothing is advertised, so a wildcard is fine.
+#[tokio::test]
+async fn refuses_to_advertise_an_unroutable_endpoint() {
+    let cases = [
+        ("0.0.0.0:0", None, "0.0.0.0:0"),
+        ("127.0.0.1:0", Some("0.0.0.0:9001"), "0.0.0.0:9001"),
+        ("127.0.0.1:0", Some("[::]:9001"), "[::]:9001"),
+        ("127.0.0.1:0", Some("10.0.0.7:0"), "10.0.0.7:0"),
+    ];
+    for (listen, advertise, named) in cases {
+        let opts = ServeOptions {
+            listen: listen.parse().unwrap(),
+            advertise: advertise.map(str::to_owned),
+            ..ServeOptions::new("127.0.0.1:1")
+        };
+        let err = Executor::new("team-a")
+            .tool(Noop)
+            .bind(opts)
+            .await
+            .unwrap_err();
+        let text = err.to_string();
+        assert!(
+            matches!(err, ExecutorError::Unroutable { .. }),
+            "{listen} {advertise:?}: {text}"
+        );
+        for part in [named, "--advertise", "TOOLMESH_ADVERTISE"] {
+            assert!(text.contains(part), "{part:?} missing from: {text}");
+        }
+    }
+    let opts = ServeOptions {
+        listen: "0.0.0.0:0".parse().unwrap(),
+        ..ServeOptions::default()
+    };
+    let bound = Executor::new("team-a").tool(Noop).bind(opts).await;
+    assert!(bound.is_ok(), "{bound:?}");
+}
+
+/// The advertised endpoint, not the bound address, is what gets
+/// registered; a wildcard listen address is fine with one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn registers_the_advertised_endpoint() {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let registry_addr = listener.local_addr().unwrap();
+    let (log, _registry) = serve_registry(listener, 10_000);
+    let opts = ServeOptions {
+        listen: "0.0.0.0:0".parse().unwrap(),
+        advertise: Some("10.1.2.3:9001".into()),
+        ..ServeOptions::new(registry_addr.to_string())
+    };
+    let bound = Executor::new("team-a").tool(Noop).bind(opts).await.unwrap();
+    assert_eq!(bound.endpoint(), "10.1.2.3:9001");
+    let (stop, stopped) = oneshot::channel::<()>();
+    let run = tokio::spawn(bound.run(async {
+        let _ = stopped.await;
+    }));
+    wait_for("a Register", Duration::from_secs(3), || {
+        !log.registers().is_empty()
+    })
+    .await;
+    assert_eq!(log.registers()[0].endpoint, "10.1.2.3:9001");
+    let _ = stop.send(());
+    tokio::time::timeout(Duration::from_secs(3), run)
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
 }

@@ -13,6 +13,16 @@ pub enum RegistryError {
         "endpoint {0:?} is not host:port (for example 10.0.0.7:7070 or [::1]:7070): give the address of the executor's toolmesh.v1.Executor service"
     )]
     InvalidEndpoint(String),
+    /// `RegisterRequest.endpoint` is well formed but no dispatcher can dial
+    /// it (a wildcard address or port 0: the executor registered what it
+    /// bound instead of an address it is reachable on).
+    #[error("endpoint {endpoint:?} cannot be reached by dispatchers: {reason}; {hint}", hint = toolmesh::grpc::ADVERTISE_HINT)]
+    UnroutableEndpoint {
+        /// The endpoint as registered.
+        endpoint: String,
+        /// Why it cannot be dialled.
+        reason: toolmesh::grpc::Unroutable,
+    },
     /// A heartbeat or deregistration named no lease.
     #[error("lease_id is empty: pass the lease_id that Register returned")]
     EmptyLeaseId,
@@ -60,6 +70,7 @@ impl From<RegistryError> for tonic::Status {
         match error {
             RegistryError::EmptyExecutorId
             | RegistryError::InvalidEndpoint(_)
+            | RegistryError::UnroutableEndpoint { .. }
             | RegistryError::EmptyLeaseId
             | RegistryError::TooManyTools { .. } => tonic::Status::invalid_argument(message),
             RegistryError::RegistrationRefused(_) => tonic::Status::unauthenticated(message),
