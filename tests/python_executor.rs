@@ -2,8 +2,8 @@
 //! process against a real mesh: stubs generated from proto/ with
 //! grpcio-tools into a temp dir, `toolmesh serve` with a policy that admits
 //! executors by token, and calls through the dispatcher — a result, a tool
-//! error, a deadline, health, and a SIGTERM drain that finishes the call in
-//! flight and deregisters.
+//! error, a deadline, health, registering again after a registry restart,
+//! and a SIGTERM drain that finishes the call in flight and deregisters.
 
 mod support;
 
@@ -62,8 +62,9 @@ tools = ["*"]
 
 /// Registers with its token, answers through the dispatcher (a result with
 /// data, a TOOL_ERROR that is not retryable, DEADLINE_EXCEEDED), serves
-/// grpc.health.v1, and on SIGTERM finishes the call in flight, deregisters
-/// (its tools leave the listing) and exits 0.
+/// grpc.health.v1, registers again when a restarted registry answers its
+/// heartbeat NOT_FOUND, and on SIGTERM finishes the call in flight,
+/// deregisters (its tools leave the listing) and exits 0.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn python_executor_serves_through_the_mesh_and_drains() {
     let python = python();
@@ -73,7 +74,8 @@ async fn python_executor_serves_through_the_mesh_and_drains() {
     generate_stubs(&python, &stubs);
     let policy = dir.join("policy.toml");
     std::fs::write(&policy, POLICY).unwrap();
-    let (_serve, addr) = serve(&["--policy", policy.to_str().unwrap()]);
+    let policy = policy.to_str().unwrap();
+    let (mut serve1, addr) = serve(&["--policy", policy]);
 
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/python/executor.py");
     let mut command = Command::new(&python);
@@ -143,6 +145,19 @@ async fn python_executor_serves_through_the_mesh_and_drains() {
             "{service:?}"
         );
     }
+
+    // A new registry does not know the lease: the heartbeat is answered
+    // NOT_FOUND and the executor registers again.
+    serve1.kill9();
+    let _serve2 = restart_on("serve", &["serve", "--listen", &addr, "--policy", policy]);
+    exec.wait_for_line("registering again", Duration::from_secs(10));
+    let mut client = dispatcher(&addr);
+    until_listed(
+        &mut client,
+        &["get_order", "echo_after"],
+        Duration::from_secs(10),
+    )
+    .await;
 
     let mut in_flight_client = client.clone();
     let in_flight = tokio::spawn(async move {
