@@ -11,7 +11,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::Duration;
 use support::*;
-use toolmesh::pb::{CallContext, ErrorCode, InvokeRequest};
+use tonic::transport::Channel;
+use toolmesh::pb::{CallContext, ErrorCode, InvokeRequest, dispatcher_client::DispatcherClient};
 
 /// The virtualenv python that scripts/prepare/python-executor.sh exports.
 fn python() -> PathBuf {
@@ -43,6 +44,14 @@ fn generate_stubs(python: &Path, out: &Path) {
         .status()
         .expect("run grpc_tools.protoc");
     assert!(status.success(), "generating the Python stubs failed");
+}
+
+/// A dispatcher client at `addr`, once it lists the Python executor's tools.
+async fn listing_python_tools(addr: &str) -> DispatcherClient<Channel> {
+    let mut client = dispatcher(addr);
+    let tools = ["get_order", "echo_after"];
+    until_listed(&mut client, &tools, Duration::from_secs(10)).await;
+    client
 }
 
 const POLICY: &str = r#"
@@ -94,13 +103,7 @@ async fn python_executor_serves_through_the_mesh_and_drains() {
     let mut exec = Proc::spawn("python executor", command);
     let exec_addr = exec.listen_addr();
     exec.wait_for_line("registered as orders-py-", Duration::from_secs(10));
-    let mut client = dispatcher(&addr);
-    until_listed(
-        &mut client,
-        &["get_order", "echo_after"],
-        Duration::from_secs(10),
-    )
-    .await;
+    let mut client = listing_python_tools(&addr).await;
 
     let found = invoke(&mut client, "get_order", r#"{"order_id": "o_1001"}"#, None).await;
     assert_eq!(code(&found), 0, "{}", message(&found));
@@ -151,13 +154,7 @@ async fn python_executor_serves_through_the_mesh_and_drains() {
     serve1.kill9();
     let _serve2 = restart_on("serve", &["serve", "--listen", &addr, "--policy", policy]);
     exec.wait_for_line("registering again", Duration::from_secs(10));
-    let mut client = dispatcher(&addr);
-    until_listed(
-        &mut client,
-        &["get_order", "echo_after"],
-        Duration::from_secs(10),
-    )
-    .await;
+    let client = listing_python_tools(&addr).await;
 
     let mut in_flight_client = client.clone();
     let in_flight = tokio::spawn(async move {
