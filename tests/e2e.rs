@@ -363,3 +363,43 @@ async fn serve_drains_on_sigterm() {
         "within the grace period"
     );
 }
+
+/// `toolmesh example` listening on a wildcard without --advertise refuses
+/// to start (exit 64, naming the address and --advertise); with
+/// TOOLMESH_ADVERTISE it registers that address, which the registry
+/// publishes in its snapshot.
+#[tokio::test]
+async fn example_advertises_a_reachable_address() {
+    let (_serve, addr) = serve(&[]);
+    let out = std::process::Command::new(toolmesh_bin())
+        .args(["example", "knowledge", "--registry", &addr])
+        .args(["--listen", "0.0.0.0:0"])
+        .env_remove("TOOLMESH_ADVERTISE")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(64), "{stderr}");
+    for part in ["0.0.0.0:0", "--advertise", "TOOLMESH_ADVERTISE"] {
+        assert!(stderr.contains(part), "{part:?} missing from: {stderr}");
+    }
+
+    let mut command = std::process::Command::new(toolmesh_bin());
+    command
+        .args(["example", "knowledge", "--registry", &addr])
+        .args(["--listen", "0.0.0.0:0"])
+        .env("TOOLMESH_ADVERTISE", "127.0.0.1:1");
+    let _exec = Proc::spawn("example knowledge", command);
+    let snapshot = eventually("the advertised endpoint", Duration::from_secs(10), || {
+        let addr = addr.clone();
+        async move {
+            let out = std::process::Command::new(toolmesh_bin())
+                .args(["snapshot", "--json", "--server", &addr])
+                .output()
+                .ok()?;
+            let text = String::from_utf8_lossy(&out.stdout).into_owned();
+            text.contains("127.0.0.1:1").then_some(text)
+        }
+    })
+    .await;
+    assert!(!snapshot.contains("0.0.0.0"), "{snapshot}");
+}

@@ -199,3 +199,126 @@ tools = ["acc_echo"]
         "a bad token is refused, not overridden by the certificate"
     );
 }
+
+/// The plaintext health port's address, from a `… health checks on ADDR` line.
+fn health_addr(proc: &Proc) -> String {
+    let line = proc.wait_for_line("health checks on ", Duration::from_secs(30));
+    line.rsplit_once("health checks on ")
+        .map(|(_, addr)| addr.trim().to_owned())
+        .unwrap_or_else(|| panic!("no address in {line:?}"))
+}
+
+/// `grpc.health.v1` statuses of `services` asked in plaintext at `addr`.
+async fn plaintext_health(addr: &str, services: &[&str]) -> Vec<i32> {
+    let channel = toolmesh::grpc::channel(addr, &toolmesh::grpc::Tls::none()).unwrap();
+    let mut health = tonic_health::pb::health_client::HealthClient::new(channel);
+    let mut statuses = Vec::new();
+    for service in services {
+        let request = tonic_health::pb::HealthCheckRequest {
+            service: (*service).to_owned(),
+        };
+        let response = health.check(request).await;
+        statuses.push(
+            response
+                .unwrap_or_else(|e| panic!("{service:?}: {e}"))
+                .into_inner()
+                .status,
+        );
+    }
+    statuses
+}
+
+/// With mTLS on the main ports, `--health-listen` serves grpc.health.v1 in
+/// plaintext (what a Kubernetes gRPC probe can ask) with the statuses the
+/// main listener has, and nothing else: Invoke, Register and Execute are
+/// UNIMPLEMENTED there; plaintext on the main port is still refused; on
+/// SIGTERM the health port answers NOT_SERVING while the executor drains.
+#[tokio::test]
+async fn health_port_is_plaintext_and_health_only() {
+    use toolmesh::pb::{
+        ExecuteRequest, InvokeRequest, RegisterRequest, executor_client::ExecutorClient,
+        registry_client::RegistryClient,
+    };
+    let serving = tonic_health::ServingStatus::Serving as i32;
+    let dir = temp_dir("tls-health");
+    let (ca, cert, key) = pki(&dir, "mesh");
+    let mut serve_cmd = Command::new(toolmesh_bin());
+    serve_cmd.args([
+        "serve",
+        "--listen",
+        "127.0.0.1:0",
+        "--health-listen",
+        "127.0.0.1:0",
+    ]);
+    tls_env(&mut serve_cmd, &ca, Some((&cert, &key)), Some(&ca));
+    let serve = Proc::spawn("serve", serve_cmd);
+    let addr = serve.listen_addr();
+    let serve_health = health_addr(&serve);
+
+    let mut exec_cmd = Command::new(fixture_bin());
+    exec_cmd.args([
+        "example",
+        "acceptance",
+        "--registry",
+        &addr,
+        "--grace-ms",
+        "3000",
+    ]);
+    exec_cmd.env("TOOLMESH_HEALTH_LISTEN", "127.0.0.1:0");
+    tls_env(&mut exec_cmd, &ca, Some((&cert, &key)), Some(&ca));
+    let exec = Proc::spawn("example", exec_cmd);
+    let exec_addr = exec.listen_addr();
+    let exec_health = health_addr(&exec);
+
+    let names = [
+        "",
+        toolmesh::grpc::REGISTRY_HEALTH_SERVICE,
+        toolmesh::grpc::DISPATCHER_HEALTH_SERVICE,
+    ];
+    assert_eq!(plaintext_health(&serve_health, &names).await, [serving; 3]);
+    let names = ["", toolmesh::grpc::EXECUTOR_HEALTH_SERVICE];
+    assert_eq!(plaintext_health(&exec_health, &names).await, [serving; 2]);
+
+    let plain = |addr: &str| toolmesh::grpc::channel(addr, &toolmesh::grpc::Tls::none()).unwrap();
+    let invoke = toolmesh::pb::dispatcher_client::DispatcherClient::new(plain(&serve_health))
+        .invoke(InvokeRequest::default())
+        .await
+        .unwrap_err();
+    assert_eq!(invoke.code(), tonic::Code::Unimplemented, "{invoke}");
+    let register = RegistryClient::new(plain(&serve_health))
+        .register(RegisterRequest::default())
+        .await
+        .unwrap_err();
+    assert_eq!(register.code(), tonic::Code::Unimplemented, "{register}");
+    let execute = ExecutorClient::new(plain(&exec_health))
+        .execute(ExecuteRequest::default())
+        .await
+        .unwrap_err();
+    assert_eq!(execute.code(), tonic::Code::Unimplemented, "{execute}");
+    for main in [&addr, &exec_addr] {
+        let refused = ExecutorClient::new(plain(main))
+            .execute(ExecuteRequest::default())
+            .await
+            .unwrap_err();
+        assert_ne!(
+            refused.code(),
+            tonic::Code::Ok,
+            "plaintext on the mTLS port {main}"
+        );
+    }
+
+    let mut health = tonic_health::pb::health_client::HealthClient::new(plain(&exec_health));
+    let request = tonic_health::pb::HealthCheckRequest {
+        service: String::new(),
+    };
+    let mut watch = health.watch(request).await.unwrap().into_inner();
+    let first = watch.message().await.unwrap().map(|m| m.status);
+    assert_eq!(first, Some(serving));
+    exec.signal(libc::SIGTERM);
+    let next = tokio::time::timeout(Duration::from_secs(5), watch.message())
+        .await
+        .expect("a status change on the health port")
+        .unwrap()
+        .map(|m| m.status);
+    assert_eq!(next, Some(tonic_health::ServingStatus::NotServing as i32));
+}

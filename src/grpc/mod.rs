@@ -1,16 +1,20 @@
 //! What every gRPC server and client of the mesh shares: message limits and
 //! health service names here, the rest one concern per module.
 
+mod advertise;
 mod auth;
 mod channel;
 mod deadline;
+mod health_only;
 mod server;
 mod shutdown;
 mod tls;
 
+pub use advertise::{ADVERTISE_HINT, Unroutable, check_advertised};
 pub use auth::{PeerCertificate, bearer, peer_certificate, set_bearer};
 pub use channel::{BadAddress, channel};
 pub use deadline::{Bound, call_budget, parse_grpc_timeout, request_timeout};
+pub use health_only::HealthOnly;
 pub use server::{incoming, listen_address, reflection_service, server_builder};
 pub use shutdown::shutdown_signal;
 pub use tls::{Tls, TlsError, TlsFiles};
@@ -25,6 +29,10 @@ pub const MAX_SNAPSHOT_MESSAGE_BYTES: usize = 256 * 1024 * 1024;
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 /// The health service name of the whole executor service.
 pub const EXECUTOR_HEALTH_SERVICE: &str = "toolmesh.v1.Executor";
+/// The health service name a registry reports (besides `""`).
+pub const REGISTRY_HEALTH_SERVICE: &str = "toolmesh.v1.Registry";
+/// The health service name a dispatcher reports (besides `""`).
+pub const DISPATCHER_HEALTH_SERVICE: &str = "toolmesh.v1.Dispatcher";
 
 /// The `grpc.health.v1` service name that tracks whether a tool is exposed.
 pub fn tool_health_service(tool: &str) -> String {

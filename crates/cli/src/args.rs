@@ -172,6 +172,10 @@ pub(crate) struct ServerArgs {
     /// Address to listen on (port 0 picks a free port).
     #[arg(long, env = "TOOLMESH_LISTEN", default_value = "127.0.0.1:7070")]
     pub(crate) listen: String,
+    /// Also serve grpc.health.v1 alone, in plaintext, on this address (for
+    /// probes that cannot present a client certificate).
+    #[arg(long, env = "TOOLMESH_HEALTH_LISTEN")]
+    pub(crate) health_listen: Option<String>,
     /// How long in-flight calls may take to finish on SIGTERM, in milliseconds.
     #[arg(long, default_value_t = 10_000)]
     pub(crate) grace_ms: u64,
@@ -199,6 +203,7 @@ impl ServerArgs {
     pub(crate) fn node_config(&self, tls: &toolmesh::grpc::Tls) -> toolmesh_node::NodeConfig {
         toolmesh_node::NodeConfig {
             listen: self.listen.clone(),
+            health_listen: self.health_listen.clone(),
             grace: std::time::Duration::from_millis(self.grace_ms),
             max_in_flight: self.max_in_flight,
             snapshot_history: self.snapshot_history,
@@ -257,18 +262,9 @@ pub(crate) struct UpArgs {
 pub(crate) struct ExampleArgs {
     /// Which example: knowledge, accounts, support or files.
     pub(crate) name: String,
-    /// The registry to register with (host:port).
-    #[arg(long, env = "TOOLMESH_REGISTRY", default_value = "127.0.0.1:7070")]
-    pub(crate) registry: String,
-    /// Address for the executor's own server.
-    #[arg(long, default_value = "127.0.0.1:0")]
-    pub(crate) listen: String,
-    /// Lease to ask for, in milliseconds.
-    #[arg(long, default_value_t = 10_000)]
-    pub(crate) ttl_ms: u64,
-    /// Executor id (default: service name plus a random suffix).
-    #[arg(long)]
-    pub(crate) executor_id: Option<String>,
+    /// Where it listens, what it advertises, how it registers.
+    #[command(flatten)]
+    pub(crate) serve: toolmesh_examples::ServeFlags,
     /// Append one JSON line per execution to this file (acceptance example).
     #[cfg(feature = "bench")]
     #[arg(long)]
@@ -276,12 +272,6 @@ pub(crate) struct ExampleArgs {
     /// Directory the files example is confined to (default: a fresh temp dir).
     #[arg(long)]
     pub(crate) files_root: Option<PathBuf>,
-    /// How long in-flight calls may take to finish on SIGTERM, in milliseconds.
-    #[arg(long, default_value_t = 10_000)]
-    pub(crate) grace_ms: u64,
-    /// Registration token (binds the executor to its owner).
-    #[arg(long, env = "TOOLMESH_TOKEN")]
-    pub(crate) token: Option<String>,
 }
 
 /// Where client commands connect and how they print.

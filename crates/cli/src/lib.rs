@@ -191,20 +191,15 @@ async fn example(args: ExampleArgs, tls: &toolmesh::grpc::Tls) -> Result<(), Fai
             toolmesh_examples::EXAMPLE_NAMES.join(", ")
         ))
     })?;
-    let listen =
-        toolmesh::grpc::listen_address(&args.listen).map_err(|e| Failure::Usage(e.to_string()))?;
-    let options = toolmesh_executor::ServeOptions {
-        registry: args.registry.clone(),
-        listen,
-        advertise: None,
-        executor_id: args.executor_id.clone(),
-        lease_ttl: Duration::from_millis(args.ttl_ms),
-        grace: Duration::from_millis(args.grace_ms),
-        token: args.token.clone(),
-        tls: tls.clone(),
-    };
+    let options = args
+        .serve
+        .serve_options(tls.clone())
+        .map_err(|e| Failure::Usage(e.to_string()))?;
     let shutdown = toolmesh::grpc::shutdown_signal();
     toolmesh_examples::serve(&args.name, executor, options, shutdown)
         .await
-        .map_err(|e| Failure::Failed(e.to_string()))
+        .map_err(|e| match e {
+            toolmesh_executor::ExecutorError::Unroutable { .. } => Failure::Usage(e.to_string()),
+            e => Failure::Failed(e.to_string()),
+        })
 }

@@ -170,7 +170,11 @@ fn spawn_example(
     }
     command
         .args(["example", name, "--registry", registry])
-        .env("TOOLMESH_TOKEN", token);
+        .env("TOOLMESH_TOKEN", token)
+        // Meant for `up` itself: examples listen on loopback port 0 and
+        // register what they bind.
+        .env_remove("TOOLMESH_ADVERTISE")
+        .env_remove("TOOLMESH_HEALTH_LISTEN");
     Spawn::new(format!("example {name}"), command)
         .parent_death(Some(ParentDeath {
             signal: libc::SIGTERM,

@@ -18,9 +18,11 @@
 
 pub mod accounts;
 pub mod files;
+mod flags;
 pub mod knowledge;
 pub mod support;
 
+pub use flags::{BadFlag, ServeFlags};
 use std::future::Future;
 use std::path::PathBuf;
 use toolmesh_executor::{Executor, ExecutorError, ServeOptions};
@@ -50,7 +52,8 @@ pub fn example(name: &str, opts: &ExampleOptions) -> Option<Executor> {
 
 /// Serves `executor` as `toolmesh example NAME` does until `shutdown`:
 /// binds, prints the `toolmesh example NAME (ID) listening on ADDR` line
-/// that scripts and tests read, then serves, registers and drains.
+/// that scripts and tests read (and `toolmesh example NAME health checks on
+/// ADDR` with a health-only listener), then serves, registers and drains.
 pub async fn serve(
     name: &str,
     executor: Executor,
@@ -63,5 +66,8 @@ pub async fn serve(
         bound.executor_id(),
         bound.local_addr()
     );
+    if let Some(addr) = bound.health_addr() {
+        println!("toolmesh example {name} health checks on {addr}");
+    }
     bound.run(shutdown).await
 }

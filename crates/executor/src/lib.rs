@@ -82,7 +82,7 @@ use tonic_health::{
 };
 use toolmesh::{
     ToolDef,
-    grpc::{EXECUTOR_HEALTH_SERVICE, MAX_CALL_MESSAGE_BYTES},
+    grpc::{EXECUTOR_HEALTH_SERVICE, HealthOnly, MAX_CALL_MESSAGE_BYTES, Unroutable},
     pb::{self, executor_server::ExecutorServer},
     spec::SpecError,
 };
@@ -117,6 +117,22 @@ pub enum ExecutorError {
     /// The listen address could not be bound.
     #[error("cannot listen on {addr}: {source}")]
     Bind {
+        /// The address asked for.
+        addr: SocketAddr,
+        /// What the OS said.
+        source: std::io::Error,
+    },
+    /// The endpoint to register cannot be dialled by a dispatcher.
+    #[error("this executor would register {endpoint:?}, which dispatchers cannot reach: {reason}; {hint}", hint = toolmesh::grpc::ADVERTISE_HINT)]
+    Unroutable {
+        /// The advertised endpoint, or the listen address when none is advertised.
+        endpoint: String,
+        /// Why it cannot be dialled.
+        reason: Unroutable,
+    },
+    /// The health-only listener could not be bound.
+    #[error("cannot listen for health checks on {addr} (--health-listen): {source}")]
+    HealthBind {
         /// The address asked for.
         addr: SocketAddr,
         /// What the OS said.
@@ -246,6 +262,9 @@ impl Executor {
         } else {
             Some(toolmesh::grpc::channel(&opts.registry, &opts.tls)?)
         };
+        if registry.is_some() {
+            check_advertised(&opts)?;
+        }
         let listener =
             TcpListener::bind(opts.listen)
                 .await
@@ -263,9 +282,6 @@ impl Executor {
             .advertise
             .clone()
             .unwrap_or_else(|| local_addr.to_string());
-        if opts.advertise.is_none() && local_addr.ip().is_unspecified() {
-            warn!(%local_addr, "listening on a wildcard address without ServeOptions::advertise; the registry will be told {endpoint}");
-        }
         let executor_id = opts.executor_id.clone().unwrap_or_else(|| {
             let id = uuid::Uuid::new_v4().simple().to_string();
             format!("{}-{}", self.service, &id[..8])
@@ -276,6 +292,14 @@ impl Executor {
                 .set_service_status(name, ServingStatus::Serving)
                 .await;
         }
+        let health_only = match opts.health_listen {
+            Some(addr) => Some(
+                HealthOnly::bind(addr, health.clone())
+                    .await
+                    .map_err(|source| ExecutorError::HealthBind { addr, source })?,
+            ),
+            None => None,
+        };
         Ok(BoundExecutor {
             core: Arc::new(Core {
                 tools: self.tools,
@@ -289,6 +313,7 @@ impl Executor {
             endpoint,
             registry: registry.map(|channel| (opts.registry.clone(), channel)),
             health,
+            health_only,
             lease_ttl: opts.lease_ttl,
             grace: opts.grace,
             token: opts.token.clone(),
@@ -314,8 +339,14 @@ pub struct ServeOptions {
     pub registry: String,
     /// Where to listen (`127.0.0.1:0` picks a free port).
     pub listen: SocketAddr,
-    /// The endpoint to register; defaults to the bound address.
+    /// The endpoint to register (`host:port` dispatchers can dial, e.g. the
+    /// pod IP); defaults to the bound address, which must then not be a
+    /// wildcard such as `0.0.0.0`.
     pub advertise: Option<String>,
+    /// Where to serve `grpc.health.v1` alone, in plaintext, for probes that
+    /// cannot present a client certificate; `None` serves health only on
+    /// the main listener.
+    pub health_listen: Option<SocketAddr>,
     /// Unique id of this process; defaults to `{service}-{8 hex digits}`.
     pub executor_id: Option<String>,
     /// The lease to ask the registry for (it may grant another).
@@ -335,6 +366,7 @@ impl Default for ServeOptions {
             registry: String::new(),
             listen: SocketAddr::from(([127, 0, 0, 1], 0)),
             advertise: None,
+            health_listen: None,
             executor_id: None,
             lease_ttl: Duration::from_secs(10),
             grace: Duration::from_secs(10),
@@ -364,6 +396,7 @@ pub struct BoundExecutor {
     endpoint: String,
     registry: Option<(String, Channel)>,
     health: HealthReporter,
+    health_only: Option<HealthOnly>,
     lease_ttl: Duration,
     grace: Duration,
     token: Option<String>,
@@ -396,6 +429,11 @@ impl BoundExecutor {
         &self.endpoint
     }
 
+    /// Where the plaintext health-only listener is bound, if one was asked for.
+    pub fn health_addr(&self) -> Option<SocketAddr> {
+        self.health_only.as_ref().map(HealthOnly::local_addr)
+    }
+
     /// Serves until `shutdown` resolves, then drains: health goes
     /// NOT_SERVING, the lease is deregistered (best effort, at most
     /// [`DEREGISTER_TIMEOUT`]), the listener closes, and in-flight calls get
@@ -410,6 +448,7 @@ impl BoundExecutor {
             endpoint,
             registry,
             health,
+            health_only,
             lease_ttl,
             grace,
             token,
@@ -504,7 +543,25 @@ impl BoundExecutor {
             }
         };
         stop_calls.cancel();
+        // Probes see NOT_SERVING until the very end of the drain.
+        drop(health_only);
         result
+    }
+}
+
+/// Refuses to register an endpoint no dispatcher can dial: the advertised
+/// one, or else the listen address when it is a wildcard (its port may be 0
+/// here: the bound port replaces it).
+fn check_advertised(opts: &ServeOptions) -> Result<(), ExecutorError> {
+    let unroutable = |endpoint: String, reason| ExecutorError::Unroutable { endpoint, reason };
+    match &opts.advertise {
+        Some(advertised) => toolmesh::grpc::check_advertised(advertised)
+            .map_err(|reason| unroutable(advertised.clone(), reason)),
+        None if opts.listen.ip().is_unspecified() => Err(unroutable(
+            opts.listen.to_string(),
+            Unroutable::Wildcard(opts.listen.ip()),
+        )),
+        None => Ok(()),
     }
 }
 

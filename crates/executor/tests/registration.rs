@@ -17,7 +17,9 @@ use toolmesh::pb::{
     RegisterRequest, RegisterResponse, RejectedTool, Snapshot, WatchSnapshotsRequest,
     registry_server::{Registry, RegistryServer},
 };
-use toolmesh_executor::{CallCx, Executor, ServeOptions, Tool, ToolFailure, ToolInfo, ToolOutput};
+use toolmesh_executor::{
+    CallCx, Executor, ExecutorError, ServeOptions, Tool, ToolFailure, ToolInfo, ToolOutput,
+};
 
 #[derive(Debug, Clone)]
 enum Event {
@@ -155,6 +157,41 @@ fn serve_registry(listener: TcpListener, ttl_ms: u32) -> (Log, oneshot::Sender<(
     (log, tx)
 }
 
+/// A fake registry on 127.0.0.1 port 0 granting `ttl_ms`: its address, its
+/// log, and the sender that stops it.
+async fn fake_registry(ttl_ms: u32) -> (String, Log, oneshot::Sender<()>) {
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let (log, stop) = serve_registry(listener, ttl_ms);
+    (addr, log, stop)
+}
+
+/// A bound executor running until [`Running::stop`].
+struct Running {
+    stop: oneshot::Sender<()>,
+    run: tokio::task::JoinHandle<Result<(), ExecutorError>>,
+}
+
+impl Running {
+    fn start(bound: toolmesh_executor::BoundExecutor) -> Self {
+        let (stop, stopped) = oneshot::channel::<()>();
+        let run = tokio::spawn(bound.run(async {
+            let _ = stopped.await;
+        }));
+        Running { stop, run }
+    }
+
+    /// Shuts it down; it must drain and return Ok within 3 s.
+    async fn stop(self) {
+        let _ = self.stop.send(());
+        tokio::time::timeout(Duration::from_secs(3), self.run)
+            .await
+            .expect("run returns within 3 s")
+            .expect("the run task did not panic")
+            .expect("run returns Ok");
+    }
+}
+
 /// Arguments of `noop`.
 #[derive(Deserialize, JsonSchema)]
 struct NoArgs {}
@@ -185,22 +222,17 @@ async fn wait_for(what: &str, limit: Duration, cond: impl Fn() -> bool) {
 /// deregisters that lease before `run` returns.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn registers_heartbeats_reregisters_and_deregisters() {
-    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let registry_addr = listener.local_addr().unwrap();
-    let (log, _registry) = serve_registry(listener, 300);
+    let (registry_addr, log, _registry) = fake_registry(300).await;
 
     let opts = ServeOptions {
         executor_id: Some("test-exec-1".into()),
         lease_ttl: Duration::from_millis(1500),
-        ..ServeOptions::new(registry_addr.to_string())
+        ..ServeOptions::new(registry_addr)
     };
     let bound = Executor::new("team-a").tool(Noop).bind(opts).await.unwrap();
     let endpoint = bound.local_addr().to_string();
     assert_eq!(bound.executor_id(), "test-exec-1");
-    let (stop, stopped) = oneshot::channel::<()>();
-    let run = tokio::spawn(bound.run(async {
-        let _ = stopped.await;
-    }));
+    let running = Running::start(bound);
 
     wait_for(
         "a few heartbeats on the second lease",
@@ -214,12 +246,7 @@ async fn registers_heartbeats_reregisters_and_deregisters() {
         },
     )
     .await;
-    let _ = stop.send(());
-    tokio::time::timeout(Duration::from_secs(3), run)
-        .await
-        .unwrap()
-        .unwrap()
-        .unwrap();
+    running.stop().await;
 
     let events = log.events();
     let registers = log.registers();
@@ -294,10 +321,7 @@ async fn keeps_retrying_until_the_registry_comes_up() {
         "{executor_id}"
     );
     let executor_addr = bound.local_addr();
-    let (stop, stopped) = oneshot::channel::<()>();
-    let run = tokio::spawn(bound.run(async {
-        let _ = stopped.await;
-    }));
+    let running = Running::start(bound);
 
     tokio::time::sleep(Duration::from_millis(700)).await;
     // It serves while unregistered, but only to dispatchers: a direct call
@@ -331,15 +355,71 @@ async fn keeps_retrying_until_the_registry_comes_up() {
         came_up.elapsed()
     );
     assert_eq!(log.registers()[0].executor_id, executor_id);
-    let _ = stop.send(());
-    tokio::time::timeout(Duration::from_secs(3), run)
-        .await
-        .unwrap()
-        .unwrap()
-        .unwrap();
+    running.stop().await;
     assert!(
         log.events()
             .iter()
             .any(|(_, e)| matches!(e, Event::Deregister(id) if id == "lease-1"))
     );
+}
+
+/// With a registry to register with, a wildcard listen address and no
+/// advertised one, or an advertised wildcard or port 0, refuse to start
+/// with a message naming the endpoint and --advertise; without a registry
+/// nothing is advertised, so a wildcard is fine.
+#[tokio::test]
+async fn refuses_to_advertise_an_unroutable_endpoint() {
+    let cases = [
+        ("0.0.0.0:0", None, "0.0.0.0:0"),
+        ("127.0.0.1:0", Some("0.0.0.0:9001"), "0.0.0.0:9001"),
+        ("127.0.0.1:0", Some("[::]:9001"), "[::]:9001"),
+        ("127.0.0.1:0", Some("10.0.0.7:0"), "10.0.0.7:0"),
+    ];
+    for (listen, advertise, named) in cases {
+        let opts = ServeOptions {
+            listen: listen.parse().unwrap(),
+            advertise: advertise.map(str::to_owned),
+            ..ServeOptions::new("127.0.0.1:1")
+        };
+        let err = Executor::new("team-a")
+            .tool(Noop)
+            .bind(opts)
+            .await
+            .unwrap_err();
+        let text = err.to_string();
+        assert!(
+            matches!(err, ExecutorError::Unroutable { .. }),
+            "{listen} {advertise:?}: {text}"
+        );
+        for part in [named, "--advertise", "TOOLMESH_ADVERTISE"] {
+            assert!(text.contains(part), "{part:?} missing from: {text}");
+        }
+    }
+    let opts = ServeOptions {
+        listen: "0.0.0.0:0".parse().unwrap(),
+        ..ServeOptions::default()
+    };
+    let bound = Executor::new("team-a").tool(Noop).bind(opts).await;
+    assert!(bound.is_ok(), "{bound:?}");
+}
+
+/// The advertised endpoint, not the bound address, is what gets
+/// registered; a wildcard listen address is fine with one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn registers_the_advertised_endpoint() {
+    let (registry_addr, log, _registry) = fake_registry(10_000).await;
+    let opts = ServeOptions {
+        listen: "0.0.0.0:0".parse().unwrap(),
+        advertise: Some("10.1.2.3:9001".into()),
+        ..ServeOptions::new(registry_addr)
+    };
+    let bound = Executor::new("team-a").tool(Noop).bind(opts).await.unwrap();
+    assert_eq!(bound.endpoint(), "10.1.2.3:9001");
+    let running = Running::start(bound);
+    wait_for("a Register", Duration::from_secs(3), || {
+        !log.registers().is_empty()
+    })
+    .await;
+    assert_eq!(log.registers()[0].endpoint, "10.1.2.3:9001");
+    running.stop().await;
 }

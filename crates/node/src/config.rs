@@ -41,6 +41,10 @@ impl Role {
 pub struct NodeConfig {
     /// Address to listen on (`host:port`; port 0 picks a free port).
     pub listen: String,
+    /// Where to serve `grpc.health.v1` alone, in plaintext, for probes that
+    /// cannot present a client certificate (`host:port`); `None` serves
+    /// health only on `listen`.
+    pub health_listen: Option<String>,
     /// How long in-flight calls may take to finish on shutdown.
     pub grace: Duration,
     /// Calls a dispatcher keeps in flight before it sheds load.
@@ -66,6 +70,7 @@ impl Default for NodeConfig {
     fn default() -> Self {
         NodeConfig {
             listen: "127.0.0.1:7070".to_owned(),
+            health_listen: None,
             grace: Duration::from_secs(10),
             max_in_flight: 4096,
             snapshot_history: 64,

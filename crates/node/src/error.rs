@@ -16,6 +16,14 @@ pub enum NodeError {
         /// What the OS said.
         source: std::io::Error,
     },
+    /// The health-only listener could not be bound.
+    #[error("cannot listen for health checks on {addr} (--health-listen): {source}")]
+    HealthListen {
+        /// The address asked for.
+        addr: std::net::SocketAddr,
+        /// What the OS said.
+        source: std::io::Error,
+    },
     /// The policy file could not be loaded.
     #[error("policy file {}: {source}", path.display())]
     Policy {

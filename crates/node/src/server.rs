@@ -9,6 +9,7 @@ use std::{net::SocketAddr, sync::Arc, time::Duration};
 use tokio::{net::TcpListener, sync::oneshot, task::JoinHandle};
 use tonic_health::{ServingStatus, server::HealthReporter};
 use toolmesh::Snapshot;
+use toolmesh::grpc::{DISPATCHER_HEALTH_SERVICE, HealthOnly, REGISTRY_HEALTH_SERVICE};
 use toolmesh_dispatcher::{Dispatcher, DispatcherConfig, Governance, follow_registry};
 use toolmesh_registry::{Registry, RegistryConfig};
 
@@ -19,12 +20,18 @@ pub struct Running {
     /// The dispatcher half, if this process runs one.
     pub dispatcher: Option<Dispatcher>,
     health: HealthReporter,
+    health_only: Option<HealthOnly>,
     _policy: PolicySetup,
     stop: oneshot::Sender<()>,
     task: JoinHandle<Result<(), tonic::transport::Error>>,
 }
 
 impl Running {
+    /// Where the plaintext health-only listener is bound, if one was asked for.
+    pub fn health_addr(&self) -> Option<SocketAddr> {
+        self.health_only.as_ref().map(HealthOnly::local_addr)
+    }
+
     /// Stops accepting, reports NOT_SERVING, and lets in-flight calls finish
     /// within `grace`.
     pub async fn stop(self, grace: Duration) -> Result<(), NodeError> {
@@ -32,6 +39,9 @@ impl Running {
             .set_service_status("", ServingStatus::NotServing)
             .await;
         let _ = self.stop.send(());
+        // The health-only listener (dropped last) keeps answering NOT_SERVING
+        // to probes while the calls drain.
+        let _health_only = self.health_only;
         match tokio::time::timeout(grace, self.task).await {
             Ok(joined) => joined?.map_err(NodeError::Serve),
             Err(_) => {
@@ -97,14 +107,25 @@ pub async fn start(role: Role, config: &NodeConfig) -> Result<Running, NodeError
     };
     if registry.is_some() {
         health
-            .set_service_status("toolmesh.v1.Registry", ServingStatus::Serving)
+            .set_service_status(REGISTRY_HEALTH_SERVICE, ServingStatus::Serving)
             .await;
     }
     if dispatcher.is_some() {
         health
-            .set_service_status("toolmesh.v1.Dispatcher", ServingStatus::Serving)
+            .set_service_status(DISPATCHER_HEALTH_SERVICE, ServingStatus::Serving)
             .await;
     }
+    let health_only = match &config.health_listen {
+        Some(text) => {
+            let addr = toolmesh::grpc::listen_address(text)?;
+            let bound = HealthOnly::bind(addr, health.clone())
+                .await
+                .map_err(|source| NodeError::HealthListen { addr, source })?;
+            tracing::info!(addr = %bound.local_addr(), "serving grpc.health.v1 alone, in plaintext, for probes");
+            Some(bound)
+        }
+        None => None,
+    };
     let router = toolmesh::grpc::server_builder(&config.tls)
         .map_err(NodeError::Tls)?
         .add_service(health_service)
@@ -124,6 +145,7 @@ pub async fn start(role: Role, config: &NodeConfig) -> Result<Running, NodeError
         addr,
         dispatcher,
         health,
+        health_only,
         _policy: policy,
         stop,
         task,
@@ -140,6 +162,9 @@ pub async fn run(
     let running = start(role, config).await?;
     // Scripts and tests read this line to learn the port.
     println!("toolmesh {label} listening on {}", running.addr);
+    if let Some(addr) = running.health_addr() {
+        println!("toolmesh {label} health checks on {addr}");
+    }
     shutdown.await;
     tracing::info!("shutting down: draining in-flight calls");
     running.stop(config.grace).await

@@ -21,6 +21,16 @@ pub enum RegistryError {
         /// The length limit.
         limit: usize,
     },
+    /// `RegisterRequest.endpoint` is well formed but no dispatcher can dial
+    /// it (a wildcard address or port 0: the executor registered what it
+    /// bound instead of an address it is reachable on).
+    #[error("endpoint {endpoint:?} cannot be reached by dispatchers: {reason}; {hint}", hint = toolmesh::grpc::ADVERTISE_HINT)]
+    UnroutableEndpoint {
+        /// The endpoint as registered.
+        endpoint: String,
+        /// Why it cannot be dialled.
+        reason: toolmesh::grpc::Unroutable,
+    },
     /// A heartbeat or deregistration named no lease.
     #[error("lease_id is empty: pass the lease_id that Register returned")]
     EmptyLeaseId,
@@ -84,6 +94,7 @@ impl From<RegistryError> for tonic::Status {
         match error {
             RegistryError::EmptyExecutorId
             | RegistryError::InvalidEndpoint(_)
+            | RegistryError::UnroutableEndpoint { .. }
             | RegistryError::EmptyLeaseId
             | RegistryError::InvalidExecuteToken { .. }
             | RegistryError::TooManyTools { .. } => tonic::Status::invalid_argument(message),

@@ -448,7 +448,6 @@ fn validate_tools(specs: Vec<pb::ToolSpec>) -> (Vec<ToolDef>, Vec<RejectedTool>)
     (accepted, rejected)
 }
 
-/// Checks that `endpoint` is `host:port` with a non-zero port.
 /// Longest execute token accepted.
 const MAX_EXECUTE_TOKEN_BYTES: usize = 256;
 
@@ -463,7 +462,15 @@ fn check_execute_token(token: &str) -> Result<Arc<str>, RegistryError> {
     Ok(token.into())
 }
 
+/// Checks that `endpoint` is `host:port` that a dispatcher can dial: not a
+/// wildcard address, not port 0.
 fn check_endpoint(endpoint: &str) -> Result<(), RegistryError> {
+    toolmesh::grpc::check_advertised(endpoint).map_err(|reason| {
+        RegistryError::UnroutableEndpoint {
+            endpoint: endpoint.to_owned(),
+            reason,
+        }
+    })?;
     let bad = || RegistryError::InvalidEndpoint(endpoint.to_owned());
     let (host, port) = endpoint.rsplit_once(':').ok_or_else(bad)?;
     let port_ok = !port.is_empty()

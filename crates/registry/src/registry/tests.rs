@@ -124,7 +124,6 @@ async fn register_checks_executor_id_and_endpoint() {
         "localhost",
         "host:",
         ":80",
-        "host:0",
         "host:70000",
         "host:+80",
         "http://host:80",
@@ -149,6 +148,27 @@ async fn register_checks_executor_id_and_endpoint() {
             "{}",
             status.message()
         );
+    }
+}
+
+/// A wildcard address or port 0 is refused as INVALID_ARGUMENT whose
+/// message names the endpoint and says to set --advertise.
+#[tokio::test]
+async fn register_refuses_unroutable_endpoints() {
+    let registry = Registry::new(config());
+    for endpoint in ["0.0.0.0:9001", "[::]:9001", "kb.internal:0", "0.0.0.0:0"] {
+        let mut req = request("ex", vec![]);
+        req.endpoint = endpoint.into();
+        let err = registry.register(req).unwrap_err();
+        assert!(
+            matches!(&err, RegistryError::UnroutableEndpoint { endpoint: e, .. } if e == endpoint),
+            "{endpoint}: {err:?}"
+        );
+        let status = tonic::Status::from(err);
+        assert_eq!(status.code(), Code::InvalidArgument, "{endpoint:?}");
+        for part in [endpoint, "--advertise", "TOOLMESH_ADVERTISE"] {
+            assert!(status.message().contains(part), "{}", status.message());
+        }
     }
 }
 

@@ -1,0 +1,142 @@
+{{/* The labels on every object. */}}
+{{- define "toolmesh.labels" -}}
+app.kubernetes.io/name: toolmesh
+app.kubernetes.io/part-of: toolmesh
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version }}
+{{- end }}
+
+{{/* Selector labels of one component: (dict "root" $ "component" "registry"). */}}
+{{- define "toolmesh.selector" -}}
+app.kubernetes.io/name: toolmesh
+app.kubernetes.io/instance: {{ .root.Release.Name }}
+app.kubernetes.io/component: {{ .component }}
+{{- end }}
+
+{{/* Name of an object of this release: (dict "root" $ "name" "registry"). */}}
+{{- define "toolmesh.name" -}}
+{{ printf "%s-%s" .root.Release.Name .name | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{- define "toolmesh.image" -}}
+{{ printf "%s:%s" .Values.image.repository (default .Chart.AppVersion .Values.image.tag) }}
+{{- end }}
+
+{{/* The policy ConfigMap's name. */}}
+{{- define "toolmesh.policyConfigMap" -}}
+{{- if .Values.policy.existingConfigMap -}}
+{{ .Values.policy.existingConfigMap }}
+{{- else -}}
+{{ include "toolmesh.name" (dict "root" . "name" "policy") }}
+{{- end -}}
+{{- end }}
+
+{{/* Flags every process of the mesh takes. */}}
+{{- define "toolmesh.commonArgs" -}}
+- --grace-ms={{ .Values.graceMs }}
+- --log-format={{ .Values.logFormat }}
+{{- if .Values.metrics.enabled }}
+- --admin-listen=0.0.0.0:{{ .Values.metrics.port }}
+{{- end }}
+{{- end }}
+
+{{/* TLS files from the mounted Secret, as TOOLMESH_TLS_* variables. */}}
+{{- define "toolmesh.tlsEnv" -}}
+{{- if .Values.tls.enabled }}
+- name: TOOLMESH_TLS_CA
+  value: /etc/toolmesh/tls/ca.crt
+- name: TOOLMESH_TLS_CERT
+  value: /etc/toolmesh/tls/tls.crt
+- name: TOOLMESH_TLS_KEY
+  value: /etc/toolmesh/tls/tls.key
+{{- if .Values.tls.requireClientCertificates }}
+- name: TOOLMESH_TLS_CLIENT_CA
+  value: /etc/toolmesh/tls/ca.crt
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/* Ports of a server: (dict "root" $ "port" 7070 "healthPort" 7071). */}}
+{{- define "toolmesh.ports" -}}
+- name: grpc
+  containerPort: {{ .port }}
+- name: health
+  containerPort: {{ .healthPort }}
+{{- if .root.Values.metrics.enabled }}
+- name: admin
+  containerPort: {{ .root.Values.metrics.port }}
+{{- end }}
+{{- end }}
+
+{{/*
+Native gRPC probes on the plaintext health-only port: liveness asks the
+process' own service (it stays SERVING while a server drains), readiness
+asks "" (NOT_SERVING from SIGTERM on). (dict "healthPort" 7071 "service" "toolmesh.v1.Registry")
+*/}}
+{{- define "toolmesh.probes" -}}
+livenessProbe:
+  grpc:
+    port: {{ .healthPort }}
+    service: {{ .service }}
+  periodSeconds: 10
+  failureThreshold: 3
+readinessProbe:
+  grpc:
+    port: {{ .healthPort }}
+    service: ""
+  periodSeconds: 5
+{{- end }}
+
+{{- define "toolmesh.podSecurityContext" -}}
+runAsNonRoot: true
+runAsUser: 65532
+runAsGroup: 65532
+fsGroup: 65532
+seccompProfile:
+  type: RuntimeDefault
+{{- end }}
+
+{{- define "toolmesh.containerSecurityContext" -}}
+allowPrivilegeEscalation: false
+readOnlyRootFilesystem: true
+capabilities:
+  drop: ["ALL"]
+{{- end }}
+
+{{/* Mounts of the policy and TLS files. */}}
+{{- define "toolmesh.volumeMounts" -}}
+- name: policy
+  mountPath: /etc/toolmesh/policy
+  readOnly: true
+{{- if .Values.tls.enabled }}
+- name: tls
+  mountPath: /etc/toolmesh/tls
+  readOnly: true
+{{- end }}
+{{- end }}
+
+{{- define "toolmesh.volumes" -}}
+- name: policy
+  configMap:
+    name: {{ include "toolmesh.policyConfigMap" . }}
+{{- if .Values.tls.enabled }}
+- name: tls
+  secret:
+    secretName: {{ .Values.tls.secretName }}
+{{- end }}
+{{- end }}
+
+{{/* Spreads a component's pods over nodes and zones. */}}
+{{- define "toolmesh.spread" -}}
+{{- $root := .root -}}
+{{- $component := .component -}}
+{{- range list "kubernetes.io/hostname" "topology.kubernetes.io/zone" }}
+- maxSkew: 1
+  topologyKey: {{ . }}
+  whenUnsatisfiable: ScheduleAnyway
+  labelSelector:
+    matchLabels:
+      {{- include "toolmesh.selector" (dict "root" $root "component" $component) | nindent 6 }}
+{{- end }}
+{{- end }}

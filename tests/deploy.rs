@@ -1,0 +1,427 @@
+//! The deployment files render and agree with the binaries. `kubectl
+//! kustomize deploy/kubernetes` and `helm template deploy/helm/toolmesh`
+//! (with and without TLS, metrics and persistence) are rendered with the
+//! real tools (scripts/prepare/kube-tools.sh installs them), then checked:
+//! every flag a container passes is one its subcommand takes and every
+//! `TOOLMESH_*` variable one it reads (`toolmesh SUB --help`), probes are
+//! native gRPC probes on the port `--health-listen` opens asking the
+//! service names the servers report (`toolmesh::grpc` constants), the
+//! termination grace period is above `--grace-ms`, executors advertise
+//! their pod IP on the port they listen on, Services target declared ports,
+//! dispatchers are replicated, spread, budgeted and offered headless, the
+//! policy loads, and the chart renders what the kustomize base does.
+
+mod support;
+
+use serde::Deserialize;
+use serde_json::Value;
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::process::Command;
+use support::*;
+use toolmesh::grpc::{DISPATCHER_HEALTH_SERVICE, EXECUTOR_HEALTH_SERVICE, REGISTRY_HEALTH_SERVICE};
+
+/// The repository's root.
+fn root() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// The tool named by `var`, which scripts/prepare/kube-tools.sh exports.
+fn prepared_tool(var: &str) -> PathBuf {
+    let path = std::env::var_os(var).map(PathBuf::from).unwrap_or_else(|| {
+        panic!("{var} is not set: run the tests with scripts/test, whose scripts/prepare/kube-tools.sh installs helm and kubectl and exports {var}")
+    });
+    assert!(
+        path.exists(),
+        "{var}={} does not exist: run scripts/prepare/kube-tools.sh again",
+        path.display()
+    );
+    path
+}
+
+/// Runs `command` and parses its standard output as YAML documents.
+fn render(mut command: Command) -> Vec<Value> {
+    let out = command.output().expect("run the renderer");
+    assert!(
+        out.status.success(),
+        "{command:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let text = String::from_utf8(out.stdout).expect("UTF-8 manifests");
+    serde_yaml::Deserializer::from_str(&text)
+        .map(|document| Value::deserialize(document).expect("valid YAML"))
+        .filter(|document| !document.is_null())
+        .collect()
+}
+
+fn kustomize() -> Vec<Value> {
+    let mut command = Command::new(prepared_tool("TOOLMESH_TEST_KUBECTL"));
+    command
+        .arg("kustomize")
+        .arg(root().join("deploy/kubernetes"));
+    render(command)
+}
+
+fn helm(sets: &[&str]) -> Vec<Value> {
+    let mut command = Command::new(prepared_tool("TOOLMESH_TEST_HELM"));
+    command
+        .args(["template", "toolmesh"])
+        .arg(root().join("deploy/helm/toolmesh"));
+    for set in sets {
+        command.args(["--set", set]);
+    }
+    render(command)
+}
+
+fn kind<'a>(objects: &'a [Value], kind: &str) -> impl Iterator<Item = &'a Value> {
+    objects.iter().filter(move |o| o["kind"] == kind)
+}
+
+fn name(object: &Value) -> &str {
+    object["metadata"]["name"].as_str().unwrap_or_default()
+}
+
+/// Whether every label of `selector` is on `labels`.
+fn selects(selector: &Value, labels: &Value) -> bool {
+    selector
+        .as_object()
+        .is_some_and(|s| !s.is_empty() && s.iter().all(|(k, v)| labels.get(k) == Some(v)))
+}
+
+fn strings(value: &Value) -> Vec<&str> {
+    value
+        .as_array()
+        .map(|items| items.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default()
+}
+
+/// The value of `--flag=VALUE` in `args`.
+fn flag<'a>(args: &[&'a str], flag: &str) -> Option<&'a str> {
+    let prefix = format!("{flag}=");
+    args.iter().find_map(|a| a.strip_prefix(prefix.as_str()))
+}
+
+/// The port of a `host:port` value.
+fn port_of(address: &str) -> u64 {
+    address
+        .rsplit_once(':')
+        .and_then(|(_, p)| p.parse().ok())
+        .unwrap_or_else(|| panic!("{address:?} has no port"))
+}
+
+/// `toolmesh SUBCOMMAND --help`, once per subcommand.
+#[derive(Default)]
+struct Help(HashMap<String, String>);
+
+impl Help {
+    fn of(&mut self, subcommand: &str) -> &str {
+        self.0.entry(subcommand.to_owned()).or_insert_with(|| {
+            let out = Command::new(toolmesh_bin())
+                .args([subcommand, "--help"])
+                .output()
+                .expect("run toolmesh --help");
+            assert!(out.status.success(), "toolmesh {subcommand} --help failed");
+            String::from_utf8(out.stdout).expect("UTF-8 help")
+        })
+    }
+}
+
+/// The health service a process of `subcommand` reports besides "".
+fn role_service(subcommand: &str) -> &'static str {
+    match subcommand {
+        "registry" => REGISTRY_HEALTH_SERVICE,
+        "dispatcher" => DISPATCHER_HEALTH_SERVICE,
+        "example" => EXECUTOR_HEALTH_SERVICE,
+        other => panic!("the manifests run `toolmesh {other}`, which no check here knows"),
+    }
+}
+
+/// Checks every Deployment's containers against the binary; `known_flags`
+/// lets a render use flags this build lacks (none but the metrics render).
+fn check_containers(objects: &[Value], help: &mut Help, known_flags: bool) {
+    let deployments: Vec<&Value> = kind(objects, "Deployment").collect();
+    assert!(deployments.len() >= 3, "registry, dispatcher, executor");
+    for deployment in deployments {
+        let pod = &deployment["spec"]["template"]["spec"];
+        let what = name(deployment);
+        for container in pod["containers"].as_array().expect("containers") {
+            let args = strings(&container["args"]);
+            let subcommand = args.first().copied().unwrap_or_default();
+            if known_flags {
+                let text = help.of(subcommand).to_owned();
+                for arg in args.iter().filter(|a| a.starts_with("--")) {
+                    let flag = arg.split('=').next().unwrap_or(arg);
+                    assert!(
+                        text.contains(&format!("{flag} ")) || text.contains(&format!("{flag}\n")),
+                        "{what}: `toolmesh {subcommand}` takes no {flag}"
+                    );
+                }
+                for env in container["env"].as_array().into_iter().flatten() {
+                    let var = env["name"].as_str().unwrap_or_default();
+                    if var.starts_with("TOOLMESH_") {
+                        assert!(
+                            text.contains(&format!("[env: {var}=")),
+                            "{what}: `toolmesh {subcommand}` reads no {var}"
+                        );
+                    }
+                }
+            }
+            let ports: BTreeMap<&str, u64> = container["ports"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .map(|p| {
+                    (
+                        p["name"].as_str().unwrap_or_default(),
+                        p["containerPort"].as_u64().unwrap_or_default(),
+                    )
+                })
+                .collect();
+            let listen = flag(&args, "--listen").expect("--listen");
+            assert_eq!(
+                ports.get("grpc"),
+                Some(&port_of(listen)),
+                "{what}: grpc port"
+            );
+            let health = port_of(flag(&args, "--health-listen").expect("--health-listen"));
+            assert_eq!(ports.get("health"), Some(&health), "{what}: health port");
+            for (probe, service) in [
+                ("livenessProbe", role_service(subcommand)),
+                ("readinessProbe", ""),
+            ] {
+                let grpc = &container[probe]["grpc"];
+                assert_eq!(
+                    grpc["port"].as_u64(),
+                    Some(health),
+                    "{what}: {probe} on the health port, numeric"
+                );
+                assert_eq!(
+                    grpc["service"].as_str(),
+                    Some(service),
+                    "{what}: {probe} service"
+                );
+            }
+            let grace_ms =
+                flag(&args, "--grace-ms").map_or(10_000, |g| g.parse().expect("--grace-ms"));
+            let grace_s = pod["terminationGracePeriodSeconds"]
+                .as_u64()
+                .expect("terminationGracePeriodSeconds");
+            assert!(
+                grace_s * 1000 > grace_ms,
+                "{what}: {grace_s} s is not above --grace-ms={grace_ms}"
+            );
+            let requests = &container["resources"]["requests"];
+            assert!(
+                requests["cpu"].is_string() && requests["memory"].is_string(),
+                "{what}: resource requests"
+            );
+            if subcommand == "example" {
+                let advertise = flag(&args, "--advertise").expect("executors advertise");
+                assert_eq!(
+                    advertise,
+                    format!("$(POD_IP):{}", port_of(listen)),
+                    "{what}"
+                );
+                let pod_ip = container["env"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .find(|e| e["name"] == "POD_IP")
+                    .expect("POD_IP");
+                assert_eq!(
+                    pod_ip["valueFrom"]["fieldRef"]["fieldPath"], "status.podIP",
+                    "{what}"
+                );
+            }
+        }
+    }
+}
+
+/// Services target named ports that the pods they select declare;
+/// dispatchers run ≥ 2 replicas, spread, with a PodDisruptionBudget and a
+/// headless Service.
+fn check_wiring(objects: &[Value]) {
+    let pods: Vec<(&Value, Vec<&str>)> = kind(objects, "Deployment")
+        .map(|d| {
+            let template = &d["spec"]["template"];
+            let ports = template["spec"]["containers"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .flat_map(|c| c["ports"].as_array().into_iter().flatten())
+                .filter_map(|p| p["name"].as_str())
+                .collect();
+            (&template["metadata"]["labels"], ports)
+        })
+        .collect();
+    for service in kind(objects, "Service") {
+        let selected: Vec<&Vec<&str>> = pods
+            .iter()
+            .filter(|(labels, _)| selects(&service["spec"]["selector"], labels))
+            .map(|(_, ports)| ports)
+            .collect();
+        assert!(
+            !selected.is_empty(),
+            "Service {} selects no pod",
+            name(service)
+        );
+        for port in service["spec"]["ports"].as_array().expect("ports") {
+            let target = port["targetPort"].as_str().expect("a named targetPort");
+            assert!(
+                selected.iter().all(|ports| ports.contains(&target)),
+                "Service {}: pods declare no port {target}",
+                name(service)
+            );
+        }
+    }
+    let dispatcher = kind(objects, "Deployment")
+        .find(|d| {
+            strings(&d["spec"]["template"]["spec"]["containers"][0]["args"]).first()
+                == Some(&"dispatcher")
+        })
+        .expect("a dispatcher Deployment");
+    let labels = &dispatcher["spec"]["template"]["metadata"]["labels"];
+    assert!(dispatcher["spec"]["replicas"].as_u64() >= Some(2));
+    let spread = dispatcher["spec"]["template"]["spec"]["topologySpreadConstraints"].as_array();
+    assert!(spread.is_some_and(|s| {
+        s.iter()
+            .all(|c| selects(&c["labelSelector"]["matchLabels"], labels))
+    }));
+    assert!(
+        kind(objects, "PodDisruptionBudget")
+            .any(|p| selects(&p["spec"]["selector"]["matchLabels"], labels)),
+        "a PodDisruptionBudget covers the dispatchers"
+    );
+    assert!(
+        kind(objects, "Service")
+            .any(|s| s["spec"]["clusterIP"] == "None" && selects(&s["spec"]["selector"], labels)),
+        "a headless Service selects the dispatchers"
+    );
+}
+
+/// The policy a render ships loads in a real server.
+fn check_policy(objects: &[Value]) {
+    let policy = kind(objects, "ConfigMap")
+        .find_map(|c| c["data"]["policy.toml"].as_str())
+        .expect("a ConfigMap with policy.toml");
+    let dir = temp_dir("deploy-policy");
+    let path = dir.join("policy.toml");
+    std::fs::write(&path, policy).unwrap();
+    let serve = Proc::toolmesh(
+        "serve",
+        &[
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--policy",
+            path.to_str().unwrap(),
+        ],
+    );
+    serve.listen_addr();
+}
+
+/// The kustomize base: containers agree with the binary, objects are wired,
+/// the policy loads.
+#[tokio::test]
+async fn kustomize_base_matches_the_binaries() {
+    let objects = kustomize();
+    check_containers(&objects, &mut Help::default(), true);
+    check_wiring(&objects);
+    check_policy(&objects);
+}
+
+/// The chart, by default and with TLS and persistence: containers agree
+/// with the binary, objects are wired, the policy loads, and the default
+/// render runs the same containers and replicas as the kustomize base.
+#[tokio::test]
+async fn helm_chart_matches_the_binaries_and_the_base() {
+    let mut help = Help::default();
+    let default = helm(&[]);
+    check_containers(&default, &mut help, true);
+    check_wiring(&default);
+    check_policy(&default);
+
+    let tls = helm(&["tls.enabled=true", "registry.persistence.enabled=true"]);
+    check_containers(&tls, &mut help, true);
+    check_wiring(&tls);
+    for deployment in kind(&tls, "Deployment") {
+        let env = &deployment["spec"]["template"]["spec"]["containers"][0]["env"];
+        let names: Vec<&str> = env
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter_map(|e| e["name"].as_str())
+            .collect();
+        assert!(
+            names.contains(&"TOOLMESH_TLS_CLIENT_CA"),
+            "{}: mTLS",
+            name(deployment)
+        );
+    }
+    assert_eq!(kind(&tls, "PersistentVolumeClaim").count(), 1);
+
+    let base = kustomize();
+    let shape = |objects: &[Value]| -> BTreeMap<String, Value> {
+        kind(objects, "Deployment")
+            .map(|d| {
+                let spec = &d["spec"]["template"]["spec"];
+                let container = &spec["containers"][0];
+                let same = serde_json::json!({
+                    "replicas": d["spec"]["replicas"],
+                    "grace": spec["terminationGracePeriodSeconds"],
+                    "args": container["args"],
+                    "ports": container["ports"],
+                    "liveness": container["livenessProbe"],
+                    "readiness": container["readinessProbe"],
+                    "resources": container["resources"],
+                    "securityContext": container["securityContext"],
+                });
+                (name(d).to_owned(), same)
+            })
+            .collect()
+    };
+    assert_eq!(
+        shape(&default),
+        shape(&base),
+        "the chart renders what the base does"
+    );
+}
+
+/// With metrics on, registry and dispatcher Services expose the `admin`
+/// port (9090) their pods declare, and a ServiceMonitor and a PodMonitor
+/// scrape `admin`. (The containers' flags are not checked against this
+/// build here: `--admin-listen` comes with the metrics work.)
+#[test]
+fn helm_metrics_are_scraped_on_the_admin_port() {
+    let objects = helm(&["metrics.enabled=true"]);
+    check_containers(&objects, &mut Help::default(), false);
+    check_wiring(&objects);
+    let monitors: Vec<&Value> = kind(&objects, "ServiceMonitor")
+        .chain(kind(&objects, "PodMonitor"))
+        .collect();
+    assert_eq!(monitors.len(), 2);
+    for monitor in monitors {
+        let endpoints = monitor["spec"]["endpoints"]
+            .as_array()
+            .or_else(|| monitor["spec"]["podMetricsEndpoints"].as_array())
+            .expect("endpoints");
+        assert!(
+            endpoints.iter().all(|e| e["port"] == "admin"),
+            "{}",
+            name(monitor)
+        );
+    }
+    for service in kind(&objects, "Service").filter(|s| s["spec"]["clusterIP"] != "None") {
+        let admin = service["spec"]["ports"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|p| p["name"] == "admin");
+        assert_eq!(
+            admin.map(|p| &p["port"]),
+            Some(&Value::from(9090)),
+            "{}",
+            name(service)
+        );
+    }
+}
