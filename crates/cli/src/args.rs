@@ -58,6 +58,31 @@ pub(crate) enum LogFormat {
     Json,
 }
 
+impl Command {
+    /// The operations flags of a server command (none for client commands).
+    pub(crate) fn ops(&self) -> Option<&OpsArgs> {
+        match self {
+            Command::Up(args) => Some(&args.serve.server.ops),
+            Command::Serve(args) | Command::Registry(args) => Some(&args.server.ops),
+            Command::Dispatcher(args) => Some(&args.server.ops),
+            Command::Example(args) => Some(&args.ops),
+            _ => None,
+        }
+    }
+
+    /// The `service.name` this process exports traces as.
+    pub(crate) fn service_name(&self) -> String {
+        match self {
+            Command::Up(_) => "toolmesh-up".to_owned(),
+            Command::Serve(_) => "toolmesh-serve".to_owned(),
+            Command::Registry(_) => "toolmesh-registry".to_owned(),
+            Command::Dispatcher(_) => "toolmesh-dispatcher".to_owned(),
+            Command::Example(args) => format!("toolmesh-example-{}", args.name),
+            _ => "toolmesh-cli".to_owned(),
+        }
+    }
+}
+
 /// Every subcommand.
 #[derive(Debug, Subcommand)]
 pub(crate) enum Command {
@@ -192,6 +217,9 @@ pub(crate) struct ServerArgs {
     /// owners); without it that state lives in memory.
     #[arg(long, env = "TOOLMESH_DATA_DIR")]
     pub(crate) data_dir: Option<PathBuf>,
+    /// Metrics, admin page and traces.
+    #[command(flatten)]
+    pub(crate) ops: OpsArgs,
 }
 
 impl ServerArgs {
@@ -207,8 +235,21 @@ impl ServerArgs {
             data_dir: self.data_dir.clone(),
             dev_executor_token: None,
             tls: tls.clone(),
+            admin_listen: self.ops.admin_listen.clone(),
+            otlp_endpoint: self.ops.otlp_endpoint.clone(),
         }
     }
+}
+
+/// Operations flags of every server: metrics, admin page, traces.
+#[derive(Debug, Args, Clone, Default)]
+pub(crate) struct OpsArgs {
+    /// Serve /metrics (Prometheus) and the admin page on this address.
+    #[arg(long, env = "TOOLMESH_ADMIN_LISTEN")]
+    pub(crate) admin_listen: Option<String>,
+    /// Export traces to this OTLP collector (gRPC), e.g. http://127.0.0.1:4317.
+    #[arg(long, env = "OTEL_EXPORTER_OTLP_ENDPOINT")]
+    pub(crate) otlp_endpoint: Option<String>,
 }
 
 /// `toolmesh serve` / `toolmesh registry`.
@@ -278,6 +319,9 @@ pub(crate) struct ExampleArgs {
     /// Registration token (binds the executor to its owner).
     #[arg(long, env = "TOOLMESH_TOKEN")]
     pub(crate) token: Option<String>,
+    /// Metrics and traces.
+    #[command(flatten)]
+    pub(crate) ops: OpsArgs,
 }
 
 /// Where client commands connect and how they print.

@@ -63,5 +63,8 @@ pub async fn serve(
         bound.executor_id(),
         bound.local_addr()
     );
+    if let Some(admin) = bound.admin_addr() {
+        println!("toolmesh admin listening on http://{admin}");
+    }
     bound.run(shutdown).await
 }

@@ -11,6 +11,7 @@ use tonic_health::{ServingStatus, server::HealthReporter};
 use toolmesh::Snapshot;
 use toolmesh_dispatcher::{Dispatcher, DispatcherConfig, Governance, follow_registry};
 use toolmesh_registry::{Registry, RegistryConfig};
+use toolmesh_telemetry::{AdminServer, MetricsRegistry};
 
 /// A node that is up.
 pub struct Running {
@@ -18,6 +19,10 @@ pub struct Running {
     pub addr: SocketAddr,
     /// The dispatcher half, if this process runs one.
     pub dispatcher: Option<Dispatcher>,
+    /// The admin listener (`/metrics`, admin page), if asked for.
+    pub admin: Option<AdminServer>,
+    /// Stops the admin page's background task.
+    _admin_task: tokio_util::sync::DropGuard,
     health: HealthReporter,
     _policy: PolicySetup,
     stop: oneshot::Sender<()>,
@@ -31,6 +36,9 @@ impl Running {
         self.health
             .set_service_status("", ServingStatus::NotServing)
             .await;
+        if let Some(admin) = self.admin {
+            admin.stop().await;
+        }
         let _ = self.stop.send(());
         match tokio::time::timeout(grace, self.task).await {
             Ok(joined) => joined?.map_err(NodeError::Serve),
@@ -48,6 +56,8 @@ impl Running {
 /// Binds and starts the servers for `role`.
 pub async fn start(role: Role, config: &NodeConfig) -> Result<Running, NodeError> {
     let policy = load_policy(config)?;
+    toolmesh_telemetry::trace::install_default(role.label(), config.otlp_endpoint.as_deref())?;
+    let metrics = MetricsRegistry::default();
     let addr = toolmesh::grpc::listen_address(&config.listen)?;
     let listener = TcpListener::bind(addr)
         .await
@@ -62,6 +72,7 @@ pub async fn start(role: Role, config: &NodeConfig) -> Result<Running, NodeError
                 default_ttl: *default_ttl,
                 data_dir: config.data_dir.clone(),
                 tls: config.tls.clone(),
+                metrics: metrics.clone(),
                 ..RegistryConfig::default()
             };
             if registry_config.data_dir.is_none() {
@@ -79,12 +90,19 @@ pub async fn start(role: Role, config: &NodeConfig) -> Result<Running, NodeError
         (Role::Dispatcher { registry }, _) => Some(follow_registry(registry, &config.tls)?),
         _ => None,
     };
+    let admin_stop = tokio_util::sync::CancellationToken::new();
+    let page_snapshots = match (&registry, &snapshots) {
+        (_, Some(snapshots)) => snapshots.clone(),
+        (Some(registry), None) => registry.subscribe(),
+        (None, None) => tokio::sync::watch::channel(Arc::new(Snapshot::empty(""))).1,
+    };
     let dispatcher = match snapshots {
         Some(snapshots) => Some(Dispatcher::with_governance(
             DispatcherConfig {
                 max_in_flight: config.max_in_flight,
                 snapshot_history: config.snapshot_history,
                 tls: config.tls.clone(),
+                metrics: metrics.clone(),
                 ..DispatcherConfig::default()
             },
             snapshots,
@@ -103,6 +121,13 @@ pub async fn start(role: Role, config: &NodeConfig) -> Result<Running, NodeError
             .set_service_status("toolmesh.v1.Dispatcher", ServingStatus::Serving)
             .await;
     }
+    let admin = match &config.admin_listen {
+        Some(listen) => {
+            let page = crate::admin::routes(page_snapshots, dispatcher.clone(), admin_stop.clone());
+            Some(AdminServer::start(listen, metrics, page).await?)
+        }
+        None => None,
+    };
     let router = toolmesh::grpc::server_builder(&config.tls)
         .map_err(NodeError::Tls)?
         .add_service(health_service)
@@ -121,6 +146,8 @@ pub async fn start(role: Role, config: &NodeConfig) -> Result<Running, NodeError
     Ok(Running {
         addr,
         dispatcher,
+        admin,
+        _admin_task: admin_stop.drop_guard(),
         health,
         _policy: policy,
         stop,
@@ -138,7 +165,12 @@ pub async fn run(
     let running = start(role, config).await?;
     // Scripts and tests read this line to learn the port.
     println!("toolmesh {label} listening on {}", running.addr);
+    if let Some(admin) = &running.admin {
+        println!("toolmesh admin listening on http://{}", admin.addr);
+    }
     shutdown.await;
     tracing::info!("shutting down: draining in-flight calls");
-    running.stop(config.grace).await
+    let stopped = running.stop(config.grace).await;
+    toolmesh_telemetry::trace::flush();
+    stopped
 }

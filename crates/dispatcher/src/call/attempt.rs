@@ -94,12 +94,14 @@ pub(crate) async fn send(
     execute: &ExecuteRequest,
     attempt: u32,
     budget: Duration,
+    span: &tracing::Span,
 ) -> Result<ToolResult, AttemptFailure> {
     let mut rpc = tonic::Request::new(ExecuteRequest {
         attempt,
         ..execute.clone()
     });
     rpc.set_timeout(budget);
+    toolmesh_telemetry::trace::inject(span, rpc.metadata_mut());
     let _in_flight = pick.endpoint.start_call();
     let mut client = ExecutorClient::new(pick.endpoint.channel())
         .max_decoding_message_size(MAX_CALL_MESSAGE_BYTES)
@@ -108,6 +110,20 @@ pub(crate) async fn send(
         Err(status) => Err(AttemptFailure::from_status(&status)),
         Ok(answer) => classify_answer(answer.into_inner().result.unwrap_or_default()),
     }
+}
+
+/// The span of attempt number `attempt`, a child of the call's span
+/// (disabled, and so nearly free, unless traces are exported).
+pub(crate) fn span(call: &tracing::Span, attempt: u32, executor: &str) -> tracing::Span {
+    tracing::info_span!(
+        target: toolmesh_telemetry::trace::TARGET,
+        parent: call,
+        "attempt",
+        "otel.name" = "execute_tool attempt",
+        "otel.kind" = "client",
+        "toolmesh.attempt" = attempt,
+        "toolmesh.executor" = executor,
+    )
 }
 
 /// An executor's answer: success, its own error, or — for an error code
@@ -163,6 +179,18 @@ impl AttemptFailure {
                 ErrorCode::ExecutorFailed | ErrorCode::Unavailable => Health::Bad(Scope::Tool),
                 _ => Health::Good,
             },
+        }
+    }
+
+    /// The `reason` label of a retry after this failure.
+    pub(crate) fn reason(&self) -> &'static str {
+        match self {
+            AttemptFailure::NotSent(_) => "not_sent",
+            AttemptFailure::ConnectionLost(_) => "connection_lost",
+            AttemptFailure::Unavailable(_) => "unavailable",
+            AttemptFailure::Timeout => "timeout",
+            AttemptFailure::Broken(_) => "broken",
+            AttemptFailure::Reported(_) => "retryable_error",
         }
     }
 
