@@ -356,7 +356,7 @@ fn render(state: &AdminState) -> String {
         let _ = write!(
             out,
             "<form class=approval id=\"approval-{id}\" method=post action=/approvals/decide>\
-             <b>{id}</b> {summary}<input type=hidden name=id value=\"{id}\">\
+             <b>{id}</b> {summary}<br><input type=hidden name=id value=\"{id}\">\
              <input type=password name=token placeholder=\"approver token\"> <input name=reason placeholder=\"reason (deny)\">\
              <button name=decision value=approve>Approve</button> <button name=decision value=deny>Deny</button></form>",
             id = escape(&a.id),
