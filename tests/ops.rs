@@ -114,6 +114,13 @@ async fn metrics_count_known_traffic() {
     );
     assert!(!node.contains("call_id"), "no per-call labels");
 
+    let (status, state) = toolmesh_testkit::http(&node_admin, "GET", "/api/state", &[], "");
+    assert_eq!(status, 200, "{state}");
+    let state: serde_json::Value = serde_json::from_str(&state).unwrap();
+    assert_eq!(state["tools"].as_array().map(Vec::len), Some(4), "{state}");
+    assert_eq!(state["tools"][1]["name"], "acc_echo");
+    assert_eq!(state["tools"][1]["health"], "SERVING");
+
     let exec_metrics = scrape(&exec_admin);
     let expected = [
         (
@@ -245,6 +252,18 @@ async fn traces_cross_dispatcher_and_executor() {
     );
     let response = client.invoke(request).await.unwrap().into_inner();
     assert_eq!(code(&response), 0, "{}", message(&response));
+    let failing_trace = "0af7651916cd43dd8448eb211c80319c";
+    let mut request = tonic::Request::new(InvokeRequest {
+        tool: "acc_nope".into(),
+        ..Default::default()
+    });
+    request.metadata_mut().insert(
+        "traceparent",
+        format!("00-{failing_trace}-{caller_span}-01")
+            .parse()
+            .unwrap(),
+    );
+    client.invoke(request).await.unwrap();
 
     let hex = |id: &[u8]| id.iter().map(|b| format!("{b:02x}")).collect::<String>();
     let spans = eventually("three spans of the trace", Duration::from_secs(20), || {
@@ -303,6 +322,23 @@ async fn traces_cross_dispatcher_and_executor() {
     assert_eq!(
         attribute(&executed, "gen_ai.tool.name").as_deref(),
         Some("acc_echo")
+    );
+
+    let failed = eventually("the failed call's span", Duration::from_secs(20), || {
+        let found = collector
+            .spans
+            .lock()
+            .unwrap()
+            .iter()
+            .find(|(_, s)| hex(&s.trace_id) == failing_trace)
+            .map(|(_, s)| s.clone());
+        std::future::ready(found)
+    })
+    .await;
+    assert_eq!(failed.name, "execute_tool acc_nope");
+    assert_eq!(
+        attribute(&failed, "error.type").as_deref(),
+        Some("NOT_FOUND")
     );
 
     let record = eventually("the audit record", Duration::from_secs(10), || {
