@@ -58,6 +58,31 @@ pub(crate) enum LogFormat {
     Json,
 }
 
+impl Command {
+    /// The operations flags of a server command (none for client commands).
+    pub(crate) fn ops(&self) -> Option<&toolmesh_examples::OpsFlags> {
+        match self {
+            Command::Up(args) => Some(&args.serve.server.ops),
+            Command::Serve(args) | Command::Registry(args) => Some(&args.server.ops),
+            Command::Dispatcher(args) => Some(&args.server.ops),
+            Command::Example(args) => Some(&args.serve.ops),
+            _ => None,
+        }
+    }
+
+    /// The `service.name` this process exports traces as.
+    pub(crate) fn service_name(&self) -> String {
+        match self {
+            Command::Up(_) => "toolmesh-up".to_owned(),
+            Command::Serve(_) => "toolmesh-serve".to_owned(),
+            Command::Registry(_) => "toolmesh-registry".to_owned(),
+            Command::Dispatcher(_) => "toolmesh-dispatcher".to_owned(),
+            Command::Example(args) => format!("toolmesh-example-{}", args.name),
+            _ => "toolmesh-cli".to_owned(),
+        }
+    }
+}
+
 /// Every subcommand.
 #[derive(Debug, Subcommand)]
 pub(crate) enum Command {
@@ -196,6 +221,9 @@ pub(crate) struct ServerArgs {
     /// owners); without it that state lives in memory.
     #[arg(long, env = "TOOLMESH_DATA_DIR")]
     pub(crate) data_dir: Option<PathBuf>,
+    /// Metrics, admin page and traces.
+    #[command(flatten)]
+    pub(crate) ops: toolmesh_examples::OpsFlags,
 }
 
 impl ServerArgs {
@@ -212,6 +240,8 @@ impl ServerArgs {
             data_dir: self.data_dir.clone(),
             dev_executor_token: None,
             tls: tls.clone(),
+            admin_listen: self.ops.admin_listen.clone(),
+            otlp_endpoint: self.ops.otlp_endpoint.clone(),
         }
     }
 }

@@ -54,15 +54,6 @@ impl From<anyhow::Error> for Failure {
 /// start (it needs `unsafe`, which this library forbids).
 pub fn main(arm: toolmesh_procs::ArmParentDeath) -> ExitCode {
     let cli = Cli::parse();
-    let serving = matches!(
-        cli.command,
-        Command::Up(_)
-            | Command::Serve(_)
-            | Command::Registry(_)
-            | Command::Dispatcher(_)
-            | Command::Example(_)
-    );
-    logging::init(cli.log_format, if serving { "info" } else { "warn" });
     let tls = match toolmesh::grpc::Tls::from_files(&cli.tls.files()) {
         Ok(tls) => tls,
         Err(e) => {
@@ -86,7 +77,25 @@ pub fn main(arm: toolmesh_procs::ArmParentDeath) -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    match runtime.block_on(run(cli.command, &tls, arm)) {
+    let otlp = cli.command.ops().and_then(|ops| ops.otlp_endpoint.clone());
+    let logged = {
+        // The trace exporter's channel lives on the runtime.
+        let _runtime = runtime.enter();
+        let service = cli.command.service_name();
+        logging::init(
+            cli.log_format,
+            &service,
+            cli.command.ops().is_some(),
+            otlp.as_deref(),
+        )
+    };
+    if let Err(e) = logged {
+        eprintln!("error: {e}");
+        return ExitCode::from(64);
+    }
+    let outcome = runtime.block_on(run(cli.command, &tls, arm));
+    toolmesh_telemetry::trace::flush();
+    match outcome {
         Ok(()) => ExitCode::SUCCESS,
         Err(failure) => {
             eprintln!("error: {failure}");

@@ -1,21 +1,31 @@
 //! One tracing setup for every command: filter from TOOLMESH_LOG (or
-//! RUST_LOG), text or JSON lines on stderr.
+//! RUST_LOG), text or JSON lines on stderr, and, with an OTLP endpoint,
+//! spans exported to it.
 
 use crate::args::LogFormat;
-use tracing_subscriber::EnvFilter;
+use tracing_subscriber::{EnvFilter, Layer};
 
-/// Installs the global subscriber; `default` is the filter when no env var is set.
-pub(crate) fn init(format: LogFormat, default: &str) {
+/// Installs the global subscriber of `service`: `serving` commands log at info by
+/// default, client commands at warn; `otlp` exports traces there. Call
+/// within the runtime (the exporter's channel lives on it).
+pub(crate) fn init(
+    format: LogFormat,
+    service: &str,
+    serving: bool,
+    otlp: Option<&str>,
+) -> Result<(), toolmesh_telemetry::trace::TraceError> {
+    let default = if serving { "info" } else { "warn" };
     let filter = std::env::var("TOOLMESH_LOG")
         .ok()
         .or_else(|| std::env::var("RUST_LOG").ok())
         .and_then(|f| EnvFilter::try_new(f).ok())
-        .unwrap_or_else(|| EnvFilter::new(default));
-    let builder = tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr);
-    let _ = match format {
-        LogFormat::Json => builder.json().try_init(),
-        LogFormat::Text => builder.compact().try_init(),
+        .unwrap_or_else(|| EnvFilter::new(default))
+        .add_directive(toolmesh_telemetry::trace::log_directive());
+    let logs = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
+    let logs = match format {
+        LogFormat::Json => logs.json().with_filter(filter).boxed(),
+        LogFormat::Text => logs.compact().with_filter(filter).boxed(),
     };
+    toolmesh_telemetry::trace::install(logs, service, otlp.filter(|_| serving))?;
+    Ok(())
 }

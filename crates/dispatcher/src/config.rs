@@ -29,6 +29,8 @@ pub struct DispatcherConfig {
     pub snapshot_history: usize,
     /// TLS of the channels to executors.
     pub tls: toolmesh::grpc::Tls,
+    /// Where the dispatcher's metrics are registered (the process' registry).
+    pub metrics: toolmesh_telemetry::MetricsRegistry,
 }
 
 impl Default for DispatcherConfig {
@@ -46,6 +48,7 @@ impl Default for DispatcherConfig {
             max_ejection: Duration::from_secs(300),
             snapshot_history: 64,
             tls: toolmesh::grpc::Tls::none(),
+            metrics: toolmesh_telemetry::MetricsRegistry::default(),
         }
     }
 }

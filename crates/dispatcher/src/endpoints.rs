@@ -225,6 +225,22 @@ impl Endpoints {
         self.now_ms() < endpoint.ejected_until(tool)
     }
 
+    /// Endpoints ejected now, as an instance or for some tool on them.
+    pub(crate) fn ejected_now(&self) -> usize {
+        let now = self.now_ms();
+        self.map
+            .iter()
+            .filter(|e| {
+                e.host.ejected_until() > now || e.tools.iter().any(|t| t.ejected_until() > now)
+            })
+            .count()
+    }
+
+    /// Calls in flight to `address` (0 when never called).
+    pub(crate) fn in_flight(&self, address: &str) -> u32 {
+        self.map.get(address).map_or(0, |e| e.in_flight())
+    }
+
     /// Time left of an ejection of `address` for `tool`, if ejected.
     pub(crate) fn ejection_left(&self, address: &str, tool: &str) -> Option<Duration> {
         let endpoint = self.map.get(address).map(|e| e.clone())?;

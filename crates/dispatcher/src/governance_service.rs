@@ -101,7 +101,6 @@ impl governance_server::Governance for GovernanceService {
         let who = self.dispatcher.caller(&request)?;
         let ticket = self
             .dispatcher
-            .governance()
             .decide_approval(&who, &request.get_ref().id, None)
             .map_err(Refusal::from)?;
         Ok(Response::new(ApprovalResponse {
@@ -122,7 +121,6 @@ impl governance_server::Governance for GovernanceService {
         };
         let ticket = self
             .dispatcher
-            .governance()
             .decide_approval(&who, &request.id, Some(reason))
             .map_err(Refusal::from)?;
         Ok(Response::new(ApprovalResponse {

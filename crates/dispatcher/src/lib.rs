@@ -11,6 +11,7 @@ mod error;
 mod follow;
 mod governance_service;
 mod list;
+mod metrics;
 mod refusal;
 mod route;
 mod service;
@@ -26,6 +27,7 @@ pub use toolmesh_governance::{Governance, Principal};
 
 use call::{Attempts, Pipeline};
 use endpoints::{EjectionPolicy, Endpoints};
+use metrics::Metrics;
 use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
@@ -39,7 +41,21 @@ use toolmesh::pb::{
     dispatcher_server::DispatcherServer, governance_server::GovernanceServer,
 };
 use toolmesh::{Snapshot, SnapshotHistory};
+use toolmesh_telemetry::trace::Context as TraceContext;
 use tower::retry::budget::TpsBudget;
+
+/// Runs `f` when dropped (counts a call out of flight however it ends).
+fn scopeguard(f: impl FnOnce()) -> impl Drop {
+    struct Guard<F: FnOnce()>(Option<F>);
+    impl<F: FnOnce()> Drop for Guard<F> {
+        fn drop(&mut self) {
+            if let Some(f) = self.0.take() {
+                f();
+            }
+        }
+    }
+    Guard(Some(f))
+}
 
 /// How often channels to endpoints no snapshot names are closed.
 const POOL_SWEEP: Duration = Duration::from_secs(10);
@@ -85,6 +101,8 @@ impl Dispatcher {
             })
             .with_tls(config.tls.clone()),
         );
+        let metrics = Arc::new(Metrics::new(&config.metrics, pool.clone()));
+        metrics.snapshot_installed(snapshots.current().version());
         let changed = Arc::new(Notify::new());
         let ejections = Arc::new(Notify::new());
         let stop = CancellationToken::new();
@@ -101,6 +119,7 @@ impl Dispatcher {
             snapshots.clone(),
             pool.clone(),
             changed,
+            metrics.clone(),
             stop.clone(),
         ));
         let pipeline = Pipeline {
@@ -114,10 +133,12 @@ impl Dispatcher {
                     config.retry_budget_ratio,
                 ),
                 ejections,
+                metrics: metrics.clone(),
                 max_in_flight_per_instance: config.max_in_flight_per_instance,
                 min_attempt: config.min_attempt_budget,
             },
             max_argument_bytes: config.max_argument_bytes,
+            metrics,
         };
         Dispatcher {
             pipeline: Arc::new(pipeline),
@@ -181,16 +202,55 @@ impl Dispatcher {
         request: InvokeRequest,
         caller_timeout: Option<Duration>,
     ) -> Result<InvokeResponse, Refusal> {
+        self.invoke_traced(who, request, caller_timeout, TraceContext::new())
+            .await
+    }
+
+    /// [`invoke_as`](Self::invoke_as) continuing the caller's trace
+    /// (`parent`, from [`toolmesh_telemetry::trace::extract`]).
+    pub async fn invoke_traced(
+        &self,
+        who: &Principal,
+        request: InvokeRequest,
+        caller_timeout: Option<Duration>,
+        parent: TraceContext,
+    ) -> Result<InvokeResponse, Refusal> {
+        let metrics = &self.pipeline.metrics;
         let Ok(_permit) = self.admission.try_acquire() else {
+            metrics.shed.inc();
             return Err(Refusal::Overloaded {
                 limit: self.max_in_flight,
             });
         };
         let snapshot = self.pipeline.snapshots.get(request.snapshot_version)?;
+        metrics.in_flight.inc();
+        let _in_flight = scopeguard(|| {
+            metrics.in_flight.dec();
+        });
         Ok(self
             .pipeline
-            .run(snapshot, who, request, caller_timeout)
+            .run(snapshot, who, request, caller_timeout, parent)
             .await)
+    }
+
+    /// Approves (`deny` = None) or denies an approval as `approver`: the
+    /// same check and audit as the CLI's `approve`/`deny`, counted.
+    pub fn decide_approval(
+        &self,
+        approver: &Principal,
+        id: &str,
+        deny: Option<&str>,
+    ) -> Result<toolmesh_governance::ApprovalTicket, toolmesh_governance::ApprovalError> {
+        let ticket = self.governance().decide_approval(approver, id, deny)?;
+        self.pipeline.metrics.decided(deny.is_some());
+        Ok(ticket)
+    }
+
+    /// Calls in flight to the executor at `address`, and how long it stays
+    /// ejected for `tool` (None: in rotation).
+    pub fn instance_state(&self, address: &str, tool: &str) -> (u32, Option<Duration>) {
+        let pool = &self.pipeline.attempts.pool;
+        (pool.in_flight(address), pool.ejection_left(address, tool))
     }
 
     /// [`invoke_as`](Self::invoke_as) the anonymous caller.
@@ -253,12 +313,14 @@ async fn follow_updates(
     snapshots: Arc<SnapshotHistory>,
     pool: Arc<Endpoints>,
     changed: Arc<Notify>,
+    metrics: Arc<Metrics>,
     stop: CancellationToken,
 ) {
     let mut swept = Instant::now();
     while let Some(Ok(())) = stop.run_until_cancelled(updates.changed()).await {
         let snapshot = updates.borrow_and_update().clone();
         snapshots.install(snapshot.clone());
+        metrics.snapshot_installed(snapshot.version());
         changed.notify_one();
         if swept.elapsed() >= POOL_SWEEP {
             swept = Instant::now();

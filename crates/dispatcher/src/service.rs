@@ -37,9 +37,10 @@ impl dispatcher_server::Dispatcher for DispatcherService {
     ) -> Result<Response<InvokeResponse>, Status> {
         let timeout = toolmesh::grpc::request_timeout(request.metadata());
         let who = self.dispatcher.caller(&request)?;
+        let parent = toolmesh_telemetry::trace::extract(request.metadata());
         let response = self
             .dispatcher
-            .invoke_as(&who, request.into_inner(), timeout)
+            .invoke_traced(&who, request.into_inner(), timeout, parent)
             .await?;
         Ok(Response::new(response))
     }

@@ -34,6 +34,21 @@ pub struct ServeFlags {
     /// Registration token (binds the executor to its owner).
     #[arg(long, env = "TOOLMESH_TOKEN")]
     pub token: Option<String>,
+    /// Metrics and traces.
+    #[command(flatten)]
+    pub ops: OpsFlags,
+}
+
+/// Operations flags of every process, server or executor: metrics, the
+/// admin page, traces.
+#[derive(Debug, Clone, Default, clap::Args)]
+pub struct OpsFlags {
+    /// Serve /metrics (Prometheus) and the admin page on this address.
+    #[arg(long, env = "TOOLMESH_ADMIN_LISTEN")]
+    pub admin_listen: Option<String>,
+    /// Export traces to this OTLP collector (gRPC), e.g. http://127.0.0.1:4317.
+    #[arg(long, env = "OTEL_EXPORTER_OTLP_ENDPOINT")]
+    pub otlp_endpoint: Option<String>,
 }
 
 /// A flag whose value is not a usable address.
@@ -65,6 +80,8 @@ impl ServeFlags {
             grace: Duration::from_millis(self.grace_ms),
             token: self.token.clone(),
             tls,
+            admin_listen: self.ops.admin_listen.clone(),
+            otlp_endpoint: self.ops.otlp_endpoint.clone(),
         })
     }
 }

@@ -22,7 +22,7 @@ mod flags;
 pub mod knowledge;
 pub mod support;
 
-pub use flags::{BadFlag, ServeFlags};
+pub use flags::{BadFlag, OpsFlags, ServeFlags};
 use std::future::Future;
 use std::path::PathBuf;
 use toolmesh_executor::{Executor, ExecutorError, ServeOptions};
@@ -68,6 +68,9 @@ pub async fn serve(
     );
     if let Some(addr) = bound.health_addr() {
         println!("toolmesh example {name} health checks on {addr}");
+    }
+    if let Some(admin) = bound.admin_addr() {
+        println!("toolmesh admin listening on http://{admin}");
     }
     bound.run(shutdown).await
 }

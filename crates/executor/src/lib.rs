@@ -60,6 +60,7 @@ mod context;
 mod dispatcher_only;
 mod erased;
 mod lease;
+mod metrics;
 mod server;
 mod tool;
 
@@ -144,6 +145,12 @@ pub enum ExecutorError {
     /// The server task ended abnormally.
     #[error("gRPC server task ended abnormally: {0}")]
     ServerTask(String),
+    /// The admin listener (`/metrics`) could not start.
+    #[error(transparent)]
+    Admin(#[from] toolmesh_telemetry::AdminError),
+    /// Traces could not be exported as asked.
+    #[error(transparent)]
+    Trace(#[from] toolmesh_telemetry::trace::TraceError),
 }
 
 /// A set of tools owned by one service, ready to be bound and served.
@@ -215,6 +222,8 @@ impl Executor {
             tools: Arc::clone(&self.tools),
             executor_id: format!("{}-local", self.service),
             stop: self.local_stop.clone(),
+            // In-process calls are not served calls: counted nowhere.
+            metrics: metrics::Metrics::new(&Default::default(), []),
         };
         core.execute(request, None).await
     }
@@ -286,6 +295,23 @@ impl Executor {
             let id = uuid::Uuid::new_v4().simple().to_string();
             format!("{}-{}", self.service, &id[..8])
         });
+        let registry_metrics = toolmesh_telemetry::MetricsRegistry::default();
+        let metrics = metrics::Metrics::new(
+            &registry_metrics,
+            specs.iter().map(|s| (s.name.as_str(), s.version.as_str())),
+        );
+        toolmesh_telemetry::trace::install_default(&self.service, opts.otlp_endpoint.as_deref())?;
+        let admin = match &opts.admin_listen {
+            Some(listen) => Some(
+                toolmesh_telemetry::AdminServer::start(
+                    listen,
+                    registry_metrics,
+                    Default::default(),
+                )
+                .await?,
+            ),
+            None => None,
+        };
         let health = HealthReporter::new();
         for name in ["", EXECUTOR_HEALTH_SERVICE] {
             health
@@ -305,7 +331,9 @@ impl Executor {
                 tools: self.tools,
                 executor_id,
                 stop: CancellationToken::new(),
+                metrics,
             }),
+            admin,
             service: self.service,
             specs,
             listener,
@@ -358,6 +386,13 @@ pub struct ServeOptions {
     pub token: Option<String>,
     /// TLS of this executor's server and of its channel to the registry.
     pub tls: toolmesh::grpc::Tls,
+    /// Serve `/metrics` on this `host:port` (`--admin-listen`); `None` serves none.
+    pub admin_listen: Option<String>,
+    /// Export traces to this OTLP collector (`--otlp-endpoint`, else
+    /// `OTEL_EXPORTER_OTLP_ENDPOINT`). When the process has no global
+    /// tracing subscriber yet, the SDK installs one that exports; a host
+    /// that installs its own adds [`toolmesh_telemetry::trace::layer`].
+    pub otlp_endpoint: Option<String>,
 }
 
 impl Default for ServeOptions {
@@ -372,6 +407,8 @@ impl Default for ServeOptions {
             grace: Duration::from_secs(10),
             token: None,
             tls: toolmesh::grpc::Tls::none(),
+            admin_listen: None,
+            otlp_endpoint: None,
         }
     }
 }
@@ -393,6 +430,8 @@ pub struct BoundExecutor {
     specs: Vec<pb::ToolSpec>,
     listener: TcpListener,
     local_addr: SocketAddr,
+    /// The admin listener (`/metrics`), if asked for; stops with the executor.
+    admin: Option<toolmesh_telemetry::AdminServer>,
     endpoint: String,
     registry: Option<(String, Channel)>,
     health: HealthReporter,
@@ -424,6 +463,11 @@ impl BoundExecutor {
         &self.core.executor_id
     }
 
+    /// Where the admin listener (`/metrics`) listens, if asked for.
+    pub fn admin_addr(&self) -> Option<SocketAddr> {
+        self.admin.as_ref().map(|a| a.addr)
+    }
+
     /// The endpoint registered with the registry.
     pub fn endpoint(&self) -> &str {
         &self.endpoint
@@ -445,6 +489,7 @@ impl BoundExecutor {
             specs,
             listener,
             local_addr,
+            admin: _admin,
             endpoint,
             registry,
             health,

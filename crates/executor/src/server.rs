@@ -1,6 +1,7 @@
 //! The `toolmesh.v1.Executor` service: one call from request to `ToolResult`, with validation, deadline, cancellation and panic isolation.
 
 use crate::dispatcher_only::DispatcherOnly;
+use crate::metrics::Metrics;
 use crate::{
     CallCx,
     erased::{ErasedTool, Outcome},
@@ -13,13 +14,13 @@ use tokio_util::sync::CancellationToken;
 use tonic::{Request, Response, Status};
 use toolmesh::grpc::{Bound, call_budget};
 use toolmesh::{
-    ToolDef, ToolErrorExt,
+    ErrorCodeExt, ToolDef, ToolErrorExt,
     pb::{self, ErrorCode, ExecuteRequest, ExecuteResponse, ToolError, ToolResult},
     schema,
     spec::SpecError,
     suggest,
 };
-use tracing::{debug, error};
+use tracing::{Instrument, debug, error};
 
 /// How long a call that was cancelled (deadline passed, caller gone) may
 /// keep running to notice [`CallCx::cancelled`] and clean up before its task
@@ -46,6 +47,7 @@ pub(crate) struct Core {
     pub(crate) tools: Arc<Tools>,
     pub(crate) executor_id: String,
     pub(crate) stop: CancellationToken,
+    pub(crate) metrics: Metrics,
 }
 
 impl Core {
@@ -113,6 +115,7 @@ impl Core {
         // Dropped with this future: if the caller goes away, or the deadline
         // passes, the call is cancelled and its task reaped.
         let mut guard = CancelOnDrop {
+            cancellations: self.metrics.cancellations.clone(),
             token,
             task: Some(task.abort_handle()),
         };
@@ -139,6 +142,7 @@ impl Core {
                 format!("arguments for {} could not be read: {message}", def.name()),
             ),
             Err(e) if e.is_panic() => {
+                self.metrics.panics.inc();
                 let text = panic_text(e.into_panic());
                 error!(tool = def.name(), panic = %text, "tool panicked; the executor keeps serving");
                 // A panic tends to repeat for the same input: not retryable.
@@ -238,6 +242,7 @@ fn panic_text(payload: Box<dyn Any + Send>) -> String {
 
 /// Cancels a call and reaps its task unless disarmed first.
 struct CancelOnDrop {
+    cancellations: prometheus_client::metrics::counter::Counter,
     token: CancellationToken,
     task: Option<AbortHandle>,
 }
@@ -253,6 +258,7 @@ impl Drop for CancelOnDrop {
         let Some(task) = self.task.take() else {
             return;
         };
+        self.cancellations.inc();
         self.token.cancel();
         if task.is_finished() {
             return;
@@ -303,12 +309,58 @@ impl pb::executor_server::Executor for ExecuteService {
             // Time already spent since arrival is gone from the budget.
             timeout.saturating_sub(arrived.map_or(Duration::ZERO, |at| at.elapsed()))
         });
-        let result = self
-            .core
+        let span = execute_span(&request);
+        let core = &self.core;
+        let tool = request.get_ref().tool.clone();
+        core.metrics.in_flight.inc();
+        let started = Instant::now();
+        let _in_flight = InFlight(&core.metrics);
+        let result = core
             .execute(request.into_inner(), caller_timeout)
+            .instrument(span.clone())
             .await;
+        let code = result.error.as_ref().map_or(ErrorCode::Unspecified, |e| {
+            ErrorCode::try_from(e.code).unwrap_or(ErrorCode::ExecutorFailed)
+        });
+        core.metrics
+            .executed(&tool, code, started.elapsed().as_secs_f64());
+        if code != ErrorCode::Unspecified && !span.is_disabled() {
+            span.record("error.type", code.short_name());
+            span.record("otel.status_code", "ERROR");
+        }
         Ok(Response::new(ExecuteResponse {
             result: Some(result),
         }))
     }
+}
+
+/// Counts an execution out of flight however it ends (the caller may go away).
+struct InFlight<'a>(&'a Metrics);
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.0.in_flight.dec();
+    }
+}
+
+/// The executor's `execute_tool {tool}` span, continuing the dispatcher's
+/// attempt span from the request's `traceparent` (disabled, and so nearly
+/// free, unless traces are exported).
+fn execute_span(request: &Request<ExecuteRequest>) -> tracing::Span {
+    let call = request.get_ref();
+    let span = tracing::info_span!(
+        target: toolmesh_telemetry::trace::TARGET,
+        "execute_tool",
+        "otel.name" = format!("execute_tool {}", call.tool),
+        "otel.kind" = "server",
+        "otel.status_code" = tracing::field::Empty,
+        "gen_ai.operation.name" = "execute_tool",
+        "gen_ai.tool.name" = call.tool.as_str(),
+        "gen_ai.tool.call.id" = call.call_id.as_str(),
+        "error.type" = tracing::field::Empty,
+        "toolmesh.attempt" = call.attempt,
+    );
+    let parent = toolmesh_telemetry::trace::extract(request.metadata());
+    toolmesh_telemetry::trace::set_parent(&span, parent);
+    span
 }

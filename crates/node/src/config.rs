@@ -64,6 +64,12 @@ pub struct NodeConfig {
     /// TLS of the node's server and of its channels (to executors, and to
     /// the registry a dispatcher follows).
     pub tls: toolmesh::grpc::Tls,
+    /// Serve `/metrics` and the admin page on this `host:port`
+    /// (`--admin-listen`); `None` serves neither.
+    pub admin_listen: Option<String>,
+    /// Export traces to this OTLP collector (`--otlp-endpoint`, else
+    /// `OTEL_EXPORTER_OTLP_ENDPOINT`); `None` exports none.
+    pub otlp_endpoint: Option<String>,
 }
 
 impl Default for NodeConfig {
@@ -79,6 +85,8 @@ impl Default for NodeConfig {
             data_dir: None,
             dev_executor_token: None,
             tls: toolmesh::grpc::Tls::none(),
+            admin_listen: None,
+            otlp_endpoint: None,
         }
     }
 }

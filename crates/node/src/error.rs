@@ -52,6 +52,12 @@ pub enum NodeError {
     /// The server failed while serving.
     #[error("server failed: {0}")]
     Serve(tonic::transport::Error),
+    /// The admin listener could not start.
+    #[error(transparent)]
+    Admin(#[from] toolmesh_telemetry::AdminError),
+    /// Traces could not be exported as asked.
+    #[error(transparent)]
+    Trace(#[from] toolmesh_telemetry::trace::TraceError),
     /// The server task panicked or was cancelled.
     #[error("server task failed: {0}")]
     Task(#[from] tokio::task::JoinError),

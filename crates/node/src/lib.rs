@@ -5,11 +5,13 @@
 //! flags into a [`NodeConfig`]; tests and the bench call the same functions.
 #![forbid(unsafe_code)]
 
+mod admin;
 mod config;
 mod error;
 mod governance;
 mod server;
 
+pub use admin::{AdminState, ApprovalView, InstanceView, ToolView};
 pub use config::{NodeConfig, Role};
 pub use error::NodeError;
 pub use governance::{PolicyGate, PolicySetup, audit_sink, load_policy};

@@ -12,6 +12,7 @@ use toolmesh::Snapshot;
 use toolmesh::grpc::{DISPATCHER_HEALTH_SERVICE, HealthOnly, REGISTRY_HEALTH_SERVICE};
 use toolmesh_dispatcher::{Dispatcher, DispatcherConfig, Governance, follow_registry};
 use toolmesh_registry::{Registry, RegistryConfig};
+use toolmesh_telemetry::{AdminServer, MetricsRegistry};
 
 /// A node that is up.
 pub struct Running {
@@ -19,6 +20,10 @@ pub struct Running {
     pub addr: SocketAddr,
     /// The dispatcher half, if this process runs one.
     pub dispatcher: Option<Dispatcher>,
+    /// The admin listener (`/metrics`, admin page), if asked for.
+    pub admin: Option<AdminServer>,
+    /// Stops the admin page's background task.
+    _admin_task: tokio_util::sync::DropGuard,
     health: HealthReporter,
     health_only: Option<HealthOnly>,
     _policy: PolicySetup,
@@ -38,6 +43,9 @@ impl Running {
         self.health
             .set_service_status("", ServingStatus::NotServing)
             .await;
+        if let Some(admin) = self.admin {
+            admin.stop().await;
+        }
         let _ = self.stop.send(());
         // The health-only listener (dropped last) keeps answering NOT_SERVING
         // to probes while the calls drain.
@@ -58,6 +66,8 @@ impl Running {
 /// Binds and starts the servers for `role`.
 pub async fn start(role: Role, config: &NodeConfig) -> Result<Running, NodeError> {
     let policy = load_policy(config)?;
+    toolmesh_telemetry::trace::install_default(role.label(), config.otlp_endpoint.as_deref())?;
+    let metrics = MetricsRegistry::default();
     let addr = toolmesh::grpc::listen_address(&config.listen)?;
     let listener = TcpListener::bind(addr)
         .await
@@ -72,6 +82,7 @@ pub async fn start(role: Role, config: &NodeConfig) -> Result<Running, NodeError
                 default_ttl: *default_ttl,
                 data_dir: config.data_dir.clone(),
                 tls: config.tls.clone(),
+                metrics: metrics.clone(),
                 ..RegistryConfig::default()
             };
             if registry_config.data_dir.is_none() {
@@ -91,12 +102,19 @@ pub async fn start(role: Role, config: &NodeConfig) -> Result<Running, NodeError
         }
         _ => None,
     };
+    let admin_stop = tokio_util::sync::CancellationToken::new();
+    let page_snapshots = match (&registry, &snapshots) {
+        (_, Some(snapshots)) => snapshots.clone(),
+        (Some(registry), None) => registry.subscribe(),
+        (None, None) => tokio::sync::watch::channel(Arc::new(Snapshot::empty(""))).1,
+    };
     let dispatcher = match snapshots {
         Some(snapshots) => Some(Dispatcher::with_governance(
             DispatcherConfig {
                 max_in_flight: config.max_in_flight,
                 snapshot_history: config.snapshot_history,
                 tls: config.tls.clone(),
+                metrics: metrics.clone(),
                 ..DispatcherConfig::default()
             },
             snapshots,
@@ -126,6 +144,13 @@ pub async fn start(role: Role, config: &NodeConfig) -> Result<Running, NodeError
         }
         None => None,
     };
+    let admin = match &config.admin_listen {
+        Some(listen) => {
+            let page = crate::admin::routes(page_snapshots, dispatcher.clone(), admin_stop.clone());
+            Some(AdminServer::start(listen, metrics, page).await?)
+        }
+        None => None,
+    };
     let router = toolmesh::grpc::server_builder(&config.tls)
         .map_err(NodeError::Tls)?
         .add_service(health_service)
@@ -144,6 +169,8 @@ pub async fn start(role: Role, config: &NodeConfig) -> Result<Running, NodeError
     Ok(Running {
         addr,
         dispatcher,
+        admin,
+        _admin_task: admin_stop.drop_guard(),
         health,
         health_only,
         _policy: policy,
@@ -165,7 +192,12 @@ pub async fn run(
     if let Some(addr) = running.health_addr() {
         println!("toolmesh {label} health checks on {addr}");
     }
+    if let Some(admin) = &running.admin {
+        println!("toolmesh admin listening on http://{}", admin.addr);
+    }
     shutdown.await;
     tracing::info!("shutting down: draining in-flight calls");
-    running.stop(config.grace).await
+    let stopped = running.stop(config.grace).await;
+    toolmesh_telemetry::trace::flush();
+    stopped
 }

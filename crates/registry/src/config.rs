@@ -24,6 +24,8 @@ pub struct RegistryConfig {
     pub max_tools_per_executor: usize,
     /// TLS of the channels that watch executors' health.
     pub tls: toolmesh::grpc::Tls,
+    /// Where the registry's metrics are registered (the process' registry).
+    pub metrics: toolmesh_telemetry::MetricsRegistry,
 }
 
 impl Default for RegistryConfig {
@@ -37,6 +39,7 @@ impl Default for RegistryConfig {
             data_dir: None,
             max_tools_per_executor: 1024,
             tls: toolmesh::grpc::Tls::none(),
+            metrics: toolmesh_telemetry::MetricsRegistry::default(),
         }
     }
 }

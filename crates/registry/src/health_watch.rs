@@ -186,11 +186,19 @@ pub(crate) async fn watch(
     tls: toolmesh::grpc::Tls,
     token: CancellationToken,
     report: Report,
+    flap_holds: prometheus_client::metrics::counter::Counter,
 ) {
-    token.run_until_cancelled(run(endpoint, tls, report)).await;
+    token
+        .run_until_cancelled(run(endpoint, tls, report, flap_holds))
+        .await;
 }
 
-async fn run(endpoint: Arc<str>, tls: toolmesh::grpc::Tls, mut report: Report) {
+async fn run(
+    endpoint: Arc<str>,
+    tls: toolmesh::grpc::Tls,
+    mut report: Report,
+    flap_holds: prometheus_client::metrics::counter::Counter,
+) {
     let channel = match toolmesh::grpc::channel(&endpoint, &tls) {
         Ok(channel) => channel,
         Err(error) => {
@@ -205,6 +213,7 @@ async fn run(endpoint: Arc<str>, tls: toolmesh::grpc::Tls, mut report: Report) {
         Some(Change::Unhealthy) => report(false, reason),
         Some(Change::Healthy) => report(true, reason),
         Some(Change::HeldOut(hold)) => {
+            flap_holds.inc();
             warn!(%endpoint, hold_ms = hold.as_millis() as u64, "executor is flapping; held out of rotation");
         }
         None => {}

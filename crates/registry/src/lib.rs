@@ -9,6 +9,7 @@ mod error;
 mod gate;
 mod health_watch;
 mod leases;
+mod metrics;
 mod registry;
 mod service;
 mod state;

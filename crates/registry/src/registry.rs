@@ -7,6 +7,7 @@ use crate::durable::Durable;
 use crate::error::RegistryError;
 use crate::gate::{Gate, OpenGate};
 use crate::health_watch;
+use crate::metrics::Metrics;
 use crate::state::{Executor, Registration, State};
 use crate::store::Store;
 use crate::txn::{Key, key_of, label};
@@ -36,7 +37,8 @@ struct Inner {
     gate: Arc<dyn Gate>,
     /// The single writer lock; readers never take it.
     state: Mutex<State>,
-    store: Store,
+    store: Arc<Store>,
+    metrics: Metrics,
     /// Wakes the reaper when an earlier deadline may exist.
     reaper: Arc<Notify>,
     /// Cancelled when the last handle goes: stops the reaper and every watch.
@@ -90,8 +92,11 @@ impl Registry {
         let durable = Durable::open(config.data_dir.as_deref())?;
         let runtime = Handle::current();
         let epoch = uuid::Uuid::new_v4().to_string();
+        let store = Arc::new(Store::new(Snapshot::empty(epoch), config.history));
+        let metrics = Metrics::new(&config.metrics, Arc::downgrade(&store));
         let inner = Arc::new(Inner {
-            store: Store::new(Snapshot::empty(epoch), config.history),
+            store,
+            metrics,
             config,
             gate,
             state: Mutex::new(State::with_durable(durable)),
@@ -192,6 +197,7 @@ impl Registry {
             let mut registered =
                 state.register(&base, registration, lease_id.clone(), Instant::now(), owner)?;
             let version = self.inner.publish(registered.snapshot.take(), &base);
+            self.inner.metrics.registrations.inc();
             (version, registered)
         };
         rejected.extend(registered.rejected);
@@ -316,6 +322,7 @@ impl Registry {
             self.inner.config.tls.clone(),
             token,
             report,
+            self.inner.metrics.flap_holds.clone(),
         ));
     }
 
@@ -345,6 +352,7 @@ impl Inner {
         let (snapshot, gone) = state.expire(&base, now);
         let version = self.publish(snapshot, &base);
         for executor in &gone {
+            self.metrics.lease_expiries.inc();
             executor.stop_watch();
             log_expiry(executor, version);
         }
@@ -357,6 +365,7 @@ impl Inner {
         if let Some((snapshot, executor)) = state.set_health(&base, executor_id, lease_id, healthy)
         {
             let version = self.store.publish(snapshot).version();
+            self.metrics.transition(healthy);
             warn!(
                 executor_id,
                 service = &*executor.service,

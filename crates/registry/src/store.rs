@@ -41,6 +41,11 @@ impl Store {
         snapshot
     }
 
+    /// Receivers subscribed now.
+    pub(crate) fn watchers(&self) -> usize {
+        self.sender.receiver_count()
+    }
+
     /// Snapshot `version`, or the newest for 0.
     pub(crate) fn get(&self, version: u64) -> Result<Arc<Snapshot>, NotHeld> {
         self.history.get(version)

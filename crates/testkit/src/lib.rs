@@ -118,3 +118,101 @@ where
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
+
+/// One plain HTTP/1.1 request to `addr` (`host:port`): `method path` with
+/// `headers` and `body`; the status code and body. Enough for the admin
+/// listener and a WebDriver; no client library needed.
+pub fn http(
+    addr: &str,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> (u16, String) {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(addr)
+        .unwrap_or_else(|e| panic!("cannot connect to {addr}: {e}"));
+    stream
+        .set_read_timeout(Some(Duration::from_secs(60)))
+        .expect("set a read timeout");
+    let mut request = format!(
+        "{method} {path} HTTP/1.1\r\nhost: {addr}\r\nconnection: close\r\ncontent-length: {}\r\n",
+        body.len()
+    );
+    for (name, value) in headers {
+        request.push_str(&format!("{name}: {value}\r\n"));
+    }
+    request.push_str("\r\n");
+    request.push_str(body);
+    stream
+        .write_all(request.as_bytes())
+        .unwrap_or_else(|e| panic!("cannot send to {addr}: {e}"));
+    // Read to the end of the message, not of the connection: some
+    // servers (chromedriver) keep it open despite `connection: close`.
+    let mut raw = Vec::new();
+    let mut buf = [0u8; 16 * 1024];
+    while !message_complete(&raw) {
+        match stream.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => raw.extend_from_slice(&buf[..n]),
+            Err(e) => panic!("cannot read from {addr}: {e}"),
+        }
+    }
+    let split = raw
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .unwrap_or(raw.len());
+    let head = String::from_utf8_lossy(&raw[..split]).to_string();
+    let body = raw.get(split + 4..).unwrap_or_default();
+    let status = head
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(|| panic!("no HTTP status from {addr}: {head}"));
+    let chunked = head
+        .to_ascii_lowercase()
+        .contains("transfer-encoding: chunked");
+    let body = if chunked {
+        dechunk(body)
+    } else {
+        body.to_vec()
+    };
+    (status, String::from_utf8_lossy(&body).into_owned())
+}
+
+/// Whether `raw` holds a whole HTTP/1.1 response (by content-length, or the
+/// last chunk); a response with neither ends with the connection.
+fn message_complete(raw: &[u8]) -> bool {
+    let Some(split) = raw.windows(4).position(|w| w == b"\r\n\r\n") else {
+        return false;
+    };
+    let head = String::from_utf8_lossy(&raw[..split]).to_ascii_lowercase();
+    let body = raw.len() - split - 4;
+    if let Some(length) = head
+        .lines()
+        .find_map(|l| l.strip_prefix("content-length:"))
+        .and_then(|v| v.trim().parse::<usize>().ok())
+    {
+        return body >= length;
+    }
+    head.contains("transfer-encoding: chunked") && raw.ends_with(b"0\r\n\r\n")
+}
+
+/// The payload of a chunked HTTP/1.1 body.
+fn dechunk(mut body: &[u8]) -> Vec<u8> {
+    let mut out = Vec::new();
+    while let Some(line_end) = body.windows(2).position(|w| w == b"\r\n") {
+        let size = std::str::from_utf8(&body[..line_end])
+            .ok()
+            .and_then(|s| usize::from_str_radix(s.trim(), 16).ok());
+        let rest = &body[line_end + 2..];
+        match size {
+            Some(size) if size > 0 && rest.len() >= size => {
+                out.extend_from_slice(&rest[..size]);
+                body = rest[size..].strip_prefix(b"\r\n").unwrap_or(&rest[size..]);
+            }
+            _ => break,
+        }
+    }
+    out
+}

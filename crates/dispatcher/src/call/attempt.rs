@@ -94,6 +94,7 @@ pub(crate) async fn send(
     execute: &ExecuteRequest,
     attempt: u32,
     budget: Duration,
+    span: &tracing::Span,
 ) -> Result<ToolResult, AttemptFailure> {
     let mut rpc = tonic::Request::new(ExecuteRequest {
         attempt,
@@ -105,6 +106,7 @@ pub(crate) async fn send(
         // reached us through the registry.
         toolmesh::grpc::set_bearer(rpc.metadata_mut(), &pick.instance.execute_token);
     }
+    toolmesh_telemetry::trace::inject(span, rpc.metadata_mut());
     let _in_flight = pick.endpoint.start_call();
     let mut client = ExecutorClient::new(pick.endpoint.channel())
         .max_decoding_message_size(MAX_CALL_MESSAGE_BYTES)
@@ -113,6 +115,20 @@ pub(crate) async fn send(
         Err(status) => Err(AttemptFailure::from_status(&status)),
         Ok(answer) => classify_answer(answer.into_inner().result.unwrap_or_default()),
     }
+}
+
+/// The span of attempt number `attempt`, a child of the call's span
+/// (disabled, and so nearly free, unless traces are exported).
+pub(crate) fn span(call: &tracing::Span, attempt: u32, executor: &str) -> tracing::Span {
+    tracing::info_span!(
+        target: toolmesh_telemetry::trace::TARGET,
+        parent: call,
+        "attempt",
+        "otel.name" = "execute_tool attempt",
+        "otel.kind" = "client",
+        "toolmesh.attempt" = attempt,
+        "toolmesh.executor" = executor,
+    )
 }
 
 /// An executor's answer: success, its own error, or — for an error code
@@ -168,6 +184,18 @@ impl AttemptFailure {
                 ErrorCode::ExecutorFailed | ErrorCode::Unavailable => Health::Bad(Scope::Tool),
                 _ => Health::Good,
             },
+        }
+    }
+
+    /// The `reason` label of a retry after this failure.
+    pub(crate) fn reason(&self) -> &'static str {
+        match self {
+            AttemptFailure::NotSent(_) => "not_sent",
+            AttemptFailure::ConnectionLost(_) => "connection_lost",
+            AttemptFailure::Unavailable(_) => "unavailable",
+            AttemptFailure::Timeout => "timeout",
+            AttemptFailure::Broken(_) => "broken",
+            AttemptFailure::Reported(_) => "retryable_error",
         }
     }
 

@@ -7,6 +7,7 @@ use super::retry::{self, AttemptState, Next};
 use super::{Outcome, Trail};
 use crate::endpoints::{Endpoints, Health};
 use crate::error::CallError;
+use crate::metrics::{Metrics, RetryLabels};
 use crate::route::{self, NoInstance, Pick};
 use std::sync::Arc;
 use std::time::Duration;
@@ -17,7 +18,7 @@ use toolmesh::grpc::{Bound, call_budget};
 use toolmesh::pb::InvokeRequest;
 use toolmesh_governance::Principal;
 use tower::retry::budget::{Budget, TpsBudget};
-use tracing::{debug, warn};
+use tracing::{Instrument, debug, warn};
 
 /// What every call's attempts share.
 pub(crate) struct Attempts {
@@ -26,6 +27,7 @@ pub(crate) struct Attempts {
     pub(crate) budget: TpsBudget,
     /// Woken when an instance is ejected, so tool health is recomputed.
     pub(crate) ejections: Arc<Notify>,
+    pub(crate) metrics: Arc<Metrics>,
     pub(crate) max_in_flight_per_instance: u32,
     /// No attempt starts with less than this left.
     pub(crate) min_attempt: Duration,
@@ -67,8 +69,12 @@ impl Attempts {
             let slice = policy
                 .attempt_timeout
                 .map_or(remaining, |t| t.min(remaining));
-            let sent = attempt::send(&pick, &execute, trail.attempts, slice);
-            let failure = match sent.await {
+            if let Some(handles) = &trail.metrics {
+                self.metrics.attempt(handles);
+            }
+            let span = attempt::span(&trail.span, trail.attempts, &trail.executor_id);
+            let sent = attempt::send(&pick, &execute, trail.attempts, slice, &span);
+            let failure = match sent.instrument(span.clone()).await {
                 Ok(result) => {
                     self.record(entry, &pick, Health::Good);
                     return Outcome::Answered(result);
@@ -85,11 +91,18 @@ impl Attempts {
             };
             match retry::decide(&policy, &state, &failure, rand::random()) {
                 Next::Retry { after } if self.budget.withdraw() => {
+                    self.metrics
+                        .retries
+                        .get_or_create(&RetryLabels {
+                            reason: failure.reason(),
+                        })
+                        .inc();
                     debug!(call_id = %trail.call_id, attempt = trail.attempts, ?failure, "attempt failed; retrying");
                     tokio::time::sleep(after).await;
                     last = Some(failure);
                 }
                 Next::Retry { .. } => {
+                    self.metrics.budget_exhausted.inc();
                     warn!(call_id = %trail.call_id, tool = def.name(), "retry budget exhausted; not retrying");
                     return outcome(failure, request, trail);
                 }
@@ -117,6 +130,7 @@ impl Attempts {
                 ?health,
                 "ejected after repeated failures (the instance, or this tool on it)"
             );
+            self.metrics.ejections.inc();
             self.ejections.notify_one();
         }
     }

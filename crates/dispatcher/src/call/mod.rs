@@ -14,6 +14,7 @@ mod validate;
 pub(crate) use attempts::Attempts;
 
 use crate::error::CallError;
+use crate::metrics::{Metrics, ToolHandles};
 use serde_json::Value;
 use std::sync::Arc;
 use std::time::Duration;
@@ -21,6 +22,9 @@ use tokio::time::Instant;
 use toolmesh::pb::{InvokeRequest, InvokeResponse, ToolResult};
 use toolmesh::{Snapshot, SnapshotHistory, ToolDef, ToolEntry};
 use toolmesh_governance::{Governance, Permit, Principal};
+use toolmesh_telemetry::trace::{self, Context as TraceContext, TARGET};
+use tracing::Instrument;
+use tracing::field::Empty;
 
 /// The call pipeline: what its stages share across calls.
 pub(crate) struct Pipeline {
@@ -30,6 +34,7 @@ pub(crate) struct Pipeline {
     pub(crate) attempts: Attempts,
     /// Largest `arguments` accepted, in bytes.
     pub(crate) max_argument_bytes: usize,
+    pub(crate) metrics: Arc<Metrics>,
 }
 
 /// How a call ended.
@@ -59,10 +64,14 @@ pub(crate) struct Trail {
     pub(crate) attempts: u32,
     /// The executor of the last attempt.
     pub(crate) executor_id: String,
+    /// The resolved tool version's metric handles, once resolved.
+    pub(crate) metrics: Option<Arc<ToolHandles>>,
+    /// The call's `execute_tool` span (disabled unless traces are exported).
+    pub(crate) span: tracing::Span,
 }
 
 impl Trail {
-    fn start(request: &InvokeRequest, snapshot_version: u64) -> Self {
+    fn start(request: &InvokeRequest, snapshot_version: u64, span: tracing::Span) -> Self {
         let call_id = if request.call_id.is_empty() {
             // From the thread-local generator: no system call per call.
             uuid::Builder::from_random_bytes(rand::random())
@@ -82,31 +91,48 @@ impl Trail {
             approval_id: (!request.approval_id.is_empty()).then(|| request.approval_id.clone()),
             attempts: 0,
             executor_id: String::new(),
+            metrics: None,
+            span,
         }
     }
 }
 
 impl Pipeline {
     /// Runs one call for `who` against `snapshot` (pinned or newest);
-    /// `caller_timeout` is the caller's deadline, if it sent one.
+    /// `caller_timeout` is the caller's deadline, if it sent one; the call's
+    /// span continues the caller's trace `parent`.
     pub(crate) async fn run(
         &self,
         snapshot: Arc<Snapshot>,
         who: &Principal,
-        request: InvokeRequest,
+        mut request: InvokeRequest,
         caller_timeout: Option<Duration>,
+        parent: TraceContext,
     ) -> InvokeResponse {
-        let mut trail = Trail::start(&request, snapshot.version());
+        let span = call_span(&request.tool, parent);
+        if let Some(trace_id) = trace::trace_id(&span) {
+            // Executors and the audit log name the trace the call is in.
+            request.context.get_or_insert_default().trace_id = trace_id;
+        }
+        let mut trail = Trail::start(&request, snapshot.version(), span.clone());
         let outcome = match self.check(&snapshot, who, &request, &mut trail) {
             Err(refused) => Outcome::Failed(refused),
             Ok((entry, _permit)) => {
                 let attempts = self
                     .attempts
                     .run(&entry, &request, who, caller_timeout, &mut trail);
-                attempts.await
+                attempts.instrument(span).await
             }
         };
-        observe::finish(&self.governance, &snapshot, who, &request, trail, outcome)
+        observe::finish(
+            &self.governance,
+            &self.metrics,
+            &snapshot,
+            who,
+            &request,
+            trail,
+            outcome,
+        )
     }
 
     /// Every check before anything is sent, in the order a model can act
@@ -123,6 +149,7 @@ impl Pipeline {
         let current = self.snapshots.current();
         let entry = resolve::tool(snapshot, &current, &policy, who, &request.tool)?;
         let def = trail.def.insert(entry.def.clone()).clone();
+        trail.metrics = Some(self.metrics.tool(&def));
         let grant = authorize::grant(&policy, who, &entry)?;
         trail.rule = Some(grant.rule);
         let arguments = validate::arguments(&def, &request.arguments, self.max_argument_bytes)?;
@@ -139,4 +166,27 @@ impl Pipeline {
         trail.tool_version = def.version().to_string();
         Ok((entry, permit))
     }
+}
+
+/// The `execute_tool {tool}` span of one call (OpenTelemetry GenAI
+/// conventions), child of the caller's trace; its fields are recorded in
+/// `observe`. Disabled, and so nearly free, unless traces are exported.
+fn call_span(tool: &str, parent: TraceContext) -> tracing::Span {
+    let span = tracing::info_span!(
+        target: TARGET,
+        "execute_tool",
+        "otel.name" = format!("execute_tool {tool}"),
+        "otel.kind" = "server",
+        "otel.status_code" = Empty,
+        "gen_ai.operation.name" = "execute_tool",
+        "gen_ai.tool.name" = tool,
+        "gen_ai.tool.call.id" = Empty,
+        "error.type" = Empty,
+        "toolmesh.tool.version" = Empty,
+        "toolmesh.snapshot" = Empty,
+        "toolmesh.attempts" = Empty,
+        "toolmesh.executor" = Empty,
+    );
+    trace::set_parent(&span, parent);
+    span
 }

@@ -3,8 +3,10 @@
 
 use super::{Outcome, Trail};
 use crate::error::CallError;
+use crate::metrics::Metrics;
+use toolmesh::pb::ErrorCode;
 use toolmesh::pb::{InvokeRequest, InvokeResponse, ToolResult, ToolSpec};
-use toolmesh::{Snapshot, ToolErrorExt};
+use toolmesh::{ErrorCodeExt, Snapshot, ToolErrorExt};
 use toolmesh_governance::audit::{AuditKind, AuditRecord, outcome_of};
 use toolmesh_governance::{Governance, Principal};
 use tracing::debug;
@@ -12,6 +14,7 @@ use tracing::debug;
 /// Finishes a call: the response the front door returns.
 pub(crate) fn finish(
     governance: &Governance,
+    metrics: &Metrics,
     snapshot: &Snapshot,
     who: &Principal,
     request: &InvokeRequest,
@@ -38,12 +41,18 @@ pub(crate) fn finish(
             .metadata
             .insert("toolmesh.deprecated".into(), def.spec().deprecated.clone());
     }
+    let code = result.error.as_ref().map_or(ErrorCode::Unspecified, |e| {
+        ErrorCode::try_from(e.code).unwrap_or(ErrorCode::ExecutorFailed)
+    });
+    let elapsed = trail.started.elapsed();
+    metrics.call(trail.metrics.as_deref(), code, elapsed.as_secs_f64());
+    record_span(&trail, code);
     debug!(
         call_id = %trail.call_id,
         tool = %request.tool,
         attempts = trail.attempts,
         code = result.error.as_ref().map_or(0, |e| e.code),
-        elapsed_us = trail.started.elapsed().as_micros() as u64,
+        elapsed_us = elapsed.as_micros() as u64,
         "invoke done"
     );
     governance.audit(|| audit_record(who, request, &trail, kind, &result));
@@ -54,6 +63,23 @@ pub(crate) fn finish(
         attempts: trail.attempts,
         executor_id: trail.executor_id,
         result: Some(result),
+    }
+}
+
+/// The call's span gets what the call became (a no-op when not exported).
+fn record_span(trail: &Trail, code: ErrorCode) {
+    let span = &trail.span;
+    if span.is_disabled() {
+        return;
+    }
+    span.record("gen_ai.tool.call.id", trail.call_id.as_str());
+    span.record("toolmesh.tool.version", trail.tool_version.as_str());
+    span.record("toolmesh.snapshot", trail.snapshot_version);
+    span.record("toolmesh.attempts", trail.attempts);
+    span.record("toolmesh.executor", trail.executor_id.as_str());
+    if code != ErrorCode::Unspecified {
+        span.record("error.type", code.short_name());
+        span.record("otel.status_code", "ERROR");
     }
 }
 

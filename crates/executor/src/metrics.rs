@@ -1,0 +1,105 @@
+//! The executor SDK's Prometheus metrics: executions, durations, calls in
+//! flight, cancellations and panics, with each tool's handles resolved
+//! once at start (the tools of an executor are fixed).
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::Histogram;
+use std::collections::BTreeMap;
+use toolmesh::ErrorCodeExt;
+use toolmesh::pb::ErrorCode;
+use toolmesh_telemetry::metrics::duration_histogram;
+use toolmesh_telemetry::{MetricsRegistry, ToolLabels};
+
+/// Labels of the executions counter.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct ExecutionLabels {
+    tool: String,
+    version: String,
+    code: &'static str,
+}
+
+/// Every executor metric.
+pub(crate) struct Metrics {
+    executions: Family<ExecutionLabels, Counter>,
+    tools: BTreeMap<String, (ToolLabels, Histogram)>,
+    pub(crate) in_flight: Gauge,
+    pub(crate) cancellations: Counter,
+    pub(crate) panics: Counter,
+}
+
+impl Metrics {
+    /// Registers the metrics of an executor serving `tools` (name, version).
+    pub(crate) fn new<'a>(
+        registry: &MetricsRegistry,
+        tools: impl IntoIterator<Item = (&'a str, &'a str)>,
+    ) -> Metrics {
+        let durations = Family::<ToolLabels, Histogram>::new_with_constructor(duration_histogram);
+        let tools = tools
+            .into_iter()
+            .map(|(tool, version)| {
+                let labels = ToolLabels {
+                    tool: tool.to_owned(),
+                    version: version.to_owned(),
+                };
+                let histogram = durations.get_or_create_owned(&labels);
+                (tool.to_owned(), (labels, histogram))
+            })
+            .collect();
+        let metrics = Metrics {
+            executions: Family::default(),
+            tools,
+            in_flight: Gauge::default(),
+            cancellations: Counter::default(),
+            panics: Counter::default(),
+        };
+        let r = registry;
+        r.register(
+            "executor_executions",
+            "Executions by tool, version and outcome code.",
+            metrics.executions.clone(),
+        );
+        r.register(
+            "executor_execution_duration_seconds",
+            "Execution duration.",
+            durations,
+        );
+        r.register(
+            "executor_in_flight",
+            "Executions in flight.",
+            metrics.in_flight.clone(),
+        );
+        r.register(
+            "executor_cancellations",
+            "Executions cancelled (deadline passed or caller gone).",
+            metrics.cancellations.clone(),
+        );
+        r.register(
+            "executor_panics",
+            "Executions whose tool panicked.",
+            metrics.panics.clone(),
+        );
+        metrics
+    }
+
+    /// Counts a finished execution of `tool` (unknown names are not labels).
+    pub(crate) fn executed(&self, tool: &str, code: ErrorCode, seconds: f64) {
+        let Some((labels, duration)) = self.tools.get(tool) else {
+            return;
+        };
+        duration.observe(seconds);
+        let code = match code {
+            ErrorCode::Unspecified => "OK",
+            other => other.short_name(),
+        };
+        self.executions
+            .get_or_create(&ExecutionLabels {
+                tool: labels.tool.clone(),
+                version: labels.version.clone(),
+                code,
+            })
+            .inc();
+    }
+}

@@ -1,0 +1,117 @@
+//! The registry's Prometheus metrics: events counted as they happen,
+//! snapshot facts read from the store at scrape time.
+
+use crate::store::Store;
+use prometheus_client::collector::Collector;
+use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::ConstGauge;
+use std::sync::Weak;
+use toolmesh_telemetry::MetricsRegistry;
+
+/// Labels of the health transitions counter.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct TransitionLabels {
+    /// `healthy` or `unhealthy`.
+    pub(crate) to: &'static str,
+}
+
+/// Every registry event metric.
+#[derive(Debug, Default)]
+pub(crate) struct Metrics {
+    pub(crate) registrations: Counter,
+    pub(crate) lease_expiries: Counter,
+    pub(crate) health_transitions: Family<TransitionLabels, Counter>,
+    pub(crate) flap_holds: Counter,
+}
+
+impl Metrics {
+    /// Registers the registry's metrics; `store` is read at scrape time.
+    pub(crate) fn new(registry: &MetricsRegistry, store: Weak<Store>) -> Metrics {
+        let metrics = Metrics::default();
+        let r = registry;
+        r.register(
+            "registry_registrations",
+            "Executor registrations accepted.",
+            metrics.registrations.clone(),
+        );
+        r.register(
+            "registry_lease_expiries",
+            "Executor leases that expired.",
+            metrics.lease_expiries.clone(),
+        );
+        r.register(
+            "registry_health_transitions",
+            "Executor health changes, by new state.",
+            metrics.health_transitions.clone(),
+        );
+        r.register(
+            "registry_flap_holds",
+            "Recoveries held out of rotation because the executor flaps.",
+            metrics.flap_holds.clone(),
+        );
+        r.register_collector(Snapshot { store });
+        metrics
+    }
+
+    /// Counts a health change to `healthy` or not.
+    pub(crate) fn transition(&self, healthy: bool) {
+        let to = if healthy { "healthy" } else { "unhealthy" };
+        self.health_transitions
+            .get_or_create(&TransitionLabels { to })
+            .inc();
+    }
+}
+
+/// Scrape-time facts of the newest snapshot.
+struct Snapshot {
+    store: Weak<Store>,
+}
+
+impl std::fmt::Debug for Snapshot {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("registry snapshot collector")
+    }
+}
+
+impl Collector for Snapshot {
+    fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> Result<(), std::fmt::Error> {
+        let Some(store) = self.store.upgrade() else {
+            return Ok(());
+        };
+        let snapshot = store.current();
+        let exposed = snapshot.entries().filter(|e| e.exposed());
+        let (tools, instances) = exposed.fold((0i64, 0i64), |(t, i), e| {
+            (t + 1, i + e.healthy_instances().count() as i64)
+        });
+        let gauges = [
+            (
+                "toolmesh_registry_snapshot_version",
+                "Version of the newest snapshot.",
+                i64::try_from(snapshot.version()).unwrap_or(i64::MAX),
+            ),
+            (
+                "toolmesh_registry_tools_exposed",
+                "Tool versions exposed (enabled, some instance healthy).",
+                tools,
+            ),
+            (
+                "toolmesh_registry_instances_exposed",
+                "Healthy instances of exposed tool versions.",
+                instances,
+            ),
+            (
+                "toolmesh_registry_watchers",
+                "Snapshot subscribers (WatchSnapshots streams and in-process dispatchers).",
+                store.watchers() as i64,
+            ),
+        ];
+        for (name, help, value) in gauges {
+            let gauge = ConstGauge::new(value);
+            let metric = encoder.encode_descriptor(name, help, None, gauge.metric_type())?;
+            gauge.encode(metric)?;
+        }
+        Ok(())
+    }
+}
