@@ -136,6 +136,16 @@ async fn python_executor_serves_through_the_mesh_and_drains() {
     );
 
     let channel = toolmesh::grpc::channel(&exec_addr, &toolmesh::grpc::Tls::none()).unwrap();
+    // Only dispatchers (holding the token it registered) may call it.
+    let direct = toolmesh::pb::executor_client::ExecutorClient::new(channel.clone())
+        .execute(toolmesh::pb::ExecuteRequest {
+            tool: "get_order".into(),
+            arguments: r#"{"order_id": "o_1001"}"#.into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(direct.code(), tonic::Code::Unauthenticated, "{direct:?}");
     let mut health = tonic_health::pb::health_client::HealthClient::new(channel);
     for service in ["", toolmesh::grpc::EXECUTOR_HEALTH_SERVICE] {
         let request = tonic_health::pb::HealthCheckRequest {

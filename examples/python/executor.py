@@ -8,7 +8,7 @@ SIGTERM: NOT_SERVING, Deregister, in-flight calls finish, exit.
 
     python executor.py --registry 127.0.0.1:7070 --listen 0.0.0.0:9001 --advertise 10.0.0.7:9001
 """
-import argparse, json, logging, os, signal, threading, time, uuid
+import argparse, hmac, json, logging, os, secrets, signal, threading, time, uuid
 from concurrent import futures
 
 import grpc
@@ -67,7 +67,17 @@ def failed(code, message, retryable=False):
 
 
 class Executor(executor_pb2_grpc.ExecutorServicer):
+    """Serves Execute to dispatchers only: they present the token we registered."""
+
+    def __init__(self, token):
+        self.token, self.enforced = token, True
+
     def Execute(self, request, context):
+        presented = dict(context.invocation_metadata()).get("authorization", "")
+        if self.enforced and not hmac.compare_digest(presented, f"Bearer {self.token}"):
+            context.abort(grpc.StatusCode.UNAUTHENTICATED,
+                          "this executor accepts Execute calls from toolmesh dispatchers only: "
+                          "call the tool through a dispatcher (Dispatcher.Invoke)")
         if request.tool not in TOOLS:
             return failed(pb.ERROR_CODE_NOT_FOUND, f"no tool {request.tool!r} here; this executor serves {', '.join(TOOLS)}")
         run, _spec = TOOLS[request.tool]
@@ -89,7 +99,7 @@ class Executor(executor_pb2_grpc.ExecutorServicer):
         return executor_pb2.ExecuteResponse(result=pb.ToolResult(output=output, data=json.dumps(data)))
 
 
-def keep_registered(registry, request, metadata, stop, lease):
+def keep_registered(registry, request, metadata, stop, lease, executor):
     """Register, then heartbeat every ttl/3; register again when the registry forgot the lease."""
     while not stop.is_set():
         try:
@@ -101,6 +111,7 @@ def keep_registered(registry, request, metadata, stop, lease):
         for rejected in response.rejected:
             log.error("registry rejected tool %s: %s", rejected.name, rejected.reason)
         lease["id"] = response.lease_id
+        executor.enforced = response.execute_token_accepted  # an older registry cannot hand it on
         log.info("registered as %s, lease %s", request.executor_id, response.lease_id)
         period = (response.lease_ttl_ms or request.lease_ttl_ms) / 3000
         while not stop.wait(period):
@@ -126,7 +137,8 @@ def main():
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
 
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=16))
-    executor_pb2_grpc.add_ExecutorServicer_to_server(Executor(), server)
+    executor = Executor(secrets.token_hex(32))
+    executor_pb2_grpc.add_ExecutorServicer_to_server(executor, server)
     health_service = health.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_service, server)
     port = server.add_insecure_port(opts.listen)
@@ -146,8 +158,9 @@ def main():
     metadata = [("authorization", f"Bearer {opts.token}")] if opts.token else []
     request = registry_pb2.RegisterRequest(
         executor_id=f"orders-py-{uuid.uuid4().hex[:8]}", service="orders", endpoint=endpoint,
-        tools=[spec for _, spec in TOOLS.values()], lease_ttl_ms=opts.ttl_ms)
-    leasing = threading.Thread(target=keep_registered, args=(registry, request, metadata, stop, lease), daemon=True)
+        tools=[spec for _, spec in TOOLS.values()], lease_ttl_ms=opts.ttl_ms, execute_token=executor.token)
+    leasing = threading.Thread(target=keep_registered, args=(registry, request, metadata, stop, lease, executor),
+                               daemon=True)
     leasing.start()
     while not stop.wait(0.5):
         pass
