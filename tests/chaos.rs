@@ -454,3 +454,92 @@ fn report_and_check(
         );
     }
 }
+
+/// Failover survives a tool-level fault (real processes): replicas A and B
+/// both serve `acc_charge` (not idempotent) and `acc_echo` (idempotent);
+/// `acc_charge` answers UNAVAILABLE on both and `acc_echo` on A. Once
+/// `acc_charge` has been ejected on one of them, every `acc_echo` still
+/// succeeds, and B keeps taking first attempts of `acc_echo` (the fault
+/// ejected a tool on an instance, never B as a whole).
+#[tokio::test]
+async fn tool_level_fault_failover() {
+    let (_serve, addr) = serve(&[]);
+    let _a = example(
+        "acceptance",
+        &addr,
+        &[
+            "--executor-id",
+            "replica-a",
+            "--unavailable",
+            "acc_charge,acc_echo",
+        ],
+    );
+    let _b = example(
+        "acceptance",
+        &addr,
+        &["--executor-id", "replica-b", "--unavailable", "acc_charge"],
+    );
+    let mut client = dispatcher(&addr);
+    until_listed(
+        &mut client,
+        &["acc_echo", "acc_charge"],
+        Duration::from_secs(10),
+    )
+    .await;
+    eventually("both replicas registered", Duration::from_secs(10), || {
+        let addr = addr.clone();
+        async move {
+            let snapshot = RegistryClient::new(
+                toolmesh::grpc::channel(&addr, &toolmesh::grpc::Tls::none()).ok()?,
+            )
+            .get_snapshot(GetSnapshotRequest::default())
+            .await
+            .ok()?
+            .into_inner();
+            snapshot
+                .tools
+                .iter()
+                .all(|t| t.instances.len() == 2)
+                .then_some(())
+        }
+    })
+    .await;
+    for i in 0..20 {
+        let charge = invoke(
+            &mut client,
+            "acc_charge",
+            &format!(r#"{{"account":"a{i}","cents":1}}"#),
+            None,
+        )
+        .await;
+        assert_eq!(
+            code(&charge),
+            ErrorCode::Unavailable as i32,
+            "{}",
+            message(&charge)
+        );
+        assert_eq!(
+            charge.attempts, 1,
+            "a non-idempotent call is never sent twice"
+        );
+    }
+    let mut first_try_on_b = 0;
+    for i in 0..30 {
+        let echo = invoke(
+            &mut client,
+            "acc_echo",
+            &format!(r#"{{"message":"m{i}"}}"#),
+            None,
+        )
+        .await;
+        assert_eq!(code(&echo), 0, "acc_echo m{i}: {}", message(&echo));
+        if echo.attempts == 1 {
+            assert_eq!(echo.executor_id, "replica-b");
+            first_try_on_b += 1;
+        }
+    }
+    println!(
+        "tool-level fault: 30/30 acc_echo succeeded, {first_try_on_b} on the first attempt (replica-b)"
+    );
+    assert!(first_try_on_b > 0, "replica-b was ejected as a whole");
+}

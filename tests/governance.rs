@@ -193,6 +193,37 @@ async fn projection_and_forged_calls() {
         Err(tonic::Code::Unauthenticated)
     );
 
+    // Per-tool health tells a caller only about tools it may see: a hidden
+    // tool answers exactly like a name that does not exist.
+    let mut health = tonic_health::pb::health_client::HealthClient::new(
+        toolmesh::grpc::channel(&mesh.addr, &toolmesh::grpc::Tls::none()).unwrap(),
+    );
+    for (token, tool, serving) in [
+        (Some("tok-agent"), "acc_echo", true),
+        (Some("tok-agent"), "acc_sleep", false),
+        (Some("tok-agent"), "no_such_tool", false),
+        (None, "acc_echo", false),
+    ] {
+        let request = tonic_health::pb::HealthCheckRequest {
+            service: toolmesh::grpc::tool_health_service(tool),
+        };
+        let answer = health.check(with_token(request, token)).await;
+        match answer {
+            Ok(status) => {
+                assert!(serving, "{token:?} {tool}");
+                assert_eq!(
+                    status.into_inner().status,
+                    tonic_health::ServingStatus::Serving as i32
+                );
+            }
+            Err(status) => {
+                assert!(!serving, "{token:?} {tool}: {status:?}");
+                assert_eq!(status.code(), tonic::Code::NotFound);
+                assert_eq!(status.message(), "service not registered");
+            }
+        }
+    }
+
     let forged = call(&mut client, "tok-agent", "acc_panic", "{}", "", "").await;
     assert_eq!(
         code(&forged),
@@ -234,6 +265,44 @@ async fn projection_and_forged_calls() {
     assert!(
         visible.contains("VISIBLE") && visible.contains("agents: echo, charge and the file tools"),
         "{visible}"
+    );
+    // Another token's principal and roles are for admins to learn, not agents.
+    let nosy = std::process::Command::new(toolmesh_bin())
+        .args([
+            "explain",
+            "--server",
+            &mesh.addr,
+            "--token",
+            "tok-agent",
+            "--caller",
+            "tok-approver",
+            "acc_echo",
+        ])
+        .output()
+        .unwrap();
+    assert!(!nosy.status.success());
+    let said = String::from_utf8_lossy(&nosy.stderr).to_string();
+    assert!(
+        said.contains("may not explain another caller") && !said.contains("alice"),
+        "{said}"
+    );
+    let admin = std::process::Command::new(toolmesh_bin())
+        .args([
+            "explain",
+            "--server",
+            &mesh.addr,
+            "--token",
+            "tok-approver",
+            "--caller",
+            "tok-agent",
+            "acc_echo",
+        ])
+        .output()
+        .unwrap();
+    let shown = String::from_utf8_lossy(&admin.stdout).to_string();
+    assert!(
+        shown.contains("support-bot") && shown.contains("VISIBLE"),
+        "{shown}"
     );
     let audit = audit_lines(&mesh.audit);
     let denial = audit

@@ -3,12 +3,10 @@
 //! requires (Kubernetes' native gRPC probes).
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 use tokio::{net::TcpListener, task::JoinHandle};
 use tonic::transport::Server;
-use tonic_health::{
-    pb::health_server::HealthServer,
-    server::{HealthReporter, HealthService},
-};
+use tonic_health::server::HealthReporter;
 
 /// A running health-only listener; it stops when dropped.
 #[derive(Debug)]
@@ -19,11 +17,16 @@ pub struct HealthOnly {
 
 impl HealthOnly {
     /// Binds `addr` and serves, in plaintext, the statuses `reporter` sets
-    /// (the same ones the main listener answers with).
+    /// (the same ones the main listener answers with) — except per-tool
+    /// names: probes need none, and an unauthenticated port must not tell
+    /// which tools exist.
     pub async fn bind(addr: SocketAddr, reporter: HealthReporter) -> std::io::Result<Self> {
         let listener = TcpListener::bind(addr).await?;
         let addr = listener.local_addr()?;
-        let health = HealthServer::new(HealthService::from_health_reporter(reporter));
+        let health = super::gated_health(
+            reporter,
+            Arc::new(|request| super::tool_of_health_service(&request.get_ref().service).is_none()),
+        );
         let task = tokio::spawn(
             Server::builder()
                 .add_service(health)

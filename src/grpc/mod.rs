@@ -5,6 +5,7 @@ mod advertise;
 mod auth;
 mod channel;
 mod deadline;
+mod health_gate;
 mod health_only;
 mod server;
 mod shutdown;
@@ -14,6 +15,7 @@ pub use advertise::{ADVERTISE_HINT, Unroutable, check_advertised};
 pub use auth::{PeerCertificate, bearer, peer_certificate, set_bearer};
 pub use channel::{BadAddress, channel};
 pub use deadline::{Bound, call_budget, parse_grpc_timeout, request_timeout};
+pub use health_gate::{HealthGate, Visible, gated_health};
 pub use health_only::HealthOnly;
 pub use server::{incoming, listen_address, reflection_service, server_builder};
 pub use shutdown::shutdown_signal;
@@ -36,5 +38,13 @@ pub const DISPATCHER_HEALTH_SERVICE: &str = "toolmesh.v1.Dispatcher";
 
 /// The `grpc.health.v1` service name that tracks whether a tool is exposed.
 pub fn tool_health_service(tool: &str) -> String {
-    format!("toolmesh.tool.{tool}")
+    format!("{TOOL_HEALTH_PREFIX}{tool}")
 }
+
+/// The tool a `grpc.health.v1` service name tracks, if it names one.
+pub fn tool_of_health_service(service: &str) -> Option<&str> {
+    service.strip_prefix(TOOL_HEALTH_PREFIX)
+}
+
+/// What every per-tool health service name starts with.
+const TOOL_HEALTH_PREFIX: &str = "toolmesh.tool.";

@@ -190,6 +190,7 @@ async fn example(args: ExampleArgs, tls: &toolmesh::grpc::Tls) -> Result<(), Fai
     let executor = executor.or_else(|| {
         let options = toolmesh_fixtures::FixtureOptions {
             ledger: args.ledger.clone(),
+            ..Default::default()
         };
         toolmesh_fixtures::fixture(&args.name, &options)
     });

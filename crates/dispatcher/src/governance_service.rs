@@ -28,6 +28,14 @@ impl governance_server::Governance for GovernanceService {
         let policy = self.dispatcher.governance().policy();
         let who = if request.caller_token.is_empty() {
             asker
+        } else if !asker.has_role(toolmesh_governance::ADMIN_ROLE) {
+            // A token's principal and roles are not for every caller to learn.
+            return Err(Refusal::NotAllowed(format!(
+                "{} may not explain another caller's view: that needs the role \"{}\"; without --caller, explain shows your own",
+                asker.name,
+                toolmesh_governance::ADMIN_ROLE
+            ))
+            .into());
         } else {
             policy
                 .authenticate(Some(&request.caller_token))

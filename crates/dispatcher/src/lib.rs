@@ -34,8 +34,10 @@ use std::time::Duration;
 use tokio::sync::{Notify, Semaphore, watch};
 use tokio::time::Instant;
 use tokio_util::sync::{CancellationToken, DropGuard};
+use tonic_health::pb::health_server::HealthServer;
 use tonic_health::server::HealthReporter;
 use toolmesh::grpc::MAX_CALL_MESSAGE_BYTES;
+use toolmesh::grpc::{HealthGate, gated_health};
 use toolmesh::pb::{
     InvokeRequest, InvokeResponse, ListToolsResponse, ToolFormat,
     dispatcher_server::DispatcherServer, governance_server::GovernanceServer,
@@ -293,6 +295,35 @@ impl Dispatcher {
     /// The newest snapshot this dispatcher holds.
     pub fn current_snapshot(&self) -> Arc<Snapshot> {
         self.pipeline.snapshots.current()
+    }
+
+    /// `grpc.health.v1` over `reporter`'s statuses, where a per-tool name
+    /// (`toolmesh.tool.<name>`) answers only for callers the policy lets
+    /// see that tool: for anyone else a hidden tool is as unknown as a
+    /// name that never existed (NOT_FOUND).
+    pub fn health_service(&self, reporter: HealthReporter) -> HealthServer<HealthGate> {
+        let dispatcher = self.clone();
+        gated_health(
+            reporter,
+            Arc::new(move |request| {
+                match toolmesh::grpc::tool_of_health_service(&request.get_ref().service) {
+                    None => true,
+                    Some(tool) => dispatcher.may_see(request, tool),
+                }
+            }),
+        )
+    }
+
+    /// Whether the caller of `request` may see some version of `tool`.
+    fn may_see<T>(&self, request: &tonic::Request<T>, tool: &str) -> bool {
+        let Ok(who) = self.caller(request) else {
+            return false;
+        };
+        let policy = self.governance().policy();
+        self.current_snapshot()
+            .versions(tool)
+            .iter()
+            .any(|entry| policy.decide(&who, entry.def.spec()).is_allowed())
     }
 
     /// The gRPC service, with message size limits set.

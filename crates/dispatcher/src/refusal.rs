@@ -33,6 +33,9 @@ pub enum Refusal {
     /// a NOT_FOUND `ToolError` instead).
     #[error("{0}")]
     UnknownTool(String),
+    /// The caller may not ask this (for example another caller's view).
+    #[error("{0}")]
+    NotAllowed(String),
     /// An approval that cannot be decided.
     #[error("{0}")]
     Approval(#[from] ApprovalError),
@@ -49,6 +52,7 @@ impl From<Refusal> for Status {
                 Status::invalid_argument(message)
             }
             Refusal::UnknownTool(_) => Status::not_found(message),
+            Refusal::NotAllowed(_) => Status::permission_denied(message),
         }
     }
 }

@@ -130,8 +130,12 @@ impl Core {
         match joined {
             Ok(Outcome::Ran(Ok(output))) => success(&def, output),
             Ok(Outcome::Ran(Err(fail))) => {
-                let mut error = ToolError::new(ErrorCode::ToolError, fail.message)
-                    .with_retryable(fail.retryable);
+                let code = if fail.unavailable {
+                    ErrorCode::Unavailable
+                } else {
+                    ErrorCode::ToolError
+                };
+                let mut error = ToolError::new(code, fail.message).with_retryable(fail.retryable);
                 if let Some(after) = fail.retry_after {
                     error = error.with_retry_after_ms(duration_ms_ceil(after));
                 }

@@ -253,6 +253,9 @@ pub struct ToolFailure {
     pub(crate) message: String,
     pub(crate) retryable: bool,
     pub(crate) retry_after: Option<Duration>,
+    /// The tool could not run here now (UNAVAILABLE), rather than a
+    /// business error (TOOL_ERROR).
+    pub(crate) unavailable: bool,
 }
 
 impl ToolFailure {
@@ -263,6 +266,18 @@ impl ToolFailure {
             message: message.into(),
             retryable: false,
             retry_after: None,
+            unavailable: false,
+        }
+    }
+
+    /// The tool cannot run on this instance right now (a dependency it
+    /// needs is down): UNAVAILABLE, retryable, so the dispatcher may try
+    /// another instance of an idempotent tool and counts it against this
+    /// tool here (not the whole instance).
+    pub fn unavailable(message: impl Into<String>) -> Self {
+        ToolFailure {
+            unavailable: true,
+            ..ToolFailure::new(message).retryable()
         }
     }
 

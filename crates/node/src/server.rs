@@ -75,7 +75,7 @@ pub async fn start(role: Role, config: &NodeConfig) -> Result<Running, NodeError
     let addr = listener
         .local_addr()
         .map_err(|source| NodeError::Listen { addr, source })?;
-    let (health, health_service) = tonic_health::server::health_reporter();
+    let health = tonic_health::server::HealthReporter::new();
     let registry = match &role {
         Role::Serve { default_ttl } | Role::Registry { default_ttl } => {
             let registry_config = RegistryConfig {
@@ -153,7 +153,11 @@ pub async fn start(role: Role, config: &NodeConfig) -> Result<Running, NodeError
     };
     let router = toolmesh::grpc::server_builder(&config.tls)
         .map_err(NodeError::Tls)?
-        .add_service(health_service)
+        .add_service(match &dispatcher {
+            // A dispatcher answers per-tool names only to callers that may see the tool.
+            Some(dispatcher) => dispatcher.health_service(health.clone()),
+            None => toolmesh::grpc::gated_health(health.clone(), Arc::new(|_| true)),
+        })
         .add_service(toolmesh::grpc::reflection_service())
         .add_optional_service(registry.as_ref().map(Registry::grpc_service))
         .add_optional_service(dispatcher.as_ref().map(Dispatcher::grpc_service))

@@ -22,6 +22,9 @@ pub struct RegistryConfig {
     pub data_dir: Option<PathBuf>,
     /// Most tools one registration may list.
     pub max_tools_per_executor: usize,
+    /// Live executors one owner may have registered at once (each costs a
+    /// health-watch connection); anonymous registrations are not counted.
+    pub max_executors_per_owner: usize,
     /// TLS of the channels that watch executors' health.
     pub tls: toolmesh::grpc::Tls,
     /// Where the registry's metrics are registered (the process' registry).
@@ -38,6 +41,7 @@ impl Default for RegistryConfig {
             watch_health: true,
             data_dir: None,
             max_tools_per_executor: 1024,
+            max_executors_per_owner: 1000,
             tls: toolmesh::grpc::Tls::none(),
             metrics: toolmesh_telemetry::MetricsRegistry::default(),
         }

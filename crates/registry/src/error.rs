@@ -70,6 +70,16 @@ pub enum RegistryError {
         /// The id asked for.
         id: String,
     },
+    /// One owner has as many live executors as it may.
+    #[error(
+        "{owner} already has {limit} live executors registered, the most one owner may have: deregister some (or let their leases expire) or ask an operator to raise the limit"
+    )]
+    TooManyExecutors {
+        /// The owner.
+        owner: String,
+        /// The limit.
+        limit: usize,
+    },
     /// A heartbeat or deregistration for a lease another owner holds.
     #[error(
         "lease {0} was granted to another owner: heartbeat and deregister with the token (or certificate) you registered with"
@@ -99,6 +109,7 @@ impl From<RegistryError> for tonic::Status {
             | RegistryError::InvalidExecuteToken { .. }
             | RegistryError::TooManyTools { .. } => tonic::Status::invalid_argument(message),
             RegistryError::RegistrationRefused(_) => tonic::Status::unauthenticated(message),
+            RegistryError::TooManyExecutors { .. } => tonic::Status::resource_exhausted(message),
             RegistryError::SwitchRefused(_)
             | RegistryError::ExecutorIdTaken { .. }
             | RegistryError::NotYourLease(_)

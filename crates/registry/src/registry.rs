@@ -71,13 +71,15 @@ impl Registry {
     /// When called outside a tokio runtime: the lease reaper and the health
     /// watches run as tasks on the current runtime.
     pub fn new(config: RegistryConfig) -> Registry {
+        // Every setting the caller passed is kept; only the unusable state
+        // file is left aside.
+        let in_memory = RegistryConfig {
+            data_dir: None,
+            ..config.clone()
+        };
         Registry::open(config, Arc::new(OpenGate)).unwrap_or_else(|error| {
             tracing::error!(%error, "registry state not loaded; keeping it in memory only");
-            let config = RegistryConfig {
-                data_dir: None,
-                ..RegistryConfig::default()
-            };
-            Registry::open(config, Arc::new(OpenGate)).expect("in-memory state always opens")
+            Registry::open(in_memory, Arc::new(OpenGate)).expect("in-memory state always opens")
         })
     }
 
@@ -194,8 +196,14 @@ impl Registry {
         let (version, registered) = {
             let mut state = self.inner.lock();
             let base = self.current();
-            let mut registered =
-                state.register(&base, registration, lease_id.clone(), Instant::now(), owner)?;
+            let mut registered = state.register(
+                &base,
+                registration,
+                lease_id.clone(),
+                Instant::now(),
+                owner,
+                self.inner.config.max_executors_per_owner,
+            )?;
             let version = self.inner.publish(registered.snapshot.take(), &base);
             self.inner.metrics.registrations.inc();
             (version, registered)

@@ -108,6 +108,7 @@ impl State {
         lease_id: Arc<str>,
         now: Instant,
         owner: &str,
+        max_per_owner: usize,
     ) -> Result<Registered, RegistryError> {
         if let Some(held) = self.executors.get(&reg.executor_id)
             && *held.owner != *owner
@@ -115,6 +116,19 @@ impl State {
             return Err(RegistryError::ExecutorIdTaken {
                 id: reg.executor_id.to_string(),
             });
+        }
+        if !owner.is_empty() && !self.executors.contains_key(&reg.executor_id) {
+            let live = self
+                .executors
+                .values()
+                .filter(|e| *e.owner == *owner)
+                .count();
+            if live >= max_per_owner {
+                return Err(RegistryError::TooManyExecutors {
+                    owner: owner.to_owned(),
+                    limit: max_per_owner,
+                });
+            }
         }
         let mut txn = Txn::new(base);
         let replaced = self.executors.remove(&reg.executor_id);

@@ -159,6 +159,38 @@ async fn executor_ids_are_bound_to_their_owner() {
         .unwrap();
 }
 
+/// One owner cannot register executors without bound: past the cap it is
+/// told so, while its existing executors re-register freely.
+#[tokio::test]
+async fn executors_per_owner_are_capped() {
+    let config = RegistryConfig {
+        max_executors_per_owner: 2,
+        ..config(None)
+    };
+    let registry = Registry::open(config, Arc::new(TestGate)).unwrap();
+    let mut client = serve(&registry).await;
+    for id in ["a-1", "a-2", "a-1"] {
+        client
+            .register(with_token(registration(id, "search_kb"), Some("tok-a")))
+            .await
+            .unwrap();
+    }
+    let third = client
+        .register(with_token(registration("a-3", "search_kb"), Some("tok-a")))
+        .await
+        .unwrap_err();
+    assert_eq!(third.code(), Code::ResourceExhausted);
+    assert!(
+        third.message().contains("already has 2 live executors"),
+        "{}",
+        third.message()
+    );
+    client
+        .register(with_token(registration("b-1", "other"), Some("tok-b")))
+        .await
+        .unwrap();
+}
+
 /// Lease ids are not bearer secrets: only the owner that registered may
 /// heartbeat or deregister with them.
 #[tokio::test]

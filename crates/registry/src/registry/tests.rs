@@ -711,3 +711,20 @@ async fn health_watch_stops_with_its_registration() {
         .expect("expired lease stops the watch");
     assert!(token(&registry).is_none());
 }
+
+/// A state file that cannot be used leaves the registry in memory, but with
+/// every other setting the caller passed (none falls back to a default).
+#[tokio::test]
+async fn unusable_state_keeps_the_other_settings() {
+    let dir = std::env::temp_dir().join(format!("toolmesh-bad-state-{}", uuid::Uuid::new_v4()));
+    std::fs::create_dir_all(&dir).unwrap();
+    std::fs::write(dir.join(crate::durable::STATE_FILE), "{not json").unwrap();
+    let registry = Registry::new(RegistryConfig {
+        data_dir: Some(dir.clone()),
+        max_tools_per_executor: 7,
+        ..config()
+    });
+    assert_eq!(registry.config().max_tools_per_executor, 7);
+    assert_eq!(registry.config().data_dir, None);
+    std::fs::remove_dir_all(dir).unwrap();
+}
