@@ -622,6 +622,20 @@ async fn disable_survives_registry_restart() {
     assert_eq!(code(&back), 0, "{}", message(&back));
 }
 
+/// `acc_echo` pinned to snapshot `version`.
+async fn echo_pinned(client: &mut DispatcherClient<Channel>, version: u64) -> InvokeResponse {
+    client
+        .invoke(InvokeRequest {
+            tool: "acc_echo".into(),
+            arguments: r#"{"message":"pinned"}"#.into(),
+            snapshot_version: version,
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner()
+}
+
 /// A call pinned to the snapshot a listing returned runs; a pin the
 /// dispatcher no longer holds is FAILED_PRECONDITION naming what it holds.
 #[tokio::test]
@@ -634,16 +648,7 @@ async fn pinned_snapshots() {
         .unwrap()
         .into_inner()
         .snapshot_version;
-    let pinned = client
-        .invoke(InvokeRequest {
-            tool: "acc_echo".into(),
-            arguments: r#"{"message":"pinned"}"#.into(),
-            snapshot_version: version,
-            ..Default::default()
-        })
-        .await
-        .unwrap()
-        .into_inner();
+    let pinned = echo_pinned(&mut client, version).await;
     assert_eq!(code(&pinned), 0);
     assert_eq!(pinned.snapshot_version, version);
     let expired = client
@@ -674,16 +679,7 @@ async fn pinned_snapshots() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let pinned = client
-        .invoke(InvokeRequest {
-            tool: "acc_echo".into(),
-            arguments: r#"{"message":"pinned"}"#.into(),
-            snapshot_version: version,
-            ..Default::default()
-        })
-        .await
-        .unwrap()
-        .into_inner();
+    let pinned = echo_pinned(&mut client, version).await;
     assert_eq!(
         code(&pinned),
         ErrorCode::Disabled as i32,
