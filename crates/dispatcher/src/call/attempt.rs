@@ -67,7 +67,9 @@ pub(crate) fn execute_request(
         call_id,
         tool: def.name().to_owned(),
         version: def.spec().version.clone(),
-        arguments: request.arguments.clone(),
+        // Filled per attempt by `send`, so the arguments are copied once
+        // per attempt and no more.
+        arguments: String::new(),
         attempt: 0,
         context: Some(context),
     }
@@ -86,19 +88,26 @@ fn scoped_call_id(who: &Principal, call_id: &str) -> String {
     format!("c-{hex}")
 }
 
-/// Sends attempt number `attempt` of `execute` to `pick`, bounded by
-/// `budget` (sent as the request's `grpc-timeout`, which the channel
-/// enforces: no second timer per call).
+/// What one attempt sends: the call's [`execute_request`], its arguments
+/// and the attempt's number.
+pub(crate) struct Attempt<'a> {
+    pub(crate) execute: &'a ExecuteRequest,
+    pub(crate) arguments: &'a str,
+    pub(crate) number: u32,
+}
+
+/// Sends `attempt` to `pick`, bounded by `budget` (sent as the request's
+/// `grpc-timeout`, which the channel enforces: no second timer per call).
 pub(crate) async fn send(
     pick: &Pick,
-    execute: &ExecuteRequest,
-    attempt: u32,
+    attempt: Attempt<'_>,
     budget: Duration,
     span: &tracing::Span,
 ) -> Result<ToolResult, AttemptFailure> {
     let mut rpc = tonic::Request::new(ExecuteRequest {
-        attempt,
-        ..execute.clone()
+        attempt: attempt.number,
+        arguments: attempt.arguments.to_owned(),
+        ..attempt.execute.clone()
     });
     rpc.set_timeout(budget);
     if !pick.instance.execute_token.is_empty() {

@@ -16,6 +16,7 @@ use tokio::time::Instant;
 use toolmesh::ToolEntry;
 use toolmesh::grpc::{Bound, call_budget};
 use toolmesh::pb::InvokeRequest;
+use toolmesh::spec::Retry;
 use toolmesh_governance::Principal;
 use tower::retry::budget::{Budget, TpsBudget};
 use tracing::{Instrument, debug, warn};
@@ -73,7 +74,12 @@ impl Attempts {
                 self.metrics.attempt(handles);
             }
             let span = attempt::span(&trail.span, trail.attempts, &trail.executor_id);
-            let sent = attempt::send(&pick, &execute, trail.attempts, slice, &span);
+            let this = attempt::Attempt {
+                execute: &execute,
+                arguments: &request.arguments,
+                number: trail.attempts,
+            };
+            let sent = attempt::send(&pick, this, slice, &span);
             let failure = match sent.instrument(span.clone()).await {
                 Ok(result) => {
                     self.record(entry, &pick, Health::Good);
@@ -89,27 +95,45 @@ impl Attempts {
                 left: deadline.saturating_duration_since(Instant::now()),
                 min_attempt: self.min_attempt,
             };
-            match retry::decide(&policy, &state, &failure, rand::random()) {
-                Next::Retry { after } if self.budget.withdraw() => {
-                    self.metrics
-                        .retries
-                        .get_or_create(&RetryLabels {
-                            reason: failure.reason(),
-                        })
-                        .inc();
-                    debug!(call_id = %trail.call_id, attempt = trail.attempts, ?failure, "attempt failed; retrying");
-                    tokio::time::sleep(after).await;
+            match self.next_step(&policy, &state, &failure, trail, def.name()) {
+                Some(pause) => {
+                    tokio::time::sleep(pause).await;
                     last = Some(failure);
                 }
-                Next::Retry { .. } => {
-                    self.metrics.budget_exhausted.inc();
-                    warn!(call_id = %trail.call_id, tool = def.name(), "retry budget exhausted; not retrying");
-                    return outcome(failure, request, trail);
-                }
-                Next::Stop(reason) => {
-                    debug!(call_id = %trail.call_id, attempt = trail.attempts, ?failure, ?reason, "attempt failed; stopping");
-                    return outcome(failure, request, trail);
-                }
+                None => return outcome(failure, request, trail),
+            }
+        }
+    }
+
+    /// The retry decision for a failed attempt, with the budget applied:
+    /// `Some(pause)` to send again after it, `None` to stop.
+    fn next_step(
+        &self,
+        policy: &Retry,
+        state: &AttemptState,
+        failure: &AttemptFailure,
+        trail: &Trail,
+        tool: &str,
+    ) -> Option<Duration> {
+        match retry::decide(policy, state, failure, rand::random()) {
+            Next::Retry { after } if self.budget.withdraw() => {
+                self.metrics
+                    .retries
+                    .get_or_create(&RetryLabels {
+                        reason: failure.reason(),
+                    })
+                    .inc();
+                debug!(call_id = %trail.call_id, attempt = trail.attempts, ?failure, "attempt failed; retrying");
+                Some(after)
+            }
+            Next::Retry { .. } => {
+                self.metrics.budget_exhausted.inc();
+                warn!(call_id = %trail.call_id, tool, "retry budget exhausted; not retrying");
+                None
+            }
+            Next::Stop(reason) => {
+                debug!(call_id = %trail.call_id, attempt = trail.attempts, ?failure, ?reason, "attempt failed; stopping");
+                None
             }
         }
     }
