@@ -58,6 +58,12 @@ pub struct NodeConfig {
     /// TLS of the node's server and of its channels (to executors, and to
     /// the registry a dispatcher follows).
     pub tls: toolmesh::grpc::Tls,
+    /// Where a dispatcher also serves MCP over Streamable HTTP (`/mcp`);
+    /// `None` serves no MCP.
+    pub mcp_listen: Option<String>,
+    /// `Host` values the MCP endpoint accepts; empty is loopback only, `*`
+    /// any (behind a Kubernetes Service or load balancer).
+    pub mcp_allowed_hosts: Vec<String>,
 }
 
 impl Default for NodeConfig {
@@ -72,6 +78,8 @@ impl Default for NodeConfig {
             data_dir: None,
             dev_executor_token: None,
             tls: toolmesh::grpc::Tls::none(),
+            mcp_listen: None,
+            mcp_allowed_hosts: Vec::new(),
         }
     }
 }

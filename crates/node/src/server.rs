@@ -7,6 +7,7 @@ use crate::governance::{PolicyGate, PolicySetup, audit_sink, load_policy};
 use std::future::Future;
 use std::{net::SocketAddr, sync::Arc, time::Duration};
 use tokio::{net::TcpListener, sync::oneshot, task::JoinHandle};
+use tokio_util::sync::CancellationToken;
 use tonic_health::{ServingStatus, server::HealthReporter};
 use toolmesh::Snapshot;
 use toolmesh_dispatcher::{Dispatcher, DispatcherConfig, Governance, follow_registry};
@@ -18,6 +19,9 @@ pub struct Running {
     pub addr: SocketAddr,
     /// The dispatcher half, if this process runs one.
     pub dispatcher: Option<Dispatcher>,
+    /// Where MCP is served (`http://{mcp_addr}/mcp`), if it is.
+    pub mcp_addr: Option<SocketAddr>,
+    mcp: Option<Mcp>,
     health: HealthReporter,
     _policy: PolicySetup,
     stop: oneshot::Sender<()>,
@@ -32,6 +36,12 @@ impl Running {
             .set_service_status("", ServingStatus::NotServing)
             .await;
         let _ = self.stop.send(());
+        if let Some(mcp) = self.mcp {
+            mcp.stop.cancel();
+            if let Ok(Ok(Err(e))) = tokio::time::timeout(grace, mcp.task).await {
+                tracing::warn!(error = %e, "MCP server failed while draining");
+            }
+        }
         match tokio::time::timeout(grace, self.task).await {
             Ok(joined) => joined?.map_err(NodeError::Serve),
             Err(_) => {
@@ -45,16 +55,56 @@ impl Running {
     }
 }
 
-/// Binds and starts the servers for `role`.
-pub async fn start(role: Role, config: &NodeConfig) -> Result<Running, NodeError> {
-    let policy = load_policy(config)?;
-    let addr = toolmesh::grpc::listen_address(&config.listen)?;
+/// A listener on `listen` (`host:port`; port 0 picks one) and where it is.
+async fn bind(listen: &str) -> Result<(SocketAddr, TcpListener), NodeError> {
+    let addr = toolmesh::grpc::listen_address(listen)?;
     let listener = TcpListener::bind(addr)
         .await
         .map_err(|source| NodeError::Listen { addr, source })?;
     let addr = listener
         .local_addr()
         .map_err(|source| NodeError::Listen { addr, source })?;
+    Ok((addr, listener))
+}
+
+/// The MCP endpoint of a node.
+struct Mcp {
+    stop: CancellationToken,
+    task: JoinHandle<std::io::Result<()>>,
+}
+
+/// Binds `/mcp` for `dispatcher` on `listen`.
+async fn start_mcp(
+    listen: &str,
+    config: &NodeConfig,
+    dispatcher: &Dispatcher,
+) -> Result<(SocketAddr, Mcp), NodeError> {
+    if config.tls.server().is_some() {
+        return Err(NodeError::McpTls);
+    }
+    let (addr, listener) = bind(listen).await?;
+    let stop = CancellationToken::new();
+    let http = toolmesh_mcp::McpHttpConfig {
+        allowed_hosts: config.mcp_allowed_hosts.clone(),
+    };
+    let router = toolmesh_mcp::router(
+        toolmesh_mcp::McpHandler::new(dispatcher.clone()),
+        dispatcher.clone(),
+        &http,
+        stop.child_token(),
+    );
+    let stopped = stop.clone();
+    let task = tokio::spawn(toolmesh_mcp::serve(listener, router, async move {
+        stopped.cancelled().await;
+    }));
+    tracing::info!(%addr, "MCP listening at http://{addr}/mcp");
+    Ok((addr, Mcp { stop, task }))
+}
+
+/// Binds and starts the servers for `role`.
+pub async fn start(role: Role, config: &NodeConfig) -> Result<Running, NodeError> {
+    let policy = load_policy(config)?;
+    let (addr, listener) = bind(&config.listen).await?;
     let (health, health_service) = tonic_health::server::health_reporter();
     let registry = match &role {
         Role::Serve { default_ttl } | Role::Registry { default_ttl } => {
@@ -103,6 +153,13 @@ pub async fn start(role: Role, config: &NodeConfig) -> Result<Running, NodeError
             .set_service_status("toolmesh.v1.Dispatcher", ServingStatus::Serving)
             .await;
     }
+    let (mcp_addr, mcp) = match (&config.mcp_listen, &dispatcher) {
+        (Some(listen), Some(dispatcher)) => {
+            let (addr, mcp) = start_mcp(listen, config, dispatcher).await?;
+            (Some(addr), Some(mcp))
+        }
+        _ => (None, None),
+    };
     let router = toolmesh::grpc::server_builder(&config.tls)
         .map_err(NodeError::Tls)?
         .add_service(health_service)
@@ -121,6 +178,8 @@ pub async fn start(role: Role, config: &NodeConfig) -> Result<Running, NodeError
     Ok(Running {
         addr,
         dispatcher,
+        mcp_addr,
+        mcp,
         health,
         _policy: policy,
         stop,
@@ -138,6 +197,9 @@ pub async fn run(
     let running = start(role, config).await?;
     // Scripts and tests read this line to learn the port.
     println!("toolmesh {label} listening on {}", running.addr);
+    if let Some(mcp) = running.mcp_addr {
+        println!("toolmesh MCP listening on http://{mcp}/mcp");
+    }
     shutdown.await;
     tracing::info!("shutting down: draining in-flight calls");
     running.stop(config.grace).await
