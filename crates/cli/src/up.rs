@@ -72,9 +72,9 @@ pub(crate) async fn run(
     let tools = dispatcher.current_snapshot().name_count();
     println!("toolmesh is up in {} ms", started.elapsed().as_millis());
     println!("  registry + dispatcher  {addr}  (grpc.health.v1, reflection)");
-    if let Some(mcp) = running.mcp_addr {
+    if let Some(url) = running.mcp_url() {
         println!(
-            "  MCP (Streamable HTTP)  http://{mcp}/mcp  (stdio: {} mcp --server {addr})",
+            "  MCP (Streamable HTTP)  {url}  (stdio: {} mcp --server {addr})",
             command_name(&exe)
         );
     }

@@ -15,12 +15,14 @@ mod grpc;
 mod handler;
 mod http;
 mod result;
+mod tls;
 
 pub use backend::Backend;
 pub use error::BackendError;
 pub use grpc::GrpcBackend;
 pub use handler::{APPROVAL_META, McpHandler, PAGE_SIZE, SESSION_META};
 pub use http::{McpHttpConfig, router, serve};
+pub use tls::{McpTlsError, TlsListener, acceptor as tls_acceptor};
 
 /// Serves `handler` on stdin/stdout until the client closes them.
 pub async fn serve_stdio<B: Backend>(handler: McpHandler<B>) -> Result<(), BackendError> {

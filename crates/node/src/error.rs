@@ -41,11 +41,9 @@ pub enum NodeError {
     /// The TLS settings could not be applied to the server.
     #[error("TLS settings: {0}")]
     Tls(tonic::transport::Error),
-    /// MCP over HTTPS is not served yet.
-    #[error(
-        "--mcp-listen does not serve TLS yet: terminate TLS in front of it (a proxy or ingress), or run the MCP endpoint without --tls-cert"
-    )]
-    McpTls,
+    /// The TLS files cannot serve `/mcp`.
+    #[error(transparent)]
+    McpTls(#[from] toolmesh_mcp::McpTlsError),
     /// The server failed while serving.
     #[error("server failed: {0}")]
     Serve(tonic::transport::Error),

@@ -19,7 +19,7 @@ pub struct Running {
     pub addr: SocketAddr,
     /// The dispatcher half, if this process runs one.
     pub dispatcher: Option<Dispatcher>,
-    /// Where MCP is served (`http://{mcp_addr}/mcp`), if it is.
+    /// Where MCP is served (see [`mcp_url`](Running::mcp_url)), if it is.
     pub mcp_addr: Option<SocketAddr>,
     mcp: Option<Mcp>,
     health: HealthReporter,
@@ -29,6 +29,12 @@ pub struct Running {
 }
 
 impl Running {
+    /// `http(s)://ADDR/mcp`, when this node serves MCP.
+    pub fn mcp_url(&self) -> Option<String> {
+        let (addr, mcp) = (self.mcp_addr?, self.mcp.as_ref()?);
+        Some(format!("{}://{addr}/mcp", mcp.scheme))
+    }
+
     /// Stops accepting, reports NOT_SERVING, and lets in-flight calls finish
     /// within `grace`.
     pub async fn stop(self, grace: Duration) -> Result<(), NodeError> {
@@ -69,6 +75,8 @@ async fn bind(listen: &str) -> Result<(SocketAddr, TcpListener), NodeError> {
 
 /// The MCP endpoint of a node.
 struct Mcp {
+    /// `http` or `https`.
+    scheme: &'static str,
     stop: CancellationToken,
     task: JoinHandle<std::io::Result<()>>,
 }
@@ -79,13 +87,12 @@ async fn start_mcp(
     config: &NodeConfig,
     dispatcher: &Dispatcher,
 ) -> Result<(SocketAddr, Mcp), NodeError> {
-    if config.tls.server().is_some() {
-        return Err(NodeError::McpTls);
-    }
+    let tls = toolmesh_mcp::tls_acceptor(config.tls.files())?;
     let (addr, listener) = bind(listen).await?;
     let stop = CancellationToken::new();
     let http = toolmesh_mcp::McpHttpConfig {
         allowed_hosts: config.mcp_allowed_hosts.clone(),
+        https: tls.is_some(),
     };
     let router = toolmesh_mcp::router(
         toolmesh_mcp::McpHandler::new(dispatcher.clone()),
@@ -94,11 +101,12 @@ async fn start_mcp(
         stop.child_token(),
     );
     let stopped = stop.clone();
-    let task = tokio::spawn(toolmesh_mcp::serve(listener, router, async move {
+    let scheme = if tls.is_some() { "https" } else { "http" };
+    let task = tokio::spawn(toolmesh_mcp::serve(listener, tls, router, async move {
         stopped.cancelled().await;
     }));
-    tracing::info!(%addr, "MCP listening at http://{addr}/mcp");
-    Ok((addr, Mcp { stop, task }))
+    tracing::info!(%addr, "MCP listening at {scheme}://{addr}/mcp");
+    Ok((addr, Mcp { stop, task, scheme }))
 }
 
 /// Binds and starts the servers for `role`.
@@ -197,8 +205,8 @@ pub async fn run(
     let running = start(role, config).await?;
     // Scripts and tests read this line to learn the port.
     println!("toolmesh {label} listening on {}", running.addr);
-    if let Some(mcp) = running.mcp_addr {
-        println!("toolmesh MCP listening on http://{mcp}/mcp");
+    if let Some(url) = running.mcp_url() {
+        println!("toolmesh MCP listening on {url}");
     }
     shutdown.await;
     tracing::info!("shutting down: draining in-flight calls");

@@ -407,3 +407,63 @@ async fn official_python_client() {
     }
     mesh.node.stop(Duration::from_secs(1)).await.unwrap();
 }
+
+/// With the node's --tls-cert and --tls-key, `/mcp` is HTTPS (ALPN h2 or
+/// http/1.1): a client trusting the CA lists the tools; its URL says https.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mcp_over_tls_with_the_nodes_certificate() {
+    use rustls_pki_types::{CertificateDer, ServerName, pem::PemObject};
+    use std::sync::Arc;
+    use tokio_rustls::rustls::{ClientConfig as TlsClientConfig, RootCertStore, crypto::ring};
+
+    let dir = toolmesh_testkit::TempDir::new("mcp-tls").unwrap();
+    let (ca, cert, key) = toolmesh_testkit::pki(&dir, "node");
+    let files = toolmesh::grpc::TlsFiles {
+        cert: Some(cert),
+        key: Some(key),
+        ..Default::default()
+    };
+    let node = toolmesh_node::start(
+        toolmesh_node::Role::Serve {
+            default_ttl: Duration::from_secs(10),
+        },
+        &toolmesh_node::NodeConfig {
+            listen: "127.0.0.1:0".into(),
+            mcp_listen: Some("127.0.0.1:0".into()),
+            mcp_allowed_hosts: vec!["*".into()],
+            tls: toolmesh::grpc::Tls::from_files(&files).unwrap(),
+            ..toolmesh_node::NodeConfig::default()
+        },
+    )
+    .await
+    .unwrap();
+    let addr = node.mcp_addr.unwrap();
+    assert_eq!(node.mcp_url().unwrap(), format!("https://{addr}/mcp"));
+
+    let mut roots = RootCertStore::empty();
+    roots
+        .add(CertificateDer::from_pem_file(&ca).unwrap())
+        .unwrap();
+    let config = TlsClientConfig::builder_with_provider(Arc::new(ring::default_provider()))
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let mut tls = tokio_rustls::TlsConnector::from(Arc::new(config))
+        .connect(ServerName::try_from("localhost").unwrap(), tcp)
+        .await
+        .unwrap();
+    let body = r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#;
+    let request = format!(
+        "POST /mcp HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nMCP-Protocol-Version: 2025-11-25\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    tls.write_all(request.as_bytes()).await.unwrap();
+    let mut answer = Vec::new();
+    let _ = tls.read_to_end(&mut answer).await;
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    assert!(answer.contains(r#""tools":[]"#), "{answer}");
+    node.stop(Duration::from_secs(1)).await.unwrap();
+}
