@@ -49,13 +49,28 @@ impl<B: Backend> McpHandler<B> {
         Ok(self.backend.authenticate(bearer)?)
     }
 
-    /// The caller's projection in MCP shape, sorted by name.
+    /// The caller's projection in MCP shape (a JSON array sorted by name).
+    async fn listing(&self, who: &B::Caller) -> Result<String, BackendError> {
+        Ok(self
+            .backend
+            .list_tools(who, ToolFormat::Mcp)
+            .await?
+            .formatted)
+    }
+
+    /// The caller's projection, parsed.
     async fn projection(&self, who: &B::Caller) -> Result<Vec<Value>, BackendError> {
-        let listing = self.backend.list_tools(who, ToolFormat::Mcp).await?;
-        serde_json::from_str(&listing.formatted).map_err(|e| {
+        serde_json::from_str(&self.listing(who).await?).map_err(|e| {
             BackendError::Transport(format!("the MCP tool listing is not a JSON array: {e}"))
         })
     }
+}
+
+/// A digest of a rendered listing: equal listings, equal digests.
+fn digest(listing: &str) -> u64 {
+    let mut hasher = DefaultHasher::new();
+    listing.hash(&mut hasher);
+    hasher.finish()
 }
 
 /// The page of `tools` after `cursor`, and the cursor of the next page.
@@ -176,21 +191,14 @@ impl<B: Backend> ServerHandler for McpHandler<B> {
     /// that leaves their tools as they were says nothing).
     async fn listen(&self, context: SubscriptionContext) -> Result<(), ErrorData> {
         let who = self.caller(context.request_context())?;
-        let digest = |tools: &[Value]| {
-            let mut hasher = DefaultHasher::new();
-            for tool in tools {
-                tool.to_string().hash(&mut hasher);
-            }
-            hasher.finish()
-        };
-        let mut seen = digest(&self.projection(&who).await?);
+        let mut seen = digest(&self.listing(&who).await?);
         let mut tick = tokio::time::interval(self.backend.watch_interval());
         loop {
             tokio::select! {
                 () = context.cancelled() => return Ok(()),
                 _ = tick.tick() => {}
             }
-            let Ok(now) = self.projection(&who).await.map(|t| digest(&t)) else {
+            let Ok(now) = self.listing(&who).await.map(|l| digest(&l)) else {
                 continue; // the dispatcher is away: look again next tick
             };
             if now != seen {
