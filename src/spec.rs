@@ -24,9 +24,9 @@ pub const MAX_ATTEMPTS_CAP: u32 = 5;
 /// who wrote the spec: it says what to change.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum SpecError {
-    /// The name does not match `^[A-Za-z][A-Za-z0-9_.-]{0,63}$`.
+    /// The name does not match `^[A-Za-z][A-Za-z0-9_-]{0,63}$`.
     #[error(
-        "name {0:?} is invalid: start with a letter, then use only letters, digits, '_', '.' or '-', at most {MAX_NAME_CHARS} characters"
+        "name {0:?} is invalid: start with a letter, then use only letters, digits, '_' or '-' (no '.': OpenAI's and Anthropic's tool APIs reject it), at most {MAX_NAME_CHARS} characters"
     )]
     InvalidName(String),
     /// The version is not semver.
@@ -151,6 +151,8 @@ pub struct ToolDef {
     version: semver::Version,
     input_schema: Value,
     validator: Validator,
+    /// The output schema and its compiled validator, when the tool has one.
+    output: Option<(Value, Validator)>,
     timeout: Duration,
     retry: Retry,
     fingerprint: String,
@@ -188,11 +190,14 @@ impl ToolDef {
         let (input_schema, validator) =
             schema::compile_text(&spec.input_schema).map_err(SpecError::InputSchema)?;
         let mut patterns = schema::count_patterns(&input_schema);
-        if !spec.output_schema.trim().is_empty() {
-            let (output, _) =
+        let output = if spec.output_schema.trim().is_empty() {
+            None
+        } else {
+            let compiled =
                 schema::compile_text(&spec.output_schema).map_err(SpecError::OutputSchema)?;
-            patterns += schema::count_patterns(&output);
-        }
+            patterns += schema::count_patterns(&compiled.0);
+            Some(compiled)
+        };
         let timeout = match spec.timeout_ms {
             0 => DEFAULT_TIMEOUT,
             ms if u64::from(ms) > MAX_TIMEOUT.as_millis() as u64 => {
@@ -212,10 +217,8 @@ impl ToolDef {
         // Canonical text: serde_json's map is sorted, so equal schemas give
         // equal fingerprints whatever their key order or whitespace.
         spec.input_schema = input_schema.to_string();
-        if !spec.output_schema.trim().is_empty() {
-            let output: Value = serde_json::from_str(&spec.output_schema)
-                .map_err(|e| SpecError::OutputSchema(SchemaError::NotJson(e.to_string())))?;
-            spec.output_schema = output.to_string();
+        if let Some((schema, _)) = &output {
+            spec.output_schema = schema.to_string();
         }
         let fingerprint = fingerprint(&spec);
         Ok(ToolDef {
@@ -223,6 +226,7 @@ impl ToolDef {
             version,
             input_schema,
             validator,
+            output,
             timeout,
             retry,
             fingerprint,
@@ -256,6 +260,18 @@ impl ToolDef {
     /// The compiled input schema.
     pub fn validator(&self) -> &Validator {
         &self.validator
+    }
+    /// The parsed output schema, when the tool declares one.
+    pub fn output_schema(&self) -> Option<&Value> {
+        self.output.as_ref().map(|(schema, _)| schema)
+    }
+    /// The compiled output schema `data` must satisfy, when declared.
+    pub fn output_validator(&self) -> Option<&Validator> {
+        self.output.as_ref().map(|(_, validator)| validator)
+    }
+    /// Whether the tool only reads: LOW risk and declared `read_only`.
+    pub fn read_only(&self) -> bool {
+        self.spec.read_only && self.spec.risk == RiskLevel::Low as i32
     }
     /// Upper bound for one execution.
     pub fn timeout(&self) -> Duration {
@@ -302,6 +318,9 @@ impl ToolDef {
         if a.idempotent != b.idempotent {
             fields.push("idempotent");
         }
+        if a.read_only != b.read_only {
+            fields.push("read_only");
+        }
         if a.timeout_ms != b.timeout_ms {
             fields.push("timeout_ms");
         }
@@ -326,11 +345,14 @@ pub fn effective_risk(raw: i32) -> RiskLevel {
     }
 }
 
-/// Checks a tool name against `^[A-Za-z][A-Za-z0-9_.-]{0,63}$`.
+/// Checks a tool name against `^[A-Za-z][A-Za-z0-9_-]{0,63}$`: what the
+/// strictest model API (OpenAI, Anthropic: `^[a-zA-Z0-9_-]{1,64}$`) and MCP
+/// accept, so every model-facing shape carries the name unchanged and a
+/// model calls a tool by the name it was shown.
 pub fn validate_name(name: &str) -> Result<(), SpecError> {
     let mut chars = name.chars();
     let first_ok = chars.next().is_some_and(|c| c.is_ascii_alphabetic());
-    let rest_ok = chars.all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-'));
+    let rest_ok = chars.all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '-'));
     if first_ok && rest_ok && name.len() <= MAX_NAME_CHARS {
         Ok(())
     } else {
@@ -350,6 +372,10 @@ fn fingerprint(spec: &ToolSpec) -> String {
     ] {
         hasher.update((part.len() as u64).to_be_bytes());
         hasher.update(part);
+    }
+    // Only when set, so definitions from before the field keep their fingerprint.
+    if spec.read_only {
+        hasher.update(b"read_only");
     }
     hasher
         .finalize()
@@ -379,7 +405,12 @@ mod tests {
         type Edit = fn(&mut ToolSpec);
         let cases: &[(&str, Edit, Option<&str>)] = &[
             ("valid", |_| {}, None),
-            ("dotted name", |s| s.name = "kb.search-v2".into(), None),
+            ("dashed name", |s| s.name = "kb_search-v2".into(), None),
+            (
+                "dotted name (OpenAI and Anthropic reject '.')",
+                |s| s.name = "kb.search".into(),
+                Some("no '.'"),
+            ),
             (
                 "empty name",
                 |s| s.name = String::new(),

@@ -4,35 +4,11 @@
 
 mod support;
 
-use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 use support::*;
-
-/// Writes a CA and a certificate it signs (for localhost and 127.0.0.1)
-/// under `dir/name-*.pem`; returns (ca, cert, key).
-fn pki(dir: &TempDir, name: &str) -> (PathBuf, PathBuf, PathBuf) {
-    let ca_key = KeyPair::generate().unwrap();
-    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
-    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    let ca_cert = ca_params.self_signed(&ca_key).unwrap();
-    let issuer = Issuer::new(ca_params, ca_key);
-    let node_key = KeyPair::generate().unwrap();
-    let node = CertificateParams::new(vec!["localhost".to_owned(), "127.0.0.1".to_owned()])
-        .unwrap()
-        .signed_by(&node_key, &issuer)
-        .unwrap();
-    let paths = (
-        dir.join(format!("{name}-ca.pem")),
-        dir.join(format!("{name}-cert.pem")),
-        dir.join(format!("{name}-key.pem")),
-    );
-    std::fs::write(&paths.0, ca_cert.pem()).unwrap();
-    std::fs::write(&paths.1, node.pem()).unwrap();
-    std::fs::write(&paths.2, node_key.serialize_pem()).unwrap();
-    paths
-}
+use toolmesh_testkit::pki;
 
 fn tls_env(
     command: &mut Command,

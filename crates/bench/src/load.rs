@@ -1,9 +1,15 @@
-//! Load drivers: one gRPC client kind per target (executor Execute directly
-//! or through nginx, dispatcher Invoke), a latency run at concurrency 1 and
-//! a throughput run at a fixed number of calls in flight.
+//! Load drivers: one client kind per target (executor Execute directly or
+//! through nginx, dispatcher Invoke, MCP `tools/call` over HTTP/1.1 or
+//! HTTP/2), a latency run at concurrency 1 and a throughput run at a fixed
+//! number of calls in flight.
 
 use crate::error::BenchError;
 use crate::stats::Latency;
+use bytes::Bytes;
+use http_body_util::{BodyExt, Full};
+use hyper_util::client::legacy::Client as HyperClient;
+use hyper_util::client::legacy::connect::HttpConnector;
+use hyper_util::rt::TokioExecutor;
 use serde::Serialize;
 use std::sync::Arc;
 use std::time::Duration;
@@ -37,6 +43,60 @@ pub(crate) enum Client {
     Executor(ExecutorClient<Channel>, Arc<str>),
     /// `toolmesh.v1.Dispatcher/Invoke`.
     Dispatcher(DispatcherClient<Channel>),
+    /// MCP `tools/call` (JSON-RPC over HTTP) at `/mcp`.
+    Mcp(Box<McpClient>),
+}
+
+/// An MCP client of one `/mcp` URL: stateless 2026-07-28 requests, JSON
+/// answers; HTTP/2 over one connection, or HTTP/1.1 with a pool.
+#[derive(Debug, Clone)]
+pub(crate) struct McpClient {
+    http: HyperClient<HttpConnector, Full<Bytes>>,
+    url: hyper::Uri,
+}
+
+/// The MCP revision the bench speaks.
+const MCP_VERSION: &str = "2026-07-28";
+
+impl McpClient {
+    /// One `tools/call` of `work`; `Err` with a description when the HTTP
+    /// exchange, JSON-RPC or the tool failed.
+    async fn call(&self, work: &Workload) -> Result<(), String> {
+        // The arguments are a JSON object already: spliced, not re-encoded.
+        let body = format!(
+            r#"{{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{{"name":{name},"arguments":{args},"_meta":{{"io.modelcontextprotocol/protocolVersion":"{MCP_VERSION}","io.modelcontextprotocol/clientInfo":{{"name":"toolmesh-bench","version":"1"}},"io.modelcontextprotocol/clientCapabilities":{{}}}}}}}}"#,
+            name = serde_json::Value::from(&*work.tool),
+            args = work.arguments,
+        );
+        let request = hyper::Request::post(self.url.clone())
+            .header("content-type", "application/json")
+            .header("accept", "application/json, text/event-stream")
+            .header("mcp-protocol-version", MCP_VERSION)
+            .header("mcp-method", "tools/call")
+            .header("mcp-name", &*work.tool)
+            .body(Full::new(Bytes::from(body)))
+            .map_err(|e| e.to_string())?;
+        let response = tokio::time::timeout(CALL_DEADLINE, self.http.request(request))
+            .await
+            .map_err(|_| "timed out".to_owned())?
+            .map_err(|e| e.to_string())?;
+        let status = response.status();
+        let body = response
+            .into_body()
+            .collect()
+            .await
+            .map_err(|e| e.to_string())?
+            .to_bytes();
+        let answer: serde_json::Value =
+            serde_json::from_slice(&body).map_err(|e| format!("HTTP {status}: {e}"))?;
+        if let Some(error) = answer.get("error") {
+            return Err(format!("JSON-RPC error {error}"));
+        }
+        match answer["result"]["isError"].as_bool() {
+            Some(false) | None if status.is_success() => Ok(()),
+            _ => Err(format!("HTTP {status}: {answer}")),
+        }
+    }
 }
 
 impl Client {
@@ -54,6 +114,20 @@ impl Client {
         Ok(Client::Dispatcher(DispatcherClient::new(
             toolmesh::grpc::channel(addr, &toolmesh::grpc::Tls::none())?,
         )))
+    }
+
+    /// An MCP client of `url` (`http://HOST:PORT/mcp`), over HTTP/2 (h2c
+    /// with prior knowledge, one connection) or HTTP/1.1 (a pool).
+    pub(crate) fn mcp(url: &str, http2: bool) -> Result<Client, BenchError> {
+        let url = url
+            .parse::<hyper::Uri>()
+            .map_err(|e| BenchError::failed(format!("the MCP URL {url:?}"), e.to_string()))?;
+        let mut connector = HttpConnector::new();
+        connector.set_nodelay(true);
+        let http = HyperClient::builder(TokioExecutor::new())
+            .http2_only(http2)
+            .build(connector);
+        Ok(Client::Mcp(Box::new(McpClient { http, url })))
     }
 
     /// One call; `Err` with a description when the RPC or the tool failed.
@@ -88,6 +162,7 @@ impl Client {
                 request.set_timeout(CALL_DEADLINE);
                 client.invoke(request).await.map(|r| r.into_inner().result)
             }
+            Client::Mcp(client) => return client.call(work).await,
         };
         match result {
             Ok(result) => check(result),
@@ -155,7 +230,7 @@ impl Samples {
 }
 
 /// Calls per second at saturation.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize)]
 pub struct Throughput {
     /// Calls kept in flight.
     pub in_flight: usize,

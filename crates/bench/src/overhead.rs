@@ -91,6 +91,8 @@ pub struct Overhead {
     pub throughput_window_ms: f64,
     /// Small and medium arguments.
     pub sizes: Vec<SizeResult>,
+    /// The MCP door beside gRPC Invoke (small arguments).
+    pub mcp: Option<McpRow>,
 }
 
 /// The clients, one per target.
@@ -107,11 +109,18 @@ pub(crate) async fn run(plan: &Plan, bins: &Binaries, logs: &Path) -> Result<Ove
         bins.parent_death,
         "toolmesh serve",
         &bins.toolmesh,
-        &["serve", "--listen", "127.0.0.1:0"],
+        &[
+            "serve",
+            "--listen",
+            "127.0.0.1:0",
+            "--mcp-listen",
+            "127.0.0.1:0",
+        ],
         logs,
         SpawnOptions::default(),
     )?;
     let serve_addr = serve.listen_addr().await?;
+    let mcp_url = serve.mcp_url().await?;
     let mut example = procs::spawn(
         bins.parent_death,
         "toolmesh example acceptance",
@@ -166,6 +175,7 @@ pub(crate) async fn run(plan: &Plan, bins: &Binaries, logs: &Path) -> Result<Ove
         ("medium", load::medium_arguments(plan.medium_bytes)),
     ];
     let mut results = Vec::new();
+    let mut mcp = None;
     for (label, arguments) in sizes {
         let work = Workload {
             tool: TOOL.into(),
@@ -183,6 +193,9 @@ pub(crate) async fn run(plan: &Plan, bins: &Binaries, logs: &Path) -> Result<Ove
             clients.nginx = None;
         }
         results.push(measure_size(plan, &clients, label, &work).await);
+        if mcp.is_none() {
+            mcp = Some(measure_mcp(plan, &clients.toolmesh, &mcp_url, &work).await?);
+        }
     }
 
     if let Some(nginx) = nginx {
@@ -198,6 +211,7 @@ pub(crate) async fn run(plan: &Plan, bins: &Binaries, logs: &Path) -> Result<Ove
         throughput_warmup_ms: crate::stats::ms(plan.throughput_warmup),
         throughput_window_ms: crate::stats::ms(plan.throughput_window),
         sizes: results,
+        mcp,
     })
 }
 
@@ -205,39 +219,123 @@ pub(crate) async fn run(plan: &Plan, bins: &Binaries, logs: &Path) -> Result<Ove
 /// turns within each round so that drift on a shared machine hits them alike.
 /// Latency samples are pooled over the rounds; throughput is the median round.
 async fn measure_size(plan: &Plan, clients: &Clients, label: &str, work: &Workload) -> SizeResult {
-    let rounds = plan.rounds.max(1);
-    let per_round = plan.latency_calls.div_ceil(rounds);
-    let window = plan.throughput_window / u32::try_from(rounds).unwrap_or(1);
-    for client in clients.all() {
-        load::warm_up(client, work, plan.latency_warmup).await;
-    }
-
-    let mut samples = clients.each(load::Samples::default);
-    for _ in 0..rounds {
-        for (client, into) in clients.zip(&mut samples) {
-            into.record(client, work, per_round).await;
-        }
-    }
-    let latency = samples.map(load::Samples::summary);
-
-    let mut throughput = Vec::new();
-    for &in_flight in &plan.in_flight {
-        let mut windows = clients.each(Vec::new);
-        for _ in 0..rounds {
-            for (client, into) in clients.zip(&mut windows) {
-                let measured =
-                    load::throughput(client, work, in_flight, plan.throughput_warmup, window).await;
-                into.push(measured);
-            }
-        }
-        throughput.push(windows.map(|w| Throughput::from_rounds(in_flight, &w)));
-    }
+    let all: Vec<&Client> = clients.all().collect();
+    let (latency, throughput) = measure(plan, &all, work, &plan.in_flight).await;
+    let mut latency = latency.into_iter();
+    let latency = clients.each(|| latency.next().unwrap_or_default());
+    let throughput = throughput
+        .into_iter()
+        .map(|per_target| {
+            let mut per_target = per_target.into_iter();
+            clients.each(|| per_target.next().unwrap_or_default())
+        })
+        .collect();
     SizeResult {
         label: label.to_owned(),
         argument_bytes: work.arguments.len(),
         latency,
         throughput,
     }
+}
+
+/// Each of `clients` measured the same way, taking turns in every round:
+/// latency per client, and per `in_flight` setting throughput per client.
+async fn measure(
+    plan: &Plan,
+    clients: &[&Client],
+    work: &Workload,
+    in_flight: &[usize],
+) -> (Vec<Latency>, Vec<Vec<Throughput>>) {
+    let rounds = plan.rounds.max(1);
+    let per_round = plan.latency_calls.div_ceil(rounds);
+    let window = plan.throughput_window / u32::try_from(rounds).unwrap_or(1);
+    for client in clients {
+        load::warm_up(client, work, plan.latency_warmup).await;
+    }
+    let mut samples: Vec<load::Samples> = clients.iter().map(|_| Default::default()).collect();
+    for _ in 0..rounds {
+        for (client, into) in clients.iter().zip(&mut samples) {
+            into.record(client, work, per_round).await;
+        }
+    }
+    let latency = samples.into_iter().map(load::Samples::summary).collect();
+    let mut throughput = Vec::new();
+    for &in_flight in in_flight {
+        let mut windows: Vec<Vec<_>> = clients.iter().map(|_| Vec::new()).collect();
+        for _ in 0..rounds {
+            for (client, into) in clients.iter().zip(&mut windows) {
+                into.push(
+                    load::throughput(client, work, in_flight, plan.throughput_warmup, window).await,
+                );
+            }
+        }
+        throughput.push(
+            windows
+                .iter()
+                .map(|w| Throughput::from_rounds(in_flight, w))
+                .collect(),
+        );
+    }
+    (latency, throughput)
+}
+
+/// Calls kept in flight for the MCP row's throughput.
+const MCP_IN_FLIGHT: usize = 32;
+
+/// The MCP door beside gRPC Invoke: the same call through `/mcp` as
+/// JSON-RPC over HTTP/1.1 and over HTTP/2.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct McpRow {
+    /// Size of the JSON arguments.
+    pub argument_bytes: usize,
+    /// Latency at concurrency 1.
+    pub latency: ByDoor<Latency>,
+    /// Throughput at 32 calls in flight.
+    pub throughput: ByDoor<Throughput>,
+}
+
+/// One figure per front door of the same dispatcher.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct ByDoor<T> {
+    /// gRPC `Invoke`.
+    pub invoke: T,
+    /// MCP `tools/call` over HTTP/1.1 (a connection pool).
+    pub mcp_http1: T,
+    /// MCP `tools/call` over HTTP/2 (one connection).
+    pub mcp_http2: T,
+}
+
+impl<T: Default> ByDoor<T> {
+    fn from_vec(values: Vec<T>) -> ByDoor<T> {
+        let mut values = values.into_iter();
+        let mut next = || values.next().unwrap_or_default();
+        ByDoor {
+            invoke: next(),
+            mcp_http1: next(),
+            mcp_http2: next(),
+        }
+    }
+}
+
+/// The MCP row for `work`: Invoke, MCP over HTTP/1.1 and over HTTP/2
+/// taking turns.
+async fn measure_mcp(
+    plan: &Plan,
+    invoke: &Client,
+    mcp_url: &str,
+    work: &Workload,
+) -> Result<McpRow, BenchError> {
+    let http1 = Client::mcp(mcp_url, false)?;
+    let http2 = Client::mcp(mcp_url, true)?;
+    load::check_works(&http1, work, "MCP over HTTP/1.1").await?;
+    load::check_works(&http2, work, "MCP over HTTP/2").await?;
+    let (latency, mut throughput) =
+        measure(plan, &[invoke, &http1, &http2], work, &[MCP_IN_FLIGHT]).await;
+    Ok(McpRow {
+        argument_bytes: work.arguments.len(),
+        latency: ByDoor::from_vec(latency),
+        throughput: ByDoor::from_vec(throughput.pop().unwrap_or_default()),
+    })
 }
 
 impl Clients {
@@ -254,28 +352,6 @@ impl Clients {
             direct: make(),
             nginx: self.nginx.as_ref().map(|_| make()),
             toolmesh: make(),
-        }
-    }
-
-    /// Each measured target's client with its accumulator, in the order of [`Clients::all`].
-    fn zip<'a, T>(
-        &'a self,
-        into: &'a mut ByTarget<T>,
-    ) -> impl Iterator<Item = (&'a Client, &'a mut T)> {
-        let nginx = self.nginx.as_ref().zip(into.nginx.as_mut());
-        std::iter::once((&self.direct, &mut into.direct))
-            .chain(nginx)
-            .chain(std::iter::once((&self.toolmesh, &mut into.toolmesh)))
-    }
-}
-
-impl<T> ByTarget<T> {
-    /// The same figure, transformed, for every target.
-    fn map<U>(self, mut f: impl FnMut(T) -> U) -> ByTarget<U> {
-        ByTarget {
-            direct: f(self.direct),
-            nginx: self.nginx.map(&mut f),
-            toolmesh: f(self.toolmesh),
         }
     }
 }

@@ -72,11 +72,22 @@ pub(crate) fn spawn(
 pub(crate) trait Ready {
     /// Waits for its `… listening on ADDR` line and returns `ADDR`.
     async fn listen_addr(&mut self) -> Result<String, BenchError>;
+    /// Waits for its `… MCP listening on URL` line and returns `URL`.
+    async fn mcp_url(&mut self) -> Result<String, BenchError>;
 }
 
 impl Ready for Proc {
     async fn listen_addr(&mut self) -> Result<String, BenchError> {
         Ok(self.address_async(READY_TIMEOUT).await?)
+    }
+
+    async fn mcp_url(&mut self) -> Result<String, BenchError> {
+        let line = self
+            .wait_line_async("MCP listening on ", READY_TIMEOUT)
+            .await?;
+        toolmesh_procs::parse_listen_line(&line)
+            .map(str::to_owned)
+            .ok_or_else(|| BenchError::failed("the MCP listening line", line.clone()))
     }
 }
 

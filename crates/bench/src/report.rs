@@ -3,7 +3,7 @@
 
 use crate::freshness::{Freshness, Series};
 use crate::machine::{Build, Machine};
-use crate::overhead::{ByTarget, Overhead, SizeResult};
+use crate::overhead::{ByDoor, ByTarget, McpRow, Overhead, SizeResult};
 use crate::scale::{AtSize, Scale};
 use serde::Serialize;
 use std::fmt::{self, Write as _};
@@ -346,7 +346,65 @@ fn write_overhead(f: &mut fmt::Formatter<'_>, o: &Overhead) -> fmt::Result {
         )?;
         write!(f, "{}", overhead_table(size))?;
     }
+    if let Some(mcp) = &o.mcp {
+        writeln!(f)?;
+        writeln!(
+            f,
+            "   MCP door: the same call as JSON-RPC `tools/call` at /mcp ({} arguments), beside gRPC Invoke on the same dispatcher",
+            fmt_bytes(mcp.argument_bytes as f64)
+        )?;
+        write!(f, "{}", mcp_table(mcp))?;
+    }
     writeln!(f)
+}
+
+/// The MCP row: Invoke, then MCP over HTTP/1.1 and HTTP/2, each with its
+/// ratio to Invoke.
+pub(crate) fn mcp_table(mcp: &McpRow) -> String {
+    let mut table = Table::new(vec![
+        "",
+        "gRPC Invoke",
+        "MCP HTTP/1.1",
+        "x Invoke",
+        "MCP HTTP/2",
+        "x Invoke",
+    ]);
+    let row = |name: String, v: ByDoor<f64>, format: fn(f64) -> String| {
+        vec![
+            name,
+            format(v.invoke),
+            format(v.mcp_http1),
+            fmt_ratio(v.mcp_http1 / v.invoke),
+            format(v.mcp_http2),
+            fmt_ratio(v.mcp_http2 / v.invoke),
+        ]
+    };
+    let lat = &mcp.latency;
+    for (name, pick) in [
+        (
+            "p50 @1",
+            (|l| l.p50_us) as fn(&crate::stats::Latency) -> f64,
+        ),
+        ("p99 @1", |l| l.p99_us),
+    ] {
+        let v = ByDoor {
+            invoke: pick(&lat.invoke),
+            mcp_http1: pick(&lat.mcp_http1),
+            mcp_http2: pick(&lat.mcp_http2),
+        };
+        table.push(row(name.to_owned(), v, fmt_us));
+    }
+    let t = &mcp.throughput;
+    table.push(row(
+        format!("calls/s @{}", t.invoke.in_flight),
+        ByDoor {
+            invoke: t.invoke.calls_per_sec,
+            mcp_http1: t.mcp_http1.calls_per_sec,
+            mcp_http2: t.mcp_http2.calls_per_sec,
+        },
+        fmt_rate,
+    ));
+    table.render("   ")
 }
 
 /// One size's table: a row per figure, a column per target and ratio.

@@ -4,7 +4,7 @@ use serde::Serialize;
 use std::time::Duration;
 
 /// Latency percentiles of one series of calls, in microseconds.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+#[derive(Debug, Clone, Copy, Default, PartialEq, Serialize)]
 pub struct Latency {
     /// Calls measured (after warm-up).
     pub calls: usize,

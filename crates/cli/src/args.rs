@@ -112,6 +112,9 @@ pub(crate) enum Command {
     Approve(DecideArgs),
     /// Deny a pending approval.
     Deny(DecideArgs),
+    /// Serve MCP on stdin/stdout for a desktop client that starts a command,
+    /// over a dispatcher reached by gRPC.
+    Mcp(ClientOnly),
     /// Switch a tool off (admin): it leaves every listing, calls answer DISABLED.
     Disable(DisableArgs),
     /// Switch a disabled tool back on (admin).
@@ -224,6 +227,15 @@ pub(crate) struct ServerArgs {
     /// Metrics, admin page and traces.
     #[command(flatten)]
     pub(crate) ops: toolmesh_examples::OpsFlags,
+    /// Also serve MCP over Streamable HTTP at http://ADDR/mcp (serve,
+    /// dispatcher, up; `up` does by default on the --listen port + 1;
+    /// "none" turns it off).
+    #[arg(long, env = "TOOLMESH_MCP_LISTEN")]
+    pub(crate) mcp_listen: Option<String>,
+    /// Host header values the MCP endpoint accepts (comma-separated; `*`
+    /// for any, as behind a Kubernetes Service); default loopback only.
+    #[arg(long, env = "TOOLMESH_MCP_ALLOWED_HOSTS", value_delimiter = ',')]
+    pub(crate) mcp_allowed_hosts: Vec<String>,
 }
 
 impl ServerArgs {
@@ -242,6 +254,8 @@ impl ServerArgs {
             tls: tls.clone(),
             admin_listen: self.ops.admin_listen.clone(),
             otlp_endpoint: self.ops.otlp_endpoint.clone(),
+            mcp_listen: self.mcp_listen.clone().filter(|a| a != "none"),
+            mcp_allowed_hosts: self.mcp_allowed_hosts.clone(),
         }
     }
 }
@@ -337,8 +351,31 @@ pub(crate) struct ToolsArgs {
 pub(crate) enum Format {
     /// toolmesh's own specs.
     Native,
-    /// OpenAI function-calling tools array.
+    /// OpenAI Chat Completions function-calling tools array.
     Openai,
+    /// OpenAI Responses tools array (flat, with `strict`).
+    OpenaiResponses,
+    /// Anthropic Messages tools array.
+    Anthropic,
+    /// Gemini `functionDeclarations`.
+    Gemini,
+    /// MCP `Tool` objects, as `tools/list` returns them.
+    Mcp,
+}
+
+impl Format {
+    /// The ListTools format this shape asks for.
+    pub(crate) fn to_pb(self) -> toolmesh::pb::ToolFormat {
+        use toolmesh::pb::ToolFormat;
+        match self {
+            Format::Native => ToolFormat::Native,
+            Format::Openai => ToolFormat::Openai,
+            Format::OpenaiResponses => ToolFormat::OpenaiResponses,
+            Format::Anthropic => ToolFormat::Anthropic,
+            Format::Gemini => ToolFormat::Gemini,
+            Format::Mcp => ToolFormat::Mcp,
+        }
+    }
 }
 
 /// `toolmesh call`.

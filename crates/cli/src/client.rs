@@ -18,7 +18,7 @@ use toolmesh::grpc::{MAX_SNAPSHOT_MESSAGE_BYTES, Tls, tool_health_service};
 use toolmesh::pb::{
     ApproveRequest, CallContext, DenyRequest, DisableToolRequest, EnableToolRequest,
     ExplainRequest, GetSnapshotRequest, InvokeRequest, ListApprovalsRequest, ListToolsRequest,
-    ToolFormat, dispatcher_client::DispatcherClient, governance_client::GovernanceClient,
+    dispatcher_client::DispatcherClient, governance_client::GovernanceClient,
     registry_client::RegistryClient,
 };
 use toolmesh::{ErrorCodeExt, ToolErrorExt};
@@ -57,10 +57,7 @@ fn unreachable(server: &str, status: tonic::Status) -> Failure {
 pub(crate) async fn tools(args: ToolsArgs, tls: &Tls) -> Result<(), Failure> {
     let mut client = DispatcherClient::new(connect(&args.client, tls)?)
         .max_decoding_message_size(MAX_SNAPSHOT_MESSAGE_BYTES);
-    let format = match args.format {
-        Format::Native => ToolFormat::Native,
-        Format::Openai => ToolFormat::Openai,
-    };
+    let format = args.format.to_pb();
     let response = client
         .list_tools(authed(
             &args.client,
@@ -73,7 +70,7 @@ pub(crate) async fn tools(args: ToolsArgs, tls: &Tls) -> Result<(), Failure> {
         .await
         .map_err(|s| unreachable(&args.client.server, s))?
         .into_inner();
-    if args.format == Format::Openai {
+    if args.format != Format::Native {
         let value: serde_json::Value = serde_json::from_str(&response.formatted)
             .map_err(|e| Failure::Failed(e.to_string()))?;
         output::print_json(&value);
@@ -464,4 +461,14 @@ pub(crate) async fn enable(args: ToolArg, tls: &Tls) -> Result<(), Failure> {
         args.tool, answer.snapshot_version
     );
     Ok(())
+}
+
+/// `toolmesh mcp`: the MCP handler on stdin/stdout, calling the dispatcher
+/// at `--server` as the holder of `--token`.
+pub(crate) async fn mcp_bridge(args: ClientOnly, tls: &Tls) -> Result<(), Failure> {
+    let backend =
+        toolmesh_mcp::GrpcBackend::new(connect(&args.client, tls)?, args.client.token.clone());
+    toolmesh_mcp::serve_stdio(toolmesh_mcp::McpHandler::new(backend))
+        .await
+        .map_err(|e| Failure::Failed(e.to_string()))
 }

@@ -142,6 +142,7 @@ async fn run(
         Command::Deny(args) => client::decide(args, true, tls).await,
         Command::Disable(args) => client::disable(args, tls).await,
         Command::Enable(args) => client::enable(args, tls).await,
+        Command::Mcp(args) => client::mcp_bridge(args, tls).await,
         #[cfg(feature = "bench")]
         Command::Bench(args) => bench(args, arm).await,
     }

@@ -26,10 +26,13 @@ pub(crate) async fn run(
     // Examples register with a token made for this run; nothing else may
     // register under their owner.
     let token = format!("dev-{}", uuid::Uuid::new_v4().simple());
-    let config = toolmesh_node::NodeConfig {
+    let mut config = toolmesh_node::NodeConfig {
         dev_executor_token: Some(token.clone()),
         ..args.serve.server.node_config(tls)
     };
+    if args.serve.server.mcp_listen.is_none() {
+        config.mcp_listen = default_mcp_listen(&config.listen);
+    }
     let running = toolmesh_node::start(role, &config).await?;
     let addr = running.addr.to_string();
     let exe =
@@ -69,6 +72,12 @@ pub(crate) async fn run(
     let tools = dispatcher.current_snapshot().name_count();
     println!("toolmesh is up in {} ms", started.elapsed().as_millis());
     println!("  registry + dispatcher  {addr}  (grpc.health.v1, reflection)");
+    if let Some(url) = running.mcp_url() {
+        println!(
+            "  MCP (Streamable HTTP)  {url}  (stdio: {} mcp --server {addr})",
+            command_name(&exe)
+        );
+    }
     for (name, child) in &children {
         println!("  executor {name:<13} pid {}", child.pid());
     }
@@ -129,6 +138,17 @@ pub(crate) async fn run(
         }
     }
     Ok(running.stop(grace).await?)
+}
+
+/// Where `up` serves MCP when not told: the --listen port + 1 on the same
+/// host (port 0 stays 0, so tests get a free port for both).
+fn default_mcp_listen(listen: &str) -> Option<String> {
+    let addr = toolmesh::grpc::listen_address(listen).ok()?;
+    let port = match addr.port() {
+        0 => 0,
+        port => port.checked_add(1)?,
+    };
+    Some(std::net::SocketAddr::new(addr.ip(), port).to_string())
 }
 
 /// `toolmesh` when that is the binary on PATH, else the path to this binary.

@@ -119,6 +119,16 @@ pub enum CallError {
         /// What it answered.
         detail: String,
     },
+    /// The executor answered `data` that breaks the tool's own output schema.
+    #[error(
+        "{tool} answered data that does not match its own output schema: {violations}; the result was withheld. This is a fault of the tool, not of your arguments: try another tool or report it to the tool's owner"
+    )]
+    OutputInvalid {
+        /// `name@version` of the tool that answered.
+        tool: String,
+        /// Every failing path.
+        violations: String,
+    },
     /// The deadline passed before an attempt could start or finish.
     #[error("{tool} did not complete within {budget:?}")]
     DeadlineExceeded {
@@ -217,6 +227,9 @@ impl CallError {
             }
             CallError::TimedOut { .. } => {
                 ToolError::new(ErrorCode::DeadlineExceeded, self.to_string())
+            }
+            CallError::OutputInvalid { .. } => {
+                ToolError::new(ErrorCode::ExecutorFailed, self.to_string())
             }
             CallError::ExecutorBroke { .. } => ToolError::new(
                 ErrorCode::ExecutorFailed,

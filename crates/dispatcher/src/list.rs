@@ -1,13 +1,17 @@
-//! ListTools: the tools a caller can call now, natively or in OpenAI's
-//! function-calling shape.
+//! ListTools: the tools a caller can call now, natively or in a model
+//! vendor's shape (OpenAI Chat and Responses, Anthropic, Gemini, MCP).
+//!
+//! Names go out unchanged: registration admits only what every vendor
+//! accepts (`toolmesh::spec::validate_name`), so a model calls a tool by
+//! the name it was shown and no format needs a mapping back.
 
 use serde_json::{Value, json};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use toolmesh::pb::{ListToolsResponse, ToolFormat};
+use toolmesh::pb::{ListToolsResponse, RiskLevel, ToolFormat};
 use toolmesh::reference::VersionPattern;
-use toolmesh::{Snapshot, ToolEntry};
+use toolmesh::{Snapshot, ToolDef, ToolEntry};
 
 /// How long a rendered listing is reused. Snapshots and policies are keyed
 /// exactly; this bounds only how long an expired ejection stays hidden.
@@ -95,9 +99,21 @@ pub(crate) fn render(
     entries: &[&Arc<ToolEntry>],
     format: ToolFormat,
 ) -> ListToolsResponse {
+    let each = |shape: fn(&ToolDef) -> Value| {
+        Value::Array(entries.iter().map(|e| shape(&e.def)).collect())
+    };
     let formatted = match format {
-        ToolFormat::Openai => openai(entries).to_string(),
-        ToolFormat::Native | ToolFormat::Unspecified => String::new(),
+        ToolFormat::Openai => each(openai_chat),
+        ToolFormat::OpenaiResponses => each(openai_responses),
+        ToolFormat::Anthropic => each(anthropic),
+        ToolFormat::Gemini => json!({ "functionDeclarations": each(gemini) }),
+        ToolFormat::Mcp => each(mcp),
+        ToolFormat::Native | ToolFormat::Unspecified => Value::Null,
+    };
+    let formatted = if formatted.is_null() {
+        String::new()
+    } else {
+        formatted.to_string()
     };
     ListToolsResponse {
         snapshot_version,
@@ -106,23 +122,129 @@ pub(crate) fn render(
     }
 }
 
-/// `[{"type":"function","function":{"name","description","parameters"}}]`.
-fn openai(entries: &[&Arc<ToolEntry>]) -> Value {
-    Value::Array(
-        entries
-            .iter()
-            .map(|e| {
-                json!({
-                    "type": "function",
-                    "function": {
-                        "name": e.def.name(),
-                        "description": e.def.spec().description,
-                        "parameters": e.def.input_schema(),
-                    }
-                })
-            })
-            .collect(),
-    )
+/// OpenAI Chat Completions: `{"type":"function","function":{"name",
+/// "description","parameters"}}`.
+fn openai_chat(def: &ToolDef) -> Value {
+    json!({
+        "type": "function",
+        "function": {
+            "name": def.name(),
+            "description": def.spec().description,
+            "parameters": def.input_schema(),
+        }
+    })
+}
+
+/// OpenAI Responses: flat `{"type":"function","name","description",
+/// "parameters","strict"}`; `strict` only when the schema is in OpenAI's
+/// strict subset (the API would refuse it otherwise, as strict is its
+/// default).
+fn openai_responses(def: &ToolDef) -> Value {
+    json!({
+        "type": "function",
+        "name": def.name(),
+        "description": def.spec().description,
+        "parameters": def.input_schema(),
+        "strict": is_strict(def.input_schema()),
+    })
+}
+
+/// Anthropic Messages: `{"name","description","input_schema"}`.
+fn anthropic(def: &ToolDef) -> Value {
+    json!({
+        "name": def.name(),
+        "description": def.spec().description,
+        "input_schema": def.input_schema(),
+    })
+}
+
+/// Gemini: one `functionDeclarations` entry, the schema as
+/// `parametersJsonSchema` (full JSON Schema, not the OpenAPI subset).
+fn gemini(def: &ToolDef) -> Value {
+    json!({
+        "name": def.name(),
+        "description": def.spec().description,
+        "parametersJsonSchema": def.input_schema(),
+    })
+}
+
+/// The MCP `Tool`: schemas, hints from risk and idempotency, and toolmesh's
+/// own facts under `_meta` (`toolmesh/version`, `toolmesh/owner`,
+/// `toolmesh/deprecated`). MCP's `inputSchema` must be an object schema.
+fn mcp(def: &ToolDef) -> Value {
+    let spec = def.spec();
+    let mut tool = json!({
+        "name": def.name(),
+        "title": title(def.name()),
+        "description": spec.description,
+        "inputSchema": match def.input_schema() {
+            Value::Object(schema) => Value::Object(schema.clone()),
+            _ => json!({"type": "object"}),
+        },
+        "annotations": {
+            "title": title(def.name()),
+            "readOnlyHint": def.read_only(),
+            "destructiveHint": def.risk() == RiskLevel::High,
+            "idempotentHint": def.idempotent(),
+        },
+        "_meta": { "toolmesh/version": def.version().to_string() },
+    });
+    if let Some(output) = def.output_schema().filter(|s| s.is_object()) {
+        tool["outputSchema"] = output.clone();
+    }
+    if !spec.owner.is_empty() {
+        tool["_meta"]["toolmesh/owner"] = json!(spec.owner);
+    }
+    if !spec.deprecated.is_empty() {
+        tool["_meta"]["toolmesh/deprecated"] = json!(spec.deprecated);
+    }
+    tool
+}
+
+/// A title for people: `search_kb` reads "Search kb".
+fn title(name: &str) -> String {
+    let spaced = name.replace(['_', '-'], " ");
+    let mut chars = spaced.chars();
+    chars.next().map_or_else(String::new, |first| {
+        first.to_ascii_uppercase().to_string() + chars.as_str()
+    })
+}
+
+/// Whether `schema` is in OpenAI's strict subset: every object schema
+/// closes `additionalProperties` and requires every property it declares,
+/// wherever it sits (properties, items, `$defs`, `anyOf`, …).
+pub(crate) fn is_strict(schema: &Value) -> bool {
+    let Value::Object(map) = schema else {
+        return false;
+    };
+    let is_object = map.get("type") == Some(&json!("object")) || map.contains_key("properties");
+    if is_object {
+        if map.get("additionalProperties") != Some(&Value::Bool(false)) {
+            return false;
+        }
+        let required: Vec<&str> = map
+            .get("required")
+            .and_then(Value::as_array)
+            .map(|r| r.iter().filter_map(Value::as_str).collect())
+            .unwrap_or_default();
+        let all_required = map
+            .get("properties")
+            .and_then(Value::as_object)
+            .is_none_or(|p| p.keys().all(|k| required.contains(&k.as_str())));
+        if !all_required {
+            return false;
+        }
+    }
+    map.iter().all(|(key, value)| match key.as_str() {
+        "properties" | "$defs" | "definitions" => value
+            .as_object()
+            .is_none_or(|children| children.values().all(is_strict)),
+        "items" | "not" | "additionalItems" => !value.is_object() || is_strict(value),
+        "anyOf" | "allOf" | "oneOf" | "prefixItems" => value
+            .as_array()
+            .is_none_or(|children| children.iter().all(is_strict)),
+        _ => true,
+    })
 }
 
 #[cfg(test)]
@@ -225,5 +347,175 @@ mod tests {
             }])
         );
         assert!(render(1, &listed, ToolFormat::Native).formatted.is_empty());
+    }
+
+    /// A definition with `input_schema`, risk, idempotency, owner and
+    /// deprecation for the shape tests.
+    fn def_with(name: &str, input_schema: &str, output_schema: &str) -> ToolDef {
+        ToolDef::new(ToolSpec {
+            name: name.into(),
+            version: "1.2.0".into(),
+            description: "Finds articles.".into(),
+            input_schema: input_schema.into(),
+            output_schema: output_schema.into(),
+            risk: RiskLevel::High as i32,
+            idempotent: true,
+            owner: "kb-team".into(),
+            deprecated: "use search_kb 2".into(),
+            ..ToolSpec::default()
+        })
+        .unwrap()
+    }
+
+    const LOOSE: &str = r#"{"type":"object","properties":{"q":{"type":"string"},"n":{"type":"integer"}},"required":["q"]}"#;
+    const STRICT: &str = r#"{"type":"object","additionalProperties":false,"properties":{"q":{"type":"string"},"f":{"type":"object","additionalProperties":false,"properties":{"tag":{"type":"string"}},"required":["tag"]}},"required":["q","f"]}"#;
+
+    /// OpenAI's and Anthropic's rule for names, `^[a-zA-Z0-9_-]{1,64}$`.
+    fn openai_name_ok(name: &str) -> bool {
+        (1..=64).contains(&name.len())
+            && name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || c == '_' || c == '-')
+    }
+
+    /// Gemini's rule: starts with a letter or `_`, then `[a-zA-Z0-9_.:-]`, at most 64.
+    fn gemini_name_ok(name: &str) -> bool {
+        name.len() <= 64
+            && name.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_')
+            && name
+                .chars()
+                .all(|c| c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | ':' | '-'))
+    }
+
+    fn keys(v: &Value) -> Vec<&str> {
+        let mut k: Vec<&str> = v.as_object().unwrap().keys().map(String::as_str).collect();
+        k.sort();
+        k
+    }
+
+    /// Every name registration admits is one every vendor accepts, and a
+    /// name with '.' (which OpenAI and Anthropic reject) is refused at
+    /// registration, saying why.
+    #[test]
+    fn registered_names_fit_every_vendor() {
+        for name in ["a", "search_kb", "get-user-2", &"x".repeat(64)] {
+            assert!(toolmesh::spec::validate_name(name).is_ok(), "{name}");
+            assert!(openai_name_ok(name) && gemini_name_ok(name), "{name}");
+        }
+        for name in ["kb.search", "1abc", "", &"x".repeat(65), "a b", "a@1"] {
+            let refused = toolmesh::spec::validate_name(name).unwrap_err().to_string();
+            assert!(refused.contains("no '.'"), "{refused}");
+        }
+    }
+
+    /// OpenAI Responses: flat, exactly the documented keys, name within the
+    /// rule, and `strict` true only for a schema in the strict subset.
+    #[test]
+    fn openai_responses_shape() {
+        for (schema, strict) in [(LOOSE, false), (STRICT, true)] {
+            let tool = openai_responses(&def_with("search_kb", schema, ""));
+            assert_eq!(
+                keys(&tool),
+                ["description", "name", "parameters", "strict", "type"]
+            );
+            assert_eq!(tool["type"], "function");
+            assert!(openai_name_ok(tool["name"].as_str().unwrap()));
+            assert_eq!(tool["strict"], strict, "{schema}");
+        }
+        let chat = openai_chat(&def_with("search_kb", LOOSE, ""));
+        assert_eq!(keys(&chat), ["function", "type"]);
+        assert_eq!(
+            keys(&chat["function"]),
+            ["description", "name", "parameters"]
+        );
+    }
+
+    /// The strict subset: every object closed and fully required, at any
+    /// depth and through combinators.
+    #[test]
+    fn strict_subset() {
+        let closed = |props: Value, required: Value| json!({"type":"object","additionalProperties":false,"properties":props,"required":required});
+        assert!(is_strict(&closed(json!({}), json!([]))));
+        assert!(is_strict(&closed(
+            json!({"a":{"type":"string"}}),
+            json!(["a"])
+        )));
+        assert!(
+            !is_strict(&closed(json!({"a":{"type":"string"}}), json!([]))),
+            "a not required"
+        );
+        assert!(
+            !is_strict(&json!({"type":"object","properties":{}})),
+            "open object"
+        );
+        let nested_open = closed(
+            json!({"a":{"type":"array","items":{"type":"object","properties":{}}}}),
+            json!(["a"]),
+        );
+        assert!(!is_strict(&nested_open), "open object inside items");
+        let in_any_of = closed(
+            json!({"a":{"anyOf":[{"type":"string"},{"type":"object"}]}}),
+            json!(["a"]),
+        );
+        assert!(!is_strict(&in_any_of), "open object inside anyOf");
+        assert!(!is_strict(&json!(true)));
+    }
+
+    /// Anthropic: exactly name, description and input_schema; the name fits.
+    #[test]
+    fn anthropic_shape() {
+        let tool = anthropic(&def_with("search_kb", LOOSE, ""));
+        assert_eq!(keys(&tool), ["description", "input_schema", "name"]);
+        assert!(openai_name_ok(tool["name"].as_str().unwrap()));
+        assert_eq!(tool["input_schema"]["type"], "object");
+    }
+
+    /// Gemini: a `functionDeclarations` list whose entries carry the schema
+    /// as `parametersJsonSchema`.
+    #[test]
+    fn gemini_shape() {
+        let mut b = Snapshot::empty("e").next();
+        b.put(entry("search_kb", "1.0.0", true));
+        let s = b.finish();
+        let listed = callable(&s, |e| e.exposed());
+        let value: Value =
+            serde_json::from_str(&render(s.version(), &listed, ToolFormat::Gemini).formatted)
+                .unwrap();
+        assert_eq!(keys(&value), ["functionDeclarations"]);
+        let declaration = &value["functionDeclarations"][0];
+        assert_eq!(
+            keys(declaration),
+            ["description", "name", "parametersJsonSchema"]
+        );
+        assert!(gemini_name_ok(declaration["name"].as_str().unwrap()));
+    }
+
+    /// MCP: name, schemas (an object `inputSchema`; `outputSchema` when the
+    /// tool has one), hints from risk and idempotency, toolmesh facts in
+    /// `_meta`, never `@version` in the name.
+    #[test]
+    fn mcp_shape() {
+        let tool = mcp(&def_with("search_kb", LOOSE, r#"{"type":"object"}"#));
+        assert_eq!(tool["name"], "search_kb");
+        assert_eq!(tool["title"], "Search kb");
+        assert_eq!(tool["inputSchema"]["type"], "object");
+        assert_eq!(tool["outputSchema"], json!({"type":"object"}));
+        assert_eq!(
+            tool["annotations"],
+            json!({"title":"Search kb","readOnlyHint":false,"destructiveHint":true,"idempotentHint":true})
+        );
+        assert_eq!(
+            tool["_meta"],
+            json!({"toolmesh/version":"1.2.0","toolmesh/owner":"kb-team","toolmesh/deprecated":"use search_kb 2"})
+        );
+        let plain = mcp(&def_with("t", r#"{"type":"object"}"#, ""));
+        assert!(plain.get("outputSchema").is_none());
+        let read_only = ToolDef::new(ToolSpec {
+            read_only: true,
+            risk: RiskLevel::Low as i32,
+            ..def_with("t", LOOSE, "").spec().clone()
+        })
+        .unwrap();
+        assert_eq!(mcp(&read_only)["annotations"]["readOnlyHint"], true);
     }
 }

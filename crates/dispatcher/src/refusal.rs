@@ -21,7 +21,9 @@ pub enum Refusal {
     #[error("{0}")]
     Unauthenticated(#[from] AuthError),
     /// A `ListTools.format` this build does not know.
-    #[error("format {0} is unknown; use TOOL_FORMAT_NATIVE or TOOL_FORMAT_OPENAI")]
+    #[error(
+        "format {0} is unknown; use TOOL_FORMAT_NATIVE, _OPENAI, _OPENAI_RESPONSES, _ANTHROPIC, _GEMINI or _MCP"
+    )]
     UnknownFormat(i32),
     /// `explain`'s `caller_token` names no caller.
     #[error("caller_token: {0}")]

@@ -83,6 +83,7 @@ impl Tool for GetUserInfo {
              a customer's account.",
         )
         .risk(RiskLevel::Low)
+        .read_only(true)
         .idempotent(true)
         .owner("accounts-team")
         .tags(["accounts", "read-only"])
@@ -129,6 +130,7 @@ impl Tool for GetCurrentTime {
              instead of guessing today's date.",
         )
         .risk(RiskLevel::Low)
+        .read_only(true)
         .idempotent(true)
         .owner("accounts-team")
         .tags(["time", "read-only"])

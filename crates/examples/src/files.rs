@@ -410,6 +410,7 @@ impl Tool for ReadFile {
              the exact path. Read a file before you edit it with edit_file. Read-only.",
         )
         .risk(RiskLevel::Low)
+        .read_only(true)
         .idempotent(true)
         .timeout(Duration::from_secs(5))
         .owner("files-team")
@@ -466,6 +467,7 @@ impl Tool for ListFiles {
              edit_file. Read-only.",
         )
         .risk(RiskLevel::Low)
+        .read_only(true)
         .idempotent(true)
         .timeout(Duration::from_secs(5))
         .owner("files-team")

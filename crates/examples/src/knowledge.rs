@@ -115,6 +115,7 @@ impl Tool for SearchKb {
              and a snippet; cite the article id when you answer. Read-only.",
         )
         .risk(RiskLevel::Low)
+        .read_only(true)
         .idempotent(true)
         .timeout(Duration::from_secs(3))
         .owner("knowledge-team")

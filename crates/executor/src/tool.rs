@@ -45,6 +45,8 @@ pub struct ToolInfo {
     retry: Option<RetryPolicy>,
     deprecated: String,
     preconditions: Vec<Precondition>,
+    read_only: bool,
+    output_schema: String,
 }
 
 impl ToolInfo {
@@ -70,6 +72,8 @@ impl ToolInfo {
             retry: None,
             deprecated: String::new(),
             preconditions: Vec::new(),
+            read_only: false,
+            output_schema: String::new(),
         }
     }
 
@@ -84,6 +88,21 @@ impl ToolInfo {
     /// an executor. Only say `true` if running a call twice is harmless.
     pub fn idempotent(mut self, idempotent: bool) -> Self {
         self.idempotent = idempotent;
+        self
+    }
+
+    /// Declares that the tool has no side effects (with LOW risk, MCP
+    /// clients see `readOnlyHint: true`).
+    pub fn read_only(mut self, read_only: bool) -> Self {
+        self.read_only = read_only;
+        self
+    }
+
+    /// The JSON Schema every result's `data` satisfies. The dispatcher
+    /// checks each result against it: one that does not is EXECUTOR_FAILED
+    /// and never reaches the model.
+    pub fn output_schema(mut self, schema: &serde_json::Value) -> Self {
+        self.output_schema = schema.to_string();
         self
     }
 
@@ -159,7 +178,7 @@ impl ToolInfo {
             version: self.version.clone(),
             description: self.description.clone(),
             input_schema,
-            output_schema: String::new(),
+            output_schema: self.output_schema.clone(),
             risk: self.risk as i32,
             idempotent: self.idempotent,
             timeout_ms: duration_ms_ceil(self.timeout),
@@ -168,6 +187,7 @@ impl ToolInfo {
             retry: self.retry,
             deprecated: self.deprecated.clone(),
             preconditions: self.preconditions.clone(),
+            read_only: self.read_only,
         }
     }
 }

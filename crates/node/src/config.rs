@@ -70,6 +70,12 @@ pub struct NodeConfig {
     /// Export traces to this OTLP collector (`--otlp-endpoint`, else
     /// `OTEL_EXPORTER_OTLP_ENDPOINT`); `None` exports none.
     pub otlp_endpoint: Option<String>,
+    /// Where a dispatcher also serves MCP over Streamable HTTP (`/mcp`);
+    /// `None` serves no MCP.
+    pub mcp_listen: Option<String>,
+    /// `Host` values the MCP endpoint accepts; empty is loopback only, `*`
+    /// any (behind a Kubernetes Service or load balancer).
+    pub mcp_allowed_hosts: Vec<String>,
 }
 
 impl Default for NodeConfig {
@@ -87,6 +93,8 @@ impl Default for NodeConfig {
             tls: toolmesh::grpc::Tls::none(),
             admin_listen: None,
             otlp_endpoint: None,
+            mcp_listen: None,
+            mcp_allowed_hosts: Vec::new(),
         }
     }
 }

@@ -49,6 +49,9 @@ pub enum NodeError {
     /// The TLS settings could not be applied to the server.
     #[error("TLS settings: {0}")]
     Tls(tonic::transport::Error),
+    /// The TLS files cannot serve `/mcp`.
+    #[error(transparent)]
+    McpTls(#[from] toolmesh_mcp::McpTlsError),
     /// The server failed while serving.
     #[error("server failed: {0}")]
     Serve(tonic::transport::Error),

@@ -7,6 +7,7 @@ use crate::governance::{PolicyGate, PolicySetup, audit_sink, load_policy};
 use std::future::Future;
 use std::{net::SocketAddr, sync::Arc, time::Duration};
 use tokio::{net::TcpListener, sync::oneshot, task::JoinHandle};
+use tokio_util::sync::CancellationToken;
 use tonic_health::{ServingStatus, server::HealthReporter};
 use toolmesh::Snapshot;
 use toolmesh::grpc::{DISPATCHER_HEALTH_SERVICE, HealthOnly, REGISTRY_HEALTH_SERVICE};
@@ -24,6 +25,9 @@ pub struct Running {
     pub admin: Option<AdminServer>,
     /// Stops the admin page's background task.
     _admin_task: tokio_util::sync::DropGuard,
+    /// Where MCP is served (see [`mcp_url`](Running::mcp_url)), if it is.
+    pub mcp_addr: Option<SocketAddr>,
+    mcp: Option<Mcp>,
     health: HealthReporter,
     health_only: Option<HealthOnly>,
     _policy: PolicySetup,
@@ -32,6 +36,12 @@ pub struct Running {
 }
 
 impl Running {
+    /// `http(s)://ADDR/mcp`, when this node serves MCP.
+    pub fn mcp_url(&self) -> Option<String> {
+        let (addr, mcp) = (self.mcp_addr?, self.mcp.as_ref()?);
+        Some(format!("{}://{addr}/mcp", mcp.scheme))
+    }
+
     /// Where the plaintext health-only listener is bound, if one was asked for.
     pub fn health_addr(&self) -> Option<SocketAddr> {
         self.health_only.as_ref().map(HealthOnly::local_addr)
@@ -45,6 +55,12 @@ impl Running {
             .await;
         if let Some(admin) = self.admin {
             admin.stop().await;
+        }
+        if let Some(mcp) = self.mcp {
+            mcp.stop.cancel();
+            if let Ok(Ok(Err(e))) = tokio::time::timeout(grace, mcp.task).await {
+                tracing::warn!(error = %e, "MCP server failed while draining");
+            }
         }
         let _ = self.stop.send(());
         // The health-only listener (dropped last) keeps answering NOT_SERVING
@@ -63,18 +79,60 @@ impl Running {
     }
 }
 
-/// Binds and starts the servers for `role`.
-pub async fn start(role: Role, config: &NodeConfig) -> Result<Running, NodeError> {
-    let policy = load_policy(config)?;
-    toolmesh_telemetry::trace::install_default(role.label(), config.otlp_endpoint.as_deref())?;
-    let metrics = MetricsRegistry::default();
-    let addr = toolmesh::grpc::listen_address(&config.listen)?;
+/// A listener on `listen` (`host:port`; port 0 picks one) and where it is.
+async fn bind(listen: &str) -> Result<(SocketAddr, TcpListener), NodeError> {
+    let addr = toolmesh::grpc::listen_address(listen)?;
     let listener = TcpListener::bind(addr)
         .await
         .map_err(|source| NodeError::Listen { addr, source })?;
     let addr = listener
         .local_addr()
         .map_err(|source| NodeError::Listen { addr, source })?;
+    Ok((addr, listener))
+}
+
+/// The MCP endpoint of a node.
+struct Mcp {
+    /// `http` or `https`.
+    scheme: &'static str,
+    stop: CancellationToken,
+    task: JoinHandle<std::io::Result<()>>,
+}
+
+/// Binds `/mcp` for `dispatcher` on `listen`.
+async fn start_mcp(
+    listen: &str,
+    config: &NodeConfig,
+    dispatcher: &Dispatcher,
+) -> Result<(SocketAddr, Mcp), NodeError> {
+    let tls = toolmesh_mcp::tls_acceptor(config.tls.files())?;
+    let (addr, listener) = bind(listen).await?;
+    let stop = CancellationToken::new();
+    let http = toolmesh_mcp::McpHttpConfig {
+        allowed_hosts: config.mcp_allowed_hosts.clone(),
+        https: tls.is_some(),
+    };
+    let router = toolmesh_mcp::router(
+        toolmesh_mcp::McpHandler::new(dispatcher.clone()),
+        dispatcher.clone(),
+        &http,
+        stop.child_token(),
+    );
+    let stopped = stop.clone();
+    let scheme = if tls.is_some() { "https" } else { "http" };
+    let task = tokio::spawn(toolmesh_mcp::serve(listener, tls, router, async move {
+        stopped.cancelled().await;
+    }));
+    tracing::info!(%addr, "MCP listening at {scheme}://{addr}/mcp");
+    Ok((addr, Mcp { stop, task, scheme }))
+}
+
+/// Binds and starts the servers for `role`.
+pub async fn start(role: Role, config: &NodeConfig) -> Result<Running, NodeError> {
+    let policy = load_policy(config)?;
+    toolmesh_telemetry::trace::install_default(role.label(), config.otlp_endpoint.as_deref())?;
+    let metrics = MetricsRegistry::default();
+    let (addr, listener) = bind(&config.listen).await?;
     let health = tonic_health::server::HealthReporter::new();
     let registry = match &role {
         Role::Serve { default_ttl } | Role::Registry { default_ttl } => {
@@ -151,6 +209,13 @@ pub async fn start(role: Role, config: &NodeConfig) -> Result<Running, NodeError
         }
         None => None,
     };
+    let (mcp_addr, mcp) = match (&config.mcp_listen, &dispatcher) {
+        (Some(listen), Some(dispatcher)) => {
+            let (addr, mcp) = start_mcp(listen, config, dispatcher).await?;
+            (Some(addr), Some(mcp))
+        }
+        _ => (None, None),
+    };
     let router = toolmesh::grpc::server_builder(&config.tls)
         .map_err(NodeError::Tls)?
         .add_service(match &dispatcher {
@@ -175,6 +240,8 @@ pub async fn start(role: Role, config: &NodeConfig) -> Result<Running, NodeError
         dispatcher,
         admin,
         _admin_task: admin_stop.drop_guard(),
+        mcp_addr,
+        mcp,
         health,
         health_only,
         _policy: policy,
@@ -198,6 +265,9 @@ pub async fn run(
     }
     if let Some(admin) = &running.admin {
         println!("toolmesh admin listening on http://{}", admin.addr);
+    }
+    if let Some(url) = running.mcp_url() {
+        println!("toolmesh MCP listening on {url}");
     }
     shutdown.await;
     tracing::info!("shutting down: draining in-flight calls");

@@ -1,6 +1,6 @@
 //! Helpers the toolmesh tests share, so each test says only what it pins:
 //! the `toolmesh` and `toolmesh-fixture` binaries, temporary directories that clean up, gRPC servers
-//! on 127.0.0.1 port 0, bearer tokens, and polling instead of sleeps.
+//! on 127.0.0.1 port 0, bearer tokens, test certificates, and polling instead of sleeps.
 #![forbid(unsafe_code)]
 
 use std::future::Future;
@@ -215,4 +215,29 @@ fn dechunk(mut body: &[u8]) -> Vec<u8> {
         }
     }
     out
+}
+
+/// Writes a CA and a certificate it signs (for localhost and 127.0.0.1)
+/// under `dir/name-*.pem`; returns (ca, cert, key).
+pub fn pki(dir: &TempDir, name: &str) -> (PathBuf, PathBuf, PathBuf) {
+    use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
+    let ca_key = KeyPair::generate().expect("a CA key");
+    let mut ca_params = CertificateParams::new(Vec::<String>::new()).expect("CA params");
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    let ca_cert = ca_params.self_signed(&ca_key).expect("a CA certificate");
+    let issuer = Issuer::new(ca_params, ca_key);
+    let node_key = KeyPair::generate().expect("a key");
+    let node = CertificateParams::new(vec!["localhost".to_owned(), "127.0.0.1".to_owned()])
+        .expect("certificate params")
+        .signed_by(&node_key, &issuer)
+        .expect("a certificate");
+    let paths = (
+        dir.join(format!("{name}-ca.pem")),
+        dir.join(format!("{name}-cert.pem")),
+        dir.join(format!("{name}-key.pem")),
+    );
+    std::fs::write(&paths.0, ca_cert.pem()).expect("write the CA");
+    std::fs::write(&paths.1, node.pem()).expect("write the certificate");
+    std::fs::write(&paths.2, node_key.serialize_pem()).expect("write the key");
+    paths
 }

@@ -5,7 +5,7 @@
 use super::attempt::{self, AttemptFailure};
 use super::retry::{self, AttemptState, Next};
 use super::{Outcome, Trail};
-use crate::endpoints::{Endpoints, Health};
+use crate::endpoints::{Endpoints, Health, Scope};
 use crate::error::CallError;
 use crate::metrics::{Metrics, RetryLabels};
 use crate::route::{self, NoInstance, Pick};
@@ -82,6 +82,14 @@ impl Attempts {
             let sent = attempt::send(&pick, this, slice, &span);
             let failure = match sent.instrument(span.clone()).await {
                 Ok(result) => {
+                    // A result that breaks its own contract counts against
+                    // the tool on that instance and never reaches the model;
+                    // it is not retried (the tool ran).
+                    if let Err(broken) = super::validate::output(def, &result.data) {
+                        warn!(call_id = %trail.call_id, tool = def.name(), %broken, "result withheld");
+                        self.record(entry, &pick, Health::Bad(Scope::Tool));
+                        return Outcome::Failed(broken);
+                    }
                     self.record(entry, &pick, Health::Good);
                     return Outcome::Answered(result);
                 }

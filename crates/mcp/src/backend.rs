@@ -1,0 +1,70 @@
+//! Where the MCP handler sends listings and calls: a seam with two sides,
+//! the in-process dispatcher and a dispatcher over gRPC.
+
+use crate::BackendError;
+use std::future::Future;
+use std::time::Duration;
+use toolmesh::pb::{InvokeRequest, InvokeResponse, ListToolsResponse, ToolFormat};
+use toolmesh_dispatcher::{Dispatcher, Principal};
+
+/// A dispatcher as the MCP handler sees it: who is calling, their listing,
+/// their calls.
+pub trait Backend: Clone + Send + Sync + 'static {
+    /// An identified caller, as the backend needs it to act for them.
+    type Caller: Clone + Send + Sync + 'static;
+
+    /// The caller presenting `bearer` (an `Authorization` header value), or
+    /// the backend's default caller when there is none.
+    fn authenticate(&self, bearer: Option<&str>) -> Result<Self::Caller, BackendError>;
+
+    /// `ListTools` for `who` in `format`.
+    fn list_tools(
+        &self,
+        who: &Self::Caller,
+        format: ToolFormat,
+    ) -> impl Future<Output = Result<ListToolsResponse, BackendError>> + Send;
+
+    /// `Invoke` for `who`. Dropping the future cancels the call end to end.
+    fn invoke(
+        &self,
+        who: &Self::Caller,
+        request: InvokeRequest,
+        timeout: Option<Duration>,
+    ) -> impl Future<Output = Result<InvokeResponse, BackendError>> + Send;
+
+    /// How often a `list_changed` subscription compares the caller's
+    /// projection (listings are cached per snapshot and policy, so this is
+    /// cheap in process; over gRPC each look is a round trip).
+    fn watch_interval(&self) -> Duration;
+}
+
+impl Backend for Dispatcher {
+    type Caller = Principal;
+
+    fn authenticate(&self, bearer: Option<&str>) -> Result<Principal, BackendError> {
+        self.governance()
+            .authenticate(bearer, None)
+            .map_err(|e| BackendError::Unauthenticated(e.to_string()))
+    }
+
+    async fn list_tools(
+        &self,
+        who: &Principal,
+        format: ToolFormat,
+    ) -> Result<ListToolsResponse, BackendError> {
+        Ok(self.list_tools_for(who, 0, format)?)
+    }
+
+    async fn invoke(
+        &self,
+        who: &Principal,
+        request: InvokeRequest,
+        timeout: Option<Duration>,
+    ) -> Result<InvokeResponse, BackendError> {
+        Ok(self.invoke_as(who, request, timeout).await?)
+    }
+
+    fn watch_interval(&self) -> Duration {
+        Duration::from_millis(200)
+    }
+}

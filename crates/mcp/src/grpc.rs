@@ -1,0 +1,85 @@
+//! A dispatcher reached over gRPC, for the stdio bridge (`toolmesh mcp`):
+//! the dispatcher authenticates the bridge's token itself.
+
+use crate::{Backend, BackendError};
+use std::time::Duration;
+use tonic::transport::Channel;
+use toolmesh::grpc::MAX_SNAPSHOT_MESSAGE_BYTES;
+use toolmesh::pb::{
+    InvokeRequest, InvokeResponse, ListToolsRequest, ListToolsResponse, ToolFormat,
+    dispatcher_client::DispatcherClient,
+};
+
+/// A dispatcher at the other end of a gRPC channel.
+#[derive(Clone)]
+pub struct GrpcBackend {
+    client: DispatcherClient<Channel>,
+    token: Option<String>,
+}
+
+impl GrpcBackend {
+    /// Talks to the dispatcher on `channel`, as the caller holding `token`
+    /// (none: the anonymous caller, where the policy admits one).
+    pub fn new(channel: Channel, token: Option<String>) -> Self {
+        GrpcBackend {
+            client: DispatcherClient::new(channel)
+                .max_decoding_message_size(MAX_SNAPSHOT_MESSAGE_BYTES),
+            token: token.filter(|t| !t.is_empty()),
+        }
+    }
+
+    fn request<T>(&self, who: &Option<String>, message: T) -> tonic::Request<T> {
+        let mut request = tonic::Request::new(message);
+        if let Some(token) = who {
+            // A token no header can carry is sent as none; the dispatcher
+            // then says what is missing.
+            toolmesh::grpc::set_bearer(request.metadata_mut(), token);
+        }
+        request
+    }
+}
+
+impl Backend for GrpcBackend {
+    /// The token to send: the client's own over HTTP, else the bridge's.
+    type Caller = Option<String>;
+
+    fn authenticate(&self, bearer: Option<&str>) -> Result<Option<String>, BackendError> {
+        Ok(bearer
+            .map(|b| b.strip_prefix("Bearer ").unwrap_or(b).trim().to_owned())
+            .or_else(|| self.token.clone()))
+    }
+
+    async fn list_tools(
+        &self,
+        who: &Option<String>,
+        format: ToolFormat,
+    ) -> Result<ListToolsResponse, BackendError> {
+        let request = ListToolsRequest {
+            format: format as i32,
+            ..ListToolsRequest::default()
+        };
+        let mut client = self.client.clone();
+        Ok(client
+            .list_tools(self.request(who, request))
+            .await?
+            .into_inner())
+    }
+
+    async fn invoke(
+        &self,
+        who: &Option<String>,
+        request: InvokeRequest,
+        timeout: Option<Duration>,
+    ) -> Result<InvokeResponse, BackendError> {
+        let mut request = self.request(who, request);
+        if let Some(timeout) = timeout {
+            request.set_timeout(timeout);
+        }
+        let mut client = self.client.clone();
+        Ok(client.invoke(request).await?.into_inner())
+    }
+
+    fn watch_interval(&self) -> Duration {
+        Duration::from_secs(1)
+    }
+}

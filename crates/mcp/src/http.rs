@@ -1,0 +1,161 @@
+//! MCP over Streamable HTTP at `/mcp`: stateless (any replica answers any
+//! request), JSON answers (SSE where a request streams), 401 with the
+//! RFC 9728 resource-metadata hint for a caller the policy does not admit.
+
+use crate::tls::TlsListener;
+use crate::{Backend, BackendError, McpHandler};
+use axum::Router;
+use axum::extract::{Request, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
+use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
+use serde_json::json;
+use std::future::Future;
+use tokio::net::TcpListener;
+use tokio_rustls::TlsAcceptor;
+use tokio_util::sync::CancellationToken;
+
+/// Where the protected-resource metadata document is served (RFC 9728).
+const RESOURCE_METADATA: &str = "/.well-known/oauth-protected-resource";
+
+/// Settings of the HTTP front door.
+#[derive(Debug, Clone, Default)]
+pub struct McpHttpConfig {
+    /// `Host` values accepted (`host` or `host:port`); empty keeps rmcp's
+    /// loopback-only default (against DNS rebinding), `*` accepts any (behind
+    /// a Kubernetes Service or a load balancer).
+    pub allowed_hosts: Vec<String>,
+    /// Whether `/mcp` is served over TLS (the URLs it gives out say https).
+    pub https: bool,
+}
+
+/// What the middleware and the metadata document need.
+#[derive(Clone)]
+struct Door<B> {
+    backend: B,
+    https: bool,
+}
+
+/// The `/mcp` endpoint and the metadata document, for `handler`; stops
+/// serving open streams when `shutdown` is cancelled.
+pub fn router<B: Backend>(
+    handler: McpHandler<B>,
+    backend: B,
+    config: &McpHttpConfig,
+    shutdown: CancellationToken,
+) -> Router {
+    let mut http = StreamableHttpServerConfig::default()
+        .with_legacy_session_mode(false)
+        .with_json_response(true)
+        .with_cancellation_token(shutdown);
+    if config.allowed_hosts.iter().any(|h| h == "*") {
+        http = http.disable_allowed_hosts();
+    } else if !config.allowed_hosts.is_empty() {
+        http = http.with_allowed_hosts(config.allowed_hosts.clone());
+    }
+    let service = StreamableHttpService::new(
+        move || Ok(handler.clone()),
+        LocalSessionManager::default().into(),
+        http,
+    );
+    let https = config.https;
+    let metadata = move |headers: HeaderMap| async move { resource_metadata(&headers, https) };
+    Router::new()
+        .nest_service("/mcp", service)
+        .route_layer(middleware::from_fn_with_state(
+            Door { backend, https },
+            admit::<B>,
+        ))
+        .route(RESOURCE_METADATA, get(metadata))
+        .route(&format!("{RESOURCE_METADATA}/mcp"), get(metadata))
+}
+
+/// Serves `router` on `listener` (HTTP/1.1 and HTTP/2; HTTPS with `tls`)
+/// until `shutdown`.
+pub async fn serve(
+    listener: TcpListener,
+    tls: Option<TlsAcceptor>,
+    router: Router,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    use axum::serve::ListenerExt;
+    if let Some(acceptor) = tls {
+        let listener = TlsListener::new(listener, acceptor)?;
+        return axum::serve(listener, router)
+            .with_graceful_shutdown(shutdown)
+            .await;
+    }
+    // Small JSON-RPC answers: without NODELAY each waits for Nagle.
+    let listener = listener.tap_io(|tcp| {
+        let _ = tcp.set_nodelay(true);
+    });
+    axum::serve(listener, router)
+        .with_graceful_shutdown(shutdown)
+        .await
+}
+
+/// Lets a request through when its caller is known (or anonymous callers
+/// are admitted); otherwise 401 pointing at the metadata document.
+async fn admit<B: Backend>(State(door): State<Door<B>>, request: Request, next: Next) -> Response {
+    let bearer = request
+        .headers()
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok());
+    match door.backend.authenticate(bearer) {
+        Err(BackendError::Unauthenticated(why)) => unauthorized(
+            &base_url(request.headers(), door.https),
+            bearer.is_some(),
+            &why,
+        ),
+        _ => next.run(request).await,
+    }
+}
+
+/// 401 with `WWW-Authenticate: Bearer resource_metadata="…"` and the
+/// reason in the body.
+fn unauthorized(base: &str, sent_token: bool, why: &str) -> Response {
+    let mut challenge = format!("Bearer resource_metadata=\"{base}{RESOURCE_METADATA}/mcp\"");
+    if sent_token {
+        challenge.push_str(", error=\"invalid_token\"");
+    }
+    let mut response = (
+        StatusCode::UNAUTHORIZED,
+        axum::Json(json!({ "error": "unauthorized", "error_description": why })),
+    )
+        .into_response();
+    if let Ok(value) = HeaderValue::from_str(&challenge) {
+        response
+            .headers_mut()
+            .insert(header::WWW_AUTHENTICATE, value);
+    }
+    response
+}
+
+/// The RFC 9728 protected-resource metadata of `/mcp`: a bearer token in
+/// the `Authorization` header (tokens come from the policy's `[[callers]]`;
+/// no authorization server yet).
+fn resource_metadata(headers: &HeaderMap, https: bool) -> Response {
+    let base = base_url(headers, https);
+    axum::Json(json!({
+        "resource": format!("{base}/mcp"),
+        "bearer_methods_supported": ["header"],
+        "resource_name": "toolmesh",
+    }))
+    .into_response()
+}
+
+/// `scheme://host` as the client addressed this server.
+fn base_url(headers: &HeaderMap, tls: bool) -> String {
+    let host = headers
+        .get(header::HOST)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("localhost");
+    let scheme = headers
+        .get("x-forwarded-proto")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or(if tls { "https" } else { "http" });
+    format!("{scheme}://{host}")
+}

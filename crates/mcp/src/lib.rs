@@ -1,0 +1,39 @@
+//! The MCP front door: every tool a caller may use, to any MCP client, over
+//! Streamable HTTP (`/mcp`, stateless) or stdio, through the dispatcher's
+//! one call pipeline.
+//!
+//! One handler ([`McpHandler`]) does the MCP mapping; it is generic over a
+//! [`Backend`]: the in-process [`Dispatcher`](toolmesh_dispatcher::Dispatcher)
+//! behind `--mcp-listen`, or a dispatcher reached over gRPC ([`GrpcBackend`])
+//! behind the stdio bridge `toolmesh mcp`. Neither runs any stage of a call
+//! itself: listing is `ListTools` in the `MCP` format, calling is `Invoke`.
+#![forbid(unsafe_code)]
+
+mod backend;
+mod error;
+mod grpc;
+mod handler;
+mod http;
+mod result;
+mod tls;
+
+pub use backend::Backend;
+pub use error::BackendError;
+pub use grpc::GrpcBackend;
+pub use handler::{APPROVAL_META, McpHandler, PAGE_SIZE, SESSION_META};
+pub use http::{McpHttpConfig, router, serve};
+pub use tls::{McpTlsError, TlsListener, acceptor as tls_acceptor};
+
+/// Serves `handler` on stdin/stdout until the client closes them.
+pub async fn serve_stdio<B: Backend>(handler: McpHandler<B>) -> Result<(), BackendError> {
+    use rmcp::ServiceExt;
+    let running = handler
+        .serve(rmcp::transport::stdio())
+        .await
+        .map_err(|e| BackendError::Transport(e.to_string()))?;
+    running
+        .waiting()
+        .await
+        .map_err(|e| BackendError::Transport(e.to_string()))?;
+    Ok(())
+}

@@ -1,0 +1,469 @@
+//! The MCP front door end to end, with real clients: rmcp's client over
+//! Streamable HTTP and over the stdio bridge (`toolmesh mcp`, a real
+//! process), and the official Python `mcp` client.
+
+#[path = "support/mcp_mesh.rs"]
+mod mesh;
+
+use mesh::{ADMIN, AGENT, BULK, Mesh};
+use rmcp::model::{
+    CacheScope, CallToolRequestParams, CallToolResult, ClientConfig, PaginatedRequestParams,
+    ProtocolVersion, RequestMetaObject, ServerNotification, SubscriptionFilter,
+};
+use rmcp::service::RunningService;
+use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
+use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
+use rmcp::{ClientLifecycleMode, ClientServiceExt, RoleClient};
+use serde_json::{Value, json};
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+
+type Client = RunningService<RoleClient, ClientConfig>;
+
+/// An rmcp client of `url` on the 2026-07-28 revision (stateless).
+async fn client(url: &str, token: Option<&str>) -> Result<Client, String> {
+    let mut config = StreamableHttpClientTransportConfig::with_uri(url.to_owned());
+    if let Some(token) = token {
+        config = config.auth_header(token);
+    }
+    ClientConfig::default()
+        .serve_with_lifecycle(
+            StreamableHttpClientTransport::from_config(config),
+            ClientLifecycleMode::Discover {
+                preferred_versions: vec![ProtocolVersion::V_2026_07_28],
+            },
+        )
+        .await
+        .map_err(|e| e.to_string())
+}
+
+/// Every page of the listing: the tools and how many pages it took.
+async fn list_all(client: &Client) -> (Vec<rmcp::model::Tool>, usize) {
+    let (mut tools, mut pages, mut cursor) = (Vec::new(), 0, None);
+    loop {
+        let page = client
+            .list_tools(Some(PaginatedRequestParams::default().with_cursor(cursor)))
+            .await
+            .unwrap();
+        pages += 1;
+        assert_eq!(page.cache_scope, Some(CacheScope::Private));
+        assert!(page.ttl_ms.is_some());
+        tools.extend(page.tools);
+        match page.next_cursor {
+            Some(next) => cursor = Some(next),
+            None => return (tools, pages),
+        }
+    }
+}
+
+fn names(tools: &[rmcp::model::Tool]) -> Vec<String> {
+    tools.iter().map(|t| t.name.to_string()).collect()
+}
+
+async fn call(client: &Client, tool: &str, arguments: Value) -> Result<CallToolResult, String> {
+    let mut params = CallToolRequestParams::new(tool.to_owned());
+    params.arguments = arguments.as_object().cloned();
+    client.call_tool(params).await.map_err(|e| e.to_string())
+}
+
+fn text(result: &CallToolResult) -> String {
+    serde_json::to_value(&result.content).unwrap()[0]["text"]
+        .as_str()
+        .unwrap_or_default()
+        .to_owned()
+}
+
+/// The text of an isError result, checked to read `CODE: …` and to carry
+/// the code in structuredContent.
+fn tool_error(result: &CallToolResult, code: &str) -> String {
+    let message = text(result);
+    assert_eq!(result.is_error, Some(true), "{message}");
+    assert!(message.starts_with(&format!("{code}: ")), "{message}");
+    assert_eq!(result.structured_content.as_ref().unwrap()["code"], code);
+    message
+}
+
+/// tools/list is the caller's projection: sorted, in pages of at most 200
+/// with a cursor (1,000+ tools are never one page), private with a ttl;
+/// hidden tools are left out; the MCP shape carries schemas, hints and
+/// toolmesh's facts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn lists_the_callers_projection_in_pages() {
+    let mesh = Mesh::start().await;
+    let agent = client(&mesh.url, Some(AGENT)).await.unwrap();
+    let (tools, pages) = list_all(&agent).await;
+    let listed = names(&tools);
+    assert_eq!(listed.len(), BULK + 4, "bulk + echo, liar, wait, wipe");
+    assert!(pages >= BULK / toolmesh_mcp::PAGE_SIZE, "{pages} pages");
+    assert!(listed.windows(2).all(|w| w[0] < w[1]), "sorted, no repeats");
+    assert!(
+        !listed.contains(&"secret".to_owned()),
+        "hidden from the agent"
+    );
+    let echo = tools.iter().find(|t| t.name == "echo").unwrap();
+    let annotations = echo.annotations.clone().unwrap();
+    assert_eq!(annotations.read_only_hint, Some(true));
+    assert_eq!(annotations.idempotent_hint, Some(true));
+    assert_eq!(annotations.destructive_hint, Some(false));
+    assert!(echo.output_schema.is_some());
+    let meta = serde_json::to_value(&echo.meta).unwrap();
+    assert_eq!(meta["toolmesh/version"], "1.0.0");
+    assert_eq!(meta["toolmesh/owner"], "tests");
+    let wipe = tools.iter().find(|t| t.name == "wipe").unwrap();
+    assert_eq!(
+        wipe.annotations.clone().unwrap().destructive_hint,
+        Some(true)
+    );
+
+    let admin = client(&mesh.url, Some(ADMIN)).await.unwrap();
+    assert!(names(&list_all(&admin).await.0).contains(&"secret".to_owned()));
+    mesh.node.stop(Duration::from_secs(1)).await.unwrap();
+}
+
+/// Without a token (the policy admits no anonymous callers) the endpoint
+/// answers 401 with the RFC 9728 resource-metadata hint, and the metadata
+/// document is served; an unknown token is 401 with invalid_token.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unauthenticated_requests_get_401_with_resource_metadata() {
+    let mesh = Mesh::start().await;
+    let addr = mesh.node.mcp_addr.unwrap();
+    let body = r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#;
+    let post = |auth: &str| {
+        format!(
+            "POST /mcp HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\n{auth}Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        )
+    };
+    let anonymous = http(addr, &post("")).await;
+    assert!(anonymous.starts_with("HTTP/1.1 401"), "{anonymous}");
+    let challenge = format!(
+        "www-authenticate: Bearer resource_metadata=\"http://{addr}/.well-known/oauth-protected-resource/mcp\""
+    );
+    assert!(
+        anonymous.to_lowercase().contains(&challenge.to_lowercase()),
+        "{anonymous}"
+    );
+    assert!(
+        anonymous.contains("no bearer token"),
+        "says what is missing: {anonymous}"
+    );
+    let unknown = http(addr, &post("Authorization: Bearer nope\r\n")).await;
+    assert!(
+        unknown.starts_with("HTTP/1.1 401") && unknown.contains("invalid_token"),
+        "{unknown}"
+    );
+    let metadata = http(
+        addr,
+        &format!("GET /.well-known/oauth-protected-resource/mcp HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n\r\n"),
+    )
+    .await;
+    assert!(metadata.starts_with("HTTP/1.1 200"), "{metadata}");
+    assert!(
+        metadata.contains(&format!("\"resource\":\"http://{addr}/mcp\"")),
+        "{metadata}"
+    );
+    assert!(client(&mesh.url, None).await.is_err());
+    mesh.node.stop(Duration::from_secs(1)).await.unwrap();
+}
+
+/// One HTTP/1.1 exchange on a fresh connection; the whole answer.
+async fn http(addr: std::net::SocketAddr, request: &str) -> String {
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).await.unwrap();
+    answer
+}
+
+/// tools/call is one Invoke: success carries text and structuredContent;
+/// invalid arguments and a broken output contract are isError results
+/// naming the paths; unknown and hidden names are invalid params worded
+/// alike ("did you mean" only offers visible names).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn calls_map_results_and_errors() {
+    let mesh = Mesh::start().await;
+    let agent = client(&mesh.url, Some(AGENT)).await.unwrap();
+    let ok = call(&agent, "echo", json!({"text": "hi"})).await.unwrap();
+    assert_eq!(ok.is_error, Some(false));
+    assert_eq!(text(&ok), "echo: hi");
+    assert_eq!(ok.structured_content, Some(json!({"text": "hi"})));
+
+    let invalid = call(&agent, "echo", json!({"text": 5})).await.unwrap();
+    assert!(tool_error(&invalid, "INVALID_ARGUMENTS").contains("/text"));
+    let broken = call(&agent, "liar", json!({"text": "x"})).await.unwrap();
+    assert!(tool_error(&broken, "EXECUTOR_FAILED").contains("at /text"));
+
+    let unknown = call(&agent, "ecoh", json!({})).await.unwrap_err();
+    assert!(unknown.contains("did you mean \"echo\""), "{unknown}");
+    assert!(
+        unknown.contains("-32602") || unknown.to_lowercase().contains("invalid"),
+        "{unknown}"
+    );
+    let hidden = call(&agent, "secret", json!({})).await.unwrap_err();
+    assert!(
+        hidden.contains("no tool named \"secret\" is available to you"),
+        "{hidden}"
+    );
+    assert!(
+        !hidden.contains("1.0.0"),
+        "nothing about the hidden tool: {hidden}"
+    );
+    let near_hidden = call(&agent, "secrat", json!({})).await.unwrap_err();
+    assert!(
+        !near_hidden.contains("did you mean"),
+        "hidden names are not offered: {near_hidden}"
+    );
+    mesh.node.stop(Duration::from_secs(1)).await.unwrap();
+}
+
+/// A HIGH-risk call answers APPROVAL_REQUIRED with the id and what to do;
+/// once an approver grants it, the same call with the id in
+/// `_meta.toolmesh/approval_id` runs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn approval_round_trip() {
+    let mesh = Mesh::start().await;
+    let agent = client(&mesh.url, Some(AGENT)).await.unwrap();
+    let asked = call(&agent, "wipe", json!({})).await.unwrap();
+    let message = tool_error(&asked, "APPROVAL_REQUIRED");
+    assert!(message.contains(toolmesh_mcp::APPROVAL_META), "{message}");
+    let id = asked.structured_content.as_ref().unwrap()["approval_id"]
+        .as_str()
+        .unwrap()
+        .to_owned();
+    assert!(!id.is_empty());
+    mesh.approve(&id).await;
+    let mut params = CallToolRequestParams::new("wipe");
+    params.arguments = Some(Default::default());
+    let mut meta = RequestMetaObject::new();
+    meta.insert(toolmesh_mcp::APPROVAL_META.into(), json!(id));
+    params.meta = Some(meta);
+    let done = agent.call_tool(params).await.unwrap();
+    assert_eq!(done.is_error, Some(false), "{}", text(&done));
+    assert_eq!(text(&done), "wiped");
+    mesh.node.stop(Duration::from_secs(1)).await.unwrap();
+}
+
+/// A client that gives up on a call (its request stream closes) cancels it
+/// end to end: the executor's tool sees the cancellation.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancelling_a_call_reaches_the_executor() {
+    let mesh = Mesh::start().await;
+    let agent = client(&mesh.url, Some(AGENT)).await.unwrap();
+    let started = mesh.wait_started.notified();
+    let cancelled = mesh.wait_cancelled.notified();
+    let pending = tokio::spawn(async move {
+        let _ = call(&agent, "wait", json!({})).await;
+        agent
+    });
+    tokio::time::timeout(Duration::from_secs(10), started)
+        .await
+        .expect("the tool started");
+    pending.abort();
+    tokio::time::timeout(Duration::from_secs(10), cancelled)
+        .await
+        .expect("the cancellation reached the tool");
+    mesh.node.stop(Duration::from_secs(1)).await.unwrap();
+}
+
+/// A subscriber hears `notifications/tools/list_changed` when its own
+/// projection changes (a tool it sees is disabled), and not when a tool
+/// it cannot see changes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn list_changed_only_when_the_callers_projection_changes() {
+    let mesh = Mesh::start().await;
+    let agent = client(&mesh.url, Some(AGENT)).await.unwrap();
+    let mut subscription = agent
+        .listen(SubscriptionFilter::builder().tools_list_changed().build())
+        .await
+        .unwrap();
+    mesh.disable("secret").await;
+    let quiet = tokio::time::timeout(Duration::from_millis(800), subscription.next()).await;
+    assert!(
+        quiet.is_err(),
+        "a hidden tool's switch says nothing: {quiet:?}"
+    );
+    mesh.disable("echo").await;
+    let heard = tokio::time::timeout(Duration::from_secs(5), subscription.next())
+        .await
+        .expect("a notification within 5 s")
+        .unwrap();
+    assert!(
+        matches!(
+            heard,
+            Some(ServerNotification::ToolListChangedNotification(_))
+        ),
+        "{heard:?}"
+    );
+    let (tools, _) = list_all(&agent).await;
+    assert!(!names(&tools).contains(&"echo".to_owned()));
+    mesh.node.stop(Duration::from_secs(1)).await.unwrap();
+}
+
+/// `toolmesh mcp --server ADDR --token T` (a real process) serves the same
+/// MCP over stdio, calling the dispatcher by gRPC as T.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stdio_bridge_serves_the_same_tools() {
+    let mesh = Mesh::start().await;
+    let mut command = tokio::process::Command::new(toolmesh_testkit::toolmesh_bin());
+    command.args(["mcp", "--server", &mesh.grpc, "--token", AGENT]);
+    let bridge = ClientConfig::default()
+        .serve_with_lifecycle(
+            TokioChildProcess::new(command).unwrap(),
+            ClientLifecycleMode::Discover {
+                preferred_versions: vec![ProtocolVersion::V_2026_07_28],
+            },
+        )
+        .await
+        .unwrap();
+    let (tools, pages) = list_all(&bridge).await;
+    assert_eq!(tools.len(), BULK + 4);
+    assert!(pages > 1);
+    let ok = call(&bridge, "echo", json!({"text": "via stdio"}))
+        .await
+        .unwrap();
+    assert_eq!(ok.structured_content, Some(json!({"text": "via stdio"})));
+    let hidden = call(&bridge, "secret", json!({})).await.unwrap_err();
+    assert!(hidden.contains("is available to you"), "{hidden}");
+    bridge.cancel().await.unwrap();
+    mesh.node.stop(Duration::from_secs(1)).await.unwrap();
+}
+
+/// The official Python client (`mcp`, pinned in tests/python/requirements.txt)
+/// runs tests/python/mcp_client.py against the endpoint and the stdio
+/// bridge; the approval is granted here when the script asks for it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn official_python_client() {
+    let python = std::env::var("TOOLMESH_TEST_PYTHON").expect(
+        "TOOLMESH_TEST_PYTHON is not set: run scripts/test (scripts/prepare/python.sh makes the venv with the pinned `mcp` client)",
+    );
+    let mesh = Mesh::start().await;
+    let script = concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../../tests/python/mcp_client.py"
+    );
+    let mut child = tokio::process::Command::new(python)
+        .arg(script)
+        .env("MCP_URL", &mesh.url)
+        .env("TOOLMESH", toolmesh_testkit::toolmesh_bin())
+        .env("TOOLMESH_GRPC", &mesh.grpc)
+        .env("AGENT_TOKEN", AGENT)
+        .env("ADMIN_TOKEN", ADMIN)
+        .env("BULK", BULK.to_string())
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let mut lines =
+        tokio::io::AsyncBufReadExt::lines(tokio::io::BufReader::new(child.stdout.take().unwrap()));
+    let mut passed = Vec::new();
+    let run = async {
+        while let Some(line) = lines.next_line().await.unwrap() {
+            if let Some(id) = line.strip_prefix("APPROVE ") {
+                mesh.approve(id).await;
+                stdin.write_all(b"ok\n").await.unwrap();
+            } else if let Some(what) = line.strip_prefix("AWAIT ") {
+                let notify = match what {
+                    "wait_started" => &mesh.wait_started,
+                    _ => &mesh.wait_cancelled,
+                };
+                let seen = tokio::time::timeout(Duration::from_secs(10), notify.notified()).await;
+                let answer: &[u8] = if seen.is_ok() { b"ok\n" } else { b"timeout\n" };
+                stdin.write_all(answer).await.unwrap();
+            } else if let Some(check) = line.strip_prefix("PASS ") {
+                passed.push(check.to_owned());
+            } else {
+                println!("python: {line}");
+            }
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(120), run)
+        .await
+        .expect("the Python client finished within 2 minutes");
+    let status = child.wait().await.unwrap();
+    assert!(
+        status.success(),
+        "the Python client failed ({status}); passed: {passed:?}"
+    );
+    for check in [
+        "401 without token",
+        "projection",
+        "pagination",
+        "call success",
+        "tool error",
+        "invalid arguments",
+        "unknown name",
+        "hidden name",
+        "approval",
+        "cancellation",
+        "list_changed",
+        "stdio bridge",
+    ] {
+        assert!(
+            passed.iter().any(|p| p == check),
+            "{check} not passed: {passed:?}"
+        );
+    }
+    mesh.node.stop(Duration::from_secs(1)).await.unwrap();
+}
+
+/// With the node's --tls-cert and --tls-key, `/mcp` is HTTPS (ALPN h2 or
+/// http/1.1): a client trusting the CA lists the tools; its URL says https.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mcp_over_tls_with_the_nodes_certificate() {
+    use rustls_pki_types::{CertificateDer, ServerName, pem::PemObject};
+    use std::sync::Arc;
+    use tokio_rustls::rustls::{ClientConfig as TlsClientConfig, RootCertStore, crypto::ring};
+
+    let dir = toolmesh_testkit::TempDir::new("mcp-tls").unwrap();
+    let (ca, cert, key) = toolmesh_testkit::pki(&dir, "node");
+    let files = toolmesh::grpc::TlsFiles {
+        cert: Some(cert),
+        key: Some(key),
+        ..Default::default()
+    };
+    let node = toolmesh_node::start(
+        toolmesh_node::Role::Serve {
+            default_ttl: Duration::from_secs(10),
+        },
+        &toolmesh_node::NodeConfig {
+            listen: "127.0.0.1:0".into(),
+            mcp_listen: Some("127.0.0.1:0".into()),
+            mcp_allowed_hosts: vec!["*".into()],
+            tls: toolmesh::grpc::Tls::from_files(&files).unwrap(),
+            ..toolmesh_node::NodeConfig::default()
+        },
+    )
+    .await
+    .unwrap();
+    let addr = node.mcp_addr.unwrap();
+    assert_eq!(node.mcp_url().unwrap(), format!("https://{addr}/mcp"));
+
+    let mut roots = RootCertStore::empty();
+    roots
+        .add(CertificateDer::from_pem_file(&ca).unwrap())
+        .unwrap();
+    let config = TlsClientConfig::builder_with_provider(Arc::new(ring::default_provider()))
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let mut tls = tokio_rustls::TlsConnector::from(Arc::new(config))
+        .connect(ServerName::try_from("localhost").unwrap(), tcp)
+        .await
+        .unwrap();
+    let body = r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#;
+    let request = format!(
+        "POST /mcp HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nMCP-Protocol-Version: 2025-11-25\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    tls.write_all(request.as_bytes()).await.unwrap();
+    let mut answer = Vec::new();
+    let _ = tls.read_to_end(&mut answer).await;
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    assert!(answer.contains(r#""tools":[]"#), "{answer}");
+    node.stop(Duration::from_secs(1)).await.unwrap();
+}
