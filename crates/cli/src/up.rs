@@ -28,7 +28,7 @@ pub(crate) async fn run(
     let token = format!("dev-{}", uuid::Uuid::new_v4().simple());
     let config = toolmesh_node::NodeConfig {
         dev_executor_token: Some(token.clone()),
-        ..args.serve.server.node_config(tls)
+        ..args.serve.node_config(tls)
     };
     let running = toolmesh_node::start(role, &config).await?;
     let addr = running.addr.to_string();

@@ -9,6 +9,7 @@ mod config;
 mod error;
 mod governance;
 mod server;
+mod shared_approvals;
 
 pub use config::{NodeConfig, Role};
 pub use error::NodeError;

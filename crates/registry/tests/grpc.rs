@@ -235,6 +235,7 @@ async fn watch(
         .watch_snapshots(WatchSnapshotsRequest {
             after_version,
             deltas,
+            ..Default::default()
         })
         .await
         .unwrap()

@@ -97,7 +97,7 @@ impl Pipeline {
         caller_timeout: Option<Duration>,
     ) -> InvokeResponse {
         let mut trail = Trail::start(&request, snapshot.version());
-        let outcome = match self.check(&snapshot, who, &request, &mut trail) {
+        let outcome = match self.check(&snapshot, who, &request, &mut trail).await {
             Err(refused) => Outcome::Failed(refused),
             Ok((entry, _permit)) => {
                 let attempts = self
@@ -112,7 +112,7 @@ impl Pipeline {
     /// Every check before anything is sent, in the order a model can act
     /// on: exists, may be used, enabled, arguments, preconditions,
     /// approval, rate.
-    fn check(
+    async fn check(
         &self,
         snapshot: &Snapshot,
         who: &Principal,
@@ -135,7 +135,8 @@ impl Pipeline {
             request,
             arguments,
             grant.approval,
-        )?;
+        )
+        .await?;
         trail.tool_version = def.version().to_string();
         Ok((entry, permit))
     }
