@@ -614,9 +614,10 @@ async fn no_quorum_then_back() {
     let (_a, a) = replica(&store);
     let (_b, b) = replica(&store);
     let both = format!("{a},{b}");
-    // Heartbeats back off (up to 2 s) while etcd has no quorum: a lease of
-    // 3 s outlasts that once etcd is back (a new leader renews every lease).
-    let _exec = executor_with_ttl(&both, "acc-4", "3000");
+    // Leases keep running while etcd has no quorum (a paused leader that
+    // resumes expires what ran out), so the executor's lease must outlast
+    // the outage: the default 10 s does.
+    let _exec = executor_with_ttl(&both, "acc-4", "10000");
     let (_d, d) = dispatcher_for(&both);
     until_listed(&mut dispatcher(&d), &["acc_echo"], Duration::from_secs(10)).await;
     let stop = Stop::default();

@@ -262,8 +262,10 @@ impl Client {
         .await
     }
 
-    /// Grants a lease of `ttl_secs`; returns its id.
-    pub async fn grant(&self, ttl_secs: i64) -> Result<i64, EtcdError> {
+    /// Grants a lease of `ttl_secs`; returns its id and the TTL etcd
+    /// granted (never below etcd's minimum, which depends on its election
+    /// timing).
+    pub async fn grant(&self, ttl_secs: i64) -> Result<(i64, i64), EtcdError> {
         let request = pb::LeaseGrantRequest {
             ttl: ttl_secs,
             id: 0,
@@ -277,7 +279,7 @@ impl Client {
             })
             .await?;
         if response.error.is_empty() {
-            Ok(response.id)
+            Ok((response.id, response.ttl.max(ttl_secs)))
         } else {
             Err(EtcdError::Refused(response.error))
         }

@@ -30,7 +30,7 @@ pub(super) async fn keep_session(inner: Arc<Inner>) {
             let session = *inner.session.borrow();
             if session == 0 {
                 match inner.client.grant(SESSION_TTL_SECS).await {
-                    Ok(id) => {
+                    Ok((id, _)) => {
                         debug!(session = id, "registry session lease granted");
                         inner.session.send_replace(id);
                     }

@@ -193,13 +193,13 @@ impl Inner {
         Ok((lease, owner))
     }
 
-    /// The lease `lease_id` names, when etcd takes writes and `owner`
-    /// holds it.
+    /// The lease `lease_id` names, when `owner` holds it. Not refused
+    /// while etcd seems away: a keep-alive must reach etcd the moment it
+    /// has a leader again (a new leader renews every lease once).
     async fn held_lease(&self, lease_id: &str, owner: &str) -> Result<i64, RegistryError> {
         if lease_id.is_empty() {
             return Err(RegistryError::EmptyLeaseId);
         }
-        self.check_writable()?;
         let (lease, holder) = self.lease_owner(lease_id).await?;
         if holder != owner {
             return Err(RegistryError::NotYourLease(lease_id.to_owned()));
@@ -470,8 +470,9 @@ impl Store for EtcdStore {
             hashes = kept_hashes;
         }
         inner.put_defs(plan.new_defs).await?;
-        let ttl_secs = i64::try_from(ttl.as_millis().div_ceil(1000).max(1)).unwrap_or(i64::MAX);
-        let lease = inner.client.grant(ttl_secs).await?;
+        let asked = i64::try_from(ttl.as_millis().div_ceil(1000).max(1)).unwrap_or(i64::MAX);
+        // etcd counts whole seconds and may raise a short lease to its minimum.
+        let (lease, ttl_secs) = inner.client.grant(asked).await?;
         let record = ExecRecord {
             owner: owner.clone(),
             service: service.to_string(),
@@ -605,7 +606,7 @@ impl Store for EtcdStore {
         let client = &self.inner.client;
         let key = Slot::Shared(key).key();
         let secs = i64::try_from(ttl.as_secs().max(1)).unwrap_or(i64::MAX);
-        let lease = client.grant(secs).await?;
+        let (lease, _) = client.grant(secs).await?;
         let unchanged = if revision == 0 {
             absent(key.clone())
         } else {
