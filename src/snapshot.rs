@@ -394,6 +394,14 @@ impl SnapshotBuilder {
         self
     }
 
+    /// Numbers the snapshot `version` instead of the base's + 1 (a store
+    /// whose revisions number its changes, with gaps; never lower than the
+    /// base's).
+    pub fn at_version(&mut self, version: u64) -> &mut Self {
+        self.snapshot.version = version;
+        self
+    }
+
     /// The entry as the builder currently has it.
     pub fn get(&self, name: &str, version: &semver::Version) -> Option<&Arc<ToolEntry>> {
         self.snapshot.get(name, version)

@@ -3,7 +3,9 @@
 //! fault schedule — SIGKILL and restart a replica, SIGSTOP/SIGCONT one,
 //! restart the registry, SIGTERM (drain) one — then the promises are checked:
 //! deadlines hold, non-idempotent calls run at most once, idempotent calls
-//! succeed, nothing crashes, and every tool comes back.
+//! succeed, nothing crashes, and every tool comes back. A second run puts
+//! the registry on etcd (two replicas, three members) and kills a replica
+//! and the etcd leader under the same load.
 
 mod support;
 
@@ -343,7 +345,7 @@ async fn chaos_suite() {
 
     let calls = calls.lock().unwrap().clone();
     let ledger = ledger(&ledger_path);
-    report_and_check(&calls, &ledger, &faults, recovered, drain_window);
+    report_and_check(&calls, &ledger, &faults, recovered, Some(drain_window));
 }
 
 fn report_and_check(
@@ -351,7 +353,7 @@ fn report_and_check(
     ledger: &[serde_json::Value],
     faults: &[(String, String)],
     recovered: Duration,
-    drain_window: (Instant, Instant),
+    drain_window: Option<(Instant, Instant)>,
 ) {
     let mut executions: HashMap<&str, usize> = HashMap::new();
     for line in ledger {
@@ -423,21 +425,24 @@ fn report_and_check(
         rate * 100.0
     );
     // A planned shutdown, with other replicas up, fails no call.
-    let during_drain: Vec<&Call> = calls
-        .iter()
-        .filter(|c| c.started >= drain_window.0 && c.started <= drain_window.1)
-        .collect();
-    let drain_failures: Vec<&&Call> = during_drain.iter().filter(|c| c.outcome != "OK").collect();
-    println!(
-        "  during the SIGTERM drain: {} calls, {} failed",
-        during_drain.len(),
-        drain_failures.len()
-    );
-    assert!(!during_drain.is_empty());
-    assert!(
-        drain_failures.is_empty(),
-        "calls failed during a planned shutdown: {drain_failures:?}"
-    );
+    if let Some(drain_window) = drain_window {
+        let during_drain: Vec<&Call> = calls
+            .iter()
+            .filter(|c| c.started >= drain_window.0 && c.started <= drain_window.1)
+            .collect();
+        let drain_failures: Vec<&&Call> =
+            during_drain.iter().filter(|c| c.outcome != "OK").collect();
+        println!(
+            "  during the SIGTERM drain: {} calls, {} failed",
+            during_drain.len(),
+            drain_failures.len()
+        );
+        assert!(!during_drain.is_empty());
+        assert!(
+            drain_failures.is_empty(),
+            "calls failed during a planned shutdown: {drain_failures:?}"
+        );
+    }
     let explained = [
         "UNAVAILABLE",
         "DEADLINE_EXCEEDED",
@@ -542,4 +547,119 @@ async fn tool_level_fault_failover() {
         "tool-level fault: 30/30 acc_echo succeeded, {first_try_on_b} on the first attempt (replica-b)"
     );
     assert!(first_try_on_b > 0, "replica-b was ejected as a whole");
+}
+
+/// The mesh on etcd: three members, two registry replicas, a dispatcher
+/// following both, and the three acceptance replicas registered through
+/// both; under the same load, SIGKILL a registry replica, then the etcd
+/// leader. Non-idempotent calls still run at most once, idempotent calls
+/// succeed, and nothing stays hidden.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chaos_on_etcd() {
+    let dir = temp_dir("chaos-etcd");
+    let ledger_path = dir.join("ledger.jsonl");
+    let mut cluster = toolmesh_procs::EtcdCluster::start(3)
+        .await
+        .unwrap_or_else(|e| panic!("the etcd chaos run needs etcd: {e}"));
+    let store = cluster.store_url();
+    let ttl = TTL_MS.to_string();
+    let replica = |name: &str| {
+        Proc::toolmesh(
+            name,
+            &[
+                "registry",
+                "--listen",
+                "127.0.0.1:0",
+                "--store",
+                &store,
+                "--default-ttl-ms",
+                &ttl,
+            ],
+        )
+    };
+    let mut registry_a = replica("registry-a");
+    let registry_b = replica("registry-b");
+    let registries = format!("{},{}", registry_a.listen_addr(), registry_b.listen_addr());
+    let dispatcher_proc = Proc::toolmesh(
+        "dispatcher",
+        &[
+            "dispatcher",
+            "--listen",
+            "127.0.0.1:0",
+            "--registry",
+            &registries,
+        ],
+    );
+    let dispatcher_addr = dispatcher_proc.listen_addr();
+    let ledger_arg = ledger_path.to_str().expect("utf-8 path").to_owned();
+    let _executors: Vec<Proc> = (0..3)
+        .map(|i| {
+            example(
+                "acceptance",
+                &registries,
+                &[
+                    "--ttl-ms",
+                    &ttl,
+                    "--ledger",
+                    &ledger_arg,
+                    "--executor-id",
+                    &format!("etcd-replica-{i}"),
+                ],
+            )
+        })
+        .collect();
+    let mut client = dispatcher(&dispatcher_addr);
+    until_listed(
+        &mut client,
+        &["acc_charge", "acc_echo"],
+        Duration::from_secs(10),
+    )
+    .await;
+
+    let calls = Arc::new(Mutex::new(Vec::new()));
+    let started = Instant::now();
+    let stop = started + Duration::from_secs(12);
+    let callers: Vec<_> = (0..CALLERS)
+        .map(|n| tokio::spawn(caller(dispatcher_addr.clone(), stop, calls.clone(), n)))
+        .collect();
+    let at = |secs: f64| tokio::time::sleep_until((started + Duration::from_secs_f64(secs)).into());
+    let mut faults: Vec<(String, String)> = Vec::new();
+    at(3.0).await;
+    registry_a.kill9();
+    faults.push((
+        "SIGKILL registry-a".into(),
+        "the dispatcher follows registry-b".into(),
+    ));
+    at(6.0).await;
+    let etcd = toolmesh_etcd::Client::from_url(&store).expect("etcd client");
+    let mut leader = None;
+    for i in 0..cluster.len() {
+        if let Ok(status) = etcd.status(&cluster.client_url(i)).await
+            && status.header.is_some_and(|h| h.member_id == status.leader)
+        {
+            leader = Some(i);
+        }
+    }
+    let leader = leader.expect("an etcd leader");
+    cluster.kill(leader).await;
+    faults.push((
+        format!("SIGKILL etcd m{leader}"),
+        "leader; a new one is elected".into(),
+    ));
+    for handle in callers {
+        handle.await.unwrap();
+    }
+    let faults_over = Instant::now();
+    until_listed(
+        &mut client,
+        &["acc_charge", "acc_echo", "acc_panic", "acc_sleep"],
+        Duration::from_millis(2 * TTL_MS),
+    )
+    .await;
+    let recovered = faults_over.elapsed();
+    let mut dispatcher_proc = dispatcher_proc;
+    assert!(dispatcher_proc.alive(), "the dispatcher did not crash");
+    let calls = calls.lock().unwrap().clone();
+    let ledger = ledger(&ledger_path);
+    report_and_check(&calls, &ledger, &faults, recovered, None);
 }

@@ -12,7 +12,28 @@ pub struct BadAddress(pub String);
 /// A lazily connecting channel to `host:port` (or a full URI): TCP_NODELAY,
 /// a connect timeout and HTTP/2 keepalives so a dead peer is noticed; TLS
 /// when `tls` has a CA ([`Tls::client`]).
+///
+/// Several addresses separated by commas (`a:7070,b:7070`: the replicas of
+/// a registry) make one channel that spreads calls over the replicas it can
+/// reach, so a call retried after a failure finds a live one.
 pub fn channel(address: &str, tls: &Tls) -> Result<Channel, BadAddress> {
+    if address.contains(',') {
+        let endpoints = address
+            .split(',')
+            .map(str::trim)
+            .filter(|a| !a.is_empty())
+            .map(|a| endpoint(a, tls))
+            .collect::<Result<Vec<_>, _>>()?;
+        if endpoints.is_empty() {
+            return Err(BadAddress(address.to_owned()));
+        }
+        return Ok(Channel::balance_list(endpoints.into_iter()));
+    }
+    Ok(endpoint(address, tls)?.connect_lazy())
+}
+
+/// The endpoint of one `host:port` (or full URI) with the mesh's settings.
+fn endpoint(address: &str, tls: &Tls) -> Result<Endpoint, BadAddress> {
     let tls = tls.client().cloned();
     let scheme = if tls.is_some() { "https" } else { "http" };
     let uri = if address.contains("://") {
@@ -31,6 +52,5 @@ pub fn channel(address: &str, tls: &Tls) -> Result<Channel, BadAddress> {
         .tcp_nodelay(true)
         .http2_keep_alive_interval(Duration::from_secs(10))
         .keep_alive_timeout(Duration::from_secs(5))
-        .keep_alive_while_idle(true)
-        .connect_lazy())
+        .keep_alive_while_idle(true))
 }

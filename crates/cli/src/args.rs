@@ -251,6 +251,7 @@ impl ServerArgs {
             audit: self.audit.clone(),
             data_dir: self.data_dir.clone(),
             dev_executor_token: None,
+            store: None,
             tls: tls.clone(),
             admin_listen: self.ops.admin_listen.clone(),
             otlp_endpoint: self.ops.otlp_endpoint.clone(),
@@ -269,6 +270,21 @@ pub(crate) struct ServeArgs {
     /// Lease granted to executors that ask for none, in milliseconds.
     #[arg(long, default_value_t = 10_000)]
     pub(crate) default_ttl_ms: u64,
+    /// Where the registry keeps its state: in this process (the default) or
+    /// `etcd://host:2379[,host:2379…]`, shared by every registry replica
+    /// pointed at the same etcd cluster.
+    #[arg(long, env = "TOOLMESH_STORE")]
+    pub(crate) store: Option<String>,
+}
+
+impl ServeArgs {
+    /// The node settings these flags ask for.
+    pub(crate) fn node_config(&self, tls: &toolmesh::grpc::Tls) -> toolmesh_node::NodeConfig {
+        toolmesh_node::NodeConfig {
+            store: self.store.clone(),
+            ..self.server.node_config(tls)
+        }
+    }
 }
 
 /// `toolmesh dispatcher`.
@@ -277,7 +293,8 @@ pub(crate) struct DispatcherArgs {
     /// Server settings.
     #[command(flatten)]
     pub(crate) server: ServerArgs,
-    /// The registry to follow (host:port).
+    /// The registry to follow (host:port), or several replicas of it
+    /// (host:port,host:port,…): one is followed at a time, with failover.
     #[arg(long, env = "TOOLMESH_REGISTRY")]
     pub(crate) registry: String,
     /// Bearer token to follow the registry with: a policy caller with the

@@ -116,20 +116,20 @@ async fn run(
             let role = Role::Serve {
                 default_ttl: ttl(args.default_ttl_ms),
             };
-            serve(role, &args.server, tls).await
+            serve(role, &args.node_config(tls)).await
         }
         Command::Registry(args) => {
             let role = Role::Registry {
                 default_ttl: ttl(args.default_ttl_ms),
             };
-            serve(role, &args.server, tls).await
+            serve(role, &args.node_config(tls)).await
         }
         Command::Dispatcher(args) => {
             let role = Role::Dispatcher {
                 registry: args.registry.clone(),
                 token: args.registry_token.clone(),
             };
-            serve(role, &args.server, tls).await
+            serve(role, &args.server.node_config(tls)).await
         }
         Command::Example(args) => example(args, tls).await,
         Command::Tools(args) => client::tools(args, tls).await,
@@ -149,18 +149,10 @@ async fn run(
 }
 
 /// `toolmesh serve|registry|dispatcher`: a node until SIGTERM or ctrl-c.
-async fn serve(
-    role: Role,
-    args: &args::ServerArgs,
-    tls: &toolmesh::grpc::Tls,
-) -> Result<(), Failure> {
-    toolmesh_node::run(
-        role,
-        &args.node_config(tls),
-        toolmesh::grpc::shutdown_signal(),
-    )
-    .await
-    .map_err(|e| Failure::Failed(e.to_string()))
+async fn serve(role: Role, config: &toolmesh_node::NodeConfig) -> Result<(), Failure> {
+    toolmesh_node::run(role, config, toolmesh::grpc::shutdown_signal())
+        .await
+        .map_err(|e| Failure::Failed(e.to_string()))
 }
 
 #[cfg(feature = "bench")]

@@ -28,7 +28,7 @@ pub(crate) async fn run(
     let token = format!("dev-{}", uuid::Uuid::new_v4().simple());
     let mut config = toolmesh_node::NodeConfig {
         dev_executor_token: Some(token.clone()),
-        ..args.serve.server.node_config(tls)
+        ..args.serve.node_config(tls)
     };
     if args.serve.server.mcp_listen.is_none() {
         config.mcp_listen = default_mcp_listen(&config.listen);

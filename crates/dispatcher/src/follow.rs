@@ -1,13 +1,19 @@
-//! Following a registry that runs in another process: WatchSnapshots, with
-//! reconnects; the last snapshot keeps serving while the registry is away,
-//! and a restarted registry's first, still-empty snapshots do not hide tools
-//! whose executors have yet to register again.
+//! Following a registry that runs in other processes: WatchSnapshots from
+//! any of its replicas, with reconnects and failover (a replica that reports
+//! itself not serving is left for another); the last snapshot keeps serving
+//! while every replica is away; a replica of the same epoch continues from
+//! the version held, without a full resync; and a restarted registry's
+//! first, still-empty snapshots do not hide tools whose executors have yet
+//! to register again.
 
 use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::watch;
 use tokio::time::Instant;
+use tonic::transport::Channel;
+use tonic_health::pb::health_check_response::ServingStatus;
+use tonic_health::pb::{HealthCheckRequest, health_client::HealthClient};
 use toolmesh::Snapshot;
 use toolmesh::grpc::{BadAddress, MAX_SNAPSHOT_MESSAGE_BYTES, channel};
 use toolmesh::pb::{self, WatchSnapshotsRequest, registry_client::RegistryClient};
@@ -15,31 +21,71 @@ use tracing::{info, warn};
 
 const FIRST_BACKOFF: Duration = Duration::from_millis(50);
 const MAX_BACKOFF: Duration = Duration::from_secs(2);
+/// How often the followed replica's health is checked when others exist.
+const HEALTH_CHECK: Duration = Duration::from_millis(500);
+/// The health service name a registry replica reports.
+const REGISTRY_SERVICE: &str = "toolmesh.v1.Registry";
 
 /// How long a new registry epoch may lack tools the old one exposed before
 /// its snapshot is taken anyway. Executors register again within a third
 /// of their lease, so this covers leases up to 15 s.
 pub const EPOCH_GRACE: Duration = Duration::from_secs(5);
 
-/// Starts following the registry at `address` (over `tls`); the receiver
-/// holds the newest snapshot taken (an empty one until the first arrives).
-/// `token` is sent as the bearer token (a caller with the `dispatcher`
-/// role: snapshots are not for everyone to read).
+/// Starts following the registry at `addresses` (one or more replicas,
+/// `host:port` separated by commas) over `tls`; the receiver holds the
+/// newest snapshot taken (an empty one until the first arrives). `token` is
+/// sent as the bearer token (a caller with the `dispatcher` role: snapshots
+/// are not for everyone to read).
 pub fn follow_registry(
-    address: &str,
+    addresses: &str,
     tls: &toolmesh::grpc::Tls,
     token: Option<&str>,
 ) -> Result<watch::Receiver<Arc<Snapshot>>, BadAddress> {
-    let channel = channel(address, tls)?;
+    let mut replicas = Vec::new();
+    for address in addresses
+        .split(',')
+        .map(str::trim)
+        .filter(|a| !a.is_empty())
+    {
+        replicas.push((address.to_owned(), channel(address, tls)?));
+    }
+    if replicas.is_empty() {
+        // Let the usual address check name the problem.
+        replicas.push((addresses.to_owned(), channel(addresses, tls)?));
+    }
     let (tx, rx) = watch::channel(Arc::new(Snapshot::empty("")));
     let follower = Follower {
-        address: address.to_owned(),
+        address: replicas[0].0.clone(),
         token: token.map(str::to_owned),
         tx,
         pending: None,
     };
-    tokio::spawn(follower.run(channel));
+    tokio::spawn(follower.run(replicas));
     Ok(rx)
+}
+
+/// Whether any replica but `current` says it serves.
+async fn others_serving(replicas: &[(String, Channel)], current: usize) -> bool {
+    for (i, (_, channel)) in replicas.iter().enumerate() {
+        if i != current && replica_serving(channel).await {
+            return true;
+        }
+    }
+    false
+}
+
+/// Whether the replica on `channel` says it serves (a replica that lost
+/// its store's quorum says NOT_SERVING; one without a health service, or
+/// that cannot be asked, counts as serving so that it is still tried).
+async fn replica_serving(channel: &Channel) -> bool {
+    let mut client = HealthClient::new(channel.clone());
+    let check = client.check(HealthCheckRequest {
+        service: REGISTRY_SERVICE.to_owned(),
+    });
+    match tokio::time::timeout(HEALTH_CHECK, check).await {
+        Ok(Ok(response)) => response.into_inner().status != ServingStatus::NotServing as i32,
+        _ => true,
+    }
 }
 
 /// What became of one message.
@@ -61,17 +107,40 @@ struct Follower {
 }
 
 impl Follower {
-    async fn run(mut self, channel: tonic::transport::Channel) {
+    /// The next replica to follow, starting after `current`: the first that
+    /// says it serves, else simply the next.
+    async fn pick(&mut self, replicas: &[(String, Channel)], current: usize) -> usize {
+        let n = replicas.len();
+        if n > 1 {
+            for step in 0..n {
+                let i = (current + step) % n;
+                if replica_serving(&replicas[i].1).await {
+                    self.address = replicas[i].0.clone();
+                    return i;
+                }
+            }
+        }
+        self.address = replicas[current % n].0.clone();
+        current % n
+    }
+
+    async fn run(mut self, replicas: Vec<(String, Channel)>) {
         let mut backoff = FIRST_BACKOFF;
         let mut outage_logged = false;
+        let mut current = 0;
         loop {
+            current = self.pick(&replicas, current).await;
+            let channel = replicas[current].1.clone();
             let mut client = RegistryClient::new(channel.clone())
                 .max_decoding_message_size(MAX_SNAPSHOT_MESSAGE_BYTES);
-            // Always from 0: a restarted registry counts versions anew, and
-            // the first message is its newest snapshot.
+            // From the version held, named with its epoch: a replica of the
+            // same registry continues with deltas from it; a restarted
+            // registry (another epoch) starts with its newest snapshot.
+            let installed = self.tx.borrow().clone();
             let mut request = tonic::Request::new(WatchSnapshotsRequest {
-                after_version: 0,
+                after_version: installed.version(),
                 deltas: true,
+                epoch: installed.epoch().to_owned(),
             });
             if let Some(token) = &self.token {
                 toolmesh::grpc::set_bearer(request.metadata_mut(), token);
@@ -79,6 +148,7 @@ impl Follower {
             match client.watch_snapshots(request).await {
                 Ok(stream) => {
                     let mut stream = stream.into_inner();
+                    let mut health = tokio::time::interval(HEALTH_CHECK);
                     loop {
                         let grace_end =
                             self.pending.as_ref().map(|(_, since)| *since + EPOCH_GRACE);
@@ -87,6 +157,17 @@ impl Follower {
                             _ = sleep_until(grace_end) => {
                                 self.take_pending("grace period over");
                                 continue;
+                            }
+                            _ = health.tick(), if replicas.len() > 1 => {
+                                // Move only to a replica that serves.
+                                if replica_serving(&channel).await
+                                    || !others_serving(&replicas, current).await
+                                {
+                                    continue;
+                                }
+                                warn!(registry = %self.address, "registry replica not serving; following another");
+                                current += 1;
+                                break;
                             }
                         };
                         match message {
@@ -105,12 +186,16 @@ impl Follower {
                                     }
                                 }
                             }
-                            Ok(None) => break,
+                            Ok(None) => {
+                                current += 1;
+                                break;
+                            }
                             Err(status) => {
                                 if !outage_logged {
                                     warn!(registry = %self.address, %status, "snapshot stream broke; serving the last snapshot");
                                     outage_logged = true;
                                 }
+                                current += 1;
                                 break;
                             }
                         }
@@ -121,6 +206,7 @@ impl Follower {
                         warn!(registry = %self.address, %status, "registry unreachable; serving the last snapshot");
                         outage_logged = true;
                     }
+                    current += 1;
                 }
             }
             if self.tx.is_closed() {

@@ -8,6 +8,7 @@ use toolmesh::pb::{
     ApprovalResponse, ApproveRequest, DenyRequest, ExplainRequest, ExplainResponse,
     ListApprovalsRequest, ListApprovalsResponse, governance_server,
 };
+use toolmesh_governance::approvals::{ApprovalFields, ApprovalOp};
 use toolmesh_governance::{ApprovalState, ApprovalTicket};
 use toolmesh_governance::{Decision, explain};
 
@@ -92,10 +93,10 @@ impl governance_server::Governance for GovernanceService {
     ) -> Result<Response<ListApprovalsResponse>, Status> {
         let governance = self.dispatcher.governance();
         let who = self.dispatcher.caller(&request)?;
-        let approver_roles = governance.policy().approval_settings().approver_roles;
         let approvals = governance
-            .approvals()
-            .list_for(&who, &approver_roles)
+            .approval(ApprovalOp::List, &who, ApprovalFields::default())
+            .await
+            .map_err(Refusal::from)?
             .iter()
             .map(approval_pb)
             .collect();
@@ -110,6 +111,7 @@ impl governance_server::Governance for GovernanceService {
         let ticket = self
             .dispatcher
             .decide_approval(&who, &request.get_ref().id, None)
+            .await
             .map_err(Refusal::from)?;
         Ok(Response::new(ApprovalResponse {
             approval: Some(approval_pb(&ticket)),
@@ -130,6 +132,7 @@ impl governance_server::Governance for GovernanceService {
         let ticket = self
             .dispatcher
             .decide_approval(&who, &request.id, Some(reason))
+            .await
             .map_err(Refusal::from)?;
         Ok(Response::new(ApprovalResponse {
             approval: Some(approval_pb(&ticket)),

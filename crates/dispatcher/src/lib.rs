@@ -237,13 +237,16 @@ impl Dispatcher {
 
     /// Approves (`deny` = None) or denies an approval as `approver`: the
     /// same check and audit as the CLI's `approve`/`deny`, counted.
-    pub fn decide_approval(
+    pub async fn decide_approval(
         &self,
         approver: &Principal,
         id: &str,
         deny: Option<&str>,
     ) -> Result<toolmesh_governance::ApprovalTicket, toolmesh_governance::ApprovalError> {
-        let ticket = self.governance().decide_approval(approver, id, deny)?;
+        let ticket = self
+            .governance()
+            .decide_approval(approver, id, deny)
+            .await?;
         self.pipeline.metrics.decided(deny.is_some());
         Ok(ticket)
     }

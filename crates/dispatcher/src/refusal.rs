@@ -48,6 +48,7 @@ impl From<Refusal> for Status {
         let message = refusal.to_string();
         match refusal {
             Refusal::Overloaded { .. } => Status::resource_exhausted(message),
+            Refusal::Approval(ApprovalError::Unavailable { .. }) => Status::unavailable(message),
             Refusal::PinExpired(_) | Refusal::Approval(_) => Status::failed_precondition(message),
             Refusal::Unauthenticated(_) => Status::unauthenticated(message),
             Refusal::UnknownFormat(_) | Refusal::BadCallerToken(_) | Refusal::BadReference(_) => {

@@ -127,6 +127,13 @@ impl Registry for FakeRegistry {
         Err(Status::unimplemented("not in this test"))
     }
 
+    async fn approvals(
+        &self,
+        _: Request<toolmesh::pb::ApprovalsRequest>,
+    ) -> Result<Response<toolmesh::pb::ApprovalsResponse>, Status> {
+        Err(Status::unimplemented("not in this test"))
+    }
+
     type WatchSnapshotsStream = tonic::codegen::tokio_stream::Empty<Result<Snapshot, Status>>;
 
     async fn watch_snapshots(

@@ -6,8 +6,12 @@
 //! the agent's next identical call [`consume`](Approvals::consume)s it.
 //! Time is `tokio::time`, so tests can run with a paused clock.
 
+mod relay;
+mod stored;
 mod summary;
 
+pub use relay::{ApprovalBackend, ApprovalFields, ApprovalOp, ApprovalRelay, encode_response};
+pub use stored::StoredTicket;
 pub use summary::{MAX_NAME_CHARS, MAX_VALUE_CHARS, approval_summary};
 
 use crate::Principal;
@@ -32,7 +36,7 @@ pub const DEFAULT_TTL: Duration = Duration::from_secs(15 * 60);
 pub const DEFAULT_MAX_OPEN_PER_CALLER: usize = 100;
 
 /// Who may approve and how long a ticket lives; from the policy's `[approval]`.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub struct ApprovalSettings {
     /// Holding any of these roles makes a principal an approver.
     pub approver_roles: Vec<String>,
@@ -53,7 +57,8 @@ impl Default for ApprovalSettings {
 }
 
 /// Where a ticket stands.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(tag = "state", rename_all = "snake_case")]
 pub enum ApprovalState {
     /// Waiting for an approver.
     Pending,
@@ -135,7 +140,7 @@ impl ApprovalTicket {
 }
 
 /// Which part of a call differs from what an approval was for.
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum Mismatch {
     /// Another tool.
     Tool {
@@ -152,7 +157,7 @@ pub enum Mismatch {
 }
 
 /// Why an approval operation failed; every message says what to do next.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error, serde::Serialize, serde::Deserialize)]
 pub enum ApprovalError {
     /// No ticket has this id (never issued, or purged long after expiry).
     #[error(
@@ -265,6 +270,14 @@ pub enum ApprovalError {
     TooManyForCaller {
         /// The caller's open tickets.
         open: usize,
+    },
+    /// The registry that keeps this dispatcher's approvals cannot be reached.
+    #[error(
+        "approvals are kept by the registry, which did not answer ({reason}); call again in a few seconds"
+    )]
+    Unavailable {
+        /// What went wrong.
+        reason: String,
     },
     /// Too many tickets are open.
     #[error(
@@ -500,6 +513,42 @@ impl Approvals {
         }
         ticket.state = verdict(ticket)?;
         Ok(ticket.clone())
+    }
+
+    /// Runs one operation (as the registry does for a shared book); the
+    /// tickets it answers with.
+    pub fn apply(
+        &self,
+        op: ApprovalOp,
+        who: &Principal,
+        fields: ApprovalFields<'_>,
+    ) -> Result<Vec<ApprovalTicket>, ApprovalError> {
+        match op {
+            ApprovalOp::Request => self
+                .request(
+                    fields.tool,
+                    fields.version,
+                    fields.args_sha256,
+                    who,
+                    fields.summary,
+                )
+                .map(|t| vec![t]),
+            ApprovalOp::Consume => self
+                .consume(
+                    fields.id,
+                    fields.tool,
+                    fields.version,
+                    fields.args_sha256,
+                    who,
+                )
+                .map(|()| Vec::new()),
+            ApprovalOp::Approve => self.approve(fields.id, who).map(|t| vec![t]),
+            ApprovalOp::Deny => self.deny(fields.id, who, fields.reason).map(|t| vec![t]),
+            ApprovalOp::List => {
+                let roles = self.lock().settings.approver_roles.clone();
+                Ok(self.list_for(who, &roles))
+            }
+        }
     }
 
     /// Uses an approved ticket for exactly the call it was for: same tool,

@@ -1,7 +1,9 @@
 //! The governance one server runs with: the live policy, open approvals,
 //! session facts and the audit sink, behind one handle every front door uses.
 
-use crate::approvals::{ApprovalError, ApprovalTicket, Approvals};
+use crate::approvals::{
+    ApprovalBackend, ApprovalError, ApprovalFields, ApprovalOp, ApprovalTicket, Approvals,
+};
 use crate::audit::{AuditKind, AuditRecord, AuditSink};
 use crate::{AuthError, Policy, PolicyHandle, Principal, Sessions};
 use std::sync::Arc;
@@ -18,6 +20,8 @@ pub struct Governance {
     /// What each agent session has done, for preconditions.
     pub sessions: Sessions,
     audit: Option<AuditSink>,
+    /// The registry's shared book, used instead of `approvals` when set.
+    relay: Option<Arc<dyn ApprovalBackend>>,
 }
 
 impl Governance {
@@ -30,6 +34,32 @@ impl Governance {
             approvals,
             audit,
             sessions: Sessions::default(),
+            relay: None,
+        }
+    }
+
+    /// Keeps approvals in the registry's shared book (every dispatcher
+    /// following that registry sees the same tickets) instead of in this
+    /// process.
+    pub fn with_approval_backend(mut self, relay: Arc<dyn ApprovalBackend>) -> Self {
+        self.relay = Some(relay);
+        self
+    }
+
+    /// One approval operation, on the registry's shared book when there is
+    /// one, else on this process' [`approvals`](Self::approvals).
+    pub async fn approval(
+        &self,
+        op: ApprovalOp,
+        who: &Principal,
+        fields: ApprovalFields<'_>,
+    ) -> Result<Vec<ApprovalTicket>, ApprovalError> {
+        match &self.relay {
+            Some(relay) => {
+                let settings = self.policy.current().approval_settings();
+                relay.call(op, who, &settings, fields).await
+            }
+            None => self.approvals().apply(op, who, fields),
         }
     }
 
@@ -86,16 +116,27 @@ impl Governance {
     }
 
     /// Approves (`deny` = None) or denies a ticket; audited.
-    pub fn decide_approval(
+    pub async fn decide_approval(
         &self,
         approver: &Principal,
         id: &str,
         deny: Option<&str>,
     ) -> Result<ApprovalTicket, ApprovalError> {
-        let decided = match deny {
-            None => self.approvals().approve(id, approver),
-            Some(reason) => self.approvals().deny(id, approver, reason),
-        }?;
+        let (op, reason) = match deny {
+            None => (ApprovalOp::Approve, ""),
+            Some(reason) => (ApprovalOp::Deny, reason),
+        };
+        let fields = ApprovalFields {
+            id,
+            reason,
+            ..ApprovalFields::default()
+        };
+        let decided = self
+            .approval(op, approver, fields)
+            .await?
+            .into_iter()
+            .next()
+            .ok_or_else(|| ApprovalError::Unknown { id: id.to_owned() })?;
         self.audit(|| {
             let kind = if deny.is_some() {
                 AuditKind::ApprovalDenied

@@ -184,7 +184,7 @@ async fn decide(
             reason
         }
     });
-    let ticket = dispatcher.decide_approval(&who, &form.id, deny)?;
+    let ticket = dispatcher.decide_approval(&who, &form.id, deny).await?;
     Ok(Redirect::to(&format!("/?decided={}", ticket.id)))
 }
 

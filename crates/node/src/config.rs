@@ -16,9 +16,10 @@ pub enum Role {
         /// Default executor lease.
         default_ttl: Duration,
     },
-    /// Only a dispatcher, following the registry at this address.
+    /// Only a dispatcher, following the registry at these addresses.
     Dispatcher {
-        /// host:port of the registry.
+        /// host:port of the registry, or of several replicas separated by
+        /// commas (followed one at a time, failing over).
         registry: String,
         /// Bearer token to follow it with (a caller with the dispatcher role).
         token: Option<String>,
@@ -61,6 +62,10 @@ pub struct NodeConfig {
     /// Under the development policy, a token admitted as an executor's
     /// (`toolmesh up` generates one per run for its examples).
     pub dev_executor_token: Option<String>,
+    /// Where a registry keeps its state: `None` in this process (the
+    /// default), `Some("etcd://host:port[,host:port…]")` in etcd, shared
+    /// by every replica pointed at the same cluster.
+    pub store: Option<String>,
     /// TLS of the node's server and of its channels (to executors, and to
     /// the registry a dispatcher follows).
     pub tls: toolmesh::grpc::Tls,
@@ -90,6 +95,7 @@ impl Default for NodeConfig {
             audit: None,
             data_dir: None,
             dev_executor_token: None,
+            store: None,
             tls: toolmesh::grpc::Tls::none(),
             admin_listen: None,
             otlp_endpoint: None,

@@ -10,6 +10,7 @@ mod config;
 mod error;
 mod governance;
 mod server;
+mod shared_approvals;
 
 pub use admin::{AdminState, ApprovalView, InstanceView, ToolView};
 pub use config::{NodeConfig, Role};

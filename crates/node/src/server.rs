@@ -4,6 +4,7 @@
 use crate::config::{NodeConfig, Role};
 use crate::error::NodeError;
 use crate::governance::{PolicyGate, PolicySetup, audit_sink, load_policy};
+use crate::shared_approvals::SharedApprovals;
 use std::future::Future;
 use std::{net::SocketAddr, sync::Arc, time::Duration};
 use tokio::{net::TcpListener, sync::oneshot, task::JoinHandle};
@@ -12,7 +13,8 @@ use tonic_health::{ServingStatus, server::HealthReporter};
 use toolmesh::Snapshot;
 use toolmesh::grpc::{DISPATCHER_HEALTH_SERVICE, HealthOnly, REGISTRY_HEALTH_SERVICE};
 use toolmesh_dispatcher::{Dispatcher, DispatcherConfig, Governance, follow_registry};
-use toolmesh_registry::{Registry, RegistryConfig};
+use toolmesh_governance::approvals::ApprovalRelay;
+use toolmesh_registry::{ApprovalDesk, EtcdStore, Registry, RegistryConfig, Store, grpc_service};
 use toolmesh_telemetry::{AdminServer, MetricsRegistry};
 
 /// A node that is up.
@@ -134,7 +136,7 @@ pub async fn start(role: Role, config: &NodeConfig) -> Result<Running, NodeError
     let metrics = MetricsRegistry::default();
     let (addr, listener) = bind(&config.listen).await?;
     let health = tonic_health::server::HealthReporter::new();
-    let registry = match &role {
+    let registry: Option<Arc<dyn Store>> = match &role {
         Role::Serve { default_ttl } | Role::Registry { default_ttl } => {
             let registry_config = RegistryConfig {
                 default_ttl: *default_ttl,
@@ -143,13 +145,18 @@ pub async fn start(role: Role, config: &NodeConfig) -> Result<Running, NodeError
                 metrics: metrics.clone(),
                 ..RegistryConfig::default()
             };
-            if registry_config.data_dir.is_none() {
-                tracing::info!("no --data-dir: disabled tools and tool owners live in memory only");
-            }
-            Some(Registry::open(
-                registry_config,
-                Arc::new(PolicyGate(policy.handle.clone())),
-            )?)
+            let gate = Arc::new(PolicyGate(policy.handle.clone()));
+            Some(match &config.store {
+                Some(url) => Arc::new(EtcdStore::connect(url, registry_config, gate).await?),
+                None => {
+                    if registry_config.data_dir.is_none() {
+                        tracing::info!(
+                            "no --data-dir: disabled tools and tool owners live in memory only"
+                        );
+                    }
+                    Arc::new(Registry::open(registry_config, gate)?)
+                }
+            })
         }
         Role::Dispatcher { .. } => None,
     };
@@ -166,6 +173,11 @@ pub async fn start(role: Role, config: &NodeConfig) -> Result<Running, NodeError
         (Some(registry), None) => registry.subscribe(),
         (None, None) => tokio::sync::watch::channel(Arc::new(Snapshot::empty(""))).1,
     };
+    // One approval book per mesh: the registry's, shared by its own
+    // dispatcher (serve) and by every dispatcher following it.
+    let shared = registry
+        .clone()
+        .map(|store| Arc::new(SharedApprovals { store }));
     let dispatcher = match snapshots {
         Some(snapshots) => Some(Dispatcher::with_governance(
             DispatcherConfig {
@@ -177,14 +189,12 @@ pub async fn start(role: Role, config: &NodeConfig) -> Result<Running, NodeError
             },
             snapshots,
             health.clone(),
-            Governance::new(policy.handle.clone(), audit_sink(config).await?),
+            governance(&role, config, &policy, shared.clone()).await?,
         )),
         None => None,
     };
-    if registry.is_some() {
-        health
-            .set_service_status(REGISTRY_HEALTH_SERVICE, ServingStatus::Serving)
-            .await;
+    if let Some(registry) = &registry {
+        tokio::spawn(report_writable(registry.writable(), health.clone()));
     }
     if dispatcher.is_some() {
         health
@@ -224,7 +234,10 @@ pub async fn start(role: Role, config: &NodeConfig) -> Result<Running, NodeError
             None => toolmesh::grpc::gated_health(health.clone(), Arc::new(|_| true)),
         })
         .add_service(toolmesh::grpc::reflection_service())
-        .add_optional_service(registry.as_ref().map(Registry::grpc_service))
+        .add_optional_service(registry.clone().map(|store| {
+            let desk = shared.clone().map(|s| s as Arc<dyn ApprovalDesk>);
+            grpc_service(store, desk)
+        }))
         .add_optional_service(dispatcher.as_ref().map(Dispatcher::grpc_service))
         .add_optional_service(dispatcher.as_ref().map(Dispatcher::governance_service));
     let (stop, stopped) = oneshot::channel::<()>();
@@ -248,6 +261,48 @@ pub async fn start(role: Role, config: &NodeConfig) -> Result<Running, NodeError
         stop,
         task,
     })
+}
+
+/// The dispatcher's governance: under the policy, with its approvals in
+/// the registry's shared book when it follows a registry elsewhere.
+async fn governance(
+    role: &Role,
+    config: &NodeConfig,
+    policy: &PolicySetup,
+    shared: Option<Arc<SharedApprovals>>,
+) -> Result<Governance, NodeError> {
+    let governance = Governance::new(policy.handle.clone(), audit_sink(config).await?);
+    Ok(match role {
+        Role::Dispatcher { registry, token } => {
+            governance.with_approval_backend(Arc::new(ApprovalRelay::new(
+                toolmesh::grpc::channel(registry, &config.tls)?,
+                token.clone(),
+            )))
+        }
+        _ => match shared {
+            Some(shared) => governance.with_approval_backend(shared),
+            None => governance,
+        },
+    })
+}
+
+/// Reports the registry SERVING while its store takes writes and
+/// NOT_SERVING while it does not (etcd without a quorum), so that
+/// dispatchers following several replicas prefer another.
+async fn report_writable(mut writable: tokio::sync::watch::Receiver<bool>, health: HealthReporter) {
+    loop {
+        let status = if *writable.borrow_and_update() {
+            ServingStatus::Serving
+        } else {
+            ServingStatus::NotServing
+        };
+        health
+            .set_service_status(REGISTRY_HEALTH_SERVICE, status)
+            .await;
+        if writable.changed().await.is_err() {
+            return;
+        }
+    }
 }
 
 /// Starts, announces the address on stdout, waits for `shutdown`, drains.

@@ -5,6 +5,11 @@ use std::time::Duration;
 /// Why a child could not be started or did not do what was awaited.
 #[derive(Debug, thiserror::Error)]
 pub enum ProcError {
+    /// No etcd server binary was found.
+    #[error(
+        "no etcd server binary: run scripts/test (it installs Debian's etcd-server) or set TOOLMESH_TEST_ETCD=/path/to/etcd"
+    )]
+    NoEtcd,
     /// The program could not be started.
     #[error("cannot start {what}: {source}")]
     Spawn {

@@ -8,9 +8,11 @@
 #![forbid(unsafe_code)]
 
 mod error;
+mod etcd;
 mod proc;
 mod temp;
 
 pub use error::ProcError;
+pub use etcd::{EtcdCluster, etcd_binary};
 pub use proc::{ArmParentDeath, ParentDeath, Proc, Spawn, Stderr, parse_listen_line, tail};
 pub use temp::TempDir;

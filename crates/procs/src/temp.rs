@@ -12,11 +12,17 @@ pub struct TempDir(PathBuf);
 impl TempDir {
     /// Creates `toolmesh-<label>-<pid>-<n>-<nanos>`.
     pub fn new(label: &str) -> std::io::Result<TempDir> {
+        TempDir::new_in(&std::env::temp_dir(), label)
+    }
+
+    /// Creates `toolmesh-<label>-<pid>-<n>-<nanos>` under `base` (for
+    /// example `/dev/shm` for data that is written often and thrown away).
+    pub fn new_in(base: &Path, label: &str) -> std::io::Result<TempDir> {
         static NEXT: AtomicU64 = AtomicU64::new(0);
         let nanos = SystemTime::now()
             .duration_since(UNIX_EPOCH)
             .map_or(0, |d| d.subsec_nanos());
-        let path = std::env::temp_dir().join(format!(
+        let path = base.join(format!(
             "toolmesh-{label}-{}-{}-{nanos}",
             std::process::id(),
             NEXT.fetch_add(1, Ordering::Relaxed)

@@ -96,6 +96,31 @@ pub enum RegistryError {
         /// What is wrong and what to do.
         problem: String,
     },
+    /// The store (etcd) cannot take the change now; the previous state
+    /// stands.
+    #[error(
+        "the registry's store cannot take changes now: {0}; the last snapshot keeps serving: retry in a few seconds (a registered executor keeps its registration)"
+    )]
+    StoreUnavailable(String),
+    /// The store answered something the registry cannot use.
+    #[error("the registry's store refused the change: {0}; report this to the operator")]
+    StoreRefused(String),
+    /// The `--store` value cannot be used.
+    #[error("{0}")]
+    BadStore(String),
+    /// A task inside the registry failed.
+    #[error("{0}; try again")]
+    Internal(String),
+}
+
+impl From<toolmesh_etcd::EtcdError> for RegistryError {
+    fn from(error: toolmesh_etcd::EtcdError) -> Self {
+        if error.is_unavailable() {
+            RegistryError::StoreUnavailable(error.to_string())
+        } else {
+            RegistryError::StoreRefused(error.to_string())
+        }
+    }
 }
 
 impl From<RegistryError> for tonic::Status {
@@ -107,7 +132,8 @@ impl From<RegistryError> for tonic::Status {
             | RegistryError::UnroutableEndpoint { .. }
             | RegistryError::EmptyLeaseId
             | RegistryError::InvalidExecuteToken { .. }
-            | RegistryError::TooManyTools { .. } => tonic::Status::invalid_argument(message),
+            | RegistryError::TooManyTools { .. }
+            | RegistryError::BadStore(_) => tonic::Status::invalid_argument(message),
             RegistryError::RegistrationRefused(_) => tonic::Status::unauthenticated(message),
             RegistryError::TooManyExecutors { .. } => tonic::Status::resource_exhausted(message),
             RegistryError::SwitchRefused(_)
@@ -119,7 +145,10 @@ impl From<RegistryError> for tonic::Status {
             RegistryError::ReadRefused(GateError::Unauthenticated(_)) => {
                 tonic::Status::unauthenticated(message)
             }
-            RegistryError::State { .. } => tonic::Status::internal(message),
+            RegistryError::State { .. }
+            | RegistryError::StoreRefused(_)
+            | RegistryError::Internal(_) => tonic::Status::internal(message),
+            RegistryError::StoreUnavailable(_) => tonic::Status::unavailable(message),
             RegistryError::UnknownLease(_)
             | RegistryError::UnknownTool(_)
             | RegistryError::SnapshotNotHeld(_) => tonic::Status::not_found(message),

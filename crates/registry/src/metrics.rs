@@ -1,7 +1,7 @@
 //! The registry's Prometheus metrics: events counted as they happen,
 //! snapshot facts read from the store at scrape time.
 
-use crate::store::Store;
+use crate::published::Published;
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
 use prometheus_client::metrics::counter::Counter;
@@ -28,7 +28,7 @@ pub(crate) struct Metrics {
 
 impl Metrics {
     /// Registers the registry's metrics; `store` is read at scrape time.
-    pub(crate) fn new(registry: &MetricsRegistry, store: Weak<Store>) -> Metrics {
+    pub(crate) fn new(registry: &MetricsRegistry, store: Weak<Published>) -> Metrics {
         let metrics = Metrics::default();
         let r = registry;
         r.register(
@@ -66,7 +66,7 @@ impl Metrics {
 
 /// Scrape-time facts of the newest snapshot.
 struct Snapshot {
-    store: Weak<Store>,
+    store: Weak<Published>,
 }
 
 impl std::fmt::Debug for Snapshot {

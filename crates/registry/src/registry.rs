@@ -8,8 +8,8 @@ use crate::error::RegistryError;
 use crate::gate::{Gate, OpenGate};
 use crate::health_watch;
 use crate::metrics::Metrics;
+use crate::published::Published;
 use crate::state::{Executor, Registration, State};
-use crate::store::Store;
 use crate::txn::{Key, key_of, label};
 use std::collections::HashSet;
 use std::fmt;
@@ -37,10 +37,12 @@ struct Inner {
     gate: Arc<dyn Gate>,
     /// The single writer lock; readers never take it.
     state: Mutex<State>,
-    store: Arc<Store>,
+    store: Arc<Published>,
     metrics: Metrics,
     /// Wakes the reaper when an earlier deadline may exist.
     reaper: Arc<Notify>,
+    /// Shared records (approval tickets) of this single registry.
+    shared: crate::shared::LocalRecords,
     /// Cancelled when the last handle goes: stops the reaper and every watch.
     shutdown: CancellationToken,
     runtime: Handle,
@@ -94,7 +96,7 @@ impl Registry {
         let durable = Durable::open(config.data_dir.as_deref())?;
         let runtime = Handle::current();
         let epoch = uuid::Uuid::new_v4().to_string();
-        let store = Arc::new(Store::new(Snapshot::empty(epoch), config.history));
+        let store = Arc::new(Published::new(Snapshot::empty(epoch), config.history));
         let metrics = Metrics::new(&config.metrics, Arc::downgrade(&store));
         let inner = Arc::new(Inner {
             store,
@@ -103,6 +105,7 @@ impl Registry {
             gate,
             state: Mutex::new(State::with_durable(durable)),
             reaper: Arc::new(Notify::new()),
+            shared: crate::shared::LocalRecords::default(),
             shutdown: CancellationToken::new(),
             runtime,
         });
@@ -117,6 +120,11 @@ impl Registry {
     /// The gate this registry asks at its gRPC edge.
     pub fn gate(&self) -> &dyn Gate {
         &*self.inner.gate
+    }
+
+    /// Its shared records (approval tickets).
+    pub(crate) fn shared(&self) -> &crate::shared::LocalRecords {
+        &self.inner.shared
     }
 
     /// The settings this registry runs with.
@@ -158,26 +166,15 @@ impl Registry {
         req: pb::RegisterRequest,
         owner: &str,
     ) -> Result<pb::RegisterResponse, RegistryError> {
-        let limit = self.inner.config.max_tools_per_executor;
-        if req.tools.len() > limit {
-            return Err(RegistryError::TooManyTools {
-                count: req.tools.len(),
-                limit,
-            });
-        }
-        let executor_id = req.executor_id.trim();
-        if executor_id.is_empty() {
-            return Err(RegistryError::EmptyExecutorId);
-        }
-        let endpoint = req.endpoint.trim();
-        check_endpoint(endpoint)?;
+        let Checked {
+            executor_id,
+            endpoint,
+            service,
+            ttl,
+        } = check_request(&self.inner.config, &req)?;
         let execute_token = check_execute_token(&req.execute_token)?;
-        let ttl = self.inner.config.grant_ttl(req.lease_ttl_ms);
         // Schemas compile here, outside the writer lock.
         let (tools, mut rejected) = validate_tools(req.tools);
-        let executor_id: Arc<str> = executor_id.into();
-        let endpoint: Arc<str> = endpoint.into();
-        let service: Arc<str> = req.service.trim().into();
         let lease_id: Arc<str> = uuid::Uuid::new_v4().to_string().into();
         let watch = self
             .inner
@@ -422,9 +419,43 @@ async fn reap(inner: Weak<Inner>, wake: Arc<Notify>, shutdown: CancellationToken
     }
 }
 
+/// The parts of a registration request every store checks the same way.
+pub(crate) struct Checked {
+    pub(crate) executor_id: Arc<str>,
+    pub(crate) endpoint: Arc<str>,
+    pub(crate) service: Arc<str>,
+    pub(crate) ttl: std::time::Duration,
+}
+
+/// Checks the tool count, executor id and endpoint, and grants the lease TTL.
+pub(crate) fn check_request(
+    config: &RegistryConfig,
+    req: &pb::RegisterRequest,
+) -> Result<Checked, RegistryError> {
+    let limit = config.max_tools_per_executor;
+    if req.tools.len() > limit {
+        return Err(RegistryError::TooManyTools {
+            count: req.tools.len(),
+            limit,
+        });
+    }
+    let executor_id = req.executor_id.trim();
+    if executor_id.is_empty() {
+        return Err(RegistryError::EmptyExecutorId);
+    }
+    let endpoint = req.endpoint.trim();
+    check_endpoint(endpoint)?;
+    Ok(Checked {
+        executor_id: executor_id.into(),
+        endpoint: endpoint.into(),
+        service: req.service.trim().into(),
+        ttl: config.grant_ttl(req.lease_ttl_ms),
+    })
+}
+
 /// Validates each spec on its own; the second of a duplicated name@version
 /// is rejected.
-fn validate_tools(specs: Vec<pb::ToolSpec>) -> (Vec<ToolDef>, Vec<RejectedTool>) {
+pub(crate) fn validate_tools(specs: Vec<pb::ToolSpec>) -> (Vec<ToolDef>, Vec<RejectedTool>) {
     let mut seen: HashSet<Key> = HashSet::with_capacity(specs.len());
     let mut accepted = Vec::with_capacity(specs.len());
     let mut rejected = Vec::new();

@@ -3,6 +3,7 @@
 use crate::error::RegistryError;
 use crate::gate::SnapshotReader;
 use crate::registry::Registry;
+use crate::store::Store;
 use futures_util::{Stream, StreamExt, stream};
 use std::pin::Pin;
 use std::sync::Arc;
@@ -14,21 +15,50 @@ use toolmesh::pb;
 
 /// Serves `toolmesh.v1.Registry` for one [`Registry`]; build it with
 /// [`Registry::grpc_service`].
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct RegistryService {
-    registry: Registry,
+    registry: Arc<dyn Store>,
+    desk: Option<Arc<dyn ApprovalDesk>>,
+}
+
+/// Serves the `Approvals` RPC: the shared approval book (its rules live in
+/// governance, which the composition root plugs in).
+#[tonic::async_trait]
+pub trait ApprovalDesk: Send + Sync + 'static {
+    /// Runs one operation on the shared book.
+    async fn approvals(
+        &self,
+        request: pb::ApprovalsRequest,
+    ) -> Result<pb::ApprovalsResponse, Status>;
+}
+
+impl std::fmt::Debug for RegistryService {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RegistryService").finish_non_exhaustive()
+    }
 }
 
 impl Registry {
     /// The `toolmesh.v1.Registry` gRPC service over this registry, with the
     /// mesh's message size limits.
     pub fn grpc_service(&self) -> pb::registry_server::RegistryServer<RegistryService> {
-        pb::registry_server::RegistryServer::new(RegistryService {
-            registry: self.clone(),
-        })
-        .max_decoding_message_size(toolmesh::grpc::MAX_CALL_MESSAGE_BYTES)
-        .max_encoding_message_size(toolmesh::grpc::MAX_SNAPSHOT_MESSAGE_BYTES)
+        grpc_service(Arc::new(self.clone()), None)
     }
+}
+
+/// The `toolmesh.v1.Registry` gRPC service over any [`Store`], with the
+/// mesh's message size limits; `desk` serves shared approvals (without one,
+/// `Approvals` answers UNIMPLEMENTED).
+pub fn grpc_service(
+    store: Arc<dyn Store>,
+    desk: Option<Arc<dyn ApprovalDesk>>,
+) -> pb::registry_server::RegistryServer<RegistryService> {
+    pb::registry_server::RegistryServer::new(RegistryService {
+        registry: store,
+        desk,
+    })
+    .max_decoding_message_size(toolmesh::grpc::MAX_CALL_MESSAGE_BYTES)
+    .max_encoding_message_size(toolmesh::grpc::MAX_SNAPSHOT_MESSAGE_BYTES)
 }
 
 impl RegistryService {
@@ -76,15 +106,7 @@ impl pb::registry_server::Registry for RegistryService {
         request: Request<pb::RegisterRequest>,
     ) -> Result<Response<pb::RegisterResponse>, Status> {
         let owner = self.executor_owner(&request)?;
-        // Schemas compile on the blocking pool: a costly one must not stall
-        // the async workers that serve every other RPC.
-        let registry = self.registry.clone();
-        let request = request.into_inner();
-        let registered = tokio::task::spawn_blocking(move || registry.register_as(request, &owner))
-            .await
-            .map_err(|e| {
-                Status::internal(format!("registration failed ({e}); register again"))
-            })??;
+        let registered = self.registry.register(request.into_inner(), owner).await?;
         Ok(Response::new(registered))
     }
 
@@ -95,7 +117,8 @@ impl pb::registry_server::Registry for RegistryService {
         let owner = self.executor_owner(&request)?;
         let snapshot_version = self
             .registry
-            .heartbeat_as(&request.get_ref().lease_id, &owner)?;
+            .heartbeat(&request.get_ref().lease_id, &owner)
+            .await?;
         Ok(Response::new(pb::HeartbeatResponse { snapshot_version }))
     }
 
@@ -106,7 +129,8 @@ impl pb::registry_server::Registry for RegistryService {
         let owner = self.executor_owner(&request)?;
         let snapshot_version = self
             .registry
-            .deregister_as(&request.get_ref().lease_id, &owner)?;
+            .deregister(&request.get_ref().lease_id, &owner)
+            .await?;
         Ok(Response::new(pb::DeregisterResponse { snapshot_version }))
     }
 
@@ -123,7 +147,8 @@ impl pb::registry_server::Registry for RegistryService {
         }
         let snapshot_version = self
             .registry
-            .set_disabled(&request.tool, Some(request.reason))?;
+            .set_disabled(&request.tool, Some(request.reason))
+            .await?;
         Ok(Response::new(pb::DisableToolResponse { snapshot_version }))
     }
 
@@ -132,7 +157,10 @@ impl pb::registry_server::Registry for RegistryService {
         request: Request<pb::EnableToolRequest>,
     ) -> Result<Response<pb::EnableToolResponse>, Status> {
         self.admin(request.metadata())?;
-        let snapshot_version = self.registry.set_disabled(&request.get_ref().tool, None)?;
+        let snapshot_version = self
+            .registry
+            .set_disabled(&request.get_ref().tool, None)
+            .await?;
         Ok(Response::new(pb::EnableToolResponse { snapshot_version }))
     }
 
@@ -145,6 +173,24 @@ impl pb::registry_server::Registry for RegistryService {
         Ok(Response::new(for_reader(snapshot.to_pb(), &reader)))
     }
 
+    async fn approvals(
+        &self,
+        request: Request<pb::ApprovalsRequest>,
+    ) -> Result<Response<pb::ApprovalsResponse>, Status> {
+        // Dispatchers only: they vouch for the principal they send.
+        if !self.reader(&request)?.execute_tokens {
+            return Err(Status::permission_denied(
+                "shared approvals are for dispatchers: call with the token of a caller that has the role \"dispatcher\"",
+            ));
+        }
+        let desk = self.desk.as_ref().ok_or_else(|| {
+            Status::unimplemented(
+                "this registry keeps no shared approvals; run it with toolmesh registry (or serve)",
+            )
+        })?;
+        Ok(Response::new(desk.approvals(request.into_inner()).await?))
+    }
+
     type WatchSnapshotsStream = SnapshotStream;
 
     async fn watch_snapshots(
@@ -153,14 +199,61 @@ impl pb::registry_server::Registry for RegistryService {
     ) -> Result<Response<Self::WatchSnapshotsStream>, Status> {
         let reader = self.reader(&request)?;
         let request = request.get_ref();
-        let stream = watch_stream(
-            self.registry.subscribe(),
-            request.after_version,
-            request.deltas,
-        );
+        let current = self.registry.current();
+        let held =
+            (request.deltas && request.after_version > 0 && request.epoch == current.epoch())
+                .then(|| self.registry.snapshot(request.after_version).ok())
+                .flatten();
+        let stream = match held {
+            Some(held) => delta_stream(self.registry.subscribe(), held),
+            None => watch_stream(
+                self.registry.subscribe(),
+                request.after_version,
+                request.deltas,
+            ),
+        };
         let stream = stream.map(move |message| message.map(|m| for_reader(m, &reader)));
         Ok(Response::new(stream.boxed()))
     }
+}
+
+/// For a watcher that holds `held` (same epoch): a delta to the newest at
+/// once when it is newer, then a delta for each newer one — no full
+/// snapshot, so a dispatcher that fails over to another replica does not
+/// resync.
+pub(crate) fn delta_stream(
+    mut receiver: watch::Receiver<Arc<Snapshot>>,
+    held: Arc<Snapshot>,
+) -> SnapshotStream {
+    let current = receiver.borrow_and_update().clone();
+    let first = (current.version() > held.version()).then(|| Ok(current.delta_pb(&held)));
+    let last = if first.is_some() { current } else { held };
+    stream::iter(first)
+        .chain(newer(receiver, last, true))
+        .boxed()
+}
+
+/// Each snapshot newer than `last` as it is published: a delta from the
+/// previous message with `deltas`, else whole.
+fn newer(
+    receiver: watch::Receiver<Arc<Snapshot>>,
+    last: Arc<Snapshot>,
+    deltas: bool,
+) -> impl Stream<Item = Result<pb::Snapshot, Status>> + Send {
+    stream::unfold((receiver, last), move |(mut receiver, last)| async move {
+        loop {
+            receiver.changed().await.ok()?;
+            let snapshot = receiver.borrow_and_update().clone();
+            if snapshot.version() > last.version() {
+                let message = if deltas {
+                    snapshot.delta_pb(&last)
+                } else {
+                    snapshot.to_pb()
+                };
+                return Some((Ok(message), (receiver, snapshot)));
+            }
+        }
+    })
 }
 
 /// A snapshot as `reader` may see it: executors' call tokens only for
@@ -194,23 +287,7 @@ pub(crate) fn watch_stream(
     let unseen = after_version == 0 || current.version() != after_version;
     let first = unseen.then(|| Ok(current.to_pb()));
     // A delta needs a base the watcher holds: only once a full one was sent.
-    let base = (deltas && unseen).then(|| current.clone());
-    let newer = stream::unfold(
-        (receiver, current, base),
-        |(mut receiver, last, base)| async move {
-            loop {
-                receiver.changed().await.ok()?;
-                let snapshot = receiver.borrow_and_update().clone();
-                if snapshot.version() > last.version() {
-                    let message = match &base {
-                        Some(base) => snapshot.delta_pb(base),
-                        None => snapshot.to_pb(),
-                    };
-                    let base = base.is_some().then(|| snapshot.clone());
-                    return Some((Ok(message), (receiver, snapshot, base)));
-                }
-            }
-        },
-    );
-    stream::iter(first).chain(newer).boxed()
+    stream::iter(first)
+        .chain(newer(receiver, current, deltas && unseen))
+        .boxed()
 }

@@ -150,13 +150,7 @@ impl State {
         let mut rejected = Vec::new();
         for def in reg.tools {
             if let Some(holder) = self.durable.owner(def.name()).filter(|h| *h != owner) {
-                rejected.push(RejectedTool {
-                    name: def.name().to_owned(),
-                    reason: format!(
-                        "tool {} belongs to owner {holder:?}; an executor registering as {owner:?} cannot register, replace or shadow it: choose a name in your own namespace",
-                        def.name()
-                    ),
-                });
+                rejected.push(owned_elsewhere(def.name(), holder, owner));
                 continue;
             }
             let disabled = self.durable.disabled(def.name()).map(Arc::<str>::from);
@@ -392,7 +386,17 @@ fn add_instance(
     Ok(key)
 }
 
-fn conflict_reason(key: &Key, executors: &[&str], fields: &[&str]) -> String {
+/// The refusal of a tool name another owner holds.
+pub(crate) fn owned_elsewhere(name: &str, holder: &str, owner: &str) -> RejectedTool {
+    RejectedTool {
+        name: name.to_owned(),
+        reason: format!(
+            "tool {name} belongs to owner {holder:?}; an executor registering as {owner:?} cannot register, replace or shadow it: choose a name in your own namespace"
+        ),
+    }
+}
+
+pub(crate) fn conflict_reason(key: &Key, executors: &[&str], fields: &[&str]) -> String {
     let noun = if executors.len() == 1 {
         "executor"
     } else {

@@ -1,71 +1,124 @@
-//! Where published snapshots live: a [`SnapshotHistory`] for lookups and a
-//! watch channel for subscribers.
+//! The Store seam: where a registry keeps what it must not lose
+//! (registrations and their leases, definitions, owners, disabled tools,
+//! health verdicts) and publishes snapshots from. [`Registry`] keeps it in
+//! this process (the default); `EtcdStore` keeps it in etcd so that several
+//! replicas serve one mesh.
 
+use crate::error::RegistryError;
+use crate::gate::Gate;
+use crate::registry::Registry;
+use crate::shared::SharedRecord;
 use std::sync::Arc;
+use std::time::Duration;
 use tokio::sync::watch;
-use toolmesh::{NotHeld, Snapshot, SnapshotHistory};
+use toolmesh::Snapshot;
+use toolmesh::pb;
 
-/// The published snapshots. Only the registry's single writer calls
-/// [`Store::publish`]; readers never wait for it.
-pub(crate) struct Store {
-    history: SnapshotHistory,
-    sender: watch::Sender<Arc<Snapshot>>,
+/// What the gRPC edge needs from a registry, whichever store backs it.
+#[tonic::async_trait]
+pub trait Store: Send + Sync + 'static {
+    /// Who callers are and what they may do.
+    fn gate(&self) -> &dyn Gate;
+    /// The newest published snapshot.
+    fn current(&self) -> Arc<Snapshot>;
+    /// A receiver of the newest snapshot, notified of each new one.
+    fn subscribe(&self) -> watch::Receiver<Arc<Snapshot>>;
+    /// Snapshot `version` if still held (0: the newest).
+    fn snapshot(&self, version: u64) -> Result<Arc<Snapshot>, RegistryError>;
+    /// Whether the store can take writes (false while etcd has no quorum).
+    fn writable(&self) -> watch::Receiver<bool>;
+    /// Registers (or replaces) an executor for `owner`.
+    async fn register(
+        &self,
+        request: pb::RegisterRequest,
+        owner: String,
+    ) -> Result<pb::RegisterResponse, RegistryError>;
+    /// Renews a lease `owner` holds; the newest snapshot version.
+    async fn heartbeat(&self, lease_id: &str, owner: &str) -> Result<u64, RegistryError>;
+    /// Removes the registration `owner` holds under `lease_id`.
+    async fn deregister(&self, lease_id: &str, owner: &str) -> Result<u64, RegistryError>;
+    /// Disables (`Some(reason)`) or enables every version of `tool`.
+    async fn set_disabled(&self, tool: &str, reason: Option<String>) -> Result<u64, RegistryError>;
+    /// Every live shared record under `prefix` (shared approval tickets).
+    async fn shared_records(&self, prefix: &str) -> Result<Vec<SharedRecord>, RegistryError>;
+    /// Writes a shared record if its revision is still `revision` (0: it
+    /// must not exist), expiring after `ttl`; false when another writer
+    /// changed it first.
+    async fn put_shared(
+        &self,
+        key: &str,
+        value: Vec<u8>,
+        revision: i64,
+        ttl: Duration,
+    ) -> Result<bool, RegistryError>;
+    /// Removes a shared record.
+    async fn delete_shared(&self, key: &str) -> Result<(), RegistryError>;
 }
 
-impl Store {
-    /// A store holding `initial`, keeping at most `capacity` (at least 1) snapshots.
-    pub(crate) fn new(initial: Snapshot, capacity: usize) -> Self {
-        let initial = Arc::new(initial);
-        Store {
-            history: SnapshotHistory::new(initial.clone(), capacity),
-            sender: watch::Sender::new(initial),
-        }
+#[tonic::async_trait]
+impl Store for Registry {
+    fn gate(&self) -> &dyn Gate {
+        Registry::gate(self)
     }
 
-    /// The newest snapshot, without locking.
-    pub(crate) fn current(&self) -> Arc<Snapshot> {
-        self.history.current()
+    fn current(&self) -> Arc<Snapshot> {
+        Registry::current(self)
     }
 
-    /// A receiver that sees the newest snapshot and each one published after.
-    pub(crate) fn subscribe(&self) -> watch::Receiver<Arc<Snapshot>> {
-        self.sender.subscribe()
+    fn subscribe(&self) -> watch::Receiver<Arc<Snapshot>> {
+        Registry::subscribe(self)
     }
 
-    /// Makes `snapshot` the newest. The caller holds the writer lock, so
-    /// versions arrive in order.
-    pub(crate) fn publish(&self, snapshot: Snapshot) -> Arc<Snapshot> {
-        let snapshot = Arc::new(snapshot);
-        self.history.install(snapshot.clone());
-        self.sender.send_replace(snapshot.clone());
-        snapshot
+    fn snapshot(&self, version: u64) -> Result<Arc<Snapshot>, RegistryError> {
+        Registry::snapshot(self, version)
     }
 
-    /// Receivers subscribed now.
-    pub(crate) fn watchers(&self) -> usize {
-        self.sender.receiver_count()
+    fn writable(&self) -> watch::Receiver<bool> {
+        // In this process: writable while it runs.
+        watch::channel(true).1
     }
 
-    /// Snapshot `version`, or the newest for 0.
-    pub(crate) fn get(&self, version: u64) -> Result<Arc<Snapshot>, NotHeld> {
-        self.history.get(version)
+    async fn register(
+        &self,
+        request: pb::RegisterRequest,
+        owner: String,
+    ) -> Result<pb::RegisterResponse, RegistryError> {
+        // Schemas compile on the blocking pool: a costly one must not stall
+        // the async workers that serve every other RPC.
+        let registry = self.clone();
+        tokio::task::spawn_blocking(move || registry.register_as(request, &owner))
+            .await
+            .map_err(|e| RegistryError::Internal(format!("registration task failed ({e})")))?
     }
-}
 
-#[cfg(test)]
-mod tests {
-    use super::*;
+    async fn heartbeat(&self, lease_id: &str, owner: &str) -> Result<u64, RegistryError> {
+        self.heartbeat_as(lease_id, owner)
+    }
 
-    /// Subscribers see the newest snapshot after a publish.
-    #[test]
-    fn subscribers_see_the_newest() {
-        let store = Store::new(Snapshot::empty("e"), 2);
-        let mut rx = store.subscribe();
-        assert_eq!(rx.borrow_and_update().version(), 0);
-        let next = store.current().next().finish();
-        store.publish(next);
-        assert!(rx.has_changed().unwrap());
-        assert_eq!(rx.borrow_and_update().version(), 1);
-        assert_eq!(store.get(1).unwrap().version(), 1);
+    async fn deregister(&self, lease_id: &str, owner: &str) -> Result<u64, RegistryError> {
+        self.deregister_as(lease_id, owner)
+    }
+
+    async fn set_disabled(&self, tool: &str, reason: Option<String>) -> Result<u64, RegistryError> {
+        Registry::set_disabled(self, tool, reason)
+    }
+
+    async fn shared_records(&self, prefix: &str) -> Result<Vec<SharedRecord>, RegistryError> {
+        Ok(self.shared().list(prefix))
+    }
+
+    async fn put_shared(
+        &self,
+        key: &str,
+        value: Vec<u8>,
+        revision: i64,
+        ttl: Duration,
+    ) -> Result<bool, RegistryError> {
+        Ok(self.shared().put(key, value, revision, ttl))
+    }
+
+    async fn delete_shared(&self, key: &str) -> Result<(), RegistryError> {
+        self.shared().delete(key);
+        Ok(())
     }
 }

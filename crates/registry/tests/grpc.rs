@@ -236,6 +236,7 @@ async fn watch(
         .watch_snapshots(WatchSnapshotsRequest {
             after_version,
             deltas,
+            ..Default::default()
         })
         .await
         .unwrap()

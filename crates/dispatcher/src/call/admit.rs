@@ -5,13 +5,15 @@ use crate::error::CallError;
 use serde_json::Value;
 use toolmesh::ToolDef;
 use toolmesh::pb::InvokeRequest;
+use toolmesh_governance::approvals::{ApprovalFields, ApprovalOp};
 use toolmesh_governance::{
     ApprovalNeed, Governance, Permit, Policy, Principal, approval_summary, value_digest,
 };
 
 /// Admits a call whose arguments are valid; the permit holds the caller's
-/// concurrency slot while the call runs.
-pub(crate) fn admit(
+/// concurrency slot while the call runs. Only a call that needs an approval
+/// waits (for the registry, when approvals are shared).
+pub(crate) async fn admit(
     governance: &Governance,
     policy: &Policy,
     who: &Principal,
@@ -35,7 +37,7 @@ pub(crate) fn admit(
         )
         .map_err(|e| CallError::PreconditionFailed(e.to_string()))?;
     if approval == ApprovalNeed::Required {
-        approved(governance, def, who, &request.approval_id, arguments)?;
+        approved(governance, def, who, &request.approval_id, arguments).await?;
     }
     // Without [[limits]] there is nothing to count (and no lock to take).
     let limits = policy.limits();
@@ -51,7 +53,7 @@ pub(crate) fn admit(
 }
 
 /// Consumes the approval the call carries, or asks for one.
-fn approved(
+async fn approved(
     governance: &Governance,
     def: &ToolDef,
     who: &Principal,
@@ -60,16 +62,37 @@ fn approved(
 ) -> Result<(), CallError> {
     let digest = value_digest(arguments);
     let version = def.version().to_string();
-    let approvals = governance.approvals();
+    let call = ApprovalFields {
+        id: approval_id,
+        tool: def.name(),
+        version: &version,
+        args_sha256: &digest,
+        ..ApprovalFields::default()
+    };
     if !approval_id.is_empty() {
-        return approvals
-            .consume(approval_id, def.name(), &version, &digest, who)
+        return governance
+            .approval(ApprovalOp::Consume, who, call)
+            .await
+            .map(|_| ())
             .map_err(|e| CallError::ApprovalUnusable(e.to_string()));
     }
     let summary = approval_summary(&def.label(), who, def.input_schema(), arguments, &digest);
-    let ticket = approvals
-        .request(def.name(), &version, &digest, who, &summary)
-        .map_err(|e| CallError::ApprovalUnusable(e.to_string()))?;
+    let ticket = governance
+        .approval(
+            ApprovalOp::Request,
+            who,
+            ApprovalFields {
+                summary: &summary,
+                ..call
+            },
+        )
+        .await
+        .map_err(|e| CallError::ApprovalUnusable(e.to_string()))?
+        .into_iter()
+        .next()
+        .ok_or_else(|| {
+            CallError::ApprovalUnusable("the approval book answered no ticket; call again".into())
+        })?;
     Err(CallError::ApprovalRequired {
         tool: def.label(),
         approval_id: ticket.id,

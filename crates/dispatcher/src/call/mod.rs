@@ -115,7 +115,7 @@ impl Pipeline {
             request.context.get_or_insert_default().trace_id = trace_id;
         }
         let mut trail = Trail::start(&request, snapshot.version(), span.clone());
-        let outcome = match self.check(&snapshot, who, &request, &mut trail) {
+        let outcome = match self.check(&snapshot, who, &request, &mut trail).await {
             Err(refused) => Outcome::Failed(refused),
             Ok((entry, _permit)) => {
                 let attempts = self
@@ -138,7 +138,7 @@ impl Pipeline {
     /// Every check before anything is sent, in the order a model can act
     /// on: exists, may be used, enabled, arguments, preconditions,
     /// approval, rate.
-    fn check(
+    async fn check(
         &self,
         snapshot: &Snapshot,
         who: &Principal,
@@ -162,7 +162,8 @@ impl Pipeline {
             request,
             arguments,
             grant.approval,
-        )?;
+        )
+        .await?;
         trail.tool_version = def.version().to_string();
         Ok((entry, permit))
     }

@@ -1,0 +1,201 @@
+//! This replica's session lease, and the health watches it holds: each
+//! executor's `grpc.health.v1` status is watched by exactly one replica,
+//! claimed under that replica's session lease (so the claim vanishes when
+//! the replica dies and another takes it over), and its verdicts are written
+//! to the store so every replica's snapshot agrees.
+
+use super::keys::{HealthRecord, Slot};
+use super::{Inner, absent, put_op};
+use crate::health_watch;
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::mpsc;
+use tokio_util::sync::CancellationToken;
+use toolmesh_etcd::pb::{Compare, TxnRequest, compare};
+use tracing::{debug, info, warn};
+
+/// The session lease's TTL: how long a dead replica's health watches stay
+/// unwatched before another replica takes them over.
+const SESSION_TTL_SECS: i64 = 2;
+/// How often the session lease is renewed.
+const SESSION_RENEW: Duration = Duration::from_millis(500);
+/// How often claims are looked at even without a change.
+const RECHECK: Duration = Duration::from_secs(1);
+
+/// Keeps a session lease alive, granting a new one when it was lost.
+pub(super) async fn keep_session(inner: Arc<Inner>) {
+    let run = async {
+        loop {
+            let session = *inner.session.borrow();
+            if session == 0 {
+                match inner.client.grant(SESSION_TTL_SECS).await {
+                    Ok((id, _)) => {
+                        debug!(session = id, "registry session lease granted");
+                        inner.session.send_replace(id);
+                    }
+                    Err(error) => debug!(%error, "no session lease yet"),
+                }
+            } else {
+                match inner.client.keep_alive(session).await {
+                    Ok(ttl) if ttl <= 0 => {
+                        warn!(
+                            "registry session lease expired; its health watches go to other replicas"
+                        );
+                        inner.session.send_replace(0);
+                    }
+                    Ok(_) => {}
+                    Err(error) => debug!(%error, "session lease not renewed"),
+                }
+            }
+            tokio::time::sleep(SESSION_RENEW).await;
+        }
+    };
+    inner.shutdown.run_until_cancelled(run).await;
+}
+
+/// One health watch this replica runs.
+struct Running {
+    lease: i64,
+    stop: CancellationToken,
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.stop.cancel();
+    }
+}
+
+/// Claims unwatched executors and runs the watches this replica holds.
+pub(super) async fn watch_claimed(inner: Arc<Inner>) {
+    let mut applied = inner.applied.subscribe();
+    let mut session = inner.session.subscribe();
+    let mut running: HashMap<Arc<str>, Running> = HashMap::new();
+    let run = async {
+        loop {
+            let me = *session.borrow_and_update();
+            applied.borrow_and_update();
+            let (execs, watchers) = {
+                let model = inner.model();
+                let execs: Vec<(Arc<str>, i64, String)> = model
+                    .execs
+                    .iter()
+                    .map(|(id, e)| (id.clone(), e.lease, e.record.endpoint.clone()))
+                    .collect();
+                (execs, model.watchers.clone())
+            };
+            let mut live = std::collections::HashSet::with_capacity(execs.len());
+            for (id, lease, endpoint) in execs {
+                live.insert(id.clone());
+                let holder = watchers.get(&*id);
+                let mine = holder == Some(&inner.replica) && me != 0;
+                if !mine {
+                    running.remove(&id);
+                    if holder.is_none() && me != 0 && claim(&inner, &id, me).await {
+                        debug!(executor_id = &*id, "health watch claimed");
+                        running.insert(id.clone(), start(&inner, id, lease, endpoint));
+                    }
+                    continue;
+                }
+                if running.get(&id).is_none_or(|r| r.lease != lease) {
+                    running.insert(id.clone(), start(&inner, id, lease, endpoint));
+                }
+            }
+            let gone: Vec<Arc<str>> = running
+                .keys()
+                .filter(|id| !live.contains(*id))
+                .cloned()
+                .collect();
+            for id in gone {
+                running.remove(&id);
+                release(&inner, &id).await;
+            }
+            tokio::select! {
+                _ = applied.changed() => {}
+                _ = session.changed() => {}
+                _ = tokio::time::sleep(RECHECK) => {}
+            }
+        }
+    };
+    inner.shutdown.run_until_cancelled(run).await;
+}
+
+/// Claims the health watch of `id` under session lease `session`.
+async fn claim(inner: &Inner, id: &str, session: i64) -> bool {
+    let key = Slot::Watcher(id).key();
+    let txn = TxnRequest {
+        compare: vec![absent(key.clone())],
+        success: vec![put_op(key, inner.replica.clone().into_bytes(), session)],
+        failure: vec![],
+    };
+    inner.client.txn(txn).await.is_ok_and(|r| r.succeeded)
+}
+
+/// Gives up the claim on a gone executor (only if still ours).
+async fn release(inner: &Inner, id: &str) {
+    let key = Slot::Watcher(id).key();
+    let txn = TxnRequest {
+        compare: vec![Compare {
+            result: compare::CompareResult::Equal as i32,
+            target: compare::CompareTarget::Value as i32,
+            key: key.clone(),
+            target_union: Some(compare::TargetUnion::Value(
+                inner.replica.clone().into_bytes(),
+            )),
+            range_end: vec![],
+        }],
+        success: vec![super::delete_op(key)],
+        failure: vec![],
+    };
+    if let Err(error) = inner.client.txn(txn).await {
+        debug!(%error, "health claim not released; it goes with the session lease");
+    }
+}
+
+/// Starts watching `id`'s health; verdicts are written in order, attached
+/// to the executor's lease (so they vanish with its registration).
+fn start(inner: &Arc<Inner>, id: Arc<str>, lease: i64, endpoint: String) -> Running {
+    let stop = inner.shutdown.child_token();
+    let (tx, mut rx) = mpsc::unbounded_channel::<(bool, String)>();
+    let report: health_watch::Report = Box::new(move |healthy, reason| {
+        let _ = tx.send((healthy, reason.to_owned()));
+    });
+    tokio::spawn(health_watch::watch(
+        endpoint.as_str().into(),
+        inner.config.tls.clone(),
+        stop.clone(),
+        report,
+        // Registry metrics cover the embedded store; the etcd store's
+        // flap holds are not exported yet.
+        Default::default(),
+    ));
+    let writer = inner.clone();
+    let writer_stop = stop.clone();
+    tokio::spawn(async move {
+        let write = async {
+            while let Some((healthy, reason)) = rx.recv().await {
+                let record = HealthRecord {
+                    lease,
+                    healthy,
+                    reason: reason.clone(),
+                };
+                let Ok(value) = serde_json::to_vec(&record) else {
+                    continue;
+                };
+                match writer
+                    .client
+                    .put(&Slot::Health(&id).key(), value, lease)
+                    .await
+                {
+                    Ok(version) => info!(
+                        executor_id = &*id,
+                        healthy, reason, version, "executor health changed"
+                    ),
+                    Err(error) => warn!(executor_id = &*id, %error, "health verdict not stored"),
+                }
+            }
+        };
+        writer_stop.run_until_cancelled(write).await;
+    });
+    Running { lease, stop }
+}

@@ -1,0 +1,646 @@
+//! The etcd store: registrations are etcd leases, snapshots are numbered by
+//! etcd's revision and made from a watch of the store's prefix, ownership
+//! claims are compare-and-create transactions, and each executor's health is
+//! watched by one replica at a time (claimed under that replica's session
+//! lease). Several replicas over one etcd publish the same (epoch, version)
+//! for the same state.
+
+mod claims;
+mod keys;
+mod model;
+mod sync;
+
+use crate::config::RegistryConfig;
+use crate::error::RegistryError;
+use crate::gate::Gate;
+use crate::published::Published;
+use crate::registry::{Checked, check_request, validate_tools};
+use crate::shared::SharedRecord;
+use crate::state::{conflict_reason, owned_elsewhere};
+use crate::store::Store;
+use crate::txn::key_of;
+use keys::{ExecRecord, PREFIX, Slot, content_hash, lease_label, parse_lease};
+use model::Model;
+use prost::Message;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+use tokio::sync::watch;
+use tokio_util::sync::{CancellationToken, DropGuard};
+use toolmesh::pb::{self, RejectedTool};
+use toolmesh::{Snapshot, ToolDef};
+use toolmesh_etcd::Client;
+use toolmesh_etcd::pb::{Compare, RequestOp, TxnRequest, compare, request_op::Request as Op};
+use tracing::info;
+
+/// Most operations in one etcd transaction (etcd's default limit is 128).
+const MAX_TXN_OPS: usize = 100;
+/// Most bytes in one etcd transaction (etcd's default limit is 1.5 MiB).
+const MAX_TXN_BYTES: usize = 1024 * 1024;
+/// How long a write waits for this replica's snapshot to include it.
+const READ_YOUR_WRITE: Duration = Duration::from_secs(5);
+/// How long `connect` waits for the first full read of the store.
+const FIRST_LOAD: Duration = Duration::from_secs(5);
+
+/// A registry replica whose state lives in etcd. Cheap to clone; the last
+/// clone dropped stops its tasks.
+#[derive(Clone)]
+pub struct EtcdStore {
+    inner: Arc<Inner>,
+    _stop: Arc<DropGuard>,
+}
+
+pub(crate) struct Inner {
+    client: Client,
+    config: RegistryConfig,
+    gate: Arc<dyn Gate>,
+    /// This replica's id (the value of the health claims it holds).
+    replica: String,
+    model: Mutex<Model>,
+    published: Published,
+    /// The etcd revision the model (and snapshot) reflects.
+    applied: watch::Sender<i64>,
+    /// Whether etcd answers with a leader.
+    writable: watch::Sender<bool>,
+    /// This replica's session lease (0 while it has none).
+    session: watch::Sender<i64>,
+    /// Since when etcd has been failing.
+    outage: sync::Outage,
+    shutdown: CancellationToken,
+}
+
+impl std::fmt::Debug for EtcdStore {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EtcdStore")
+            .field("etcd", &self.inner.client)
+            .field("replica", &self.inner.replica)
+            .finish_non_exhaustive()
+    }
+}
+
+impl EtcdStore {
+    /// A replica over the etcd cluster at `url` (`etcd://host:port[,…]`).
+    /// Waits a few seconds for the first full read; when etcd is away it
+    /// starts anyway (empty, not writable) and catches up once etcd is back.
+    ///
+    /// # Panics
+    ///
+    /// When called outside a tokio runtime.
+    pub async fn connect(
+        url: &str,
+        config: RegistryConfig,
+        gate: Arc<dyn Gate>,
+    ) -> Result<EtcdStore, RegistryError> {
+        let client = Client::from_url(url).map_err(|e| RegistryError::BadStore(e.to_string()))?;
+        let shutdown = CancellationToken::new();
+        let inner = Arc::new(Inner {
+            client,
+            published: Published::new(Snapshot::empty(""), config.history),
+            config,
+            gate,
+            replica: uuid::Uuid::new_v4().to_string(),
+            model: Mutex::new(Model::default()),
+            applied: watch::Sender::new(0),
+            writable: watch::Sender::new(false),
+            session: watch::Sender::new(0),
+            outage: sync::Outage::default(),
+            shutdown: shutdown.clone(),
+        });
+        let mut applied = inner.applied.subscribe();
+        tokio::spawn(sync::follow(inner.clone()));
+        tokio::spawn(sync::watchdog(inner.clone()));
+        tokio::spawn(claims::keep_session(inner.clone()));
+        if inner.config.watch_health {
+            tokio::spawn(claims::watch_claimed(inner.clone()));
+        }
+        let loaded = tokio::time::timeout(FIRST_LOAD, applied.wait_for(|r| *r > 0)).await;
+        if !matches!(loaded, Ok(Ok(_))) {
+            tracing::warn!(etcd = %inner.client.endpoints(), "etcd not reached yet; serving an empty snapshot until it is");
+        }
+        info!(etcd = %inner.client.endpoints(), replica = %inner.replica, "registry store: etcd");
+        Ok(EtcdStore {
+            inner,
+            _stop: Arc::new(shutdown.drop_guard()),
+        })
+    }
+
+    /// The etcd revision this replica's snapshot reflects.
+    pub fn applied_revision(&self) -> i64 {
+        *self.inner.applied.borrow()
+    }
+}
+
+impl Inner {
+    fn model(&self) -> MutexGuard<'_, Model> {
+        self.model.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Refuses a change at once while etcd has no leader (it would only
+    /// time out).
+    fn check_writable(&self) -> Result<(), RegistryError> {
+        if *self.writable.borrow() {
+            Ok(())
+        } else {
+            Err(RegistryError::StoreUnavailable(format!(
+                "etcd at {} has had no leader for a while",
+                self.client.endpoints()
+            )))
+        }
+    }
+
+    /// Waits until the snapshot reflects `revision`.
+    async fn reflect(&self, revision: i64) -> Result<(), RegistryError> {
+        let mut applied = self.applied.subscribe();
+        match tokio::time::timeout(READ_YOUR_WRITE, applied.wait_for(|r| *r >= revision)).await {
+            Ok(Ok(_)) => Ok(()),
+            _ => Err(RegistryError::StoreUnavailable(format!(
+                "this replica has not seen etcd revision {revision} within {READ_YOUR_WRITE:?} (its watch of etcd is behind)"
+            ))),
+        }
+    }
+
+    /// Waits until the snapshot reflects everything etcd holds now.
+    async fn catch_up(&self) -> Result<(), RegistryError> {
+        let response = self
+            .client
+            .range(toolmesh_etcd::pb::RangeRequest {
+                key: Slot::Epoch.key(),
+                count_only: true,
+                ..Default::default()
+            })
+            .await?;
+        self.reflect(response.header.map_or(0, |h| h.revision))
+            .await
+    }
+
+    /// The owner of the registration holding `lease`, catching up with etcd
+    /// once when this replica does not know it yet.
+    async fn lease_owner(&self, lease_id: &str) -> Result<(i64, String), RegistryError> {
+        let unknown = || RegistryError::UnknownLease(lease_id.to_owned());
+        let lease = parse_lease(lease_id).ok_or_else(unknown)?;
+        let known = |inner: &Inner| {
+            inner
+                .model()
+                .exec_by_lease(lease)
+                .map(|e| e.record.owner.clone())
+        };
+        let owner = match known(self) {
+            Some(owner) => owner,
+            None => {
+                self.catch_up().await?;
+                known(self).ok_or_else(unknown)?
+            }
+        };
+        Ok((lease, owner))
+    }
+
+    /// The lease `lease_id` names, when `owner` holds it. Not refused
+    /// while etcd seems away: a keep-alive must reach etcd the moment it
+    /// has a leader again (a new leader renews every lease once).
+    async fn held_lease(&self, lease_id: &str, owner: &str) -> Result<i64, RegistryError> {
+        if lease_id.is_empty() {
+            return Err(RegistryError::EmptyLeaseId);
+        }
+        let (lease, holder) = self.lease_owner(lease_id).await?;
+        if holder != owner {
+            return Err(RegistryError::NotYourLease(lease_id.to_owned()));
+        }
+        Ok(lease)
+    }
+
+    /// Claims the unowned `names` for `owner`; returns those another owner
+    /// took first. One transaction per batch; a batch that loses a race is
+    /// claimed name by name.
+    async fn claim_names(
+        &self,
+        owner: &str,
+        names: &[String],
+    ) -> Result<Vec<String>, RegistryError> {
+        let mut lost = Vec::new();
+        for batch in names.chunks(MAX_TXN_OPS) {
+            let txn = TxnRequest {
+                compare: batch.iter().map(|n| absent(Slot::Owner(n).key())).collect(),
+                success: batch
+                    .iter()
+                    .map(|n| put_op(Slot::Owner(n).key(), owner.as_bytes().to_vec(), 0))
+                    .collect(),
+                failure: vec![],
+            };
+            if self.client.txn(txn).await?.succeeded {
+                continue;
+            }
+            for name in batch {
+                let key = Slot::Owner(name).key();
+                let txn = TxnRequest {
+                    compare: vec![absent(key.clone())],
+                    success: vec![put_op(key.clone(), owner.as_bytes().to_vec(), 0)],
+                    failure: vec![RequestOp {
+                        request: Some(Op::RequestRange(toolmesh_etcd::pb::RangeRequest {
+                            key,
+                            ..Default::default()
+                        })),
+                    }],
+                };
+                let response = self.client.txn(txn).await?;
+                if response.succeeded {
+                    continue;
+                }
+                let holder = response
+                    .responses
+                    .into_iter()
+                    .find_map(|r| match r.response {
+                        Some(toolmesh_etcd::pb::response_op::Response::ResponseRange(r)) => {
+                            r.kvs.into_iter().next()
+                        }
+                        _ => None,
+                    })
+                    .map(|kv| String::from_utf8_lossy(&kv.value).into_owned());
+                if holder.as_deref() != Some(owner) {
+                    lost.push(name.clone());
+                }
+            }
+        }
+        Ok(lost)
+    }
+
+    /// Stores the definitions etcd does not hold yet, in transactions that
+    /// stay under etcd's operation and size limits.
+    async fn put_defs(&self, defs: Vec<(String, Vec<u8>)>) -> Result<(), RegistryError> {
+        let mut batch: Vec<RequestOp> = Vec::new();
+        let mut bytes = 0;
+        for (hash, encoded) in defs {
+            if !batch.is_empty()
+                && (batch.len() >= MAX_TXN_OPS || bytes + encoded.len() > MAX_TXN_BYTES)
+            {
+                self.put_batch(std::mem::take(&mut batch)).await?;
+                bytes = 0;
+            }
+            bytes += encoded.len() + hash.len() + PREFIX.len() + 8;
+            batch.push(put_op(Slot::Def(&hash).key(), encoded, 0));
+        }
+        if !batch.is_empty() {
+            self.put_batch(batch).await?;
+        }
+        Ok(())
+    }
+
+    async fn put_batch(&self, success: Vec<RequestOp>) -> Result<(), RegistryError> {
+        self.client
+            .txn(TxnRequest {
+                compare: vec![],
+                success,
+                failure: vec![],
+            })
+            .await?;
+        Ok(())
+    }
+}
+
+/// A compare that holds while `key` does not exist.
+fn absent(key: Vec<u8>) -> Compare {
+    Compare {
+        result: compare::CompareResult::Equal as i32,
+        target: compare::CompareTarget::Create as i32,
+        key,
+        target_union: Some(compare::TargetUnion::CreateRevision(0)),
+        range_end: vec![],
+    }
+}
+
+fn put_op(key: Vec<u8>, value: Vec<u8>, lease: i64) -> RequestOp {
+    RequestOp {
+        request: Some(Op::RequestPut(toolmesh_etcd::pb::PutRequest {
+            key,
+            value,
+            lease,
+            ..Default::default()
+        })),
+    }
+}
+
+fn delete_op(key: Vec<u8>) -> RequestOp {
+    RequestOp {
+        request: Some(Op::RequestDeleteRange(
+            toolmesh_etcd::pb::DeleteRangeRequest {
+                key,
+                ..Default::default()
+            },
+        )),
+    }
+}
+
+/// What a registration will write, decided against this replica's view.
+struct Plan {
+    /// Hashes of the definitions the executor serves.
+    hashes: Vec<String>,
+    /// Definitions etcd does not hold yet.
+    new_defs: Vec<(String, Vec<u8>)>,
+    /// Names to claim for the owner.
+    unowned: Vec<String>,
+    /// The lease of the registration this one replaces.
+    replaced: Option<i64>,
+}
+
+impl Inner {
+    /// Decides, against the model and the newest snapshot, which tools the
+    /// registration keeps and what must be written.
+    fn plan(
+        &self,
+        executor_id: &str,
+        owner: &str,
+        tools: Vec<ToolDef>,
+        rejected: &mut Vec<RejectedTool>,
+    ) -> Result<(Plan, Vec<ToolDef>), RegistryError> {
+        let model = self.model();
+        let replaced = match model.execs.get(executor_id) {
+            Some(held) if held.record.owner != owner => {
+                return Err(RegistryError::ExecutorIdTaken {
+                    id: executor_id.to_owned(),
+                });
+            }
+            Some(held) => Some(held.lease),
+            None => None,
+        };
+        let base = self.published.current();
+        let mut plan = Plan {
+            hashes: Vec::with_capacity(tools.len()),
+            new_defs: Vec::new(),
+            unowned: Vec::new(),
+            replaced,
+        };
+        let mut kept = Vec::with_capacity(tools.len());
+        for def in tools {
+            if let Some(holder) = model.owners.get(def.name()).filter(|h| *h != owner) {
+                rejected.push(owned_elsewhere(def.name(), holder, owner));
+                continue;
+            }
+            let key = key_of(&def);
+            if let Some(entry) = base.get(&key.0, &key.1) {
+                let others: Vec<&str> = entry
+                    .instances
+                    .iter()
+                    .filter(|i| &*i.executor_id != executor_id)
+                    .map(|i| &*i.executor_id)
+                    .collect();
+                let fields = entry.def.conflicts_with(&def);
+                if !others.is_empty() && !fields.is_empty() {
+                    rejected.push(RejectedTool {
+                        name: def.name().to_owned(),
+                        reason: conflict_reason(&key, &others, &fields),
+                    });
+                    continue;
+                }
+            }
+            let encoded = def.spec().encode_to_vec();
+            let hash = content_hash(&encoded);
+            if !model.has_def(&hash) {
+                plan.new_defs.push((hash.clone(), encoded));
+            }
+            if !owner.is_empty() && !model.owners.contains_key(def.name()) {
+                plan.unowned.push(def.name().to_owned());
+            }
+            plan.hashes.push(hash);
+            kept.push(def);
+        }
+        plan.unowned.sort();
+        plan.unowned.dedup();
+        Ok((plan, kept))
+    }
+}
+
+#[tonic::async_trait]
+impl Store for EtcdStore {
+    fn gate(&self) -> &dyn Gate {
+        &*self.inner.gate
+    }
+
+    fn current(&self) -> Arc<Snapshot> {
+        self.inner.published.current()
+    }
+
+    fn subscribe(&self) -> watch::Receiver<Arc<Snapshot>> {
+        self.inner.published.subscribe()
+    }
+
+    fn snapshot(&self, version: u64) -> Result<Arc<Snapshot>, RegistryError> {
+        Ok(self.inner.published.get(version)?)
+    }
+
+    fn writable(&self) -> watch::Receiver<bool> {
+        self.inner.writable.subscribe()
+    }
+
+    async fn register(
+        &self,
+        request: pb::RegisterRequest,
+        owner: String,
+    ) -> Result<pb::RegisterResponse, RegistryError> {
+        let inner = &self.inner;
+        let Checked {
+            executor_id,
+            endpoint,
+            service,
+            ttl,
+        } = check_request(&inner.config, &request)?;
+        inner.check_writable()?;
+        // Schemas compile on the blocking pool.
+        let (tools, mut rejected) =
+            tokio::task::spawn_blocking(move || validate_tools(request.tools))
+                .await
+                .map_err(|e| RegistryError::Internal(format!("registration task failed ({e})")))?;
+        inner.catch_up().await?;
+        let (plan, kept) = inner.plan(&executor_id, &owner, tools, &mut rejected)?;
+        let lost = inner.claim_names(&owner, &plan.unowned).await?;
+        let mut hashes = plan.hashes;
+        if !lost.is_empty() {
+            // Another owner claimed these names between our read and our claim.
+            let mut kept_hashes = Vec::with_capacity(hashes.len());
+            for (def, hash) in kept.iter().zip(hashes) {
+                if lost.iter().any(|n| n == def.name()) {
+                    rejected.push(RejectedTool {
+                        name: def.name().to_owned(),
+                        reason: format!(
+                            "tool {} was just claimed by another owner: choose a name in your own namespace",
+                            def.name()
+                        ),
+                    });
+                } else {
+                    kept_hashes.push(hash);
+                }
+            }
+            hashes = kept_hashes;
+        }
+        inner.put_defs(plan.new_defs).await?;
+        let asked = i64::try_from(ttl.as_millis().div_ceil(1000).max(1)).unwrap_or(i64::MAX);
+        // etcd counts whole seconds and may raise a short lease to its minimum.
+        let (lease, ttl_secs) = inner.client.grant(asked).await?;
+        let record = ExecRecord {
+            owner: owner.clone(),
+            service: service.to_string(),
+            endpoint: endpoint.to_string(),
+            ttl_ms: u64::try_from(ttl_secs).unwrap_or(0) * 1000,
+            tools: hashes,
+        };
+        let value = serde_json::to_vec(&record)
+            .map_err(|e| RegistryError::Internal(format!("registration not encoded ({e})")))?;
+        let response = inner
+            .client
+            .txn(TxnRequest {
+                compare: vec![],
+                success: vec![
+                    put_op(Slot::Exec(&executor_id).key(), value, lease),
+                    delete_op(Slot::Health(&executor_id).key()),
+                ],
+                failure: vec![],
+            })
+            .await?;
+        let revision = response.header.map_or(0, |h| h.revision);
+        if let Some(old) = plan.replaced.filter(|old| *old != lease) {
+            // Its keys moved to the new lease; what is left goes with it.
+            if let Err(error) = inner.client.revoke(old).await {
+                tracing::warn!(%error, "replaced lease not revoked; it expires by itself");
+            }
+        }
+        inner.reflect(revision).await?;
+        let accepted = record.tools.len();
+        info!(
+            executor_id = &*executor_id,
+            service = &*service,
+            endpoint = &*endpoint,
+            tools = accepted,
+            rejected = rejected.len(),
+            lease = %lease_label(lease),
+            version = revision,
+            "executor registered"
+        );
+        for r in &rejected {
+            tracing::warn!(executor_id = &*executor_id, tool = %r.name, reason = %r.reason, "tool rejected");
+        }
+        Ok(pb::RegisterResponse {
+            lease_id: lease_label(lease),
+            snapshot_version: u64::try_from(revision).unwrap_or(0),
+            lease_ttl_ms: u32::try_from(ttl_secs * 1000).unwrap_or(u32::MAX),
+            rejected,
+            execute_token_accepted: false,
+        })
+    }
+
+    async fn heartbeat(&self, lease_id: &str, owner: &str) -> Result<u64, RegistryError> {
+        let lease = self.inner.held_lease(lease_id, owner).await?;
+        if self.inner.client.keep_alive(lease).await? <= 0 {
+            return Err(RegistryError::UnknownLease(lease_id.to_owned()));
+        }
+        Ok(self.current().version())
+    }
+
+    async fn deregister(&self, lease_id: &str, owner: &str) -> Result<u64, RegistryError> {
+        let lease = self.inner.held_lease(lease_id, owner).await?;
+        self.inner.client.revoke(lease).await?;
+        self.inner.catch_up().await?;
+        info!(lease = lease_id, "executor deregistered");
+        Ok(self.current().version())
+    }
+
+    async fn set_disabled(&self, tool: &str, reason: Option<String>) -> Result<u64, RegistryError> {
+        let inner = &self.inner;
+        inner.check_writable()?;
+        inner.catch_up().await?;
+        let known = !inner.published.current().versions(tool).is_empty()
+            || inner.model().disabled.contains_key(tool);
+        if !known {
+            return Err(RegistryError::UnknownTool(tool.to_owned()));
+        }
+        let key = Slot::Disabled(tool).key();
+        let revision = match &reason {
+            Some(reason) => {
+                inner
+                    .client
+                    .put(&key, reason.clone().into_bytes(), 0)
+                    .await?
+            }
+            None => {
+                let response = inner
+                    .client
+                    .txn(TxnRequest {
+                        compare: vec![],
+                        success: vec![delete_op(key)],
+                        failure: vec![],
+                    })
+                    .await?;
+                response.header.map_or(0, |h| h.revision)
+            }
+        };
+        inner.reflect(revision).await?;
+        match &reason {
+            Some(reason) => tracing::warn!(
+                tool,
+                reason = &**reason,
+                version = revision,
+                "tool disabled"
+            ),
+            None => info!(tool, version = revision, "tool enabled"),
+        }
+        Ok(u64::try_from(revision).unwrap_or(0))
+    }
+
+    async fn shared_records(&self, prefix: &str) -> Result<Vec<SharedRecord>, RegistryError> {
+        let full = Slot::Shared(prefix).key();
+        let response = self.inner.client.range_prefix(&full).await?;
+        let base = Slot::Shared("").key().len();
+        Ok(response
+            .kvs
+            .into_iter()
+            .map(|kv| SharedRecord {
+                key: String::from_utf8_lossy(&kv.key[base..]).into_owned(),
+                value: kv.value,
+                revision: kv.mod_revision,
+            })
+            .collect())
+    }
+
+    async fn put_shared(
+        &self,
+        key: &str,
+        value: Vec<u8>,
+        revision: i64,
+        ttl: Duration,
+    ) -> Result<bool, RegistryError> {
+        let client = &self.inner.client;
+        let key = Slot::Shared(key).key();
+        let secs = i64::try_from(ttl.as_secs().max(1)).unwrap_or(i64::MAX);
+        let (lease, _) = client.grant(secs).await?;
+        let unchanged = if revision == 0 {
+            absent(key.clone())
+        } else {
+            Compare {
+                result: compare::CompareResult::Equal as i32,
+                target: compare::CompareTarget::Mod as i32,
+                key: key.clone(),
+                target_union: Some(compare::TargetUnion::ModRevision(revision)),
+                range_end: vec![],
+            }
+        };
+        let response = client
+            .txn(TxnRequest {
+                compare: vec![unchanged],
+                success: vec![put_op(key, value, lease)],
+                failure: vec![],
+            })
+            .await?;
+        if !response.succeeded {
+            let _ = client.revoke(lease).await;
+        }
+        Ok(response.succeeded)
+    }
+
+    async fn delete_shared(&self, key: &str) -> Result<(), RegistryError> {
+        self.inner
+            .client
+            .txn(TxnRequest {
+                compare: vec![],
+                success: vec![delete_op(Slot::Shared(key).key())],
+                failure: vec![],
+            })
+            .await?;
+        Ok(())
+    }
+}

@@ -1,0 +1,329 @@
+//! The replica's mirror of the store and the snapshot it makes: a pure
+//! function of the keys at one revision, so every replica publishes the same
+//! content under the same (epoch, version).
+
+use super::keys::{ExecRecord, HealthRecord, Slot};
+use crate::txn::{Key, key_of};
+use prost::Message;
+use std::collections::{BTreeSet, HashMap};
+use std::sync::Arc;
+use toolmesh::pb::ToolSpec;
+use toolmesh::{Instance, Snapshot, ToolDef, ToolEntry};
+use toolmesh_etcd::pb::mvccpb::{Event, KeyValue, event::EventType};
+use tracing::warn;
+
+/// One executor as the store holds it.
+#[derive(Debug, Clone)]
+pub(crate) struct ExecView {
+    /// Orders replicas of one tool: the earliest registration's definition wins.
+    pub(crate) create_revision: i64,
+    pub(crate) lease: i64,
+    pub(crate) record: ExecRecord,
+    /// The entries it serves, with the hash of its definition for each.
+    pub(crate) keys: Vec<(Key, String)>,
+}
+
+#[derive(Debug, Clone)]
+struct DefView {
+    create_revision: i64,
+    def: Arc<ToolDef>,
+}
+
+/// Everything under the prefix that snapshots and registrations need.
+#[derive(Debug, Default)]
+pub(crate) struct Model {
+    pub(crate) epoch: String,
+    pub(crate) execs: HashMap<Arc<str>, ExecView>,
+    /// Lease → the executor holding it.
+    by_lease: HashMap<i64, Arc<str>>,
+    defs: HashMap<String, DefView>,
+    /// Who serves each entry.
+    serving: HashMap<Key, BTreeSet<Arc<str>>>,
+    /// Every definition stored for each entry, oldest first.
+    defs_by_key: HashMap<Key, BTreeSet<(i64, String)>>,
+    health: HashMap<Arc<str>, HealthRecord>,
+    pub(crate) disabled: HashMap<String, Arc<str>>,
+    pub(crate) owners: HashMap<String, String>,
+    /// Executor id → the replica watching its health.
+    pub(crate) watchers: HashMap<String, String>,
+}
+
+/// The entries (and names) one batch of changes touched.
+#[derive(Debug, Default)]
+pub(crate) struct Touched {
+    keys: BTreeSet<Key>,
+    names: BTreeSet<String>,
+}
+
+impl Model {
+    /// Whether a definition with this content hash is stored.
+    pub(crate) fn has_def(&self, hash: &str) -> bool {
+        self.defs.contains_key(hash)
+    }
+
+    /// The executor holding `lease`.
+    pub(crate) fn exec_by_lease(&self, lease: i64) -> Option<&ExecView> {
+        self.execs.get(self.by_lease.get(&lease)?)
+    }
+
+    /// Applies one key as read by a full range (definitions must come
+    /// before the executors that name them: see [`Model::load`]).
+    fn put(&mut self, kv: &KeyValue, touched: &mut Touched) {
+        let Some(slot) = Slot::parse(&kv.key) else {
+            return;
+        };
+        match slot {
+            Slot::Epoch => self.epoch = String::from_utf8_lossy(&kv.value).into_owned(),
+            Slot::Def(hash) => {
+                if self.defs.contains_key(hash) {
+                    return;
+                }
+                match ToolSpec::decode(&kv.value[..])
+                    .map_err(|e| e.to_string())
+                    .and_then(|spec| ToolDef::new(spec).map_err(|e| e.to_string()))
+                {
+                    Ok(def) => {
+                        let key = key_of(&def);
+                        self.defs_by_key
+                            .entry(key.clone())
+                            .or_default()
+                            .insert((kv.create_revision, hash.to_owned()));
+                        self.defs.insert(
+                            hash.to_owned(),
+                            DefView {
+                                create_revision: kv.create_revision,
+                                def: Arc::new(def),
+                            },
+                        );
+                        touched.keys.insert(key);
+                    }
+                    Err(error) => warn!(hash, %error, "stored definition left out"),
+                }
+            }
+            Slot::Exec(id) => {
+                let id: Arc<str> = id.into();
+                self.remove_exec(&id, touched);
+                let record: ExecRecord = match serde_json::from_slice(&kv.value) {
+                    Ok(record) => record,
+                    Err(error) => {
+                        warn!(executor_id = &*id, %error, "stored registration left out");
+                        return;
+                    }
+                };
+                let keys: Vec<(Key, String)> = record
+                    .tools
+                    .iter()
+                    .filter_map(|hash| {
+                        let def = self.defs.get(hash)?;
+                        Some((key_of(&def.def), hash.clone()))
+                    })
+                    .collect();
+                for (key, _) in &keys {
+                    self.serving
+                        .entry(key.clone())
+                        .or_default()
+                        .insert(id.clone());
+                    touched.keys.insert(key.clone());
+                }
+                self.by_lease.insert(kv.lease, id.clone());
+                self.execs.insert(
+                    id,
+                    ExecView {
+                        create_revision: kv.create_revision,
+                        lease: kv.lease,
+                        record,
+                        keys,
+                    },
+                );
+            }
+            Slot::Health(id) => {
+                if let Ok(record) = serde_json::from_slice::<HealthRecord>(&kv.value) {
+                    self.health.insert(id.into(), record);
+                    self.touch_exec(id, touched);
+                }
+            }
+            Slot::Watcher(id) => {
+                self.watchers
+                    .insert(id.to_owned(), String::from_utf8_lossy(&kv.value).into());
+            }
+            Slot::Owner(name) => {
+                self.owners
+                    .insert(name.to_owned(), String::from_utf8_lossy(&kv.value).into());
+            }
+            Slot::Disabled(name) => {
+                self.disabled
+                    .insert(name.to_owned(), String::from_utf8_lossy(&kv.value).into());
+                touched.names.insert(name.to_owned());
+            }
+            Slot::Shared(_) | Slot::Other => {}
+        }
+    }
+
+    fn delete(&mut self, key: &[u8], touched: &mut Touched) {
+        let Some(slot) = Slot::parse(key) else {
+            return;
+        };
+        match slot {
+            Slot::Exec(id) => self.remove_exec(id, touched),
+            Slot::Def(hash) => {
+                if let Some(view) = self.defs.remove(hash) {
+                    let key = key_of(&view.def);
+                    if let Some(set) = self.defs_by_key.get_mut(&key) {
+                        set.remove(&(view.create_revision, hash.to_owned()));
+                        if set.is_empty() {
+                            self.defs_by_key.remove(&key);
+                        }
+                    }
+                    touched.keys.insert(key);
+                }
+            }
+            Slot::Health(id) => {
+                self.health.remove(id);
+                self.touch_exec(id, touched);
+            }
+            Slot::Watcher(id) => {
+                self.watchers.remove(id);
+            }
+            Slot::Owner(name) => {
+                self.owners.remove(name);
+            }
+            Slot::Disabled(name) => {
+                self.disabled.remove(name);
+                touched.names.insert(name.to_owned());
+            }
+            Slot::Epoch | Slot::Shared(_) | Slot::Other => {}
+        }
+    }
+
+    fn touch_exec(&self, id: &str, touched: &mut Touched) {
+        if let Some(exec) = self.execs.get(id) {
+            touched
+                .keys
+                .extend(exec.keys.iter().map(|(k, _)| k.clone()));
+        }
+    }
+
+    fn remove_exec(&mut self, id: &str, touched: &mut Touched) {
+        let Some(exec) = self.execs.remove(id) else {
+            return;
+        };
+        self.by_lease.remove(&exec.lease);
+        for (key, _) in exec.keys {
+            if let Some(set) = self.serving.get_mut(&key) {
+                set.remove(id);
+                if set.is_empty() {
+                    self.serving.remove(&key);
+                }
+            }
+            touched.keys.insert(key);
+        }
+    }
+
+    /// Applies the events of one revision.
+    pub(crate) fn apply(&mut self, events: &[Event]) -> Touched {
+        let mut touched = Touched::default();
+        for event in events {
+            let Some(kv) = &event.kv else { continue };
+            if event.r#type == EventType::Delete as i32 {
+                self.delete(&kv.key, &mut touched);
+            } else {
+                self.put(kv, &mut touched);
+            }
+        }
+        touched
+    }
+
+    /// A model of every key a full range returned.
+    pub(crate) fn load(mut kvs: Vec<KeyValue>) -> (Model, Touched) {
+        // Definitions first: executors name them.
+        kvs.sort_by_key(|kv| !matches!(Slot::parse(&kv.key), Some(Slot::Def(_))));
+        let mut model = Model::default();
+        let mut touched = Touched::default();
+        for kv in &kvs {
+            model.put(kv, &mut touched);
+        }
+        (model, touched)
+    }
+
+    /// The entry `key` makes: the definition of its earliest registration
+    /// still serving it (else its oldest stored definition), the instances
+    /// of every executor serving that same definition, the name's switch.
+    fn entry(&self, key: &Key) -> Option<ToolEntry> {
+        let mut serving: Vec<(&Arc<str>, &ExecView)> = self
+            .serving
+            .get(key)
+            .into_iter()
+            .flatten()
+            .filter_map(|id| self.execs.get_key_value(id))
+            .collect();
+        serving.sort_by(|a, b| (a.1.create_revision, a.0).cmp(&(b.1.create_revision, b.0)));
+        let hash_of = |exec: &ExecView| {
+            exec.keys
+                .iter()
+                .find(|(k, _)| k == key)
+                .map(|(_, h)| h.clone())
+        };
+        let winner = match serving.first() {
+            Some((_, exec)) => hash_of(exec)?,
+            None => self.defs_by_key.get(key)?.first()?.1.clone(),
+        };
+        let def = self.defs.get(&winner)?.def.clone();
+        let instances: Vec<Instance> = serving
+            .iter()
+            .filter(|(_, exec)| {
+                hash_of(exec)
+                    .and_then(|h| self.defs.get(&h))
+                    .is_some_and(|d| d.def.conflicts_with(&def).is_empty())
+            })
+            .map(|(id, exec)| Instance {
+                executor_id: (*id).clone(),
+                endpoint: exec.record.endpoint.as_str().into(),
+                service: exec.record.service.as_str().into(),
+                healthy: self
+                    .health
+                    .get(*id)
+                    .filter(|h| h.lease == exec.lease)
+                    .is_none_or(|h| h.healthy),
+                // Execute tokens are not kept in etcd yet: executors
+                // registered through this store are told so and do not
+                // require one.
+                execute_token: "".into(),
+            })
+            .collect();
+        Some(ToolEntry {
+            def,
+            instances: instances.into(),
+            disabled: self.disabled.get(&*key.0).cloned(),
+        })
+    }
+
+    /// The snapshot numbered `version`: `base` with every touched entry
+    /// made again (unchanged ones stay shared).
+    pub(crate) fn snapshot(&self, base: &Snapshot, touched: Touched, version: u64) -> Snapshot {
+        let mut keys = touched.keys;
+        for name in &touched.names {
+            keys.extend(base.versions(name).iter().map(|e| key_of(&e.def)));
+            keys.extend(self.defs_by_key.keys().filter(|k| *k.0 == **name).cloned());
+        }
+        let mut builder = base.next();
+        builder.at_version(version);
+        for key in keys {
+            match self.entry(&key) {
+                Some(entry) => {
+                    let unchanged = base.get(&key.0, &key.1).is_some_and(|old| {
+                        Arc::ptr_eq(&old.def, &entry.def)
+                            && old.disabled == entry.disabled
+                            && old.instances == entry.instances
+                    });
+                    if !unchanged {
+                        builder.put(entry);
+                    }
+                }
+                None => {
+                    builder.remove(&key.0, &key.1);
+                }
+            }
+        }
+        builder.finish()
+    }
+}

@@ -1,0 +1,237 @@
+//! Keeping a replica's snapshot in step with etcd: a full read, then a
+//! watch from the next revision, one snapshot per revision; a full read
+//! again after compaction; a probe that notices a silent watch or a lost
+//! quorum and turns the replica not writable after a few seconds.
+
+use super::Inner;
+use super::keys::{PREFIX, Slot};
+use super::model::Model;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::time::{Instant, sleep};
+use toolmesh::Snapshot;
+use toolmesh_etcd::pb::mvccpb::Event;
+use toolmesh_etcd::{EtcdError, WatchBatch};
+use tracing::{info, warn};
+
+/// How often the watch is checked against etcd's revision.
+const PROBE: Duration = Duration::from_millis(500);
+/// How long a probe may take before etcd counts as failing.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(1);
+/// How long etcd may fail before the replica reports itself not writable.
+const OUTAGE_GRACE: Duration = Duration::from_secs(2);
+const MAX_BACKOFF: Duration = Duration::from_secs(1);
+
+/// Tracks how long etcd has been failing; a watchdog turns the replica
+/// not writable once that lasts [`OUTAGE_GRACE`].
+pub(super) struct Outage {
+    since: std::sync::Mutex<Option<Instant>>,
+}
+
+impl Default for Outage {
+    fn default() -> Self {
+        Outage {
+            since: std::sync::Mutex::new(None),
+        }
+    }
+}
+
+impl Outage {
+    fn since(&self) -> std::sync::MutexGuard<'_, Option<Instant>> {
+        self.since
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn failed(&self, error: &EtcdError) {
+        let mut since = self.since();
+        if since.is_none() {
+            warn!(%error, "etcd unavailable; serving the last snapshot");
+            *since = Some(Instant::now());
+        }
+    }
+
+    fn ok(&self, inner: &Inner) {
+        if self.since().take().is_some() {
+            info!("etcd reachable again");
+        }
+        if !*inner.writable.borrow() {
+            inner.writable.send_replace(true);
+        }
+    }
+}
+
+/// Turns the replica not writable once etcd has failed for [`OUTAGE_GRACE`].
+pub(super) async fn watchdog(inner: Arc<Inner>) {
+    let run = async {
+        loop {
+            let failing = inner
+                .outage
+                .since()
+                .is_some_and(|s| s.elapsed() >= OUTAGE_GRACE);
+            if failing && *inner.writable.borrow() {
+                warn!("etcd has had no leader for {OUTAGE_GRACE:?}; reporting NOT_SERVING");
+                inner.writable.send_replace(false);
+            }
+            sleep(Duration::from_millis(100)).await;
+        }
+    };
+    inner.shutdown.run_until_cancelled(run).await;
+}
+
+/// Runs until the store shuts down.
+pub(super) async fn follow(inner: Arc<Inner>) {
+    let outage = &inner.outage;
+    let mut backoff = Duration::from_millis(50);
+    let shutdown = inner.shutdown.clone();
+    let run = async {
+        loop {
+            if let Err(error) = load(&inner).await {
+                outage.failed(&error);
+                sleep(backoff).await;
+                backoff = (backoff * 2).min(MAX_BACKOFF);
+                continue;
+            }
+            outage.ok(&inner);
+            backoff = Duration::from_millis(50);
+            // Watch until compaction forces a full read again.
+            loop {
+                let from = *inner.applied.borrow() + 1;
+                match watch(&inner, from).await {
+                    Err(EtcdError::Compacted { compacted }) => {
+                        warn!(
+                            compacted,
+                            from,
+                            "etcd compacted past this replica's revision; reading the store again"
+                        );
+                        break;
+                    }
+                    Err(error) => {
+                        outage.failed(&error);
+                        sleep(backoff).await;
+                        backoff = (backoff * 2).min(MAX_BACKOFF);
+                    }
+                    Ok(()) => backoff = Duration::from_millis(50),
+                }
+            }
+        }
+    };
+    shutdown.run_until_cancelled(run).await;
+}
+
+/// Reads the whole prefix and publishes it as one snapshot.
+async fn load(inner: &Inner) -> Result<(), EtcdError> {
+    ensure_epoch(inner).await?;
+    let response = inner.client.range_prefix(PREFIX.as_bytes()).await?;
+    let revision = response.header.map_or(0, |h| h.revision);
+    let (model, touched) = Model::load(response.kvs);
+    let base = Snapshot::empty(model.epoch.clone());
+    let snapshot = model.snapshot(&base, touched, u64::try_from(revision).unwrap_or(0));
+    *inner.model() = model;
+    let current = inner.published.current();
+    if current.epoch() != snapshot.epoch() || current.version() < snapshot.version() {
+        inner.published.publish(snapshot);
+    }
+    inner.applied.send_replace(revision);
+    info!(revision, "read the etcd store");
+    Ok(())
+}
+
+/// Creates the cluster id once; every replica uses it as its epoch.
+async fn ensure_epoch(inner: &Inner) -> Result<(), EtcdError> {
+    let key = Slot::Epoch.key();
+    if inner.client.get(&key).await?.is_some() {
+        return Ok(());
+    }
+    let id = uuid::Uuid::new_v4().to_string();
+    inner
+        .client
+        .txn(toolmesh_etcd::pb::TxnRequest {
+            compare: vec![super::absent(key.clone())],
+            success: vec![super::put_op(key, id.into_bytes(), 0)],
+            failure: vec![],
+        })
+        .await?;
+    Ok(())
+}
+
+/// One watch from `from`; `Ok` when it should simply be opened again.
+async fn watch(inner: &Inner, from: i64) -> Result<(), EtcdError> {
+    let outage = &inner.outage;
+    let mut stream = inner.client.watch_prefix(PREFIX.as_bytes(), from).await?;
+    outage.ok(inner);
+    let mut probe = tokio::time::interval(PROBE);
+    probe.tick().await;
+    let mut lagging_since: Option<Instant> = None;
+    loop {
+        tokio::select! {
+            batch = stream.next() => {
+                apply(inner, batch?);
+                lagging_since = None;
+            }
+            _ = probe.tick() => {
+                // A watch on a frozen or partitioned member stays silent:
+                // ask the cluster (linearizable) where it is.
+                let probe = inner.client.range(toolmesh_etcd::pb::RangeRequest {
+                    key: Slot::Epoch.key(),
+                    count_only: true,
+                    ..Default::default()
+                });
+                let answer = tokio::time::timeout(PROBE_TIMEOUT, probe)
+                    .await
+                    .unwrap_or_else(|_| Err(EtcdError::Unavailable {
+                        endpoints: inner.client.endpoints(),
+                        last: format!("no answer to a read within {PROBE_TIMEOUT:?}"),
+                    }));
+                let response = match answer {
+                    Ok(response) => response,
+                    Err(error) => {
+                        outage.failed(&error);
+                        return Err(error);
+                    }
+                };
+                outage.ok(inner);
+                let revision = response.header.map_or(0, |h| h.revision);
+                if revision > *inner.applied.borrow() {
+                    let since = *lagging_since.get_or_insert_with(Instant::now);
+                    if since.elapsed() >= PROBE {
+                        warn!(revision, applied = *inner.applied.borrow(), "etcd watch is silent; watching again");
+                        return Ok(());
+                    }
+                } else {
+                    lagging_since = None;
+                }
+            }
+        }
+    }
+}
+
+/// Applies a watch batch, publishing one snapshot per revision.
+fn apply(inner: &Inner, batch: WatchBatch) {
+    if batch.events.is_empty() {
+        return;
+    }
+    let mut model = inner.model();
+    let mut events = batch.events.as_slice();
+    while let Some(first) = events.first() {
+        let revision = revision_of(first);
+        let end = events
+            .iter()
+            .position(|e| revision_of(e) != revision)
+            .unwrap_or(events.len());
+        let (this, rest) = events.split_at(end);
+        events = rest;
+        if revision <= *inner.applied.borrow() {
+            continue;
+        }
+        let touched = model.apply(this);
+        let base = inner.published.current();
+        let snapshot = model.snapshot(&base, touched, u64::try_from(revision).unwrap_or(0));
+        inner.published.publish(snapshot);
+        inner.applied.send_replace(revision);
+    }
+}
+
+fn revision_of(event: &Event) -> i64 {
+    event.kv.as_ref().map_or(0, |kv| kv.mod_revision)
+}
