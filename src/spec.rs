@@ -269,6 +269,11 @@ impl ToolDef {
     pub fn idempotent(&self) -> bool {
         self.spec.idempotent
     }
+    /// Whether a call only reads (with [`idempotent`](Self::idempotent):
+    /// its answer may be cached).
+    pub fn read_only(&self) -> bool {
+        self.spec.read_only
+    }
     /// The risk level (never UNSPECIFIED).
     pub fn risk(&self) -> RiskLevel {
         effective_risk(self.spec.risk)
@@ -304,6 +309,9 @@ impl ToolDef {
         }
         if a.timeout_ms != b.timeout_ms {
             fields.push("timeout_ms");
+        }
+        if a.read_only != b.read_only {
+            fields.push("read_only");
         }
         fields
     }
@@ -350,6 +358,10 @@ fn fingerprint(spec: &ToolSpec) -> String {
     ] {
         hasher.update((part.len() as u64).to_be_bytes());
         hasher.update(part);
+    }
+    if spec.read_only {
+        // Only when set, so fingerprints from before the field stay valid.
+        hasher.update(b"read_only");
     }
     hasher
         .finalize()

@@ -8,6 +8,7 @@ use std::time::{Duration, Instant};
 use toolmesh::pb::{ListToolsResponse, ToolFormat};
 use toolmesh::reference::VersionPattern;
 use toolmesh::{Snapshot, ToolEntry};
+use toolmesh_governance::{Decision, Policy, Principal};
 
 /// How long a rendered listing is reused. Snapshots and policies are keyed
 /// exactly; this bounds only how long an expired ejection stays hidden.
@@ -89,35 +90,63 @@ pub(crate) fn callable(
         .collect()
 }
 
-/// Builds the response for `entries` in `format`.
+/// The input schema of `entry` as `who`'s grant narrows it, when it does
+/// (`[grants.arguments.TOOL]`); nothing is decided when no grant narrows.
+pub(crate) fn narrowed(policy: &Policy, who: &Principal, entry: &ToolEntry) -> Option<Value> {
+    if !policy.narrows_any() {
+        return None;
+    }
+    let Decision::Allow { rule, .. } = policy.decide(who, entry.def.spec()) else {
+        return None;
+    };
+    let narrowing = policy.narrowing(&rule, entry.def.name())?;
+    Some(narrowing.apply(entry.def.input_schema()))
+}
+
+/// Builds the response for `entries` in `format`; `schema_of` gives the
+/// input schema a caller sees where it differs from the tool's own.
 pub(crate) fn render(
     snapshot_version: u64,
     entries: &[&Arc<ToolEntry>],
     format: ToolFormat,
+    schema_of: impl Fn(&ToolEntry) -> Option<Value>,
 ) -> ListToolsResponse {
+    let narrowed: Vec<Option<Value>> = entries.iter().map(|e| schema_of(e)).collect();
     let formatted = match format {
-        ToolFormat::Openai => openai(entries).to_string(),
+        ToolFormat::Openai => openai(entries, &narrowed).to_string(),
         ToolFormat::Native | ToolFormat::Unspecified => String::new(),
     };
+    let tools = entries
+        .iter()
+        .zip(&narrowed)
+        .map(|(e, schema)| {
+            let mut spec = e.def.spec().clone();
+            if let Some(schema) = schema {
+                spec.input_schema = schema.to_string();
+            }
+            spec
+        })
+        .collect();
     ListToolsResponse {
         snapshot_version,
-        tools: entries.iter().map(|e| e.def.spec().clone()).collect(),
+        tools,
         formatted,
     }
 }
 
 /// `[{"type":"function","function":{"name","description","parameters"}}]`.
-fn openai(entries: &[&Arc<ToolEntry>]) -> Value {
+fn openai(entries: &[&Arc<ToolEntry>], narrowed: &[Option<Value>]) -> Value {
     Value::Array(
         entries
             .iter()
-            .map(|e| {
+            .zip(narrowed)
+            .map(|(e, schema)| {
                 json!({
                     "type": "function",
                     "function": {
                         "name": e.def.name(),
                         "description": e.def.spec().description,
-                        "parameters": e.def.input_schema(),
+                        "parameters": schema.as_ref().unwrap_or(e.def.input_schema()),
                     }
                 })
             })
@@ -187,7 +216,7 @@ mod tests {
         let renders = std::cell::Cell::new(0);
         let render = |version| {
             renders.set(renders.get() + 1);
-            render(version, &[], ToolFormat::Native)
+            render(version, &[], ToolFormat::Native, |_| None)
         };
         for _ in 0..3 {
             cache.get_or_render(cache_key(7, 7, 1, &who, ToolFormat::Native), || render(7));
@@ -211,7 +240,7 @@ mod tests {
         b.put(entry("search_kb", "1.0.0", true));
         let s = b.finish();
         let listed = callable(&s, |e| e.exposed());
-        let response = render(s.version(), &listed, ToolFormat::Openai);
+        let response = render(s.version(), &listed, ToolFormat::Openai, |_| None);
         let value: Value = serde_json::from_str(&response.formatted).unwrap();
         assert_eq!(
             value,
@@ -224,6 +253,10 @@ mod tests {
                 }
             }])
         );
-        assert!(render(1, &listed, ToolFormat::Native).formatted.is_empty());
+        assert!(
+            render(1, &listed, ToolFormat::Native, |_| None)
+                .formatted
+                .is_empty()
+        );
     }
 }

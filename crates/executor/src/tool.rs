@@ -39,6 +39,7 @@ pub struct ToolInfo {
     description: String,
     risk: RiskLevel,
     idempotent: bool,
+    read_only: bool,
     timeout: Duration,
     owner: String,
     tags: Vec<String>,
@@ -64,6 +65,7 @@ impl ToolInfo {
             description: description.into(),
             risk: RiskLevel::Low,
             idempotent: false,
+            read_only: false,
             timeout: Duration::ZERO,
             owner: String::new(),
             tags: Vec::new(),
@@ -84,6 +86,14 @@ impl ToolInfo {
     /// an executor. Only say `true` if running a call twice is harmless.
     pub fn idempotent(mut self, idempotent: bool) -> Self {
         self.idempotent = idempotent;
+        self
+    }
+
+    /// Whether a call only reads and changes nothing. A read-only,
+    /// idempotent tool's answers may be cached by the dispatcher when its
+    /// policy says so.
+    pub fn read_only(mut self, read_only: bool) -> Self {
+        self.read_only = read_only;
         self
     }
 
@@ -162,6 +172,7 @@ impl ToolInfo {
             output_schema: String::new(),
             risk: self.risk as i32,
             idempotent: self.idempotent,
+            read_only: self.read_only,
             timeout_ms: duration_ms_ceil(self.timeout),
             owner: self.owner.clone(),
             tags: self.tags.clone(),
