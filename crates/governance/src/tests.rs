@@ -33,6 +33,7 @@ fn shipped_policies_parse() {
     assert_eq!(example.grant_names().count(), 3);
     assert!(!example.allows_anonymous());
     assert!(!example.limits().is_empty());
+    assert!(example.cache().rule_for("search_kb").is_some());
     let dev = Policy::from_toml(DEV_POLICY_TOML).unwrap();
     assert!(dev.allows_anonymous());
     let _ = Policy::permissive_dev();
