@@ -269,7 +269,9 @@ impl ToolDef {
     pub fn output_validator(&self) -> Option<&Validator> {
         self.output.as_ref().map(|(_, validator)| validator)
     }
-    /// Whether the tool only reads: LOW risk and declared `read_only`.
+    /// Whether the tool only reads: LOW risk and declared `read_only` (MCP's
+    /// `readOnlyHint`; with [`idempotent`](Self::idempotent), its answers
+    /// may be cached).
     pub fn read_only(&self) -> bool {
         self.spec.read_only && self.spec.risk == RiskLevel::Low as i32
     }
@@ -323,6 +325,9 @@ impl ToolDef {
         }
         if a.timeout_ms != b.timeout_ms {
             fields.push("timeout_ms");
+        }
+        if a.read_only != b.read_only {
+            fields.push("read_only");
         }
         fields
     }

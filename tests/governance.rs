@@ -127,11 +127,7 @@ async fn call(
         approval_id: approval.into(),
         ..Default::default()
     };
-    client
-        .invoke(with_token(request, Some(token)))
-        .await
-        .expect("invoke RPC")
-        .into_inner()
+    invoke_with_token(client, request, Some(token)).await
 }
 
 async fn listed_as(

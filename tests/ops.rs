@@ -100,8 +100,14 @@ async fn metrics_count_known_traffic() {
         ("toolmesh_dispatcher_instances_ejected".to_owned(), 0.0),
         ("toolmesh_registry_registrations_total".to_owned(), 1.0),
         ("toolmesh_registry_lease_expiries_total".to_owned(), 0.0),
-        ("toolmesh_registry_tools_exposed".to_owned(), 4.0),
-        ("toolmesh_registry_instances_exposed".to_owned(), 4.0),
+        (
+            "toolmesh_registry_tools_exposed".to_owned(),
+            ACCEPTANCE_TOOLS.len() as f64,
+        ),
+        (
+            "toolmesh_registry_instances_exposed".to_owned(),
+            ACCEPTANCE_TOOLS.len() as f64,
+        ),
     ];
     for (series, value) in &expected {
         assert_eq!(sample(&node, series), Some(*value), "{series} in\n{node}");
@@ -117,7 +123,11 @@ async fn metrics_count_known_traffic() {
     let (status, state) = toolmesh_testkit::http(&node_admin, "GET", "/api/state", &[], "");
     assert_eq!(status, 200, "{state}");
     let state: serde_json::Value = serde_json::from_str(&state).unwrap();
-    assert_eq!(state["tools"].as_array().map(Vec::len), Some(4), "{state}");
+    assert_eq!(
+        state["tools"].as_array().map(Vec::len),
+        Some(ACCEPTANCE_TOOLS.len()),
+        "{state}"
+    );
     assert_eq!(state["tools"][1]["name"], "acc_echo");
     assert_eq!(state["tools"][1]["health"], "SERVING");
 

@@ -100,7 +100,13 @@ pub fn example(name: &str, registry: &str, extra: &[&str]) -> Proc {
 }
 
 /// The acceptance executor's tools.
-pub const ACCEPTANCE_TOOLS: [&str; 4] = ["acc_charge", "acc_echo", "acc_panic", "acc_sleep"];
+pub const ACCEPTANCE_TOOLS: [&str; 5] = [
+    "acc_charge",
+    "acc_echo",
+    "acc_lookup",
+    "acc_panic",
+    "acc_sleep",
+];
 
 /// `toolmesh serve` plus the acceptance executor, its tools listed.
 pub struct Acceptance {
@@ -190,6 +196,19 @@ pub async fn invoke(
     }
     client
         .invoke(request)
+        .await
+        .expect("invoke RPC")
+        .into_inner()
+}
+
+/// Sends `request` with `token` as its bearer token (none: anonymous).
+pub async fn invoke_with_token(
+    client: &mut DispatcherClient<Channel>,
+    request: InvokeRequest,
+    token: Option<&str>,
+) -> InvokeResponse {
+    client
+        .invoke(with_token(request, token))
         .await
         .expect("invoke RPC")
         .into_inner()

@@ -330,6 +330,8 @@ pub(crate) async fn explain(args: ExplainArgs, tls: &Tls) -> Result<(), Failure>
             "reason": answer.reason,
             "approval_required": answer.approval_required,
             "trace": answer.trace,
+            "argument_limits": answer.argument_limits,
+            "input_schema": answer.input_schema,
         }));
         return Ok(());
     }
@@ -348,6 +350,12 @@ pub(crate) async fn explain(args: ExplainArgs, tls: &Tls) -> Result<(), Failure>
     }
     for line in &answer.trace {
         println!("  grant {line}");
+    }
+    for line in &answer.argument_limits {
+        println!("  argument limit {line}");
+    }
+    if !answer.input_schema.is_empty() {
+        println!("  input schema for this caller: {}", answer.input_schema);
     }
     Ok(())
 }

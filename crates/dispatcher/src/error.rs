@@ -61,6 +61,17 @@ pub enum CallError {
         /// Every failing path.
         violations: Violations,
     },
+    /// Arguments the tool accepts, but beyond what the caller's grant
+    /// narrows its schema to.
+    #[error("arguments go beyond what grant {grant:?} allows you for {tool}: {violations}")]
+    ArgumentsNarrowed {
+        /// name@version.
+        tool: String,
+        /// The grant that narrows the schema.
+        grant: String,
+        /// Every failing path, with what the grant allows.
+        violations: Violations,
+    },
     /// The policy does not grant this tool to the caller.
     #[error("you may not use {tool}: {reason}")]
     PermissionDenied {
@@ -214,10 +225,12 @@ impl CallError {
             CallError::Arguments(_) => {
                 ToolError::new(ErrorCode::InvalidArguments, self.to_string())
             }
-            CallError::ArgumentsInvalid { .. } => ToolError::new(
-                ErrorCode::InvalidArguments,
-                format!("{self}; fix these fields and call again"),
-            ),
+            CallError::ArgumentsInvalid { .. } | CallError::ArgumentsNarrowed { .. } => {
+                ToolError::new(
+                    ErrorCode::InvalidArguments,
+                    format!("{self}; fix these fields and call again"),
+                )
+            }
             CallError::DeadlineExceeded { .. } => ToolError::new(
                 ErrorCode::DeadlineExceeded,
                 format!("{self}; try again with a longer deadline or smaller input"),

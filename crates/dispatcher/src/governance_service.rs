@@ -67,6 +67,9 @@ impl governance_server::Governance for GovernanceService {
             }
         };
         let trace = explanation.grants.iter().map(ToString::to_string).collect();
+        let input_schema = crate::list::narrowed(&policy, &who, entry)
+            .map(|schema| schema.to_string())
+            .unwrap_or_default();
         Ok(Response::new(ExplainResponse {
             verdict: verdict.into(),
             principal: who.name.clone(),
@@ -84,6 +87,8 @@ impl governance_server::Governance for GovernanceService {
                         ..
                     }
                 ),
+            argument_limits: explanation.argument_limits,
+            input_schema,
         }))
     }
 

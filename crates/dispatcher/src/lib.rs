@@ -13,6 +13,7 @@ mod governance_service;
 mod list;
 mod metrics;
 mod refusal;
+mod result_cache;
 mod route;
 mod service;
 mod tool_health;
@@ -141,6 +142,7 @@ impl Dispatcher {
             },
             max_argument_bytes: config.max_argument_bytes,
             metrics,
+            cache: Default::default(),
         };
         Dispatcher {
             pipeline: Arc::new(pipeline),
@@ -181,7 +183,9 @@ impl Dispatcher {
                 };
                 in_rotation && policy.decide(who, e.def.spec()).is_allowed()
             });
-            list::render(snapshot.version(), &entries, format)
+            list::render(snapshot.version(), &entries, format, |e| {
+                list::narrowed(&policy, who, e)
+            })
         }))
     }
 

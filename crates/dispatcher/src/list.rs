@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 use toolmesh::pb::{ListToolsResponse, RiskLevel, ToolFormat};
 use toolmesh::reference::VersionPattern;
 use toolmesh::{Snapshot, ToolDef, ToolEntry};
+use toolmesh_governance::{Decision, Policy, Principal};
 
 /// How long a rendered listing is reused. Snapshots and policies are keyed
 /// exactly; this bounds only how long an expired ejection stays hidden.
@@ -93,14 +94,38 @@ pub(crate) fn callable(
         .collect()
 }
 
-/// Builds the response for `entries` in `format`.
+/// The input schema of `entry` as `who`'s grant narrows it, when it does
+/// (`[grants.arguments.TOOL]`); nothing is decided when no grant narrows.
+pub(crate) fn narrowed(policy: &Policy, who: &Principal, entry: &ToolEntry) -> Option<Value> {
+    if !policy.narrows_any() {
+        return None;
+    }
+    let Decision::Allow { rule, .. } = policy.decide(who, entry.def.spec()) else {
+        return None;
+    };
+    let narrowing = policy.narrowing(&rule, entry.def.name())?;
+    Some(narrowing.apply(entry.def.input_schema()))
+}
+
+/// Builds the response for `entries` in `format`; `schema_of` gives the
+/// input schema a caller sees where it differs from the tool's own.
 pub(crate) fn render(
     snapshot_version: u64,
     entries: &[&Arc<ToolEntry>],
     format: ToolFormat,
+    schema_of: impl Fn(&ToolEntry) -> Option<Value>,
 ) -> ListToolsResponse {
-    let each = |shape: fn(&ToolDef) -> Value| {
-        Value::Array(entries.iter().map(|e| shape(&e.def)).collect())
+    let narrowed: Vec<Option<Value>> = entries.iter().map(|e| schema_of(e)).collect();
+    // Each shape shows the schema this caller is held to (its grant may
+    // narrow the tool's own).
+    let each = |shape: fn(&ToolDef, &Value) -> Value| {
+        Value::Array(
+            entries
+                .iter()
+                .zip(&narrowed)
+                .map(|(e, schema)| shape(&e.def, schema.as_ref().unwrap_or(e.def.input_schema())))
+                .collect(),
+        )
     };
     let formatted = match format {
         ToolFormat::Openai => each(openai_chat),
@@ -115,22 +140,33 @@ pub(crate) fn render(
     } else {
         formatted.to_string()
     };
+    let tools = entries
+        .iter()
+        .zip(&narrowed)
+        .map(|(e, schema)| {
+            let mut spec = e.def.spec().clone();
+            if let Some(schema) = schema {
+                spec.input_schema = schema.to_string();
+            }
+            spec
+        })
+        .collect();
     ListToolsResponse {
         snapshot_version,
-        tools: entries.iter().map(|e| e.def.spec().clone()).collect(),
+        tools,
         formatted,
     }
 }
 
 /// OpenAI Chat Completions: `{"type":"function","function":{"name",
 /// "description","parameters"}}`.
-fn openai_chat(def: &ToolDef) -> Value {
+fn openai_chat(def: &ToolDef, schema: &Value) -> Value {
     json!({
         "type": "function",
         "function": {
             "name": def.name(),
             "description": def.spec().description,
-            "parameters": def.input_schema(),
+            "parameters": schema,
         }
     })
 }
@@ -139,45 +175,45 @@ fn openai_chat(def: &ToolDef) -> Value {
 /// "parameters","strict"}`; `strict` only when the schema is in OpenAI's
 /// strict subset (the API would refuse it otherwise, as strict is its
 /// default).
-fn openai_responses(def: &ToolDef) -> Value {
+fn openai_responses(def: &ToolDef, schema: &Value) -> Value {
     json!({
         "type": "function",
         "name": def.name(),
         "description": def.spec().description,
-        "parameters": def.input_schema(),
-        "strict": is_strict(def.input_schema()),
+        "parameters": schema,
+        "strict": is_strict(schema),
     })
 }
 
 /// Anthropic Messages: `{"name","description","input_schema"}`.
-fn anthropic(def: &ToolDef) -> Value {
+fn anthropic(def: &ToolDef, schema: &Value) -> Value {
     json!({
         "name": def.name(),
         "description": def.spec().description,
-        "input_schema": def.input_schema(),
+        "input_schema": schema,
     })
 }
 
 /// Gemini: one `functionDeclarations` entry, the schema as
 /// `parametersJsonSchema` (full JSON Schema, not the OpenAPI subset).
-fn gemini(def: &ToolDef) -> Value {
+fn gemini(def: &ToolDef, schema: &Value) -> Value {
     json!({
         "name": def.name(),
         "description": def.spec().description,
-        "parametersJsonSchema": def.input_schema(),
+        "parametersJsonSchema": schema,
     })
 }
 
 /// The MCP `Tool`: schemas, hints from risk and idempotency, and toolmesh's
 /// own facts under `_meta` (`toolmesh/version`, `toolmesh/owner`,
 /// `toolmesh/deprecated`). MCP's `inputSchema` must be an object schema.
-fn mcp(def: &ToolDef) -> Value {
+fn mcp(def: &ToolDef, schema: &Value) -> Value {
     let spec = def.spec();
     let mut tool = json!({
         "name": def.name(),
         "title": title(def.name()),
         "description": spec.description,
-        "inputSchema": match def.input_schema() {
+        "inputSchema": match schema {
             Value::Object(schema) => Value::Object(schema.clone()),
             _ => json!({"type": "object"}),
         },
@@ -309,7 +345,7 @@ mod tests {
         let renders = std::cell::Cell::new(0);
         let render = |version| {
             renders.set(renders.get() + 1);
-            render(version, &[], ToolFormat::Native)
+            render(version, &[], ToolFormat::Native, |_| None)
         };
         for _ in 0..3 {
             cache.get_or_render(cache_key(7, 7, 1, &who, ToolFormat::Native), || render(7));
@@ -333,7 +369,7 @@ mod tests {
         b.put(entry("search_kb", "1.0.0", true));
         let s = b.finish();
         let listed = callable(&s, |e| e.exposed());
-        let response = render(s.version(), &listed, ToolFormat::Openai);
+        let response = render(s.version(), &listed, ToolFormat::Openai, |_| None);
         let value: Value = serde_json::from_str(&response.formatted).unwrap();
         assert_eq!(
             value,
@@ -346,7 +382,11 @@ mod tests {
                 }
             }])
         );
-        assert!(render(1, &listed, ToolFormat::Native).formatted.is_empty());
+        assert!(
+            render(1, &listed, ToolFormat::Native, |_| None)
+                .formatted
+                .is_empty()
+        );
     }
 
     /// A definition with `input_schema`, risk, idempotency, owner and
@@ -413,7 +453,10 @@ mod tests {
     #[test]
     fn openai_responses_shape() {
         for (schema, strict) in [(LOOSE, false), (STRICT, true)] {
-            let tool = openai_responses(&def_with("search_kb", schema, ""));
+            let tool = openai_responses(
+                &def_with("search_kb", schema, ""),
+                def_with("search_kb", schema, "").input_schema(),
+            );
             assert_eq!(
                 keys(&tool),
                 ["description", "name", "parameters", "strict", "type"]
@@ -422,7 +465,10 @@ mod tests {
             assert!(openai_name_ok(tool["name"].as_str().unwrap()));
             assert_eq!(tool["strict"], strict, "{schema}");
         }
-        let chat = openai_chat(&def_with("search_kb", LOOSE, ""));
+        let chat = openai_chat(
+            &def_with("search_kb", LOOSE, ""),
+            def_with("search_kb", LOOSE, "").input_schema(),
+        );
         assert_eq!(keys(&chat), ["function", "type"]);
         assert_eq!(
             keys(&chat["function"]),
@@ -464,7 +510,10 @@ mod tests {
     /// Anthropic: exactly name, description and input_schema; the name fits.
     #[test]
     fn anthropic_shape() {
-        let tool = anthropic(&def_with("search_kb", LOOSE, ""));
+        let tool = anthropic(
+            &def_with("search_kb", LOOSE, ""),
+            def_with("search_kb", LOOSE, "").input_schema(),
+        );
         assert_eq!(keys(&tool), ["description", "input_schema", "name"]);
         assert!(openai_name_ok(tool["name"].as_str().unwrap()));
         assert_eq!(tool["input_schema"]["type"], "object");
@@ -478,9 +527,10 @@ mod tests {
         b.put(entry("search_kb", "1.0.0", true));
         let s = b.finish();
         let listed = callable(&s, |e| e.exposed());
-        let value: Value =
-            serde_json::from_str(&render(s.version(), &listed, ToolFormat::Gemini).formatted)
-                .unwrap();
+        let value: Value = serde_json::from_str(
+            &render(s.version(), &listed, ToolFormat::Gemini, |_| None).formatted,
+        )
+        .unwrap();
         assert_eq!(keys(&value), ["functionDeclarations"]);
         let declaration = &value["functionDeclarations"][0];
         assert_eq!(
@@ -495,7 +545,10 @@ mod tests {
     /// `_meta`, never `@version` in the name.
     #[test]
     fn mcp_shape() {
-        let tool = mcp(&def_with("search_kb", LOOSE, r#"{"type":"object"}"#));
+        let tool = mcp(
+            &def_with("search_kb", LOOSE, r#"{"type":"object"}"#),
+            def_with("search_kb", LOOSE, r#"{"type":"object"}"#).input_schema(),
+        );
         assert_eq!(tool["name"], "search_kb");
         assert_eq!(tool["title"], "Search kb");
         assert_eq!(tool["inputSchema"]["type"], "object");
@@ -508,7 +561,10 @@ mod tests {
             tool["_meta"],
             json!({"toolmesh/version":"1.2.0","toolmesh/owner":"kb-team","toolmesh/deprecated":"use search_kb 2"})
         );
-        let plain = mcp(&def_with("t", r#"{"type":"object"}"#, ""));
+        let plain = mcp(
+            &def_with("t", r#"{"type":"object"}"#, ""),
+            def_with("t", r#"{"type":"object"}"#, "").input_schema(),
+        );
         assert!(plain.get("outputSchema").is_none());
         let read_only = ToolDef::new(ToolSpec {
             read_only: true,
@@ -516,6 +572,9 @@ mod tests {
             ..def_with("t", LOOSE, "").spec().clone()
         })
         .unwrap();
-        assert_eq!(mcp(&read_only)["annotations"]["readOnlyHint"], true);
+        assert_eq!(
+            mcp(&read_only, read_only.input_schema())["annotations"]["readOnlyHint"],
+            true
+        );
     }
 }

@@ -38,6 +38,12 @@ pub(crate) struct RetryLabels {
     pub(crate) reason: &'static str,
 }
 
+/// Labels of the result-cache counter: how a cached tool's call used it.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct CacheLabels {
+    result: &'static str,
+}
+
 /// Labels of the approvals-decided counter.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct DecisionLabels {
@@ -57,6 +63,7 @@ pub(crate) struct Metrics {
     pub(crate) approvals_requested: Counter,
     approvals_decided: Family<DecisionLabels, Counter>,
     pub(crate) rate_limited: Counter,
+    cache: Family<CacheLabels, Counter>,
     pub(crate) snapshot_version: Gauge,
     installed: Arc<Installed>,
     tools: DashMap<usize, (Arc<ToolDef>, Arc<ToolHandles>)>,
@@ -103,6 +110,7 @@ impl Metrics {
             approvals_requested: Counter::default(),
             approvals_decided: Family::default(),
             rate_limited: Counter::default(),
+            cache: Family::default(),
             snapshot_version: Gauge::default(),
             installed: installed.clone(),
             tools: DashMap::new(),
@@ -157,6 +165,11 @@ impl Metrics {
             "dispatcher_approvals_decided",
             "Approvals decided, by decision.",
             metrics.approvals_decided.clone(),
+        );
+        r.register(
+            "dispatcher_cache",
+            "Calls of cached tools by how they used the result cache: hit, miss, stale or coalesced.",
+            metrics.cache.clone(),
         );
         r.register(
             "dispatcher_rate_limited",
@@ -232,6 +245,15 @@ impl Metrics {
             }
             _ => {}
         }
+    }
+
+    /// Counts how a cached tool's call used the cache.
+    pub(crate) fn cache(&self, used: crate::call::CacheUse) {
+        self.cache
+            .get_or_create(&CacheLabels {
+                result: used.name(),
+            })
+            .inc();
     }
 
     /// Counts one attempt sent.

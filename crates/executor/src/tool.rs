@@ -39,13 +39,13 @@ pub struct ToolInfo {
     description: String,
     risk: RiskLevel,
     idempotent: bool,
+    read_only: bool,
     timeout: Duration,
     owner: String,
     tags: Vec<String>,
     retry: Option<RetryPolicy>,
     deprecated: String,
     preconditions: Vec<Precondition>,
-    read_only: bool,
     output_schema: String,
 }
 
@@ -66,13 +66,13 @@ impl ToolInfo {
             description: description.into(),
             risk: RiskLevel::Low,
             idempotent: false,
+            read_only: false,
             timeout: Duration::ZERO,
             owner: String::new(),
             tags: Vec::new(),
             retry: None,
             deprecated: String::new(),
             preconditions: Vec::new(),
-            read_only: false,
             output_schema: String::new(),
         }
     }
@@ -91,8 +91,9 @@ impl ToolInfo {
         self
     }
 
-    /// Declares that the tool has no side effects (with LOW risk, MCP
-    /// clients see `readOnlyHint: true`).
+    /// Declares that a call only reads and changes nothing (MCP clients see
+    /// `readOnlyHint: true`; a read-only, idempotent tool's answers may be
+    /// cached by the dispatcher when its policy says so).
     pub fn read_only(mut self, read_only: bool) -> Self {
         self.read_only = read_only;
         self
@@ -181,13 +182,13 @@ impl ToolInfo {
             output_schema: self.output_schema.clone(),
             risk: self.risk as i32,
             idempotent: self.idempotent,
+            read_only: self.read_only,
             timeout_ms: duration_ms_ceil(self.timeout),
             owner: self.owner.clone(),
             tags: self.tags.clone(),
             retry: self.retry,
             deprecated: self.deprecated.clone(),
             preconditions: self.preconditions.clone(),
-            read_only: self.read_only,
         }
     }
 }

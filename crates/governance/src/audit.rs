@@ -100,6 +100,10 @@ pub struct AuditRecord {
     /// Why the call was refused, or the approver's reason.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub reason: Option<String>,
+    /// For a tool whose answers are cached: `hit`, `stale`, `coalesced`
+    /// (another call's answer shared) or `miss` (the tool ran).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub cache: Option<String>,
 }
 
 impl AuditRecord {
@@ -167,6 +171,7 @@ impl AuditRecord {
             approval_id: None,
             rule: None,
             reason: None,
+            cache: None,
         }
     }
 

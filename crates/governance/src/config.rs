@@ -1,6 +1,7 @@
 //! The policy file as written: serde structs mirroring the TOML, before validation.
 
 use serde::Deserialize;
+use std::collections::BTreeMap;
 use toml::Spanned;
 use toolmesh::pb::RiskLevel;
 
@@ -19,6 +20,8 @@ pub(crate) struct RawPolicy {
     pub(crate) approval: RawApproval,
     #[serde(default)]
     pub(crate) limits: Vec<Spanned<RawLimit>>,
+    #[serde(default)]
+    pub(crate) cache: crate::cache_policy::RawCache,
 }
 
 /// `[auth]`.
@@ -70,6 +73,21 @@ pub(crate) struct RawGrant {
     #[serde(default)]
     pub(crate) tags: Vec<String>,
     pub(crate) max_risk: Option<RiskName>,
+    /// `[grants.arguments.TOOL]`: per-property bounds narrowing that
+    /// tool's input schema for this grant's callers.
+    #[serde(default)]
+    pub(crate) arguments: BTreeMap<String, Spanned<BTreeMap<String, RawFieldLimit>>>,
+}
+
+/// One property's bounds in `[grants.arguments.TOOL]`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawFieldLimit {
+    pub(crate) minimum: Option<f64>,
+    pub(crate) maximum: Option<f64>,
+    #[serde(rename = "enum")]
+    pub(crate) one_of: Option<Vec<toml::Value>>,
+    pub(crate) max_length: Option<u64>,
 }
 
 /// `[approval]`.

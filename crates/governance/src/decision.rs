@@ -124,6 +124,9 @@ pub struct Explanation {
     pub approval_reason: Option<String>,
     /// The `[[limits]]` entries that apply to the tool.
     pub limits: Vec<String>,
+    /// How the allowing grant narrows the tool's arguments, one line per
+    /// property (empty when it does not).
+    pub argument_limits: Vec<String>,
 }
 
 impl fmt::Display for Explanation {
@@ -162,6 +165,9 @@ impl fmt::Display for Explanation {
             }
             Decision::Deny { reason } => writeln!(f, "decision: DENY: {reason}")?,
         }
+        for line in &self.argument_limits {
+            writeln!(f, "argument: {line}")?;
+        }
         if self.limits.is_empty() {
             write!(f, "limits:   none")
         } else {
@@ -187,9 +193,18 @@ pub fn explain(policy: &Policy, who: &Principal, spec: &ToolSpec) -> Explanation
         })
         .collect();
     let decision = decide(policy, who, spec);
-    let approval_reason = match &decision {
-        Decision::Allow { .. } => approval(policy, who, spec, risk).1,
-        Decision::Deny { .. } => None,
+    let (approval_reason, argument_limits) = match &decision {
+        Decision::Allow { rule, .. } => (
+            approval(policy, who, spec, risk).1,
+            policy
+                .narrowing(rule, &spec.name)
+                .map(|n| {
+                    let schema = serde_json::from_str(&spec.input_schema).unwrap_or_default();
+                    n.notes(&schema)
+                })
+                .unwrap_or_default(),
+        ),
+        Decision::Deny { .. } => (None, Vec::new()),
     };
     Explanation {
         principal: who.clone(),
@@ -201,6 +216,7 @@ pub fn explain(policy: &Policy, who: &Principal, spec: &ToolSpec) -> Explanation
         decision,
         approval_reason,
         limits: policy.limits().describe(&spec.name),
+        argument_limits,
     }
 }
 

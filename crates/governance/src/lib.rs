@@ -42,6 +42,7 @@
 
 pub mod approvals;
 pub mod audit;
+pub mod cache_policy;
 mod config;
 mod decision;
 mod digest;
@@ -49,6 +50,7 @@ mod error;
 mod glob;
 mod governance;
 pub mod limits;
+pub mod narrowing;
 mod policy;
 mod principal;
 pub mod registry_access;
@@ -62,6 +64,7 @@ pub use approvals::{
     ApprovalError, ApprovalSettings, ApprovalState, ApprovalTicket, Approvals, approval_summary,
 };
 pub use audit::{AuditKind, AuditRecord, AuditSink, RAW_ARGUMENTS_TAG};
+pub use cache_policy::{CachePolicy, CacheRule, CacheScope};
 pub use config::Scope;
 pub use decision::{ApprovalNeed, Decision, Explanation, GrantCheck, GrantVerdict, explain};
 pub use digest::{arguments_digest, value_digest};
@@ -69,6 +72,7 @@ pub use error::{AuthError, PolicyError, Problem};
 pub use glob::ToolPattern;
 pub use governance::Governance;
 pub use limits::{LimitKind, Limited, Limits, Permit};
+pub use narrowing::{FieldLimit, Narrowing};
 pub use policy::{
     DEFAULT_TENANT, DEV_APPROVER_TOKEN, DEV_POLICY_TOML, MAX_RATE_PER_SEC, MAX_TTL_SECS, Policy,
 };

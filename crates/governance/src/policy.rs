@@ -3,12 +3,15 @@
 use crate::{
     ApprovalSettings, AuthError, Principal, Problem,
     approvals::{DEFAULT_MAX_OPEN_PER_CALLER, DEFAULT_TTL, MAX_TICKETS},
+    cache_policy::{self, CachePolicy},
     config::{self, RawPolicy, line_of},
     digest::{hex, parse_sha256_hex, sha256},
     error::PolicyError,
     glob::ToolPattern,
     limits::{LimitRule, Limits},
+    narrowing::{FieldLimit, Narrowing},
 };
+use std::{collections::BTreeMap, sync::Arc};
 use std::{collections::HashMap, fmt, num::NonZeroU32, ops::Range, path::Path, time::Duration};
 use toml::Spanned;
 use toolmesh::pb::RiskLevel;
@@ -60,6 +63,8 @@ pub(crate) struct Grant {
     pub(crate) tools: Vec<ToolPattern>,
     pub(crate) tags: Vec<String>,
     pub(crate) max_risk: RiskLevel,
+    /// Input-schema narrowings by tool name (`[grants.arguments.TOOL]`).
+    pub(crate) narrowings: HashMap<String, Arc<Narrowing>>,
 }
 
 /// The validated `[approval]` table.
@@ -83,6 +88,9 @@ pub struct Policy {
     pub(crate) grants: Vec<Grant>,
     pub(crate) approval: ApprovalRules,
     limits: Limits,
+    /// Whether any grant narrows a tool (so calls skip the lookup otherwise).
+    narrowed: bool,
+    cache: CachePolicy,
 }
 
 impl fmt::Debug for Policy {
@@ -177,6 +185,28 @@ impl Policy {
         self.approval.settings.clone()
     }
 
+    /// Which tools' results a dispatcher may reuse (`[cache]`).
+    pub fn cache(&self) -> &CachePolicy {
+        &self.cache
+    }
+
+    /// Whether any grant narrows a tool's arguments.
+    pub fn narrows_any(&self) -> bool {
+        self.narrowed
+    }
+
+    /// How grant `rule` narrows `tool`'s input schema, if it does. Free
+    /// when no grant narrows anything.
+    pub fn narrowing(&self, rule: &str, tool: &str) -> Option<&Arc<Narrowing>> {
+        if !self.narrowed {
+            return None;
+        }
+        self.grants
+            .iter()
+            .find(|g| g.name == rule)
+            .and_then(|g| g.narrowings.get(tool))
+    }
+
     /// The names of the grants, in file order.
     pub fn grant_names(&self) -> impl Iterator<Item = &str> {
         self.grants.iter().map(|g| g.name.as_str())
@@ -266,6 +296,7 @@ impl Builder<'_> {
         let grants = self.grants(raw.grants);
         let approval = self.approval(raw.approval);
         let limits = self.limits(raw.limits);
+        let cache = cache_policy::validate(raw.cache, self.text, &mut self.problems);
         if !self.problems.is_empty() {
             return Err(PolicyError::Invalid {
                 origin: "(inline)".into(),
@@ -273,6 +304,8 @@ impl Builder<'_> {
             });
         }
         Ok(Policy {
+            narrowed: grants.iter().any(|g| !g.narrowings.is_empty()),
+            cache,
             allow_anonymous: raw.auth.allow_anonymous,
             anonymous,
             callers,
@@ -441,17 +474,116 @@ impl Builder<'_> {
                     "is missing: the grant covers no tool; add tools = [\"*\"] for every tool, or list names, globs or tags = [...]",
                 );
             }
+            let tools = self.patterns(g.tools, &field("tools"));
+            let narrowings = self.narrowings(g.arguments, &name, &tools, &field("arguments"));
             grants.push(Grant {
+                narrowings,
                 roles: self.names(g.roles, &span, &field("roles")),
                 tenants: self.names(g.tenants, &span, &field("tenants")),
                 principals: self.names(g.principals, &span, &field("principals")),
-                tools: self.patterns(g.tools, &field("tools")),
+                tools,
                 tags: self.names(g.tags, &span, &field("tags")),
                 max_risk: g.max_risk.map_or(RiskLevel::High, |r| r.0),
                 name,
             });
         }
         grants
+    }
+
+    /// `[grants.arguments.TOOL]` tables: each names a tool the grant covers
+    /// and well-formed bounds (applied as an intersection, so they can only
+    /// narrow the tool's own schema).
+    fn narrowings(
+        &mut self,
+        raw: BTreeMap<String, Spanned<BTreeMap<String, config::RawFieldLimit>>>,
+        grant: &str,
+        tools: &[ToolPattern],
+        field: &str,
+    ) -> HashMap<String, Arc<Narrowing>> {
+        let mut out = HashMap::new();
+        for (tool, table) in raw {
+            let span = table.span();
+            let at = format!("{field}.{tool}");
+            if !tools.iter().any(|p| p.matches(&tool)) {
+                let message = format!(
+                    "narrows {tool:?}, which this grant's tools do not cover: add it to tools or move the table to the grant that gives {tool:?}"
+                );
+                self.problem(Some(span.clone()), at.clone(), message);
+                continue;
+            }
+            let fields = table
+                .into_inner()
+                .into_iter()
+                .filter_map(|(property, limit)| self.field_limit(property, limit, &span, &at))
+                .collect();
+            let narrowing = Narrowing {
+                grant: grant.to_owned(),
+                fields,
+            };
+            out.insert(tool, Arc::new(narrowing));
+        }
+        out
+    }
+
+    fn field_limit(
+        &mut self,
+        property: String,
+        raw: config::RawFieldLimit,
+        span: &Range<usize>,
+        at: &str,
+    ) -> Option<FieldLimit> {
+        let at = format!("{at}.{property}");
+        let bad = |this: &mut Self, message: &str| {
+            this.problem(Some(span.clone()), at.clone(), message.to_owned());
+        };
+        let numbers = [raw.minimum, raw.maximum];
+        if numbers.iter().flatten().any(|n| !n.is_finite()) {
+            bad(self, "minimum and maximum must be finite numbers");
+        }
+        if let (Some(min), Some(max)) = (raw.minimum, raw.maximum)
+            && min > max
+        {
+            bad(
+                self,
+                "minimum is above maximum, so no value would do: swap them or widen the range",
+            );
+        }
+        let one_of = match raw.one_of {
+            Some(values) if values.is_empty() => {
+                bad(self, "enum is empty, so no value would do: list the values this grant allows");
+                None
+            }
+            Some(values) => values
+                .into_iter()
+                .map(|v| match v {
+                    toml::Value::Datetime(_) => None,
+                    v => serde_json::to_value(v).ok(),
+                })
+                .collect::<Option<Vec<_>>>()
+                .or_else(|| {
+                    bad(self, "enum holds a date-time, which JSON arguments cannot carry: write it as a string");
+                    None
+                }),
+            None => None,
+        };
+        if raw.minimum.is_none()
+            && raw.maximum.is_none()
+            && one_of.is_none()
+            && raw.max_length.is_none()
+        {
+            bad(
+                self,
+                "narrows nothing: set minimum, maximum, enum or max_length, or remove it",
+            );
+            return None;
+        }
+        Some(FieldLimit {
+            property,
+            minimum: raw.minimum,
+            maximum: raw.maximum,
+            one_of,
+            max_length: raw.max_length,
+        })
     }
 
     fn approval(&mut self, raw: config::RawApproval) -> ApprovalRules {

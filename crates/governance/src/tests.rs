@@ -33,6 +33,7 @@ fn shipped_policies_parse() {
     assert_eq!(example.grant_names().count(), 3);
     assert!(!example.allows_anonymous());
     assert!(!example.limits().is_empty());
+    assert!(example.cache().rule_for("search_kb").is_some());
     let dev = Policy::from_toml(DEV_POLICY_TOML).unwrap();
     assert!(dev.allows_anonymous());
     let _ = Policy::permissive_dev();
@@ -613,4 +614,95 @@ principal = "bot"
         both.contains("tls_name") && both.contains("one or the other"),
         "{both}"
     );
+}
+
+/// A grant's `[grants.arguments.TOOL]` narrows that tool for its callers
+/// only; explain lists the narrowing; other grants see the full schema.
+#[test]
+fn argument_limits_load_and_explain() {
+    let policy = Policy::from_toml(
+        r#"
+[[grants]]
+name = "agents: small charges"
+roles = ["agent"]
+tools = ["charge"]
+[grants.arguments.charge]
+cents = { maximum = 100 }
+
+[[grants]]
+name = "finance: any charge"
+roles = ["finance"]
+tools = ["charge"]
+"#,
+    )
+    .unwrap();
+    let narrowing = policy.narrowing("agents: small charges", "charge").unwrap();
+    assert_eq!(narrowing.fields[0].maximum, Some(100.0));
+    assert!(policy.narrowing("finance: any charge", "charge").is_none());
+    let mut charge = spec("charge", RiskLevel::Low, &[]);
+    charge.input_schema = r#"{"type":"object","properties":{"cents":{"type":"integer"}}}"#.into();
+    let agent = Principal {
+        name: "bot".into(),
+        tenant: "t".into(),
+        roles: vec!["agent".into()],
+        anonymous: false,
+    };
+    let explained = explain(&policy, &agent, &charge);
+    assert_eq!(explained.argument_limits, ["cents: maximum 100"]);
+    assert!(
+        explained
+            .to_string()
+            .contains("argument: cents: maximum 100")
+    );
+    let finance = Principal {
+        roles: vec!["finance".into()],
+        ..agent
+    };
+    assert!(
+        explain(&policy, &finance, &charge)
+            .argument_limits
+            .is_empty()
+    );
+    assert!(
+        Policy::from_toml(EXAMPLE_POLICY_TOML)
+            .unwrap()
+            .narrowing("support agents: read-only plus tickets", "create_ticket")
+            .is_some()
+    );
+}
+
+/// A narrowing that cannot be a restriction of what the grant gives is
+/// refused at load with its line and field: a tool the grant does not
+/// cover, an empty range or enum, a bound-less entry, an unknown key.
+#[test]
+fn argument_limits_refused_at_load() {
+    let base = "[[grants]]\nname = \"g\"\ntools = [\"charge\"]\n";
+    let cases: &[(&str, &[&str])] = &[
+        (
+            "[grants.arguments.refund]\ncents = { maximum = 1 }\n",
+            &["line 4", "arguments.refund", "do not cover"],
+        ),
+        (
+            "[grants.arguments.charge]\ncents = { minimum = 5, maximum = 1 }\n",
+            &["arguments.charge.cents", "minimum is above maximum"],
+        ),
+        (
+            "[grants.arguments.charge]\nkind = { enum = [] }\n",
+            &["arguments.charge.kind", "enum is empty"],
+        ),
+        (
+            "[grants.arguments.charge]\nkind = {}\n",
+            &["narrows nothing"],
+        ),
+        (
+            "[grants.arguments.charge]\ncents = { maximun = 1 }\n",
+            &["unknown field `maximun`"],
+        ),
+    ];
+    for (table, needles) in cases {
+        let text = error_text(&format!("{base}{table}"));
+        for needle in *needles {
+            assert!(text.contains(needle), "{table}: {needle:?} not in {text}");
+        }
+    }
 }

@@ -16,7 +16,17 @@ use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use toolmesh::Snapshot;
 use toolmesh_dispatcher::Dispatcher;
-use toolmesh_governance::{ApprovalError, AuthError};
+use toolmesh_governance::approvals::{ApprovalFields, ApprovalOp};
+use toolmesh_governance::{ApprovalError, AuthError, Principal};
+
+/// Who reads open approvals for the page (the operator-wide `Pending` view
+/// does not filter by caller).
+const ADMIN_PAGE: Principal = Principal {
+    name: String::new(),
+    tenant: String::new(),
+    roles: Vec::new(),
+    anonymous: false,
+};
 
 /// Changes kept for the page.
 const RECENT_CHANGES: usize = 20;
@@ -142,11 +152,11 @@ pub(crate) fn routes(
 }
 
 async fn index(State(page): State<Page>) -> Html<String> {
-    Html(render(&page.state()))
+    Html(render(&page.state().await))
 }
 
 async fn state_json(State(page): State<Page>) -> axum::Json<AdminState> {
-    axum::Json(page.state())
+    axum::Json(page.state().await)
 }
 
 /// The approve/deny form.
@@ -189,7 +199,7 @@ async fn decide(
 }
 
 impl Page {
-    fn state(&self) -> AdminState {
+    async fn state(&self) -> AdminState {
         let snapshot = self.snapshots.borrow().clone();
         let tools = snapshot
             .entries()
@@ -226,10 +236,19 @@ impl Page {
                 }
             })
             .collect();
-        let pending = self
-            .dispatcher
-            .as_ref()
-            .map_or_else(Vec::new, |d| d.governance().approvals().list_pending());
+        // Every tenant's pending approvals (the operator's view), from the
+        // book the dispatcher keeps them in: its own, or the registry's.
+        let pending = match &self.dispatcher {
+            Some(d) => d
+                .governance()
+                .approval(ApprovalOp::Pending, &ADMIN_PAGE, ApprovalFields::default())
+                .await
+                .unwrap_or_else(|e| {
+                    tracing::warn!(error = %e, "open approvals not read for the admin page");
+                    Vec::new()
+                }),
+            None => Vec::new(),
+        };
         let approvals = pending
             .into_iter()
             .map(|t| ApprovalView {

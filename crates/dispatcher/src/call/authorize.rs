@@ -2,8 +2,9 @@
 //! now, and whether an operator has switched it off.
 
 use crate::error::CallError;
+use std::sync::Arc;
 use toolmesh::ToolEntry;
-use toolmesh_governance::{ApprovalNeed, Decision, Policy, Principal};
+use toolmesh_governance::{ApprovalNeed, Decision, Narrowing, Policy, Principal};
 
 /// The grant that lets a call through.
 #[derive(Debug)]
@@ -12,6 +13,8 @@ pub(crate) struct Grant {
     pub(crate) rule: String,
     /// Whether the call needs an approval before it runs.
     pub(crate) approval: ApprovalNeed,
+    /// How the grant narrows the tool's arguments for this caller, if it does.
+    pub(crate) narrowing: Option<Arc<Narrowing>>,
 }
 
 /// Decides `who`'s access to `entry`: denied, disabled, or granted.
@@ -36,5 +39,10 @@ pub(crate) fn grant(
             reason: reason.to_string(),
         });
     }
-    Ok(Grant { rule, approval })
+    let narrowing = policy.narrowing(&rule, def.name()).cloned();
+    Ok(Grant {
+        rule,
+        approval,
+        narrowing,
+    })
 }

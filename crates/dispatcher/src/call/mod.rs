@@ -1,27 +1,30 @@
 //! One call, start to end, whichever front door it came in by: the stages
-//! in the order they run — resolve, authorize, validate, admit, attempts,
-//! observe — each in its own file.
+//! in the order they run — resolve, authorize, validate, admit, cache (for
+//! tools the policy caches), attempts, observe — each in its own file.
 
 mod admit;
 mod attempt;
 mod attempts;
 mod authorize;
+mod cached;
 mod observe;
 mod resolve;
 mod retry;
 mod validate;
 
 pub(crate) use attempts::Attempts;
+pub(crate) use cached::CacheUse;
 
 use crate::error::CallError;
 use crate::metrics::{Metrics, ToolHandles};
+use crate::result_cache::ResultCache;
 use serde_json::Value;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::time::Instant;
 use toolmesh::pb::{InvokeRequest, InvokeResponse, ToolResult};
-use toolmesh::{Snapshot, SnapshotHistory, ToolDef, ToolEntry};
-use toolmesh_governance::{Governance, Permit, Principal};
+use toolmesh::{Snapshot, SnapshotHistory, ToolDef, ToolEntry, ToolErrorExt};
+use toolmesh_governance::{CacheRule, Governance, Permit, Principal};
 use toolmesh_telemetry::trace::{self, Context as TraceContext, TARGET};
 use tracing::Instrument;
 use tracing::field::Empty;
@@ -35,6 +38,17 @@ pub(crate) struct Pipeline {
     /// Largest `arguments` accepted, in bytes.
     pub(crate) max_argument_bytes: usize,
     pub(crate) metrics: Arc<Metrics>,
+    /// Answers of the tools the policy's `[cache]` names.
+    pub(crate) cache: ResultCache,
+}
+
+/// A call every check let through: what to send it to, its rate-limit
+/// slot (freed when the call ends) and how to cache it, if at all.
+pub(crate) struct Checked {
+    entry: Arc<ToolEntry>,
+    _permit: Permit,
+    /// The cache rule and byte bound, for a cached tool.
+    cache: Option<(CacheRule, u64)>,
 }
 
 /// How a call ended.
@@ -66,6 +80,8 @@ pub(crate) struct Trail {
     pub(crate) executor_id: String,
     /// The resolved tool version's metric handles, once resolved.
     pub(crate) metrics: Option<Arc<ToolHandles>>,
+    /// How the call used the result cache, for a cached tool.
+    pub(crate) cache: Option<CacheUse>,
     /// The call's `execute_tool` span (disabled unless traces are exported).
     pub(crate) span: tracing::Span,
 }
@@ -92,6 +108,7 @@ impl Trail {
             attempts: 0,
             executor_id: String::new(),
             metrics: None,
+            cache: None,
             span,
         }
     }
@@ -117,11 +134,9 @@ impl Pipeline {
         let mut trail = Trail::start(&request, snapshot.version(), span.clone());
         let outcome = match self.check(&snapshot, who, &request, &mut trail).await {
             Err(refused) => Outcome::Failed(refused),
-            Ok((entry, _permit)) => {
-                let attempts = self
-                    .attempts
-                    .run(&entry, &request, who, caller_timeout, &mut trail);
-                attempts.instrument(span).await
+            Ok(checked) => {
+                let send = self.send(checked, &request, who, caller_timeout, &mut trail);
+                send.instrument(span).await
             }
         };
         observe::finish(
@@ -135,6 +150,40 @@ impl Pipeline {
         )
     }
 
+    /// Sends a checked call: through the cache for a cached tool, else
+    /// straight to the attempt loop (no cache work at all).
+    async fn send(
+        &self,
+        checked: Checked,
+        request: &InvokeRequest,
+        who: &Principal,
+        caller_timeout: Option<Duration>,
+        trail: &mut Trail,
+    ) -> Outcome {
+        let entry = &checked.entry;
+        let (Some((rule, max_bytes)), Some(arguments)) = (&checked.cache, &trail.arguments) else {
+            return self
+                .attempts
+                .run(entry, request, who, caller_timeout, trail)
+                .await;
+        };
+        let key = cached::key(&entry.def, rule.scope, who, arguments);
+        let call = async {
+            match self
+                .attempts
+                .run(entry, request, who, caller_timeout, trail)
+                .await
+            {
+                Outcome::Answered(result) => result,
+                Outcome::Failed(error) => error.to_tool_error().into_result(),
+            }
+        };
+        let (outcome, used) = cached::run(&self.cache, rule, key, *max_bytes, call).await;
+        trail.cache = Some(used);
+        self.metrics.cache(used);
+        outcome
+    }
+
     /// Every check before anything is sent, in the order a model can act
     /// on: exists, may be used, enabled, arguments, preconditions,
     /// approval, rate.
@@ -144,7 +193,7 @@ impl Pipeline {
         who: &Principal,
         request: &InvokeRequest,
         trail: &mut Trail,
-    ) -> Result<(Arc<ToolEntry>, Permit), CallError> {
+    ) -> Result<Checked, CallError> {
         let policy = self.governance.policy();
         let current = self.snapshots.current();
         let entry = resolve::tool(snapshot, &current, &policy, who, &request.tool)?;
@@ -152,7 +201,12 @@ impl Pipeline {
         trail.metrics = Some(self.metrics.tool(&def));
         let grant = authorize::grant(&policy, who, &entry)?;
         trail.rule = Some(grant.rule);
-        let arguments = validate::arguments(&def, &request.arguments, self.max_argument_bytes)?;
+        let arguments = validate::arguments(
+            &def,
+            &request.arguments,
+            self.max_argument_bytes,
+            grant.narrowing.as_deref(),
+        )?;
         let arguments = trail.arguments.insert(arguments);
         let permit = admit::admit(
             &self.governance,
@@ -165,7 +219,13 @@ impl Pipeline {
         )
         .await?;
         trail.tool_version = def.version().to_string();
-        Ok((entry, permit))
+        let cache = cached::rule(policy.cache().rule_for(def.name()), &def)
+            .map(|rule| (rule.clone(), policy.cache().max_bytes));
+        Ok(Checked {
+            entry,
+            _permit: permit,
+            cache,
+        })
     }
 }
 

@@ -1,7 +1,7 @@
 //! Observe: how a call ended becomes the response, the session's facts and
 //! the audit record (and the place for metrics and spans).
 
-use super::{Outcome, Trail};
+use super::{CacheUse, Outcome, Trail};
 use crate::error::CallError;
 use crate::metrics::Metrics;
 use toolmesh::pb::ErrorCode;
@@ -41,6 +41,9 @@ pub(crate) fn finish(
             .metadata
             .insert("toolmesh.deprecated".into(), def.spec().deprecated.clone());
     }
+    if let Some(used) = trail.cache {
+        mark_cache(&mut result, used);
+    }
     let code = result.error.as_ref().map_or(ErrorCode::Unspecified, |e| {
         ErrorCode::try_from(e.code).unwrap_or(ErrorCode::ExecutorFailed)
     });
@@ -63,6 +66,16 @@ pub(crate) fn finish(
         attempts: trail.attempts,
         executor_id: trail.executor_id,
         result: Some(result),
+    }
+}
+
+/// Metadata `toolmesh.cache` (and `toolmesh.cache_age_ms` for an answer
+/// from the cache) on a cached tool's result.
+fn mark_cache(result: &mut ToolResult, used: CacheUse) {
+    let metadata = &mut result.metadata;
+    metadata.insert("toolmesh.cache".into(), used.name().into());
+    if let Some(age) = used.age() {
+        metadata.insert("toolmesh.cache_age_ms".into(), age.as_millis().to_string());
     }
 }
 
@@ -146,6 +159,7 @@ fn audit_record(
     record.duration_ms = trail.started.elapsed().as_millis() as u64;
     record.approval_id = trail.approval_id.clone();
     record.rule = trail.rule.clone();
+    record.cache = trail.cache.map(|used| used.name().to_owned());
     record.reason = result
         .error
         .as_ref()

@@ -1,15 +1,22 @@
 //! Validate: the arguments are JSON within the size limit, name no key twice
 //! (what is checked is what is sent), and satisfy the tool's compiled input
-//! schema; a result's `data` satisfies the compiled output schema. Every
-//! failing path is named.
+//! schema (narrowed by the caller's grant when it narrows it); a result's
+//! `data` satisfies the compiled output schema. Every failing path is named.
 
 use crate::error::CallError;
 use serde_json::Value;
 use toolmesh::{ToolDef, schema};
+use toolmesh_governance::Narrowing;
 
 /// The parsed arguments of a call to `def`, or why they are refused.
-/// Empty text stands for `{}`.
-pub(crate) fn arguments(def: &ToolDef, text: &str, limit: usize) -> Result<Value, CallError> {
+/// Empty text stands for `{}`. `narrowing` holds the call to the tool's
+/// schema as the caller's grant narrows it (what its ListTools shows).
+pub(crate) fn arguments(
+    def: &ToolDef,
+    text: &str,
+    limit: usize,
+    narrowing: Option<&Narrowing>,
+) -> Result<Value, CallError> {
     if text.len() > limit {
         return Err(CallError::ArgumentsTooLarge {
             size: text.len(),
@@ -23,6 +30,15 @@ pub(crate) fn arguments(def: &ToolDef, text: &str, limit: usize) -> Result<Value
             violations,
         }
     })?;
+    if let Some(narrowing) = narrowing {
+        narrowing
+            .check(&arguments)
+            .map_err(|violations| CallError::ArgumentsNarrowed {
+                tool: def.label(),
+                grant: narrowing.grant.clone(),
+                violations,
+            })?;
+    }
     Ok(arguments)
 }
 
@@ -93,25 +109,25 @@ mod tests {
     #[test]
     fn refusals_and_acceptance() {
         let def = def();
-        assert_eq!(arguments(&def, r#"{"n": 3}"#, 100).unwrap()["n"], 3);
+        assert_eq!(arguments(&def, r#"{"n": 3}"#, 100, None).unwrap()["n"], 3);
         assert!(matches!(
-            arguments(&def, r#"{"n": 3}"#, 4),
+            arguments(&def, r#"{"n": 3}"#, 4, None),
             Err(CallError::ArgumentsTooLarge { size: 8, limit: 4 })
         ));
         assert!(matches!(
-            arguments(&def, "{", 100),
+            arguments(&def, "{", 100, None),
             Err(CallError::Arguments(_))
         ));
         assert!(
             matches!(
-                arguments(&def, r#"{"n": 1, "n": 100}"#, 100),
+                arguments(&def, r#"{"n": 1, "n": 100}"#, 100, None),
                 Err(CallError::Arguments(
                     toolmesh::schema::ArgumentsError::DuplicateKey { .. }
                 ))
             ),
             "a repeated key is refused, not read last-wins"
         );
-        match arguments(&def, r#"{"n": 11}"#, 100) {
+        match arguments(&def, r#"{"n": 11}"#, 100, None) {
             Err(CallError::ArgumentsInvalid { tool, violations }) => {
                 assert_eq!(tool, "t@1.0.0");
                 assert!(violations.to_string().contains("/n"), "{violations}");
@@ -120,10 +136,39 @@ mod tests {
         }
         assert!(
             matches!(
-                arguments(&def, "  ", 100),
+                arguments(&def, "  ", 100, None),
                 Err(CallError::ArgumentsInvalid { .. })
             ),
             "empty is {{}}, which lacks n"
         );
+    }
+
+    /// A grant's narrowing refuses what the tool's own schema accepts,
+    /// naming the grant and the bound.
+    #[test]
+    fn narrowed_by_the_grant() {
+        let narrowing = Narrowing {
+            grant: "agents".into(),
+            fields: vec![toolmesh_governance::FieldLimit {
+                property: "n".into(),
+                minimum: None,
+                maximum: Some(5.0),
+                one_of: None,
+                max_length: None,
+            }],
+        };
+        let def = def();
+        assert!(arguments(&def, r#"{"n": 5}"#, 100, Some(&narrowing)).is_ok());
+        match arguments(&def, r#"{"n": 7}"#, 100, Some(&narrowing)) {
+            Err(e @ CallError::ArgumentsNarrowed { .. }) => {
+                let text = e.to_string();
+                assert!(text.contains("grant \"agents\""), "{text}");
+                assert!(
+                    text.contains("at /n: 7 is above the maximum of 5"),
+                    "{text}"
+                );
+            }
+            other => panic!("{other:?}"),
+        }
     }
 }

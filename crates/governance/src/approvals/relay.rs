@@ -26,6 +26,9 @@ pub enum ApprovalOp {
     Deny,
     /// The pending tickets the principal may see.
     List,
+    /// Every pending ticket, of every tenant: the operator's view (the
+    /// admin page); a dispatcher asks it, never on a caller's behalf.
+    Pending,
 }
 
 impl ApprovalOp {
@@ -37,6 +40,7 @@ impl ApprovalOp {
             ApprovalOp::Approve => "approve",
             ApprovalOp::Deny => "deny",
             ApprovalOp::List => "list",
+            ApprovalOp::Pending => "pending",
         }
     }
 
@@ -48,6 +52,7 @@ impl ApprovalOp {
             ApprovalOp::Approve,
             ApprovalOp::Deny,
             ApprovalOp::List,
+            ApprovalOp::Pending,
         ]
         .into_iter()
         .find(|op| op.as_str() == name)

@@ -1,0 +1,241 @@
+//! Cache: a read-only, idempotent tool's answer reused while fresh, identical calls in flight coalesced, and a stale answer served (and marked) when the tool fails.
+//!
+//! This stage runs only after every check (resolve, authorize, validate,
+//! admit), so a cached answer never hides a disable, a revoked grant, a
+//! narrowed schema or a rate limit.
+
+use super::Outcome;
+use crate::result_cache::ResultCache;
+use serde_json::Value;
+use std::future::Future;
+use std::sync::Arc;
+use std::time::Duration;
+use toolmesh::ToolDef;
+use toolmesh::pb::{ErrorCode, ToolResult};
+use toolmesh_governance::{CacheRule, CacheScope, Principal, value_digest};
+
+/// How a call used the cache (metadata `toolmesh.cache`, the audit log, metrics).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum CacheUse {
+    /// No fresh answer: this call ran the tool (and stored its answer).
+    Miss,
+    /// A fresh answer this old was served; the tool did not run.
+    Hit(Duration),
+    /// The tool failed; an answer this old was served instead, marked stale.
+    Stale(Duration),
+    /// An identical call in flight ran the tool; its answer was shared.
+    Coalesced,
+}
+
+impl CacheUse {
+    /// The value of `toolmesh.cache`.
+    pub(crate) fn name(self) -> &'static str {
+        match self {
+            CacheUse::Miss => "miss",
+            CacheUse::Hit(_) => "hit",
+            CacheUse::Stale(_) => "stale",
+            CacheUse::Coalesced => "coalesced",
+        }
+    }
+
+    /// How old the answer served was, when it came from the cache.
+    pub(crate) fn age(self) -> Option<Duration> {
+        match self {
+            CacheUse::Hit(age) | CacheUse::Stale(age) => Some(age),
+            CacheUse::Miss | CacheUse::Coalesced => None,
+        }
+    }
+}
+
+/// The rule under which `def`'s answers may be cached, if any: the
+/// policy names it and the tool says it is read-only and idempotent.
+pub(crate) fn rule<'a>(rule: Option<&'a CacheRule>, def: &ToolDef) -> Option<&'a CacheRule> {
+    rule.filter(|_| def.read_only() && def.idempotent())
+}
+
+/// The key of a call: tool@version, who shares the answer, and the
+/// SHA-256 of the canonical arguments (key order and spacing do not matter).
+pub(crate) fn key(
+    def: &ToolDef,
+    scope: CacheScope,
+    who: &Principal,
+    arguments: &Value,
+) -> Arc<str> {
+    let scope = match scope {
+        CacheScope::Global => String::new(),
+        CacheScope::Tenant => format!("t:{}", who.tenant),
+        CacheScope::Principal => format!("p:{}/{}", who.tenant, who.name),
+    };
+    format!("{}\n{scope}\n{}", def.label(), value_digest(arguments)).into()
+}
+
+/// Serves the call from `cache` under `rule`, running `call` only when no
+/// fresh answer exists and no identical call is in flight; says how.
+pub(crate) async fn run(
+    cache: &ResultCache,
+    rule: &CacheRule,
+    key: Arc<str>,
+    max_bytes: u64,
+    call: impl Future<Output = ToolResult>,
+) -> (Outcome, CacheUse) {
+    // Answers are kept while they may still stand in for a failure.
+    let keep = rule.ttl + rule.stale_if_error;
+    if let Some((result, age)) = cache.get(&key, keep)
+        && age < rule.ttl
+    {
+        return (Outcome::Answered(result), CacheUse::Hit(age));
+    }
+    let ran = cache.coalesce(&key, async {
+        let result = call.await;
+        if result.error.is_none() {
+            cache.put(key.clone(), result.clone(), max_bytes);
+        }
+        result
+    });
+    let (result, leader) = ran.await;
+    if outage(&result)
+        && !rule.stale_if_error.is_zero()
+        && let Some((stale, age)) = cache.get(&key, keep)
+    {
+        let stale = marked_stale(stale, age, &result);
+        return (Outcome::Answered(stale), CacheUse::Stale(age));
+    }
+    let used = if leader {
+        CacheUse::Miss
+    } else {
+        CacheUse::Coalesced
+    };
+    (Outcome::Answered(result), used)
+}
+
+/// Whether the tool failed in a way a stale answer may stand in for: no
+/// executor, a broken one, or out of time — never the tool's own verdict.
+fn outage(result: &ToolResult) -> bool {
+    result.error.as_ref().is_some_and(|e| {
+        [
+            ErrorCode::Unavailable,
+            ErrorCode::DeadlineExceeded,
+            ErrorCode::ExecutorFailed,
+        ]
+        .iter()
+        .any(|c| *c as i32 == e.code)
+    })
+}
+
+/// A stale answer, saying so where the model reads it.
+fn marked_stale(mut stale: ToolResult, age: Duration, failure: &ToolResult) -> ToolResult {
+    let why = failure.error.as_ref().map_or("", |e| e.message.as_str());
+    stale.output = format!(
+        "[cached answer from {} ms ago, served because the tool failed just now ({why}); it may be out of date]\n{}",
+        age.as_millis(),
+        stale.output
+    );
+    stale
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+    use toolmesh::pb::{ToolError, ToolSpec};
+
+    fn def(read_only: bool, idempotent: bool) -> ToolDef {
+        ToolDef::new(ToolSpec {
+            name: "lookup".into(),
+            version: "1.0.0".into(),
+            description: "d".into(),
+            input_schema: r#"{"type":"object"}"#.into(),
+            read_only,
+            idempotent,
+            ..ToolSpec::default()
+        })
+        .unwrap()
+    }
+
+    fn who(name: &str, tenant: &str) -> Principal {
+        Principal {
+            name: name.into(),
+            tenant: tenant.into(),
+            roles: Vec::new(),
+            anonymous: false,
+        }
+    }
+
+    /// Only a read-only and idempotent tool is cached, whatever the policy says.
+    #[test]
+    fn only_read_only_idempotent_tools() {
+        let rule = CacheRule {
+            tool: toolmesh_governance::ToolPattern::parse("*").unwrap(),
+            ttl: Duration::from_secs(1),
+            stale_if_error: Duration::ZERO,
+            scope: CacheScope::Tenant,
+        };
+        assert!(rule_for(&rule, true, true));
+        assert!(!rule_for(&rule, false, true));
+        assert!(!rule_for(&rule, true, false));
+    }
+
+    fn rule_for(r: &CacheRule, read_only: bool, idempotent: bool) -> bool {
+        rule(Some(r), &def(read_only, idempotent)).is_some()
+    }
+
+    /// Keys ignore key order, and separate tenants or principals per scope.
+    #[test]
+    fn keys_by_scope_and_canonical_arguments() {
+        let d = def(true, true);
+        let a = json!({"q": 1, "r": 2});
+        let b: Value = serde_json::from_str(r#"{"r":2,   "q":1}"#).unwrap();
+        let (ann, bob, other) = (who("ann", "acme"), who("bob", "acme"), who("ann", "zeta"));
+        let k = |scope, who: &Principal, args: &Value| key(&d, scope, who, args);
+        assert_eq!(
+            k(CacheScope::Tenant, &ann, &a),
+            k(CacheScope::Tenant, &bob, &b)
+        );
+        assert_ne!(
+            k(CacheScope::Tenant, &ann, &a),
+            k(CacheScope::Tenant, &other, &a)
+        );
+        assert_ne!(
+            k(CacheScope::Principal, &ann, &a),
+            k(CacheScope::Principal, &bob, &a)
+        );
+        assert_eq!(
+            k(CacheScope::Global, &ann, &a),
+            k(CacheScope::Global, &other, &a)
+        );
+        assert_ne!(
+            k(CacheScope::Global, &ann, &a),
+            k(CacheScope::Global, &ann, &json!({}))
+        );
+    }
+
+    /// Outages may be covered by a stale answer; a tool's own error is not.
+    #[test]
+    fn stale_only_for_outages() {
+        let failed = |code: ErrorCode| ToolResult {
+            error: Some(ToolError {
+                code: code as i32,
+                message: "down".into(),
+                ..ToolError::default()
+            }),
+            ..ToolResult::default()
+        };
+        assert!(outage(&failed(ErrorCode::Unavailable)));
+        assert!(!outage(&failed(ErrorCode::ToolError)));
+        assert!(!outage(&ToolResult::default()));
+        let stale = marked_stale(
+            ToolResult {
+                output: "42".into(),
+                ..ToolResult::default()
+            },
+            Duration::from_millis(1500),
+            &failed(ErrorCode::Unavailable),
+        );
+        assert!(
+            stale.output.starts_with("[cached answer from 1500 ms ago"),
+            "{}",
+            stale.output
+        );
+        assert!(stale.output.ends_with("\n42"));
+    }
+}
