@@ -15,7 +15,7 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 use toolmesh::ToolEntry;
 use toolmesh::grpc::{Bound, call_budget};
-use toolmesh::pb::InvokeRequest;
+use toolmesh::pb::{ExecuteRequest, InvokeRequest, ToolResult};
 use toolmesh::spec::Retry;
 use toolmesh_governance::Principal;
 use tower::retry::budget::{Budget, TpsBudget};
@@ -70,29 +70,8 @@ impl Attempts {
             let slice = policy
                 .attempt_timeout
                 .map_or(remaining, |t| t.min(remaining));
-            if let Some(handles) = &trail.metrics {
-                self.metrics.attempt(handles);
-            }
-            let span = attempt::span(&trail.span, trail.attempts, &trail.executor_id);
-            let this = attempt::Attempt {
-                execute: &execute,
-                arguments: &request.arguments,
-                number: trail.attempts,
-            };
-            let sent = attempt::send(&pick, this, slice, &span);
-            let failure = match sent.instrument(span.clone()).await {
-                Ok(result) => {
-                    // A result that breaks its own contract counts against
-                    // the tool on that instance and never reaches the model;
-                    // it is not retried (the tool ran).
-                    if let Err(broken) = super::validate::output(def, &result.data) {
-                        warn!(call_id = %trail.call_id, tool = def.name(), %broken, "result withheld");
-                        self.record(entry, &pick, Health::Bad(Scope::Tool));
-                        return Outcome::Failed(broken);
-                    }
-                    self.record(entry, &pick, Health::Good);
-                    return Outcome::Answered(result);
-                }
+            let failure = match self.send_one(&pick, &execute, request, slice, trail).await {
+                Ok(result) => return self.answered(entry, &pick, result, trail),
                 Err(failure) => failure,
             };
             let caller_bound = slice == remaining && bound == Bound::Caller;
@@ -111,6 +90,49 @@ impl Attempts {
                 None => return outcome(failure, request, trail),
             }
         }
+    }
+
+    /// Sends the next attempt to `pick` in its own span, counted.
+    async fn send_one(
+        &self,
+        pick: &Pick,
+        execute: &ExecuteRequest,
+        request: &InvokeRequest,
+        slice: Duration,
+        trail: &Trail,
+    ) -> Result<ToolResult, AttemptFailure> {
+        if let Some(handles) = &trail.metrics {
+            self.metrics.attempt(handles);
+        }
+        let span = attempt::span(&trail.span, trail.attempts, &trail.executor_id);
+        let this = attempt::Attempt {
+            execute,
+            arguments: &request.arguments,
+            number: trail.attempts,
+        };
+        attempt::send(pick, this, slice, &span)
+            .instrument(span.clone())
+            .await
+    }
+
+    /// The executor answered: a result that breaks its own output contract
+    /// counts against the tool on that instance and never reaches the model
+    /// (it is not retried: the tool ran); any other is the outcome.
+    fn answered(
+        &self,
+        entry: &ToolEntry,
+        pick: &Pick,
+        result: ToolResult,
+        trail: &Trail,
+    ) -> Outcome {
+        let def = &entry.def;
+        if let Err(broken) = super::validate::output(def, &result.data) {
+            warn!(call_id = %trail.call_id, tool = def.name(), %broken, "result withheld");
+            self.record(entry, pick, Health::Bad(Scope::Tool));
+            return Outcome::Failed(broken);
+        }
+        self.record(entry, pick, Health::Good);
+        Outcome::Answered(result)
     }
 
     /// The retry decision for a failed attempt, with the budget applied:
