@@ -247,13 +247,10 @@ impl Metrics {
         }
     }
 
-    /// Counts how a cached tool's call used the cache.
-    pub(crate) fn cache(&self, used: crate::call::CacheUse) {
-        self.cache
-            .get_or_create(&CacheLabels {
-                result: used.name(),
-            })
-            .inc();
+    /// Counts how a cached tool's call used the cache (`hit`, `stale`,
+    /// `coalesced` or `miss`).
+    pub(crate) fn cache(&self, result: &'static str) {
+        self.cache.get_or_create(&CacheLabels { result }).inc();
     }
 
     /// Counts one attempt sent.

@@ -2,7 +2,7 @@
 //! sent to the endpoint that last answered and retried on the others when it
 //! is unavailable, endpoints that failed set aside for a while.
 
-use crate::error::EtcdError;
+use crate::error::{EtcdError, is_unavailable};
 use crate::pb::{
     self, kv_client::KvClient, lease_client::LeaseClient, maintenance_client::MaintenanceClient,
 };
@@ -90,14 +90,6 @@ impl std::fmt::Debug for Client {
             .field("endpoints", &self.endpoints())
             .finish()
     }
-}
-
-/// Whether a status means "try another endpoint" (down, no leader, timed out).
-pub(crate) fn is_unavailable(status: &Status) -> bool {
-    matches!(
-        status.code(),
-        Code::Unavailable | Code::DeadlineExceeded | Code::Cancelled | Code::Unknown
-    )
 }
 
 impl Client {

@@ -1,4 +1,5 @@
 //! What can go wrong talking to etcd.
+use tonic::{Code, Status};
 
 /// Why an etcd request did not succeed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -42,4 +43,12 @@ impl EtcdError {
             EtcdError::Unavailable { .. } | EtcdError::WatchEnded(_)
         )
     }
+}
+
+/// Whether a status means "try another endpoint" (down, no leader, timed out).
+pub(crate) fn is_unavailable(status: &Status) -> bool {
+    matches!(
+        status.code(),
+        Code::Unavailable | Code::DeadlineExceeded | Code::Cancelled | Code::Unknown
+    )
 }

@@ -1,8 +1,7 @@
 //! A watch over a key prefix: events grouped by revision, compaction and
 //! lost leaders reported as errors so the watcher can resync.
 
-use crate::client::is_unavailable;
-use crate::error::EtcdError;
+use crate::error::{EtcdError, is_unavailable};
 use crate::pb::{self, mvccpb, watch_client::WatchClient};
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;

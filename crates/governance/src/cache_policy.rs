@@ -1,6 +1,6 @@
 //! The `[cache]` table: which tools' results a dispatcher may reuse, for how long and for whom.
 
-use crate::{Problem, ToolPattern, config::line_of};
+use crate::{Problem, ToolPattern, error::line_of};
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
 use toml::Spanned;

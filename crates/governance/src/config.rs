@@ -177,13 +177,3 @@ pub(crate) fn risk_name(risk: RiskLevel) -> &'static str {
         RiskLevel::High => "HIGH",
     }
 }
-
-/// 1-based line of byte offset `at` in `text`.
-pub(crate) fn line_of(text: &str, at: usize) -> usize {
-    let at = at.min(text.len());
-    text.as_bytes()[..at]
-        .iter()
-        .filter(|&&b| b == b'\n')
-        .count()
-        + 1
-}

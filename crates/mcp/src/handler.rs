@@ -2,6 +2,7 @@
 //! `tools/call` (one Invoke), and `list_changed` when the caller's
 //! projection changes.
 
+use crate::result::APPROVAL_META;
 use crate::{Backend, BackendError};
 use rmcp::model::{
     CacheScope, CallToolRequestParams, CallToolResponse, Implementation, ListToolsResult,
@@ -15,8 +16,6 @@ use toolmesh::pb::{CallContext, InvokeRequest, ToolFormat};
 
 /// Tools per `tools/list` page: 10,000 tools are 50 pages, not one 3 MiB answer.
 pub const PAGE_SIZE: usize = 200;
-/// `_meta` key of `tools/call` carrying a granted approval's id.
-pub const APPROVAL_META: &str = "toolmesh/approval_id";
 /// `_meta` key of `tools/call` naming the agent session (for preconditions).
 pub const SESSION_META: &str = "toolmesh/session_id";
 /// How long a client may reuse a listing (`ttlMs`); changes within it are

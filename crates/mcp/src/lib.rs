@@ -20,8 +20,9 @@ mod tls;
 pub use backend::Backend;
 pub use error::BackendError;
 pub use grpc::GrpcBackend;
-pub use handler::{APPROVAL_META, McpHandler, PAGE_SIZE, SESSION_META};
+pub use handler::{McpHandler, PAGE_SIZE, SESSION_META};
 pub use http::{McpHttpConfig, router, serve};
+pub use result::APPROVAL_META;
 pub use tls::{McpTlsError, TlsListener, acceptor as tls_acceptor};
 
 /// Serves `handler` on stdin/stdout until the client closes them.

@@ -8,7 +8,8 @@ use serde_json::{Value, json};
 use toolmesh::pb::{ErrorCode, InvokeResponse, ToolError, ToolResult};
 use toolmesh::{ErrorCodeExt, ToolErrorExt};
 
-use crate::handler::APPROVAL_META;
+/// `_meta` key of `tools/call` carrying a granted approval's id.
+pub const APPROVAL_META: &str = "toolmesh/approval_id";
 
 /// The MCP answer to a call of `tool` that came back as `response`.
 pub(crate) fn call_result(

@@ -180,7 +180,7 @@ impl Pipeline {
         };
         let (outcome, used) = cached::run(&self.cache, rule, key, *max_bytes, call).await;
         trail.cache = Some(used);
-        self.metrics.cache(used);
+        self.metrics.cache(used.name());
         outcome
     }
 
