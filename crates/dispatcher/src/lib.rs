@@ -281,7 +281,11 @@ impl Dispatcher {
     /// certificate, else the anonymous caller where the policy admits one.
     pub fn caller<T>(&self, request: &tonic::Request<T>) -> Result<Principal, Refusal> {
         let bearer = toolmesh::grpc::bearer(request.metadata());
-        let certificate = toolmesh::grpc::peer_certificate(request);
+        // The certificate (a copy of its DER) only when there is no token.
+        let certificate = bearer
+            .is_none()
+            .then(|| toolmesh::grpc::peer_certificate(request))
+            .flatten();
         Ok(self
             .governance()
             .authenticate(bearer, certificate.as_ref())?)

@@ -139,10 +139,12 @@ impl Pipeline {
                 send.instrument(span).await
             }
         };
+        // What preconditions declare is read from the newest snapshot, so
+        // pinned calls do not make the per-snapshot memo flip back and forth.
         observe::finish(
             &self.governance,
             &self.metrics,
-            &snapshot,
+            &self.snapshots.current(),
             who,
             &request,
             trail,

@@ -108,7 +108,8 @@ fn audit_kind(outcome: &Outcome) -> AuditKind {
 }
 
 /// A successful call is a fact later preconditions of its caller's session
-/// can use (only what some declared precondition names is kept).
+/// can use (only what some precondition of the current snapshot names is
+/// kept).
 fn record_session_facts(
     governance: &Governance,
     snapshot: &Snapshot,
@@ -116,11 +117,15 @@ fn record_session_facts(
     request: &InvokeRequest,
     trail: &Trail,
 ) {
+    let session = request
+        .context
+        .as_ref()
+        .map_or("", |c| c.session_id.as_str());
+    if session.is_empty() {
+        // Most calls name no session: nothing to record, nothing to look up.
+        return;
+    }
     if let (Some(def), Some(arguments)) = (&trail.def, &trail.arguments) {
-        let session = request
-            .context
-            .as_ref()
-            .map_or("", |c| c.session_id.as_str());
         let declared = governance.sessions.declared_for(snapshot);
         governance
             .sessions
