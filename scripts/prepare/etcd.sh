@@ -4,15 +4,8 @@
 # it says so and the etcd tests fail (they never skip).
 if [ -z "${TOOLMESH_TEST_ETCD:-}" ]; then
     if ! command -v etcd >/dev/null 2>&1; then
-        echo "scripts/prepare/etcd.sh: etcd is missing; installing Debian's etcd-server" >&2
-        if command -v apt-get >/dev/null 2>&1; then
-            if [ "$(id -u)" = 0 ]; then apt=(apt-get); else apt=(sudo -n apt-get); fi
-            "${apt[@]}" update -qq >&2 \
-                && DEBIAN_FRONTEND=noninteractive "${apt[@]}" install -y -qq etcd-server >&2 \
-                || echo "scripts/prepare/etcd.sh: could not install etcd-server; install it (apt-get install etcd-server) or set TOOLMESH_TEST_ETCD=/path/to/etcd, else the etcd tests fail" >&2
-        else
-            echo "scripts/prepare/etcd.sh: no apt-get here; install etcd 3.4+ and set TOOLMESH_TEST_ETCD=/path/to/etcd, else the etcd tests fail" >&2
-        fi
+        apt_install etcd-server \
+            || echo "scripts/prepare/etcd.sh: without etcd the etcd tests fail; or set TOOLMESH_TEST_ETCD=/path/to/etcd" >&2
     fi
     if command -v etcd >/dev/null 2>&1; then
         TOOLMESH_TEST_ETCD="$(command -v etcd)"

@@ -27,9 +27,15 @@ impl Nginx {
     }
 }
 
-/// The `nginx` executable on PATH, if there is one.
+/// The `nginx` executable: `TOOLMESH_NGINX` when set (Debian installs it in
+/// /usr/sbin, off a user's PATH), else the first on PATH or in /usr/sbin.
 pub(crate) fn find() -> Option<PathBuf> {
-    find_in(std::env::var_os("PATH")?.as_os_str())
+    if let Some(path) = std::env::var_os("TOOLMESH_NGINX") {
+        return Some(PathBuf::from(path));
+    }
+    let mut path = std::env::var_os("PATH").unwrap_or_default();
+    path.push(":/usr/sbin");
+    find_in(&path)
 }
 
 /// The first executable `nginx` in the directories of `path`.
