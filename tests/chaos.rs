@@ -208,6 +208,18 @@ async fn caller(addr: String, stop: Instant, calls: Arc<Mutex<Vec<Call>>>, n: us
 }
 
 /// Whether the registry's newest snapshot shows `executor` serving healthy.
+/// Waits until every one of `executors` is a healthy instance in the
+/// snapshot of the registry at `registry`.
+async fn all_healthy(registry: &str, executors: &[String], within: Duration) {
+    for id in executors {
+        eventually(&format!("{id} healthy"), within, || {
+            let (registry, id) = (registry.to_owned(), id.clone());
+            async move { (instance_healthy(&registry, &id).await == Some(true)).then_some(()) }
+        })
+        .await;
+    }
+}
+
 async fn instance_healthy(registry: &str, executor: &str) -> Option<bool> {
     let mut client =
         RegistryClient::new(toolmesh::grpc::channel(registry, &toolmesh::grpc::Tls::none()).ok()?);
@@ -248,15 +260,8 @@ async fn chaos_suite() {
     )
     .await;
     // Every replica registered before the load starts.
-    for i in 0..3 {
-        let id = mesh.replicas[i].id.clone();
-        let registry = mesh.registry_addr.clone();
-        eventually(&format!("{id} registered"), Duration::from_secs(10), || {
-            let (registry, id) = (registry.clone(), id.clone());
-            async move { (instance_healthy(&registry, &id).await == Some(true)).then_some(()) }
-        })
-        .await;
-    }
+    let ids: Vec<String> = mesh.replicas.iter().map(|r| r.id.clone()).collect();
+    all_healthy(&mesh.registry_addr, &ids, Duration::from_secs(10)).await;
 
     let calls = Arc::new(Mutex::new(Vec::new()));
     let started = Instant::now();
@@ -330,15 +335,7 @@ async fn chaos_suite() {
         within,
     )
     .await;
-    for i in 0..3 {
-        let id = mesh.replicas[i].id.clone();
-        let registry = mesh.registry_addr.clone();
-        eventually(&format!("{id} back"), within, || {
-            let (registry, id) = (registry.clone(), id.clone());
-            async move { (instance_healthy(&registry, &id).await == Some(true)).then_some(()) }
-        })
-        .await;
-    }
+    all_healthy(&mesh.registry_addr, &ids, within).await;
     let recovered = faults_over.elapsed();
     assert!(mesh.dispatcher.alive(), "the dispatcher did not crash");
     assert!(mesh.registry.alive(), "the registry did not crash");
@@ -578,7 +575,7 @@ async fn chaos_on_etcd() {
         )
     };
     let mut registry_a = replica("registry-a");
-    let registry_b = replica("registry-b");
+    let mut registry_b = replica("registry-b");
     let registries = format!("{},{}", registry_a.listen_addr(), registry_b.listen_addr());
     let dispatcher_proc = Proc::toolmesh(
         "dispatcher",
@@ -615,6 +612,9 @@ async fn chaos_on_etcd() {
         Duration::from_secs(10),
     )
     .await;
+    let replicas: Vec<String> = (0..3).map(|i| format!("etcd-replica-{i}")).collect();
+    let registry_b_addr = registry_b.listen_addr();
+    all_healthy(&registry_b_addr, &replicas, Duration::from_secs(10)).await;
 
     let calls = Arc::new(Mutex::new(Vec::new()));
     let started = Instant::now();
@@ -657,6 +657,11 @@ async fn chaos_on_etcd() {
     )
     .await;
     let recovered = faults_over.elapsed();
+    all_healthy(&registry_b_addr, &replicas, Duration::from_secs(5)).await;
+    assert!(
+        registry_b.alive(),
+        "the surviving registry replica did not crash"
+    );
     let mut dispatcher_proc = dispatcher_proc;
     assert!(dispatcher_proc.alive(), "the dispatcher did not crash");
     let calls = calls.lock().unwrap().clone();

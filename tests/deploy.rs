@@ -138,7 +138,7 @@ fn role_service(subcommand: &str) -> &'static str {
 
 /// Checks every Deployment's containers against the binary; `known_flags`
 /// lets a render use flags this build lacks (none but the metrics render).
-fn check_containers(objects: &[Value], help: &mut Help, known_flags: bool) {
+fn check_containers(objects: &[Value], help: &mut Help) {
     let deployments: Vec<&Value> = kind(objects, "Deployment").collect();
     assert!(deployments.len() >= 3, "registry, dispatcher, executor");
     for deployment in deployments {
@@ -147,23 +147,21 @@ fn check_containers(objects: &[Value], help: &mut Help, known_flags: bool) {
         for container in pod["containers"].as_array().expect("containers") {
             let args = strings(&container["args"]);
             let subcommand = args.first().copied().unwrap_or_default();
-            if known_flags {
-                let text = help.of(subcommand).to_owned();
-                for arg in args.iter().filter(|a| a.starts_with("--")) {
-                    let flag = arg.split('=').next().unwrap_or(arg);
+            let text = help.of(subcommand).to_owned();
+            for arg in args.iter().filter(|a| a.starts_with("--")) {
+                let flag = arg.split('=').next().unwrap_or(arg);
+                assert!(
+                    text.contains(&format!("{flag} ")) || text.contains(&format!("{flag}\n")),
+                    "{what}: `toolmesh {subcommand}` takes no {flag}"
+                );
+            }
+            for env in container["env"].as_array().into_iter().flatten() {
+                let var = env["name"].as_str().unwrap_or_default();
+                if var.starts_with("TOOLMESH_") {
                     assert!(
-                        text.contains(&format!("{flag} ")) || text.contains(&format!("{flag}\n")),
-                        "{what}: `toolmesh {subcommand}` takes no {flag}"
+                        text.contains(&format!("[env: {var}=")),
+                        "{what}: `toolmesh {subcommand}` reads no {var}"
                     );
-                }
-                for env in container["env"].as_array().into_iter().flatten() {
-                    let var = env["name"].as_str().unwrap_or_default();
-                    if var.starts_with("TOOLMESH_") {
-                        assert!(
-                            text.contains(&format!("[env: {var}=")),
-                            "{what}: `toolmesh {subcommand}` reads no {var}"
-                        );
-                    }
                 }
             }
             let ports: BTreeMap<&str, u64> = container["ports"]
@@ -325,7 +323,7 @@ fn check_policy(objects: &[Value]) {
 #[tokio::test]
 async fn kustomize_base_matches_the_binaries() {
     let objects = kustomize();
-    check_containers(&objects, &mut Help::default(), true);
+    check_containers(&objects, &mut Help::default());
     check_wiring(&objects);
     check_policy(&objects);
 }
@@ -337,12 +335,12 @@ async fn kustomize_base_matches_the_binaries() {
 async fn helm_chart_matches_the_binaries_and_the_base() {
     let mut help = Help::default();
     let default = helm(&[]);
-    check_containers(&default, &mut help, true);
+    check_containers(&default, &mut help);
     check_wiring(&default);
     check_policy(&default);
 
     let tls = helm(&["tls.enabled=true", "registry.persistence.enabled=true"]);
-    check_containers(&tls, &mut help, true);
+    check_containers(&tls, &mut help);
     check_wiring(&tls);
     for deployment in kind(&tls, "Deployment") {
         let env = &deployment["spec"]["template"]["spec"]["containers"][0]["env"];
@@ -389,12 +387,12 @@ async fn helm_chart_matches_the_binaries_and_the_base() {
 
 /// With metrics on, registry and dispatcher Services expose the `admin`
 /// port (9090) their pods declare, and a ServiceMonitor and a PodMonitor
-/// scrape `admin`. (The containers' flags are not checked against this
-/// build here: `--admin-listen` comes with the metrics work.)
+/// scrape `admin`; the containers' flags (`--admin-listen` among them)
+/// are ones the binaries take.
 #[test]
 fn helm_metrics_are_scraped_on_the_admin_port() {
     let objects = helm(&["metrics.enabled=true"]);
-    check_containers(&objects, &mut Help::default(), false);
+    check_containers(&objects, &mut Help::default());
     check_wiring(&objects);
     let monitors: Vec<&Value> = kind(&objects, "ServiceMonitor")
         .chain(kind(&objects, "PodMonitor"))

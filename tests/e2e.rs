@@ -336,16 +336,41 @@ async fn cli_commands() {
 #[tokio::test]
 async fn serve_drains_on_sigterm() {
     let (mut serve, addr) = serve(&["--grace-ms", "3000"]);
-    let _exec = example("acceptance", &addr, &[]);
+    let dir = temp_dir("drain");
+    let ledger_path = dir.join("ledger.jsonl");
+    let _exec = example(
+        "acceptance",
+        &addr,
+        &["--ledger", ledger_path.to_str().unwrap()],
+    );
     let mut client = dispatcher(&addr);
     until_listed(&mut client, &["acc_sleep"], Duration::from_secs(10)).await;
     let in_flight = {
         let mut client = client.clone();
-        tokio::spawn(async move { invoke(&mut client, "acc_sleep", r#"{"ms": 600}"#, None).await })
+        tokio::spawn(async move { invoke(&mut client, "acc_sleep", r#"{"ms": 800}"#, None).await })
     };
-    tokio::time::sleep(Duration::from_millis(150)).await;
+    // acc_sleep writes its ledger line as it starts: the call is in flight.
+    eventually("acc_sleep running", Duration::from_secs(5), || {
+        let started = ledger(&ledger_path)
+            .iter()
+            .any(|l| l["tool"] == "acc_sleep");
+        std::future::ready(started.then_some(()))
+    })
+    .await;
     let termed = Instant::now();
     serve.signal(libc::SIGTERM);
+    // A new client gets nothing from the draining server.
+    let mut late = tonic::Request::new(toolmesh::pb::ListToolsRequest::default());
+    late.set_timeout(Duration::from_millis(300));
+    let refused = toolmesh::pb::dispatcher_client::DispatcherClient::new(
+        toolmesh::grpc::channel(&addr, &toolmesh::grpc::Tls::none()).unwrap(),
+    )
+    .list_tools(late)
+    .await;
+    assert!(
+        refused.is_err(),
+        "a new connection is not served while draining"
+    );
     let response = in_flight.await.unwrap();
     assert_eq!(
         code(&response),

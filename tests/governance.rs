@@ -426,6 +426,11 @@ async fn approval_flow() {
         ErrorCode::ApprovalRequired as i32,
         "expired after 2 s"
     );
+    assert!(
+        message(&expired).contains(&format!("approval {id2} for acc_charge expired")),
+        "refused because it expired, not because it was never approved: {}",
+        message(&expired)
+    );
 
     let audit = audit_lines(&mesh.audit);
     for kind in ["approval_requested", "approval_granted", "invoke"] {

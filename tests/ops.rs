@@ -42,9 +42,11 @@ fn scrape(addr: &str) -> String {
     body
 }
 
-/// After 3 successful calls, one with invalid arguments, one to an unknown
-/// name and one tool error, the dispatcher, registry and executor metrics
-/// hold exactly those counts, with only tool and version as labels.
+/// After 3 successful calls, one with invalid arguments and one to an
+/// unknown name, the dispatcher, registry and executor metrics hold exactly
+/// those counts, with only tool and version as labels; a call whose tool
+/// panics counts as EXECUTOR_FAILED at the dispatcher and as a panic at
+/// the executor.
 #[tokio::test]
 async fn metrics_count_known_traffic() {
     let (serve, addr) = serve(&["--admin-listen", "127.0.0.1:0"]);
@@ -161,6 +163,9 @@ async fn metrics_count_known_traffic() {
         sample(&exec_metrics, "toolmesh_executor_panics_total"),
         Some(1.0)
     );
+    let node = scrape(&node_admin);
+    let series = r#"toolmesh_dispatcher_calls_total{tool="acc_panic",version="1.0.0",code="EXECUTOR_FAILED"}"#;
+    assert_eq!(sample(&node, series), Some(1.0), "{series} in\n{node}");
 }
 
 /// An OTLP collector's trace service that keeps every span it is sent.

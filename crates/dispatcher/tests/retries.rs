@@ -15,7 +15,7 @@ use toolmesh::pb::{
 };
 use toolmesh::{Instance, Snapshot, ToolDef, ToolEntry, ToolErrorExt};
 use toolmesh_dispatcher::{Dispatcher, DispatcherConfig};
-use toolmesh_testkit::serve_router;
+use toolmesh_testkit::{serve_router, until};
 
 /// What a scripted executor does with each call.
 #[derive(Clone)]
@@ -366,7 +366,7 @@ async fn one_deadline_for_all_attempts() {
 /// queueing.
 #[tokio::test]
 async fn sheds_load_over_the_in_flight_limit() {
-    let (endpoint, _) = executor(Script::Hang).await;
+    let (endpoint, seen) = executor(Script::Hang).await;
     let config = DispatcherConfig {
         max_in_flight: 1,
         ..DispatcherConfig::default()
@@ -376,7 +376,13 @@ async fn sheds_load_over_the_in_flight_limit() {
         let d = d.clone();
         tokio::spawn(async move { d.invoke(call("hung"), Some(Duration::from_secs(2))).await })
     };
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    // The first call holds the only slot once the executor has it.
+    until(
+        "the hung call reached the executor",
+        Duration::from_secs(5),
+        || !seen.lock().unwrap().is_empty(),
+    )
+    .await;
     let shed = tonic::Status::from(d.invoke(call("shed"), None).await.unwrap_err());
     assert_eq!(shed.code(), tonic::Code::ResourceExhausted);
     assert!(shed.message().contains("limit of 1"), "{}", shed.message());

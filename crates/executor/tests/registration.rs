@@ -20,6 +20,7 @@ use toolmesh::pb::{
 use toolmesh_executor::{
     CallCx, Executor, ExecutorError, ServeOptions, Tool, ToolFailure, ToolInfo, ToolOutput,
 };
+use toolmesh_testkit::until;
 
 #[derive(Debug, Clone)]
 enum Event {
@@ -215,14 +216,6 @@ impl Tool for Noop {
     }
 }
 
-async fn wait_for(what: &str, limit: Duration, cond: impl Fn() -> bool) {
-    let start = Instant::now();
-    while !cond() {
-        assert!(start.elapsed() < limit, "timed out waiting for {what}");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-}
-
 /// Register on start with the executor's id, endpoint, tools and asked TTL;
 /// a heartbeat answered NOT_FOUND leads to an immediate new Register;
 /// heartbeats then come every granted_ttl/3 with the new lease; shutdown
@@ -241,7 +234,7 @@ async fn registers_heartbeats_reregisters_and_deregisters() {
     assert_eq!(bound.executor_id(), "test-exec-1");
     let running = Running::start(bound);
 
-    wait_for(
+    until(
         "a few heartbeats on the second lease",
         Duration::from_secs(3),
         || {
@@ -350,7 +343,7 @@ async fn keeps_retrying_until_the_registry_comes_up() {
     let listener = TcpListener::bind(registry_addr).await.unwrap();
     let came_up = Instant::now();
     let (log, _registry) = serve_registry(listener, 10_000);
-    wait_for(
+    until(
         "registration after the outage",
         Duration::from_secs(4),
         || !log.registers().is_empty(),
@@ -423,7 +416,7 @@ async fn registers_the_advertised_endpoint() {
     let bound = Executor::new("team-a").tool(Noop).bind(opts).await.unwrap();
     assert_eq!(bound.endpoint(), "10.1.2.3:9001");
     let running = Running::start(bound);
-    wait_for("a Register", Duration::from_secs(3), || {
+    until("a Register", Duration::from_secs(3), || {
         !log.registers().is_empty()
     })
     .await;

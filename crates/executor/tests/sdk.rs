@@ -25,6 +25,7 @@ use toolmesh_executor::{
     CallCx, Executor, ExecutorError, RiskLevel, ServeOptions, Tool, ToolFailure, ToolInfo,
     ToolOutput, schema_value,
 };
+use toolmesh_testkit::until;
 
 // ---- tools used by the tests ----
 
@@ -88,6 +89,8 @@ struct SleepArgs {
 #[derive(Default, Clone)]
 struct Sleep {
     saw_cancel: Arc<AtomicBool>,
+    /// Calls that have started.
+    started: Arc<AtomicUsize>,
     finished: Arc<AtomicUsize>,
     timeout: Option<Duration>,
 }
@@ -102,6 +105,7 @@ impl Tool for Sleep {
         }
     }
     async fn call(&self, args: SleepArgs, cx: CallCx) -> Result<ToolOutput, ToolFailure> {
+        self.started.fetch_add(1, Ordering::SeqCst);
         tokio::select! {
             () = tokio::time::sleep(Duration::from_millis(args.ms)) => {
                 self.finished.fetch_add(1, Ordering::SeqCst);
@@ -232,17 +236,6 @@ fn message(result: &ToolResult) -> &str {
     result.error_message()
 }
 
-async fn eventually(what: &str, cond: impl Fn() -> bool) {
-    let start = Instant::now();
-    while !cond() {
-        assert!(
-            start.elapsed() < Duration::from_secs(3),
-            "timed out: {what}"
-        );
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
-}
-
 // ---- tests ----
 
 /// The generated input schema lists required fields, the enum's values and
@@ -367,7 +360,7 @@ async fn grpc_timeout_gives_deadline_exceeded_and_cancels() {
         took >= Duration::from_millis(250),
         "answered after {took:?}"
     );
-    eventually("tool saw cancellation", || {
+    until("tool saw cancellation", Duration::from_secs(3), || {
         saw_cancel.load(Ordering::SeqCst)
     })
     .await;
@@ -393,7 +386,7 @@ async fn tool_timeout_bounds_the_call() {
         message(&result)
     );
     assert!(started.elapsed() < Duration::from_secs(1));
-    eventually("tool saw cancellation", || {
+    until("tool saw cancellation", Duration::from_secs(3), || {
         saw_cancel.load(Ordering::SeqCst)
     })
     .await;
@@ -415,7 +408,7 @@ async fn caller_going_away_cancels_the_call() {
             .await
             .is_err()
     );
-    eventually("tool saw cancellation", || {
+    until("tool saw cancellation", Duration::from_secs(3), || {
         saw_cancel.load(Ordering::SeqCst)
     })
     .await;
@@ -552,19 +545,28 @@ async fn health_serving_then_not_serving_on_shutdown() {
         .unwrap();
 }
 
+/// Waits until a `Sleep` call is running.
+async fn until_started(started: &AtomicUsize) {
+    until("the call started", Duration::from_secs(5), || {
+        started.load(Ordering::SeqCst) > 0
+    })
+    .await;
+}
+
 /// Shutdown lets an in-flight call finish and return its result; only then
 /// does `run` return, and new connections are refused.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn drain_lets_in_flight_call_finish() {
     let tool = Sleep::default();
     let finished = Arc::clone(&tool.finished);
+    let began = Arc::clone(&tool.started);
     let mut running = start(Executor::new("t").tool(tool), Duration::from_secs(5)).await;
     let mut client = running.client().await;
     let call =
         tokio::spawn(
             async move { execute(&mut client, request("sleep", json!({"ms": 400}))).await },
         );
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    until_started(&began).await;
     let started = Instant::now();
     running.shutdown();
     let result = call.await.unwrap();
@@ -589,11 +591,12 @@ async fn drain_lets_in_flight_call_finish() {
 async fn grace_bounds_the_drain() {
     let tool = Sleep::default();
     let saw_cancel = Arc::clone(&tool.saw_cancel);
+    let began = Arc::clone(&tool.started);
     let mut running = start(Executor::new("t").tool(tool), Duration::from_millis(200)).await;
     let mut client = running.client().await;
     let _call =
         tokio::spawn(async move { client.execute(request("sleep", json!({"ms": 5000}))).await });
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    until_started(&began).await;
     let started = Instant::now();
     running.shutdown();
     tokio::time::timeout(Duration::from_secs(3), running.done)
@@ -602,7 +605,7 @@ async fn grace_bounds_the_drain() {
         .unwrap()
         .unwrap();
     assert!(started.elapsed() < Duration::from_secs(2));
-    eventually("tool saw cancellation", || {
+    until("tool saw cancellation", Duration::from_secs(3), || {
         saw_cancel.load(Ordering::SeqCst)
     })
     .await;

@@ -70,7 +70,25 @@ async fn serve_starts_serves_and_stops() {
         },
     )
     .await;
-    running.stop(Duration::from_secs(1)).await.unwrap();
+    // Watch the server's overall health before stopping: the stop reports
+    // NOT_SERVING before the listener closes.
+    let mut watch = health
+        .watch(HealthCheckRequest {
+            service: String::new(),
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    let first = watch.message().await.unwrap().unwrap().status;
+    assert_eq!(first, ServingStatus::Serving as i32);
+    let stopping = tokio::spawn(running.stop(Duration::from_secs(1)));
+    let next = watch.message().await.unwrap().unwrap().status;
+    assert_eq!(
+        next,
+        ServingStatus::NotServing as i32,
+        "stopping reports NOT_SERVING"
+    );
+    stopping.await.unwrap().unwrap();
 }
 
 /// A registry-only node refuses executors without a token whose principal

@@ -119,6 +119,12 @@ where
     }
 }
 
+/// [`eventually`] for a plain condition: polls `holds` every 10 ms until it
+/// is true; panics naming `what` after `timeout`.
+pub async fn until(what: &str, timeout: Duration, mut holds: impl FnMut() -> bool) {
+    eventually(what, timeout, || std::future::ready(holds().then_some(()))).await
+}
+
 /// One plain HTTP/1.1 request to `addr` (`host:port`): `method path` with
 /// `headers` and `body`; the status code and body. Enough for the admin
 /// listener and a WebDriver; no client library needed.
