@@ -21,10 +21,18 @@ struct ExecutionLabels {
     code: &'static str,
 }
 
+/// One tool's handles, resolved at start: its duration histogram and its
+/// `OK` counter (the common outcome costs no label lookup per execution).
+struct ToolHandles {
+    labels: ToolLabels,
+    duration: Histogram,
+    ok: Counter,
+}
+
 /// Every executor metric.
 pub(crate) struct Metrics {
     executions: Family<ExecutionLabels, Counter>,
-    tools: BTreeMap<String, (ToolLabels, Histogram)>,
+    tools: BTreeMap<String, ToolHandles>,
     pub(crate) in_flight: Gauge,
     pub(crate) cancellations: Counter,
     pub(crate) panics: Counter,
@@ -37,6 +45,7 @@ impl Metrics {
         tools: impl IntoIterator<Item = (&'a str, &'a str)>,
     ) -> Metrics {
         let durations = Family::<ToolLabels, Histogram>::new_with_constructor(duration_histogram);
+        let executions = Family::<ExecutionLabels, Counter>::default();
         let tools = tools
             .into_iter()
             .map(|(tool, version)| {
@@ -44,12 +53,16 @@ impl Metrics {
                     tool: tool.to_owned(),
                     version: version.to_owned(),
                 };
-                let histogram = durations.get_or_create_owned(&labels);
-                (tool.to_owned(), (labels, histogram))
+                let handles = ToolHandles {
+                    duration: durations.get_or_create_owned(&labels),
+                    ok: executions.get_or_create_owned(&execution_labels(&labels, "OK")),
+                    labels,
+                };
+                (tool.to_owned(), handles)
             })
             .collect();
         let metrics = Metrics {
-            executions: Family::default(),
+            executions,
             tools,
             in_flight: Gauge::default(),
             cancellations: Counter::default(),
@@ -86,20 +99,27 @@ impl Metrics {
 
     /// Counts a finished execution of `tool` (unknown names are not labels).
     pub(crate) fn executed(&self, tool: &str, code: ErrorCode, seconds: f64) {
-        let Some((labels, duration)) = self.tools.get(tool) else {
+        let Some(handles) = self.tools.get(tool) else {
             return;
         };
-        duration.observe(seconds);
-        let code = match code {
-            ErrorCode::Unspecified => "OK",
-            other => other.short_name(),
-        };
-        self.executions
-            .get_or_create(&ExecutionLabels {
-                tool: labels.tool.clone(),
-                version: labels.version.clone(),
-                code,
-            })
-            .inc();
+        handles.duration.observe(seconds);
+        match code {
+            ErrorCode::Unspecified => {
+                handles.ok.inc();
+            }
+            other => {
+                let labels = execution_labels(&handles.labels, other.short_name());
+                self.executions.get_or_create(&labels).inc();
+            }
+        }
+    }
+}
+
+/// The executions counter's labels for `tool` and outcome `code`.
+fn execution_labels(tool: &ToolLabels, code: &'static str) -> ExecutionLabels {
+    ExecutionLabels {
+        tool: tool.tool.clone(),
+        version: tool.version.clone(),
+        code,
     }
 }
