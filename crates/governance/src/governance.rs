@@ -98,14 +98,11 @@ impl Governance {
         bearer: Option<&str>,
         certificate: Option<&PeerCertificate>,
     ) -> Result<Principal, AuthError> {
-        let policy = self.policy.current();
-        if bearer.is_none()
-            && let Some(cert) = certificate
-            && let Some(who) = policy.authenticate_tls(|name| cert.is_valid_for(name))
-        {
-            return Ok(who);
-        }
-        policy.authenticate(bearer)
+        let valid_for = certificate.map(|cert| move |name: &str| cert.is_valid_for(name));
+        self.policy.current().identify(
+            bearer,
+            valid_for.as_ref().map(|f| f as &dyn Fn(&str) -> bool),
+        )
     }
 
     /// Writes an audit record, built only when an audit sink is set.

@@ -171,6 +171,23 @@ impl Policy {
             .map(|(_, who)| who.clone())
     }
 
+    /// The caller: the bearer token's principal; with no token, the one a
+    /// verified client certificate names (`certificate_valid_for` answers
+    /// per `tls_name`); else the anonymous caller where admitted.
+    pub fn identify(
+        &self,
+        bearer: Option<&str>,
+        certificate_valid_for: Option<&dyn Fn(&str) -> bool>,
+    ) -> Result<Principal, AuthError> {
+        if bearer.is_none()
+            && let Some(valid_for) = certificate_valid_for
+            && let Some(who) = self.authenticate_tls(valid_for)
+        {
+            return Ok(who);
+        }
+        self.authenticate(bearer)
+    }
+
     /// Whether anonymous callers are accepted.
     pub fn allows_anonymous(&self) -> bool {
         self.allow_anonymous

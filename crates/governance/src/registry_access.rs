@@ -85,18 +85,13 @@ pub fn snapshot_reader(
     bearer: Option<&str>,
     certificate_valid_for: Option<&dyn Fn(&str) -> bool>,
 ) -> Result<SnapshotAccess, AccessError> {
-    let by_certificate = match (bearer, certificate_valid_for) {
-        (None, Some(valid_for)) => policy.authenticate_tls(valid_for),
-        _ => None,
-    };
-    let who = match by_certificate {
-        Some(who) => who,
-        None => policy.authenticate(bearer).map_err(|e| {
+    let who = policy
+        .identify(bearer, certificate_valid_for)
+        .map_err(|e| {
             AccessError::Unauthenticated(format!(
                 "{e}; snapshots are read with the token of a [[callers]] entry that has the role \"{DISPATCHER_ROLE}\" or \"{ADMIN_ROLE}\""
             ))
-        })?,
-    };
+        })?;
     let execute_tokens = who.has_role(DISPATCHER_ROLE);
     if execute_tokens || who.has_role(ADMIN_ROLE) {
         Ok(SnapshotAccess {
