@@ -3,6 +3,7 @@
 
 use crate::BackendError;
 use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
 use toolmesh::pb::{InvokeRequest, InvokeResponse, ListToolsResponse, ToolFormat};
 use toolmesh_dispatcher::{Dispatcher, Principal};
@@ -17,12 +18,13 @@ pub trait Backend: Clone + Send + Sync + 'static {
     /// the backend's default caller when there is none.
     fn authenticate(&self, bearer: Option<&str>) -> Result<Self::Caller, BackendError>;
 
-    /// `ListTools` for `who` in `format`.
+    /// `ListTools` for `who` in `format`. The same `Arc` for an unchanged
+    /// listing lets the handler skip work it did for it already.
     fn list_tools(
         &self,
         who: &Self::Caller,
         format: ToolFormat,
-    ) -> impl Future<Output = Result<ListToolsResponse, BackendError>> + Send;
+    ) -> impl Future<Output = Result<Arc<ListToolsResponse>, BackendError>> + Send;
 
     /// `Invoke` for `who`. Dropping the future cancels the call end to end.
     fn invoke(
@@ -33,8 +35,8 @@ pub trait Backend: Clone + Send + Sync + 'static {
     ) -> impl Future<Output = Result<InvokeResponse, BackendError>> + Send;
 
     /// How often a `list_changed` subscription compares the caller's
-    /// projection (listings are cached per snapshot and policy, so this is
-    /// cheap in process; over gRPC each look is a round trip).
+    /// projection (in process a look is a cache hit and a pointer compare;
+    /// over gRPC each look is a round trip and a digest of the listing).
     fn watch_interval(&self) -> Duration;
 }
 
@@ -51,7 +53,7 @@ impl Backend for Dispatcher {
         &self,
         who: &Principal,
         format: ToolFormat,
-    ) -> Result<ListToolsResponse, BackendError> {
+    ) -> Result<Arc<ListToolsResponse>, BackendError> {
         Ok(self.list_tools_for(who, 0, format)?)
     }
 

@@ -2,6 +2,7 @@
 //! the dispatcher authenticates the bridge's token itself.
 
 use crate::{Backend, BackendError};
+use std::sync::Arc;
 use std::time::Duration;
 use tonic::transport::Channel;
 use toolmesh::grpc::MAX_SNAPSHOT_MESSAGE_BYTES;
@@ -53,16 +54,18 @@ impl Backend for GrpcBackend {
         &self,
         who: &Option<String>,
         format: ToolFormat,
-    ) -> Result<ListToolsResponse, BackendError> {
+    ) -> Result<Arc<ListToolsResponse>, BackendError> {
         let request = ListToolsRequest {
             format: format as i32,
             ..ListToolsRequest::default()
         };
         let mut client = self.client.clone();
-        Ok(client
-            .list_tools(self.request(who, request))
-            .await?
-            .into_inner())
+        Ok(Arc::new(
+            client
+                .list_tools(self.request(who, request))
+                .await?
+                .into_inner(),
+        ))
     }
 
     async fn invoke(
