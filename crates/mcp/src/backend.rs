@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use toolmesh::pb::{InvokeRequest, InvokeResponse, ListToolsResponse, ToolFormat};
 use toolmesh_dispatcher::{Dispatcher, Principal};
+use toolmesh_telemetry::trace::Context as TraceContext;
 
 /// A dispatcher as the MCP handler sees it: who is calling, their listing,
 /// their calls.
@@ -26,12 +27,14 @@ pub trait Backend: Clone + Send + Sync + 'static {
         format: ToolFormat,
     ) -> impl Future<Output = Result<Arc<ListToolsResponse>, BackendError>> + Send;
 
-    /// `Invoke` for `who`. Dropping the future cancels the call end to end.
+    /// `Invoke` for `who`, continuing the client's trace `parent` (from
+    /// the call's `_meta`). Dropping the future cancels the call end to end.
     fn invoke(
         &self,
         who: &Self::Caller,
         request: InvokeRequest,
         timeout: Option<Duration>,
+        parent: TraceContext,
     ) -> impl Future<Output = Result<InvokeResponse, BackendError>> + Send;
 
     /// How often a `list_changed` subscription compares the caller's
@@ -62,8 +65,9 @@ impl Backend for Dispatcher {
         who: &Principal,
         request: InvokeRequest,
         timeout: Option<Duration>,
+        parent: TraceContext,
     ) -> Result<InvokeResponse, BackendError> {
-        Ok(self.invoke_as(who, request, timeout).await?)
+        Ok(self.invoke_traced(who, request, timeout, parent).await?)
     }
 
     fn watch_interval(&self) -> Duration {

@@ -73,8 +73,11 @@ impl Backend for GrpcBackend {
         who: &Option<String>,
         request: InvokeRequest,
         timeout: Option<Duration>,
+        parent: toolmesh_telemetry::trace::Context,
     ) -> Result<InvokeResponse, BackendError> {
         let mut request = self.request(who, request);
+        // The dispatcher continues the MCP client's trace.
+        toolmesh_telemetry::trace::inject_context(&parent, request.metadata_mut());
         if let Some(timeout) = timeout {
             request.set_timeout(timeout);
         }

@@ -6,7 +6,8 @@ use crate::result::APPROVAL_META;
 use crate::{Backend, BackendError};
 use rmcp::model::{
     CacheScope, CallToolRequestParams, CallToolResponse, Implementation, ListToolsResult,
-    PaginatedRequestParams, ServerCapabilities, ServerConfig, SubscriptionFilter, Tool,
+    PaginatedRequestParams, RequestMetaObject, ServerCapabilities, ServerConfig,
+    SubscriptionFilter, Tool,
 };
 use rmcp::service::{RequestContext, SubscriptionContext};
 use rmcp::{ErrorData, RoleServer, ServerHandler};
@@ -15,6 +16,7 @@ use std::collections::HashMap;
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::{Arc, Mutex, Weak};
 use toolmesh::pb::{CallContext, InvokeRequest, ListToolsResponse, ToolFormat};
+use toolmesh_telemetry::trace::Context as TraceContext;
 
 /// Tools per `tools/list` page: 10,000 tools are 50 pages, not one 3 MiB answer.
 pub const PAGE_SIZE: usize = 200;
@@ -154,18 +156,50 @@ fn page(tools: &[Tool], cursor: Option<&str>) -> Result<ListToolsResult, ErrorDa
 }
 
 /// A string under `key` in the request's `_meta` (rmcp hands it over in
-/// the context; the params' own copy is read too), or empty.
-fn meta_text(
-    params: &CallToolRequestParams,
-    context: &RequestContext<RoleServer>,
-    key: &str,
-) -> String {
-    [Some(&context.meta), params.meta.as_ref()]
+/// the context, `meta`; the params' own copy is read too), or empty.
+fn meta_text(params: &CallToolRequestParams, meta: &RequestMetaObject, key: &str) -> String {
+    [Some(meta), params.meta.as_ref()]
         .into_iter()
         .flatten()
         .find_map(|meta| meta.get(key).and_then(Value::as_str))
         .unwrap_or_default()
         .to_owned()
+}
+
+/// The Invoke for a `tools/call`, and the client's trace context from its
+/// `_meta` (`traceparent`, `tracestate`) for the dispatcher to continue.
+fn invocation(
+    params: &CallToolRequestParams,
+    meta: &RequestMetaObject,
+) -> (InvokeRequest, TraceContext) {
+    let arguments = params
+        .arguments
+        .clone()
+        .map_or_else(|| "{}".to_owned(), |a| Value::Object(a).to_string());
+    let traceparent = meta_text(params, meta, "traceparent");
+    let tracestate = meta_text(params, meta, "tracestate");
+    let parent = toolmesh_telemetry::trace::extract_pairs(
+        [
+            ("traceparent", traceparent.as_str()),
+            ("tracestate", tracestate.as_str()),
+        ]
+        .into_iter()
+        .filter(|(_, v)| !v.is_empty()),
+    );
+    let invoke = InvokeRequest {
+        tool: params.name.to_string(),
+        arguments,
+        approval_id: meta_text(params, meta, APPROVAL_META),
+        context: Some(CallContext {
+            session_id: meta_text(params, meta, SESSION_META),
+            // The client's trace id, not its header; with tracing on the
+            // dispatcher sets the id of the trace it continues (this one).
+            trace_id: toolmesh_telemetry::trace::trace_id_of(&traceparent).unwrap_or_default(),
+            ..CallContext::default()
+        }),
+        ..InvokeRequest::default()
+    };
+    (invoke, parent)
 }
 
 impl<B: Backend> ServerHandler for McpHandler<B> {
@@ -199,25 +233,11 @@ impl<B: Backend> ServerHandler for McpHandler<B> {
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
         let who = self.caller(&context)?;
-        let arguments = request
-            .arguments
-            .clone()
-            .map_or_else(|| "{}".to_owned(), |a| Value::Object(a).to_string());
-        let invoke = InvokeRequest {
-            tool: request.name.to_string(),
-            arguments,
-            approval_id: meta_text(&request, &context, APPROVAL_META),
-            context: Some(CallContext {
-                session_id: meta_text(&request, &context, SESSION_META),
-                trace_id: meta_text(&request, &context, "traceparent"),
-                ..CallContext::default()
-            }),
-            ..InvokeRequest::default()
-        };
+        let (invoke, parent) = invocation(&request, &context.meta);
         // Closing the request's stream cancels `ct`; dropping the call's
         // future resets the executor's stream, so the tool sees it too.
         let response = tokio::select! {
-            response = self.backend.invoke(&who, invoke, None) => response?,
+            response = self.backend.invoke(&who, invoke, None, parent) => response?,
             () = context.ct.cancelled() => {
                 return Err(ErrorData::internal_error("the call was cancelled by the client", None));
             }
@@ -320,6 +340,7 @@ mod tests {
             _: &(),
             _: InvokeRequest,
             _: Option<std::time::Duration>,
+            _: TraceContext,
         ) -> Result<toolmesh::pb::InvokeResponse, BackendError> {
             unreachable!()
         }
@@ -354,5 +375,26 @@ mod tests {
         *backend.0.lock().unwrap() = listing(4, 3);
         assert_eq!(handler.projection(&()).await.unwrap().len(), 4);
         assert_ne!(before, handler.digest(&handler.listing(&()).await.unwrap()));
+    }
+
+    /// A call's `_meta.traceparent` reaches the Invoke as the trace id it
+    /// names (never the raw header); a malformed one as none.
+    #[test]
+    fn trace_context_comes_from_meta() {
+        let traceparent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+        let params: CallToolRequestParams = serde_json::from_value(json!({
+            "name": "t",
+            "_meta": {"traceparent": traceparent, "toolmesh/session_id": "s1"},
+        }))
+        .unwrap();
+        let (invoke, _) = invocation(&params, &RequestMetaObject::default());
+        let context = invoke.context.unwrap();
+        assert_eq!(context.trace_id, "0af7651916cd43dd8448eb211c80319c");
+        assert_eq!(context.session_id, "s1");
+        let bad: CallToolRequestParams =
+            serde_json::from_value(json!({"name": "t", "_meta": {"traceparent": "nonsense"}}))
+                .unwrap();
+        let (invoke, _) = invocation(&bad, &RequestMetaObject::default());
+        assert_eq!(invoke.context.unwrap().trace_id, "");
     }
 }
