@@ -5,6 +5,7 @@ use crate::BackendError;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
+use toolmesh::grpc::PeerCertificate;
 use toolmesh::pb::{InvokeRequest, InvokeResponse, ListToolsResponse, ToolFormat};
 use toolmesh_dispatcher::{Dispatcher, Principal};
 use toolmesh_telemetry::trace::Context as TraceContext;
@@ -15,9 +16,14 @@ pub trait Backend: Clone + Send + Sync + 'static {
     /// An identified caller, as the backend needs it to act for them.
     type Caller: Clone + Send + Sync + 'static;
 
-    /// The caller presenting `bearer` (an `Authorization` header value), or
-    /// the backend's default caller when there is none.
-    fn authenticate(&self, bearer: Option<&str>) -> Result<Self::Caller, BackendError>;
+    /// The caller presenting `bearer` (the token of an `Authorization`
+    /// header) or, without one, `certificate` (a verified client
+    /// certificate); the backend's default caller when there is neither.
+    fn authenticate(
+        &self,
+        bearer: Option<&str>,
+        certificate: Option<&PeerCertificate>,
+    ) -> Result<Self::Caller, BackendError>;
 
     /// `ListTools` for `who` in `format`. The same `Arc` for an unchanged
     /// listing lets the handler skip work it did for it already.
@@ -46,9 +52,13 @@ pub trait Backend: Clone + Send + Sync + 'static {
 impl Backend for Dispatcher {
     type Caller = Principal;
 
-    fn authenticate(&self, bearer: Option<&str>) -> Result<Principal, BackendError> {
+    fn authenticate(
+        &self,
+        bearer: Option<&str>,
+        certificate: Option<&PeerCertificate>,
+    ) -> Result<Principal, BackendError> {
         self.governance()
-            .authenticate(bearer, None)
+            .authenticate(bearer, certificate)
             .map_err(|e| BackendError::Unauthenticated(e.to_string()))
     }
 

@@ -5,7 +5,7 @@ use crate::{Backend, BackendError};
 use std::sync::Arc;
 use std::time::Duration;
 use tonic::transport::Channel;
-use toolmesh::grpc::MAX_SNAPSHOT_MESSAGE_BYTES;
+use toolmesh::grpc::{MAX_SNAPSHOT_MESSAGE_BYTES, PeerCertificate};
 use toolmesh::pb::{
     InvokeRequest, InvokeResponse, ListToolsRequest, ListToolsResponse, ToolFormat,
     dispatcher_client::DispatcherClient,
@@ -44,9 +44,16 @@ impl Backend for GrpcBackend {
     /// The token to send: the client's own over HTTP, else the bridge's.
     type Caller = Option<String>;
 
-    fn authenticate(&self, bearer: Option<&str>) -> Result<Option<String>, BackendError> {
+    /// A client certificate is not passed on: the dispatcher sees the
+    /// bridge's connection, not the client's.
+    fn authenticate(
+        &self,
+        bearer: Option<&str>,
+        _certificate: Option<&PeerCertificate>,
+    ) -> Result<Option<String>, BackendError> {
         Ok(bearer
-            .map(|b| b.strip_prefix("Bearer ").unwrap_or(b).trim().to_owned())
+            .and_then(toolmesh::grpc::bearer_token)
+            .map(str::to_owned)
             .or_else(|| self.token.clone()))
     }
 

@@ -39,6 +39,10 @@ pub struct McpHandler<B> {
     parsed: Arc<Mutex<Parsed>>,
 }
 
+/// The caller the HTTP layer authenticated, in the request's extensions.
+#[derive(Clone)]
+pub(crate) struct Authenticated<C>(pub(crate) C);
+
 /// What was worked out of listings already, so neither a page nor a
 /// `list_changed` look redoes it for a listing seen before.
 #[derive(Default)]
@@ -66,15 +70,20 @@ impl<B: Backend> McpHandler<B> {
         }
     }
 
-    /// The caller of this request: the HTTP request's bearer token when it
-    /// came over HTTP, else the backend's default caller (stdio).
+    /// The caller of this request: over HTTP the one the HTTP layer
+    /// authenticated (once, from the bearer token or client certificate),
+    /// else the backend's default caller (stdio).
     fn caller(&self, context: &RequestContext<RoleServer>) -> Result<B::Caller, ErrorData> {
-        let bearer = context
-            .extensions
-            .get::<http::request::Parts>()
-            .and_then(|parts| parts.headers.get(http::header::AUTHORIZATION))
-            .and_then(|value| value.to_str().ok());
-        Ok(self.backend.authenticate(bearer)?)
+        let Some(parts) = context.extensions.get::<http::request::Parts>() else {
+            return Ok(self.backend.authenticate(None, None)?);
+        };
+        match parts.extensions.get::<Authenticated<B::Caller>>() {
+            Some(Authenticated(who)) => Ok(who.clone()),
+            None => Err(ErrorData::internal_error(
+                "an HTTP request reached the MCP handler without the HTTP layer's caller",
+                None,
+            )),
+        }
     }
 
     /// The caller's projection in MCP shape (sorted by name).
@@ -325,7 +334,11 @@ mod tests {
 
     impl Backend for Fixed {
         type Caller = ();
-        fn authenticate(&self, _: Option<&str>) -> Result<(), BackendError> {
+        fn authenticate(
+            &self,
+            _: Option<&str>,
+            _: Option<&toolmesh::grpc::PeerCertificate>,
+        ) -> Result<(), BackendError> {
             Ok(())
         }
         async fn list_tools(
