@@ -77,6 +77,10 @@ impl ToolErrorExt for ToolError {
     }
 }
 
+/// `ToolResult.metadata` key the dispatcher sets on a call of a deprecated
+/// tool: the tool's deprecation note (front doors show it to the caller).
+pub const DEPRECATED_METADATA: &str = "toolmesh.deprecated";
+
 /// Reading the outcome of a tool result.
 pub trait ToolResultExt {
     /// The error code; UNSPECIFIED on success.

@@ -3,7 +3,14 @@
 /// The bearer token of a request (`authorization: Bearer TOKEN`, the
 /// prefix in any case, or a bare token), if any.
 pub fn bearer(metadata: &tonic::metadata::MetadataMap) -> Option<&str> {
-    let value = metadata.get("authorization")?.to_str().ok()?.trim();
+    bearer_token(metadata.get("authorization")?.to_str().ok()?)
+}
+
+/// The token of an `Authorization` header value: `Bearer TOKEN` (the
+/// prefix in any case) or a bare token; `None` when there is no token.
+/// Every front door (gRPC, `/mcp`, the admin page) reads headers with it.
+pub fn bearer_token(value: &str) -> Option<&str> {
+    let value = value.trim();
     let token = match value.get(..7) {
         Some(prefix) if prefix.eq_ignore_ascii_case("bearer ") => value[7..].trim(),
         // "Bearer" with nothing after it (the header's spaces trimmed).
@@ -38,6 +45,12 @@ pub fn peer_certificate<T>(request: &tonic::Request<T>) -> Option<PeerCertificat
 pub struct PeerCertificate(rustls_pki_types::CertificateDer<'static>);
 
 impl PeerCertificate {
+    /// A certificate the caller's TLS stack verified (the leaf of the
+    /// client's chain).
+    pub fn verified(leaf: rustls_pki_types::CertificateDer<'static>) -> Self {
+        PeerCertificate(leaf)
+    }
+
     /// Whether the certificate is issued for `dns_name`.
     pub fn is_valid_for(&self, dns_name: &str) -> bool {
         let Ok(cert) = webpki::EndEntityCert::try_from(&self.0) else {
@@ -66,5 +79,17 @@ mod tests {
         metadata.insert("authorization", "Bearer ".parse().unwrap());
         assert_eq!(bearer(&metadata), None);
         assert!(!set_bearer(&mut metadata, "bad\ntoken"));
+    }
+
+    /// Header values: the prefix in any case, spaces around, a bare token;
+    /// a prefix with no token is none.
+    #[test]
+    fn bearer_token_values() {
+        assert_eq!(bearer_token("Bearer tok"), Some("tok"));
+        assert_eq!(bearer_token(" bearer  tok "), Some("tok"));
+        assert_eq!(bearer_token("BEARER tok"), Some("tok"));
+        assert_eq!(bearer_token("tok"), Some("tok"));
+        assert_eq!(bearer_token("Bearer"), None);
+        assert_eq!(bearer_token("  "), None);
     }
 }

@@ -12,7 +12,7 @@ mod shutdown;
 mod tls;
 
 pub use advertise::{ADVERTISE_HINT, Unroutable, check_advertised};
-pub use auth::{PeerCertificate, bearer, peer_certificate, set_bearer};
+pub use auth::{PeerCertificate, bearer, bearer_token, peer_certificate, set_bearer};
 pub use channel::{BadAddress, channel};
 pub use deadline::{Bound, call_budget, parse_grpc_timeout, request_timeout};
 pub use health_gate::{HealthGate, Visible, gated_health};

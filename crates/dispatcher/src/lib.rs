@@ -153,13 +153,15 @@ impl Dispatcher {
         }
     }
 
-    /// The tools `who` can call now (or in a pinned snapshot), sorted by name.
+    /// The tools `who` can call now (or in a pinned snapshot), sorted by
+    /// name. Listings are cached per caller view: the same `Arc` comes back
+    /// while the listing stays the same.
     pub fn list_tools_for(
         &self,
         who: &Principal,
         snapshot_version: u64,
         format: ToolFormat,
-    ) -> Result<ListToolsResponse, Refusal> {
+    ) -> Result<Arc<ListToolsResponse>, Refusal> {
         let snapshot = self.pipeline.snapshots.get(snapshot_version)?;
         let current = self.pipeline.snapshots.current();
         let pinned = !Arc::ptr_eq(&snapshot, &current);
@@ -194,7 +196,7 @@ impl Dispatcher {
         &self,
         snapshot_version: u64,
         format: ToolFormat,
-    ) -> Result<ListToolsResponse, Refusal> {
+    ) -> Result<Arc<ListToolsResponse>, Refusal> {
         let who = self.governance().authenticate(None, None)?;
         self.list_tools_for(&who, snapshot_version, format)
     }

@@ -26,25 +26,33 @@ const CACHE_ENTRIES: usize = 256;
 type CacheKey = (u64, u64, u64, String, i32);
 
 /// Rendered ListTools answers: a snapshot never changes, so a listing for
-/// the same caller view is built once, not on every call.
+/// the same caller view is built once, not on every call, and a hit is a
+/// pointer copy (a listing of 10,000 tools is megabytes).
 #[derive(Debug, Default)]
 pub(crate) struct ListCache {
-    entries: Mutex<HashMap<CacheKey, (Instant, ListToolsResponse)>>,
+    entries: Mutex<HashMap<CacheKey, (Instant, Arc<ListToolsResponse>)>>,
 }
 
 impl ListCache {
-    /// The cached answer for `key`, or `render`'s, remembered.
+    /// The cached answer for `key`, or `render`'s, remembered. A listing
+    /// rendered again after the TTL that came out the same keeps the
+    /// earlier `Arc`, so callers may take an unchanged pointer for an
+    /// unchanged listing.
     pub(crate) fn get_or_render(
         &self,
         key: CacheKey,
         render: impl FnOnce() -> ListToolsResponse,
-    ) -> ListToolsResponse {
-        if let Some((at, hit)) = self.lock().get(&key)
-            && at.elapsed() < CACHE_TTL
-        {
-            return hit.clone();
-        }
-        let response = render();
+    ) -> Arc<ListToolsResponse> {
+        let stale = match self.lock().get(&key) {
+            Some((at, hit)) if at.elapsed() < CACHE_TTL => return hit.clone(),
+            Some((_, hit)) => Some(hit.clone()),
+            None => None,
+        };
+        let rendered = render();
+        let response = match stale {
+            Some(stale) if *stale == rendered => stale,
+            _ => Arc::new(rendered),
+        };
         let mut entries = self.lock();
         if entries.len() >= CACHE_ENTRIES {
             entries.clear();
@@ -53,7 +61,9 @@ impl ListCache {
         response
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<CacheKey, (Instant, ListToolsResponse)>> {
+    fn lock(
+        &self,
+    ) -> std::sync::MutexGuard<'_, HashMap<CacheKey, (Instant, Arc<ListToolsResponse>)>> {
         self.entries.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
@@ -359,6 +369,8 @@ mod tests {
         let fresh = cache.get_or_render(cache_key(8, 8, 1, &who, ToolFormat::Native), || render(8));
         assert_eq!(renders.get(), 3);
         assert_eq!(fresh.snapshot_version, 8);
+        let again = cache.get_or_render(cache_key(8, 8, 1, &who, ToolFormat::Native), || render(8));
+        assert!(Arc::ptr_eq(&fresh, &again), "a hit is the same listing");
     }
 
     /// The OpenAI export is the function-calling array with the input schema

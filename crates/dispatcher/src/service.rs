@@ -24,11 +24,10 @@ impl dispatcher_server::Dispatcher for DispatcherService {
         let request = request.into_inner();
         let format = ToolFormat::try_from(request.format)
             .map_err(|_| Refusal::UnknownFormat(request.format))?;
-        Ok(Response::new(self.dispatcher.list_tools_for(
-            &who,
-            request.snapshot_version,
-            format,
-        )?))
+        let listing = self
+            .dispatcher
+            .list_tools_for(&who, request.snapshot_version, format)?;
+        Ok(Response::new(std::sync::Arc::unwrap_or_clone(listing)))
     }
 
     async fn invoke(

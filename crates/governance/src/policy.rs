@@ -145,7 +145,7 @@ impl Policy {
     /// is the anonymous principal when the policy allows it; an unknown
     /// token is always an error, never anonymous.
     pub fn authenticate(&self, bearer: Option<&str>) -> Result<Principal, AuthError> {
-        let token = bearer.map(strip_bearer).filter(|t| !t.is_empty());
+        let token = bearer.and_then(toolmesh::grpc::bearer_token);
         let Some(token) = token else {
             return if self.allow_anonymous {
                 Ok(self.anonymous.clone())
@@ -228,14 +228,6 @@ impl Policy {
     /// The names of the grants, in file order.
     pub fn grant_names(&self) -> impl Iterator<Item = &str> {
         self.grants.iter().map(|g| g.name.as_str())
-    }
-}
-
-fn strip_bearer(value: &str) -> &str {
-    let value = value.trim();
-    match value.get(..7) {
-        Some(prefix) if prefix.eq_ignore_ascii_case("bearer ") => value[7..].trim(),
-        _ => value,
     }
 }
 

@@ -3,9 +3,12 @@
 
 use crate::BackendError;
 use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
+use toolmesh::grpc::PeerCertificate;
 use toolmesh::pb::{InvokeRequest, InvokeResponse, ListToolsResponse, ToolFormat};
 use toolmesh_dispatcher::{Dispatcher, Principal};
+use toolmesh_telemetry::trace::Context as TraceContext;
 
 /// A dispatcher as the MCP handler sees it: who is calling, their listing,
 /// their calls.
@@ -13,37 +16,49 @@ pub trait Backend: Clone + Send + Sync + 'static {
     /// An identified caller, as the backend needs it to act for them.
     type Caller: Clone + Send + Sync + 'static;
 
-    /// The caller presenting `bearer` (an `Authorization` header value), or
-    /// the backend's default caller when there is none.
-    fn authenticate(&self, bearer: Option<&str>) -> Result<Self::Caller, BackendError>;
+    /// The caller presenting `bearer` (the token of an `Authorization`
+    /// header) or, without one, `certificate` (a verified client
+    /// certificate); the backend's default caller when there is neither.
+    fn authenticate(
+        &self,
+        bearer: Option<&str>,
+        certificate: Option<&PeerCertificate>,
+    ) -> Result<Self::Caller, BackendError>;
 
-    /// `ListTools` for `who` in `format`.
+    /// `ListTools` for `who` in `format`. The same `Arc` for an unchanged
+    /// listing lets the handler skip work it did for it already.
     fn list_tools(
         &self,
         who: &Self::Caller,
         format: ToolFormat,
-    ) -> impl Future<Output = Result<ListToolsResponse, BackendError>> + Send;
+    ) -> impl Future<Output = Result<Arc<ListToolsResponse>, BackendError>> + Send;
 
-    /// `Invoke` for `who`. Dropping the future cancels the call end to end.
+    /// `Invoke` for `who`, continuing the client's trace `parent` (from
+    /// the call's `_meta`). Dropping the future cancels the call end to end.
     fn invoke(
         &self,
         who: &Self::Caller,
         request: InvokeRequest,
         timeout: Option<Duration>,
+        parent: TraceContext,
     ) -> impl Future<Output = Result<InvokeResponse, BackendError>> + Send;
 
     /// How often a `list_changed` subscription compares the caller's
-    /// projection (listings are cached per snapshot and policy, so this is
-    /// cheap in process; over gRPC each look is a round trip).
+    /// projection (in process a look is a cache hit and a pointer compare;
+    /// over gRPC each look is a round trip and a digest of the listing).
     fn watch_interval(&self) -> Duration;
 }
 
 impl Backend for Dispatcher {
     type Caller = Principal;
 
-    fn authenticate(&self, bearer: Option<&str>) -> Result<Principal, BackendError> {
+    fn authenticate(
+        &self,
+        bearer: Option<&str>,
+        certificate: Option<&PeerCertificate>,
+    ) -> Result<Principal, BackendError> {
         self.governance()
-            .authenticate(bearer, None)
+            .authenticate(bearer, certificate)
             .map_err(|e| BackendError::Unauthenticated(e.to_string()))
     }
 
@@ -51,7 +66,7 @@ impl Backend for Dispatcher {
         &self,
         who: &Principal,
         format: ToolFormat,
-    ) -> Result<ListToolsResponse, BackendError> {
+    ) -> Result<Arc<ListToolsResponse>, BackendError> {
         Ok(self.list_tools_for(who, 0, format)?)
     }
 
@@ -60,8 +75,9 @@ impl Backend for Dispatcher {
         who: &Principal,
         request: InvokeRequest,
         timeout: Option<Duration>,
+        parent: TraceContext,
     ) -> Result<InvokeResponse, BackendError> {
-        Ok(self.invoke_as(who, request, timeout).await?)
+        Ok(self.invoke_traced(who, request, timeout, parent).await?)
     }
 
     fn watch_interval(&self) -> Duration {

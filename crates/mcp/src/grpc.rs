@@ -2,9 +2,10 @@
 //! the dispatcher authenticates the bridge's token itself.
 
 use crate::{Backend, BackendError};
+use std::sync::Arc;
 use std::time::Duration;
 use tonic::transport::Channel;
-use toolmesh::grpc::MAX_SNAPSHOT_MESSAGE_BYTES;
+use toolmesh::grpc::{MAX_SNAPSHOT_MESSAGE_BYTES, PeerCertificate};
 use toolmesh::pb::{
     InvokeRequest, InvokeResponse, ListToolsRequest, ListToolsResponse, ToolFormat,
     dispatcher_client::DispatcherClient,
@@ -43,9 +44,16 @@ impl Backend for GrpcBackend {
     /// The token to send: the client's own over HTTP, else the bridge's.
     type Caller = Option<String>;
 
-    fn authenticate(&self, bearer: Option<&str>) -> Result<Option<String>, BackendError> {
+    /// A client certificate is not passed on: the dispatcher sees the
+    /// bridge's connection, not the client's.
+    fn authenticate(
+        &self,
+        bearer: Option<&str>,
+        _certificate: Option<&PeerCertificate>,
+    ) -> Result<Option<String>, BackendError> {
         Ok(bearer
-            .map(|b| b.strip_prefix("Bearer ").unwrap_or(b).trim().to_owned())
+            .and_then(toolmesh::grpc::bearer_token)
+            .map(str::to_owned)
             .or_else(|| self.token.clone()))
     }
 
@@ -53,16 +61,18 @@ impl Backend for GrpcBackend {
         &self,
         who: &Option<String>,
         format: ToolFormat,
-    ) -> Result<ListToolsResponse, BackendError> {
+    ) -> Result<Arc<ListToolsResponse>, BackendError> {
         let request = ListToolsRequest {
             format: format as i32,
             ..ListToolsRequest::default()
         };
         let mut client = self.client.clone();
-        Ok(client
-            .list_tools(self.request(who, request))
-            .await?
-            .into_inner())
+        Ok(Arc::new(
+            client
+                .list_tools(self.request(who, request))
+                .await?
+                .into_inner(),
+        ))
     }
 
     async fn invoke(
@@ -70,8 +80,11 @@ impl Backend for GrpcBackend {
         who: &Option<String>,
         request: InvokeRequest,
         timeout: Option<Duration>,
+        parent: toolmesh_telemetry::trace::Context,
     ) -> Result<InvokeResponse, BackendError> {
         let mut request = self.request(who, request);
+        // The dispatcher continues the MCP client's trace.
+        toolmesh_telemetry::trace::inject_context(&parent, request.metadata_mut());
         if let Some(timeout) = timeout {
             request.set_timeout(timeout);
         }

@@ -6,13 +6,17 @@ use crate::result::APPROVAL_META;
 use crate::{Backend, BackendError};
 use rmcp::model::{
     CacheScope, CallToolRequestParams, CallToolResponse, Implementation, ListToolsResult,
-    PaginatedRequestParams, ServerCapabilities, ServerConfig, SubscriptionFilter, Tool,
+    PaginatedRequestParams, RequestMetaObject, ServerCapabilities, ServerConfig,
+    SubscriptionFilter, Tool,
 };
 use rmcp::service::{RequestContext, SubscriptionContext};
 use rmcp::{ErrorData, RoleServer, ServerHandler};
 use serde_json::Value;
+use std::collections::HashMap;
 use std::hash::{DefaultHasher, Hash, Hasher};
-use toolmesh::pb::{CallContext, InvokeRequest, ToolFormat};
+use std::sync::{Arc, Mutex, Weak};
+use toolmesh::pb::{CallContext, InvokeRequest, ListToolsResponse, ToolFormat};
+use toolmesh_telemetry::trace::Context as TraceContext;
 
 /// Tools per `tools/list` page: 10,000 tools are 50 pages, not one 3 MiB answer.
 pub const PAGE_SIZE: usize = 200;
@@ -24,57 +28,118 @@ const LIST_TTL_MS: u64 = 5_000;
 /// Prefix of the opaque cursor: the name of the last tool on the page
 /// (listings are sorted by name, so any replica continues from it).
 const CURSOR_PREFIX: &str = "after:";
+/// Listings whose digest is remembered, and parsed listings kept, at most.
+const PARSED_ENTRIES: usize = 64;
 
-/// The MCP handler over a [`Backend`]; cheap to clone (one per request).
+/// The MCP handler over a [`Backend`]; cheap to clone (one per request),
+/// the clones sharing what was parsed.
 #[derive(Clone)]
 pub struct McpHandler<B> {
     backend: B,
+    parsed: Arc<Mutex<Parsed>>,
+}
+
+/// The caller the HTTP layer authenticated, in the request's extensions.
+#[derive(Clone)]
+pub(crate) struct Authenticated<C>(pub(crate) C);
+
+/// What was worked out of listings already, so neither a page nor a
+/// `list_changed` look redoes it for a listing seen before.
+#[derive(Default)]
+struct Parsed {
+    /// A listing's digest by its address; the `Weak` keeps the allocation,
+    /// so no other listing can take the address while the entry is here.
+    digests: HashMap<usize, (Weak<ListToolsResponse>, u64)>,
+    /// Parsed tools by (digest, length) of the listing's text: equal
+    /// listings (another snapshot, another `Arc`) share one parse.
+    tools: HashMap<(u64, usize), Arc<[Tool]>>,
+}
+
+impl Parsed {
+    fn lock(parsed: &Mutex<Parsed>) -> std::sync::MutexGuard<'_, Parsed> {
+        parsed.lock().unwrap_or_else(|e| e.into_inner())
+    }
 }
 
 impl<B: Backend> McpHandler<B> {
     /// A handler that lists and calls through `backend`.
     pub fn new(backend: B) -> Self {
-        McpHandler { backend }
+        McpHandler {
+            backend,
+            parsed: Arc::default(),
+        }
     }
 
-    /// The caller of this request: the HTTP request's bearer token when it
-    /// came over HTTP, else the backend's default caller (stdio).
+    /// The caller of this request: over HTTP the one the HTTP layer
+    /// authenticated (once, from the bearer token or client certificate),
+    /// else the backend's default caller (stdio).
     fn caller(&self, context: &RequestContext<RoleServer>) -> Result<B::Caller, ErrorData> {
-        let bearer = context
-            .extensions
-            .get::<http::request::Parts>()
-            .and_then(|parts| parts.headers.get(http::header::AUTHORIZATION))
-            .and_then(|value| value.to_str().ok());
-        Ok(self.backend.authenticate(bearer)?)
+        let Some(parts) = context.extensions.get::<http::request::Parts>() else {
+            return Ok(self.backend.authenticate(None, None)?);
+        };
+        match parts.extensions.get::<Authenticated<B::Caller>>() {
+            Some(Authenticated(who)) => Ok(who.clone()),
+            None => Err(ErrorData::internal_error(
+                "an HTTP request reached the MCP handler without the HTTP layer's caller",
+                None,
+            )),
+        }
     }
 
-    /// The caller's projection in MCP shape (a JSON array sorted by name).
-    async fn listing(&self, who: &B::Caller) -> Result<String, BackendError> {
-        Ok(self
-            .backend
-            .list_tools(who, ToolFormat::Mcp)
-            .await?
-            .formatted)
+    /// The caller's projection in MCP shape (sorted by name).
+    async fn listing(&self, who: &B::Caller) -> Result<Arc<ListToolsResponse>, BackendError> {
+        self.backend.list_tools(who, ToolFormat::Mcp).await
     }
 
-    /// The caller's projection, parsed.
-    async fn projection(&self, who: &B::Caller) -> Result<Vec<Value>, BackendError> {
-        serde_json::from_str(&self.listing(who).await?).map_err(|e| {
-            BackendError::Transport(format!("the MCP tool listing is not a JSON array: {e}"))
-        })
+    /// The digest of `listing`'s text, computed once per listing.
+    fn digest(&self, listing: &Arc<ListToolsResponse>) -> u64 {
+        let address = Arc::as_ptr(listing) as usize;
+        if let Some((_, digest)) = Parsed::lock(&self.parsed).digests.get(&address) {
+            return *digest;
+        }
+        let mut hasher = DefaultHasher::new();
+        listing.formatted.hash(&mut hasher);
+        let digest = hasher.finish();
+        let mut parsed = Parsed::lock(&self.parsed);
+        if parsed.digests.len() >= PARSED_ENTRIES {
+            parsed
+                .digests
+                .retain(|_, (weak, _)| weak.strong_count() > 0);
+            if parsed.digests.len() >= PARSED_ENTRIES {
+                parsed.digests.clear();
+            }
+        }
+        parsed
+            .digests
+            .insert(address, (Arc::downgrade(listing), digest));
+        digest
     }
-}
 
-/// A digest of a rendered listing: equal listings, equal digests.
-fn digest(listing: &str) -> u64 {
-    let mut hasher = DefaultHasher::new();
-    listing.hash(&mut hasher);
-    hasher.finish()
+    /// The caller's projection, parsed once per distinct listing.
+    async fn projection(&self, who: &B::Caller) -> Result<Arc<[Tool]>, BackendError> {
+        let listing = self.listing(who).await?;
+        let key = (self.digest(&listing), listing.formatted.len());
+        if let Some(tools) = Parsed::lock(&self.parsed).tools.get(&key) {
+            return Ok(tools.clone());
+        }
+        let tools: Arc<[Tool]> = serde_json::from_str::<Vec<Tool>>(&listing.formatted)
+            .map_err(|e| {
+                BackendError::Transport(format!(
+                    "the MCP tool listing is not an array of MCP tools: {e}"
+                ))
+            })?
+            .into();
+        let mut parsed = Parsed::lock(&self.parsed);
+        if parsed.tools.len() >= PARSED_ENTRIES {
+            parsed.tools.clear();
+        }
+        parsed.tools.insert(key, tools.clone());
+        Ok(tools)
+    }
 }
 
 /// The page of `tools` after `cursor`, and the cursor of the next page.
-fn page(tools: &[Value], cursor: Option<&str>) -> Result<ListToolsResult, ErrorData> {
-    let name = |tool: &Value| tool["name"].as_str().unwrap_or_default().to_owned();
+fn page(tools: &[Tool], cursor: Option<&str>) -> Result<ListToolsResult, ErrorData> {
     let start = match cursor {
         None => 0,
         Some(cursor) => {
@@ -86,39 +151,64 @@ fn page(tools: &[Value], cursor: Option<&str>) -> Result<ListToolsResult, ErrorD
                     None,
                 ));
             };
-            tools.partition_point(|t| name(t).as_str() <= after)
+            tools.partition_point(|t| t.name.as_ref() <= after)
         }
     };
     let end = (start + PAGE_SIZE).min(tools.len());
-    let items = tools[start..end]
-        .iter()
-        .map(|t| serde_json::from_value::<Tool>(t.clone()))
-        .collect::<Result<Vec<Tool>, _>>()
-        .map_err(|e| {
-            ErrorData::internal_error(format!("a listed tool is not an MCP Tool: {e}"), None)
-        })?;
-    let mut result = ListToolsResult::with_all_items(items)
+    let mut result = ListToolsResult::with_all_items(tools[start..end].to_vec())
         .with_ttl_ms(LIST_TTL_MS)
         .with_cache_scope(CacheScope::Private);
     if end < tools.len() {
-        result.next_cursor = Some(format!("{CURSOR_PREFIX}{}", name(&tools[end - 1])));
+        result.next_cursor = Some(format!("{CURSOR_PREFIX}{}", tools[end - 1].name));
     }
     Ok(result)
 }
 
 /// A string under `key` in the request's `_meta` (rmcp hands it over in
-/// the context; the params' own copy is read too), or empty.
-fn meta_text(
-    params: &CallToolRequestParams,
-    context: &RequestContext<RoleServer>,
-    key: &str,
-) -> String {
-    [Some(&context.meta), params.meta.as_ref()]
+/// the context, `meta`; the params' own copy is read too), or empty.
+fn meta_text(params: &CallToolRequestParams, meta: &RequestMetaObject, key: &str) -> String {
+    [Some(meta), params.meta.as_ref()]
         .into_iter()
         .flatten()
         .find_map(|meta| meta.get(key).and_then(Value::as_str))
         .unwrap_or_default()
         .to_owned()
+}
+
+/// The Invoke for a `tools/call`, and the client's trace context from its
+/// `_meta` (`traceparent`, `tracestate`) for the dispatcher to continue.
+fn invocation(
+    params: &CallToolRequestParams,
+    meta: &RequestMetaObject,
+) -> (InvokeRequest, TraceContext) {
+    let arguments = params
+        .arguments
+        .clone()
+        .map_or_else(|| "{}".to_owned(), |a| Value::Object(a).to_string());
+    let traceparent = meta_text(params, meta, "traceparent");
+    let tracestate = meta_text(params, meta, "tracestate");
+    let parent = toolmesh_telemetry::trace::extract_pairs(
+        [
+            ("traceparent", traceparent.as_str()),
+            ("tracestate", tracestate.as_str()),
+        ]
+        .into_iter()
+        .filter(|(_, v)| !v.is_empty()),
+    );
+    let invoke = InvokeRequest {
+        tool: params.name.to_string(),
+        arguments,
+        approval_id: meta_text(params, meta, APPROVAL_META),
+        context: Some(CallContext {
+            session_id: meta_text(params, meta, SESSION_META),
+            // The client's trace id, not its header; with tracing on the
+            // dispatcher sets the id of the trace it continues (this one).
+            trace_id: toolmesh_telemetry::trace::trace_id_of(&traceparent).unwrap_or_default(),
+            ..CallContext::default()
+        }),
+        ..InvokeRequest::default()
+    };
+    (invoke, parent)
 }
 
 impl<B: Backend> ServerHandler for McpHandler<B> {
@@ -152,25 +242,11 @@ impl<B: Backend> ServerHandler for McpHandler<B> {
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
         let who = self.caller(&context)?;
-        let arguments = request
-            .arguments
-            .clone()
-            .map_or_else(|| "{}".to_owned(), |a| Value::Object(a).to_string());
-        let invoke = InvokeRequest {
-            tool: request.name.to_string(),
-            arguments,
-            approval_id: meta_text(&request, &context, APPROVAL_META),
-            context: Some(CallContext {
-                session_id: meta_text(&request, &context, SESSION_META),
-                trace_id: meta_text(&request, &context, "traceparent"),
-                ..CallContext::default()
-            }),
-            ..InvokeRequest::default()
-        };
+        let (invoke, parent) = invocation(&request, &context.meta);
         // Closing the request's stream cancels `ct`; dropping the call's
         // future resets the executor's stream, so the tool sees it too.
         let response = tokio::select! {
-            response = self.backend.invoke(&who, invoke, None) => response?,
+            response = self.backend.invoke(&who, invoke, None, parent) => response?,
             () = context.ct.cancelled() => {
                 return Err(ErrorData::internal_error("the call was cancelled by the client", None));
             }
@@ -185,19 +261,19 @@ impl<B: Backend> ServerHandler for McpHandler<B> {
         Some(requested.supported_by(&self.get_info().capabilities))
     }
 
-    /// Compares the caller's projection now and then and announces a
-    /// change: only their own (a new snapshot, a policy reload or a disable
+    /// Compares the caller's projection now and then (by digest, computed
+    /// once per listing) and announces a change: only their own (a new snapshot, a policy reload or a disable
     /// that leaves their tools as they were says nothing).
     async fn listen(&self, context: SubscriptionContext) -> Result<(), ErrorData> {
         let who = self.caller(context.request_context())?;
-        let mut seen = digest(&self.listing(&who).await?);
+        let mut seen = self.digest(&self.listing(&who).await?);
         let mut tick = tokio::time::interval(self.backend.watch_interval());
         loop {
             tokio::select! {
                 () = context.cancelled() => return Ok(()),
                 _ = tick.tick() => {}
             }
-            let Ok(now) = self.listing(&who).await.map(|l| digest(&l)) else {
+            let Ok(now) = self.listing(&who).await.map(|l| self.digest(&l)) else {
                 continue; // the dispatcher is away: look again next tick
             };
             if now != seen {
@@ -215,9 +291,14 @@ mod tests {
     use super::*;
     use serde_json::json;
 
-    fn tools(n: usize) -> Vec<Value> {
+    fn tools(n: usize) -> Vec<Tool> {
         (0..n)
-            .map(|i| json!({"name": format!("t{i:05}"), "inputSchema": {"type": "object"}}))
+            .map(|i| {
+                serde_json::from_value(
+                    json!({"name": format!("t{i:05}"), "inputSchema": {"type": "object"}}),
+                )
+                .unwrap()
+            })
             .collect()
     }
 
@@ -237,10 +318,7 @@ mod tests {
                 None => break,
             }
         }
-        let names: Vec<String> = all
-            .iter()
-            .map(|t| t["name"].as_str().unwrap().to_owned())
-            .collect();
+        let names: Vec<String> = all.iter().map(|t| t.name.to_string()).collect();
         assert_eq!(seen, names);
         assert!(
             page(&all, Some("bogus"))
@@ -248,5 +326,88 @@ mod tests {
                 .message
                 .contains("without a cursor")
         );
+    }
+
+    /// A backend that answers one fixed listing.
+    #[derive(Clone)]
+    struct Fixed(Arc<Mutex<Arc<ListToolsResponse>>>);
+
+    impl Backend for Fixed {
+        type Caller = ();
+        fn authenticate(
+            &self,
+            _: Option<&str>,
+            _: Option<&toolmesh::grpc::PeerCertificate>,
+        ) -> Result<(), BackendError> {
+            Ok(())
+        }
+        async fn list_tools(
+            &self,
+            _: &(),
+            _: ToolFormat,
+        ) -> Result<Arc<ListToolsResponse>, BackendError> {
+            Ok(self.0.lock().unwrap().clone())
+        }
+        async fn invoke(
+            &self,
+            _: &(),
+            _: InvokeRequest,
+            _: Option<std::time::Duration>,
+            _: TraceContext,
+        ) -> Result<toolmesh::pb::InvokeResponse, BackendError> {
+            unreachable!()
+        }
+        fn watch_interval(&self) -> std::time::Duration {
+            std::time::Duration::from_secs(1)
+        }
+    }
+
+    fn listing(n: usize, snapshot_version: u64) -> Arc<ListToolsResponse> {
+        Arc::new(ListToolsResponse {
+            snapshot_version,
+            formatted: serde_json::to_string(&tools(n)).unwrap(),
+            ..ListToolsResponse::default()
+        })
+    }
+
+    /// A listing is parsed once, not per page: the same listing (or an
+    /// equal one from another snapshot) gives the same parsed tools, and a
+    /// changed one a new digest.
+    #[tokio::test]
+    async fn listings_are_parsed_once() {
+        let backend = Fixed(Arc::new(Mutex::new(listing(3, 1))));
+        let handler = McpHandler::new(backend.clone());
+        let first = handler.projection(&()).await.unwrap();
+        let again = handler.clone().projection(&()).await.unwrap();
+        assert!(Arc::ptr_eq(&first, &again));
+        let before = handler.digest(&handler.listing(&()).await.unwrap());
+        *backend.0.lock().unwrap() = listing(3, 2);
+        let equal = handler.projection(&()).await.unwrap();
+        assert!(Arc::ptr_eq(&first, &equal), "same tools, another snapshot");
+        assert_eq!(before, handler.digest(&handler.listing(&()).await.unwrap()));
+        *backend.0.lock().unwrap() = listing(4, 3);
+        assert_eq!(handler.projection(&()).await.unwrap().len(), 4);
+        assert_ne!(before, handler.digest(&handler.listing(&()).await.unwrap()));
+    }
+
+    /// A call's `_meta.traceparent` reaches the Invoke as the trace id it
+    /// names (never the raw header); a malformed one as none.
+    #[test]
+    fn trace_context_comes_from_meta() {
+        let traceparent = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+        let params: CallToolRequestParams = serde_json::from_value(json!({
+            "name": "t",
+            "_meta": {"traceparent": traceparent, "toolmesh/session_id": "s1"},
+        }))
+        .unwrap();
+        let (invoke, _) = invocation(&params, &RequestMetaObject::default());
+        let context = invoke.context.unwrap();
+        assert_eq!(context.trace_id, "0af7651916cd43dd8448eb211c80319c");
+        assert_eq!(context.session_id, "s1");
+        let bad: CallToolRequestParams =
+            serde_json::from_value(json!({"name": "t", "_meta": {"traceparent": "nonsense"}}))
+                .unwrap();
+        let (invoke, _) = invocation(&bad, &RequestMetaObject::default());
+        assert_eq!(invoke.context.unwrap().trace_id, "");
     }
 }

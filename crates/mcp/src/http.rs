@@ -2,14 +2,17 @@
 //! request), JSON answers (SSE where a request streams), 401 with the
 //! RFC 9728 resource-metadata hint for a caller the policy does not admit.
 
+use crate::handler::Authenticated;
 use crate::tls::TlsListener;
 use crate::{Backend, BackendError, McpHandler};
 use axum::Router;
+use axum::extract::connect_info::{ConnectInfo, Connected};
 use axum::extract::{Request, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
+use axum::serve::IncomingStream;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 use serde_json::json;
@@ -17,6 +20,7 @@ use std::future::Future;
 use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
+use toolmesh::grpc::PeerCertificate;
 
 /// Where the protected-resource metadata document is served (RFC 9728).
 const RESOURCE_METADATA: &str = "/.well-known/oauth-protected-resource";
@@ -84,7 +88,9 @@ pub async fn serve(
     use axum::serve::ListenerExt;
     if let Some(acceptor) = tls {
         let listener = TlsListener::new(listener, acceptor)?;
-        return axum::serve(listener, router)
+        // Each request carries its connection's client certificate.
+        let service = router.into_make_service_with_connect_info::<ClientCertificate>();
+        return axum::serve(listener, service)
             .with_graceful_shutdown(shutdown)
             .await;
     }
@@ -97,20 +103,56 @@ pub async fn serve(
         .await
 }
 
-/// Lets a request through when its caller is known (or anonymous callers
-/// are admitted); otherwise 401 pointing at the metadata document.
-async fn admit<B: Backend>(State(door): State<Door<B>>, request: Request, next: Next) -> Response {
+/// The verified client certificate of an HTTPS connection (none over
+/// plaintext or without mTLS).
+#[derive(Clone)]
+struct ClientCertificate(Option<PeerCertificate>);
+
+impl Connected<IncomingStream<'_, TlsListener>> for ClientCertificate {
+    fn connect_info(stream: IncomingStream<'_, TlsListener>) -> Self {
+        let (_, session) = stream.io().get_ref();
+        ClientCertificate(
+            session
+                .peer_certificates()
+                .and_then(|chain| chain.first())
+                .map(|leaf| PeerCertificate::verified(leaf.clone().into_owned())),
+        )
+    }
+}
+
+/// Authenticates a request once, from its bearer token or else its client
+/// certificate, and hands the caller to the handler in the request's
+/// extensions; a caller the policy does not admit gets 401 pointing at the
+/// metadata document.
+async fn admit<B: Backend>(
+    State(door): State<Door<B>>,
+    mut request: Request,
+    next: Next,
+) -> Response {
     let bearer = request
         .headers()
         .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok());
-    match door.backend.authenticate(bearer) {
+        .and_then(|v| v.to_str().ok())
+        .and_then(toolmesh::grpc::bearer_token);
+    let certificate = request
+        .extensions()
+        .get::<ConnectInfo<ClientCertificate>>()
+        .and_then(|ConnectInfo(c)| c.0.as_ref());
+    match door.backend.authenticate(bearer, certificate) {
+        Ok(who) => {
+            request.extensions_mut().insert(Authenticated(who));
+            next.run(request).await
+        }
         Err(BackendError::Unauthenticated(why)) => unauthorized(
             &base_url(request.headers(), door.https),
             bearer.is_some(),
             &why,
         ),
-        _ => next.run(request).await,
+        Err(e) => (
+            StatusCode::BAD_GATEWAY,
+            axum::Json(json!({ "error": "unavailable", "error_description": e.to_string() })),
+        )
+            .into_response(),
     }
 }
 

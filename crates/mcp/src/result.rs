@@ -27,7 +27,7 @@ pub(crate) fn call_result(
     if !response.tool_version.is_empty() {
         meta.insert("toolmesh/version".into(), json!(response.tool_version));
     }
-    if let Some(deprecated) = result.metadata.get("toolmesh.deprecated") {
+    if let Some(deprecated) = result.metadata.get(toolmesh::error::DEPRECATED_METADATA) {
         meta.insert("toolmesh/deprecated".into(), json!(deprecated));
     }
     let mut answer = match &result.error {

@@ -181,7 +181,7 @@ async fn decide(
     let header_token = headers
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "));
+        .and_then(toolmesh::grpc::bearer_token);
     let token = Some(form.token.trim())
         .filter(|t| !t.is_empty())
         .or(header_token);

@@ -467,3 +467,75 @@ async fn mcp_over_tls_with_the_nodes_certificate() {
     assert!(answer.contains(r#""tools":[]"#), "{answer}");
     node.stop(Duration::from_secs(1)).await.unwrap();
 }
+
+/// With a client CA, the client certificate is an identity on `/mcp` as on
+/// gRPC: a policy that admits no anonymous caller lets a client in by the
+/// certificate's `tls_name`, with no bearer token.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mcp_client_certificate_is_an_identity() {
+    use rustls_pki_types::{CertificateDer, PrivateKeyDer, ServerName, pem::PemObject};
+    use std::sync::Arc;
+    use tokio_rustls::rustls::{ClientConfig as TlsClientConfig, RootCertStore, crypto::ring};
+
+    let dir = toolmesh_testkit::TempDir::new("mcp-mtls").unwrap();
+    let (ca, cert, key) = toolmesh_testkit::pki(&dir, "node");
+    let policy = dir.join("policy.toml");
+    std::fs::write(
+        &policy,
+        "[auth]\nallow_anonymous = false\n\n[[callers]]\ntls_name = \"localhost\"\nprincipal = \"cert-agent\"\nroles = [\"agent\"]\n",
+    )
+    .unwrap();
+    let files = toolmesh::grpc::TlsFiles {
+        cert: Some(cert.clone()),
+        key: Some(key.clone()),
+        client_ca: Some(ca.clone()),
+        ..Default::default()
+    };
+    let node = toolmesh_node::start(
+        toolmesh_node::Role::Serve {
+            default_ttl: Duration::from_secs(10),
+        },
+        &toolmesh_node::NodeConfig {
+            listen: "127.0.0.1:0".into(),
+            mcp_listen: Some("127.0.0.1:0".into()),
+            mcp_allowed_hosts: vec!["*".into()],
+            tls: toolmesh::grpc::Tls::from_files(&files).unwrap(),
+            policy: Some(policy),
+            ..toolmesh_node::NodeConfig::default()
+        },
+    )
+    .await
+    .unwrap();
+    let addr = node.mcp_addr.unwrap();
+
+    let mut roots = RootCertStore::empty();
+    roots
+        .add(CertificateDer::from_pem_file(&ca).unwrap())
+        .unwrap();
+    let config = TlsClientConfig::builder_with_provider(Arc::new(ring::default_provider()))
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_client_auth_cert(
+            vec![CertificateDer::from_pem_file(&cert).unwrap()],
+            PrivateKeyDer::from_pem_file(&key).unwrap(),
+        )
+        .unwrap();
+    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let mut tls = tokio_rustls::TlsConnector::from(Arc::new(config))
+        .connect(ServerName::try_from("localhost").unwrap(), tcp)
+        .await
+        .unwrap();
+    let body = r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#;
+    let request = format!(
+        "POST /mcp HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nMCP-Protocol-Version: 2025-11-25\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    tls.write_all(request.as_bytes()).await.unwrap();
+    let mut answer = Vec::new();
+    let _ = tls.read_to_end(&mut answer).await;
+    let answer = String::from_utf8_lossy(&answer);
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    assert!(answer.contains(r#""tools":[]"#), "{answer}");
+    node.stop(Duration::from_secs(1)).await.unwrap();
+}

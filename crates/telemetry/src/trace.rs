@@ -123,14 +123,32 @@ pub fn extract_pairs<'a>(pairs: impl IntoIterator<Item = (&'a str, &'a str)>) ->
     TraceContextPropagator::new().extract(&map)
 }
 
+/// The 32-hex trace id a W3C `traceparent` names, when it is well formed
+/// (whether or not tracing is on: a caller's id can be recorded anyway).
+pub fn trace_id_of(traceparent: &str) -> Option<String> {
+    let map = std::collections::HashMap::from([("traceparent".to_owned(), traceparent.to_owned())]);
+    let cx = TraceContextPropagator::new().extract(&map);
+    let id = cx.span().span_context().trace_id();
+    (id != opentelemetry::trace::TraceId::INVALID).then(|| id.to_string())
+}
+
 /// Writes `span`'s context as `traceparent`/`tracestate` into `metadata`
 /// (nothing when tracing is off).
 pub fn inject(span: &tracing::Span, metadata: &mut MetadataMap) {
     if !enabled() {
         return;
     }
-    let cx = span.context();
-    TraceContextPropagator::new().inject_context(&cx, &mut MetadataInjector(metadata));
+    inject_context(&span.context(), metadata);
+}
+
+/// Writes `cx` (a caller's context, as from [`extract_pairs`]) as
+/// `traceparent`/`tracestate` into `metadata` (nothing when tracing is off
+/// or `cx` carries no span).
+pub fn inject_context(cx: &Context, metadata: &mut MetadataMap) {
+    if !enabled() {
+        return;
+    }
+    TraceContextPropagator::new().inject_context(cx, &mut MetadataInjector(metadata));
 }
 
 /// Makes `cx` the parent of `span` (when tracing is on and `cx` carries one).

@@ -37,9 +37,10 @@ pub(crate) fn finish(
     if let Some(def) = &trail.def
         && !def.spec().deprecated.is_empty()
     {
-        result
-            .metadata
-            .insert("toolmesh.deprecated".into(), def.spec().deprecated.clone());
+        result.metadata.insert(
+            toolmesh::error::DEPRECATED_METADATA.into(),
+            def.spec().deprecated.clone(),
+        );
     }
     if let Some(used) = trail.cache {
         mark_cache(&mut result, used);
