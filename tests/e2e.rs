@@ -359,18 +359,26 @@ async fn serve_drains_on_sigterm() {
     .await;
     let termed = Instant::now();
     serve.signal(libc::SIGTERM);
-    // A new client gets nothing from the draining server.
-    let mut late = tonic::Request::new(toolmesh::pb::ListToolsRequest::default());
-    late.set_timeout(Duration::from_millis(300));
-    let refused = toolmesh::pb::dispatcher_client::DispatcherClient::new(
-        toolmesh::grpc::channel(&addr, &toolmesh::grpc::Tls::none()).unwrap(),
+    serve.wait_for_line("draining in-flight calls", Duration::from_secs(5));
+    // Soon after, a new client gets nothing from the draining server.
+    eventually(
+        "new connections refused while draining",
+        Duration::from_secs(2),
+        || {
+            let addr = addr.clone();
+            async move {
+                let mut late = tonic::Request::new(toolmesh::pb::ListToolsRequest::default());
+                late.set_timeout(Duration::from_millis(200));
+                let channel = toolmesh::grpc::channel(&addr, &toolmesh::grpc::Tls::none()).ok()?;
+                toolmesh::pb::dispatcher_client::DispatcherClient::new(channel)
+                    .list_tools(late)
+                    .await
+                    .is_err()
+                    .then_some(())
+            }
+        },
     )
-    .list_tools(late)
     .await;
-    assert!(
-        refused.is_err(),
-        "a new connection is not served while draining"
-    );
     let response = in_flight.await.unwrap();
     assert_eq!(
         code(&response),

@@ -136,30 +136,7 @@ pub async fn start(role: Role, config: &NodeConfig) -> Result<Running, NodeError
     let metrics = MetricsRegistry::default();
     let (addr, listener) = bind(&config.listen).await?;
     let health = tonic_health::server::HealthReporter::new();
-    let registry: Option<Arc<dyn Store>> = match &role {
-        Role::Serve { default_ttl } | Role::Registry { default_ttl } => {
-            let registry_config = RegistryConfig {
-                default_ttl: *default_ttl,
-                data_dir: config.data_dir.clone(),
-                tls: config.tls.clone(),
-                metrics: metrics.clone(),
-                ..RegistryConfig::default()
-            };
-            let gate = Arc::new(PolicyGate(policy.handle.clone()));
-            Some(match &config.store {
-                Some(url) => Arc::new(EtcdStore::connect(url, registry_config, gate).await?),
-                None => {
-                    if registry_config.data_dir.is_none() {
-                        tracing::info!(
-                            "no --data-dir: disabled tools and tool owners live in memory only"
-                        );
-                    }
-                    Arc::new(Registry::open(registry_config, gate)?)
-                }
-            })
-        }
-        Role::Dispatcher { .. } => None,
-    };
+    let registry = open_registry(&role, config, &policy, &metrics).await?;
     let snapshots: Option<tokio::sync::watch::Receiver<Arc<Snapshot>>> = match (&role, &registry) {
         (Role::Serve { .. }, Some(registry)) => Some(registry.subscribe()),
         (Role::Dispatcher { registry, token }, _) => {
@@ -167,7 +144,6 @@ pub async fn start(role: Role, config: &NodeConfig) -> Result<Running, NodeError
         }
         _ => None,
     };
-    let admin_stop = tokio_util::sync::CancellationToken::new();
     let page_snapshots = match (&registry, &snapshots) {
         (_, Some(snapshots)) => snapshots.clone(),
         (Some(registry), None) => registry.subscribe(),
@@ -193,39 +169,15 @@ pub async fn start(role: Role, config: &NodeConfig) -> Result<Running, NodeError
         )),
         None => None,
     };
-    if let Some(registry) = &registry {
-        tokio::spawn(report_writable(registry.writable(), health.clone()));
-    }
-    if dispatcher.is_some() {
-        health
-            .set_service_status(DISPATCHER_HEALTH_SERVICE, ServingStatus::Serving)
-            .await;
-    }
-    let health_only = match &config.health_listen {
-        Some(text) => {
-            let addr = toolmesh::grpc::listen_address(text)?;
-            let bound = HealthOnly::bind(addr, health.clone())
-                .await
-                .map_err(|source| NodeError::HealthListen { addr, source })?;
-            tracing::info!(addr = %bound.local_addr(), "serving grpc.health.v1 alone, in plaintext, for probes");
-            Some(bound)
-        }
-        None => None,
-    };
-    let admin = match &config.admin_listen {
-        Some(listen) => {
-            let page = crate::admin::routes(page_snapshots, dispatcher.clone(), admin_stop.clone());
-            Some(AdminServer::start(listen, metrics, page).await?)
-        }
-        None => None,
-    };
-    let (mcp_addr, mcp) = match (&config.mcp_listen, &dispatcher) {
-        (Some(listen), Some(dispatcher)) => {
-            let (addr, mcp) = start_mcp(listen, config, dispatcher).await?;
-            (Some(addr), Some(mcp))
-        }
-        _ => (None, None),
-    };
+    report_health(&health, registry.as_deref(), dispatcher.is_some()).await;
+    let side = SideListeners::start(
+        config,
+        &health,
+        dispatcher.as_ref(),
+        page_snapshots,
+        metrics,
+    )
+    .await?;
     let router = toolmesh::grpc::server_builder(&config.tls)
         .map_err(NodeError::Tls)?
         .add_service(match &dispatcher {
@@ -251,16 +203,107 @@ pub async fn start(role: Role, config: &NodeConfig) -> Result<Running, NodeError
     Ok(Running {
         addr,
         dispatcher,
-        admin,
-        _admin_task: admin_stop.drop_guard(),
-        mcp_addr,
-        mcp,
+        admin: side.admin,
+        _admin_task: side.admin_stop.drop_guard(),
+        mcp_addr: side.mcp.as_ref().map(|(addr, _)| *addr),
+        mcp: side.mcp.map(|(_, mcp)| mcp),
         health,
-        health_only,
+        health_only: side.health_only,
         _policy: policy,
         stop,
         task,
     })
+}
+
+/// The registry half of `role`, on the embedded store or on etcd.
+async fn open_registry(
+    role: &Role,
+    config: &NodeConfig,
+    policy: &PolicySetup,
+    metrics: &MetricsRegistry,
+) -> Result<Option<Arc<dyn Store>>, NodeError> {
+    let (Role::Serve { default_ttl } | Role::Registry { default_ttl }) = role else {
+        return Ok(None);
+    };
+    let registry_config = RegistryConfig {
+        default_ttl: *default_ttl,
+        data_dir: config.data_dir.clone(),
+        tls: config.tls.clone(),
+        metrics: metrics.clone(),
+        ..RegistryConfig::default()
+    };
+    let gate = Arc::new(PolicyGate(policy.handle.clone()));
+    Ok(Some(match &config.store {
+        Some(url) => Arc::new(EtcdStore::connect(url, registry_config, gate).await?),
+        None => {
+            if registry_config.data_dir.is_none() {
+                tracing::info!("no --data-dir: disabled tools and tool owners live in memory only");
+            }
+            Arc::new(Registry::open(registry_config, gate)?)
+        }
+    }))
+}
+
+/// Reports the registry's writability and the dispatcher on `health`.
+async fn report_health(health: &HealthReporter, registry: Option<&dyn Store>, dispatcher: bool) {
+    if let Some(registry) = registry {
+        tokio::spawn(report_writable(registry.writable(), health.clone()));
+    }
+    if dispatcher {
+        health
+            .set_service_status(DISPATCHER_HEALTH_SERVICE, ServingStatus::Serving)
+            .await;
+    }
+}
+
+/// The listeners beside the main one, each when asked for: health only
+/// (for probes), admin (metrics and the page), MCP.
+struct SideListeners {
+    health_only: Option<HealthOnly>,
+    admin: Option<AdminServer>,
+    admin_stop: CancellationToken,
+    mcp: Option<(SocketAddr, Mcp)>,
+}
+
+impl SideListeners {
+    async fn start(
+        config: &NodeConfig,
+        health: &HealthReporter,
+        dispatcher: Option<&Dispatcher>,
+        page_snapshots: tokio::sync::watch::Receiver<Arc<Snapshot>>,
+        metrics: MetricsRegistry,
+    ) -> Result<SideListeners, NodeError> {
+        let health_only = match &config.health_listen {
+            Some(text) => {
+                let addr = toolmesh::grpc::listen_address(text)?;
+                let bound = HealthOnly::bind(addr, health.clone())
+                    .await
+                    .map_err(|source| NodeError::HealthListen { addr, source })?;
+                tracing::info!(addr = %bound.local_addr(), "serving grpc.health.v1 alone, in plaintext, for probes");
+                Some(bound)
+            }
+            None => None,
+        };
+        let admin_stop = CancellationToken::new();
+        let admin = match &config.admin_listen {
+            Some(listen) => {
+                let page =
+                    crate::admin::routes(page_snapshots, dispatcher.cloned(), admin_stop.clone());
+                Some(AdminServer::start(listen, metrics, page).await?)
+            }
+            None => None,
+        };
+        let mcp = match (&config.mcp_listen, dispatcher) {
+            (Some(listen), Some(dispatcher)) => Some(start_mcp(listen, config, dispatcher).await?),
+            _ => None,
+        };
+        Ok(SideListeners {
+            health_only,
+            admin,
+            admin_stop,
+            mcp,
+        })
+    }
 }
 
 /// The dispatcher's governance: under the policy, with its approvals in
