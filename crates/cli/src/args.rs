@@ -15,38 +15,7 @@ pub(crate) struct Cli {
     pub(crate) log_format: LogFormat,
     /// TLS for every server and connection of this process.
     #[command(flatten)]
-    pub(crate) tls: TlsArgs,
-}
-
-/// TLS files (PEM). A CA makes every outgoing connection TLS; a
-/// certificate and key make every server TLS; a client CA makes servers
-/// require client certificates (mTLS).
-#[derive(Debug, Args, Clone)]
-pub(crate) struct TlsArgs {
-    /// CA certificate that signs the servers' certificates.
-    #[arg(long, global = true, env = "TOOLMESH_TLS_CA")]
-    pub(crate) tls_ca: Option<PathBuf>,
-    /// This process' certificate (servers present it; clients too, for mTLS).
-    #[arg(long, global = true, env = "TOOLMESH_TLS_CERT")]
-    pub(crate) tls_cert: Option<PathBuf>,
-    /// The key of --tls-cert.
-    #[arg(long, global = true, env = "TOOLMESH_TLS_KEY")]
-    pub(crate) tls_key: Option<PathBuf>,
-    /// Servers accept only clients with a certificate signed by this CA.
-    #[arg(long, global = true, env = "TOOLMESH_TLS_CLIENT_CA")]
-    pub(crate) tls_client_ca: Option<PathBuf>,
-}
-
-impl TlsArgs {
-    /// The files these flags name.
-    pub(crate) fn files(&self) -> toolmesh::grpc::TlsFiles {
-        toolmesh::grpc::TlsFiles {
-            ca: self.tls_ca.clone(),
-            cert: self.tls_cert.clone(),
-            key: self.tls_key.clone(),
-            client_ca: self.tls_client_ca.clone(),
-        }
-    }
+    pub(crate) tls: toolmesh_examples::TlsFlags,
 }
 
 /// How logs are written.

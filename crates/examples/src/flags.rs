@@ -1,6 +1,7 @@
 //! The flags of every executor process (`toolmesh example`,
 //! `toolmesh-fixture example`) and the [`ServeOptions`] they make.
 
+use std::path::PathBuf;
 use std::time::Duration;
 use toolmesh::grpc::{BadAddress, Tls, listen_address};
 use toolmesh_executor::ServeOptions;
@@ -83,5 +84,36 @@ impl ServeFlags {
             admin_listen: self.ops.admin_listen.clone(),
             otlp_endpoint: self.ops.otlp_endpoint.clone(),
         })
+    }
+}
+
+/// TLS files (PEM). A CA makes every outgoing connection TLS; a
+/// certificate and key make every server TLS; a client CA makes servers
+/// require client certificates (mTLS).
+#[derive(Debug, Clone, clap::Args)]
+pub struct TlsFlags {
+    /// CA certificate that signs the servers' certificates.
+    #[arg(long, global = true, env = "TOOLMESH_TLS_CA")]
+    pub tls_ca: Option<PathBuf>,
+    /// This process' certificate (servers present it; clients too, for mTLS).
+    #[arg(long, global = true, env = "TOOLMESH_TLS_CERT")]
+    pub tls_cert: Option<PathBuf>,
+    /// The key of --tls-cert.
+    #[arg(long, global = true, env = "TOOLMESH_TLS_KEY")]
+    pub tls_key: Option<PathBuf>,
+    /// Servers accept only clients with a certificate signed by this CA.
+    #[arg(long, global = true, env = "TOOLMESH_TLS_CLIENT_CA")]
+    pub tls_client_ca: Option<PathBuf>,
+}
+
+impl TlsFlags {
+    /// The files these flags name.
+    pub fn files(&self) -> toolmesh::grpc::TlsFiles {
+        toolmesh::grpc::TlsFiles {
+            ca: self.tls_ca.clone(),
+            cert: self.tls_cert.clone(),
+            key: self.tls_key.clone(),
+            client_ca: self.tls_client_ca.clone(),
+        }
     }
 }
