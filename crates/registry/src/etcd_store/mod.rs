@@ -440,6 +440,7 @@ impl Store for EtcdStore {
             endpoint,
             service,
             ttl,
+            execute_token,
         } = check_request(&inner.config, &request)?;
         inner.check_writable()?;
         // Schemas compile on the blocking pool.
@@ -477,6 +478,7 @@ impl Store for EtcdStore {
             owner: owner.clone(),
             service: service.to_string(),
             endpoint: endpoint.to_string(),
+            execute_token: execute_token.to_string(),
             ttl_ms: u64::try_from(ttl_secs).unwrap_or(0) * 1000,
             tools: hashes,
         };
@@ -520,7 +522,7 @@ impl Store for EtcdStore {
             snapshot_version: u64::try_from(revision).unwrap_or(0),
             lease_ttl_ms: u32::try_from(ttl_secs * 1000).unwrap_or(u32::MAX),
             rejected,
-            execute_token_accepted: false,
+            execute_token_accepted: !execute_token.is_empty(),
         })
     }
 

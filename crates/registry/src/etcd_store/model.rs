@@ -284,10 +284,7 @@ impl Model {
                     .get(*id)
                     .filter(|h| h.lease == exec.lease)
                     .is_none_or(|h| h.healthy),
-                // Execute tokens are not kept in etcd yet: executors
-                // registered through this store are told so and do not
-                // require one.
-                execute_token: "".into(),
+                execute_token: exec.record.execute_token.as_str().into(),
             })
             .collect();
         Some(ToolEntry {
