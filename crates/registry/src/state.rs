@@ -110,26 +110,13 @@ impl State {
         owner: &str,
         max_per_owner: usize,
     ) -> Result<Registered, RegistryError> {
-        if let Some(held) = self.executors.get(&reg.executor_id)
-            && *held.owner != *owner
-        {
-            return Err(RegistryError::ExecutorIdTaken {
-                id: reg.executor_id.to_string(),
-            });
-        }
-        if !owner.is_empty() && !self.executors.contains_key(&reg.executor_id) {
-            let live = self
-                .executors
-                .values()
-                .filter(|e| *e.owner == *owner)
-                .count();
-            if live >= max_per_owner {
-                return Err(RegistryError::TooManyExecutors {
-                    owner: owner.to_owned(),
-                    limit: max_per_owner,
-                });
-            }
-        }
+        let held = self.executors.get(&reg.executor_id).map(|e| &*e.owner);
+        let live = self
+            .executors
+            .values()
+            .filter(|e| *e.owner == *owner)
+            .count();
+        check_executor_slot(&reg.executor_id, held, live, owner, max_per_owner)?;
         let mut txn = Txn::new(base);
         let replaced = self.executors.remove(&reg.executor_id);
         if let Some(old) = &replaced {
@@ -325,6 +312,33 @@ impl State {
     }
 }
 
+/// Whether `owner` may register as `executor_id`: an id registered by
+/// another owner is taken, and a new executor must stay within the owner's
+/// cap (`live_for_owner` executors it holds now; replacing one of them does
+/// not count, and anonymous registrations are not capped). Both stores ask
+/// this before writing.
+pub(crate) fn check_executor_slot(
+    executor_id: &str,
+    held_owner: Option<&str>,
+    live_for_owner: usize,
+    owner: &str,
+    max: usize,
+) -> Result<(), RegistryError> {
+    match held_owner {
+        Some(holder) if holder != owner => Err(RegistryError::ExecutorIdTaken {
+            id: executor_id.to_owned(),
+        }),
+        Some(_) => Ok(()),
+        None if !owner.is_empty() && live_for_owner >= max => {
+            Err(RegistryError::TooManyExecutors {
+                owner: owner.to_owned(),
+                limit: max,
+            })
+        }
+        None => Ok(()),
+    }
+}
+
 /// Adds (or refreshes) `executor`'s instance of `def`, or explains why the
 /// definition conflicts with the one other executors serve.
 fn add_instance(
@@ -416,4 +430,32 @@ pub(crate) fn conflict_reason(key: &Key, executors: &[&str], fields: &[&str]) ->
         label(key),
         fields.join(", ")
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::check_executor_slot;
+    use crate::error::RegistryError;
+
+    /// Another owner's id is taken; a new executor past the owner's cap is
+    /// refused; replacing one's own executor and anonymous registrations are
+    /// not capped.
+    #[test]
+    fn executor_slots() {
+        assert!(matches!(
+            check_executor_slot("ex", Some("alice"), 0, "bob", 10),
+            Err(RegistryError::ExecutorIdTaken { id }) if id == "ex"
+        ));
+        assert!(matches!(
+            check_executor_slot("ex", Some(""), 0, "bob", 10),
+            Err(RegistryError::ExecutorIdTaken { .. })
+        ));
+        assert!(matches!(
+            check_executor_slot("ex", None, 2, "bob", 2),
+            Err(RegistryError::TooManyExecutors { owner, limit: 2 }) if owner == "bob"
+        ));
+        assert!(check_executor_slot("ex", None, 1, "bob", 2).is_ok());
+        assert!(check_executor_slot("ex", Some("bob"), 2, "bob", 2).is_ok());
+        assert!(check_executor_slot("ex", None, 5, "", 2).is_ok());
+    }
 }

@@ -16,7 +16,7 @@ use crate::gate::Gate;
 use crate::published::Published;
 use crate::registry::{Checked, check_request, validate_tools};
 use crate::shared::SharedRecord;
-use crate::state::{conflict_reason, owned_elsewhere};
+use crate::state::{check_executor_slot, conflict_reason, owned_elsewhere};
 use crate::store::Store;
 use crate::txn::key_of;
 use keys::{ExecRecord, PREFIX, Slot, content_hash, lease_label, parse_lease};
@@ -351,15 +351,20 @@ impl Inner {
         rejected: &mut Vec<RejectedTool>,
     ) -> Result<(Plan, Vec<ToolDef>), RegistryError> {
         let model = self.model();
-        let replaced = match model.execs.get(executor_id) {
-            Some(held) if held.record.owner != owner => {
-                return Err(RegistryError::ExecutorIdTaken {
-                    id: executor_id.to_owned(),
-                });
-            }
-            Some(held) => Some(held.lease),
-            None => None,
-        };
+        let held = model.execs.get(executor_id);
+        let live = model
+            .execs
+            .values()
+            .filter(|e| e.record.owner == owner)
+            .count();
+        check_executor_slot(
+            executor_id,
+            held.map(|e| e.record.owner.as_str()),
+            live,
+            owner,
+            self.config.max_executors_per_owner,
+        )?;
+        let replaced = held.map(|e| e.lease);
         let base = self.published.current();
         let mut plan = Plan {
             hashes: Vec::with_capacity(tools.len()),
