@@ -295,6 +295,21 @@ impl Inner {
     }
 }
 
+/// A compare that holds while `key` was last written at `revision` (0:
+/// while it does not exist).
+fn unchanged(key: Vec<u8>, revision: i64) -> Compare {
+    if revision == 0 {
+        return absent(key);
+    }
+    Compare {
+        result: compare::CompareResult::Equal as i32,
+        target: compare::CompareTarget::Mod as i32,
+        key,
+        target_union: Some(compare::TargetUnion::ModRevision(revision)),
+        range_end: vec![],
+    }
+}
+
 /// A compare that holds while `key` does not exist.
 fn absent(key: Vec<u8>) -> Compare {
     Compare {
@@ -336,8 +351,24 @@ struct Plan {
     new_defs: Vec<(String, Vec<u8>)>,
     /// Names to claim for the owner.
     unowned: Vec<String>,
+    /// The names of the kept tools, in the order of `hashes`.
+    names: Vec<String>,
+    /// Tools refused against this view.
+    rejected: Vec<RejectedTool>,
     /// The lease of the registration this one replaces.
     replaced: Option<i64>,
+    /// The revision of the executor's key in this view (0: absent): the
+    /// registration is written only if it is still so.
+    exec_revision: i64,
+}
+
+/// A registration as written.
+struct Written {
+    record: ExecRecord,
+    lease: i64,
+    revision: i64,
+    replaced: Option<i64>,
+    rejected: Vec<RejectedTool>,
 }
 
 impl Inner {
@@ -347,9 +378,8 @@ impl Inner {
         &self,
         executor_id: &str,
         owner: &str,
-        tools: Vec<ToolDef>,
-        rejected: &mut Vec<RejectedTool>,
-    ) -> Result<(Plan, Vec<ToolDef>), RegistryError> {
+        tools: &[ToolDef],
+    ) -> Result<Plan, RegistryError> {
         let model = self.model();
         let held = model.execs.get(executor_id);
         let live = model
@@ -364,21 +394,23 @@ impl Inner {
             owner,
             self.config.max_executors_per_owner,
         )?;
-        let replaced = held.map(|e| e.lease);
         let base = self.published.current();
         let mut plan = Plan {
             hashes: Vec::with_capacity(tools.len()),
             new_defs: Vec::new(),
             unowned: Vec::new(),
-            replaced,
+            names: Vec::with_capacity(tools.len()),
+            rejected: Vec::new(),
+            replaced: held.map(|e| e.lease),
+            exec_revision: held.map_or(0, |e| e.mod_revision),
         };
-        let mut kept = Vec::with_capacity(tools.len());
         for def in tools {
             if let Some(holder) = model.owners.get(def.name()).filter(|h| *h != owner) {
-                rejected.push(owned_elsewhere(def.name(), holder, owner));
+                plan.rejected
+                    .push(owned_elsewhere(def.name(), holder, owner));
                 continue;
             }
-            let key = key_of(&def);
+            let key = key_of(def);
             if let Some(entry) = base.get(&key.0, &key.1) {
                 let others: Vec<&str> = entry
                     .instances
@@ -386,9 +418,9 @@ impl Inner {
                     .filter(|i| &*i.executor_id != executor_id)
                     .map(|i| &*i.executor_id)
                     .collect();
-                let fields = entry.def.conflicts_with(&def);
+                let fields = entry.def.conflicts_with(def);
                 if !others.is_empty() && !fields.is_empty() {
-                    rejected.push(RejectedTool {
+                    plan.rejected.push(RejectedTool {
                         name: def.name().to_owned(),
                         reason: conflict_reason(&key, &others, &fields),
                     });
@@ -404,11 +436,98 @@ impl Inner {
                 plan.unowned.push(def.name().to_owned());
             }
             plan.hashes.push(hash);
-            kept.push(def);
+            plan.names.push(def.name().to_owned());
         }
         plan.unowned.sort();
         plan.unowned.dedup();
-        Ok((plan, kept))
+        Ok(plan)
+    }
+
+    /// Writes the registration `template` (with the kept tools) on a new
+    /// lease of `ttl_secs`, planning again once when another write to the
+    /// executor's key came between this replica's view and its transaction.
+    async fn write_registration(
+        &self,
+        executor_id: &str,
+        template: &ExecRecord,
+        tools: &[ToolDef],
+        ttl_secs: i64,
+    ) -> Result<Written, RegistryError> {
+        for _ in 0..2 {
+            if let Some(written) = self
+                .try_register(executor_id, template, tools, ttl_secs)
+                .await?
+            {
+                return Ok(written);
+            }
+        }
+        Err(RegistryError::StoreUnavailable(format!(
+            "executor {executor_id} was registered again through another replica while this one wrote it, twice"
+        )))
+    }
+
+    /// One try: catch up, plan, claim names, store definitions, then grant
+    /// the lease (last, so a short one is not spent on large writes) and
+    /// put the record unless the executor's key changed since the plan
+    /// (`None`).
+    async fn try_register(
+        &self,
+        executor_id: &str,
+        template: &ExecRecord,
+        tools: &[ToolDef],
+        ttl_secs: i64,
+    ) -> Result<Option<Written>, RegistryError> {
+        self.catch_up().await?;
+        let mut plan = self.plan(executor_id, &template.owner, tools)?;
+        let lost = self.claim_names(&template.owner, &plan.unowned).await?;
+        let mut hashes = Vec::with_capacity(plan.hashes.len());
+        for (name, hash) in plan.names.iter().zip(plan.hashes) {
+            if lost.contains(name) {
+                // Another owner claimed it between our read and our claim.
+                plan.rejected.push(RejectedTool {
+                    name: name.clone(),
+                    reason: format!(
+                        "tool {name} was just claimed by another owner: choose a name in your own namespace"
+                    ),
+                });
+            } else {
+                hashes.push(hash);
+            }
+        }
+        self.put_defs(plan.new_defs).await?;
+        // etcd counts whole seconds and may raise a short lease to its minimum.
+        let (lease, granted) = self.client.grant(ttl_secs).await?;
+        let record = ExecRecord {
+            tools: hashes,
+            ttl_ms: u64::try_from(granted).unwrap_or(0) * 1000,
+            ..template.clone()
+        };
+        let value = serde_json::to_vec(&record)
+            .map_err(|e| RegistryError::Internal(format!("registration not encoded ({e})")))?;
+        let key = Slot::Exec(executor_id).key();
+        let response = self
+            .client
+            .txn(TxnRequest {
+                compare: vec![unchanged(key.clone(), plan.exec_revision)],
+                success: vec![
+                    put_op(key, value, lease),
+                    delete_op(Slot::Health(executor_id).key()),
+                ],
+                failure: vec![],
+            })
+            .await?;
+        if !response.succeeded {
+            // Nothing was written on it.
+            let _ = self.client.revoke(lease).await;
+            return Ok(None);
+        }
+        Ok(Some(Written {
+            record,
+            lease,
+            revision: response.header.map_or(0, |h| h.revision),
+            replaced: plan.replaced,
+            rejected: plan.rejected,
+        }))
     }
 }
 
@@ -453,55 +572,21 @@ impl Store for EtcdStore {
             tokio::task::spawn_blocking(move || validate_tools(request.tools))
                 .await
                 .map_err(|e| RegistryError::Internal(format!("registration task failed ({e})")))?;
-        inner.catch_up().await?;
-        let (plan, kept) = inner.plan(&executor_id, &owner, tools, &mut rejected)?;
-        let lost = inner.claim_names(&owner, &plan.unowned).await?;
-        let mut hashes = plan.hashes;
-        if !lost.is_empty() {
-            // Another owner claimed these names between our read and our claim.
-            let mut kept_hashes = Vec::with_capacity(hashes.len());
-            for (def, hash) in kept.iter().zip(hashes) {
-                if lost.iter().any(|n| n == def.name()) {
-                    rejected.push(RejectedTool {
-                        name: def.name().to_owned(),
-                        reason: format!(
-                            "tool {} was just claimed by another owner: choose a name in your own namespace",
-                            def.name()
-                        ),
-                    });
-                } else {
-                    kept_hashes.push(hash);
-                }
-            }
-            hashes = kept_hashes;
-        }
-        inner.put_defs(plan.new_defs).await?;
         let asked = i64::try_from(ttl.as_millis().div_ceil(1000).max(1)).unwrap_or(i64::MAX);
-        // etcd counts whole seconds and may raise a short lease to its minimum.
-        let (lease, ttl_secs) = inner.client.grant(asked).await?;
-        let record = ExecRecord {
+        let template = ExecRecord {
             owner: owner.clone(),
             service: service.to_string(),
             endpoint: endpoint.to_string(),
             execute_token: execute_token.to_string(),
-            ttl_ms: u64::try_from(ttl_secs).unwrap_or(0) * 1000,
-            tools: hashes,
+            ttl_ms: 0,
+            tools: Vec::new(),
         };
-        let value = serde_json::to_vec(&record)
-            .map_err(|e| RegistryError::Internal(format!("registration not encoded ({e})")))?;
-        let response = inner
-            .client
-            .txn(TxnRequest {
-                compare: vec![],
-                success: vec![
-                    put_op(Slot::Exec(&executor_id).key(), value, lease),
-                    delete_op(Slot::Health(&executor_id).key()),
-                ],
-                failure: vec![],
-            })
+        let written = inner
+            .write_registration(&executor_id, &template, &tools, asked)
             .await?;
-        let revision = response.header.map_or(0, |h| h.revision);
-        if let Some(old) = plan.replaced.filter(|old| *old != lease) {
+        rejected.extend(written.rejected);
+        let (record, revision, lease) = (written.record, written.revision, written.lease);
+        if let Some(old) = written.replaced.filter(|old| *old != lease) {
             // Its keys moved to the new lease; what is left goes with it.
             if let Err(error) = inner.client.revoke(old).await {
                 tracing::warn!(%error, "replaced lease not revoked; it expires by itself");
@@ -525,7 +610,7 @@ impl Store for EtcdStore {
         Ok(pb::RegisterResponse {
             lease_id: lease_label(lease),
             snapshot_version: u64::try_from(revision).unwrap_or(0),
-            lease_ttl_ms: u32::try_from(ttl_secs * 1000).unwrap_or(u32::MAX),
+            lease_ttl_ms: u32::try_from(record.ttl_ms).unwrap_or(u32::MAX),
             rejected,
             execute_token_accepted: !execute_token.is_empty(),
         })
@@ -615,20 +700,9 @@ impl Store for EtcdStore {
         let key = Slot::Shared(key).key();
         let secs = i64::try_from(ttl.as_secs().max(1)).unwrap_or(i64::MAX);
         let (lease, _) = client.grant(secs).await?;
-        let unchanged = if revision == 0 {
-            absent(key.clone())
-        } else {
-            Compare {
-                result: compare::CompareResult::Equal as i32,
-                target: compare::CompareTarget::Mod as i32,
-                key: key.clone(),
-                target_union: Some(compare::TargetUnion::ModRevision(revision)),
-                range_end: vec![],
-            }
-        };
         let response = client
             .txn(TxnRequest {
-                compare: vec![unchanged],
+                compare: vec![unchanged(key.clone(), revision)],
                 success: vec![put_op(key, value, lease)],
                 failure: vec![],
             })

@@ -18,6 +18,9 @@ pub(crate) struct ExecView {
     /// Orders replicas of one tool: the earliest registration's definition wins.
     pub(crate) create_revision: i64,
     pub(crate) lease: i64,
+    /// The revision its key was last written at (a registration replacing
+    /// it writes only if it is still this).
+    pub(crate) mod_revision: i64,
     pub(crate) record: ExecRecord,
     /// The entries it serves, with the hash of its definition for each.
     pub(crate) keys: Vec<(Key, String)>,
@@ -131,6 +134,7 @@ impl Model {
                     ExecView {
                         create_revision: kv.create_revision,
                         lease: kv.lease,
+                        mod_revision: kv.mod_revision,
                         record,
                         keys,
                     },
