@@ -192,6 +192,39 @@ async fn two_replicas_agree_and_serve() {
     assert!(accepted.result.unwrap().error.is_none());
 }
 
+/// An etcd shared with other applications: writes outside the prefix move
+/// etcd's revision past anything this replica's watch sees, yet a
+/// registration right after them completes (the watch reports its
+/// progress) instead of waiting out read-your-writes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writes_complete_in_a_shared_etcd() {
+    let cluster = etcd(1).await;
+    let store = cluster.store_url();
+    let (_a, a) = replica(&store);
+    register_once(&a, "shared-0")
+        .await
+        .expect("first registration");
+    let other = toolmesh_etcd::Client::from_url(&store).expect("etcd client");
+    for i in 0..3 {
+        for j in 0..5 {
+            other
+                .put(format!("/elsewhere/{i}/{j}").as_bytes(), b"x".to_vec(), 0)
+                .await
+                .expect("a foreign write");
+        }
+        let started = Instant::now();
+        register_once(&a, &format!("shared-{}", i + 1))
+            .await
+            .expect("registration after foreign writes");
+        // Without progress notifications it waits for some later change
+        // under the prefix (a health verdict, about 2 s here) or fails
+        // after 5 s.
+        let took = started.elapsed();
+        eprintln!("registration after foreign writes: {took:?}");
+        assert!(took < Duration::from_millis(1500), "took {took:?}");
+    }
+}
+
 /// 6. SIGKILL an executor: its tools leave every replica's snapshot within
 ///    lease TTL + 1 s (the health watch usually sees it much sooner).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

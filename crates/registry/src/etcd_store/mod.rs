@@ -59,6 +59,13 @@ pub(crate) struct Inner {
     published: Published,
     /// The etcd revision the model (and snapshot) reflects.
     applied: watch::Sender<i64>,
+    /// The etcd revision the watch has reported progress to: `applied`, or
+    /// later when only keys outside the prefix changed since (what
+    /// `catch_up` waits for in an etcd shared with other keys).
+    progressed: watch::Sender<i64>,
+    /// Asks the watch for a progress notification (a write is waiting for
+    /// a revision no change under the prefix may reach).
+    progress: tokio::sync::Notify,
     /// Whether etcd answers with a leader.
     writable: watch::Sender<bool>,
     /// This replica's session lease (0 while it has none).
@@ -100,6 +107,8 @@ impl EtcdStore {
             replica: uuid::Uuid::new_v4().to_string(),
             model: Mutex::new(Model::default()),
             applied: watch::Sender::new(0),
+            progressed: watch::Sender::new(0),
+            progress: tokio::sync::Notify::new(),
             writable: watch::Sender::new(false),
             session: watch::Sender::new(0),
             outage: sync::Outage::default(),
@@ -147,15 +156,19 @@ impl Inner {
         }
     }
 
-    /// Waits until the snapshot reflects `revision`.
+    /// Waits until the snapshot reflects `revision`, which a change under
+    /// the prefix made.
     async fn reflect(&self, revision: i64) -> Result<(), RegistryError> {
-        let mut applied = self.applied.subscribe();
-        match tokio::time::timeout(READ_YOUR_WRITE, applied.wait_for(|r| *r >= revision)).await {
-            Ok(Ok(_)) => Ok(()),
-            _ => Err(RegistryError::StoreUnavailable(format!(
-                "this replica has not seen etcd revision {revision} within {READ_YOUR_WRITE:?} (its watch of etcd is behind)"
-            ))),
+        wait_for(&self.applied, revision).await
+    }
+
+    /// Waits until the watch has come to `revision`, which may be a change
+    /// outside the prefix (or no change at all).
+    async fn settle(&self, revision: i64) -> Result<(), RegistryError> {
+        if revision > *self.progressed.borrow() {
+            self.progress.notify_one();
         }
+        wait_for(&self.progressed, revision).await
     }
 
     /// Waits until the snapshot reflects everything etcd holds now.
@@ -168,8 +181,7 @@ impl Inner {
                 ..Default::default()
             })
             .await?;
-        self.reflect(response.header.map_or(0, |h| h.revision))
-            .await
+        self.settle(response.header.map_or(0, |h| h.revision)).await
     }
 
     /// The owner of the registration holding `lease`, catching up with etcd
@@ -292,6 +304,17 @@ impl Inner {
             })
             .await?;
         Ok(())
+    }
+}
+
+/// Waits until `counter` reaches `revision`.
+async fn wait_for(counter: &watch::Sender<i64>, revision: i64) -> Result<(), RegistryError> {
+    let mut seen = counter.subscribe();
+    match tokio::time::timeout(READ_YOUR_WRITE, seen.wait_for(|r| *r >= revision)).await {
+        Ok(Ok(_)) => Ok(()),
+        _ => Err(RegistryError::StoreUnavailable(format!(
+            "this replica has not seen etcd revision {revision} within {READ_YOUR_WRITE:?} (its watch of etcd is behind)"
+        ))),
     }
 }
 
@@ -636,8 +659,8 @@ impl Store for EtcdStore {
         let inner = &self.inner;
         inner.check_writable()?;
         inner.catch_up().await?;
-        let known = !inner.published.current().versions(tool).is_empty()
-            || inner.model().disabled.contains_key(tool);
+        let was_disabled = inner.model().disabled.contains_key(tool);
+        let known = !inner.published.current().versions(tool).is_empty() || was_disabled;
         if !known {
             return Err(RegistryError::UnknownTool(tool.to_owned()));
         }
@@ -661,7 +684,12 @@ impl Store for EtcdStore {
                 response.header.map_or(0, |h| h.revision)
             }
         };
-        inner.reflect(revision).await?;
+        if reason.is_some() || was_disabled {
+            inner.reflect(revision).await?;
+        } else {
+            // Enabling an enabled tool deletes nothing: no event comes.
+            inner.settle(revision).await?;
+        }
         match &reason {
             Some(reason) => tracing::warn!(
                 tool,
