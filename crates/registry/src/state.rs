@@ -368,26 +368,11 @@ fn add_instance(
         );
         return Ok(key);
     };
-    let others: Vec<&str> = staged
-        .instances
-        .iter()
-        .filter(|i| i.executor_id != executor.id)
-        .map(|i| &*i.executor_id)
-        .collect();
-    if others.is_empty() {
-        // Nobody else serves it: this definition wins (the old allocation is
-        // kept when nothing about the spec changed, so the entry stays shared).
-        if staged.def.spec() != def.spec() {
-            staged.def = Arc::new(def);
-        }
-    } else {
-        let fields = staged.def.conflicts_with(&def);
-        if !fields.is_empty() {
-            return Err(RejectedTool {
-                name: def.name().to_owned(),
-                reason: conflict_reason(&key, &others, &fields),
-            });
-        }
+    let others_serve = check_conflict(&key, &staged.def, &staged.instances, &executor.id, &def)?;
+    // Nobody else serves it: this definition wins (the old allocation is
+    // kept when nothing about the spec changed, so the entry stays shared).
+    if !others_serve && staged.def.spec() != def.spec() {
+        staged.def = Arc::new(def);
     }
     match staged
         .instances
@@ -400,6 +385,37 @@ fn add_instance(
     Ok(key)
 }
 
+/// Whether `executor_id` may serve `def` in the entry `key`, whose
+/// definition is `current` and whose instances are `instances`: refused
+/// when other executors serve it and the two definitions differ in a field
+/// that matters. `Ok(true)` when others serve it (their definition stays),
+/// `Ok(false)` when nobody else does. Both stores decide with this.
+pub(crate) fn check_conflict(
+    key: &Key,
+    current: &ToolDef,
+    instances: &[Instance],
+    executor_id: &str,
+    def: &ToolDef,
+) -> Result<bool, RejectedTool> {
+    let others: Vec<&str> = instances
+        .iter()
+        .filter(|i| &*i.executor_id != executor_id)
+        .map(|i| &*i.executor_id)
+        .collect();
+    if others.is_empty() {
+        return Ok(false);
+    }
+    let fields = current.conflicts_with(def);
+    if fields.is_empty() {
+        Ok(true)
+    } else {
+        Err(RejectedTool {
+            name: def.name().to_owned(),
+            reason: conflict_reason(key, &others, &fields),
+        })
+    }
+}
+
 /// The refusal of a tool name another owner holds.
 pub(crate) fn owned_elsewhere(name: &str, holder: &str, owner: &str) -> RejectedTool {
     RejectedTool {
@@ -410,7 +426,7 @@ pub(crate) fn owned_elsewhere(name: &str, holder: &str, owner: &str) -> Rejected
     }
 }
 
-pub(crate) fn conflict_reason(key: &Key, executors: &[&str], fields: &[&str]) -> String {
+fn conflict_reason(key: &Key, executors: &[&str], fields: &[&str]) -> String {
     let noun = if executors.len() == 1 {
         "executor"
     } else {
@@ -434,8 +450,61 @@ pub(crate) fn conflict_reason(key: &Key, executors: &[&str], fields: &[&str]) ->
 
 #[cfg(test)]
 mod tests {
-    use super::check_executor_slot;
+    use super::{check_conflict, check_executor_slot};
     use crate::error::RegistryError;
+    use crate::txn::key_of;
+    use toolmesh::pb::ToolSpec;
+    use toolmesh::{Instance, ToolDef};
+
+    fn def(description: &str) -> ToolDef {
+        ToolDef::new(ToolSpec {
+            name: "search_kb".into(),
+            version: "1.0.0".into(),
+            description: description.into(),
+            input_schema: r#"{"type":"object"}"#.into(),
+            ..ToolSpec::default()
+        })
+        .unwrap()
+    }
+
+    fn served_by(id: &str) -> Instance {
+        Instance {
+            executor_id: id.into(),
+            endpoint: "127.0.0.1:1".into(),
+            service: "kb".into(),
+            healthy: true,
+            execute_token: "".into(),
+        }
+    }
+
+    /// A differing definition is refused only while other executors serve
+    /// the entry; the same one joins them; alone, an executor may change it.
+    #[test]
+    fn conflicts() {
+        let current = def("Searches.");
+        let key = key_of(&current);
+        let others = [served_by("kb-1"), served_by("kb-2")];
+        let reject = check_conflict(&key, &current, &others, "kb-3", &def("Other.")).unwrap_err();
+        assert_eq!(reject.name, "search_kb");
+        assert!(
+            reject.reason.contains("executors kb-1, kb-2") && reject.reason.contains("description"),
+            "{}",
+            reject.reason
+        );
+        assert_eq!(
+            check_conflict(&key, &current, &others, "kb-3", &def("Searches.")),
+            Ok(true)
+        );
+        let alone = [served_by("kb-3")];
+        assert_eq!(
+            check_conflict(&key, &current, &alone, "kb-3", &def("Other.")),
+            Ok(false)
+        );
+        assert_eq!(
+            check_conflict(&key, &current, &[], "kb-3", &def("Other.")),
+            Ok(false)
+        );
+    }
 
     /// Another owner's id is taken; a new executor past the owner's cap is
     /// refused; replacing one's own executor and anonymous registrations are

@@ -16,7 +16,7 @@ use crate::gate::Gate;
 use crate::published::Published;
 use crate::registry::{Checked, check_request, validate_tools};
 use crate::shared::SharedRecord;
-use crate::state::{check_executor_slot, conflict_reason, owned_elsewhere};
+use crate::state::{check_conflict, check_executor_slot, owned_elsewhere};
 use crate::store::Store;
 use crate::txn::key_of;
 use keys::{ExecRecord, PREFIX, Slot, content_hash, lease_label, parse_lease};
@@ -434,21 +434,12 @@ impl Inner {
                 continue;
             }
             let key = key_of(def);
-            if let Some(entry) = base.get(&key.0, &key.1) {
-                let others: Vec<&str> = entry
-                    .instances
-                    .iter()
-                    .filter(|i| &*i.executor_id != executor_id)
-                    .map(|i| &*i.executor_id)
-                    .collect();
-                let fields = entry.def.conflicts_with(def);
-                if !others.is_empty() && !fields.is_empty() {
-                    plan.rejected.push(RejectedTool {
-                        name: def.name().to_owned(),
-                        reason: conflict_reason(&key, &others, &fields),
-                    });
-                    continue;
-                }
+            if let Some(entry) = base.get(&key.0, &key.1)
+                && let Err(reject) =
+                    check_conflict(&key, &entry.def, &entry.instances, executor_id, def)
+            {
+                plan.rejected.push(reject);
+                continue;
             }
             let encoded = def.spec().encode_to_vec();
             let hash = content_hash(&encoded);
