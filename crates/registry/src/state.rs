@@ -175,15 +175,12 @@ impl State {
 
     /// Checks that `lease_id` is live and was granted to `owner`.
     fn check_holder(&self, lease_id: &str, owner: &str) -> Result<(), RegistryError> {
-        let executor_id = self
+        let holder = self
             .leases
             .executor_of(lease_id)
-            .ok_or_else(|| RegistryError::UnknownLease(lease_id.to_owned()))?;
-        match self.executors.get(executor_id) {
-            Some(executor) if *executor.owner == *owner => Ok(()),
-            Some(_) => Err(RegistryError::NotYourLease(lease_id.to_owned())),
-            None => Err(RegistryError::UnknownLease(lease_id.to_owned())),
-        }
+            .and_then(|id| self.executors.get(id))
+            .map(|executor| &*executor.owner);
+        check_lease_holder(lease_id, holder, owner)
     }
 
     /// Renews a lease held by `owner`.
@@ -385,6 +382,21 @@ fn add_instance(
     Ok(key)
 }
 
+/// Whether `owner` may renew or end the lease `lease_id`, whose
+/// registration was made by `holder` (`None`: no live registration holds
+/// it). Both stores ask this.
+pub(crate) fn check_lease_holder(
+    lease_id: &str,
+    holder: Option<&str>,
+    owner: &str,
+) -> Result<(), RegistryError> {
+    match holder {
+        Some(holder) if holder == owner => Ok(()),
+        Some(_) => Err(RegistryError::NotYourLease(lease_id.to_owned())),
+        None => Err(RegistryError::UnknownLease(lease_id.to_owned())),
+    }
+}
+
 /// Whether `executor_id` may serve `def` in the entry `key`, whose
 /// definition is `current` and whose instances are `instances`: refused
 /// when other executors serve it and the two definitions differ in a field
@@ -450,7 +462,7 @@ fn conflict_reason(key: &Key, executors: &[&str], fields: &[&str]) -> String {
 
 #[cfg(test)]
 mod tests {
-    use super::{check_conflict, check_executor_slot};
+    use super::{check_conflict, check_executor_slot, check_lease_holder};
     use crate::error::RegistryError;
     use crate::txn::key_of;
     use toolmesh::pb::ToolSpec;
@@ -475,6 +487,22 @@ mod tests {
             healthy: true,
             execute_token: "".into(),
         }
+    }
+
+    /// Only the owner that registered may use a lease; an unknown lease is
+    /// unknown to everyone.
+    #[test]
+    fn lease_holders() {
+        assert!(check_lease_holder("l1", Some("bob"), "bob").is_ok());
+        assert!(check_lease_holder("l1", Some(""), "").is_ok());
+        assert!(matches!(
+            check_lease_holder("l1", Some("alice"), "bob"),
+            Err(RegistryError::NotYourLease(l)) if l == "l1"
+        ));
+        assert!(matches!(
+            check_lease_holder("l1", None, "bob"),
+            Err(RegistryError::UnknownLease(l)) if l == "l1"
+        ));
     }
 
     /// A differing definition is refused only while other executors serve

@@ -16,7 +16,7 @@ use crate::gate::Gate;
 use crate::published::Published;
 use crate::registry::{Checked, check_request, validate_tools};
 use crate::shared::SharedRecord;
-use crate::state::{check_conflict, check_executor_slot, owned_elsewhere};
+use crate::state::{check_conflict, check_executor_slot, check_lease_holder, owned_elsewhere};
 use crate::store::Store;
 use crate::txn::key_of;
 use keys::{ExecRecord, PREFIX, Slot, content_hash, lease_label, parse_lease};
@@ -186,23 +186,18 @@ impl Inner {
 
     /// The owner of the registration holding `lease`, catching up with etcd
     /// once when this replica does not know it yet.
-    async fn lease_owner(&self, lease_id: &str) -> Result<(i64, String), RegistryError> {
-        let unknown = || RegistryError::UnknownLease(lease_id.to_owned());
-        let lease = parse_lease(lease_id).ok_or_else(unknown)?;
+    async fn lease_owner(&self, lease: i64) -> Result<Option<String>, RegistryError> {
         let known = |inner: &Inner| {
             inner
                 .model()
                 .exec_by_lease(lease)
                 .map(|e| e.record.owner.clone())
         };
-        let owner = match known(self) {
-            Some(owner) => owner,
-            None => {
-                self.catch_up().await?;
-                known(self).ok_or_else(unknown)?
-            }
-        };
-        Ok((lease, owner))
+        if let Some(owner) = known(self) {
+            return Ok(Some(owner));
+        }
+        self.catch_up().await?;
+        Ok(known(self))
     }
 
     /// The lease `lease_id` names, when `owner` holds it. Not refused
@@ -212,11 +207,13 @@ impl Inner {
         if lease_id.is_empty() {
             return Err(RegistryError::EmptyLeaseId);
         }
-        let (lease, holder) = self.lease_owner(lease_id).await?;
-        if holder != owner {
-            return Err(RegistryError::NotYourLease(lease_id.to_owned()));
-        }
-        Ok(lease)
+        let lease = parse_lease(lease_id);
+        let holder = match lease {
+            Some(lease) => self.lease_owner(lease).await?,
+            None => None,
+        };
+        check_lease_holder(lease_id, holder.as_deref(), owner)?;
+        lease.ok_or_else(|| RegistryError::UnknownLease(lease_id.to_owned()))
     }
 
     /// Claims the unowned `names` for `owner`; returns those another owner
