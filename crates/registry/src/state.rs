@@ -60,13 +60,32 @@ impl Executor {
     }
 
     fn instance(&self, healthy: bool) -> Instance {
-        Instance {
-            executor_id: self.id.clone(),
-            endpoint: self.endpoint.clone(),
-            service: self.service.clone(),
+        instance(
+            self.id.clone(),
+            self.endpoint.clone(),
+            self.service.clone(),
+            self.execute_token.clone(),
             healthy,
-            execute_token: self.execute_token.clone(),
-        }
+        )
+    }
+}
+
+/// An executor's instance in a snapshot entry, carrying the token its
+/// Execute service accepts (handed to dispatcher readers only). Both
+/// stores build instances with this, so none leaves the token out.
+pub(crate) fn instance(
+    executor_id: Arc<str>,
+    endpoint: Arc<str>,
+    service: Arc<str>,
+    execute_token: Arc<str>,
+    healthy: bool,
+) -> Instance {
+    Instance {
+        executor_id,
+        endpoint,
+        service,
+        healthy,
+        execute_token,
     }
 }
 

@@ -3,6 +3,7 @@
 //! content under the same (epoch, version).
 
 use super::keys::{ExecRecord, HealthRecord, Slot};
+use crate::state::instance;
 use crate::txn::{Key, key_of};
 use prost::Message;
 use std::collections::{BTreeSet, HashMap};
@@ -279,16 +280,19 @@ impl Model {
                     .and_then(|h| self.defs.get(&h))
                     .is_some_and(|d| d.def.conflicts_with(&def).is_empty())
             })
-            .map(|(id, exec)| Instance {
-                executor_id: (*id).clone(),
-                endpoint: exec.record.endpoint.as_str().into(),
-                service: exec.record.service.as_str().into(),
-                healthy: self
+            .map(|(id, exec)| {
+                let healthy = self
                     .health
                     .get(*id)
                     .filter(|h| h.lease == exec.lease)
-                    .is_none_or(|h| h.healthy),
-                execute_token: exec.record.execute_token.as_str().into(),
+                    .is_none_or(|h| h.healthy);
+                instance(
+                    (*id).clone(),
+                    exec.record.endpoint.as_str().into(),
+                    exec.record.service.as_str().into(),
+                    exec.record.execute_token.as_str().into(),
+                    healthy,
+                )
             })
             .collect();
         Some(ToolEntry {
