@@ -144,7 +144,8 @@ fn executor_with_ttl(registries: &str, id: &str, ttl_ms: &str) -> Proc {
 
 /// 1. Two replicas on one etcd: an executor registers through A, a
 ///    dispatcher follows B and invokes it; A and B publish the same
-///    (epoch, version) and content.
+///    (epoch, version) and content, and the executor's execute token (kept
+///    in etcd) guards it against calls that skip the dispatcher.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_replicas_agree_and_serve() {
     let cluster = etcd(1).await;
@@ -159,6 +160,69 @@ async fn two_replicas_agree_and_serve() {
     assert_eq!(code(&response), 0, "{}", message(&response));
     let both = agreed(&[&a, &b], "A and B agree", |s| exposed(s, "acc_echo")).await;
     assert!(both.version > 0 && !both.epoch.is_empty(), "{both:?}");
+    // The executor's execute token went through etcd: a dispatcher reader
+    // of either replica sees it, and the executor refuses calls without it.
+    let instance = both
+        .tools
+        .iter()
+        .find(|t| t.spec.as_ref().is_some_and(|s| s.name == "acc_echo"))
+        .map(|t| t.instances[0].clone())
+        .expect("an instance of acc_echo");
+    assert_eq!(instance.execute_token.len(), 64, "{instance:?}");
+    let mut direct = pb::executor_client::ExecutorClient::new(
+        toolmesh::grpc::channel(&instance.endpoint, &toolmesh::grpc::Tls::none()).unwrap(),
+    );
+    let execute = pb::ExecuteRequest {
+        tool: "acc_echo".into(),
+        arguments: r#"{"message":"direct"}"#.into(),
+        ..Default::default()
+    };
+    for token in [None, Some("a-guess")] {
+        let refused = direct
+            .execute(with_token(execute.clone(), token))
+            .await
+            .unwrap_err();
+        assert_eq!(refused.code(), tonic::Code::Unauthenticated, "{token:?}");
+    }
+    let accepted = direct
+        .execute(with_token(execute, Some(&instance.execute_token)))
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(accepted.result.unwrap().error.is_none());
+}
+
+/// An etcd shared with other applications: writes outside the prefix move
+/// etcd's revision past anything this replica's watch sees, yet a
+/// registration right after them completes (the watch reports its
+/// progress) instead of waiting out read-your-writes.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn writes_complete_in_a_shared_etcd() {
+    let cluster = etcd(1).await;
+    let store = cluster.store_url();
+    let (_a, a) = replica(&store);
+    register_once(&a, "shared-0")
+        .await
+        .expect("first registration");
+    let other = toolmesh_etcd::Client::from_url(&store).expect("etcd client");
+    for i in 0..3 {
+        for j in 0..5 {
+            other
+                .put(format!("/elsewhere/{i}/{j}").as_bytes(), b"x".to_vec(), 0)
+                .await
+                .expect("a foreign write");
+        }
+        let started = Instant::now();
+        register_once(&a, &format!("shared-{}", i + 1))
+            .await
+            .expect("registration after foreign writes");
+        // Without progress notifications it waits for some later change
+        // under the prefix (a health verdict, about 2 s here) or fails
+        // after 5 s.
+        let took = started.elapsed();
+        eprintln!("registration after foreign writes: {took:?}");
+        assert!(took < Duration::from_millis(1500), "took {took:?}");
+    }
 }
 
 /// 6. SIGKILL an executor: its tools leave every replica's snapshot within

@@ -23,8 +23,8 @@ pub struct WatchBatch {
 #[derive(Debug)]
 pub struct WatchStream {
     responses: tonic::Streaming<pb::WatchResponse>,
-    /// Keeps the request half open.
-    _requests: mpsc::Sender<pb::WatchRequest>,
+    /// Keeps the request half open; carries progress requests.
+    requests: mpsc::Sender<pb::WatchRequest>,
 }
 
 impl WatchStream {
@@ -63,8 +63,20 @@ impl WatchStream {
         }
         Ok(Ok(WatchStream {
             responses,
-            _requests: tx,
+            requests: tx,
         }))
+    }
+
+    /// Asks etcd for a progress notification: a batch with no events whose
+    /// revision every change to the watched keys up to it was sent before.
+    /// A request already waiting to be sent counts as this one.
+    pub fn request_progress(&self) {
+        let request = pb::WatchRequest {
+            request_union: Some(pb::watch_request::RequestUnion::ProgressRequest(
+                pb::WatchProgressRequest {},
+            )),
+        };
+        let _ = self.requests.try_send(request);
     }
 
     /// The next batch of events (or progress notification).

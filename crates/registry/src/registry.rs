@@ -171,8 +171,8 @@ impl Registry {
             endpoint,
             service,
             ttl,
+            execute_token,
         } = check_request(&self.inner.config, &req)?;
-        let execute_token = check_execute_token(&req.execute_token)?;
         // Schemas compile here, outside the writer lock.
         let (tools, mut rejected) = validate_tools(req.tools);
         let lease_id: Arc<str> = uuid::Uuid::new_v4().to_string().into();
@@ -425,9 +425,12 @@ pub(crate) struct Checked {
     pub(crate) endpoint: Arc<str>,
     pub(crate) service: Arc<str>,
     pub(crate) ttl: std::time::Duration,
+    /// The token the executor's Execute service accepts ("" for none).
+    pub(crate) execute_token: Arc<str>,
 }
 
-/// Checks the tool count, executor id and endpoint, and grants the lease TTL.
+/// Checks the tool count, executor id, endpoint and execute token, and
+/// grants the lease TTL.
 pub(crate) fn check_request(
     config: &RegistryConfig,
     req: &pb::RegisterRequest,
@@ -445,11 +448,13 @@ pub(crate) fn check_request(
     }
     let endpoint = req.endpoint.trim();
     check_endpoint(endpoint)?;
+    let execute_token = check_execute_token(&req.execute_token)?;
     Ok(Checked {
         executor_id: executor_id.into(),
         endpoint: endpoint.into(),
         service: req.service.trim().into(),
         ttl: config.grant_ttl(req.lease_ttl_ms),
+        execute_token,
     })
 }
 

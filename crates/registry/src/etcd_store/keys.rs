@@ -74,6 +74,10 @@ pub(crate) struct ExecRecord {
     pub(crate) owner: String,
     pub(crate) service: String,
     pub(crate) endpoint: String,
+    /// The token its Execute service accepts, handed to dispatchers only
+    /// ("" when it asked for none; absent in records written before).
+    #[serde(default)]
+    pub(crate) execute_token: String,
     /// The lease as granted, in milliseconds.
     pub(crate) ttl_ms: u64,
     /// Content hashes of the definitions it serves (`def/<hash>`).

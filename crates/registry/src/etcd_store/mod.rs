@@ -16,7 +16,7 @@ use crate::gate::Gate;
 use crate::published::Published;
 use crate::registry::{Checked, check_request, validate_tools};
 use crate::shared::SharedRecord;
-use crate::state::{conflict_reason, owned_elsewhere};
+use crate::state::{check_conflict, check_executor_slot, check_lease_holder, owned_elsewhere};
 use crate::store::Store;
 use crate::txn::key_of;
 use keys::{ExecRecord, PREFIX, Slot, content_hash, lease_label, parse_lease};
@@ -59,6 +59,13 @@ pub(crate) struct Inner {
     published: Published,
     /// The etcd revision the model (and snapshot) reflects.
     applied: watch::Sender<i64>,
+    /// The etcd revision the watch has reported progress to: `applied`, or
+    /// later when only keys outside the prefix changed since (what
+    /// `catch_up` waits for in an etcd shared with other keys).
+    progressed: watch::Sender<i64>,
+    /// Asks the watch for a progress notification (a write is waiting for
+    /// a revision no change under the prefix may reach).
+    progress: tokio::sync::Notify,
     /// Whether etcd answers with a leader.
     writable: watch::Sender<bool>,
     /// This replica's session lease (0 while it has none).
@@ -100,6 +107,8 @@ impl EtcdStore {
             replica: uuid::Uuid::new_v4().to_string(),
             model: Mutex::new(Model::default()),
             applied: watch::Sender::new(0),
+            progressed: watch::Sender::new(0),
+            progress: tokio::sync::Notify::new(),
             writable: watch::Sender::new(false),
             session: watch::Sender::new(0),
             outage: sync::Outage::default(),
@@ -147,15 +156,19 @@ impl Inner {
         }
     }
 
-    /// Waits until the snapshot reflects `revision`.
+    /// Waits until the snapshot reflects `revision`, which a change under
+    /// the prefix made.
     async fn reflect(&self, revision: i64) -> Result<(), RegistryError> {
-        let mut applied = self.applied.subscribe();
-        match tokio::time::timeout(READ_YOUR_WRITE, applied.wait_for(|r| *r >= revision)).await {
-            Ok(Ok(_)) => Ok(()),
-            _ => Err(RegistryError::StoreUnavailable(format!(
-                "this replica has not seen etcd revision {revision} within {READ_YOUR_WRITE:?} (its watch of etcd is behind)"
-            ))),
+        wait_for(&self.applied, revision).await
+    }
+
+    /// Waits until the watch has come to `revision`, which may be a change
+    /// outside the prefix (or no change at all).
+    async fn settle(&self, revision: i64) -> Result<(), RegistryError> {
+        if revision > *self.progressed.borrow() {
+            self.progress.notify_one();
         }
+        wait_for(&self.progressed, revision).await
     }
 
     /// Waits until the snapshot reflects everything etcd holds now.
@@ -168,29 +181,23 @@ impl Inner {
                 ..Default::default()
             })
             .await?;
-        self.reflect(response.header.map_or(0, |h| h.revision))
-            .await
+        self.settle(response.header.map_or(0, |h| h.revision)).await
     }
 
     /// The owner of the registration holding `lease`, catching up with etcd
     /// once when this replica does not know it yet.
-    async fn lease_owner(&self, lease_id: &str) -> Result<(i64, String), RegistryError> {
-        let unknown = || RegistryError::UnknownLease(lease_id.to_owned());
-        let lease = parse_lease(lease_id).ok_or_else(unknown)?;
+    async fn lease_owner(&self, lease: i64) -> Result<Option<String>, RegistryError> {
         let known = |inner: &Inner| {
             inner
                 .model()
                 .exec_by_lease(lease)
                 .map(|e| e.record.owner.clone())
         };
-        let owner = match known(self) {
-            Some(owner) => owner,
-            None => {
-                self.catch_up().await?;
-                known(self).ok_or_else(unknown)?
-            }
-        };
-        Ok((lease, owner))
+        if let Some(owner) = known(self) {
+            return Ok(Some(owner));
+        }
+        self.catch_up().await?;
+        Ok(known(self))
     }
 
     /// The lease `lease_id` names, when `owner` holds it. Not refused
@@ -200,11 +207,13 @@ impl Inner {
         if lease_id.is_empty() {
             return Err(RegistryError::EmptyLeaseId);
         }
-        let (lease, holder) = self.lease_owner(lease_id).await?;
-        if holder != owner {
-            return Err(RegistryError::NotYourLease(lease_id.to_owned()));
-        }
-        Ok(lease)
+        let lease = parse_lease(lease_id);
+        let holder = match lease {
+            Some(lease) => self.lease_owner(lease).await?,
+            None => None,
+        };
+        check_lease_holder(lease_id, holder.as_deref(), owner)?;
+        lease.ok_or_else(|| RegistryError::UnknownLease(lease_id.to_owned()))
     }
 
     /// Claims the unowned `names` for `owner`; returns those another owner
@@ -295,6 +304,32 @@ impl Inner {
     }
 }
 
+/// Waits until `counter` reaches `revision`.
+async fn wait_for(counter: &watch::Sender<i64>, revision: i64) -> Result<(), RegistryError> {
+    let mut seen = counter.subscribe();
+    match tokio::time::timeout(READ_YOUR_WRITE, seen.wait_for(|r| *r >= revision)).await {
+        Ok(Ok(_)) => Ok(()),
+        _ => Err(RegistryError::StoreUnavailable(format!(
+            "this replica has not seen etcd revision {revision} within {READ_YOUR_WRITE:?} (its watch of etcd is behind)"
+        ))),
+    }
+}
+
+/// A compare that holds while `key` was last written at `revision` (0:
+/// while it does not exist).
+fn unchanged(key: Vec<u8>, revision: i64) -> Compare {
+    if revision == 0 {
+        return absent(key);
+    }
+    Compare {
+        result: compare::CompareResult::Equal as i32,
+        target: compare::CompareTarget::Mod as i32,
+        key,
+        target_union: Some(compare::TargetUnion::ModRevision(revision)),
+        range_end: vec![],
+    }
+}
+
 /// A compare that holds while `key` does not exist.
 fn absent(key: Vec<u8>) -> Compare {
     Compare {
@@ -336,8 +371,24 @@ struct Plan {
     new_defs: Vec<(String, Vec<u8>)>,
     /// Names to claim for the owner.
     unowned: Vec<String>,
+    /// The names of the kept tools, in the order of `hashes`.
+    names: Vec<String>,
+    /// Tools refused against this view.
+    rejected: Vec<RejectedTool>,
     /// The lease of the registration this one replaces.
     replaced: Option<i64>,
+    /// The revision of the executor's key in this view (0: absent): the
+    /// registration is written only if it is still so.
+    exec_revision: i64,
+}
+
+/// A registration as written.
+struct Written {
+    record: ExecRecord,
+    lease: i64,
+    revision: i64,
+    replaced: Option<i64>,
+    rejected: Vec<RejectedTool>,
 }
 
 impl Inner {
@@ -347,48 +398,45 @@ impl Inner {
         &self,
         executor_id: &str,
         owner: &str,
-        tools: Vec<ToolDef>,
-        rejected: &mut Vec<RejectedTool>,
-    ) -> Result<(Plan, Vec<ToolDef>), RegistryError> {
+        tools: &[ToolDef],
+    ) -> Result<Plan, RegistryError> {
         let model = self.model();
-        let replaced = match model.execs.get(executor_id) {
-            Some(held) if held.record.owner != owner => {
-                return Err(RegistryError::ExecutorIdTaken {
-                    id: executor_id.to_owned(),
-                });
-            }
-            Some(held) => Some(held.lease),
-            None => None,
-        };
+        let held = model.execs.get(executor_id);
+        let live = model
+            .execs
+            .values()
+            .filter(|e| e.record.owner == owner)
+            .count();
+        check_executor_slot(
+            executor_id,
+            held.map(|e| e.record.owner.as_str()),
+            live,
+            owner,
+            self.config.max_executors_per_owner,
+        )?;
         let base = self.published.current();
         let mut plan = Plan {
             hashes: Vec::with_capacity(tools.len()),
             new_defs: Vec::new(),
             unowned: Vec::new(),
-            replaced,
+            names: Vec::with_capacity(tools.len()),
+            rejected: Vec::new(),
+            replaced: held.map(|e| e.lease),
+            exec_revision: held.map_or(0, |e| e.mod_revision),
         };
-        let mut kept = Vec::with_capacity(tools.len());
         for def in tools {
             if let Some(holder) = model.owners.get(def.name()).filter(|h| *h != owner) {
-                rejected.push(owned_elsewhere(def.name(), holder, owner));
+                plan.rejected
+                    .push(owned_elsewhere(def.name(), holder, owner));
                 continue;
             }
-            let key = key_of(&def);
-            if let Some(entry) = base.get(&key.0, &key.1) {
-                let others: Vec<&str> = entry
-                    .instances
-                    .iter()
-                    .filter(|i| &*i.executor_id != executor_id)
-                    .map(|i| &*i.executor_id)
-                    .collect();
-                let fields = entry.def.conflicts_with(&def);
-                if !others.is_empty() && !fields.is_empty() {
-                    rejected.push(RejectedTool {
-                        name: def.name().to_owned(),
-                        reason: conflict_reason(&key, &others, &fields),
-                    });
-                    continue;
-                }
+            let key = key_of(def);
+            if let Some(entry) = base.get(&key.0, &key.1)
+                && let Err(reject) =
+                    check_conflict(&key, &entry.def, &entry.instances, executor_id, def)
+            {
+                plan.rejected.push(reject);
+                continue;
             }
             let encoded = def.spec().encode_to_vec();
             let hash = content_hash(&encoded);
@@ -399,11 +447,98 @@ impl Inner {
                 plan.unowned.push(def.name().to_owned());
             }
             plan.hashes.push(hash);
-            kept.push(def);
+            plan.names.push(def.name().to_owned());
         }
         plan.unowned.sort();
         plan.unowned.dedup();
-        Ok((plan, kept))
+        Ok(plan)
+    }
+
+    /// Writes the registration `template` (with the kept tools) on a new
+    /// lease of `ttl_secs`, planning again once when another write to the
+    /// executor's key came between this replica's view and its transaction.
+    async fn write_registration(
+        &self,
+        executor_id: &str,
+        template: &ExecRecord,
+        tools: &[ToolDef],
+        ttl_secs: i64,
+    ) -> Result<Written, RegistryError> {
+        for _ in 0..2 {
+            if let Some(written) = self
+                .try_register(executor_id, template, tools, ttl_secs)
+                .await?
+            {
+                return Ok(written);
+            }
+        }
+        Err(RegistryError::StoreUnavailable(format!(
+            "executor {executor_id} was registered again through another replica while this one wrote it, twice"
+        )))
+    }
+
+    /// One try: catch up, plan, claim names, store definitions, then grant
+    /// the lease (last, so a short one is not spent on large writes) and
+    /// put the record unless the executor's key changed since the plan
+    /// (`None`).
+    async fn try_register(
+        &self,
+        executor_id: &str,
+        template: &ExecRecord,
+        tools: &[ToolDef],
+        ttl_secs: i64,
+    ) -> Result<Option<Written>, RegistryError> {
+        self.catch_up().await?;
+        let mut plan = self.plan(executor_id, &template.owner, tools)?;
+        let lost = self.claim_names(&template.owner, &plan.unowned).await?;
+        let mut hashes = Vec::with_capacity(plan.hashes.len());
+        for (name, hash) in plan.names.iter().zip(plan.hashes) {
+            if lost.contains(name) {
+                // Another owner claimed it between our read and our claim.
+                plan.rejected.push(RejectedTool {
+                    name: name.clone(),
+                    reason: format!(
+                        "tool {name} was just claimed by another owner: choose a name in your own namespace"
+                    ),
+                });
+            } else {
+                hashes.push(hash);
+            }
+        }
+        self.put_defs(plan.new_defs).await?;
+        // etcd counts whole seconds and may raise a short lease to its minimum.
+        let (lease, granted) = self.client.grant(ttl_secs).await?;
+        let record = ExecRecord {
+            tools: hashes,
+            ttl_ms: u64::try_from(granted).unwrap_or(0) * 1000,
+            ..template.clone()
+        };
+        let value = serde_json::to_vec(&record)
+            .map_err(|e| RegistryError::Internal(format!("registration not encoded ({e})")))?;
+        let key = Slot::Exec(executor_id).key();
+        let response = self
+            .client
+            .txn(TxnRequest {
+                compare: vec![unchanged(key.clone(), plan.exec_revision)],
+                success: vec![
+                    put_op(key, value, lease),
+                    delete_op(Slot::Health(executor_id).key()),
+                ],
+                failure: vec![],
+            })
+            .await?;
+        if !response.succeeded {
+            // Nothing was written on it.
+            let _ = self.client.revoke(lease).await;
+            return Ok(None);
+        }
+        Ok(Some(Written {
+            record,
+            lease,
+            revision: response.header.map_or(0, |h| h.revision),
+            replaced: plan.replaced,
+            rejected: plan.rejected,
+        }))
     }
 }
 
@@ -440,6 +575,7 @@ impl Store for EtcdStore {
             endpoint,
             service,
             ttl,
+            execute_token,
         } = check_request(&inner.config, &request)?;
         inner.check_writable()?;
         // Schemas compile on the blocking pool.
@@ -447,54 +583,21 @@ impl Store for EtcdStore {
             tokio::task::spawn_blocking(move || validate_tools(request.tools))
                 .await
                 .map_err(|e| RegistryError::Internal(format!("registration task failed ({e})")))?;
-        inner.catch_up().await?;
-        let (plan, kept) = inner.plan(&executor_id, &owner, tools, &mut rejected)?;
-        let lost = inner.claim_names(&owner, &plan.unowned).await?;
-        let mut hashes = plan.hashes;
-        if !lost.is_empty() {
-            // Another owner claimed these names between our read and our claim.
-            let mut kept_hashes = Vec::with_capacity(hashes.len());
-            for (def, hash) in kept.iter().zip(hashes) {
-                if lost.iter().any(|n| n == def.name()) {
-                    rejected.push(RejectedTool {
-                        name: def.name().to_owned(),
-                        reason: format!(
-                            "tool {} was just claimed by another owner: choose a name in your own namespace",
-                            def.name()
-                        ),
-                    });
-                } else {
-                    kept_hashes.push(hash);
-                }
-            }
-            hashes = kept_hashes;
-        }
-        inner.put_defs(plan.new_defs).await?;
         let asked = i64::try_from(ttl.as_millis().div_ceil(1000).max(1)).unwrap_or(i64::MAX);
-        // etcd counts whole seconds and may raise a short lease to its minimum.
-        let (lease, ttl_secs) = inner.client.grant(asked).await?;
-        let record = ExecRecord {
+        let template = ExecRecord {
             owner: owner.clone(),
             service: service.to_string(),
             endpoint: endpoint.to_string(),
-            ttl_ms: u64::try_from(ttl_secs).unwrap_or(0) * 1000,
-            tools: hashes,
+            execute_token: execute_token.to_string(),
+            ttl_ms: 0,
+            tools: Vec::new(),
         };
-        let value = serde_json::to_vec(&record)
-            .map_err(|e| RegistryError::Internal(format!("registration not encoded ({e})")))?;
-        let response = inner
-            .client
-            .txn(TxnRequest {
-                compare: vec![],
-                success: vec![
-                    put_op(Slot::Exec(&executor_id).key(), value, lease),
-                    delete_op(Slot::Health(&executor_id).key()),
-                ],
-                failure: vec![],
-            })
+        let written = inner
+            .write_registration(&executor_id, &template, &tools, asked)
             .await?;
-        let revision = response.header.map_or(0, |h| h.revision);
-        if let Some(old) = plan.replaced.filter(|old| *old != lease) {
+        rejected.extend(written.rejected);
+        let (record, revision, lease) = (written.record, written.revision, written.lease);
+        if let Some(old) = written.replaced.filter(|old| *old != lease) {
             // Its keys moved to the new lease; what is left goes with it.
             if let Err(error) = inner.client.revoke(old).await {
                 tracing::warn!(%error, "replaced lease not revoked; it expires by itself");
@@ -518,9 +621,9 @@ impl Store for EtcdStore {
         Ok(pb::RegisterResponse {
             lease_id: lease_label(lease),
             snapshot_version: u64::try_from(revision).unwrap_or(0),
-            lease_ttl_ms: u32::try_from(ttl_secs * 1000).unwrap_or(u32::MAX),
+            lease_ttl_ms: u32::try_from(record.ttl_ms).unwrap_or(u32::MAX),
             rejected,
-            execute_token_accepted: false,
+            execute_token_accepted: !execute_token.is_empty(),
         })
     }
 
@@ -544,8 +647,8 @@ impl Store for EtcdStore {
         let inner = &self.inner;
         inner.check_writable()?;
         inner.catch_up().await?;
-        let known = !inner.published.current().versions(tool).is_empty()
-            || inner.model().disabled.contains_key(tool);
+        let was_disabled = inner.model().disabled.contains_key(tool);
+        let known = !inner.published.current().versions(tool).is_empty() || was_disabled;
         if !known {
             return Err(RegistryError::UnknownTool(tool.to_owned()));
         }
@@ -569,7 +672,12 @@ impl Store for EtcdStore {
                 response.header.map_or(0, |h| h.revision)
             }
         };
-        inner.reflect(revision).await?;
+        if reason.is_some() || was_disabled {
+            inner.reflect(revision).await?;
+        } else {
+            // Enabling an enabled tool deletes nothing: no event comes.
+            inner.settle(revision).await?;
+        }
         match &reason {
             Some(reason) => tracing::warn!(
                 tool,
@@ -608,20 +716,9 @@ impl Store for EtcdStore {
         let key = Slot::Shared(key).key();
         let secs = i64::try_from(ttl.as_secs().max(1)).unwrap_or(i64::MAX);
         let (lease, _) = client.grant(secs).await?;
-        let unchanged = if revision == 0 {
-            absent(key.clone())
-        } else {
-            Compare {
-                result: compare::CompareResult::Equal as i32,
-                target: compare::CompareTarget::Mod as i32,
-                key: key.clone(),
-                target_union: Some(compare::TargetUnion::ModRevision(revision)),
-                range_end: vec![],
-            }
-        };
         let response = client
             .txn(TxnRequest {
-                compare: vec![unchanged],
+                compare: vec![unchanged(key.clone(), revision)],
                 success: vec![put_op(key, value, lease)],
                 failure: vec![],
             })

@@ -3,6 +3,7 @@
 //! content under the same (epoch, version).
 
 use super::keys::{ExecRecord, HealthRecord, Slot};
+use crate::state::instance;
 use crate::txn::{Key, key_of};
 use prost::Message;
 use std::collections::{BTreeSet, HashMap};
@@ -18,6 +19,9 @@ pub(crate) struct ExecView {
     /// Orders replicas of one tool: the earliest registration's definition wins.
     pub(crate) create_revision: i64,
     pub(crate) lease: i64,
+    /// The revision its key was last written at (a registration replacing
+    /// it writes only if it is still this).
+    pub(crate) mod_revision: i64,
     pub(crate) record: ExecRecord,
     /// The entries it serves, with the hash of its definition for each.
     pub(crate) keys: Vec<(Key, String)>,
@@ -131,6 +135,7 @@ impl Model {
                     ExecView {
                         create_revision: kv.create_revision,
                         lease: kv.lease,
+                        mod_revision: kv.mod_revision,
                         record,
                         keys,
                     },
@@ -275,19 +280,19 @@ impl Model {
                     .and_then(|h| self.defs.get(&h))
                     .is_some_and(|d| d.def.conflicts_with(&def).is_empty())
             })
-            .map(|(id, exec)| Instance {
-                executor_id: (*id).clone(),
-                endpoint: exec.record.endpoint.as_str().into(),
-                service: exec.record.service.as_str().into(),
-                healthy: self
+            .map(|(id, exec)| {
+                let healthy = self
                     .health
                     .get(*id)
                     .filter(|h| h.lease == exec.lease)
-                    .is_none_or(|h| h.healthy),
-                // Execute tokens are not kept in etcd yet: executors
-                // registered through this store are told so and do not
-                // require one.
-                execute_token: "".into(),
+                    .is_none_or(|h| h.healthy);
+                instance(
+                    (*id).clone(),
+                    exec.record.endpoint.as_str().into(),
+                    exec.record.service.as_str().into(),
+                    exec.record.execute_token.as_str().into(),
+                    healthy,
+                )
             })
             .collect();
         Some(ToolEntry {

@@ -133,6 +133,7 @@ async fn load(inner: &Inner) -> Result<(), EtcdError> {
         inner.published.publish(snapshot);
     }
     inner.applied.send_replace(revision);
+    advance(&inner.progressed, revision);
     info!(revision, "read the etcd store");
     Ok(())
 }
@@ -169,6 +170,7 @@ async fn watch(inner: &Inner, from: i64) -> Result<(), EtcdError> {
                 apply(inner, batch?);
                 lagging_since = None;
             }
+            () = inner.progress.notified() => stream.request_progress(),
             _ = probe.tick() => {
                 // A watch on a frozen or partitioned member stays silent:
                 // ask the cluster (linearizable) where it is.
@@ -192,7 +194,11 @@ async fn watch(inner: &Inner, from: i64) -> Result<(), EtcdError> {
                 };
                 outage.ok(inner);
                 let revision = response.header.map_or(0, |h| h.revision);
-                if revision > *inner.applied.borrow() {
+                if revision > *inner.progressed.borrow() {
+                    // Changes to keys outside the prefix move etcd's
+                    // revision too: a progress notification tells how far
+                    // the watch has come.
+                    stream.request_progress();
                     let since = *lagging_since.get_or_insert_with(Instant::now);
                     if since.elapsed() >= PROBE {
                         warn!(revision, applied = *inner.applied.borrow(), "etcd watch is silent; watching again");
@@ -209,6 +215,11 @@ async fn watch(inner: &Inner, from: i64) -> Result<(), EtcdError> {
 /// Applies a watch batch, publishing one snapshot per revision.
 fn apply(inner: &Inner, batch: WatchBatch) {
     if batch.events.is_empty() {
+        // A progress notification: writes elsewhere in a shared etcd moved
+        // its revision. It moves `progressed` only, never where the watch
+        // resumes: etcd before 3.4.25 and 3.5.8 may answer a progress
+        // request ahead of events it has not sent yet (etcd issue 15220).
+        advance(&inner.progressed, batch.revision);
         return;
     }
     let mut model = inner.model();
@@ -229,7 +240,19 @@ fn apply(inner: &Inner, batch: WatchBatch) {
         let snapshot = model.snapshot(&base, touched, u64::try_from(revision).unwrap_or(0));
         inner.published.publish(snapshot);
         inner.applied.send_replace(revision);
+        advance(&inner.progressed, revision);
     }
+}
+
+/// Raises `counter` to `revision` (never lowers it).
+pub(super) fn advance(counter: &tokio::sync::watch::Sender<i64>, revision: i64) {
+    counter.send_if_modified(|current| {
+        let newer = revision > *current;
+        if newer {
+            *current = revision;
+        }
+        newer
+    });
 }
 
 fn revision_of(event: &Event) -> i64 {
