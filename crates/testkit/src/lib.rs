@@ -53,7 +53,8 @@ pub fn example_bin(name: &str) -> PathBuf {
 }
 
 /// Binary `name` of workspace package `package` beside the running test
-/// executable (or the path in `$override_var`), built if missing.
+/// executable (or the path in `$override_var`), built if missing. It is
+/// not rebuilt when stale: `scripts/test` builds both binaries first.
 fn workspace_bin(name: &str, package: &str, override_var: &str) -> PathBuf {
     if let Ok(path) = std::env::var(override_var) {
         return PathBuf::from(path);
