@@ -2,7 +2,7 @@
 //! registry replicas over one etcd agree on (epoch, version) and content, a
 //! dispatcher follows any replica, health watches move to a surviving
 //! replica, big registrations are split across keys and transactions,
-//! approvals work across dispatchers, and the mesh rides out an etcd leader
+//! approvals and session facts work across dispatchers, and the mesh rides out an etcd leader
 //! kill, a lost quorum and compaction. Needs an `etcd` binary
 //! (`scripts/test` installs it); without one these tests fail, never skip.
 
@@ -499,6 +499,74 @@ async fn approval_across_dispatchers() {
             message(&again)
         );
     }
+}
+
+/// Invokes `tool` through the dispatcher at `addr` in agent session `session`.
+async fn invoke_in_session(
+    addr: &str,
+    tool: &str,
+    arguments: serde_json::Value,
+    session: &str,
+) -> pb::InvokeResponse {
+    dispatcher(addr)
+        .invoke(pb::InvokeRequest {
+            tool: tool.to_owned(),
+            arguments: arguments.to_string(),
+            context: Some(pb::CallContext {
+                session_id: session.to_owned(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        })
+        .await
+        .expect("invoke RPC")
+        .into_inner()
+}
+
+/// Session facts are shared: `read_file` through dispatcher 1 (following
+/// replica A) satisfies `edit_file`'s precondition through dispatcher 2
+/// (following replica B) in the same session, and only there.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn session_facts_across_dispatchers() {
+    let cluster = etcd(1).await;
+    let store = cluster.store_url();
+    let (_a, a) = replica(&store);
+    let (_b, b) = replica(&store);
+    let dir = temp_dir("etcd-sessions");
+    std::fs::write(dir.join("notes.txt"), "one two three\n").unwrap();
+    let root = dir.path().to_str().unwrap();
+    let _files = example(
+        "files",
+        &format!("{a},{b}"),
+        &["--ttl-ms", TTL_MS, "--files-root", root],
+    );
+    let (_d1, d1) = dispatcher_for(&a);
+    let (_d2, d2) = dispatcher_for(&b);
+    for d in [&d1, &d2] {
+        until_listed(&mut dispatcher(d), &["edit_file"], Duration::from_secs(10)).await;
+    }
+    let edit = serde_json::json!({"path": "notes.txt", "old_string": "two", "new_string": "2"});
+    let early = invoke_in_session(&d2, "edit_file", edit.clone(), "s-1").await;
+    assert_eq!(
+        code(&early),
+        pb::ErrorCode::PreconditionFailed as i32,
+        "{}",
+        message(&early)
+    );
+    let read = serde_json::json!({"path": "notes.txt"});
+    let done = invoke_in_session(&d1, "read_file", read, "s-1").await;
+    assert_eq!(code(&done), 0, "{}", message(&done));
+    let elsewhere = invoke_in_session(&d2, "edit_file", edit.clone(), "s-2").await;
+    assert_eq!(
+        code(&elsewhere),
+        pb::ErrorCode::PreconditionFailed as i32,
+        "another session does not share the read: {}",
+        message(&elsewhere)
+    );
+    let edited = invoke_in_session(&d2, "edit_file", edit, "s-1").await;
+    assert_eq!(code(&edited), 0, "{}", message(&edited));
+    let text = std::fs::read_to_string(dir.join("notes.txt")).unwrap();
+    assert_eq!(text, "one 2 three\n");
 }
 
 /// Registers a throwaway executor (no health service: assumed healthy)

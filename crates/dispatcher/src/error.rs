@@ -104,6 +104,10 @@ pub enum CallError {
     /// A declared precondition is not met.
     #[error("{0}")]
     PreconditionFailed(String),
+    /// Whether a precondition holds cannot be known now (the registry that
+    /// keeps session facts did not answer).
+    #[error("{0}")]
+    PreconditionUnknown(String),
     /// No attempt reached an executor, or the connection broke under one.
     #[error("could not reach an executor for {tool} ({}; last: {detail})", tries(.attempts))]
     Unreachable {
@@ -194,6 +198,9 @@ impl CallError {
             }
             CallError::PreconditionFailed(_) => {
                 ToolError::new(ErrorCode::PreconditionFailed, self.to_string())
+            }
+            CallError::PreconditionUnknown(_) => {
+                ToolError::new(ErrorCode::Unavailable, self.to_string()).with_retry_after_ms(1_000)
             }
             CallError::Disabled { .. } => ToolError::new(
                 ErrorCode::Disabled,

@@ -135,6 +135,13 @@ impl Registry for FakeRegistry {
         Err(Status::unimplemented("not in this test"))
     }
 
+    async fn session_facts(
+        &self,
+        _: Request<toolmesh::pb::SessionFactsRequest>,
+    ) -> Result<Response<toolmesh::pb::SessionFactsResponse>, Status> {
+        Err(Status::unimplemented("not in this test"))
+    }
+
     type WatchSnapshotsStream = tonic::codegen::tokio_stream::Empty<Result<Snapshot, Status>>;
 
     async fn watch_snapshots(

@@ -5,10 +5,14 @@ use crate::approvals::{
     ApprovalBackend, ApprovalError, ApprovalFields, ApprovalOp, ApprovalTicket, Approvals,
 };
 use crate::audit::{AuditKind, AuditRecord, AuditSink};
+use crate::sessions::{PreconditionError, SessionBackend, SharedSessions};
 use crate::{AuthError, Policy, PolicyHandle, Principal, Sessions};
+use serde_json::Value;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use toolmesh::Snapshot;
 use toolmesh::grpc::PeerCertificate;
+use toolmesh::pb::Precondition;
 
 /// The governance a dispatcher runs with.
 pub struct Governance {
@@ -17,8 +21,11 @@ pub struct Governance {
     approvals: Approvals,
     /// The policy generation whose approval settings `approvals` holds.
     approvals_generation: AtomicU64,
-    /// What each agent session has done, for preconditions.
+    /// What each agent session has done, for preconditions (in this
+    /// process; `shared_sessions` instead when set).
     pub sessions: Sessions,
+    /// The registry's session facts, used instead of `sessions` when set.
+    shared_sessions: Option<SharedSessions>,
     audit: Option<AuditSink>,
     /// The registry's shared book, used instead of `approvals` when set.
     relay: Option<Arc<dyn ApprovalBackend>>,
@@ -34,7 +41,67 @@ impl Governance {
             approvals,
             audit,
             sessions: Sessions::default(),
+            shared_sessions: None,
             relay: None,
+        }
+    }
+
+    /// Keeps session facts in the registry (every dispatcher following it
+    /// judges a precondition alike) instead of in this process.
+    pub fn with_session_backend(mut self, backend: Arc<dyn SessionBackend>) -> Self {
+        self.shared_sessions = Some(SharedSessions::new(backend, self.sessions.limits()));
+        self
+    }
+
+    /// Checks the preconditions of `who` calling `tool` in `session_id`
+    /// (with the registry when session facts are shared).
+    pub async fn check_preconditions(
+        &self,
+        who: &Principal,
+        session_id: &str,
+        tool: &str,
+        preconditions: &[Precondition],
+        arguments: &Value,
+    ) -> Result<(), PreconditionError> {
+        match &self.shared_sessions {
+            _ if preconditions.is_empty() => Ok(()),
+            Some(shared) => {
+                shared
+                    .check(who, session_id, tool, preconditions, arguments)
+                    .await
+            }
+            None => self
+                .sessions
+                .check(who, session_id, tool, preconditions, arguments),
+        }
+    }
+
+    /// Remembers a successful call for the preconditions `snapshot`
+    /// declares (with the registry when session facts are shared; a
+    /// registry that cannot take them is logged, the call's answer stands).
+    pub async fn record_session(
+        &self,
+        snapshot: &Snapshot,
+        who: &Principal,
+        session_id: &str,
+        tool: &str,
+        arguments: &Value,
+    ) {
+        if session_id.is_empty() {
+            // Most calls name no session: nothing to record, nothing to look up.
+            return;
+        }
+        let declared = self.sessions.declared_for(snapshot);
+        let Some(shared) = &self.shared_sessions else {
+            return self
+                .sessions
+                .record(who, session_id, tool, arguments, &declared);
+        };
+        if let Err(reason) = shared
+            .record(who, session_id, tool, arguments, &declared)
+            .await
+        {
+            tracing::warn!(tool, %reason, "session facts not recorded: the registry did not take them");
         }
     }
 

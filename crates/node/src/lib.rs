@@ -11,6 +11,7 @@ mod error;
 mod governance;
 mod server;
 mod shared_approvals;
+mod shared_sessions;
 
 pub use admin::{AdminState, ApprovalView, InstanceView, ToolView};
 pub use config::{NodeConfig, Role};

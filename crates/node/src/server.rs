@@ -5,6 +5,7 @@ use crate::config::{NodeConfig, Role};
 use crate::error::NodeError;
 use crate::governance::{PolicyGate, PolicySetup, audit_sink, load_policy};
 use crate::shared_approvals::SharedApprovals;
+use crate::shared_sessions::StoreSessions;
 use std::future::Future;
 use std::{net::SocketAddr, sync::Arc, time::Duration};
 use tokio::{net::TcpListener, sync::oneshot, task::JoinHandle};
@@ -14,6 +15,7 @@ use toolmesh::Snapshot;
 use toolmesh::grpc::{DISPATCHER_HEALTH_SERVICE, HealthOnly, REGISTRY_HEALTH_SERVICE};
 use toolmesh_dispatcher::{Dispatcher, DispatcherConfig, Governance, follow_registry};
 use toolmesh_governance::approvals::ApprovalRelay;
+use toolmesh_governance::sessions::SessionRelay;
 use toolmesh_registry::{ApprovalDesk, EtcdStore, Registry, RegistryConfig, Store, grpc_service};
 use toolmesh_telemetry::{AdminServer, MetricsRegistry};
 
@@ -306,8 +308,9 @@ impl SideListeners {
     }
 }
 
-/// The dispatcher's governance: under the policy, with its approvals in
-/// the registry's shared book when it follows a registry elsewhere.
+/// The dispatcher's governance: under the policy, with its approvals and
+/// session facts in the registry's store (its own, or over gRPC when it
+/// follows a registry elsewhere), shared by every dispatcher of the mesh.
 async fn governance(
     role: &Role,
     config: &NodeConfig,
@@ -317,13 +320,20 @@ async fn governance(
     let governance = Governance::new(policy.handle.clone(), audit_sink(config).await?);
     Ok(match role {
         Role::Dispatcher { registry, token } => {
-            governance.with_approval_backend(Arc::new(ApprovalRelay::new(
-                toolmesh::grpc::channel(registry, &config.tls)?,
-                token.clone(),
-            )))
+            let channel = toolmesh::grpc::channel(registry, &config.tls)?;
+            governance
+                .with_approval_backend(Arc::new(ApprovalRelay::new(channel.clone(), token.clone())))
+                .with_session_backend(Arc::new(SessionRelay::new(channel, token.clone())))
         }
         _ => match shared {
-            Some(shared) => governance.with_approval_backend(shared),
+            Some(shared) => {
+                let sessions = Arc::new(StoreSessions {
+                    store: shared.store.clone(),
+                });
+                governance
+                    .with_approval_backend(shared)
+                    .with_session_backend(sessions)
+            }
             None => governance,
         },
     })

@@ -108,6 +108,12 @@ pub enum RegistryError {
     /// The `--store` value cannot be used.
     #[error("{0}")]
     BadStore(String),
+    /// A `SessionFacts` request the registry cannot use.
+    #[error("{0}; send what toolmesh_governance::sessions::SessionRelay sends")]
+    BadSessionFacts(String),
+    /// Concurrent writers kept changing one shared record.
+    #[error("{0} changed under several concurrent calls; call again")]
+    Contended(&'static str),
     /// A task inside the registry failed.
     #[error("{0}; try again")]
     Internal(String),
@@ -133,7 +139,9 @@ impl From<RegistryError> for tonic::Status {
             | RegistryError::EmptyLeaseId
             | RegistryError::InvalidExecuteToken { .. }
             | RegistryError::TooManyTools { .. }
-            | RegistryError::BadStore(_) => tonic::Status::invalid_argument(message),
+            | RegistryError::BadStore(_)
+            | RegistryError::BadSessionFacts(_) => tonic::Status::invalid_argument(message),
+            RegistryError::Contended(_) => tonic::Status::aborted(message),
             RegistryError::RegistrationRefused(_) => tonic::Status::unauthenticated(message),
             RegistryError::TooManyExecutors { .. } => tonic::Status::resource_exhausted(message),
             RegistryError::SwitchRefused(_)

@@ -191,6 +191,20 @@ impl pb::registry_server::Registry for RegistryService {
         Ok(Response::new(desk.approvals(request.into_inner()).await?))
     }
 
+    async fn session_facts(
+        &self,
+        request: Request<pb::SessionFactsRequest>,
+    ) -> Result<Response<pb::SessionFactsResponse>, Status> {
+        // Dispatchers only: they vouch for the caller whose session it is.
+        if !self.reader(&request)?.execute_tokens {
+            return Err(Status::permission_denied(
+                "shared session facts are for dispatchers: call with the token of a caller that has the role \"dispatcher\"",
+            ));
+        }
+        let answer = crate::session_facts::exchange(&*self.registry, request.into_inner()).await?;
+        Ok(Response::new(answer))
+    }
+
     type WatchSnapshotsStream = SnapshotStream;
 
     async fn watch_snapshots(

@@ -32,8 +32,8 @@ struct Records {
 }
 
 impl LocalRecords {
-    /// Every live record under `prefix`.
-    pub(crate) fn list(&self, prefix: &str) -> Vec<SharedRecord> {
+    /// Every live record under `prefix`, with its value when `values`.
+    pub(crate) fn list(&self, prefix: &str, values: bool) -> Vec<SharedRecord> {
         let now = Instant::now();
         let mut records = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
         records.map.retain(|_, (_, _, expires)| *expires > now);
@@ -43,7 +43,7 @@ impl LocalRecords {
             .take_while(|(k, _)| k.starts_with(prefix))
             .map(|(key, (value, revision, _))| SharedRecord {
                 key: key.clone(),
-                value: value.clone(),
+                value: if values { value.clone() } else { Vec::new() },
                 revision: *revision,
             })
             .collect()
@@ -88,11 +88,11 @@ mod tests {
         let ttl = Duration::from_secs(60);
         assert!(records.put("approval/a-1", b"x".to_vec(), 0, ttl));
         assert!(!records.put("approval/a-1", b"y".to_vec(), 0, ttl));
-        let read = records.list("approval/");
+        let read = records.list("approval/", true);
         assert_eq!(read.len(), 1);
         assert!(records.put("approval/a-1", b"y".to_vec(), read[0].revision, ttl));
         assert!(!records.put("approval/a-1", b"z".to_vec(), read[0].revision, ttl));
         records.delete("approval/a-1");
-        assert!(records.list("approval/").is_empty());
+        assert!(records.list("approval/", true).is_empty());
     }
 }

@@ -41,6 +41,9 @@ pub trait Store: Send + Sync + 'static {
     async fn set_disabled(&self, tool: &str, reason: Option<String>) -> Result<u64, RegistryError>;
     /// Every live shared record under `prefix` (shared approval tickets).
     async fn shared_records(&self, prefix: &str) -> Result<Vec<SharedRecord>, RegistryError>;
+    /// The keys and revisions of every live shared record under `prefix`
+    /// (their values left empty): cheaper when only counting or ordering.
+    async fn shared_keys(&self, prefix: &str) -> Result<Vec<SharedRecord>, RegistryError>;
     /// Writes a shared record if its revision is still `revision` (0: it
     /// must not exist), expiring after `ttl`; false when another writer
     /// changed it first.
@@ -104,7 +107,11 @@ impl Store for Registry {
     }
 
     async fn shared_records(&self, prefix: &str) -> Result<Vec<SharedRecord>, RegistryError> {
-        Ok(self.shared().list(prefix))
+        Ok(self.shared().list(prefix, true))
+    }
+
+    async fn shared_keys(&self, prefix: &str) -> Result<Vec<SharedRecord>, RegistryError> {
+        Ok(self.shared().list(prefix, false))
     }
 
     async fn put_shared(

@@ -7,7 +7,8 @@ use toolmesh::ToolDef;
 use toolmesh::pb::InvokeRequest;
 use toolmesh_governance::approvals::{ApprovalFields, ApprovalOp};
 use toolmesh_governance::{
-    ApprovalNeed, Governance, Permit, Policy, Principal, approval_summary, value_digest,
+    ApprovalNeed, Governance, Permit, Policy, PreconditionError, Principal, approval_summary,
+    value_digest,
 };
 
 /// Admits a call whose arguments are valid; the permit holds the caller's
@@ -26,16 +27,14 @@ pub(crate) async fn admit(
         .context
         .as_ref()
         .map_or("", |c| c.session_id.as_str());
+    let preconditions = &def.spec().preconditions;
     governance
-        .sessions
-        .check(
-            who,
-            session,
-            def.name(),
-            &def.spec().preconditions,
-            arguments,
-        )
-        .map_err(|e| CallError::PreconditionFailed(e.to_string()))?;
+        .check_preconditions(who, session, def.name(), preconditions, arguments)
+        .await
+        .map_err(|e| match e {
+            PreconditionError::Unavailable { .. } => CallError::PreconditionUnknown(e.to_string()),
+            _ => CallError::PreconditionFailed(e.to_string()),
+        })?;
     if approval == ApprovalNeed::Required {
         approved(governance, def, who, &request.approval_id, arguments).await?;
     }

@@ -150,6 +150,7 @@ impl Pipeline {
             trail,
             outcome,
         )
+        .await
     }
 
     /// Sends a checked call: through the cache for a cached tool, else

@@ -12,7 +12,7 @@ use toolmesh_governance::{Governance, Principal};
 use tracing::debug;
 
 /// Finishes a call: the response the front door returns.
-pub(crate) fn finish(
+pub(crate) async fn finish(
     governance: &Governance,
     metrics: &Metrics,
     snapshot: &Snapshot,
@@ -32,7 +32,7 @@ pub(crate) fn finish(
         }
     };
     if result.error.as_ref().is_none_or(|e| e.code == 0) {
-        record_session_facts(governance, snapshot, who, request, &trail);
+        record_session_facts(governance, snapshot, who, request, &trail).await;
     }
     if let Some(def) = &trail.def
         && !def.spec().deprecated.is_empty()
@@ -111,7 +111,7 @@ fn audit_kind(outcome: &Outcome) -> AuditKind {
 /// A successful call is a fact later preconditions of its caller's session
 /// can use (only what some precondition of the current snapshot names is
 /// kept).
-fn record_session_facts(
+async fn record_session_facts(
     governance: &Governance,
     snapshot: &Snapshot,
     who: &Principal,
@@ -122,15 +122,10 @@ fn record_session_facts(
         .context
         .as_ref()
         .map_or("", |c| c.session_id.as_str());
-    if session.is_empty() {
-        // Most calls name no session: nothing to record, nothing to look up.
-        return;
-    }
     if let (Some(def), Some(arguments)) = (&trail.def, &trail.arguments) {
-        let declared = governance.sessions.declared_for(snapshot);
         governance
-            .sessions
-            .record(who, session, def.name(), arguments, &declared);
+            .record_session(snapshot, who, session, def.name(), arguments)
+            .await;
     }
 }
 

@@ -136,6 +136,35 @@ impl EtcdStore {
     pub fn applied_revision(&self) -> i64 {
         *self.inner.applied.borrow()
     }
+
+    /// The shared records under `prefix`, their values left out when `keys_only`.
+    async fn shared_range(
+        &self,
+        prefix: &str,
+        keys_only: bool,
+    ) -> Result<Vec<SharedRecord>, RegistryError> {
+        let full = Slot::Shared(prefix).key();
+        let response = self
+            .inner
+            .client
+            .range(toolmesh_etcd::pb::RangeRequest {
+                range_end: toolmesh_etcd::prefix_end(&full),
+                key: full,
+                keys_only,
+                ..Default::default()
+            })
+            .await?;
+        let base = Slot::Shared("").key().len();
+        Ok(response
+            .kvs
+            .into_iter()
+            .map(|kv| SharedRecord {
+                key: String::from_utf8_lossy(&kv.key[base..]).into_owned(),
+                value: kv.value,
+                revision: kv.mod_revision,
+            })
+            .collect())
+    }
 }
 
 impl Inner {
@@ -691,18 +720,11 @@ impl Store for EtcdStore {
     }
 
     async fn shared_records(&self, prefix: &str) -> Result<Vec<SharedRecord>, RegistryError> {
-        let full = Slot::Shared(prefix).key();
-        let response = self.inner.client.range_prefix(&full).await?;
-        let base = Slot::Shared("").key().len();
-        Ok(response
-            .kvs
-            .into_iter()
-            .map(|kv| SharedRecord {
-                key: String::from_utf8_lossy(&kv.key[base..]).into_owned(),
-                value: kv.value,
-                revision: kv.mod_revision,
-            })
-            .collect())
+        self.shared_range(prefix, false).await
+    }
+
+    async fn shared_keys(&self, prefix: &str) -> Result<Vec<SharedRecord>, RegistryError> {
+        self.shared_range(prefix, true).await
     }
 
     async fn put_shared(

@@ -21,6 +21,9 @@ use tokio::time::Instant;
 use toolmesh::Snapshot;
 use toolmesh::pb::{Precondition, ToolSpec};
 
+mod shared;
+pub use shared::{SessionBackend, SessionRelay, SharedSessions};
+
 /// Longest value shown in a precondition message, in characters.
 const MAX_SHOWN_CHARS: usize = 80;
 /// Bytes charged per kept fact beyond its strings (digest, set and index overhead).
@@ -134,6 +137,16 @@ pub enum PreconditionError {
         /// ` on path "a.txt"`, or empty.
         on: String,
     },
+    /// The facts are kept by the registry, which did not answer.
+    #[error(
+        "the preconditions of {tool} cannot be checked now: the registry that keeps session facts did not answer ({reason}); call again in a few seconds"
+    )]
+    Unavailable {
+        /// The tool called.
+        tool: String,
+        /// What went wrong.
+        reason: String,
+    },
 }
 
 /// (tool, argument, digest of its canonical JSON); ("t", "", zeros) = any call of t.
@@ -213,6 +226,11 @@ impl Sessions {
         declared
     }
 
+    /// The limits this store keeps to.
+    pub fn limits(&self) -> SessionLimits {
+        self.limits
+    }
+
     /// What the store holds now.
     pub fn usage(&self) -> SessionUsage {
         let store = lock(&self.store);
@@ -246,21 +264,10 @@ impl Sessions {
         arguments: &Value,
         declared: &Declared,
     ) {
-        let names = declared.arguments_of(tool);
-        if session_id.is_empty() || names.is_empty() {
+        if session_id.is_empty() {
             return;
         }
-        let tool: Arc<str> = tool.into();
-        let facts: Vec<Fact> = names
-            .iter()
-            .filter_map(|name| {
-                if name.is_empty() {
-                    return Some((tool.clone(), "".into(), [0; 32]));
-                }
-                let value = arguments.get(name)?;
-                Some((tool.clone(), name.as_str().into(), value_sha256(value)))
-            })
-            .collect();
+        let facts = facts_of(tool, arguments, declared);
         if facts.is_empty() {
             return;
         }
@@ -290,15 +297,8 @@ impl Sessions {
         preconditions: &[Precondition],
         arguments: &Value,
     ) -> Result<(), PreconditionError> {
-        let Some(first) = preconditions.first() else {
+        if preconditions.is_empty() {
             return Ok(());
-        };
-        if session_id.is_empty() {
-            return Err(PreconditionError::NoSession {
-                tool: tool.to_owned(),
-                needs: needs(first),
-                first: first.tool.clone(),
-            });
         }
         let key: Key = (who.key().into(), session_id.into());
         let store = lock(&self.store);
@@ -306,36 +306,9 @@ impl Sessions {
             .sessions
             .get(&key)
             .filter(|s| Instant::now().duration_since(s.touched) < self.limits.idle);
-        for p in preconditions {
-            let value = arguments.get(&p.same_argument);
-            let digest = match (p.same_argument.is_empty(), value) {
-                (true, _) => Some([0; 32]),
-                (false, Some(v)) => Some(value_sha256(v)),
-                (false, None) => None,
-            };
-            let done = digest.is_some_and(|digest| {
-                let fact: Fact = (
-                    p.tool.as_str().into(),
-                    p.same_argument.as_str().into(),
-                    digest,
-                );
-                session.is_some_and(|s| s.facts.contains(&fact))
-            });
-            if !done {
-                let on = if p.same_argument.is_empty() {
-                    String::new()
-                } else {
-                    format!(" on {} {}", p.same_argument, shown(value))
-                };
-                return Err(PreconditionError::NotYet {
-                    tool: tool.to_owned(),
-                    needs: needs(p),
-                    first: p.tool.clone(),
-                    on,
-                });
-            }
-        }
-        Ok(())
+        verdict(tool, session_id, preconditions, arguments, |fact| {
+            session.is_some_and(|s| s.facts.contains(fact))
+        })
     }
 }
 
@@ -463,6 +436,83 @@ fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     // Every update leaves the maps consistent between statements that can
     // panic only on allocation failure, so a poisoned lock is still usable.
     mutex.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The facts a successful call of `tool` establishes, as far as `declared`
+/// names them: one per named argument the call sent.
+fn facts_of(tool: &str, arguments: &Value, declared: &Declared) -> Vec<Fact> {
+    let names = declared.arguments_of(tool);
+    if names.is_empty() {
+        return Vec::new();
+    }
+    let tool: Arc<str> = tool.into();
+    names
+        .iter()
+        .filter_map(|name| {
+            if name.is_empty() {
+                return Some((tool.clone(), "".into(), [0; 32]));
+            }
+            let value = arguments.get(name)?;
+            Some((tool.clone(), name.as_str().into(), value_sha256(value)))
+        })
+        .collect()
+}
+
+/// The fact precondition `p` needs of a call with `arguments`; None when
+/// the call does not send the argument it names (nothing can match).
+fn wanted(p: &Precondition, arguments: &Value) -> Option<Fact> {
+    let digest = if p.same_argument.is_empty() {
+        [0; 32]
+    } else {
+        value_sha256(arguments.get(&p.same_argument)?)
+    };
+    Some((
+        p.tool.as_str().into(),
+        p.same_argument.as_str().into(),
+        digest,
+    ))
+}
+
+/// Judges `preconditions` of a call of `tool` given which facts its
+/// session `held`; the error tells the model what to call first.
+fn verdict(
+    tool: &str,
+    session_id: &str,
+    preconditions: &[Precondition],
+    arguments: &Value,
+    held: impl Fn(&Fact) -> bool,
+) -> Result<(), PreconditionError> {
+    let Some(first) = preconditions.first() else {
+        return Ok(());
+    };
+    if session_id.is_empty() {
+        return Err(PreconditionError::NoSession {
+            tool: tool.to_owned(),
+            needs: needs(first),
+            first: first.tool.clone(),
+        });
+    }
+    for p in preconditions {
+        if wanted(p, arguments).is_some_and(|fact| held(&fact)) {
+            continue;
+        }
+        let on = if p.same_argument.is_empty() {
+            String::new()
+        } else {
+            format!(
+                " on {} {}",
+                p.same_argument,
+                shown(arguments.get(&p.same_argument))
+            )
+        };
+        return Err(PreconditionError::NotYet {
+            tool: tool.to_owned(),
+            needs: needs(p),
+            first: p.tool.clone(),
+            on,
+        });
+    }
+    Ok(())
 }
 
 fn needs(p: &Precondition) -> String {
