@@ -37,6 +37,7 @@ mod procs;
 mod report;
 mod scale;
 mod stats;
+mod stores;
 
 pub use error::BenchError;
 pub use freshness::{Freshness, Series};
@@ -46,6 +47,7 @@ pub use overhead::{ByTarget, NginxStatus, Overhead, SizeResult};
 pub use report::{Report, Target, Verdict};
 pub use scale::{AtSize, ListTools, Propagation, Publish, Scale};
 pub use stats::Latency;
+pub use stores::{Failover, StoreAtSize, Stores};
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -96,17 +98,19 @@ pub async fn run(options: BenchOptions) -> Result<Report, BenchError> {
     let logs = procs::TempDir::new("bench-logs")
         .map_err(|e| BenchError::io("create a temp dir for the logs", e))?;
 
-    progress("1/3 per-call overhead: direct, nginx grpc_pass, toolmesh");
+    progress("1/4 per-call overhead: direct, nginx grpc_pass, toolmesh");
     let overhead = overhead::run(&plan, &bins, logs.path()).await?;
     // Freshness before scale: scale leaves in-process dispatcher tasks
     // behind that would add noise to the timings.
-    progress("2/3 freshness: registry, dispatcher and executors as separate processes");
+    progress("2/4 freshness: registry, dispatcher and executors as separate processes");
     let freshness = freshness::run(&plan, &bins, logs.path()).await?;
     progress(&format!(
-        "3/3 registry scale: {} and {} tools in this process",
+        "3/4 registry scale: {} and {} tools in this process",
         plan.baseline_tools, plan.scale_tools
     ));
     let scale = scale::run(&plan).await?;
+    progress("4/4 stores: embedded and etcd side by side, then failover on etcd");
+    let stores = stores::run(&plan, &bins, logs.path()).await?;
 
     let report = Report::new(
         machine,
@@ -115,6 +119,7 @@ pub async fn run(options: BenchOptions) -> Result<Report, BenchError> {
         overhead,
         scale,
         freshness,
+        stores,
     );
     if let Some(path) = &options.json {
         let text = serde_json::to_string_pretty(&report)?;

@@ -5,6 +5,7 @@ use crate::freshness::{Freshness, Series};
 use crate::machine::{Build, Machine};
 use crate::overhead::{ByDoor, ByTarget, McpRow, Overhead, SizeResult};
 use crate::scale::{AtSize, Scale};
+use crate::stores::{StoreAtSize, Stores};
 use serde::Serialize;
 use std::fmt::{self, Write as _};
 
@@ -61,6 +62,8 @@ pub struct Report {
     pub scale: Scale,
     /// 3. Freshness.
     pub freshness: Freshness,
+    /// 4. The embedded and the etcd store side by side.
+    pub stores: Stores,
     /// The targets, judged.
     pub targets: Vec<Target>,
     /// How to read the figures, and anything odd in this run.
@@ -76,6 +79,7 @@ impl Report {
         overhead: Overhead,
         scale: Scale,
         freshness: Freshness,
+        stores: Stores,
     ) -> Report {
         let targets = targets(&overhead, &scale, &freshness);
         let notes = notes(&machine, &overhead);
@@ -86,6 +90,7 @@ impl Report {
             overhead,
             scale,
             freshness,
+            stores,
             targets,
             notes,
         }
@@ -306,6 +311,7 @@ impl fmt::Display for Report {
         write_overhead(f, &self.overhead)?;
         write_scale(f, &self.scale)?;
         write_freshness(f, &self.freshness)?;
+        write_stores(f, &self.stores)?;
         writeln!(f, "Targets")?;
         let width = self.targets.iter().map(|t| t.name.len()).max().unwrap_or(0);
         for t in &self.targets {
@@ -586,6 +592,66 @@ fn write_freshness(f: &mut fmt::Formatter<'_>, fr: &Freshness) -> fmt::Result {
         ]);
     }
     write!(f, "{}", table.render("   "))?;
+    writeln!(f)
+}
+
+fn write_stores(f: &mut fmt::Formatter<'_>, st: &Stores) -> fmt::Result {
+    writeln!(
+        f,
+        "4. Stores side by side (each registry a `toolmesh registry` process; {} clients registering; etcd: one member on this machine)",
+        st.register_clients
+    )?;
+    let mut table = Table::new(vec![
+        "",
+        "tools",
+        "registrations/s",
+        "change -> follower p50",
+        "p99",
+        "registry RSS",
+        "etcd RSS",
+    ]);
+    let rows = |store: &str, sizes: &[StoreAtSize], table: &mut Table| {
+        for at in sizes {
+            table.push(vec![
+                store.to_owned(),
+                at.tools.to_string(),
+                fmt_rate(at.registrations_per_sec),
+                fmt_us(at.propagation.p50_us),
+                fmt_us(at.propagation.p99_us),
+                at.registry_rss_bytes
+                    .map_or("-".into(), |b| fmt_bytes(b as f64)),
+                at.etcd_rss_bytes
+                    .map_or("-".into(), |b| fmt_bytes(b as f64)),
+            ]);
+        }
+    };
+    rows("embedded", &st.embedded, &mut table);
+    rows("etcd", &st.etcd, &mut table);
+    write!(f, "{}", table.render("   "))?;
+    if let Some(missing) = &st.etcd_missing {
+        writeln!(f, "   etcd store not measured: {missing}")?;
+    }
+    if let Some(failover) = &st.failover {
+        let mut table = Table::new(vec!["failover on etcd", "median", "max", "samples"]);
+        for (name, series) in [
+            (
+                "replica SIGKILL -> follower on the other replica",
+                &failover.replica_kill_to_follower,
+            ),
+            (
+                "etcd leader SIGKILL -> first Register",
+                &failover.leader_kill_to_registration,
+            ),
+        ] {
+            table.push(vec![
+                name.to_owned(),
+                fmt_ms(series.median_ms),
+                fmt_ms(series.max_ms),
+                format!("{}{}", series.samples_ms.len(), timeouts(series)),
+            ]);
+        }
+        write!(f, "{}", table.render("   "))?;
+    }
     writeln!(f)
 }
 

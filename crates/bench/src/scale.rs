@@ -159,7 +159,7 @@ pub(crate) async fn run(plan: &Plan) -> Result<Scale, BenchError> {
 }
 
 /// Tools per fake executor.
-const TOOLS_PER_EXECUTOR: usize = 10;
+pub(crate) const TOOLS_PER_EXECUTOR: usize = 10;
 
 /// A registry that does not watch health (the endpoints are fake), served
 /// over gRPC on 127.0.0.1:0.
@@ -226,7 +226,7 @@ impl Served {
 }
 
 /// A listener on 127.0.0.1:0 and its address.
-async fn bind() -> Result<(TcpListener, String), BenchError> {
+pub(crate) async fn bind() -> Result<(TcpListener, String), BenchError> {
     let listener = TcpListener::bind("127.0.0.1:0")
         .await
         .map_err(|e| BenchError::io("bind 127.0.0.1:0", e))?;
@@ -519,15 +519,27 @@ async fn register_over_grpc(
     executors: usize,
     clients: usize,
 ) -> Result<(), BenchError> {
+    register_fleet(addr, executors, clients, |e| executor_request("large", e)).await
+}
+
+/// Registers executors `0..executors`, each `make(e)`, over gRPC from
+/// `clients` concurrent tasks, each with its own connection.
+pub(crate) async fn register_fleet(
+    addr: &str,
+    executors: usize,
+    clients: usize,
+    make: impl Fn(usize) -> RegisterRequest + Clone + Send + 'static,
+) -> Result<(), BenchError> {
     let clients = clients.clamp(1, executors.max(1));
     let mut tasks = Vec::with_capacity(clients);
     for task in 0..clients {
         let mut client =
             RegistryClient::new(toolmesh::grpc::channel(addr, &toolmesh::grpc::Tls::none())?);
+        let make = make.clone();
         tasks.push(AbortOnDrop(tokio::spawn(async move {
             for e in (task..executors).step_by(clients) {
                 let response = client
-                    .register(executor_request("large", e))
+                    .register(make(e))
                     .await
                     .map_err(|s| BenchError::rpc("Register over gRPC", s))?
                     .into_inner();
@@ -551,16 +563,28 @@ async fn register_over_grpc(
 
 /// Fake executor `e` of world `prefix`, serving [`TOOLS_PER_EXECUTOR`] tools.
 fn executor_request(prefix: &str, e: usize) -> RegisterRequest {
+    // Never dialled: the registry does not watch health here and nothing
+    // is invoked.
+    let endpoint = format!("127.0.0.1:{}", 20_000 + e % 40_000);
+    executor_request_at(prefix, e, &endpoint, SCALE_LEASE_MS)
+}
+
+/// Fake executor `e` of world `prefix` at `endpoint`, asking for a lease
+/// of `lease_ms`.
+pub(crate) fn executor_request_at(
+    prefix: &str,
+    e: usize,
+    endpoint: &str,
+    lease_ms: u32,
+) -> RegisterRequest {
     RegisterRequest {
         executor_id: format!("{prefix}-executor-{e:05}"),
         service: "bench-scale".into(),
-        // Never dialled: the registry does not watch health here and
-        // nothing is invoked.
-        endpoint: format!("127.0.0.1:{}", 20_000 + e % 40_000),
+        endpoint: endpoint.to_owned(),
         tools: (0..TOOLS_PER_EXECUTOR)
             .map(|t| tool_spec(&format!("{prefix}_{e:05}_{t:02}")))
             .collect(),
-        lease_ttl_ms: SCALE_LEASE_MS,
+        lease_ttl_ms: lease_ms,
         execute_token: String::new(),
     }
 }
@@ -596,7 +620,12 @@ fn tool_spec(name: &str) -> ToolSpec {
 
 /// This process's resident set from /proc/self/statm, in bytes.
 fn rss_bytes() -> Option<u64> {
-    let statm = std::fs::read_to_string("/proc/self/statm").ok()?;
+    rss_of("self")
+}
+
+/// Resident memory of process `pid` (or `self`), in bytes.
+pub(crate) fn rss_of(pid: &str) -> Option<u64> {
+    let statm = std::fs::read_to_string(format!("/proc/{pid}/statm")).ok()?;
     let pages: u64 = statm.split_whitespace().nth(1)?.parse().ok()?;
     let page = rustix::param::page_size();
     Some(pages * u64::try_from(page).ok()?)

@@ -200,6 +200,11 @@ impl EtcdCluster {
         self.wait_ready(i).await
     }
 
+    /// The process id of member `i`, while it runs.
+    pub fn pid(&self, i: usize) -> Option<i32> {
+        self.members[i].proc.as_ref().map(Proc::pid)
+    }
+
     /// Sends `signal` (for example SIGSTOP or SIGCONT) to member `i`.
     pub fn signal(&self, i: usize, signal: i32) {
         if let Some(proc) = &self.members[i].proc {
