@@ -3,8 +3,10 @@
 //! message that names every failing JSON path.
 
 mod arguments;
+mod covers;
 
 pub use arguments::{ArgumentsError, parse_arguments};
+pub use covers::covers;
 
 use jsonschema::Validator;
 use serde_json::Value;

@@ -332,6 +332,7 @@ pub(crate) async fn explain(args: ExplainArgs, tls: &Tls) -> Result<(), Failure>
             "trace": answer.trace,
             "argument_limits": answer.argument_limits,
             "input_schema": answer.input_schema,
+            "fallback": answer.fallback,
         }));
         return Ok(());
     }
@@ -356,6 +357,9 @@ pub(crate) async fn explain(args: ExplainArgs, tls: &Tls) -> Result<(), Failure>
     }
     if !answer.input_schema.is_empty() {
         println!("  input schema for this caller: {}", answer.input_schema);
+    }
+    if !answer.fallback.is_empty() {
+        println!("  fallback {}", answer.fallback);
     }
     Ok(())
 }

@@ -89,6 +89,12 @@ impl governance_server::Governance for GovernanceService {
                 ),
             argument_limits: explanation.argument_limits,
             input_schema,
+            fallback: crate::call::fallback::describe(
+                &self.dispatcher.pipeline.pairings,
+                &snapshot,
+                &policy,
+                &entry.def,
+            ),
         }))
     }
 

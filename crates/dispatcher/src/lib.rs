@@ -143,6 +143,7 @@ impl Dispatcher {
             max_argument_bytes: config.max_argument_bytes,
             metrics,
             cache: Default::default(),
+            pairings: Default::default(),
         };
         Dispatcher {
             pipeline: Arc::new(pipeline),

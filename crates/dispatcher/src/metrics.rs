@@ -44,6 +44,12 @@ struct CacheLabels {
     result: &'static str,
 }
 
+/// Labels of the fallback counter: the tool a stand-in answered for.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct FallbackLabels {
+    tool: String,
+}
+
 /// Labels of the approvals-decided counter.
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 struct DecisionLabels {
@@ -64,6 +70,7 @@ pub(crate) struct Metrics {
     approvals_decided: Family<DecisionLabels, Counter>,
     pub(crate) rate_limited: Counter,
     cache: Family<CacheLabels, Counter>,
+    fallbacks: Family<FallbackLabels, Counter>,
     pub(crate) snapshot_version: Gauge,
     installed: Arc<Installed>,
     tools: DashMap<usize, (Arc<ToolDef>, Arc<ToolHandles>)>,
@@ -111,6 +118,7 @@ impl Metrics {
             approvals_decided: Family::default(),
             rate_limited: Counter::default(),
             cache: Family::default(),
+            fallbacks: Family::default(),
             snapshot_version: Gauge::default(),
             installed: installed.clone(),
             tools: DashMap::new(),
@@ -170,6 +178,11 @@ impl Metrics {
             "dispatcher_cache",
             "Calls of cached tools by how they used the result cache: hit, miss, stale or coalesced.",
             metrics.cache.clone(),
+        );
+        r.register(
+            "dispatcher_fallbacks",
+            "Calls a stand-in answered ([[fallbacks]] in the policy), by the tool called.",
+            metrics.fallbacks.clone(),
         );
         r.register(
             "dispatcher_rate_limited",
@@ -251,6 +264,15 @@ impl Metrics {
     /// `coalesced` or `miss`).
     pub(crate) fn cache(&self, result: &'static str) {
         self.cache.get_or_create(&CacheLabels { result }).inc();
+    }
+
+    /// Counts a call a stand-in answered for `tool`.
+    pub(crate) fn fallback(&self, tool: &str) {
+        self.fallbacks
+            .get_or_create(&FallbackLabels {
+                tool: tool.to_owned(),
+            })
+            .inc();
     }
 
     /// Counts one attempt sent.

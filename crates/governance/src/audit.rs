@@ -104,6 +104,10 @@ pub struct AuditRecord {
     /// (another call's answer shared) or `miss` (the tool ran).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub cache: Option<String>,
+    /// When a stand-in (this record's tool) answered for the tool called:
+    /// that tool, `name@version` (`[[fallbacks]]` in the policy).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub fallback_for: Option<String>,
 }
 
 impl AuditRecord {
@@ -172,6 +176,7 @@ impl AuditRecord {
             rule: None,
             reason: None,
             cache: None,
+            fallback_for: None,
         }
     }
 

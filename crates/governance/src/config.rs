@@ -22,6 +22,8 @@ pub(crate) struct RawPolicy {
     pub(crate) limits: Vec<Spanned<RawLimit>>,
     #[serde(default)]
     pub(crate) cache: crate::cache_policy::RawCache,
+    #[serde(default)]
+    pub(crate) fallbacks: Vec<Spanned<crate::fallback_policy::RawFallback>>,
 }
 
 /// `[auth]`.

@@ -47,6 +47,7 @@ mod config;
 mod decision;
 mod digest;
 mod error;
+pub mod fallback_policy;
 mod glob;
 mod governance;
 pub mod limits;

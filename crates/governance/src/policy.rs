@@ -8,6 +8,7 @@ use crate::{
     digest::{hex, parse_sha256_hex, sha256},
     error::PolicyError,
     error::line_of,
+    fallback_policy::{self, FallbackPolicy},
     glob::ToolPattern,
     limits::{LimitRule, Limits},
     narrowing::{FieldLimit, Narrowing},
@@ -92,6 +93,7 @@ pub struct Policy {
     /// Whether any grant narrows a tool (so calls skip the lookup otherwise).
     narrowed: bool,
     cache: CachePolicy,
+    fallbacks: FallbackPolicy,
 }
 
 impl fmt::Debug for Policy {
@@ -203,6 +205,11 @@ impl Policy {
         self.approval.settings.clone()
     }
 
+    /// Which tool stands in for which (`[[fallbacks]]`).
+    pub fn fallbacks(&self) -> &FallbackPolicy {
+        &self.fallbacks
+    }
+
     /// Which tools' results a dispatcher may reuse (`[cache]`).
     pub fn cache(&self) -> &CachePolicy {
         &self.cache
@@ -307,6 +314,7 @@ impl Builder<'_> {
         let approval = self.approval(raw.approval);
         let limits = self.limits(raw.limits);
         let cache = cache_policy::validate(raw.cache, self.text, &mut self.problems);
+        let fallbacks = fallback_policy::validate(raw.fallbacks, self.text, &mut self.problems);
         if !self.problems.is_empty() {
             return Err(PolicyError::Invalid {
                 origin: "(inline)".into(),
@@ -316,6 +324,7 @@ impl Builder<'_> {
         Ok(Policy {
             narrowed: grants.iter().any(|g| !g.narrowings.is_empty()),
             cache,
+            fallbacks,
             allow_anonymous: raw.auth.allow_anonymous,
             anonymous,
             callers,

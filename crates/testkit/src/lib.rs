@@ -40,7 +40,7 @@ pub fn fixture_bin() -> PathBuf {
 /// The executors `toolmesh-fixture` serves (those of crate
 /// `toolmesh-fixtures`; the tests must not link it, or the crates under
 /// test would be built twice).
-pub const FIXTURES: [&str; 1] = ["acceptance"];
+pub const FIXTURES: [&str; 2] = ["acceptance", "mirror"];
 
 /// The binary that serves `example NAME`: `toolmesh-fixture` for the
 /// [`FIXTURES`], `toolmesh` for the user-facing examples.

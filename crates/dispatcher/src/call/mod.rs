@@ -1,12 +1,14 @@
 //! One call, start to end, whichever front door it came in by: the stages
 //! in the order they run — resolve, authorize, validate, admit, cache (for
-//! tools the policy caches), attempts, observe — each in its own file.
+//! tools the policy caches), attempts, fallback (for tools the policy gives
+//! a stand-in), observe — each in its own file.
 
 mod admit;
 mod attempt;
 mod attempts;
 mod authorize;
 mod cached;
+pub(crate) mod fallback;
 mod observe;
 mod resolve;
 mod retry;
@@ -26,8 +28,8 @@ use toolmesh::pb::{InvokeRequest, InvokeResponse, ToolResult};
 use toolmesh::{Snapshot, SnapshotHistory, ToolDef, ToolEntry, ToolErrorExt};
 use toolmesh_governance::{CacheRule, Governance, Permit, Principal};
 use toolmesh_telemetry::trace::{self, Context as TraceContext, TARGET};
-use tracing::Instrument;
 use tracing::field::Empty;
+use tracing::{Instrument, debug, warn};
 
 /// The call pipeline: what its stages share across calls.
 pub(crate) struct Pipeline {
@@ -40,6 +42,17 @@ pub(crate) struct Pipeline {
     pub(crate) metrics: Arc<Metrics>,
     /// Answers of the tools the policy's `[cache]` names.
     pub(crate) cache: ResultCache,
+    /// Which stand-ins may answer for which tools (`[[fallbacks]]`).
+    pub(crate) pairings: fallback::Pairings,
+}
+
+/// One call as it came in, for a stage that runs part of it again.
+#[derive(Clone, Copy)]
+struct Call<'a> {
+    snapshot: &'a Snapshot,
+    who: &'a Principal,
+    request: &'a InvokeRequest,
+    caller_timeout: Option<Duration>,
 }
 
 /// A call every check let through: what to send it to, its rate-limit
@@ -60,6 +73,7 @@ pub(crate) enum Outcome {
 }
 
 /// What a call gathers on its way through the stages, for `observe`.
+#[derive(Clone)]
 pub(crate) struct Trail {
     pub(crate) started: Instant,
     /// The caller's call id, or a fresh one.
@@ -82,6 +96,8 @@ pub(crate) struct Trail {
     pub(crate) metrics: Option<Arc<ToolHandles>>,
     /// How the call used the result cache, for a cached tool.
     pub(crate) cache: Option<CacheUse>,
+    /// The stand-in that answered instead of the tool called, if one did.
+    pub(crate) fell_back: Option<fallback::FellBack>,
     /// The call's `execute_tool` span (disabled unless traces are exported).
     pub(crate) span: tracing::Span,
 }
@@ -109,6 +125,7 @@ impl Trail {
             executor_id: String::new(),
             metrics: None,
             cache: None,
+            fell_back: None,
             span,
         }
     }
@@ -136,9 +153,19 @@ impl Pipeline {
             Err(refused) => Outcome::Failed(refused),
             Ok(checked) => {
                 let send = self.send(checked, &request, who, caller_timeout, &mut trail);
-                send.instrument(span).await
+                send.instrument(span.clone()).await
             }
         };
+        let call = Call {
+            snapshot: &snapshot,
+            who,
+            request: &request,
+            caller_timeout,
+        };
+        let outcome = self
+            .fall_back(call, &mut trail, outcome)
+            .instrument(span)
+            .await;
         // What preconditions declare is read from the newest snapshot, so
         // pinned calls do not make the per-snapshot memo flip back and forth.
         observe::finish(
@@ -151,6 +178,57 @@ impl Pipeline {
             outcome,
         )
         .await
+    }
+
+    /// The stand-in's answer when the policy names one for the tool and
+    /// the tool's outcome calls for it (see `fallback`); else `outcome`.
+    /// The stand-in passes every check itself; when it cannot be used the
+    /// tool's own failure stands.
+    async fn fall_back(&self, call: Call<'_>, trail: &mut Trail, outcome: Outcome) -> Outcome {
+        let Some(def) = trail.def.clone() else {
+            return outcome;
+        };
+        let policy = self.governance.policy();
+        let Some(rule) = policy.fallbacks().for_tool(def.name()) else {
+            return outcome;
+        };
+        let Some(why) = fallback::reason(&def, &outcome, trail.attempts) else {
+            return outcome;
+        };
+        let stand_in = InvokeRequest {
+            tool: rule.fallback.clone(),
+            ..call.request.clone()
+        };
+        let mut scratch = trail.clone();
+        let checked = match self
+            .check(call.snapshot, call.who, &stand_in, &mut scratch)
+            .await
+        {
+            Ok(checked) => checked,
+            Err(refused) => {
+                debug!(call_id = %trail.call_id, fallback = %rule.fallback, %refused, "fallback not usable");
+                return outcome;
+            }
+        };
+        if let Err(why_not) = self.pairings.check(&def, &checked.entry.def) {
+            warn!(call_id = %trail.call_id, %why_not, "fallback refused: not a safe stand-in");
+            return outcome;
+        }
+        let left = call
+            .caller_timeout
+            .map(|t| t.saturating_sub(trail.started.elapsed()));
+        let to = checked.entry.def.label();
+        let answered = self
+            .send(checked, &stand_in, call.who, left, &mut scratch)
+            .await;
+        self.metrics.fallback(def.name());
+        scratch.fell_back = Some(fallback::FellBack {
+            from: def.label(),
+            to,
+            why,
+        });
+        *trail = scratch;
+        answered
     }
 
     /// Sends a checked call: through the cache for a cached tool, else

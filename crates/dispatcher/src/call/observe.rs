@@ -45,6 +45,9 @@ pub(crate) async fn finish(
     if let Some(used) = trail.cache {
         mark_cache(&mut result, used);
     }
+    if let Some(fell_back) = &trail.fell_back {
+        fell_back.mark(&mut result);
+    }
     let code = result.error.as_ref().map_or(ErrorCode::Unspecified, |e| {
         ErrorCode::try_from(e.code).unwrap_or(ErrorCode::ExecutorFailed)
     });
@@ -161,6 +164,7 @@ fn audit_record(
     record.approval_id = trail.approval_id.clone();
     record.rule = trail.rule.clone();
     record.cache = trail.cache.map(|used| used.name().to_owned());
+    record.fallback_for = trail.fell_back.as_ref().map(|f| f.from.clone());
     record.reason = result
         .error
         .as_ref()

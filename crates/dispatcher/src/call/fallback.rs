@@ -1,0 +1,212 @@
+//! Fallback: when a tool is disabled, has no healthy executor, or keeps
+//! failing in a way a retry could fix, the tool the policy names as its
+//! stand-in answers instead — once (never a chain), only if it accepts
+//! every argument the tool accepts and answers within the tool's output
+//! contract, and for a tool that must not run twice only when the call
+//! provably never reached an executor.
+
+use super::Outcome;
+use crate::error::CallError;
+use std::collections::HashMap;
+use std::sync::{Mutex, PoisonError};
+use toolmesh::pb::{ErrorCode, ToolResult};
+use toolmesh::{Snapshot, ToolDef, ToolRef, ToolResultExt};
+use toolmesh_governance::Policy;
+
+/// Pairings remembered at most (one per primary and stand-in version).
+const MAX_PAIRINGS: usize = 1024;
+
+/// Which stand-in answered, and why the tool itself did not.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct FellBack {
+    /// The tool called, `name@version`.
+    pub(crate) from: String,
+    /// The stand-in that answered, `name@version`.
+    pub(crate) to: String,
+    /// Why the tool did not answer, e.g. `has no healthy executor`.
+    pub(crate) why: String,
+}
+
+impl FellBack {
+    /// Says so where the model reads and in the result's metadata.
+    pub(crate) fn mark(&self, result: &mut ToolResult) {
+        result
+            .metadata
+            .insert("toolmesh.fallback".into(), self.to.clone());
+        result
+            .metadata
+            .insert("toolmesh.fallback_for".into(), self.from.clone());
+        result.output = format!(
+            "[answered by {} standing in for {}, which {}]\n{}",
+            self.to, self.from, self.why, result.output
+        );
+    }
+}
+
+/// Why `def`'s outcome calls for its stand-in, if it does: disabled, no
+/// healthy executor, or — for an idempotent tool, or when no attempt was
+/// made — unreachable, out of time or UNAVAILABLE after its attempts.
+pub(crate) fn reason(def: &ToolDef, outcome: &Outcome, attempts: u32) -> Option<String> {
+    let may_repeat = def.idempotent() || attempts == 0;
+    match outcome {
+        Outcome::Failed(CallError::Disabled { reason, .. }) => {
+            Some(format!("is disabled by an operator ({reason})"))
+        }
+        Outcome::Failed(CallError::NoHealthyInstance { .. }) => {
+            Some("has no healthy executor right now".into())
+        }
+        Outcome::Failed(CallError::Unreachable { detail, .. }) if may_repeat => {
+            Some(format!("could not be reached ({detail})"))
+        }
+        Outcome::Failed(CallError::TimedOut { .. }) if may_repeat => {
+            Some("did not answer in time".into())
+        }
+        Outcome::Answered(result)
+            if may_repeat && result.error_code() == ErrorCode::Unavailable =>
+        {
+            Some("answered UNAVAILABLE".into())
+        }
+        _ => None,
+    }
+}
+
+/// Whether a stand-in may answer for a tool, remembered per pair of versions.
+#[derive(Debug, Default)]
+pub(crate) struct Pairings {
+    checked: Mutex<HashMap<(String, String), Result<(), String>>>,
+}
+
+impl Pairings {
+    /// `Ok` when `stand_in` accepts every argument `primary` accepts and
+    /// answers within `primary`'s output schema; else why not.
+    pub(crate) fn check(&self, primary: &ToolDef, stand_in: &ToolDef) -> Result<(), String> {
+        let key = (primary.label(), stand_in.label());
+        let mut checked = self.checked.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(known) = checked.get(&key) {
+            return known.clone();
+        }
+        let verdict = compatible(primary, stand_in);
+        if checked.len() >= MAX_PAIRINGS {
+            checked.clear();
+        }
+        checked.insert(key, verdict.clone());
+        verdict
+    }
+}
+
+/// What `explain` says of `def`'s stand-in under `policy` in `snapshot`:
+/// empty when the policy names none, else the stand-in and whether it may
+/// answer.
+pub(crate) fn describe(
+    pairings: &Pairings,
+    snapshot: &Snapshot,
+    policy: &Policy,
+    def: &ToolDef,
+) -> String {
+    let Some(rule) = policy.fallbacks().for_tool(def.name()) else {
+        return String::new();
+    };
+    let stand_in = ToolRef::parse(&rule.fallback)
+        .map_err(|e| e.to_string())
+        .and_then(|r| snapshot.resolve(&r).map_err(|e| e.to_string()));
+    match stand_in {
+        Err(why) => format!("{}: not usable now ({why})", rule.fallback),
+        Ok(entry) => match pairings.check(def, &entry.def) {
+            Ok(()) => format!(
+                "{} (when {} is disabled, has no healthy executor or keeps failing)",
+                entry.def.label(),
+                def.name()
+            ),
+            Err(why) => format!("{}: never used, {why}", entry.def.label()),
+        },
+    }
+}
+
+fn compatible(primary: &ToolDef, stand_in: &ToolDef) -> Result<(), String> {
+    let (from, to) = (primary.label(), stand_in.label());
+    toolmesh::schema::covers(stand_in.input_schema(), primary.input_schema())
+        .map_err(|why| format!("{to} may refuse arguments {from} accepts: input schema, {why}"))?;
+    let Some(promised) = primary.output_schema() else {
+        return Ok(());
+    };
+    let Some(given) = stand_in.output_schema() else {
+        return Err(format!(
+            "{from} promises an output schema and {to} declares none"
+        ));
+    };
+    toolmesh::schema::covers(promised, given)
+        .map_err(|why| format!("{to} may answer outside {from}'s output schema: {why}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use toolmesh::ToolErrorExt;
+    use toolmesh::pb::{ToolError, ToolSpec};
+
+    fn def(name: &str, idempotent: bool, input: &str, output: &str) -> ToolDef {
+        ToolDef::new(ToolSpec {
+            name: name.into(),
+            version: "1.0.0".into(),
+            description: "d".into(),
+            input_schema: input.into(),
+            output_schema: output.into(),
+            idempotent,
+            ..ToolSpec::default()
+        })
+        .unwrap()
+    }
+
+    const QUERY: &str = r#"{"type":"object","properties":{"q":{"type":"string","maxLength":100}},"required":["q"],"additionalProperties":false}"#;
+    const ANY_QUERY: &str =
+        r#"{"type":"object","properties":{"q":{"type":"string"}},"required":["q"]}"#;
+
+    fn unreachable() -> Outcome {
+        Outcome::Failed(CallError::Unreachable {
+            tool: "t".into(),
+            attempts: 2,
+            detail: "connection refused".into(),
+        })
+    }
+
+    /// Outages call for the stand-in; a failure after the tool may have
+    /// run does so only for idempotent tools; the tool's own verdict never.
+    #[test]
+    fn reasons() {
+        let safe = def("a", true, QUERY, "");
+        let once = def("b", false, QUERY, "");
+        let none = Outcome::Failed(CallError::NoHealthyInstance {
+            tool: "b".into(),
+            registered: 1,
+            retry_after: None,
+        });
+        assert!(reason(&once, &none, 0).is_some());
+        assert!(reason(&safe, &unreachable(), 2).is_some());
+        assert!(reason(&once, &unreachable(), 2).is_none());
+        let unavailable = Outcome::Answered(ToolResult {
+            error: Some(ToolError::new(ErrorCode::Unavailable, "busy")),
+            ..ToolResult::default()
+        });
+        assert!(reason(&safe, &unavailable, 1).is_some());
+        let refused = Outcome::Answered(ToolResult {
+            error: Some(ToolError::new(ErrorCode::InvalidArguments, "no")),
+            ..ToolResult::default()
+        });
+        assert!(reason(&safe, &refused, 1).is_none());
+    }
+
+    /// A stand-in must accept what the tool accepts and answer within its
+    /// output schema; the verdict is remembered per pair.
+    #[test]
+    fn pairings() {
+        let pairings = Pairings::default();
+        let primary = def("search", true, QUERY, "");
+        let wider = def("mirror", true, ANY_QUERY, "");
+        assert_eq!(pairings.check(&primary, &wider), Ok(()));
+        let why = pairings.check(&wider, &primary).unwrap_err();
+        assert!(why.contains("may refuse arguments"), "{why}");
+        let promised = def("typed", true, QUERY, r#"{"type":"object"}"#);
+        let why = pairings.check(&promised, &wider).unwrap_err();
+        assert!(why.contains("declares none"), "{why}");
+    }
+}
