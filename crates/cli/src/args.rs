@@ -1,6 +1,7 @@
 //! Command-line arguments of `toolmesh`.
 
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use clap::parser::ValueSource;
+use clap::{ArgMatches, Args, CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
 use std::path::PathBuf;
 
 /// toolmesh: a gRPC runtime for the tools that LLM agents call.
@@ -16,6 +17,78 @@ pub(crate) struct Cli {
     /// TLS for every server and connection of this process.
     #[command(flatten)]
     pub(crate) tls: toolmesh_examples::TlsFlags,
+    /// Where client commands connect and how they print (global: before or
+    /// after the subcommand).
+    #[command(flatten)]
+    pub(crate) client: ClientArgs,
+}
+
+/// The client flags given on the command line of a command that is not a
+/// client command: they would be ignored, so they are refused.
+#[derive(Debug, thiserror::Error)]
+#[error(
+    "--{flag} is a flag of the client commands (tools, call, health, snapshot, …); `toolmesh {command}` does not use it{hint}"
+)]
+pub(crate) struct MisplacedFlag {
+    flag: &'static str,
+    command: String,
+    hint: &'static str,
+}
+
+/// The client flags, by clap id and as typed.
+const CLIENT_FLAGS: [(&str, &str); 4] = [
+    ("server", "server"),
+    ("json", "json"),
+    ("token", "token"),
+    ("timeout_ms", "timeout-ms"),
+];
+
+/// Parses the command line (printing help, or the error and exiting 2, as
+/// clap does) and refuses client flags given to a command they do nothing for.
+pub(crate) fn parse() -> Result<Cli, MisplacedFlag> {
+    checked(&Cli::command().get_matches())
+}
+
+/// The command line `matches` stands for, its client flags checked.
+fn checked(matches: &ArgMatches) -> Result<Cli, MisplacedFlag> {
+    let cli = Cli::from_arg_matches(matches).unwrap_or_else(|e| e.exit());
+    check_client_flags(matches, &cli.command)?;
+    Ok(cli)
+}
+
+/// Fails on the first client flag typed on the command line of a command
+/// that is not a client command.
+fn check_client_flags(matches: &ArgMatches, command: &Command) -> Result<(), MisplacedFlag> {
+    if command.is_client() {
+        return Ok(());
+    }
+    let name = matches.subcommand_name().unwrap_or_default();
+    for (id, flag) in CLIENT_FLAGS {
+        // `toolmesh example --token` is the executor's registration token.
+        let own = id == "token" && matches!(command, Command::Example(_));
+        if !own && matches.value_source(id) == Some(ValueSource::CommandLine) {
+            return Err(MisplacedFlag {
+                flag,
+                command: name.to_owned(),
+                hint: misplaced_hint(flag, command),
+            });
+        }
+    }
+    Ok(())
+}
+
+/// What to do instead of giving `flag` to `command`.
+fn misplaced_hint(flag: &str, command: &Command) -> &'static str {
+    match flag {
+        "server" if command.ops().is_some() => {
+            " (a server takes --listen; an executor, --registry)"
+        }
+        #[cfg(feature = "bench")]
+        "json" if matches!(command, Command::Bench(_)) => {
+            " (it writes its report as JSON with --json-file FILE)"
+        }
+        _ => "; remove it",
+    }
 }
 
 /// How logs are written.
@@ -28,6 +101,24 @@ pub(crate) enum LogFormat {
 }
 
 impl Command {
+    /// Whether this is a client command, which talks to `--server`.
+    pub(crate) fn is_client(&self) -> bool {
+        matches!(
+            self,
+            Command::Tools(_)
+                | Command::Call(_)
+                | Command::Health(_)
+                | Command::Snapshot(_)
+                | Command::Explain(_)
+                | Command::Approvals
+                | Command::Approve(_)
+                | Command::Deny(_)
+                | Command::Mcp
+                | Command::Disable(_)
+                | Command::Enable(_)
+        )
+    }
+
     /// The operations flags of a server command (none for client commands).
     pub(crate) fn ops(&self) -> Option<&toolmesh_examples::OpsFlags> {
         match self {
@@ -76,18 +167,20 @@ pub(crate) enum Command {
     /// Say why a tool is visible, hidden or denied for a caller.
     Explain(ExplainArgs),
     /// List approvals waiting for an approver.
-    Approvals(ClientOnly),
+    Approvals,
     /// Approve a pending approval.
     Approve(DecideArgs),
     /// Deny a pending approval.
     Deny(DecideArgs),
     /// Serve MCP on stdin/stdout for a desktop client that starts a command,
     /// over a dispatcher reached by gRPC.
-    Mcp(ClientOnly),
+    Mcp,
     /// Switch a tool off (admin): it leaves every listing, calls answer DISABLED.
     Disable(DisableArgs),
     /// Switch a disabled tool back on (admin).
     Enable(ToolArg),
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
+    Completions(CompletionsArgs),
     /// Measure per-call overhead (against a direct call and nginx), registry
     /// scale and freshness, on loopback; prints a table.
     #[cfg(feature = "bench")]
@@ -101,25 +194,23 @@ pub(crate) struct BenchArgs {
     /// Short series (a smoke test) instead of the full run.
     #[arg(long)]
     pub(crate) quick: bool,
-    /// Also write the report as JSON to this file.
-    #[arg(long)]
-    pub(crate) json: Option<PathBuf>,
+    /// Also write the report as JSON to this file (`--json` is the client
+    /// commands' flag).
+    #[arg(long, value_name = "FILE")]
+    pub(crate) json_file: Option<PathBuf>,
 }
 
-/// A client command with no arguments of its own.
+/// `toolmesh completions`.
 #[derive(Debug, Args, Clone)]
-pub(crate) struct ClientOnly {
-    /// Connection and output.
-    #[command(flatten)]
-    pub(crate) client: ClientArgs,
+pub(crate) struct CompletionsArgs {
+    /// The shell to complete for.
+    #[arg(value_enum)]
+    pub(crate) shell: clap_complete::Shell,
 }
 
 /// `toolmesh explain`.
 #[derive(Debug, Args, Clone)]
 pub(crate) struct ExplainArgs {
-    /// Connection and output.
-    #[command(flatten)]
-    pub(crate) client: ClientArgs,
     /// Explain for the caller holding this token (default: you).
     #[arg(long)]
     pub(crate) caller: Option<String>,
@@ -130,9 +221,6 @@ pub(crate) struct ExplainArgs {
 /// `toolmesh approve` / `toolmesh deny`.
 #[derive(Debug, Args, Clone)]
 pub(crate) struct DecideArgs {
-    /// Connection and output.
-    #[command(flatten)]
-    pub(crate) client: ClientArgs,
     /// The approval id, e.g. a-3.
     pub(crate) id: String,
     /// Why (for deny).
@@ -143,9 +231,6 @@ pub(crate) struct DecideArgs {
 /// `toolmesh disable`.
 #[derive(Debug, Args, Clone)]
 pub(crate) struct DisableArgs {
-    /// Connection and output.
-    #[command(flatten)]
-    pub(crate) client: ClientArgs,
     /// The tool name.
     pub(crate) tool: String,
     /// Why: callers and operators read it.
@@ -156,9 +241,6 @@ pub(crate) struct DisableArgs {
 /// `toolmesh enable`.
 #[derive(Debug, Args, Clone)]
 pub(crate) struct ToolArg {
-    /// Connection and output.
-    #[command(flatten)]
-    pub(crate) client: ClientArgs,
     /// The tool name.
     pub(crate) tool: String,
 }
@@ -304,26 +386,39 @@ pub(crate) struct ExampleArgs {
     pub(crate) files_root: Option<PathBuf>,
 }
 
-/// Where client commands connect and how they print.
+/// Where client commands connect unless told (`--server`, `TOOLMESH_SERVER`).
+pub(crate) const DEFAULT_SERVER: &str = "127.0.0.1:7070";
+
+/// Where client commands connect and how they print. Global, so they may
+/// come before or after the subcommand: `toolmesh --server X tools` and
+/// `toolmesh tools --server X` are the same.
 #[derive(Debug, Args, Clone)]
+#[command(next_help_heading = "Client options")]
 pub(crate) struct ClientArgs {
     /// The toolmesh server (dispatcher or serve) to talk to.
-    #[arg(long, env = "TOOLMESH_SERVER", default_value = "127.0.0.1:7070")]
+    #[arg(
+        long,
+        global = true,
+        env = "TOOLMESH_SERVER",
+        default_value = DEFAULT_SERVER
+    )]
     pub(crate) server: String,
-    /// Print JSON instead of tables.
-    #[arg(long)]
+    /// Print JSON instead of tables (the README's CLI section gives each
+    /// command's shape).
+    #[arg(long, global = true)]
     pub(crate) json: bool,
     /// Bearer token identifying you to the server.
-    #[arg(long, env = "TOOLMESH_TOKEN")]
+    #[arg(long, global = true, env = "TOOLMESH_TOKEN", hide_env_values = true)]
     pub(crate) token: Option<String>,
+    /// Deadline of each request, in milliseconds (for `call`: the whole
+    /// call, retries included).
+    #[arg(long, global = true, value_name = "MS")]
+    pub(crate) timeout_ms: Option<u64>,
 }
 
 /// `toolmesh tools`.
 #[derive(Debug, Args, Clone)]
 pub(crate) struct ToolsArgs {
-    /// Connection and output.
-    #[command(flatten)]
-    pub(crate) client: ClientArgs,
     /// Output shape.
     #[arg(long, value_enum, default_value_t = Format::Native)]
     pub(crate) format: Format,
@@ -367,17 +462,12 @@ impl Format {
 /// `toolmesh call`.
 #[derive(Debug, Args, Clone)]
 pub(crate) struct CallArgs {
-    /// Connection and output.
-    #[command(flatten)]
-    pub(crate) client: ClientArgs,
     /// Tool name, or name@version.
     pub(crate) tool: String,
-    /// Arguments as a JSON object.
-    #[arg(default_value = "{}")]
+    /// Arguments: a JSON object, `@FILE` to read it from a file, or `-`
+    /// to read it from stdin.
+    #[arg(default_value = "{}", value_name = "JSON|@FILE|-")]
     pub(crate) arguments: String,
-    /// Deadline for the whole call, in milliseconds.
-    #[arg(long)]
-    pub(crate) timeout_ms: Option<u64>,
     /// Idempotency key (generated when absent).
     #[arg(long)]
     pub(crate) call_id: Option<String>,
@@ -395,9 +485,6 @@ pub(crate) struct CallArgs {
 /// `toolmesh health`.
 #[derive(Debug, Args, Clone)]
 pub(crate) struct HealthArgs {
-    /// Connection and output.
-    #[command(flatten)]
-    pub(crate) client: ClientArgs,
     /// A tool name; without it, the server and every known tool.
     pub(crate) tool: Option<String>,
 }
@@ -405,9 +492,6 @@ pub(crate) struct HealthArgs {
 /// `toolmesh snapshot`.
 #[derive(Debug, Args, Clone)]
 pub(crate) struct SnapshotArgs {
-    /// Connection and output.
-    #[command(flatten)]
-    pub(crate) client: ClientArgs,
     /// Snapshot version (0 = newest).
     #[arg(value_name = "VERSION", default_value_t = 0)]
     pub(crate) snapshot_version: u64,
@@ -422,5 +506,54 @@ mod tests {
     #[test]
     fn command_line_is_consistent() {
         Cli::command().debug_assert();
+    }
+
+    fn parse(line: &[&str]) -> Result<Cli, MisplacedFlag> {
+        let matches = Cli::command()
+            .try_get_matches_from(std::iter::once("toolmesh").chain(line.iter().copied()))
+            .unwrap_or_else(|e| panic!("{line:?}: {e}"));
+        checked(&matches)
+    }
+
+    /// The client flags mean the same before and after the subcommand.
+    #[test]
+    fn client_flags_go_before_or_after_the_subcommand() {
+        let flags = [
+            "--server",
+            "10.0.0.1:9",
+            "--json",
+            "--token",
+            "t0k",
+            "--timeout-ms",
+            "250",
+            "--tls-ca",
+            "ca.pem",
+        ];
+        let before = parse(&[&flags[..], &["call", "search_kb", "{}"]].concat()).unwrap();
+        let after = parse(&[&["call", "search_kb", "{}"], &flags[..]].concat()).unwrap();
+        for cli in [before, after] {
+            assert_eq!(cli.client.server, "10.0.0.1:9");
+            assert!(cli.client.json);
+            assert_eq!(cli.client.token.as_deref(), Some("t0k"));
+            assert_eq!(cli.client.timeout_ms, Some(250));
+            assert_eq!(cli.tls.tls_ca, Some(PathBuf::from("ca.pem")));
+            assert!(matches!(cli.command, Command::Call(_)));
+        }
+    }
+
+    /// A client flag on a server command is refused, saying which flag and
+    /// what to use instead; `example --token` is the executor's own.
+    #[test]
+    fn client_flags_on_other_commands_are_refused() {
+        let error = parse(&["up", "--server", "127.0.0.1:7272"]).unwrap_err();
+        let text = error.to_string();
+        assert!(
+            text.contains("--server") && text.contains("--listen"),
+            "{text}"
+        );
+        let error = parse(&["--json", "completions", "bash"]).unwrap_err();
+        assert!(error.to_string().contains("--json"), "{error}");
+        parse(&["example", "knowledge", "--token", "t"]).unwrap();
+        parse(&["up", "--listen", "127.0.0.1:0"]).unwrap();
     }
 }

@@ -1,13 +1,14 @@
-//! The client commands: tools, call, health, snapshot, explain, approvals,
-//! approve and deny, disable and enable.
+//! The client commands (tools, call, health, snapshot, explain, approvals, approve, deny, disable, enable, mcp) over one [`Client`].
 
 use crate::Failure;
 use crate::args::{
-    CallArgs, ClientArgs, ClientOnly, DecideArgs, DisableArgs, ExplainArgs, Format, HealthArgs,
-    SnapshotArgs, ToolArg, ToolsArgs,
+    CallArgs, ClientArgs, DecideArgs, DisableArgs, ExplainArgs, Format, HealthArgs, SnapshotArgs,
+    ToolArg, ToolsArgs,
 };
-use crate::output::{self, Table};
+use crate::arguments;
+use crate::output::{self, Table, ToolHealth};
 use serde_json::json;
+use std::io::IsTerminal;
 use std::time::Duration;
 use tonic::Code;
 use tonic::transport::Channel;
@@ -18,104 +19,138 @@ use toolmesh::grpc::{MAX_SNAPSHOT_MESSAGE_BYTES, Tls, tool_health_service};
 use toolmesh::pb::{
     ApproveRequest, CallContext, DenyRequest, DisableToolRequest, EnableToolRequest,
     ExplainRequest, GetSnapshotRequest, InvokeRequest, ListApprovalsRequest, ListToolsRequest,
-    dispatcher_client::DispatcherClient, governance_client::GovernanceClient,
+    ListToolsResponse, dispatcher_client::DispatcherClient, governance_client::GovernanceClient,
     registry_client::RegistryClient,
 };
 use toolmesh::{ErrorCodeExt, ToolErrorExt};
 
-fn connect(args: &ClientArgs, tls: &Tls) -> Result<Channel, Failure> {
-    toolmesh::grpc::channel(&args.server, tls).map_err(|e| Failure::Usage(e.to_string()))
+/// The server the client flags name, and how every request to it is made.
+pub(crate) struct Client {
+    args: ClientArgs,
+    channel: Channel,
 }
 
-/// A request carrying the caller's bearer token, if any.
-fn authed<T>(args: &ClientArgs, message: T) -> tonic::Request<T> {
-    let mut request = tonic::Request::new(message);
-    if let Some(token) = args.token.as_deref().filter(|t| !t.is_empty())
-        && !toolmesh::grpc::set_bearer(request.metadata_mut(), token)
-    {
-        eprintln!("warning: the token has characters a header cannot carry; sending none");
+impl Client {
+    /// A connection to `--server`, made at the first request.
+    pub(crate) fn connect(args: &ClientArgs, tls: &Tls) -> Result<Client, Failure> {
+        let channel = toolmesh::grpc::channel(&args.server, tls)
+            .map_err(|e| Failure::Usage(e.to_string()))?;
+        Ok(Client {
+            args: args.clone(),
+            channel,
+        })
     }
-    request
-}
 
-fn unreachable(server: &str, status: tonic::Status) -> Failure {
-    if status.code() == Code::Unavailable {
-        Failure::Unavailable(format!(
-            "cannot reach toolmesh at {server}: {}; is `toolmesh up` running? (set --server or TOOLMESH_SERVER)",
-            status.message()
-        ))
-    } else {
-        Failure::Failed(format!(
-            "{}: {}",
-            status.code().description(),
-            status.message()
-        ))
+    fn channel(&self) -> Channel {
+        self.channel.clone()
+    }
+
+    fn json(&self) -> bool {
+        self.args.json
+    }
+
+    /// `message` with the caller's bearer token, if any, and the deadline
+    /// of `--timeout-ms`.
+    fn request<T>(&self, message: T) -> tonic::Request<T> {
+        let mut request = tonic::Request::new(message);
+        if let Some(token) = self.args.token.as_deref().filter(|t| !t.is_empty())
+            && !toolmesh::grpc::set_bearer(request.metadata_mut(), token)
+        {
+            eprintln!("warning: the token has characters a header cannot carry; sending none");
+        }
+        if let Some(ms) = self.args.timeout_ms {
+            request.set_timeout(Duration::from_millis(ms));
+        }
+        request
+    }
+
+    /// What a failed request means for the user.
+    fn failure(&self, status: tonic::Status) -> Failure {
+        match status.code() {
+            Code::Unavailable => Failure::Unavailable(format!(
+                "cannot reach toolmesh at {}: {}; is `toolmesh up` running? (set --server or TOOLMESH_SERVER)",
+                self.args.server,
+                status.message()
+            )),
+            // The channel cancels a request whose --timeout-ms ran out.
+            Code::DeadlineExceeded | Code::Cancelled if self.args.timeout_ms.is_some() => {
+                Failure::Failed(format!(
+                    "no answer within --timeout-ms {}: {}; allow more time, or leave --timeout-ms out",
+                    self.args.timeout_ms.unwrap_or_default(),
+                    status.message()
+                ))
+            }
+            code => Failure::Failed(format!("{}: {}", code.description(), status.message())),
+        }
     }
 }
 
 /// `toolmesh tools`.
-pub(crate) async fn tools(args: ToolsArgs, tls: &Tls) -> Result<(), Failure> {
-    let mut client = DispatcherClient::new(connect(&args.client, tls)?)
-        .max_decoding_message_size(MAX_SNAPSHOT_MESSAGE_BYTES);
-    let format = args.format.to_pb();
-    let response = client
-        .list_tools(authed(
-            &args.client,
-            ListToolsRequest {
-                context: Some(context("cli")),
-                format: format as i32,
-                snapshot_version: args.snapshot,
-            },
-        ))
+pub(crate) async fn tools(args: ToolsArgs, client: &Client) -> Result<(), Failure> {
+    let response = DispatcherClient::new(client.channel())
+        .max_decoding_message_size(MAX_SNAPSHOT_MESSAGE_BYTES)
+        .list_tools(client.request(ListToolsRequest {
+            context: Some(context("cli")),
+            format: args.format.to_pb() as i32,
+            snapshot_version: args.snapshot,
+        }))
         .await
-        .map_err(|s| unreachable(&args.client.server, s))?
+        .map_err(|s| client.failure(s))?
         .into_inner();
     if args.format != Format::Native {
-        let value: serde_json::Value = serde_json::from_str(&response.formatted)
-            .map_err(|e| Failure::Failed(e.to_string()))?;
+        let value: serde_json::Value = serde_json::from_str(&response.formatted).map_err(|e| {
+            Failure::Failed(format!("the server sent a tool list that is not JSON: {e}"))
+        })?;
         output::print_json(&value);
-    } else if args.client.json {
+    } else if client.json() {
         output::print_json(&json!({
             "snapshot_version": response.snapshot_version,
             "tools": response.tools.iter().map(output::spec_json).collect::<Vec<_>>(),
         }));
     } else {
-        let mut table = Table::new(vec![
-            "NAME",
-            "VERSION",
-            "RISK",
-            "IDEMPOTENT",
-            "TIMEOUT",
-            "DESCRIPTION",
-        ]);
-        for spec in &response.tools {
-            table.row(vec![
-                spec.name.clone(),
-                spec.version.clone(),
-                output::risk_name(spec.risk).to_owned(),
-                if spec.idempotent { "yes" } else { "no" }.to_owned(),
-                format!("{}ms", spec.timeout_ms),
-                output::clip(&spec.description, 60),
-            ]);
-        }
-        table.print();
-        println!(
-            "({} tools, snapshot {})",
-            response.tools.len(),
-            response.snapshot_version
-        );
+        print_tools(&response);
     }
     Ok(())
 }
 
-/// `toolmesh call`.
-pub(crate) async fn call(args: CallArgs, tls: &Tls) -> Result<(), Failure> {
-    let mut client = DispatcherClient::new(connect(&args.client, tls)?);
-    let mut request = authed(
-        &args.client,
-        InvokeRequest {
+fn print_tools(response: &ListToolsResponse) {
+    let mut table = Table::new(vec![
+        "NAME",
+        "VERSION",
+        "RISK",
+        "IDEMPOTENT",
+        "TIMEOUT",
+        "DESCRIPTION",
+    ]);
+    for spec in &response.tools {
+        table.row(vec![
+            spec.name.clone(),
+            spec.version.clone(),
+            output::risk_name(spec.risk).to_owned(),
+            if spec.idempotent { "yes" } else { "no" }.to_owned(),
+            format!("{}ms", spec.timeout_ms),
+            output::clip(&spec.description, 60),
+        ]);
+    }
+    table.print();
+    println!(
+        "({} tools, snapshot {})",
+        response.tools.len(),
+        response.snapshot_version
+    );
+}
+
+/// `toolmesh call NAME [JSON|@FILE|-]`.
+pub(crate) async fn call(args: CallArgs, client: &Client) -> Result<(), Failure> {
+    let stdin = std::io::stdin();
+    if arguments::reads_stdin(&args.arguments) && stdin.is_terminal() {
+        eprintln!("reading the arguments from stdin; end them with ctrl-d");
+    }
+    let arguments = arguments::read(&args.arguments, stdin.lock())?;
+    let response = DispatcherClient::new(client.channel())
+        .invoke(client.request(InvokeRequest {
             tool: args.tool.clone(),
-            arguments: args.arguments.clone(),
+            arguments,
             call_id: args.call_id.clone().unwrap_or_default(),
             context: Some(CallContext {
                 session_id: args.session.clone().unwrap_or_default(),
@@ -123,19 +158,13 @@ pub(crate) async fn call(args: CallArgs, tls: &Tls) -> Result<(), Failure> {
             }),
             snapshot_version: 0,
             approval_id: args.approval.clone().unwrap_or_default(),
-        },
-    );
-    if let Some(ms) = args.timeout_ms {
-        request.set_timeout(Duration::from_millis(ms));
-    }
-    let response = client
-        .invoke(request)
+        }))
         .await
-        .map_err(|s| unreachable(&args.client.server, s))?
+        .map_err(|s| client.failure(s))?
         .into_inner();
     let result = response.result.unwrap_or_default();
     let error = result.error.clone().filter(|e| e.code != 0);
-    if args.client.json {
+    if client.json() {
         output::print_json(&json!({
             "call_id": response.call_id,
             "executor_id": response.executor_id,
@@ -159,141 +188,119 @@ pub(crate) async fn call(args: CallArgs, tls: &Tls) -> Result<(), Failure> {
     }
 }
 
-fn status_name(status: i32) -> &'static str {
-    match ServingStatus::try_from(status).unwrap_or(ServingStatus::Unknown) {
-        ServingStatus::Serving => "SERVING",
-        ServingStatus::NotServing => "NOT_SERVING",
-        ServingStatus::ServiceUnknown => "SERVICE_UNKNOWN",
-        ServingStatus::Unknown => "UNKNOWN",
+/// `toolmesh health [TOOL]`.
+pub(crate) async fn health(args: HealthArgs, client: &Client) -> Result<(), Failure> {
+    match &args.tool {
+        Some(tool) => tool_health(tool, client).await,
+        None => server_health(client).await,
     }
 }
 
-/// `toolmesh health [TOOL]`.
-pub(crate) async fn health(args: HealthArgs, tls: &Tls) -> Result<(), Failure> {
-    let channel = connect(&args.client, tls)?;
-    let health = HealthClient::new(channel.clone());
-    let check = |service: String| {
-        let mut health = health.clone();
-        async move {
-            health
-                .check(HealthCheckRequest { service })
-                .await
-                .map(|r| r.into_inner().status)
-        }
-    };
-    if let Some(tool) = &args.tool {
-        let status = match check(tool_health_service(tool)).await {
-            Ok(status) => status,
-            Err(s) if s.code() == Code::NotFound => {
-                return Err(Failure::Failed(format!(
-                    "no tool named {tool:?} is known to this server"
-                )));
-            }
-            Err(s) => return Err(unreachable(&args.client.server, s)),
-        };
-        if args.client.json {
-            output::print_json(&json!({"tool": tool, "status": status_name(status)}));
-        } else {
-            println!("{tool}: {}", status_name(status));
-        }
-        return if status == ServingStatus::Serving as i32 {
-            Ok(())
-        } else {
-            Err(Failure::Failed(format!("{tool} is not serving")))
-        };
-    }
-    let overall = check(String::new())
-        .await
-        .map_err(|s| unreachable(&args.client.server, s))?;
-    // Per-tool rows when the server also runs the registry.
-    let mut rows = Vec::new();
-    let snapshot = RegistryClient::new(channel)
-        .max_decoding_message_size(MAX_SNAPSHOT_MESSAGE_BYTES)
-        .get_snapshot(GetSnapshotRequest { version: 0 })
-        .await;
-    if let Ok(snapshot) = snapshot {
-        let mut names: Vec<String> = snapshot
-            .into_inner()
-            .tools
-            .into_iter()
-            .filter_map(|t| t.spec.map(|s| s.name))
-            .collect();
-        names.dedup();
-        for name in names {
-            let status = check(tool_health_service(&name)).await.unwrap_or(0);
-            rows.push((name, status));
-        }
-    }
-    if args.client.json {
-        output::print_json(&json!({
-            "server": status_name(overall),
-            "tools": rows.iter().map(|(n, s)| json!({"tool": n, "status": status_name(*s)})).collect::<Vec<_>>(),
-        }));
-    } else {
-        println!("server {}: {}", args.client.server, status_name(overall));
-        if !rows.is_empty() {
-            let mut table = Table::new(vec!["TOOL", "STATUS"]);
-            for (name, status) in &rows {
-                table.row(vec![name.clone(), status_name(*status).to_owned()]);
-            }
-            table.print();
-        }
-    }
-    if overall == ServingStatus::Serving as i32 {
+/// One grpc.health.v1 Check.
+async fn check(client: &Client, service: String) -> Result<ServingStatus, tonic::Status> {
+    let status = HealthClient::new(client.channel())
+        .check(client.request(HealthCheckRequest { service }))
+        .await?
+        .into_inner()
+        .status;
+    Ok(ServingStatus::try_from(status).unwrap_or(ServingStatus::Unknown))
+}
+
+/// Ok when `status` is SERVING, else the failure `what` names.
+fn serving(status: ServingStatus, what: impl FnOnce() -> String) -> Result<(), Failure> {
+    if status == ServingStatus::Serving {
         Ok(())
     } else {
-        Err(Failure::Failed("server is not serving".into()))
+        Err(Failure::Failed(what()))
     }
 }
 
-/// `toolmesh snapshot`.
-pub(crate) async fn snapshot(args: SnapshotArgs, tls: &Tls) -> Result<(), Failure> {
-    let snapshot = RegistryClient::new(connect(&args.client, tls)?)
-        .max_decoding_message_size(MAX_SNAPSHOT_MESSAGE_BYTES)
-        .get_snapshot(authed(
-            &args.client,
-            GetSnapshotRequest {
-                version: args.snapshot_version,
-            },
-        ))
+/// `toolmesh health TOOL`: the tool's own grpc.health.v1 service, as a
+/// probe would ask.
+async fn tool_health(tool: &str, client: &Client) -> Result<(), Failure> {
+    let status = check(client, tool_health_service(tool))
         .await
-        .map_err(|s| unreachable(&args.client.server, s))?
-        .into_inner();
-    if args.client.json {
-        output::print_json(&output::snapshot_json(&snapshot));
-        return Ok(());
+        .map_err(|s| match s.code() {
+            Code::NotFound => Failure::Failed(format!(
+                "no tool named {tool:?} is known to this server; `toolmesh tools` lists those you can call"
+            )),
+            _ => client.failure(s),
+        })?;
+    if client.json() {
+        output::print_json(&json!({"tool": tool, "status": status.as_str_name()}));
+    } else {
+        println!("{tool}: {}", status.as_str_name());
     }
-    println!("snapshot {} (epoch {})", snapshot.version, snapshot.epoch);
-    let mut table = Table::new(vec!["TOOL", "VERSION", "EXPOSED", "INSTANCES"]);
-    for entry in &snapshot.tools {
-        let spec = entry.spec.clone().unwrap_or_default();
-        let instances: Vec<String> = entry
-            .instances
-            .iter()
-            .map(|i| {
-                let mark = if i.healthy { "" } else { " (unhealthy)" };
-                format!("{}@{}{mark}", i.executor_id, i.endpoint)
-            })
-            .collect();
-        let exposed = if entry.disabled {
-            format!("no (disabled: {})", entry.disabled_reason)
-        } else if entry.exposed {
-            "yes".to_owned()
-        } else {
-            "no".to_owned()
-        };
-        table.row(vec![
-            spec.name,
-            spec.version,
-            exposed,
-            if instances.is_empty() {
-                "-".to_owned()
-            } else {
-                instances.join(", ")
-            },
-        ]);
+    serving(status, || format!("{tool} is not serving"))
+}
+
+/// `toolmesh health`: the server's status and every tool's from the
+/// registry's snapshot, two requests at once however many tools there are.
+async fn server_health(client: &Client) -> Result<(), Failure> {
+    let mut registry =
+        RegistryClient::new(client.channel()).max_decoding_message_size(MAX_SNAPSHOT_MESSAGE_BYTES);
+    let (overall, snapshot) = tokio::join!(
+        check(client, String::new()),
+        registry.get_snapshot(client.request(GetSnapshotRequest { version: 0 })),
+    );
+    let overall = overall.map_err(|s| client.failure(s))?;
+    let tools = match snapshot {
+        Ok(snapshot) => Some(output::tool_health(&snapshot.into_inner())),
+        Err(status) => {
+            eprintln!("note: {}", no_tool_health(&status));
+            None
+        }
+    };
+    if client.json() {
+        output::print_json(&output::health_json(overall, tools.as_deref()));
+    } else {
+        print_health(&client.args.server, overall, tools.as_deref());
+    }
+    serving(overall, || "the server is not serving".to_owned())
+}
+
+/// Why `toolmesh health` shows no tools, and what to do instead.
+fn no_tool_health(status: &tonic::Status) -> String {
+    match status.code() {
+        Code::Unimplemented => {
+            "this server runs no registry (a dispatcher alone?), so no tool list: \
+             ask the registry with --server, or one tool with `toolmesh health TOOL`"
+                .to_owned()
+        }
+        _ => format!(
+            "no tool list: {}; `toolmesh health TOOL` asks one tool",
+            status.message()
+        ),
+    }
+}
+
+fn print_health(server: &str, overall: ServingStatus, tools: Option<&[ToolHealth]>) {
+    println!("server {server}: {}", overall.as_str_name());
+    let Some(tools) = tools.filter(|t| !t.is_empty()) else {
+        return;
+    };
+    let mut table = Table::new(vec!["TOOL", "STATUS"]);
+    for (name, status) in tools {
+        table.row(vec![name.clone(), status.as_str_name().to_owned()]);
     }
     table.print();
+}
+
+/// `toolmesh snapshot [VERSION]`.
+pub(crate) async fn snapshot(args: SnapshotArgs, client: &Client) -> Result<(), Failure> {
+    let snapshot = RegistryClient::new(client.channel())
+        .max_decoding_message_size(MAX_SNAPSHOT_MESSAGE_BYTES)
+        .get_snapshot(client.request(GetSnapshotRequest {
+            version: args.snapshot_version,
+        }))
+        .await
+        .map_err(|s| client.failure(s))?
+        .into_inner();
+    if client.json() {
+        output::print_json(&output::snapshot_json(&snapshot));
+    } else {
+        output::print_snapshot(&snapshot);
+    }
     Ok(())
 }
 
@@ -305,75 +312,32 @@ fn context(caller: &str) -> CallContext {
 }
 
 /// `toolmesh explain [--caller TOKEN] TOOL`.
-pub(crate) async fn explain(args: ExplainArgs, tls: &Tls) -> Result<(), Failure> {
-    let mut client = GovernanceClient::new(connect(&args.client, tls)?);
-    let answer = client
-        .explain(authed(
-            &args.client,
-            ExplainRequest {
-                tool: args.tool.clone(),
-                caller_token: args.caller.clone().unwrap_or_default(),
-            },
-        ))
+pub(crate) async fn explain(args: ExplainArgs, client: &Client) -> Result<(), Failure> {
+    let answer = GovernanceClient::new(client.channel())
+        .explain(client.request(ExplainRequest {
+            tool: args.tool.clone(),
+            caller_token: args.caller.clone().unwrap_or_default(),
+        }))
         .await
-        .map_err(|s| unreachable(&args.client.server, s))?
+        .map_err(|s| client.failure(s))?
         .into_inner();
-    if args.client.json {
-        output::print_json(&json!({
-            "tool": args.tool,
-            "tool_version": answer.tool_version,
-            "verdict": answer.verdict,
-            "principal": answer.principal,
-            "tenant": answer.tenant,
-            "roles": answer.roles,
-            "rule": answer.rule,
-            "reason": answer.reason,
-            "approval_required": answer.approval_required,
-            "trace": answer.trace,
-            "argument_limits": answer.argument_limits,
-            "input_schema": answer.input_schema,
-            "fallback": answer.fallback,
-        }));
-        return Ok(());
-    }
-    println!(
-        "{}@{} is {} for {} (tenant {}, roles {})",
-        args.tool,
-        answer.tool_version,
-        answer.verdict,
-        answer.principal,
-        answer.tenant,
-        answer.roles.join(", ")
-    );
-    println!("  why: {}", answer.reason);
-    if answer.approval_required {
-        println!("  calls need an approval first");
-    }
-    for line in &answer.trace {
-        println!("  grant {line}");
-    }
-    for line in &answer.argument_limits {
-        println!("  argument limit {line}");
-    }
-    if !answer.input_schema.is_empty() {
-        println!("  input schema for this caller: {}", answer.input_schema);
-    }
-    if !answer.fallback.is_empty() {
-        println!("  fallback {}", answer.fallback);
+    if client.json() {
+        output::print_json(&output::explain_json(&args.tool, &answer));
+    } else {
+        output::print_explain(&args.tool, &answer);
     }
     Ok(())
 }
 
 /// `toolmesh approvals`.
-pub(crate) async fn approvals(args: ClientOnly, tls: &Tls) -> Result<(), Failure> {
-    let mut client = GovernanceClient::new(connect(&args.client, tls)?);
-    let list = client
-        .list_approvals(authed(&args.client, ListApprovalsRequest {}))
+pub(crate) async fn approvals(client: &Client) -> Result<(), Failure> {
+    let list = GovernanceClient::new(client.channel())
+        .list_approvals(client.request(ListApprovalsRequest {}))
         .await
-        .map_err(|s| unreachable(&args.client.server, s))?
+        .map_err(|s| client.failure(s))?
         .into_inner()
         .approvals;
-    if args.client.json {
+    if client.json() {
         output::print_json(&json!(
             list.iter().map(output::approval_json).collect::<Vec<_>>()
         ));
@@ -395,32 +359,26 @@ pub(crate) async fn approvals(args: ClientOnly, tls: &Tls) -> Result<(), Failure
 }
 
 /// `toolmesh approve ID` / `toolmesh deny ID`.
-pub(crate) async fn decide(args: DecideArgs, deny: bool, tls: &Tls) -> Result<(), Failure> {
-    let mut client = GovernanceClient::new(connect(&args.client, tls)?);
+pub(crate) async fn decide(args: DecideArgs, deny: bool, client: &Client) -> Result<(), Failure> {
+    let mut governance = GovernanceClient::new(client.channel());
     let answer = if deny {
-        client
-            .deny(authed(
-                &args.client,
-                DenyRequest {
-                    id: args.id.clone(),
-                    reason: args.reason.clone(),
-                },
-            ))
+        governance
+            .deny(client.request(DenyRequest {
+                id: args.id.clone(),
+                reason: args.reason.clone(),
+            }))
             .await
     } else {
-        client
-            .approve(authed(
-                &args.client,
-                ApproveRequest {
-                    id: args.id.clone(),
-                },
-            ))
+        governance
+            .approve(client.request(ApproveRequest {
+                id: args.id.clone(),
+            }))
             .await
     }
-    .map_err(|s| unreachable(&args.client.server, s))?
+    .map_err(|s| client.failure(s))?
     .into_inner();
     let approval = answer.approval.unwrap_or_default();
-    if args.client.json {
+    if client.json() {
         output::print_json(&output::approval_json(&approval));
     } else {
         println!(
@@ -435,51 +393,60 @@ pub(crate) async fn decide(args: DecideArgs, deny: bool, tls: &Tls) -> Result<()
 }
 
 /// `toolmesh disable TOOL --reason …`.
-pub(crate) async fn disable(args: DisableArgs, tls: &Tls) -> Result<(), Failure> {
-    let mut client = RegistryClient::new(connect(&args.client, tls)?);
-    let answer = client
-        .disable_tool(authed(
-            &args.client,
-            DisableToolRequest {
-                tool: args.tool.clone(),
-                reason: args.reason.clone(),
-            },
-        ))
+pub(crate) async fn disable(args: DisableArgs, client: &Client) -> Result<(), Failure> {
+    let answer = RegistryClient::new(client.channel())
+        .disable_tool(client.request(DisableToolRequest {
+            tool: args.tool.clone(),
+            reason: args.reason.clone(),
+        }))
         .await
-        .map_err(|s| unreachable(&args.client.server, s))?
+        .map_err(|s| client.failure(s))?
         .into_inner();
-    println!(
-        "{} disabled (snapshot {})",
-        args.tool, answer.snapshot_version
+    print_switch(
+        client,
+        &args.tool,
+        Some(&args.reason),
+        answer.snapshot_version,
     );
     Ok(())
 }
 
 /// `toolmesh enable TOOL`.
-pub(crate) async fn enable(args: ToolArg, tls: &Tls) -> Result<(), Failure> {
-    let mut client = RegistryClient::new(connect(&args.client, tls)?);
-    let answer = client
-        .enable_tool(authed(
-            &args.client,
-            EnableToolRequest {
-                tool: args.tool.clone(),
-            },
-        ))
+pub(crate) async fn enable(args: ToolArg, client: &Client) -> Result<(), Failure> {
+    let answer = RegistryClient::new(client.channel())
+        .enable_tool(client.request(EnableToolRequest {
+            tool: args.tool.clone(),
+        }))
         .await
-        .map_err(|s| unreachable(&args.client.server, s))?
+        .map_err(|s| client.failure(s))?
         .into_inner();
-    println!(
-        "{} enabled (snapshot {})",
-        args.tool, answer.snapshot_version
-    );
+    print_switch(client, &args.tool, None, answer.snapshot_version);
     Ok(())
+}
+
+/// What `disable` (with its reason) or `enable` (without) did.
+fn print_switch(client: &Client, tool: &str, disabled_for: Option<&str>, snapshot_version: u64) {
+    if client.json() {
+        output::print_json(&json!({
+            "tool": tool,
+            "disabled": disabled_for.is_some(),
+            "reason": disabled_for,
+            "snapshot_version": snapshot_version,
+        }));
+    } else {
+        let state = if disabled_for.is_some() {
+            "disabled"
+        } else {
+            "enabled"
+        };
+        println!("{tool} {state} (snapshot {snapshot_version})");
+    }
 }
 
 /// `toolmesh mcp`: the MCP handler on stdin/stdout, calling the dispatcher
 /// at `--server` as the holder of `--token`.
-pub(crate) async fn mcp_bridge(args: ClientOnly, tls: &Tls) -> Result<(), Failure> {
-    let backend =
-        toolmesh_mcp::GrpcBackend::new(connect(&args.client, tls)?, args.client.token.clone());
+pub(crate) async fn mcp_bridge(client: &Client) -> Result<(), Failure> {
+    let backend = toolmesh_mcp::GrpcBackend::new(client.channel(), client.args.token.clone());
     toolmesh_mcp::serve_stdio(toolmesh_mcp::McpHandler::new(backend))
         .await
         .map_err(|e| Failure::Failed(e.to_string()))

@@ -3,18 +3,20 @@
 //! `toolmesh-node` (`serve`, `registry`, `dispatcher`, and `up` with its
 //! example processes), example executors (`example`), the client commands
 //! (`tools`, `call`, `health`, `snapshot`, `explain`, `approvals`, `approve`,
-//! `deny`, `disable`, `enable`) and, with the `bench` feature, `bench`.
-//! The binary's `main` only calls [`main`].
+//! `deny`, `disable`, `enable`, `mcp`), `completions` and, with the `bench`
+//! feature, `bench`. The binary's `main` only calls [`main`].
 #![forbid(unsafe_code)]
 
 mod args;
+mod arguments;
 mod client;
+mod completions;
 mod logging;
 mod output;
 mod up;
 
-use args::{Cli, Command, ExampleArgs};
-use clap::Parser;
+use args::{ClientArgs, Command, ExampleArgs};
+use client::Client;
 use std::process::ExitCode;
 use std::time::Duration;
 use toolmesh_node::Role;
@@ -43,6 +45,12 @@ impl Failure {
     }
 }
 
+impl From<arguments::ArgumentsError> for Failure {
+    fn from(error: arguments::ArgumentsError) -> Self {
+        Failure::Usage(error.to_string())
+    }
+}
+
 impl From<anyhow::Error> for Failure {
     fn from(error: anyhow::Error) -> Self {
         Failure::Failed(format!("{error:#}"))
@@ -53,7 +61,13 @@ impl From<anyhow::Error> for Failure {
 /// `arm` sets the parent-death signal of the processes `up` and `bench`
 /// start (it needs `unsafe`, which this library forbids).
 pub fn main(arm: toolmesh_procs::ArmParentDeath) -> ExitCode {
-    let cli = Cli::parse();
+    let cli = match args::parse() {
+        Ok(cli) => cli,
+        Err(e) => {
+            eprintln!("error: {e}");
+            return ExitCode::from(64);
+        }
+    };
     let tls = match toolmesh::grpc::Tls::from_files(&cli.tls.files()) {
         Ok(tls) => tls,
         Err(e) => {
@@ -93,7 +107,7 @@ pub fn main(arm: toolmesh_procs::ArmParentDeath) -> ExitCode {
         eprintln!("error: {e}");
         return ExitCode::from(64);
     }
-    let outcome = runtime.block_on(run(cli.command, &tls, arm));
+    let outcome = runtime.block_on(run(cli.command, &cli.client, &tls, arm));
     toolmesh_telemetry::trace::flush();
     match outcome {
         Ok(()) => ExitCode::SUCCESS,
@@ -106,10 +120,12 @@ pub fn main(arm: toolmesh_procs::ArmParentDeath) -> ExitCode {
 
 async fn run(
     command: Command,
+    client: &ClientArgs,
     tls: &toolmesh::grpc::Tls,
     arm: toolmesh_procs::ArmParentDeath,
 ) -> Result<(), Failure> {
     let ttl = |ms: u64| Duration::from_millis(ms);
+    let connect = || Client::connect(client, tls);
     match command {
         Command::Up(args) => Ok(up::run(args, tls, arm).await?),
         Command::Serve(args) => {
@@ -132,17 +148,18 @@ async fn run(
             serve(role, &args.server.node_config(tls)).await
         }
         Command::Example(args) => example(args, tls).await,
-        Command::Tools(args) => client::tools(args, tls).await,
-        Command::Call(args) => client::call(args, tls).await,
-        Command::Health(args) => client::health(args, tls).await,
-        Command::Snapshot(args) => client::snapshot(args, tls).await,
-        Command::Explain(args) => client::explain(args, tls).await,
-        Command::Approvals(args) => client::approvals(args, tls).await,
-        Command::Approve(args) => client::decide(args, false, tls).await,
-        Command::Deny(args) => client::decide(args, true, tls).await,
-        Command::Disable(args) => client::disable(args, tls).await,
-        Command::Enable(args) => client::enable(args, tls).await,
-        Command::Mcp(args) => client::mcp_bridge(args, tls).await,
+        Command::Tools(args) => client::tools(args, &connect()?).await,
+        Command::Call(args) => client::call(args, &connect()?).await,
+        Command::Health(args) => client::health(args, &connect()?).await,
+        Command::Snapshot(args) => client::snapshot(args, &connect()?).await,
+        Command::Explain(args) => client::explain(args, &connect()?).await,
+        Command::Approvals => client::approvals(&connect()?).await,
+        Command::Approve(args) => client::decide(args, false, &connect()?).await,
+        Command::Deny(args) => client::decide(args, true, &connect()?).await,
+        Command::Disable(args) => client::disable(args, &connect()?).await,
+        Command::Enable(args) => client::enable(args, &connect()?).await,
+        Command::Mcp => client::mcp_bridge(&connect()?).await,
+        Command::Completions(args) => completions::print(args.shell),
         #[cfg(feature = "bench")]
         Command::Bench(args) => bench(args, arm).await,
     }
@@ -165,7 +182,7 @@ async fn bench(args: args::BenchArgs, arm: toolmesh_procs::ArmParentDeath) -> Re
         fixture_exe: exe,
         parent_death: Some(arm),
         quick: args.quick,
-        json: args.json,
+        json: args.json_file,
     })
     .await
     .map_err(|e| Failure::Failed(e.to_string()))?;

@@ -1,8 +1,13 @@
 //! Printing for people (aligned tables) and for scripts (JSON).
 
 use serde_json::{Value, json};
-use toolmesh::pb::{RiskLevel, Snapshot, ToolError, ToolResult, ToolSpec};
+use std::collections::BTreeMap;
+use tonic_health::pb::health_check_response::ServingStatus;
+use toolmesh::pb::{ExplainResponse, RiskLevel, Snapshot, ToolError, ToolResult, ToolSpec};
 use toolmesh::{ErrorCodeExt, ToolErrorExt};
+
+/// A tool name and its health.
+pub(crate) type ToolHealth = (String, ServingStatus);
 
 /// A plain aligned table.
 pub(crate) struct Table {
@@ -128,6 +133,124 @@ pub(crate) fn snapshot_json(snapshot: &Snapshot) -> Value {
     })
 }
 
+/// The table `toolmesh snapshot` prints.
+pub(crate) fn print_snapshot(snapshot: &Snapshot) {
+    println!("snapshot {} (epoch {})", snapshot.version, snapshot.epoch);
+    let mut table = Table::new(vec!["TOOL", "VERSION", "EXPOSED", "INSTANCES"]);
+    for entry in &snapshot.tools {
+        let spec = entry.spec.clone().unwrap_or_default();
+        let instances: Vec<String> = entry
+            .instances
+            .iter()
+            .map(|i| {
+                let mark = if i.healthy { "" } else { " (unhealthy)" };
+                format!("{}@{}{mark}", i.executor_id, i.endpoint)
+            })
+            .collect();
+        let exposed = if entry.disabled {
+            format!("no (disabled: {})", entry.disabled_reason)
+        } else if entry.exposed {
+            "yes".to_owned()
+        } else {
+            "no".to_owned()
+        };
+        table.row(vec![
+            spec.name,
+            spec.version,
+            exposed,
+            if instances.is_empty() {
+                "-".to_owned()
+            } else {
+                instances.join(", ")
+            },
+        ]);
+    }
+    table.print();
+}
+
+/// Every tool name in `snapshot`, sorted, SERVING when some version of it
+/// is exposed (enabled, an instance healthy: what a dispatcher publishes
+/// as `toolmesh.tool.NAME`, less its own outlier ejections), else
+/// NOT_SERVING.
+pub(crate) fn tool_health(snapshot: &Snapshot) -> Vec<ToolHealth> {
+    let mut exposed: BTreeMap<&str, bool> = BTreeMap::new();
+    for entry in &snapshot.tools {
+        if let Some(spec) = &entry.spec {
+            *exposed.entry(&spec.name).or_default() |= entry.exposed;
+        }
+    }
+    exposed
+        .into_iter()
+        .map(|(name, up)| {
+            let status = if up {
+                ServingStatus::Serving
+            } else {
+                ServingStatus::NotServing
+            };
+            (name.to_owned(), status)
+        })
+        .collect()
+}
+
+/// `toolmesh health --json`: `tools` is null when the server has no tool
+/// list to give (a dispatcher alone, or a caller who may not read it).
+pub(crate) fn health_json(server: ServingStatus, tools: Option<&[ToolHealth]>) -> Value {
+    json!({
+        "server": server.as_str_name(),
+        "tools": tools.map(|tools| tools
+            .iter()
+            .map(|(name, status)| json!({"tool": name, "status": status.as_str_name()}))
+            .collect::<Vec<_>>()),
+    })
+}
+
+/// `toolmesh explain --json`.
+pub(crate) fn explain_json(tool: &str, answer: &ExplainResponse) -> Value {
+    json!({
+        "tool": tool,
+        "tool_version": answer.tool_version,
+        "verdict": answer.verdict,
+        "principal": answer.principal,
+        "tenant": answer.tenant,
+        "roles": answer.roles,
+        "rule": answer.rule,
+        "reason": answer.reason,
+        "approval_required": answer.approval_required,
+        "trace": answer.trace,
+        "argument_limits": answer.argument_limits,
+        "input_schema": answer.input_schema,
+        "fallback": answer.fallback,
+    })
+}
+
+/// What `toolmesh explain` prints for people.
+pub(crate) fn print_explain(tool: &str, answer: &ExplainResponse) {
+    println!(
+        "{tool}@{} is {} for {} (tenant {}, roles {})",
+        answer.tool_version,
+        answer.verdict,
+        answer.principal,
+        answer.tenant,
+        answer.roles.join(", ")
+    );
+    println!("  why: {}", answer.reason);
+    if answer.approval_required {
+        println!("  calls need an approval first");
+    }
+    for line in &answer.trace {
+        println!("  grant {line}");
+    }
+    for line in &answer.argument_limits {
+        println!("  argument limit {line}");
+    }
+    if !answer.input_schema.is_empty() {
+        println!("  input schema for this caller: {}", answer.input_schema);
+    }
+    if !answer.fallback.is_empty() {
+        println!("  fallback {}", answer.fallback);
+    }
+}
+
 pub(crate) fn approval_json(a: &toolmesh::pb::Approval) -> Value {
     json!({
         "id": a.id,
@@ -149,4 +272,51 @@ pub(crate) fn print_json(value: &Value) {
         "{}",
         serde_json::to_string_pretty(value).unwrap_or_else(|_| value.to_string())
     );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use toolmesh::pb::ToolEntry;
+
+    fn entry(name: &str, version: &str, exposed: bool) -> ToolEntry {
+        ToolEntry {
+            spec: Some(ToolSpec {
+                name: name.to_owned(),
+                version: version.to_owned(),
+                ..ToolSpec::default()
+            }),
+            exposed,
+            ..ToolEntry::default()
+        }
+    }
+
+    /// A tool serves when any of its versions is exposed; one row per name.
+    #[test]
+    fn tool_health_is_per_name_from_the_snapshot() {
+        let snapshot = Snapshot {
+            tools: vec![
+                entry("b_tool", "1.0.0", false),
+                entry("a_tool", "1.0.0", false),
+                entry("a_tool", "2.0.0", true),
+                entry("c_tool", "1.0.0", true),
+            ],
+            ..Snapshot::default()
+        };
+        assert_eq!(
+            tool_health(&snapshot),
+            vec![
+                ("a_tool".to_owned(), ServingStatus::Serving),
+                ("b_tool".to_owned(), ServingStatus::NotServing),
+                ("c_tool".to_owned(), ServingStatus::Serving),
+            ]
+        );
+        let value = health_json(ServingStatus::Serving, Some(&tool_health(&snapshot)));
+        assert_eq!(value["server"], "SERVING");
+        assert_eq!(
+            value["tools"][1],
+            json!({"tool": "b_tool", "status": "NOT_SERVING"})
+        );
+        assert!(health_json(ServingStatus::NotServing, None)["tools"].is_null());
+    }
 }

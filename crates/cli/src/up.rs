@@ -1,10 +1,11 @@
-//! `toolmesh up`: registry and dispatcher in this process, each example
-//! executor as its own OS process, until ctrl-c.
+//! `toolmesh up`: registry and dispatcher in this process, each example executor as its own OS process, until ctrl-c.
 
-use crate::args::UpArgs;
+use crate::args::{DEFAULT_SERVER, UpArgs};
 use anyhow::Context;
+use std::path::Path;
 use std::time::{Duration, Instant};
 use tokio::process::Command;
+use toolmesh::grpc::TlsFiles;
 use toolmesh_node::Role;
 use toolmesh_procs::{ArmParentDeath, ParentDeath, Proc, Spawn};
 
@@ -70,13 +71,12 @@ pub(crate) async fn run(
         tokio::time::sleep(Duration::from_millis(20)).await;
     };
     let tools = dispatcher.current_snapshot().name_count();
+    let me = shell_word(&command_name(&exe));
     println!("toolmesh is up in {} ms", started.elapsed().as_millis());
     println!("  registry + dispatcher  {addr}  (grpc.health.v1, reflection)");
     if let Some(url) = running.mcp_url() {
-        println!(
-            "  MCP (Streamable HTTP)  {url}  (stdio: {} mcp --server {addr})",
-            command_name(&exe)
-        );
+        let flags = tls_flags(tls.files());
+        println!("  MCP (Streamable HTTP)  {url}  (stdio: {me} --server {addr}{flags} mcp)");
     }
     for (name, child) in &children {
         println!("  executor {name:<13} pid {}", child.pid());
@@ -87,25 +87,10 @@ pub(crate) async fn run(
         );
     }
     println!("  {tools} tools registered\n");
-    let me = command_name(&exe);
-    let server = if addr == "127.0.0.1:7070" {
-        String::new()
-    } else {
-        format!(" --server {addr}")
-    };
     println!("Try, in another terminal:");
-    for example in [
-        "tools",
-        "tools --format openai",
-        r#"call search_kb '{"query": "reset password"}'"#,
-        r#"call get_user_info '{"user_id": "u_9"}'"#,
-        r#"call create_ticket '{"title": "Printer on fire", "body": "3rd floor", "priority": "soon"}'"#,
-        "health search_kb",
-        "snapshot",
-    ] {
-        println!("  {me}{server} {example}");
+    for line in try_lines(&me, &addr, tls.files()) {
+        println!("  {line}");
     }
-    println!("  grpcurl -plaintext {addr} list");
     println!("\nPress ctrl-c to stop.");
 
     // Until ctrl-c: an example that dies is started again.
@@ -138,6 +123,83 @@ pub(crate) async fn run(
         }
     }
     Ok(running.stop(grace).await?)
+}
+
+/// The client commands `up` suggests (each must succeed as printed).
+const TRY: [&str; 8] = [
+    "tools",
+    "tools --format openai",
+    r#"call search_kb '{"query": "reset password"}'"#,
+    r#"call get_user_info '{"user_id": "u_1"}'"#,
+    r#"call create_ticket '{"title": "Printer on fire", "body": "3rd floor", "priority": "high"}'"#,
+    "health",
+    "health search_kb",
+    "snapshot",
+];
+
+/// The command lines printed under "Try, in another terminal": `me` (the
+/// binary, shell-quoted) with the flags that reach `addr` as served with
+/// `tls`, then grpcurl. Each works as printed, pasted into a POSIX shell.
+fn try_lines(me: &str, addr: &str, tls: &TlsFiles) -> Vec<String> {
+    let mut flags = tls_flags(tls);
+    if addr != DEFAULT_SERVER {
+        flags.insert_str(0, &format!(" --server {}", shell_word(addr)));
+    }
+    let mut lines: Vec<String> = TRY
+        .iter()
+        .map(|command| format!("{me}{flags} {command}"))
+        .collect();
+    lines.push(grpcurl_line(addr, tls));
+    lines
+}
+
+/// The TLS flags a client needs for a server run with `tls`: the CA that
+/// signs its certificate, and for mTLS this certificate (which the
+/// examples present too), each after a space.
+fn tls_flags(tls: &TlsFiles) -> String {
+    let mut flags = String::new();
+    let mut flag = |name: &str, file: &Path| {
+        flags.push_str(&format!(
+            " --{name} {}",
+            shell_word(&file.display().to_string())
+        ));
+    };
+    if let Some(ca) = &tls.ca {
+        flag("tls-ca", ca);
+    }
+    if let (Some(_), Some(cert), Some(key)) = (&tls.client_ca, &tls.cert, &tls.key) {
+        flag("tls-cert", cert);
+        flag("tls-key", key);
+    }
+    flags
+}
+
+/// `grpcurl … ADDR list`, in plaintext or with the TLS files as grpcurl
+/// names them.
+fn grpcurl_line(addr: &str, tls: &TlsFiles) -> String {
+    let file = |path: &Path| shell_word(&path.display().to_string());
+    let mut line = "grpcurl".to_owned();
+    if tls.cert.is_none() {
+        line.push_str(" -plaintext");
+    }
+    if let (Some(ca), Some(_)) = (&tls.ca, &tls.cert) {
+        line.push_str(&format!(" -cacert {}", file(ca)));
+    }
+    if let (Some(_), Some(cert), Some(key)) = (&tls.client_ca, &tls.cert, &tls.key) {
+        line.push_str(&format!(" -cert {} -key {}", file(cert), file(key)));
+    }
+    format!("{line} {} list", shell_word(addr))
+}
+
+/// `word` as a POSIX shell reads it back: bare when every character is
+/// safe, else in single quotes.
+fn shell_word(word: &str) -> String {
+    let safe = |c: char| c.is_ascii_alphanumeric() || "-_./:@,=+%".contains(c);
+    if !word.is_empty() && word.chars().all(safe) {
+        word.to_owned()
+    } else {
+        format!("'{}'", word.replace('\'', r"'\''"))
+    }
 }
 
 /// Where `up` serves MCP when not told: the --listen port + 1 on the same
@@ -201,4 +263,73 @@ fn spawn_example(
             arm,
         }))
         .start()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::PathBuf;
+
+    #[test]
+    fn shell_words_are_quoted_only_when_needed() {
+        assert_eq!(
+            shell_word("./target/debug/toolmesh"),
+            "./target/debug/toolmesh"
+        );
+        assert_eq!(shell_word("127.0.0.1:7272"), "127.0.0.1:7272");
+        assert_eq!(shell_word("/tmp/my dir/ca.pem"), "'/tmp/my dir/ca.pem'");
+        assert_eq!(shell_word("it's"), r"'it'\''s'");
+        assert_eq!(shell_word(""), "''");
+    }
+
+    /// The default address needs no --server; any other does, before the
+    /// subcommand, and grpcurl goes plaintext.
+    #[test]
+    fn try_lines_name_the_server_unless_default() {
+        let plain = TlsFiles::default();
+        let lines = try_lines("toolmesh", DEFAULT_SERVER, &plain);
+        assert_eq!(lines[0], "toolmesh tools");
+        assert_eq!(lines.len(), TRY.len() + 1);
+        let lines = try_lines("toolmesh", "127.0.0.1:7272", &plain);
+        assert_eq!(lines[0], "toolmesh --server 127.0.0.1:7272 tools");
+        assert_eq!(
+            lines.last().unwrap(),
+            "grpcurl -plaintext 127.0.0.1:7272 list"
+        );
+    }
+
+    /// With TLS the lines carry the CA, and for mTLS the certificate too.
+    #[test]
+    fn try_lines_carry_the_tls_files() {
+        let tls = TlsFiles {
+            ca: Some(PathBuf::from("/pki/ca.pem")),
+            cert: Some(PathBuf::from("/pki/cert.pem")),
+            key: Some(PathBuf::from("/pki/key.pem")),
+            client_ca: None,
+        };
+        let lines = try_lines("toolmesh", "127.0.0.1:7272", &tls);
+        assert_eq!(
+            lines[0],
+            "toolmesh --server 127.0.0.1:7272 --tls-ca /pki/ca.pem tools"
+        );
+        assert_eq!(
+            lines.last().unwrap(),
+            "grpcurl -cacert /pki/ca.pem 127.0.0.1:7272 list"
+        );
+        let mtls = TlsFiles {
+            client_ca: Some(PathBuf::from("/pki/ca.pem")),
+            ..tls
+        };
+        let lines = try_lines("toolmesh", DEFAULT_SERVER, &mtls);
+        assert_eq!(
+            lines[0],
+            "toolmesh --tls-ca /pki/ca.pem --tls-cert /pki/cert.pem --tls-key /pki/key.pem tools"
+        );
+        assert!(
+            lines
+                .last()
+                .unwrap()
+                .contains("-cert /pki/cert.pem -key /pki/key.pem")
+        );
+    }
 }

@@ -295,6 +295,12 @@ impl Proc {
         }
     }
 
+    /// Every output line the waits have read so far, in order: wait for the
+    /// last line of interest first, then read those before it here.
+    pub fn lines_read(&self) -> Vec<String> {
+        self.seen.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
     /// The address from its `… listening on ADDR` line, blocking.
     pub fn address(&self, timeout: Duration) -> Result<String, ProcError> {
         let line = self.wait_line("listening on ", timeout)?;

@@ -1,0 +1,483 @@
+//! The CLI as a newcomer meets it: every command `toolmesh up` prints runs as printed, client flags before or after the subcommand, `toolmesh health` from one snapshot, arguments from a file or stdin, `--json` everywhere, shell completions.
+
+mod support;
+
+use std::process::{Command, Output, Stdio};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+use support::*;
+use tonic::{Request, Response, Status};
+use tonic_health::pb::health_check_response::ServingStatus;
+use tonic_health::pb::health_server::{Health, HealthServer};
+use tonic_health::pb::{HealthCheckRequest, HealthCheckResponse};
+use toolmesh::pb::registry_server::{Registry, RegistryServer};
+use toolmesh::pb::{GetSnapshotRequest, Snapshot, ToolEntry, ToolSpec};
+
+/// The environment variables that would stand in for flags: the printed
+/// commands must work without them.
+const CLIENT_ENV: [&str; 6] = [
+    "TOOLMESH_SERVER",
+    "TOOLMESH_TOKEN",
+    "TOOLMESH_TLS_CA",
+    "TOOLMESH_TLS_CERT",
+    "TOOLMESH_TLS_KEY",
+    "TOOLMESH_TLS_CLIENT_CA",
+];
+
+/// `toolmesh ARGS…` run to the end, with `stdin` as its input, without
+/// the client environment.
+fn toolmesh(args: &[&str], stdin: &str) -> Output {
+    let mut command = Command::new(toolmesh_bin());
+    command.args(args);
+    run_with_stdin(command, stdin)
+}
+
+fn run_with_stdin(mut command: Command, stdin: &str) -> Output {
+    for var in CLIENT_ENV {
+        command.env_remove(var);
+    }
+    let mut child = command
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("start a command");
+    let mut input = child.stdin.take().expect("stdin is piped");
+    let text = stdin.to_owned();
+    let writer = std::thread::spawn(move || {
+        use std::io::Write;
+        // The command may exit without reading: a broken pipe is fine.
+        let _ = input.write_all(text.as_bytes());
+    });
+    let output = child.wait_with_output().expect("wait for the command");
+    writer.join().expect("the stdin writer");
+    output
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// Fails with the command's output unless it exited with `code`.
+fn assert_exit(output: &Output, code: i32, what: &str) {
+    assert_eq!(
+        output.status.code(),
+        Some(code),
+        "{what}\nstdout: {}\nstderr: {}",
+        text(&output.stdout),
+        text(&output.stderr)
+    );
+}
+
+/// Stdout parsed as JSON, failing with the output when it is not.
+fn json_of(output: &Output, what: &str) -> serde_json::Value {
+    serde_json::from_slice(&output.stdout).unwrap_or_else(|e| {
+        panic!(
+            "{what}: stdout is not JSON ({e})\nstdout: {}\nstderr: {}",
+            text(&output.stdout),
+            text(&output.stderr)
+        )
+    })
+}
+
+/// A loopback port, not the default 7070, whose next port is free too
+/// (`up` serves MCP on --listen + 1).
+fn free_port_pair() -> u16 {
+    for _ in 0..100 {
+        let first = std::net::TcpListener::bind("127.0.0.1:0").expect("bind loopback");
+        let port = first.local_addr().expect("local address").port();
+        if port != 7070
+            && port < u16::MAX
+            && std::net::TcpListener::bind(("127.0.0.1", port + 1)).is_ok()
+        {
+            return port;
+        }
+    }
+    panic!("no two consecutive free ports on 127.0.0.1");
+}
+
+/// `toolmesh up --listen 127.0.0.1:PORT EXTRA…` until it prints its
+/// commands; the lines under "Try, in another terminal:".
+fn up_and_its_commands(dir: &TempDir, extra: &[&str]) -> (Proc, String, Vec<String>) {
+    let addr = format!("127.0.0.1:{}", free_port_pair());
+    let mut command = Command::new(toolmesh_bin());
+    command.args(["up", "--listen", &addr]).args(extra);
+    for var in CLIENT_ENV {
+        command.env_remove(var);
+    }
+    // Logs to a file, so stdout holds only what `up` prints for people.
+    let up = toolmesh_procs::Spawn::new("up", command)
+        .stdout_lines()
+        .stderr(toolmesh_procs::Stderr::Log(dir.join("up.log")))
+        .start()
+        .unwrap_or_else(|e| panic!("{e}"));
+    up.wait_for_line("Press ctrl-c to stop.", Duration::from_secs(60));
+    let printed = up.lines_read();
+    let start = printed
+        .iter()
+        .position(|l| l.starts_with("Try, in another terminal:"))
+        .unwrap_or_else(|| panic!("no \"Try\" lines in: {printed:#?}"));
+    let lines: Vec<String> = printed[start + 1..]
+        .iter()
+        .map(|l| l.trim().to_owned())
+        .take_while(|l| !l.is_empty())
+        .collect();
+    assert!(lines.len() >= 8, "too few commands: {lines:#?}");
+    (up, addr, lines)
+}
+
+fn on_path(program: &str) -> bool {
+    std::env::var_os("PATH")
+        .is_some_and(|path| std::env::split_paths(&path).any(|dir| dir.join(program).is_file()))
+}
+
+/// Runs each printed line as a POSIX shell would (`sh -c LINE`, in the
+/// directory `up` ran in) and asserts it exits 0. The grpcurl line is
+/// skipped, saying so, only when grpcurl is not installed.
+fn run_each_as_printed(lines: &[String]) {
+    for line in lines {
+        if line.starts_with("grpcurl ") && !on_path("grpcurl") {
+            eprintln!("skipping `{line}`: grpcurl is not installed here");
+            continue;
+        }
+        let mut shell = Command::new("sh");
+        shell.args(["-c", line]);
+        let output = run_with_stdin(shell, "");
+        assert_exit(&output, 0, &format!("`{line}`, as `up` printed it"));
+    }
+}
+
+/// Issue 15: on a port other than the default, every command `up` prints
+/// works as printed (client flags before the subcommand), and they name
+/// the server; the same flags after the subcommand mean the same.
+#[tokio::test]
+async fn up_prints_commands_that_work_as_printed() {
+    let dir = temp_dir("cli-up");
+    let (mut up, addr, lines) = up_and_its_commands(&dir, &[]);
+    for line in lines.iter().filter(|l| !l.starts_with("grpcurl ")) {
+        assert!(
+            line.contains(&format!(" --server {addr} ")),
+            "names the server before the subcommand: {line}"
+        );
+    }
+    assert!(lines.iter().any(|l| l.ends_with(" health")), "{lines:#?}");
+    run_each_as_printed(&lines);
+
+    let before = toolmesh(&["--server", &addr, "--json", "tools"], "");
+    let after = toolmesh(&["tools", "--json", "--server", &addr], "");
+    assert_exit(&before, 0, "flags before the subcommand");
+    assert_exit(&after, 0, "flags after the subcommand");
+    assert_eq!(json_of(&before, "tools"), json_of(&after, "tools"));
+
+    up.signal(libc::SIGTERM);
+    assert!(
+        up.wait_exit(Duration::from_secs(15))
+            .is_some_and(|s| s.success()),
+        "up stops cleanly on SIGTERM"
+    );
+}
+
+/// With TLS, the printed commands carry the TLS files they need.
+#[tokio::test]
+async fn up_with_tls_prints_commands_that_work_as_printed() {
+    let dir = temp_dir("cli-up-tls");
+    let (ca, cert, key) = toolmesh_testkit::pki(&dir, "up");
+    let files = [ca, cert, key].map(|p| p.display().to_string());
+    let tls = [
+        "--tls-ca",
+        files[0].as_str(),
+        "--tls-cert",
+        files[1].as_str(),
+        "--tls-key",
+        files[2].as_str(),
+    ];
+    let (_up, _addr, lines) = up_and_its_commands(&dir, &tls);
+    assert!(
+        lines[0].contains(&format!("--tls-ca {}", files[0])),
+        "{lines:#?}"
+    );
+    run_each_as_printed(&lines);
+}
+
+/// Counts the requests of a fake server that knows `tools` tools.
+#[derive(Clone)]
+struct Counting {
+    tools: usize,
+    checks: Arc<AtomicUsize>,
+    snapshots: Arc<AtomicUsize>,
+}
+
+#[tonic::async_trait]
+impl Health for Counting {
+    async fn check(
+        &self,
+        _: Request<HealthCheckRequest>,
+    ) -> Result<Response<HealthCheckResponse>, Status> {
+        self.checks.fetch_add(1, Ordering::SeqCst);
+        Ok(Response::new(HealthCheckResponse {
+            status: ServingStatus::Serving as i32,
+        }))
+    }
+
+    type WatchStream = tokio_stream::Empty<Result<HealthCheckResponse, Status>>;
+
+    async fn watch(
+        &self,
+        _: Request<HealthCheckRequest>,
+    ) -> Result<Response<Self::WatchStream>, Status> {
+        Err(Status::unimplemented("not in this test"))
+    }
+}
+
+#[tonic::async_trait]
+impl Registry for Counting {
+    async fn register(
+        &self,
+        _: Request<toolmesh::pb::RegisterRequest>,
+    ) -> Result<Response<toolmesh::pb::RegisterResponse>, Status> {
+        Err(Status::unimplemented("not in this test"))
+    }
+
+    async fn heartbeat(
+        &self,
+        _: Request<toolmesh::pb::HeartbeatRequest>,
+    ) -> Result<Response<toolmesh::pb::HeartbeatResponse>, Status> {
+        Err(Status::unimplemented("not in this test"))
+    }
+
+    async fn deregister(
+        &self,
+        _: Request<toolmesh::pb::DeregisterRequest>,
+    ) -> Result<Response<toolmesh::pb::DeregisterResponse>, Status> {
+        Err(Status::unimplemented("not in this test"))
+    }
+
+    /// `tools` tools; every third one has no healthy instance.
+    async fn get_snapshot(
+        &self,
+        _: Request<GetSnapshotRequest>,
+    ) -> Result<Response<Snapshot>, Status> {
+        self.snapshots.fetch_add(1, Ordering::SeqCst);
+        let tools = (0..self.tools)
+            .map(|i| ToolEntry {
+                spec: Some(ToolSpec {
+                    name: format!("tool_{i:05}"),
+                    version: "1.0.0".to_owned(),
+                    ..ToolSpec::default()
+                }),
+                exposed: i % 3 != 0,
+                ..ToolEntry::default()
+            })
+            .collect();
+        Ok(Response::new(Snapshot {
+            version: 7,
+            tools,
+            ..Snapshot::default()
+        }))
+    }
+
+    type WatchSnapshotsStream = tokio_stream::Empty<Result<Snapshot, Status>>;
+
+    async fn watch_snapshots(
+        &self,
+        _: Request<toolmesh::pb::WatchSnapshotsRequest>,
+    ) -> Result<Response<Self::WatchSnapshotsStream>, Status> {
+        Err(Status::unimplemented("not in this test"))
+    }
+
+    async fn disable_tool(
+        &self,
+        _: Request<toolmesh::pb::DisableToolRequest>,
+    ) -> Result<Response<toolmesh::pb::DisableToolResponse>, Status> {
+        Err(Status::unimplemented("not in this test"))
+    }
+
+    async fn enable_tool(
+        &self,
+        _: Request<toolmesh::pb::EnableToolRequest>,
+    ) -> Result<Response<toolmesh::pb::EnableToolResponse>, Status> {
+        Err(Status::unimplemented("not in this test"))
+    }
+
+    async fn approvals(
+        &self,
+        _: Request<toolmesh::pb::ApprovalsRequest>,
+    ) -> Result<Response<toolmesh::pb::ApprovalsResponse>, Status> {
+        Err(Status::unimplemented("not in this test"))
+    }
+
+    async fn session_facts(
+        &self,
+        _: Request<toolmesh::pb::SessionFactsRequest>,
+    ) -> Result<Response<toolmesh::pb::SessionFactsResponse>, Status> {
+        Err(Status::unimplemented("not in this test"))
+    }
+}
+
+/// Issue 15: `toolmesh health` answers for 5,000 tools with one Check (the
+/// server's) and one snapshot, not a Check per tool; `health TOOL` still
+/// asks the tool's own grpc.health.v1 service.
+#[tokio::test]
+async fn health_of_every_tool_takes_one_snapshot() {
+    let fake = Counting {
+        tools: 5_000,
+        checks: Arc::default(),
+        snapshots: Arc::default(),
+    };
+    let router = tonic::transport::Server::builder()
+        .add_service(HealthServer::new(fake.clone()))
+        .add_service(RegistryServer::new(fake.clone()));
+    let addr = toolmesh_testkit::serve_router(router).await.to_string();
+
+    let output = tokio::task::spawn_blocking({
+        let addr = addr.clone();
+        move || toolmesh(&["health", "--json", "--server", &addr], "")
+    })
+    .await
+    .unwrap();
+    assert_exit(&output, 0, "health");
+    let value = json_of(&output, "health --json");
+    assert_eq!(value["server"], "SERVING");
+    let tools = value["tools"].as_array().expect("a tools array");
+    assert_eq!(tools.len(), 5_000);
+    assert_eq!(
+        tools[0],
+        serde_json::json!({"tool": "tool_00000", "status": "NOT_SERVING"})
+    );
+    assert_eq!(tools[1]["status"], "SERVING");
+    assert_eq!(fake.checks.load(Ordering::SeqCst), 1, "one Check in all");
+    assert_eq!(fake.snapshots.load(Ordering::SeqCst), 1, "one snapshot");
+
+    let output = tokio::task::spawn_blocking(move || {
+        toolmesh(&["--server", &addr, "health", "tool_00001"], "")
+    })
+    .await
+    .unwrap();
+    assert_exit(&output, 0, "health TOOL");
+    assert_eq!(
+        fake.checks.load(Ordering::SeqCst),
+        2,
+        "one Check per tool asked"
+    );
+    assert_eq!(fake.snapshots.load(Ordering::SeqCst), 1);
+}
+
+/// Issue 15: `call NAME @FILE` and `call NAME -` send what the file or stdin
+/// hold; a missing file, an empty one and bad JSON fail with exit 64 before
+/// anything is sent, saying what to fix (for JSON: line and column).
+#[tokio::test]
+async fn call_reads_arguments_from_a_file_or_stdin() {
+    let mesh = acceptance(&[], &[]).await;
+    let addr = mesh.addr.as_str();
+    let dir = temp_dir("cli-args");
+    let file = dir.join("args.json");
+    std::fs::write(&file, "{\n  \"message\": \"from a file\"\n}\n").unwrap();
+    let at_file = format!("@{}", file.display());
+
+    let output = toolmesh(&["--server", addr, "call", "acc_echo", &at_file], "");
+    assert_exit(&output, 0, "call @FILE");
+    assert!(text(&output.stdout).contains("from a file"));
+
+    let output = toolmesh(
+        &["--server", addr, "call", "acc_echo", "-"],
+        r#"{"message": "from stdin"}"#,
+    );
+    assert_exit(&output, 0, "call -");
+    assert!(text(&output.stdout).contains("from stdin"));
+
+    let missing = dir.join("missing.json");
+    let output = toolmesh(
+        &[
+            "--server",
+            addr,
+            "call",
+            "acc_echo",
+            &format!("@{}", missing.display()),
+        ],
+        "",
+    );
+    assert_exit(&output, 64, "a missing file");
+    let stderr = text(&output.stderr);
+    assert!(
+        stderr.contains(&missing.display().to_string()) && stderr.contains("No such file"),
+        "{stderr}"
+    );
+
+    let bad = dir.join("bad.json");
+    std::fs::write(&bad, "{\n  \"message\": \"a\",\n}\n").unwrap();
+    let output = toolmesh(
+        &[
+            "--server",
+            addr,
+            "call",
+            "acc_echo",
+            &format!("@{}", bad.display()),
+        ],
+        "",
+    );
+    assert_exit(&output, 64, "bad JSON in a file");
+    let stderr = text(&output.stderr);
+    assert!(
+        stderr.contains("bad.json") && stderr.contains("line 3, column 1"),
+        "{stderr}"
+    );
+
+    let output = toolmesh(&["--server", addr, "call", "acc_echo", "-"], "");
+    assert_exit(&output, 64, "empty stdin");
+    assert!(text(&output.stderr).contains("empty"));
+}
+
+/// Every client command prints JSON with `--json`, in the shape the README
+/// gives (approve and deny print one approval, as `approvals` lists them).
+#[tokio::test]
+async fn every_client_command_prints_json() {
+    let mesh = acceptance(&[], &[]).await;
+    let addr = mesh.addr.as_str();
+    let json = |args: &[&str]| {
+        let mut all = vec!["--json", "--server", addr];
+        all.extend_from_slice(args);
+        let output = toolmesh(&all, "");
+        assert_exit(&output, 0, &format!("{args:?}"));
+        json_of(&output, &format!("{args:?}"))
+    };
+    assert_eq!(json(&["tools"])["tools"][0]["name"], "acc_charge");
+    let call = json(&["call", "acc_echo", r#"{"message": "hi"}"#]);
+    assert!(call["result"]["output"].as_str().unwrap().contains("hi"));
+    assert!(call["result"]["error"].is_null());
+    assert_eq!(json(&["health"])["server"], "SERVING");
+    assert_eq!(
+        json(&["health", "acc_echo"]),
+        serde_json::json!({"tool": "acc_echo", "status": "SERVING"})
+    );
+    assert!(json(&["snapshot"])["version"].as_u64().unwrap() >= 1);
+    assert_eq!(json(&["explain", "acc_echo"])["tool"], "acc_echo");
+    assert!(json(&["approvals"]).is_array());
+    let disabled = json(&["disable", "acc_panic", "--reason", "maintenance"]);
+    assert_eq!(disabled["tool"], "acc_panic");
+    assert_eq!(disabled["disabled"], true);
+    assert_eq!(disabled["reason"], "maintenance");
+    let enabled = json(&["enable", "acc_panic"]);
+    assert_eq!(enabled["disabled"], false);
+    assert!(
+        enabled["snapshot_version"].as_u64().unwrap()
+            > disabled["snapshot_version"].as_u64().unwrap()
+    );
+}
+
+/// `toolmesh completions SHELL` prints a script naming the subcommands; a
+/// client flag given to a command that does not use it is refused (exit 64).
+#[test]
+fn completions_and_misplaced_flags() {
+    for shell in ["bash", "zsh", "fish"] {
+        let output = toolmesh(&["completions", shell], "");
+        assert_exit(&output, 0, shell);
+        let script = text(&output.stdout);
+        for word in ["tools", "call", "health", "completions"] {
+            assert!(script.contains(word), "{shell}: {word} missing");
+        }
+    }
+    let output = toolmesh(&["up", "--server", "127.0.0.1:7272"], "");
+    assert_exit(&output, 64, "up --server");
+    assert!(text(&output.stderr).contains("--listen"));
+}
