@@ -17,9 +17,9 @@ use tonic_health::pb::{
 use toolmesh::grpc::{MAX_SNAPSHOT_MESSAGE_BYTES, Tls, tool_health_service};
 use toolmesh::pb::{
     ApproveRequest, CallContext, DenyRequest, DisableToolRequest, EnableToolRequest,
-    ExplainRequest, GetSnapshotRequest, InvokeRequest, ListApprovalsRequest, ListToolsRequest,
-    dispatcher_client::DispatcherClient, governance_client::GovernanceClient,
-    registry_client::RegistryClient,
+    ExplainRequest, GetSnapshotRequest, InvokeRequest, InvokeResponse, ListApprovalsRequest,
+    ListToolsRequest, dispatcher_client::DispatcherClient, governance_client::GovernanceClient,
+    invoke_event, registry_client::RegistryClient,
 };
 use toolmesh::{ErrorCodeExt, ToolErrorExt};
 
@@ -108,7 +108,7 @@ pub(crate) async fn tools(args: ToolsArgs, tls: &Tls) -> Result<(), Failure> {
     Ok(())
 }
 
-/// `toolmesh call`.
+/// `toolmesh call [--stream]`.
 pub(crate) async fn call(args: CallArgs, tls: &Tls) -> Result<(), Failure> {
     let mut client = DispatcherClient::new(connect(&args.client, tls)?);
     let mut request = authed(
@@ -128,22 +128,24 @@ pub(crate) async fn call(args: CallArgs, tls: &Tls) -> Result<(), Failure> {
     if let Some(ms) = args.timeout_ms {
         request.set_timeout(Duration::from_millis(ms));
     }
-    let response = client
-        .invoke(request)
-        .await
-        .map_err(|s| unreachable(&args.client.server, s))?
-        .into_inner();
-    let result = response.result.unwrap_or_default();
+    let response = if args.stream {
+        streamed(&mut client, request, &args.client).await?
+    } else {
+        client
+            .invoke(request)
+            .await
+            .map_err(|s| unreachable(&args.client.server, s))?
+            .into_inner()
+    };
+    let result = response.result.clone().unwrap_or_default();
     let error = result.error.clone().filter(|e| e.code != 0);
-    if args.client.json {
-        output::print_json(&json!({
-            "call_id": response.call_id,
-            "executor_id": response.executor_id,
-            "attempts": response.attempts,
-            "snapshot_version": response.snapshot_version,
-            "tool_version": response.tool_version,
-            "result": output::result_json(&result),
-        }));
+    if args.client.json && args.stream {
+        output::print_json_line(&output::event_json(
+            "result",
+            output::response_json(&response),
+        ));
+    } else if args.client.json {
+        output::print_json(&output::response_json(&response));
     } else if error.is_none() {
         println!("{}", result.output);
     }
@@ -157,6 +159,43 @@ pub(crate) async fn call(args: CallArgs, tls: &Tls) -> Result<(), Failure> {
             Err(Failure::Failed(text))
         }
     }
+}
+
+/// Sends `request` by InvokeStream, printing each progress report (and,
+/// with --json, each output chunk) as it comes; the response that ends it.
+async fn streamed(
+    client: &mut DispatcherClient<Channel>,
+    request: tonic::Request<InvokeRequest>,
+    args: &ClientArgs,
+) -> Result<InvokeResponse, Failure> {
+    let failed = |s| unreachable(&args.server, s);
+    let mut events = client
+        .invoke_stream(request)
+        .await
+        .map_err(failed)?
+        .into_inner();
+    while let Some(event) = events.message().await.map_err(failed)? {
+        match event.event {
+            Some(invoke_event::Event::Progress(progress)) if args.json => {
+                output::print_json_line(&output::event_json(
+                    "progress",
+                    output::progress_json(&progress),
+                ));
+            }
+            Some(invoke_event::Event::Progress(progress)) => {
+                println!("{}", output::progress_line(&progress));
+            }
+            Some(invoke_event::Event::Chunk(chunk)) if args.json => {
+                output::print_json_line(&output::event_json("chunk", json!({"text": chunk.text})));
+            }
+            Some(invoke_event::Event::Done(response)) => return Ok(response),
+            // A person reads the whole output in the result.
+            Some(invoke_event::Event::Chunk(_)) | None => {}
+        }
+    }
+    Err(Failure::Failed(
+        "the dispatcher ended the stream without a result".into(),
+    ))
 }
 
 fn status_name(status: i32) -> &'static str {

@@ -1,7 +1,9 @@
 //! Printing for people (aligned tables) and for scripts (JSON).
 
 use serde_json::{Value, json};
-use toolmesh::pb::{RiskLevel, Snapshot, ToolError, ToolResult, ToolSpec};
+use toolmesh::pb::{
+    InvokeResponse, Progress, RiskLevel, Snapshot, ToolError, ToolResult, ToolSpec,
+};
 use toolmesh::{ErrorCodeExt, ToolErrorExt};
 
 /// A plain aligned table.
@@ -109,6 +111,49 @@ pub(crate) fn result_json(result: &ToolResult) -> Value {
     })
 }
 
+/// `toolmesh call --json`: the response and its result.
+pub(crate) fn response_json(response: &InvokeResponse) -> Value {
+    json!({
+        "call_id": response.call_id,
+        "executor_id": response.executor_id,
+        "attempts": response.attempts,
+        "snapshot_version": response.snapshot_version,
+        "tool_version": response.tool_version,
+        "result": result_json(&response.result.clone().unwrap_or_default()),
+    })
+}
+
+/// One event of `toolmesh call --stream --json`: `{"event": kind, …fields}`.
+pub(crate) fn event_json(kind: &str, fields: Value) -> Value {
+    let mut event = json!({ "event": kind });
+    if let (Some(event), Value::Object(fields)) = (event.as_object_mut(), fields) {
+        event.extend(fields);
+    }
+    event
+}
+
+/// A progress report's fields (`total` null when unknown).
+pub(crate) fn progress_json(progress: &Progress) -> Value {
+    json!({
+        "progress": progress.progress,
+        "total": (progress.total > 0.0).then_some(progress.total),
+        "message": progress.message,
+    })
+}
+
+/// A progress report for people: `[3/8] message`, or `[3] message`
+/// without a total.
+pub(crate) fn progress_line(progress: &Progress) -> String {
+    let done = if progress.total > 0.0 {
+        format!("{}/{}", progress.progress, progress.total)
+    } else {
+        progress.progress.to_string()
+    };
+    format!("[{done}] {}", progress.message)
+        .trim_end()
+        .to_owned()
+}
+
 pub(crate) fn snapshot_json(snapshot: &Snapshot) -> Value {
     json!({
         "version": snapshot.version,
@@ -141,6 +186,11 @@ pub(crate) fn approval_json(a: &toolmesh::pb::Approval) -> Value {
         "decided_by": a.decided_by,
         "arguments_sha256": a.arguments_sha256,
     })
+}
+
+/// Prints JSON on one line (one event per line for a stream).
+pub(crate) fn print_json_line(value: &Value) {
+    println!("{value}");
 }
 
 /// Prints JSON, pretty.

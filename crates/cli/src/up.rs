@@ -99,6 +99,7 @@ pub(crate) async fn run(
         "tools --format openai",
         r#"call search_kb '{"query": "reset password"}'"#,
         r#"call get_user_info '{"user_id": "u_9"}'"#,
+        r#"call --stream export_report '{"topic": "billing"}'"#,
         r#"call create_ticket '{"title": "Printer on fire", "body": "3rd floor", "priority": "soon"}'"#,
         "health search_kb",
         "snapshot",

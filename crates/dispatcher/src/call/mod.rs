@@ -1,6 +1,8 @@
 //! One call, start to end, whichever front door it came in by: the stages
 //! in the order they run — resolve, authorize, validate, admit, cache (for
-//! tools the policy caches), attempts, observe — each in its own file.
+//! tools the policy caches), attempts, observe — each in its own file. A
+//! streamed call (`InvokeStream`) runs the same stages; only its attempts
+//! differ, relaying what the tool reports (`streamed`).
 
 mod admit;
 mod attempt;
@@ -10,10 +12,12 @@ mod cached;
 mod observe;
 mod resolve;
 mod retry;
+mod streamed;
 mod validate;
 
 pub(crate) use attempts::Attempts;
 pub(crate) use cached::CacheUse;
+pub(crate) use streamed::Relay;
 
 use crate::error::CallError;
 use crate::metrics::{Metrics, ToolHandles};
@@ -117,7 +121,8 @@ impl Trail {
 impl Pipeline {
     /// Runs one call for `who` against `snapshot` (pinned or newest);
     /// `caller_timeout` is the caller's deadline, if it sent one; the call's
-    /// span continues the caller's trace `parent`.
+    /// span continues the caller's trace `parent`; what a streaming tool
+    /// reports goes to `relay`.
     pub(crate) async fn run(
         &self,
         snapshot: Arc<Snapshot>,
@@ -125,6 +130,7 @@ impl Pipeline {
         mut request: InvokeRequest,
         caller_timeout: Option<Duration>,
         parent: TraceContext,
+        relay: &Relay,
     ) -> InvokeResponse {
         let span = call_span(&request.tool, parent);
         if let Some(trace_id) = trace::trace_id(&span) {
@@ -135,7 +141,7 @@ impl Pipeline {
         let outcome = match self.check(&snapshot, who, &request, &mut trail).await {
             Err(refused) => Outcome::Failed(refused),
             Ok(checked) => {
-                let send = self.send(checked, &request, who, caller_timeout, &mut trail);
+                let send = self.send(checked, &request, who, caller_timeout, &mut trail, relay);
                 send.instrument(span).await
             }
         };
@@ -152,8 +158,9 @@ impl Pipeline {
         )
     }
 
-    /// Sends a checked call: through the cache for a cached tool, else
-    /// straight to the attempt loop (no cache work at all).
+    /// Sends a checked call: through the cache for a cached tool (an answer
+    /// from the cache streams nothing), else straight to the attempt loop
+    /// (no cache work at all).
     async fn send(
         &self,
         checked: Checked,
@@ -161,19 +168,20 @@ impl Pipeline {
         who: &Principal,
         caller_timeout: Option<Duration>,
         trail: &mut Trail,
+        relay: &Relay,
     ) -> Outcome {
         let entry = &checked.entry;
         let (Some((rule, max_bytes)), Some(arguments)) = (&checked.cache, &trail.arguments) else {
             return self
                 .attempts
-                .run(entry, request, who, caller_timeout, trail)
+                .run(entry, request, who, caller_timeout, trail, relay)
                 .await;
         };
         let key = cached::key(&entry.def, rule.scope, who, arguments);
         let call = async {
             match self
                 .attempts
-                .run(entry, request, who, caller_timeout, trail)
+                .run(entry, request, who, caller_timeout, trail, relay)
                 .await
             {
                 Outcome::Answered(result) => result,
