@@ -275,6 +275,11 @@ impl ToolDef {
     pub fn read_only(&self) -> bool {
         self.spec.read_only && self.spec.risk == RiskLevel::Low as i32
     }
+    /// Whether executors serve the tool on `ExecuteStream`, reporting
+    /// progress while it runs (else only on `Execute`).
+    pub fn streams_progress(&self) -> bool {
+        self.spec.streams_progress
+    }
     /// Upper bound for one execution.
     pub fn timeout(&self) -> Duration {
         self.timeout
@@ -325,6 +330,9 @@ impl ToolDef {
         }
         if a.timeout_ms != b.timeout_ms {
             fields.push("timeout_ms");
+        }
+        if a.streams_progress != b.streams_progress {
+            fields.push("streams_progress");
         }
         if a.read_only != b.read_only {
             fields.push("read_only");
@@ -381,6 +389,9 @@ fn fingerprint(spec: &ToolSpec) -> String {
     // Only when set, so definitions from before the field keep their fingerprint.
     if spec.read_only {
         hasher.update(b"read_only");
+    }
+    if spec.streams_progress {
+        hasher.update(b"streams_progress");
     }
     hasher
         .finalize()
@@ -548,5 +559,14 @@ mod tests {
         let c = ToolDef::new(s).unwrap();
         assert_ne!(a.fingerprint(), c.fingerprint());
         assert_eq!(a.conflicts_with(&c), vec!["description", "idempotent"]);
+        // Replicas must agree on how they are called (Execute or ExecuteStream).
+        let streaming = ToolDef::new(ToolSpec {
+            streams_progress: true,
+            ..spec()
+        })
+        .unwrap();
+        assert!(streaming.streams_progress() && !a.streams_progress());
+        assert_ne!(a.fingerprint(), streaming.fingerprint());
+        assert_eq!(a.conflicts_with(&streaming), vec!["streams_progress"]);
     }
 }

@@ -70,7 +70,8 @@ tools = ["*"]
 "#;
 
 /// Registers with its token, answers through the dispatcher (a result with
-/// data, a TOOL_ERROR that is not retryable, DEADLINE_EXCEEDED), serves
+/// data, also by InvokeStream though it implements no ExecuteStream, a
+/// TOOL_ERROR that is not retryable, DEADLINE_EXCEEDED), serves
 /// grpc.health.v1, registers again when a restarted registry answers its
 /// heartbeat NOT_FOUND, and on SIGTERM finishes the call in flight,
 /// deregisters (its tools leave the listing) and exits 0.
@@ -111,6 +112,27 @@ async fn python_executor_serves_through_the_mesh_and_drains() {
     assert_eq!(result.output, "order o_1001 is shipped");
     let data: serde_json::Value = serde_json::from_str(&result.data).unwrap();
     assert_eq!(data["items"], 2);
+
+    // It implements Execute only and its specs do not say streams_progress:
+    // InvokeStream of its tool answers just the response.
+    let mut events = client
+        .invoke_stream(InvokeRequest {
+            tool: "get_order".into(),
+            arguments: r#"{"order_id": "o_1001"}"#.into(),
+            ..Default::default()
+        })
+        .await
+        .expect("InvokeStream RPC")
+        .into_inner();
+    let only = events.message().await.unwrap().and_then(|e| e.event);
+    match only {
+        Some(toolmesh::pb::invoke_event::Event::Done(done)) => {
+            assert_eq!(code(&done), 0, "{}", message(&done));
+            assert_eq!(done.result.unwrap().output, "order o_1001 is shipped");
+        }
+        other => panic!("expected the response alone, got {other:?}"),
+    }
+    assert!(events.message().await.unwrap().is_none());
 
     let missing = invoke(&mut client, "get_order", r#"{"order_id": "o_9"}"#, None).await;
     assert_eq!(code(&missing), ErrorCode::ToolError as i32);

@@ -20,6 +20,7 @@ URL = os.environ["MCP_URL"]
 AGENT = os.environ["AGENT_TOKEN"]
 ADMIN = os.environ["ADMIN_TOKEN"]
 BULK = int(os.environ["BULK"])
+VISIBLE = int(os.environ["VISIBLE"])
 
 
 def passed(check):
@@ -75,7 +76,7 @@ async def main():
         assert "secret" not in names and "echo" in names, names[:10]
         assert "secret" in [t.name for t in (await list_all(admin))[0]]
         passed("projection")
-        assert len(names) == BULK + 4 and pages > 1 and names == sorted(names), (len(names), pages)
+        assert len(names) == BULK + VISIBLE and pages > 1 and names == sorted(names), (len(names), pages)
         passed("pagination")
 
         ok = await agent.call_tool("echo", {"text": "hi"})
@@ -117,6 +118,16 @@ async def main():
             group.cancel_scope.cancel()
         assert await ask("AWAIT wait_cancelled") == "ok"
         passed("cancellation")
+
+        reports = []
+
+        async def on_progress(progress, total, message):
+            reports.append((progress, total, message))
+
+        stepped = await agent.call_tool("steps", {"n": 3}, progress_callback=on_progress)
+        assert not stepped.is_error and text(stepped) == "3 steps", stepped
+        assert reports == [(i, 3, f"step {i} of 3") for i in (1, 2, 3)], reports
+        passed("progress")
 
     async with client(AGENT) as agent:
         async with agent.listen(tools_list_changed=True) as subscription:

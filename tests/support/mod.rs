@@ -100,11 +100,12 @@ pub fn example(name: &str, registry: &str, extra: &[&str]) -> Proc {
 }
 
 /// The acceptance executor's tools.
-pub const ACCEPTANCE_TOOLS: [&str; 5] = [
+pub const ACCEPTANCE_TOOLS: [&str; 6] = [
     "acc_charge",
     "acc_echo",
     "acc_lookup",
     "acc_panic",
+    "acc_progress",
     "acc_sleep",
 ];
 

@@ -18,8 +18,8 @@ use tonic::{Request, Response, Status};
 use tonic_health::ServingStatus;
 use toolmesh::grpc::incoming;
 use toolmesh::pb::{
-    CallContext, DeregisterRequest, ExecuteRequest, ExecuteResponse, HeartbeatRequest,
-    InvokeRequest, RegisterRequest, RiskLevel, ToolResult, ToolSpec,
+    CallContext, DeregisterRequest, ExecuteEvent, ExecuteRequest, ExecuteResponse,
+    HeartbeatRequest, InvokeRequest, RegisterRequest, RiskLevel, ToolResult, ToolSpec,
     dispatcher_client::DispatcherClient,
     executor_server::{Executor, ExecutorServer},
     registry_client::RegistryClient,
@@ -365,6 +365,15 @@ impl Executor for AnswerOk {
                 ..ToolResult::default()
             }),
         }))
+    }
+
+    type ExecuteStreamStream = tonic::codegen::BoxStream<ExecuteEvent>;
+
+    async fn execute_stream(
+        &self,
+        _request: Request<ExecuteRequest>,
+    ) -> Result<Response<Self::ExecuteStreamStream>, Status> {
+        Err(Status::unimplemented("the benchmark's tools do not stream"))
     }
 }
 

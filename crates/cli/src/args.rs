@@ -480,6 +480,11 @@ pub(crate) struct CallArgs {
     /// Session the call belongs to (for tools with preconditions).
     #[arg(long)]
     pub(crate) session: Option<String>,
+    /// Stream the call (InvokeStream): print the tool's progress as it
+    /// comes, then the result; with --json, one JSON object per line for
+    /// each event (progress, output chunk, result).
+    #[arg(long)]
+    pub(crate) stream: bool,
 }
 
 /// `toolmesh health`.

@@ -18,9 +18,9 @@ use tonic_health::pb::{
 use toolmesh::grpc::{MAX_SNAPSHOT_MESSAGE_BYTES, Tls, tool_health_service};
 use toolmesh::pb::{
     ApproveRequest, CallContext, DenyRequest, DisableToolRequest, EnableToolRequest,
-    ExplainRequest, GetSnapshotRequest, InvokeRequest, ListApprovalsRequest, ListToolsRequest,
-    ListToolsResponse, dispatcher_client::DispatcherClient, governance_client::GovernanceClient,
-    registry_client::RegistryClient,
+    ExplainRequest, GetSnapshotRequest, InvokeRequest, InvokeResponse, ListApprovalsRequest,
+    ListToolsRequest, ListToolsResponse, dispatcher_client::DispatcherClient,
+    governance_client::GovernanceClient, invoke_event, registry_client::RegistryClient,
 };
 use toolmesh::{ErrorCodeExt, ToolErrorExt};
 
@@ -140,39 +140,43 @@ fn print_tools(response: &ListToolsResponse) {
     );
 }
 
-/// `toolmesh call NAME [JSON|@FILE|-]`.
+/// `toolmesh call [--stream] NAME [JSON|@FILE|-]`.
 pub(crate) async fn call(args: CallArgs, client: &Client) -> Result<(), Failure> {
     let stdin = std::io::stdin();
     if arguments::reads_stdin(&args.arguments) && stdin.is_terminal() {
         eprintln!("reading the arguments from stdin; end them with ctrl-d");
     }
     let arguments = arguments::read(&args.arguments, stdin.lock())?;
-    let response = DispatcherClient::new(client.channel())
-        .invoke(client.request(InvokeRequest {
-            tool: args.tool.clone(),
-            arguments,
-            call_id: args.call_id.clone().unwrap_or_default(),
-            context: Some(CallContext {
-                session_id: args.session.clone().unwrap_or_default(),
-                ..context(&args.caller)
-            }),
-            snapshot_version: 0,
-            approval_id: args.approval.clone().unwrap_or_default(),
-        }))
-        .await
-        .map_err(|s| client.failure(s))?
-        .into_inner();
-    let result = response.result.unwrap_or_default();
+    let request = client.request(InvokeRequest {
+        tool: args.tool.clone(),
+        arguments,
+        call_id: args.call_id.clone().unwrap_or_default(),
+        context: Some(CallContext {
+            session_id: args.session.clone().unwrap_or_default(),
+            ..context(&args.caller)
+        }),
+        snapshot_version: 0,
+        approval_id: args.approval.clone().unwrap_or_default(),
+    });
+    let mut dispatcher = DispatcherClient::new(client.channel());
+    let response = if args.stream {
+        streamed(&mut dispatcher, request, client).await?
+    } else {
+        dispatcher
+            .invoke(request)
+            .await
+            .map_err(|s| client.failure(s))?
+            .into_inner()
+    };
+    let result = response.result.clone().unwrap_or_default();
     let error = result.error.clone().filter(|e| e.code != 0);
-    if client.json() {
-        output::print_json(&json!({
-            "call_id": response.call_id,
-            "executor_id": response.executor_id,
-            "attempts": response.attempts,
-            "snapshot_version": response.snapshot_version,
-            "tool_version": response.tool_version,
-            "result": output::result_json(&result),
-        }));
+    if client.json() && args.stream {
+        output::print_json_line(&output::event_json(
+            "result",
+            output::response_json(&response),
+        ));
+    } else if client.json() {
+        output::print_json(&output::response_json(&response));
     } else if error.is_none() {
         println!("{}", result.output);
     }
@@ -186,6 +190,43 @@ pub(crate) async fn call(args: CallArgs, client: &Client) -> Result<(), Failure>
             Err(Failure::Failed(text))
         }
     }
+}
+
+/// Sends `request` by InvokeStream, printing each progress report (and,
+/// with --json, each output chunk) as it comes; the response that ends it.
+async fn streamed(
+    dispatcher: &mut DispatcherClient<Channel>,
+    request: tonic::Request<InvokeRequest>,
+    client: &Client,
+) -> Result<InvokeResponse, Failure> {
+    let mut events = dispatcher
+        .invoke_stream(request)
+        .await
+        .map_err(|s| client.failure(s))?
+        .into_inner();
+    let json = client.json();
+    while let Some(event) = events.message().await.map_err(|s| client.failure(s))? {
+        match event.event {
+            Some(invoke_event::Event::Progress(progress)) if json => {
+                output::print_json_line(&output::event_json(
+                    "progress",
+                    output::progress_json(&progress),
+                ));
+            }
+            Some(invoke_event::Event::Progress(progress)) => {
+                println!("{}", output::progress_line(&progress));
+            }
+            Some(invoke_event::Event::Chunk(chunk)) if json => {
+                output::print_json_line(&output::event_json("chunk", json!({"text": chunk.text})));
+            }
+            Some(invoke_event::Event::Done(response)) => return Ok(response),
+            // A person reads the whole output in the result.
+            Some(invoke_event::Event::Chunk(_)) | None => {}
+        }
+    }
+    Err(Failure::Failed(
+        "the dispatcher ended the stream without a result".into(),
+    ))
 }
 
 /// `toolmesh health [TOOL]`.

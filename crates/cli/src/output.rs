@@ -3,7 +3,9 @@
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
 use tonic_health::pb::health_check_response::ServingStatus;
-use toolmesh::pb::{ExplainResponse, RiskLevel, Snapshot, ToolError, ToolResult, ToolSpec};
+use toolmesh::pb::{
+    ExplainResponse, InvokeResponse, Progress, RiskLevel, Snapshot, ToolError, ToolResult, ToolSpec,
+};
 use toolmesh::{ErrorCodeExt, ToolErrorExt};
 
 /// A tool name and its health.
@@ -112,6 +114,54 @@ pub(crate) fn result_json(result: &ToolResult) -> Value {
         "metadata": result.metadata,
         "error": result.error.as_ref().filter(|e| e.code != 0).map(error_json),
     })
+}
+
+/// `toolmesh call --json`: the response and its result.
+pub(crate) fn response_json(response: &InvokeResponse) -> Value {
+    json!({
+        "call_id": response.call_id,
+        "executor_id": response.executor_id,
+        "attempts": response.attempts,
+        "snapshot_version": response.snapshot_version,
+        "tool_version": response.tool_version,
+        "result": result_json(&response.result.clone().unwrap_or_default()),
+    })
+}
+
+/// One event of `toolmesh call --stream --json`: `{"event": kind, …fields}`.
+pub(crate) fn event_json(kind: &str, fields: Value) -> Value {
+    let mut event = json!({ "event": kind });
+    if let (Some(event), Value::Object(fields)) = (event.as_object_mut(), fields) {
+        event.extend(fields);
+    }
+    event
+}
+
+/// A progress report's fields (`total` null when unknown).
+pub(crate) fn progress_json(progress: &Progress) -> Value {
+    json!({
+        "progress": progress.progress,
+        "total": (progress.total > 0.0).then_some(progress.total),
+        "message": progress.message,
+    })
+}
+
+/// A progress report for people: `[3/8] message`, or `[3] message`
+/// without a total.
+pub(crate) fn progress_line(progress: &Progress) -> String {
+    let done = if progress.total > 0.0 {
+        format!("{}/{}", progress.progress, progress.total)
+    } else {
+        progress.progress.to_string()
+    };
+    format!("[{done}] {}", progress.message)
+        .trim_end()
+        .to_owned()
+}
+
+/// Prints JSON on one line (one event per line for a stream).
+pub(crate) fn print_json_line(value: &Value) {
+    println!("{value}");
 }
 
 pub(crate) fn snapshot_json(snapshot: &Snapshot) -> Value {

@@ -126,11 +126,12 @@ pub(crate) async fn run(
 }
 
 /// The client commands `up` suggests (each must succeed as printed).
-const TRY: [&str; 8] = [
+const TRY: [&str; 9] = [
     "tools",
     "tools --format openai",
     r#"call search_kb '{"query": "reset password"}'"#,
     r#"call get_user_info '{"user_id": "u_1"}'"#,
+    r#"call --stream export_report '{"topic": "billing"}'"#,
     r#"call create_ticket '{"title": "Printer on fire", "body": "3rd floor", "priority": "high"}'"#,
     "health",
     "health search_kb",

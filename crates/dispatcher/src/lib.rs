@@ -26,13 +26,13 @@ pub use refusal::Refusal;
 pub use service::DispatcherService;
 pub use toolmesh_governance::{Governance, Principal};
 
-use call::{Attempts, Pipeline};
+use call::{Attempts, Pipeline, Relay};
 use endpoints::{EjectionPolicy, Endpoints};
 use metrics::Metrics;
 use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::sync::{Notify, Semaphore, watch};
+use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, mpsc, watch};
 use tokio::time::Instant;
 use tokio_util::sync::{CancellationToken, DropGuard};
 use tonic_health::pb::health_server::HealthServer;
@@ -40,8 +40,8 @@ use tonic_health::server::HealthReporter;
 use toolmesh::grpc::MAX_CALL_MESSAGE_BYTES;
 use toolmesh::grpc::{HealthGate, gated_health};
 use toolmesh::pb::{
-    InvokeRequest, InvokeResponse, ListToolsResponse, ToolFormat,
-    dispatcher_server::DispatcherServer, governance_server::GovernanceServer,
+    InvokeEvent, InvokeRequest, InvokeResponse, ListToolsResponse, ToolFormat,
+    dispatcher_server::DispatcherServer, governance_server::GovernanceServer, invoke_event,
 };
 use toolmesh::{Snapshot, SnapshotHistory};
 use toolmesh_telemetry::trace::Context as TraceContext;
@@ -62,6 +62,17 @@ fn scopeguard(f: impl FnOnce()) -> impl Drop {
 
 /// How often channels to endpoints no snapshot names are closed.
 const POOL_SWEEP: Duration = Duration::from_secs(10);
+
+/// Events of one `InvokeStream` that may wait for a slow caller before the
+/// executor's stream is held back.
+const STREAM_BUFFER: usize = 16;
+
+/// A call the dispatcher took on: its slot under `max_in_flight` (freed
+/// when the call ends) and the snapshot it runs against.
+struct Admitted {
+    _permit: OwnedSemaphorePermit,
+    snapshot: Arc<Snapshot>,
+}
 
 /// A running dispatcher; cheap to clone. Its background tasks stop when
 /// the last clone is dropped.
@@ -224,22 +235,83 @@ impl Dispatcher {
         caller_timeout: Option<Duration>,
         parent: TraceContext,
     ) -> Result<InvokeResponse, Refusal> {
-        let metrics = &self.pipeline.metrics;
-        let Ok(_permit) = self.admission.try_acquire() else {
-            metrics.shed.inc();
+        let admitted = self.admit(&request)?;
+        let relay = Relay::default();
+        Ok(self
+            .run(admitted, who, request, caller_timeout, parent, &relay)
+            .await)
+    }
+
+    /// Runs one call like [`invoke_traced`](Self::invoke_traced), streaming
+    /// it: the receiver yields what the tool reports while it runs
+    /// (progress and output chunks, for a tool that streams them) and then
+    /// the response ([`InvokeEvent`] `done`), last. The call runs the same
+    /// stages; an attempt that has streamed anything is never retried.
+    /// Dropping the receiver cancels the call. Must be called inside a
+    /// tokio runtime.
+    pub fn invoke_stream(
+        &self,
+        who: Principal,
+        request: InvokeRequest,
+        caller_timeout: Option<Duration>,
+        parent: TraceContext,
+    ) -> Result<mpsc::Receiver<InvokeEvent>, Refusal> {
+        let admitted = self.admit(&request)?;
+        let (events, received) = mpsc::channel(STREAM_BUFFER);
+        let dispatcher = self.clone();
+        tokio::spawn(async move {
+            let relay = Relay::to(events.clone());
+            let run = dispatcher.run(admitted, &who, request, caller_timeout, parent, &relay);
+            let response = tokio::select! {
+                response = run => response,
+                // The caller went away: dropping the call cancels it.
+                () = events.closed() => return,
+            };
+            let done = invoke_event::Event::Done(response);
+            let _ = events.send(InvokeEvent { event: Some(done) }).await;
+        });
+        Ok(received)
+    }
+
+    /// Takes a call on, or refuses it: a slot under `max_in_flight` and
+    /// the snapshot it names.
+    fn admit(&self, request: &InvokeRequest) -> Result<Admitted, Refusal> {
+        let Ok(permit) = self.admission.clone().try_acquire_owned() else {
+            self.pipeline.metrics.shed.inc();
             return Err(Refusal::Overloaded {
                 limit: self.max_in_flight,
             });
         };
         let snapshot = self.pipeline.snapshots.get(request.snapshot_version)?;
+        Ok(Admitted {
+            _permit: permit,
+            snapshot,
+        })
+    }
+
+    /// Runs an admitted call through the pipeline, counted in flight.
+    async fn run(
+        &self,
+        admitted: Admitted,
+        who: &Principal,
+        request: InvokeRequest,
+        caller_timeout: Option<Duration>,
+        parent: TraceContext,
+        relay: &Relay,
+    ) -> InvokeResponse {
+        let metrics = &self.pipeline.metrics;
         metrics.in_flight.inc();
         let _in_flight = scopeguard(|| {
             metrics.in_flight.dec();
         });
-        Ok(self
-            .pipeline
-            .run(snapshot, who, request, caller_timeout, parent)
-            .await)
+        // The slot is held until the call ends.
+        let Admitted {
+            _permit: _slot,
+            snapshot,
+        } = admitted;
+        self.pipeline
+            .run(snapshot, who, request, caller_timeout, parent, relay)
+            .await
     }
 
     /// Approves (`deny` = None) or denies an approval as `approver`: the

@@ -216,7 +216,9 @@ fn gemini(def: &ToolDef, schema: &Value) -> Value {
 
 /// The MCP `Tool`: schemas, hints from risk and idempotency, and toolmesh's
 /// own facts under `_meta` (`toolmesh/version`, `toolmesh/owner`,
-/// `toolmesh/deprecated`). MCP's `inputSchema` must be an object schema.
+/// `toolmesh/deprecated`, and `toolmesh/streams_progress` for a tool that
+/// reports progress to a call with a `progressToken`). MCP's `inputSchema`
+/// must be an object schema.
 fn mcp(def: &ToolDef, schema: &Value) -> Value {
     let spec = def.spec();
     let mut tool = json!({
@@ -243,6 +245,9 @@ fn mcp(def: &ToolDef, schema: &Value) -> Value {
     }
     if !spec.deprecated.is_empty() {
         tool["_meta"]["toolmesh/deprecated"] = json!(spec.deprecated);
+    }
+    if def.streams_progress() {
+        tool["_meta"]["toolmesh/streams_progress"] = json!(true);
     }
     tool
 }
@@ -586,6 +591,16 @@ mod tests {
         .unwrap();
         assert_eq!(
             mcp(&read_only, read_only.input_schema())["annotations"]["readOnlyHint"],
+            true
+        );
+        assert!(plain["_meta"].get("toolmesh/streams_progress").is_none());
+        let streaming = ToolDef::new(ToolSpec {
+            streams_progress: true,
+            ..def_with("t", LOOSE, "").spec().clone()
+        })
+        .unwrap();
+        assert_eq!(
+            mcp(&streaming, streaming.input_schema())["_meta"]["toolmesh/streams_progress"],
             true
         );
     }

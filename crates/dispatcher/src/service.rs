@@ -2,11 +2,16 @@
 //! hands the call to the pipeline, and turns refusals into statuses.
 
 use crate::{Dispatcher, Refusal};
+use std::pin::Pin;
+use tokio_stream::{Stream, StreamExt, wrappers::ReceiverStream};
 use tonic::{Request, Response, Status};
 use toolmesh::pb::{
-    InvokeRequest, InvokeResponse, ListToolsRequest, ListToolsResponse, ToolFormat,
+    InvokeEvent, InvokeRequest, InvokeResponse, ListToolsRequest, ListToolsResponse, ToolFormat,
     dispatcher_server,
 };
+
+/// The events of one `InvokeStream`, as tonic sends them.
+type Events = Pin<Box<dyn Stream<Item = Result<InvokeEvent, Status>> + Send>>;
 
 /// gRPC adapter over a [`Dispatcher`].
 #[derive(Clone)]
@@ -42,5 +47,20 @@ impl dispatcher_server::Dispatcher for DispatcherService {
             .invoke_traced(&who, request.into_inner(), timeout, parent)
             .await?;
         Ok(Response::new(response))
+    }
+
+    type InvokeStreamStream = Events;
+
+    async fn invoke_stream(
+        &self,
+        request: Request<InvokeRequest>,
+    ) -> Result<Response<Events>, Status> {
+        let timeout = toolmesh::grpc::request_timeout(request.metadata());
+        let who = self.dispatcher.caller(&request)?;
+        let parent = toolmesh_telemetry::trace::extract(request.metadata());
+        let events = self
+            .dispatcher
+            .invoke_stream(who, request.into_inner(), timeout, parent)?;
+        Ok(Response::new(Box::pin(ReceiverStream::new(events).map(Ok))))
     }
 }

@@ -8,22 +8,29 @@ use std::time::Duration;
 use tokio::net::TcpListener;
 use tokio::sync::watch;
 use tokio::time::Instant;
+use tokio_stream::StreamExt;
 use tonic::{Request, Response, Status};
 use toolmesh::pb::{
-    self, ErrorCode, ExecuteRequest, ExecuteResponse, InvokeRequest, RetryPolicy, ToolError,
-    ToolResult, ToolSpec, executor_server::ExecutorServer,
+    self, ErrorCode, ExecuteEvent, ExecuteRequest, ExecuteResponse, InvokeRequest, RetryPolicy,
+    ToolError, ToolResult, ToolSpec, execute_event, executor_server::ExecutorServer, invoke_event,
 };
 use toolmesh::{Instance, Snapshot, ToolDef, ToolEntry, ToolErrorExt};
 use toolmesh_dispatcher::{Dispatcher, DispatcherConfig};
 use toolmesh_testkit::{serve_router, until};
 
-/// What a scripted executor does with each call.
+/// What a scripted executor does with each call (on `ExecuteStream`, every
+/// script but `Status` reports one progress event first).
 #[derive(Clone)]
 enum Script {
     Ok,
     Status(tonic::Code),
     Reply(ToolError),
     Hang,
+    /// A progress event, then the stream fails with this status (on
+    /// `Execute`: the status alone).
+    ProgressThen(tonic::Code),
+    /// The first attempt of a call follows this script; later ones `Ok`.
+    Flaky(Box<Script>),
 }
 
 /// One execution as the executor saw it.
@@ -42,31 +49,77 @@ struct Scripted {
     seen: Arc<Mutex<Vec<Seen>>>,
 }
 
+impl Scripted {
+    /// Records `request` and answers the script for its tool.
+    fn script(&self, request: &ExecuteRequest) -> Script {
+        self.seen.lock().unwrap().push(Seen {
+            call_id: request.call_id.clone(),
+            attempt: request.attempt,
+            at: Instant::now(),
+        });
+        match self.by_tool.get(&request.tool).unwrap_or(&self.script) {
+            Script::Flaky(first) if request.attempt == 1 => (**first).clone(),
+            Script::Flaky(_) => Script::Ok,
+            script => script.clone(),
+        }
+    }
+}
+
+fn ok_result() -> ToolResult {
+    ToolResult {
+        output: "ok".into(),
+        ..ToolResult::default()
+    }
+}
+
+fn event(event: execute_event::Event) -> Result<ExecuteEvent, Status> {
+    Ok(ExecuteEvent { event: Some(event) })
+}
+
 #[tonic::async_trait]
 impl pb::executor_server::Executor for Scripted {
     async fn execute(
         &self,
         request: Request<ExecuteRequest>,
     ) -> Result<Response<ExecuteResponse>, Status> {
-        let request = request.into_inner();
-        self.seen.lock().unwrap().push(Seen {
-            call_id: request.call_id.clone(),
-            attempt: request.attempt,
-            at: Instant::now(),
-        });
-        let script = self.by_tool.get(&request.tool).unwrap_or(&self.script);
-        let result = match script {
-            Script::Ok => ToolResult {
-                output: "ok".into(),
-                ..ToolResult::default()
-            },
-            Script::Status(code) => return Err(Status::new(*code, "scripted")),
-            Script::Reply(error) => error.clone().into_result(),
+        let result = match self.script(request.get_ref()) {
+            Script::Ok => ok_result(),
+            Script::Status(code) | Script::ProgressThen(code) => {
+                return Err(Status::new(code, "scripted"));
+            }
+            Script::Reply(error) => error.into_result(),
             Script::Hang => std::future::pending().await,
+            Script::Flaky(_) => unreachable!("resolved by Scripted::script"),
         };
         Ok(Response::new(ExecuteResponse {
             result: Some(result),
         }))
+    }
+
+    type ExecuteStreamStream = tonic::codegen::BoxStream<ExecuteEvent>;
+
+    async fn execute_stream(
+        &self,
+        request: Request<ExecuteRequest>,
+    ) -> Result<Response<Self::ExecuteStreamStream>, Status> {
+        let progress = event(execute_event::Event::Progress(pb::Progress {
+            progress: 1.0,
+            total: 2.0,
+            message: "halfway".into(),
+        }));
+        let rest: Vec<Result<ExecuteEvent, Status>> = match self.script(request.get_ref()) {
+            Script::Status(code) => return Err(Status::new(code, "scripted")),
+            Script::Ok => vec![event(execute_event::Event::Result(ok_result()))],
+            Script::Reply(error) => vec![event(execute_event::Event::Result(error.into_result()))],
+            Script::ProgressThen(code) => vec![Err(Status::new(code, "scripted"))],
+            Script::Hang => {
+                let hung = tokio_stream::iter([progress]).chain(tokio_stream::pending());
+                return Ok(Response::new(Box::pin(hung)));
+            }
+            Script::Flaky(_) => unreachable!("resolved by Scripted::script"),
+        };
+        let events = tokio_stream::iter(std::iter::once(progress).chain(rest));
+        Ok(Response::new(Box::pin(events)))
     }
 }
 
@@ -474,4 +527,64 @@ async fn tool_fault_failover_keeps_the_healthy_replicas_tools() {
             "t_write avoids B, where it is ejected"
         );
     }
+}
+
+/// The events of one `InvokeStream`: the progress messages, then the response.
+async fn streamed(d: &Dispatcher, request: InvokeRequest) -> (Vec<String>, pb::InvokeResponse) {
+    let who = d.governance().authenticate(None, None).unwrap();
+    let mut events = d
+        .invoke_stream(who, request, None, Default::default())
+        .unwrap();
+    let mut progress = Vec::new();
+    while let Some(event) = events.recv().await {
+        match event.event {
+            Some(invoke_event::Event::Progress(p)) => progress.push(p.message),
+            Some(invoke_event::Event::Done(response)) => return (progress, response),
+            other => panic!("unexpected event {other:?}"),
+        }
+    }
+    panic!("the stream ended without a response");
+}
+
+/// A streaming tool's attempt that failed before it streamed anything is
+/// retried by the usual rules; one that streamed progress to the caller and
+/// then broke is not, and the caller reads the failure. Through a unary
+/// Invoke nothing reaches the caller before the end, so the same break is
+/// retried (the tool is idempotent).
+#[tokio::test]
+async fn streams_retry_only_until_something_reached_the_caller() {
+    let streaming = ToolSpec {
+        streams_progress: true,
+        ..spec(true, 0)
+    };
+    let flaky = |first: Script| Script::Flaky(Box::new(first));
+    let (refused_first, seen) = executor(flaky(Script::Status(tonic::Code::Unavailable))).await;
+    let d = dispatcher(
+        streaming.clone(),
+        &[&refused_first],
+        DispatcherConfig::default(),
+    );
+    let (progress, response) = streamed(&d, call("before")).await;
+    assert_eq!(code_of(&response), ErrorCode::Unspecified, "{response:?}");
+    assert_eq!(
+        response.attempts, 2,
+        "retried: nothing had reached the caller"
+    );
+    assert_eq!(progress, ["halfway"], "only the attempt that ran streamed");
+    assert_eq!(seen.lock().unwrap().len(), 2);
+
+    let (broke_first, seen) = executor(flaky(Script::ProgressThen(tonic::Code::Unavailable))).await;
+    let d = dispatcher(streaming, &[&broke_first], DispatcherConfig::default());
+    let (progress, response) = streamed(&d, call("after")).await;
+    assert_eq!(code_of(&response), ErrorCode::Unavailable, "{response:?}");
+    assert_eq!(
+        response.attempts, 1,
+        "never retried once something was delivered"
+    );
+    assert_eq!(progress, ["halfway"]);
+    assert_eq!(seen.lock().unwrap().len(), 1);
+
+    let unary = d.invoke(call("unary"), None).await.unwrap();
+    assert_eq!(code_of(&unary), ErrorCode::Unspecified, "{unary:?}");
+    assert_eq!(unary.attempts, 2, "a unary caller saw nothing: retried");
 }

@@ -1,4 +1,6 @@
-//! Executor `knowledge`: `search_kb`, word-overlap search over a small in-process set of help-centre articles.
+//! Executor `knowledge`: `search_kb`, word-overlap search over a small in-process set of help-centre articles, and `export_report`, a slow export of them that streams its progress.
+
+mod export;
 
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -7,7 +9,9 @@ use toolmesh_executor::{CallCx, Executor, RiskLevel, Tool, ToolFailure, ToolInfo
 
 /// The `knowledge` executor.
 pub fn executor() -> Executor {
-    Executor::new("knowledge").tool(SearchKb)
+    Executor::new("knowledge")
+        .tool(SearchKb)
+        .tool(export::ExportReport)
 }
 
 struct Article {

@@ -52,6 +52,7 @@ fn request(tool: &str, call_id: &str, attempt: u32, args: Value) -> ExecuteReque
 async fn every_example_binds_with_strict_schemas() {
     let expected: HashMap<&str, (RiskLevel, bool)> = [
         ("search_kb", (RiskLevel::Low, true)),
+        ("export_report", (RiskLevel::Low, true)),
         ("get_user_info", (RiskLevel::Low, true)),
         ("get_current_time", (RiskLevel::Low, true)),
         ("create_ticket", (RiskLevel::Medium, false)),
@@ -85,6 +86,38 @@ async fn every_example_binds_with_strict_schemas() {
     }
     assert_eq!(seen, expected.len());
     assert!(example("nope", &ExampleOptions::default()).is_none());
+}
+
+/// export_report exports every article (or a topic's) in order, says so
+/// in its spec (it streams progress), and refuses a topic no article covers.
+/// In process nothing streams: the report is the whole result.
+#[tokio::test]
+async fn export_report() {
+    let kb = get("knowledge");
+    let spec = kb
+        .specs()
+        .into_iter()
+        .find(|s| s.name == "export_report")
+        .unwrap();
+    assert!(spec.streams_progress && spec.read_only);
+    let all = kb.call("export_report", json!({"pace_ms": 0})).await;
+    ok(&all);
+    let ids = data(&all)["articles"].as_array().unwrap().clone();
+    assert_eq!(ids.len(), 8);
+    assert!(all.output.starts_with("## [KB-101] Reset your password"));
+    assert!(all.output.contains("## [KB-108] API rate limits"));
+    let billing = kb
+        .call("export_report", json!({"topic": "refund", "pace_ms": 0}))
+        .await;
+    ok(&billing);
+    assert_eq!(data(&billing)["articles"], json!(["KB-104"]));
+    let none = kb
+        .call("export_report", json!({"topic": "zebra", "pace_ms": 0}))
+        .await;
+    assert_eq!(code(&none), ErrorCode::ToolError);
+    assert!(message(&none).contains("no article is about"), "{none:?}");
+    let slow = kb.call("export_report", json!({"pace_ms": 2001})).await;
+    assert_eq!(code(&slow), ErrorCode::InvalidArguments);
 }
 
 /// search_kb finds the article a question is about, honours limit, and

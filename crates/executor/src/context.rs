@@ -1,9 +1,10 @@
-//! `CallCx`: what a tool knows about the call it is running (ids, caller, deadline, cancellation).
+//! `CallCx`: what a tool knows about the call it is running (ids, caller, deadline, cancellation, progress).
 
+use crate::ProgressHandle;
 use std::{future::Future, sync::Arc};
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
-use toolmesh::pb::CallContext;
+use toolmesh::pb::{CallContext, ExecuteRequest};
 
 /// The context of one call, handed to [`Tool::call`](crate::Tool::call).
 ///
@@ -22,27 +23,30 @@ struct Inner {
     context: CallContext,
     deadline: Option<Instant>,
     token: CancellationToken,
+    progress: ProgressHandle,
 }
 
 impl CallCx {
+    /// The context of `request` (its arguments already read) running on
+    /// `executor_id` until `deadline`, cancelled by `token`, reporting
+    /// through `progress`.
     pub(crate) fn new(
-        call_id: String,
-        attempt: u32,
-        tool: String,
+        request: ExecuteRequest,
         executor_id: String,
-        context: CallContext,
         deadline: Option<Instant>,
         token: CancellationToken,
+        progress: ProgressHandle,
     ) -> Self {
         CallCx {
             inner: Arc::new(Inner {
-                call_id,
-                attempt,
-                tool,
+                call_id: request.call_id,
+                attempt: request.attempt.max(1),
+                tool: request.tool,
                 executor_id,
-                context,
+                context: request.context.unwrap_or_default(),
                 deadline,
                 token,
+                progress,
             }),
         }
     }
@@ -105,5 +109,14 @@ impl CallCx {
     /// Whether the call has been cancelled.
     pub fn is_cancelled(&self) -> bool {
         self.inner.token.is_cancelled()
+    }
+
+    /// Where the tool reports progress and partial output while it runs.
+    /// Reports reach the caller when the tool declares
+    /// [`streams_progress`](crate::ToolInfo::streams_progress) and the call
+    /// came by `ExecuteStream`; otherwise they are dropped, so a tool reports
+    /// the same way however it is called.
+    pub fn progress(&self) -> &ProgressHandle {
+        &self.inner.progress
     }
 }

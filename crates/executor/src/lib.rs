@@ -3,7 +3,9 @@
 //! tool's input schema from its argument type, serves `toolmesh.v1.Executor`
 //! with `grpc.health.v1` and reflection, registers with the registry and keeps
 //! the lease alive, checks every call's arguments, enforces the deadline,
-//! turns a panicking tool into `EXECUTOR_FAILED` and drains on shutdown.
+//! turns a panicking tool into `EXECUTOR_FAILED`, streams the progress of
+//! tools that declare [`ToolInfo::streams_progress`] (`ExecuteStream`, see
+//! [`CallCx::progress`]) and drains on shutdown.
 //!
 //! ```
 //! use schemars::JsonSchema;
@@ -61,12 +63,15 @@ mod dispatcher_only;
 mod erased;
 mod lease;
 mod metrics;
+mod progress;
 mod server;
+mod stream;
 mod tool;
 
 pub use context::CallCx;
 pub use erased::{schema_text, schema_value};
 pub use lease::{BACKOFF_INITIAL, BACKOFF_MAX};
+pub use progress::ProgressHandle;
 pub use server::CANCEL_GRACE;
 pub use tool::{Tool, ToolFailure, ToolInfo, ToolOutput};
 pub use toolmesh::pb::{RetryPolicy, RiskLevel};
@@ -225,7 +230,7 @@ impl Executor {
             // In-process calls are not served calls: counted nowhere.
             metrics: metrics::Metrics::new(&Default::default(), []),
         };
-        core.execute(request, None).await
+        core.execute(request, None, ProgressHandle::default()).await
     }
 
     /// [`execute`](Executor::execute) with a fresh call id, attempt 1, the

@@ -2,8 +2,9 @@
 
 use crate::dispatcher_only::DispatcherOnly;
 use crate::metrics::Metrics;
+use crate::stream;
 use crate::{
-    CallCx,
+    CallCx, ProgressHandle,
     erased::{ErasedTool, Outcome},
     tool::{ToolOutput, duration_ms_ceil},
 };
@@ -55,8 +56,9 @@ impl Core {
     /// caller still allows (from `grpc-timeout`), if it said.
     pub(crate) async fn execute(
         &self,
-        request: ExecuteRequest,
+        mut request: ExecuteRequest,
         caller_timeout: Option<Duration>,
+        progress: ProgressHandle,
     ) -> ToolResult {
         let Some(slot) = self.tools.get(&request.tool) else {
             return not_found(&self.tools, &self.executor_id, &request.tool);
@@ -95,14 +97,14 @@ impl Core {
         }
         let deadline = Instant::now() + budget;
         let token = self.stop.child_token();
+        // Read already: the tool gets them typed.
+        request.arguments = String::new();
         let cx = CallCx::new(
-            request.call_id,
-            request.attempt.max(1),
-            request.tool,
+            request,
             self.executor_id.clone(),
-            request.context.unwrap_or_default(),
             Some(deadline),
             token.clone(),
+            progress,
         );
         debug!(
             tool = def.name(),
@@ -292,19 +294,24 @@ pub(crate) fn stamp_arrival(mut request: Request<()>) -> Result<Request<()>, Sta
     Ok(request)
 }
 
-/// The tonic service answering `toolmesh.v1.Executor/Execute`.
+/// The tonic service answering `toolmesh.v1.Executor` (`Execute` and `ExecuteStream`).
 pub(crate) struct ExecuteService {
     pub(crate) core: Arc<Core>,
     /// Set when registered: only calls carrying the registered token run.
     pub(crate) dispatcher_only: Option<Arc<DispatcherOnly>>,
 }
 
-#[tonic::async_trait]
-impl pb::executor_server::Executor for ExecuteService {
-    async fn execute(
-        &self,
-        request: Request<ExecuteRequest>,
-    ) -> Result<Response<ExecuteResponse>, Status> {
+/// A request the service admitted: the time its caller still allows, and
+/// the span it runs in.
+pub(crate) struct Accepted {
+    caller_timeout: Option<Duration>,
+    span: tracing::Span,
+}
+
+impl ExecuteService {
+    /// Admits `request` (only dispatchers, once registered) and reads the
+    /// deadline and trace it carries.
+    fn accept(&self, request: &Request<ExecuteRequest>) -> Result<Accepted, Status> {
         if let Some(gate) = &self.dispatcher_only {
             gate.admit(request.metadata())?;
         }
@@ -313,28 +320,75 @@ impl pb::executor_server::Executor for ExecuteService {
             // Time already spent since arrival is gone from the budget.
             timeout.saturating_sub(arrived.map_or(Duration::ZERO, |at| at.elapsed()))
         });
-        let span = execute_span(&request);
-        let core = &self.core;
-        let tool = request.get_ref().tool.clone();
-        core.metrics.in_flight.inc();
+        Ok(Accepted {
+            caller_timeout,
+            span: execute_span(request),
+        })
+    }
+}
+
+impl Core {
+    /// Runs a served call to its result, counted in the metrics and
+    /// traced in its span; reports go to `progress`.
+    pub(crate) async fn serve(
+        &self,
+        request: ExecuteRequest,
+        accepted: Accepted,
+        progress: ProgressHandle,
+    ) -> ToolResult {
+        let tool = request.tool.clone();
+        self.metrics.in_flight.inc();
         let started = Instant::now();
-        let _in_flight = InFlight(&core.metrics);
-        let result = core
-            .execute(request.into_inner(), caller_timeout)
+        let _in_flight = InFlight(&self.metrics);
+        let span = accepted.span;
+        let result = self
+            .execute(request, accepted.caller_timeout, progress)
             .instrument(span.clone())
             .await;
         let code = result.error.as_ref().map_or(ErrorCode::Unspecified, |e| {
             ErrorCode::try_from(e.code).unwrap_or(ErrorCode::ExecutorFailed)
         });
-        core.metrics
+        self.metrics
             .executed(&tool, code, started.elapsed().as_secs_f64());
         if code != ErrorCode::Unspecified && !span.is_disabled() {
             span.record("error.type", code.short_name());
             span.record("otel.status_code", "ERROR");
         }
+        result
+    }
+}
+
+#[tonic::async_trait]
+impl pb::executor_server::Executor for ExecuteService {
+    async fn execute(
+        &self,
+        request: Request<ExecuteRequest>,
+    ) -> Result<Response<ExecuteResponse>, Status> {
+        let accepted = self.accept(&request)?;
+        let result = self
+            .core
+            .serve(request.into_inner(), accepted, ProgressHandle::default())
+            .await;
         Ok(Response::new(ExecuteResponse {
             result: Some(result),
         }))
+    }
+
+    type ExecuteStreamStream = stream::Events;
+
+    async fn execute_stream(
+        &self,
+        request: Request<ExecuteRequest>,
+    ) -> Result<Response<stream::Events>, Status> {
+        let accepted = self.accept(&request)?;
+        let (events, received) = tokio::sync::mpsc::channel(stream::EVENT_BUFFER);
+        tokio::spawn(stream::run(
+            Arc::clone(&self.core),
+            request.into_inner(),
+            accepted,
+            events,
+        ));
+        Ok(Response::new(stream::Events::new(received)))
     }
 }
 

@@ -40,6 +40,7 @@ pub struct ToolInfo {
     risk: RiskLevel,
     idempotent: bool,
     read_only: bool,
+    streams_progress: bool,
     timeout: Duration,
     owner: String,
     tags: Vec<String>,
@@ -67,6 +68,7 @@ impl ToolInfo {
             risk: RiskLevel::Low,
             idempotent: false,
             read_only: false,
+            streams_progress: false,
             timeout: Duration::ZERO,
             owner: String::new(),
             tags: Vec::new(),
@@ -96,6 +98,17 @@ impl ToolInfo {
     /// cached by the dispatcher when its policy says so).
     pub fn read_only(mut self, read_only: bool) -> Self {
         self.read_only = read_only;
+        self
+    }
+
+    /// Declares that the tool reports progress (and maybe partial output)
+    /// through [`CallCx::progress`](crate::CallCx::progress): the spec says
+    /// `streams_progress`, so dispatchers call it by `ExecuteStream` and pass
+    /// the reports on to callers that stream (`InvokeStream`, MCP clients
+    /// with a `progressToken`). Callers that do not stream still get the
+    /// result when the tool ends.
+    pub fn streams_progress(mut self, streams: bool) -> Self {
+        self.streams_progress = streams;
         self
     }
 
@@ -183,6 +196,7 @@ impl ToolInfo {
             risk: self.risk as i32,
             idempotent: self.idempotent,
             read_only: self.read_only,
+            streams_progress: self.streams_progress,
             timeout_ms: duration_ms_ceil(self.timeout),
             owner: self.owner.clone(),
             tags: self.tags.clone(),

@@ -19,7 +19,10 @@ use tonic_health::pb::{
 use toolmesh::ToolResultExt;
 use toolmesh::{
     ToolErrorExt,
-    pb::{ErrorCode, ExecuteRequest, ToolResult, executor_client::ExecutorClient},
+    pb::{
+        ErrorCode, ExecuteRequest, ToolResult, execute_event::Event,
+        executor_client::ExecutorClient,
+    },
 };
 use toolmesh_executor::{
     CallCx, Executor, ExecutorError, RiskLevel, ServeOptions, Tool, ToolFailure, ToolInfo,
@@ -154,6 +157,46 @@ impl Tool for Fail {
         } else {
             Err(ToolFailure::new("user u_9 not found"))
         }
+    }
+}
+
+/// Arguments of `steps`.
+#[derive(Deserialize, JsonSchema)]
+struct StepsArgs {
+    n: u32,
+    step_ms: u64,
+}
+
+/// Reports each of `n` steps (progress, then a chunk), `step_ms` apart.
+#[derive(Default, Clone)]
+struct Steps {
+    saw_cancel: Arc<AtomicBool>,
+    streamed: Arc<AtomicBool>,
+}
+
+impl Tool for Steps {
+    type Args = StepsArgs;
+    fn info(&self) -> ToolInfo {
+        ToolInfo::new("steps", "1.0.0", "Takes steps, reporting each.").streams_progress(true)
+    }
+    async fn call(&self, args: StepsArgs, cx: CallCx) -> Result<ToolOutput, ToolFailure> {
+        let progress = cx.progress().clone();
+        self.streamed
+            .store(progress.is_streamed(), Ordering::SeqCst);
+        for i in 1..=args.n {
+            tokio::select! {
+                () = tokio::time::sleep(Duration::from_millis(args.step_ms)) => {}
+                () = cx.cancelled() => {
+                    self.saw_cancel.store(true, Ordering::SeqCst);
+                    return Err(ToolFailure::new("cancelled"));
+                }
+            }
+            progress
+                .report(f64::from(i), Some(f64::from(args.n)), format!("step {i}"))
+                .await;
+            progress.partial(format!("<{i}>")).await;
+        }
+        Ok(ToolOutput::text(format!("{} steps", args.n)))
     }
 }
 
@@ -682,4 +725,118 @@ async fn unencodable_output_is_executor_failed() {
         .await;
     assert_eq!(code(&result), ErrorCode::ExecutorFailed, "{result:?}");
     assert!(message(&result).contains("could not be encoded"));
+}
+
+/// Every event of an ExecuteStream, in order, as "progress N/T message",
+/// "chunk TEXT" or "result OUTPUT".
+async fn execute_stream(
+    client: &mut ExecutorClient<tonic::transport::Channel>,
+    req: impl tonic::IntoRequest<ExecuteRequest>,
+) -> Vec<String> {
+    let mut events = client.execute_stream(req).await.unwrap().into_inner();
+    let mut seen = Vec::new();
+    while let Some(event) = events.message().await.unwrap() {
+        seen.push(match event.event.unwrap() {
+            Event::Progress(p) => format!("progress {}/{} {}", p.progress, p.total, p.message),
+            Event::Chunk(c) => format!("chunk {}", c.text),
+            Event::Result(r) if code(&r) != ErrorCode::Unspecified => {
+                format!("error {:?}", code(&r))
+            }
+            Event::Result(r) => format!("result {}", r.output),
+        });
+    }
+    seen
+}
+
+/// A tool declared `streams_progress` says so in its spec; ExecuteStream
+/// delivers its reports and chunks in order, then the result, last; Execute
+/// (and the in-process call) answers the same result with the reports
+/// dropped; a tool that does not stream answers its result alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn execute_stream_reports_progress_then_the_result() {
+    let tool = Steps::default();
+    let streamed = Arc::clone(&tool.streamed);
+    let executor = Executor::new("t").tool(tool).tool(Count::default());
+    let specs = executor.specs();
+    assert!(
+        specs
+            .iter()
+            .any(|s| s.name == "steps" && s.streams_progress)
+    );
+    assert!(
+        specs
+            .iter()
+            .any(|s| s.name == "count" && !s.streams_progress)
+    );
+    let local = executor.call("steps", json!({"n": 2, "step_ms": 0})).await;
+    assert_eq!(local.output, "2 steps");
+    assert!(!streamed.load(Ordering::SeqCst), "in process: not streamed");
+
+    let mut running = start(executor, Duration::from_secs(1)).await;
+    let mut client = running.client().await;
+    let events = execute_stream(&mut client, request("steps", json!({"n": 3, "step_ms": 5}))).await;
+    assert_eq!(
+        events,
+        [
+            "progress 1/3 step 1",
+            "chunk <1>",
+            "progress 2/3 step 2",
+            "chunk <2>",
+            "progress 3/3 step 3",
+            "chunk <3>",
+            "result 3 steps",
+        ]
+    );
+    assert!(streamed.load(Ordering::SeqCst));
+    let unary = execute(&mut client, request("steps", json!({"n": 3, "step_ms": 5}))).await;
+    assert_eq!(unary.output, "3 steps");
+    assert!(!streamed.load(Ordering::SeqCst), "Execute: not streamed");
+    let plain = execute_stream(
+        &mut client,
+        request("count", json!({"n": 1, "mode": "fast"})),
+    )
+    .await;
+    assert_eq!(plain.len(), 1, "{plain:?}");
+    assert!(plain[0].starts_with("result "), "{plain:?}");
+    running.shutdown();
+    running.done.await.unwrap().unwrap();
+}
+
+/// The deadline ends a stream with a DEADLINE_EXCEEDED result after the
+/// reports made in time; a caller that drops the stream cancels the tool.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn execute_stream_keeps_deadlines_and_cancellation() {
+    let tool = Steps::default();
+    let saw_cancel = Arc::clone(&tool.saw_cancel);
+    let mut running = start(Executor::new("t").tool(tool), Duration::from_secs(1)).await;
+    let mut client = running.client().await;
+    let mut late = Request::new(request("steps", json!({"n": 100, "step_ms": 20})));
+    late.set_timeout(Duration::from_millis(200));
+    let events = execute_stream(&mut client, late).await;
+    assert_eq!(
+        events.last().unwrap(),
+        "error DeadlineExceeded",
+        "{events:?}"
+    );
+    assert!(events.len() > 3 && events.len() < 100, "{events:?}");
+    until(
+        "the late call saw its cancellation",
+        Duration::from_secs(3),
+        || saw_cancel.swap(false, Ordering::SeqCst),
+    )
+    .await;
+
+    let mut events = client
+        .execute_stream(request("steps", json!({"n": 100, "step_ms": 20})))
+        .await
+        .unwrap()
+        .into_inner();
+    assert!(events.message().await.unwrap().is_some(), "a first report");
+    drop(events);
+    until("the tool saw the caller go", Duration::from_secs(3), || {
+        saw_cancel.load(Ordering::SeqCst)
+    })
+    .await;
+    running.shutdown();
+    running.done.await.unwrap().unwrap();
 }

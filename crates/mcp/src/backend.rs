@@ -5,8 +5,12 @@ use crate::BackendError;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
+use tokio::sync::mpsc;
 use toolmesh::grpc::PeerCertificate;
-use toolmesh::pb::{InvokeRequest, InvokeResponse, ListToolsResponse, ToolFormat};
+use toolmesh::pb::{
+    InvokeEvent, InvokeRequest, InvokeResponse, ListToolsResponse, Progress, ToolFormat,
+    invoke_event,
+};
 use toolmesh_dispatcher::{Dispatcher, Principal};
 use toolmesh_telemetry::trace::Context as TraceContext;
 
@@ -41,6 +45,19 @@ pub trait Backend: Clone + Send + Sync + 'static {
         request: InvokeRequest,
         timeout: Option<Duration>,
         parent: TraceContext,
+    ) -> impl Future<Output = Result<InvokeResponse, BackendError>> + Send;
+
+    /// `InvokeStream` for `who`: each progress report of the tool goes to
+    /// `progress` as it comes (output chunks do not: the result carries the
+    /// whole output), then the response is the answer. Dropping the future
+    /// cancels the call end to end.
+    fn invoke_streamed(
+        &self,
+        who: &Self::Caller,
+        request: InvokeRequest,
+        timeout: Option<Duration>,
+        parent: TraceContext,
+        progress: mpsc::Sender<Progress>,
     ) -> impl Future<Output = Result<InvokeResponse, BackendError>> + Send;
 
     /// How often a `list_changed` subscription compares the caller's
@@ -80,7 +97,46 @@ impl Backend for Dispatcher {
         Ok(self.invoke_traced(who, request, timeout, parent).await?)
     }
 
+    async fn invoke_streamed(
+        &self,
+        who: &Principal,
+        request: InvokeRequest,
+        timeout: Option<Duration>,
+        parent: TraceContext,
+        progress: mpsc::Sender<Progress>,
+    ) -> Result<InvokeResponse, BackendError> {
+        let mut events = self.invoke_stream(who.clone(), request, timeout, parent)?;
+        while let Some(event) = events.recv().await {
+            if let Some(response) = pass(event, &progress).await {
+                return Ok(response);
+            }
+        }
+        Err(ended_without_response())
+    }
+
     fn watch_interval(&self) -> Duration {
         Duration::from_millis(200)
     }
+}
+
+/// Passes the progress `event` reports on to `progress`, or answers the
+/// response it ends the stream with (other events are not for MCP).
+pub(crate) async fn pass(
+    event: InvokeEvent,
+    progress: &mpsc::Sender<Progress>,
+) -> Option<InvokeResponse> {
+    match event.event {
+        Some(invoke_event::Event::Progress(report)) => {
+            // The handler stopped listening only when the call is dropped.
+            let _ = progress.send(report).await;
+            None
+        }
+        Some(invoke_event::Event::Done(response)) => Some(response),
+        Some(invoke_event::Event::Chunk(_)) | None => None,
+    }
+}
+
+/// A stream of events that ended before its response.
+pub(crate) fn ended_without_response() -> BackendError {
+    BackendError::Transport("the call's stream ended without a response".into())
 }

@@ -1,13 +1,15 @@
 //! A dispatcher reached over gRPC, for the stdio bridge (`toolmesh mcp`):
 //! the dispatcher authenticates the bridge's token itself.
 
+use crate::backend::{ended_without_response, pass};
 use crate::{Backend, BackendError};
 use std::sync::Arc;
 use std::time::Duration;
+use tokio::sync::mpsc;
 use tonic::transport::Channel;
 use toolmesh::grpc::{MAX_SNAPSHOT_MESSAGE_BYTES, PeerCertificate};
 use toolmesh::pb::{
-    InvokeRequest, InvokeResponse, ListToolsRequest, ListToolsResponse, ToolFormat,
+    InvokeRequest, InvokeResponse, ListToolsRequest, ListToolsResponse, Progress, ToolFormat,
     dispatcher_client::DispatcherClient,
 };
 
@@ -27,6 +29,23 @@ impl GrpcBackend {
                 .max_decoding_message_size(MAX_SNAPSHOT_MESSAGE_BYTES),
             token: token.filter(|t| !t.is_empty()),
         }
+    }
+
+    /// An Invoke as `who` within `timeout`, continuing the MCP client's
+    /// trace `parent`.
+    fn call(
+        &self,
+        who: &Option<String>,
+        request: InvokeRequest,
+        timeout: Option<Duration>,
+        parent: &toolmesh_telemetry::trace::Context,
+    ) -> tonic::Request<InvokeRequest> {
+        let mut request = self.request(who, request);
+        toolmesh_telemetry::trace::inject_context(parent, request.metadata_mut());
+        if let Some(timeout) = timeout {
+            request.set_timeout(timeout);
+        }
+        request
     }
 
     fn request<T>(&self, who: &Option<String>, message: T) -> tonic::Request<T> {
@@ -82,14 +101,28 @@ impl Backend for GrpcBackend {
         timeout: Option<Duration>,
         parent: toolmesh_telemetry::trace::Context,
     ) -> Result<InvokeResponse, BackendError> {
-        let mut request = self.request(who, request);
-        // The dispatcher continues the MCP client's trace.
-        toolmesh_telemetry::trace::inject_context(&parent, request.metadata_mut());
-        if let Some(timeout) = timeout {
-            request.set_timeout(timeout);
-        }
+        let request = self.call(who, request, timeout, &parent);
         let mut client = self.client.clone();
         Ok(client.invoke(request).await?.into_inner())
+    }
+
+    async fn invoke_streamed(
+        &self,
+        who: &Option<String>,
+        request: InvokeRequest,
+        timeout: Option<Duration>,
+        parent: toolmesh_telemetry::trace::Context,
+        progress: mpsc::Sender<Progress>,
+    ) -> Result<InvokeResponse, BackendError> {
+        let request = self.call(who, request, timeout, &parent);
+        let mut client = self.client.clone();
+        let mut events = client.invoke_stream(request).await?.into_inner();
+        while let Some(event) = events.message().await? {
+            if let Some(response) = pass(event, &progress).await {
+                return Ok(response);
+            }
+        }
+        Err(ended_without_response())
     }
 
     fn watch_interval(&self) -> Duration {

@@ -1,21 +1,25 @@
 //! The MCP server handler: `tools/list` (the caller's projection, paged),
-//! `tools/call` (one Invoke), and `list_changed` when the caller's
-//! projection changes.
+//! `tools/call` (one Invoke; an InvokeStream whose progress becomes
+//! `notifications/progress` when the request carries a `progressToken`), and
+//! `list_changed` when the caller's projection changes.
 
 use crate::result::APPROVAL_META;
 use crate::{Backend, BackendError};
 use rmcp::model::{
     CacheScope, CallToolRequestParams, CallToolResponse, Implementation, ListToolsResult,
-    PaginatedRequestParams, RequestMetaObject, ServerCapabilities, ServerConfig,
-    SubscriptionFilter, Tool,
+    PaginatedRequestParams, ProgressNotificationParam, ProgressToken, RequestMetaObject,
+    ServerCapabilities, ServerConfig, SubscriptionFilter, Tool,
 };
-use rmcp::service::{RequestContext, SubscriptionContext};
+use rmcp::service::{Peer, RequestContext, SubscriptionContext};
 use rmcp::{ErrorData, RoleServer, ServerHandler};
 use serde_json::Value;
 use std::collections::HashMap;
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::{Arc, Mutex, Weak};
-use toolmesh::pb::{CallContext, InvokeRequest, ListToolsResponse, ToolFormat};
+use tokio::sync::mpsc;
+use toolmesh::pb::{
+    CallContext, InvokeRequest, InvokeResponse, ListToolsResponse, Progress, ToolFormat,
+};
 use toolmesh_telemetry::trace::Context as TraceContext;
 
 /// Tools per `tools/list` page: 10,000 tools are 50 pages, not one 3 MiB answer.
@@ -30,6 +34,8 @@ const LIST_TTL_MS: u64 = 5_000;
 const CURSOR_PREFIX: &str = "after:";
 /// Listings whose digest is remembered, and parsed listings kept, at most.
 const PARSED_ENTRIES: usize = 64;
+/// Progress reports of one call waiting for their notification to go out.
+const PROGRESS_BUFFER: usize = 16;
 
 /// The MCP handler over a [`Backend`]; cheap to clone (one per request),
 /// the clones sharing what was parsed.
@@ -136,6 +142,59 @@ impl<B: Backend> McpHandler<B> {
         parsed.tools.insert(key, tools.clone());
         Ok(tools)
     }
+
+    /// Runs a `tools/call`: one Invoke, or with a progress `token` an
+    /// InvokeStream whose progress goes to `peer` as
+    /// `notifications/progress`, every one before the result.
+    async fn invoke(
+        &self,
+        who: &B::Caller,
+        (invoke, parent): (InvokeRequest, TraceContext),
+        token: Option<ProgressToken>,
+        peer: &Peer<RoleServer>,
+    ) -> Result<InvokeResponse, BackendError> {
+        let Some(token) = token else {
+            return self.backend.invoke(who, invoke, None, parent).await;
+        };
+        let (progress, mut reports) = mpsc::channel(PROGRESS_BUFFER);
+        let call = self
+            .backend
+            .invoke_streamed(who, invoke, None, parent, progress);
+        let notify = async {
+            while let Some(report) = reports.recv().await {
+                // A client that stops listening still gets its result.
+                let _ = peer.notify_progress(notification(&token, report)).await;
+            }
+        };
+        // The call's end drops the sender, so `notify` drains and ends.
+        tokio::join!(call, notify).0
+    }
+}
+
+/// The `notifications/progress` of one report (a total of 0 is unknown).
+fn notification(token: &ProgressToken, report: Progress) -> ProgressNotificationParam {
+    let mut param = ProgressNotificationParam::new(token.clone(), report.progress);
+    if report.total > 0.0 {
+        param = param.with_total(report.total);
+    }
+    if !report.message.is_empty() {
+        param = param.with_message(report.message);
+    }
+    param
+}
+
+/// The `progressToken` of a `tools/call`, from the request's `_meta`
+/// (rmcp's copy in the context, or the params' own).
+fn progress_token(
+    params: &CallToolRequestParams,
+    meta: &RequestMetaObject,
+) -> Option<ProgressToken> {
+    meta.get_progress_token().or_else(|| {
+        params
+            .meta
+            .as_ref()
+            .and_then(RequestMetaObject::get_progress_token)
+    })
 }
 
 /// The page of `tools` after `cursor`, and the cursor of the next page.
@@ -242,11 +301,12 @@ impl<B: Backend> ServerHandler for McpHandler<B> {
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
         let who = self.caller(&context)?;
-        let (invoke, parent) = invocation(&request, &context.meta);
+        let call = invocation(&request, &context.meta);
+        let token = progress_token(&request, &context.meta);
         // Closing the request's stream cancels `ct`; dropping the call's
         // future resets the executor's stream, so the tool sees it too.
         let response = tokio::select! {
-            response = self.backend.invoke(&who, invoke, None, parent) => response?,
+            response = self.invoke(&who, call, token, &context.peer) => response?,
             () = context.ct.cancelled() => {
                 return Err(ErrorData::internal_error("the call was cancelled by the client", None));
             }
@@ -354,6 +414,16 @@ mod tests {
             _: InvokeRequest,
             _: Option<std::time::Duration>,
             _: TraceContext,
+        ) -> Result<toolmesh::pb::InvokeResponse, BackendError> {
+            unreachable!()
+        }
+        async fn invoke_streamed(
+            &self,
+            _: &(),
+            _: InvokeRequest,
+            _: Option<std::time::Duration>,
+            _: TraceContext,
+            _: mpsc::Sender<Progress>,
         ) -> Result<toolmesh::pb::InvokeResponse, BackendError> {
             unreachable!()
         }

@@ -5,16 +5,19 @@
 #[path = "support/mcp_mesh.rs"]
 mod mesh;
 
-use mesh::{ADMIN, AGENT, BULK, Mesh};
+use mesh::{ADMIN, AGENT, BULK, Mesh, VISIBLE};
+use rmcp::model::ProgressNotificationParam;
 use rmcp::model::{
     CacheScope, CallToolRequestParams, CallToolResult, ClientConfig, PaginatedRequestParams,
     ProtocolVersion, RequestMetaObject, ServerNotification, SubscriptionFilter,
 };
+use rmcp::service::NotificationContext;
 use rmcp::service::RunningService;
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
-use rmcp::{ClientLifecycleMode, ClientServiceExt, RoleClient};
+use rmcp::{ClientHandler, ClientLifecycleMode, ClientServiceExt, RoleClient};
 use serde_json::{Value, json};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
@@ -22,11 +25,20 @@ type Client = RunningService<RoleClient, ClientConfig>;
 
 /// An rmcp client of `url` on the 2026-07-28 revision (stateless).
 async fn client(url: &str, token: Option<&str>) -> Result<Client, String> {
+    client_with(ClientConfig::default(), url, token).await
+}
+
+/// [`client`] with `handler` for what the server sends it.
+async fn client_with<H: ClientHandler>(
+    handler: H,
+    url: &str,
+    token: Option<&str>,
+) -> Result<RunningService<RoleClient, H>, String> {
     let mut config = StreamableHttpClientTransportConfig::with_uri(url.to_owned());
     if let Some(token) = token {
         config = config.auth_header(token);
     }
-    ClientConfig::default()
+    handler
         .serve_with_lifecycle(
             StreamableHttpClientTransport::from_config(config),
             ClientLifecycleMode::Discover {
@@ -60,7 +72,11 @@ fn names(tools: &[rmcp::model::Tool]) -> Vec<String> {
     tools.iter().map(|t| t.name.to_string()).collect()
 }
 
-async fn call(client: &Client, tool: &str, arguments: Value) -> Result<CallToolResult, String> {
+async fn call<H: ClientHandler>(
+    client: &RunningService<RoleClient, H>,
+    tool: &str,
+    arguments: Value,
+) -> Result<CallToolResult, String> {
     let mut params = CallToolRequestParams::new(tool.to_owned());
     params.arguments = arguments.as_object().cloned();
     client.call_tool(params).await.map_err(|e| e.to_string())
@@ -93,7 +109,11 @@ async fn lists_the_callers_projection_in_pages() {
     let agent = client(&mesh.url, Some(AGENT)).await.unwrap();
     let (tools, pages) = list_all(&agent).await;
     let listed = names(&tools);
-    assert_eq!(listed.len(), BULK + 4, "bulk + echo, liar, wait, wipe");
+    assert_eq!(
+        listed.len(),
+        BULK + VISIBLE,
+        "bulk + echo, liar, wait, steps, wipe"
+    );
     assert!(pages >= BULK / toolmesh_mcp::PAGE_SIZE, "{pages} pages");
     assert!(listed.windows(2).all(|w| w[0] < w[1]), "sorted, no repeats");
     assert!(
@@ -265,6 +285,93 @@ async fn cancelling_a_call_reaches_the_executor() {
     mesh.node.stop(Duration::from_secs(1)).await.unwrap();
 }
 
+/// A client that keeps the progress notifications it hears.
+#[derive(Clone, Default)]
+struct Heard(Arc<Mutex<Vec<ProgressNotificationParam>>>);
+
+impl ClientHandler for Heard {
+    async fn on_progress(
+        &self,
+        params: ProgressNotificationParam,
+        _context: NotificationContext<RoleClient>,
+    ) {
+        self.0.lock().unwrap().push(params);
+    }
+}
+
+/// A `tools/call` carrying a `progressToken` (rmcp's client sends one with
+/// every request) hears the tool's progress as `notifications/progress` with
+/// that token, then gets the result; on the wire every notification comes
+/// before the result, in order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn progress_reaches_the_client_as_notifications() {
+    let mesh = Mesh::start().await;
+    let heard = Heard::default();
+    let agent = client_with(heard.clone(), &mesh.url, Some(AGENT))
+        .await
+        .unwrap();
+    let done = call(&agent, "steps", json!({"n": 3})).await.unwrap();
+    assert_eq!(done.is_error, Some(false), "{}", text(&done));
+    assert_eq!(text(&done), "3 steps");
+    // rmcp hands each notification to the handler in a task of its own.
+    toolmesh_testkit::until("three reports", Duration::from_secs(5), || {
+        heard.0.lock().unwrap().len() >= 3
+    })
+    .await;
+    let mut reports = heard.0.lock().unwrap().clone();
+    reports.sort_by(|a, b| a.progress.total_cmp(&b.progress));
+    let seen: Vec<(f64, Option<f64>, Option<String>)> = reports
+        .iter()
+        .map(|p| (p.progress, p.total, p.message.clone()))
+        .collect();
+    let expected: Vec<(f64, Option<f64>, Option<String>)> = (1..=3)
+        .map(|i| (f64::from(i), Some(3.0), Some(format!("step {i} of 3"))))
+        .collect();
+    assert_eq!(seen, expected);
+    assert!(
+        reports
+            .windows(2)
+            .all(|w| w[0].progress_token == w[1].progress_token),
+        "one token: the call's"
+    );
+
+    let addr = mesh.node.mcp_addr.unwrap().to_string();
+    let body = json!({
+        "jsonrpc": "2.0", "id": 7, "method": "tools/call",
+        "params": {"name": "steps", "arguments": {"n": 3}, "_meta": {"progressToken": "p-7"}},
+    })
+    .to_string();
+    let (status, wire) = tokio::task::spawn_blocking(move || {
+        let bearer = format!("Bearer {AGENT}");
+        toolmesh_testkit::http(
+            &addr,
+            "POST",
+            "/mcp",
+            &[
+                ("content-type", "application/json"),
+                ("accept", "application/json, text/event-stream"),
+                ("mcp-protocol-version", "2025-11-25"),
+                ("authorization", &bearer),
+            ],
+            &body,
+        )
+    })
+    .await
+    .unwrap();
+    assert_eq!(status, 200, "{wire}");
+    let at = |needle: &str| {
+        wire.find(needle)
+            .unwrap_or_else(|| panic!("{needle} not in\n{wire}"))
+    };
+    let notes: Vec<usize> = (1..=3)
+        .map(|i| at(&format!("\"message\":\"step {i} of 3\"")))
+        .collect();
+    assert!(notes.windows(2).all(|w| w[0] < w[1]), "in order:\n{wire}");
+    assert!(wire.contains("\"progressToken\":\"p-7\""), "{wire}");
+    assert!(notes[2] < at("3 steps"), "before the result:\n{wire}");
+    mesh.node.stop(Duration::from_secs(1)).await.unwrap();
+}
+
 /// A subscriber hears `notifications/tools/list_changed` when its own
 /// projection changes (a tool it sees is disabled), and not when a tool
 /// it cannot see changes.
@@ -316,7 +423,7 @@ async fn stdio_bridge_serves_the_same_tools() {
         .await
         .unwrap();
     let (tools, pages) = list_all(&bridge).await;
-    assert_eq!(tools.len(), BULK + 4);
+    assert_eq!(tools.len(), BULK + VISIBLE);
     assert!(pages > 1);
     let ok = call(&bridge, "echo", json!({"text": "via stdio"}))
         .await
@@ -349,6 +456,7 @@ async fn official_python_client() {
         .env("AGENT_TOKEN", AGENT)
         .env("ADMIN_TOKEN", ADMIN)
         .env("BULK", BULK.to_string())
+        .env("VISIBLE", VISIBLE.to_string())
         .stdin(std::process::Stdio::piped())
         .stdout(std::process::Stdio::piped())
         .kill_on_drop(true)
@@ -397,6 +505,7 @@ async fn official_python_client() {
         "hidden name",
         "approval",
         "cancellation",
+        "progress",
         "list_changed",
         "stdio bridge",
     ] {

@@ -1,5 +1,6 @@
 //! One attempt: send the call to one instance and classify how it ended.
 
+use super::streamed::Relay;
 use crate::endpoints::{Health, Scope};
 use crate::route::Pick;
 use sha2::{Digest, Sha256};
@@ -89,20 +90,24 @@ fn scoped_call_id(who: &Principal, call_id: &str) -> String {
 }
 
 /// What one attempt sends: the call's [`execute_request`], its arguments
-/// and the attempt's number.
+/// and the attempt's number; and whether the tool streams its progress
+/// (then it goes by `ExecuteStream`).
 pub(crate) struct Attempt<'a> {
     pub(crate) execute: &'a ExecuteRequest,
     pub(crate) arguments: &'a str,
     pub(crate) number: u32,
+    pub(crate) streams: bool,
 }
 
 /// Sends `attempt` to `pick`, bounded by `budget` (sent as the request's
-/// `grpc-timeout`, which the channel enforces: no second timer per call).
+/// `grpc-timeout`, which the channel enforces for `Execute`: no second
+/// timer per call); a streaming tool's reports go to `relay`.
 pub(crate) async fn send(
     pick: &Pick,
     attempt: Attempt<'_>,
     budget: Duration,
     span: &tracing::Span,
+    relay: &Relay,
 ) -> Result<ToolResult, AttemptFailure> {
     let mut rpc = tonic::Request::new(ExecuteRequest {
         attempt: attempt.number,
@@ -120,6 +125,9 @@ pub(crate) async fn send(
     let mut client = ExecutorClient::new(pick.endpoint.channel())
         .max_decoding_message_size(MAX_CALL_MESSAGE_BYTES)
         .max_encoding_message_size(MAX_CALL_MESSAGE_BYTES);
+    if attempt.streams {
+        return super::streamed::receive(&mut client, rpc, budget, relay).await;
+    }
     match client.execute(rpc).await {
         Err(status) => Err(AttemptFailure::from_status(&status)),
         Ok(answer) => classify_answer(answer.into_inner().result.unwrap_or_default()),
@@ -142,7 +150,7 @@ pub(crate) fn span(call: &tracing::Span, attempt: u32, executor: &str) -> tracin
 
 /// An executor's answer: success, its own error, or — for an error code
 /// this build does not know — a broken executor (never a success).
-fn classify_answer(result: ToolResult) -> Result<ToolResult, AttemptFailure> {
+pub(crate) fn classify_answer(result: ToolResult) -> Result<ToolResult, AttemptFailure> {
     match &result.error {
         None => Ok(result),
         Some(e) if e.code == 0 => Ok(result),

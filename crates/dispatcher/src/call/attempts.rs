@@ -4,6 +4,7 @@
 
 use super::attempt::{self, AttemptFailure};
 use super::retry::{self, AttemptState, Next};
+use super::streamed::Relay;
 use super::{Outcome, Trail};
 use crate::endpoints::{Endpoints, Health, Scope};
 use crate::error::CallError;
@@ -15,7 +16,7 @@ use tokio::sync::Notify;
 use tokio::time::Instant;
 use toolmesh::ToolEntry;
 use toolmesh::grpc::{Bound, call_budget};
-use toolmesh::pb::{ExecuteRequest, InvokeRequest, ToolResult};
+use toolmesh::pb::{InvokeRequest, ToolResult};
 use toolmesh::spec::Retry;
 use toolmesh_governance::Principal;
 use tower::retry::budget::{Budget, TpsBudget};
@@ -36,7 +37,8 @@ pub(crate) struct Attempts {
 
 impl Attempts {
     /// Sends attempts until one answers, the retry decision stops, or the
-    /// deadline leaves too little for one more.
+    /// deadline leaves too little for one more; what a streaming tool
+    /// reports goes to `relay`.
     pub(crate) async fn run(
         &self,
         entry: &ToolEntry,
@@ -44,6 +46,7 @@ impl Attempts {
         who: &Principal,
         caller_timeout: Option<Duration>,
         trail: &mut Trail,
+        relay: &Relay,
     ) -> Outcome {
         let def = &entry.def;
         let execute = attempt::execute_request(def, request, who, &trail.call_id);
@@ -70,18 +73,19 @@ impl Attempts {
             let slice = policy
                 .attempt_timeout
                 .map_or(remaining, |t| t.min(remaining));
-            let failure = match self.send_one(&pick, &execute, request, slice, trail).await {
+            let this = attempt::Attempt {
+                execute: &execute,
+                arguments: &request.arguments,
+                number: trail.attempts,
+                streams: def.streams_progress(),
+            };
+            let failure = match self.send_one(&pick, this, slice, trail, relay).await {
                 Ok(result) => return self.answered(entry, &pick, result, trail),
                 Err(failure) => failure,
             };
             let caller_bound = slice == remaining && bound == Bound::Caller;
             self.record(entry, &pick, failure.health(caller_bound));
-            let state = AttemptState {
-                made: trail.attempts,
-                idempotent: def.idempotent(),
-                left: deadline.saturating_duration_since(Instant::now()),
-                min_attempt: self.min_attempt,
-            };
+            let state = self.state(entry, trail, deadline, relay);
             match self.next_step(&policy, &state, &failure, trail, def.name()) {
                 Some(pause) => {
                     tokio::time::sleep(pause).await;
@@ -92,25 +96,37 @@ impl Attempts {
         }
     }
 
-    /// Sends the next attempt to `pick` in its own span, counted.
+    /// Where the call stands after a failed attempt, for the retry decision.
+    fn state(
+        &self,
+        entry: &ToolEntry,
+        trail: &Trail,
+        deadline: Instant,
+        relay: &Relay,
+    ) -> AttemptState {
+        AttemptState {
+            made: trail.attempts,
+            idempotent: entry.def.idempotent(),
+            left: deadline.saturating_duration_since(Instant::now()),
+            min_attempt: self.min_attempt,
+            delivered: relay.delivered(),
+        }
+    }
+
+    /// Sends `this` attempt to `pick` in its own span, counted.
     async fn send_one(
         &self,
         pick: &Pick,
-        execute: &ExecuteRequest,
-        request: &InvokeRequest,
+        this: attempt::Attempt<'_>,
         slice: Duration,
         trail: &Trail,
+        relay: &Relay,
     ) -> Result<ToolResult, AttemptFailure> {
         if let Some(handles) = &trail.metrics {
             self.metrics.attempt(handles);
         }
         let span = attempt::span(&trail.span, trail.attempts, &trail.executor_id);
-        let this = attempt::Attempt {
-            execute,
-            arguments: &request.arguments,
-            number: trail.attempts,
-        };
-        attempt::send(pick, this, slice, &span)
+        attempt::send(pick, this, slice, &span, relay)
             .instrument(span.clone())
             .await
     }

@@ -1,7 +1,9 @@
 //! One call, start to end, whichever front door it came in by: the stages
 //! in the order they run — resolve, authorize, validate, admit, cache (for
 //! tools the policy caches), attempts, fallback (for tools the policy gives
-//! a stand-in), observe — each in its own file.
+//! a stand-in), observe — each in its own file. A streamed call
+//! (`InvokeStream`) runs the same stages; only its attempts differ,
+//! relaying what the tool reports (`streamed`).
 
 mod admit;
 mod attempt;
@@ -12,10 +14,12 @@ pub(crate) mod fallback;
 mod observe;
 mod resolve;
 mod retry;
+mod streamed;
 mod validate;
 
 pub(crate) use attempts::Attempts;
 pub(crate) use cached::CacheUse;
+pub(crate) use streamed::Relay;
 
 use crate::error::CallError;
 use crate::metrics::{Metrics, ToolHandles};
@@ -53,6 +57,7 @@ struct Call<'a> {
     who: &'a Principal,
     request: &'a InvokeRequest,
     caller_timeout: Option<Duration>,
+    relay: &'a Relay,
 }
 
 /// A call every check let through: what to send it to, its rate-limit
@@ -134,7 +139,8 @@ impl Trail {
 impl Pipeline {
     /// Runs one call for `who` against `snapshot` (pinned or newest);
     /// `caller_timeout` is the caller's deadline, if it sent one; the call's
-    /// span continues the caller's trace `parent`.
+    /// span continues the caller's trace `parent`; what a streaming tool
+    /// reports goes to `relay`.
     pub(crate) async fn run(
         &self,
         snapshot: Arc<Snapshot>,
@@ -142,6 +148,7 @@ impl Pipeline {
         mut request: InvokeRequest,
         caller_timeout: Option<Duration>,
         parent: TraceContext,
+        relay: &Relay,
     ) -> InvokeResponse {
         let span = call_span(&request.tool, parent);
         if let Some(trace_id) = trace::trace_id(&span) {
@@ -152,7 +159,7 @@ impl Pipeline {
         let outcome = match self.check(&snapshot, who, &request, &mut trail).await {
             Err(refused) => Outcome::Failed(refused),
             Ok(checked) => {
-                let send = self.send(checked, &request, who, caller_timeout, &mut trail);
+                let send = self.send(checked, &request, who, caller_timeout, &mut trail, relay);
                 send.instrument(span.clone()).await
             }
         };
@@ -161,6 +168,7 @@ impl Pipeline {
             who,
             request: &request,
             caller_timeout,
+            relay,
         };
         let outcome = self
             .fall_back(call, &mut trail, outcome)
@@ -195,6 +203,10 @@ impl Pipeline {
         let Some(why) = fallback::reason(&def, &outcome, trail.attempts) else {
             return outcome;
         };
+        if call.relay.delivered() {
+            // Like a retry: a caller that saw part of one answer never gets another.
+            return outcome;
+        }
         let stand_in = InvokeRequest {
             tool: rule.fallback.clone(),
             ..call.request.clone()
@@ -219,7 +231,7 @@ impl Pipeline {
             .map(|t| t.saturating_sub(trail.started.elapsed()));
         let to = checked.entry.def.label();
         let answered = self
-            .send(checked, &stand_in, call.who, left, &mut scratch)
+            .send(checked, &stand_in, call.who, left, &mut scratch, call.relay)
             .await;
         self.metrics.fallback(def.name());
         scratch.fell_back = Some(fallback::FellBack {
@@ -231,8 +243,9 @@ impl Pipeline {
         answered
     }
 
-    /// Sends a checked call: through the cache for a cached tool, else
-    /// straight to the attempt loop (no cache work at all).
+    /// Sends a checked call: through the cache for a cached tool (an answer
+    /// from the cache streams nothing), else straight to the attempt loop
+    /// (no cache work at all).
     async fn send(
         &self,
         checked: Checked,
@@ -240,19 +253,20 @@ impl Pipeline {
         who: &Principal,
         caller_timeout: Option<Duration>,
         trail: &mut Trail,
+        relay: &Relay,
     ) -> Outcome {
         let entry = &checked.entry;
         let (Some((rule, max_bytes)), Some(arguments)) = (&checked.cache, &trail.arguments) else {
             return self
                 .attempts
-                .run(entry, request, who, caller_timeout, trail)
+                .run(entry, request, who, caller_timeout, trail, relay)
                 .await;
         };
         let key = cached::key(&entry.def, rule.scope, who, arguments);
         let call = async {
             match self
                 .attempts
-                .run(entry, request, who, caller_timeout, trail)
+                .run(entry, request, who, caller_timeout, trail, relay)
                 .await
             {
                 Outcome::Answered(result) => result,

@@ -19,6 +19,8 @@ pub(crate) struct AttemptState {
     pub(crate) left: Duration,
     /// No attempt starts with less than this left.
     pub(crate) min_attempt: Duration,
+    /// Whether the call streamed anything to its caller already.
+    pub(crate) delivered: bool,
 }
 
 /// What to do after a failed attempt.
@@ -43,6 +45,9 @@ pub(crate) enum StopReason {
     AttemptsSpent,
     /// The pause plus one more attempt would pass the deadline.
     NoTimeLeft,
+    /// The caller has received part of this call's stream: a second run
+    /// would repeat or contradict it.
+    Delivered,
 }
 
 /// Decides the next step. `jitter` is uniform in [0, 1): the backoff is
@@ -53,6 +58,9 @@ pub(crate) fn decide(
     failure: &AttemptFailure,
     jitter: f64,
 ) -> Next {
+    if state.delivered {
+        return Next::Stop(StopReason::Delivered);
+    }
     if !may_retry(failure, state.idempotent) {
         return Next::Stop(StopReason::NotRetryable);
     }
@@ -148,6 +156,7 @@ mod tests {
             idempotent,
             left: Duration::from_millis(left_ms),
             min_attempt: Duration::from_millis(5),
+            delivered: false,
         }
     }
 
@@ -157,6 +166,7 @@ mod tests {
     fn decision_table() {
         let policy = Retry::default();
         let refused = AttemptFailure::NotSent("refused".into());
+        let reset = AttemptFailure::ConnectionLost("reset".into());
         let pushback = AttemptFailure::Reported(Box::new(
             ToolError::new(ErrorCode::Unavailable, "busy")
                 .with_retryable(true)
@@ -218,6 +228,35 @@ mod tests {
                 &refused,
                 0.0,
                 Next::Stop(StopReason::NoTimeLeft),
+            ),
+            (
+                "a stream that reached the caller, then answered a retryable error",
+                AttemptState {
+                    delivered: true,
+                    ..state(1, true, 1000)
+                },
+                &pushback,
+                0.0,
+                Next::Stop(StopReason::Delivered),
+            ),
+            (
+                "a stream that reached the caller, then broke",
+                AttemptState {
+                    delivered: true,
+                    ..state(1, true, 1000)
+                },
+                &reset,
+                0.0,
+                Next::Stop(StopReason::Delivered),
+            ),
+            (
+                "a stream that failed before delivering anything",
+                state(1, true, 1000),
+                &reset,
+                0.0,
+                Next::Retry {
+                    after: Duration::ZERO,
+                },
             ),
         ];
         for (label, state, failure, jitter, next) in rows {

@@ -2,8 +2,8 @@
 //! a policy with an agent, an admin and an executor token, and one
 //! in-process executor whose tools cover what the MCP door must show:
 //! success with structured data, a broken output contract, a call that
-//! waits to be cancelled, a HIGH-risk tool, a tool only admins see, and
-//! 1,000 more for pagination.
+//! waits to be cancelled, a tool that reports its progress, a HIGH-risk
+//! tool, a tool only admins see, and 1,000 more for pagination.
 
 use schemars::JsonSchema;
 use serde::Deserialize;
@@ -21,6 +21,8 @@ pub(crate) const ADMIN: &str = "tok-admin";
 const EXECUTOR: &str = "tok-exec";
 /// Tools `bulk_0000` … `bulk_0999`.
 pub(crate) const BULK: usize = 1_000;
+/// The agent's tools besides the bulk ones: echo, liar, wait, steps, wipe.
+pub(crate) const VISIBLE: usize = 5;
 
 const POLICY: &str = r#"
 [auth]
@@ -46,7 +48,7 @@ roles = ["executor"]
 [[grants]]
 name = "agents"
 roles = ["agent"]
-tools = ["echo", "liar", "wait", "wipe", "bulk_*"]
+tools = ["echo", "liar", "wait", "steps", "wipe", "bulk_*"]
 
 [[grants]]
 name = "admins"
@@ -133,6 +135,35 @@ impl Tool for Wait {
     }
 }
 
+/// Arguments of `steps`.
+#[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct StepsArgs {
+    /// How many steps (1 to 20).
+    #[schemars(range(min = 1, max = 20))]
+    n: u32,
+}
+
+/// Takes `n` steps of 20 ms, reporting "step i of n" after each.
+struct Steps;
+impl Tool for Steps {
+    type Args = StepsArgs;
+    fn info(&self) -> ToolInfo {
+        ToolInfo::new("steps", "1.0.0", "Takes steps, reporting its progress.")
+            .streams_progress(true)
+    }
+    async fn call(&self, args: StepsArgs, cx: CallCx) -> Result<ToolOutput, ToolFailure> {
+        for i in 1..=args.n {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            let message = format!("step {i} of {}", args.n);
+            cx.progress()
+                .report(i.into(), Some(args.n.into()), message)
+                .await;
+        }
+        Ok(ToolOutput::text(format!("{} steps", args.n)))
+    }
+}
+
 /// HIGH risk: needs an approval.
 struct Wipe;
 impl Tool for Wipe {
@@ -213,6 +244,7 @@ impl Mesh {
                 started: wait_started.clone(),
                 cancelled: wait_cancelled.clone(),
             })
+            .tool(Steps)
             .tool(Wipe)
             .tool(Secret);
         for i in 0..BULK {
@@ -232,7 +264,7 @@ impl Mesh {
         let dispatcher = node.dispatcher.clone().unwrap();
         toolmesh_testkit::eventually("every tool is listed", Duration::from_secs(10), || {
             let n = dispatcher.current_snapshot().name_count();
-            async move { (n == BULK + 5).then_some(()) }
+            async move { (n == BULK + VISIBLE + 1).then_some(()) }
         })
         .await;
         Mesh {
