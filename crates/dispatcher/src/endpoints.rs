@@ -2,6 +2,7 @@
 //! and its outlier state — for the instance as a whole, and for each tool on
 //! it — so a fault is ejected at the granularity the evidence supports.
 
+use crate::upstream::Upstream;
 use dashmap::DashMap;
 use std::sync::{
     Arc,
@@ -9,7 +10,6 @@ use std::sync::{
 };
 use std::time::Duration;
 use tokio::time::Instant;
-use tonic::transport::Channel;
 
 /// What one attempt's outcome says about where it ran.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -80,7 +80,7 @@ impl Outlier {
 /// State of one executor endpoint.
 #[derive(Debug)]
 pub(crate) struct Endpoint {
-    channel: Channel,
+    upstream: Upstream,
     in_flight: AtomicU32,
     host: Outlier,
     /// Per-tool state, created at a tool's first failure here.
@@ -90,8 +90,9 @@ pub(crate) struct Endpoint {
 }
 
 impl Endpoint {
-    pub(crate) fn channel(&self) -> Channel {
-        self.channel.clone()
+    /// The connection to the executor.
+    pub(crate) fn upstream(&self) -> &Upstream {
+        &self.upstream
     }
 
     pub(crate) fn in_flight(&self) -> u32 {
@@ -179,13 +180,13 @@ impl Endpoints {
         if let Some(found) = self.map.get(address) {
             return Some(found.clone());
         }
-        let channel = toolmesh::grpc::channel(address, &self.tls).ok()?;
+        let upstream = Upstream::new(address, &self.tls).ok()?;
         let endpoint = self
             .map
             .entry(address.clone())
             .or_insert_with(|| {
                 Arc::new(Endpoint {
-                    channel,
+                    upstream,
                     in_flight: AtomicU32::new(0),
                     host: Outlier::default(),
                     tools: DashMap::new(),

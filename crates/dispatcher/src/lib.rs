@@ -17,6 +17,7 @@ mod result_cache;
 mod route;
 mod service;
 mod tool_health;
+mod upstream;
 
 pub use config::DispatcherConfig;
 pub use error::CallError;

@@ -99,9 +99,9 @@ pub(crate) struct Attempt<'a> {
     pub(crate) streams: bool,
 }
 
-/// Sends `attempt` to `pick`, bounded by `budget` (sent as the request's
-/// `grpc-timeout`, which the channel enforces for `Execute`: no second
-/// timer per call); a streaming tool's reports go to `relay`.
+/// Sends `attempt` to `pick`, bounded by `budget` (also sent as the
+/// request's `grpc-timeout`, so the executor knows its deadline); a
+/// streaming tool's reports go to `relay`.
 pub(crate) async fn send(
     pick: &Pick,
     attempt: Attempt<'_>,
@@ -122,15 +122,17 @@ pub(crate) async fn send(
     }
     toolmesh_telemetry::trace::inject(span, rpc.metadata_mut());
     let _in_flight = pick.endpoint.start_call();
-    let mut client = ExecutorClient::new(pick.endpoint.channel())
+    let upstream = pick.endpoint.upstream();
+    let mut client = ExecutorClient::with_origin(upstream.clone(), upstream.origin())
         .max_decoding_message_size(MAX_CALL_MESSAGE_BYTES)
         .max_encoding_message_size(MAX_CALL_MESSAGE_BYTES);
     if attempt.streams {
         return super::streamed::receive(&mut client, rpc, budget, relay).await;
     }
-    match client.execute(rpc).await {
-        Err(status) => Err(AttemptFailure::from_status(&status)),
-        Ok(answer) => classify_answer(answer.into_inner().result.unwrap_or_default()),
+    match tokio::time::timeout(budget, client.execute(rpc)).await {
+        Err(_) => Err(AttemptFailure::Timeout),
+        Ok(Err(status)) => Err(AttemptFailure::from_status(&status)),
+        Ok(Ok(answer)) => classify_answer(answer.into_inner().result.unwrap_or_default()),
     }
 }
 

@@ -1,10 +1,10 @@
 //! A streaming attempt: `ExecuteStream`'s progress and output chunks relayed to the caller as they come, then its result.
 
 use super::attempt::{AttemptFailure, classify_answer};
+use crate::upstream::Upstream;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 use tokio::sync::mpsc;
-use tonic::transport::Channel;
 use toolmesh::pb::{
     ExecuteEvent, ExecuteRequest, InvokeEvent, ToolResult, execute_event, executor_client,
     invoke_event,
@@ -53,11 +53,10 @@ impl Relay {
 }
 
 /// Sends `rpc` by `ExecuteStream`, relaying each event as it comes, and
-/// answers the result. The whole stream is bounded by `budget`: unlike a
-/// unary call, whose response the channel's timeout bounds, a stream could
-/// otherwise outlive its deadline.
+/// answers the result. The whole stream is bounded by `budget`: a stream
+/// could otherwise outlive its deadline.
 pub(crate) async fn receive(
-    client: &mut executor_client::ExecutorClient<Channel>,
+    client: &mut executor_client::ExecutorClient<Upstream>,
     rpc: tonic::Request<ExecuteRequest>,
     budget: Duration,
     relay: &Relay,
@@ -68,7 +67,7 @@ pub(crate) async fn receive(
 }
 
 async fn relay_until_result(
-    client: &mut executor_client::ExecutorClient<Channel>,
+    client: &mut executor_client::ExecutorClient<Upstream>,
     rpc: tonic::Request<ExecuteRequest>,
     relay: &Relay,
 ) -> Result<ToolResult, AttemptFailure> {
