@@ -28,15 +28,31 @@ pub(crate) async fn admit(
         .as_ref()
         .map_or("", |c| c.session_id.as_str());
     let preconditions = &def.spec().preconditions;
-    governance
-        .check_preconditions(who, session, def.name(), preconditions, arguments)
+    if !preconditions.is_empty() {
+        // Boxed: it may ask the registry; most tools declare none.
+        Box::pin(governance.check_preconditions(
+            who,
+            session,
+            def.name(),
+            preconditions,
+            arguments,
+        ))
         .await
         .map_err(|e| match e {
             PreconditionError::Unavailable { .. } => CallError::PreconditionUnknown(e.to_string()),
             _ => CallError::PreconditionFailed(e.to_string()),
         })?;
+    }
     if approval == ApprovalNeed::Required {
-        approved(governance, def, who, &request.approval_id, arguments).await?;
+        // Boxed: it may ask the registry; most calls need no approval.
+        Box::pin(approved(
+            governance,
+            def,
+            who,
+            &request.approval_id,
+            arguments,
+        ))
+        .await?;
     }
     // Without [[limits]] there is nothing to count (and no lock to take).
     let limits = policy.limits();

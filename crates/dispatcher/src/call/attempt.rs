@@ -127,7 +127,8 @@ pub(crate) async fn send(
         .max_decoding_message_size(MAX_CALL_MESSAGE_BYTES)
         .max_encoding_message_size(MAX_CALL_MESSAGE_BYTES);
     if attempt.streams {
-        return super::streamed::receive(&mut client, rpc, budget, relay).await;
+        // Boxed: only streaming tools take this path.
+        return Box::pin(super::streamed::receive(&mut client, rpc, budget, relay)).await;
     }
     match tokio::time::timeout(budget, client.execute(rpc)).await {
         Err(_) => Err(AttemptFailure::Timeout),

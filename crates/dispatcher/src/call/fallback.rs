@@ -5,13 +5,15 @@
 //! contract, and for a tool that must not run twice only when the call
 //! provably never reached an executor.
 
-use super::Outcome;
+use super::{Outcome, Trail};
 use crate::error::CallError;
 use std::collections::HashMap;
+use std::sync::Arc;
 use std::sync::{Mutex, PoisonError};
 use toolmesh::pb::{ErrorCode, ToolResult};
 use toolmesh::{Snapshot, ToolDef, ToolRef, ToolResultExt};
 use toolmesh_governance::Policy;
+use toolmesh_governance::fallback_policy::FallbackRule;
 
 /// Pairings remembered at most (one per primary and stand-in version).
 const MAX_PAIRINGS: usize = 1024;
@@ -41,6 +43,30 @@ impl FellBack {
             self.to, self.from, self.why, result.output
         );
     }
+}
+
+/// A stand-in the policy names for a call whose outcome calls for it.
+pub(crate) struct Wanted {
+    /// The tool called.
+    pub(crate) def: Arc<ToolDef>,
+    /// The policy's rule naming its stand-in.
+    pub(crate) rule: FallbackRule,
+    /// Why the tool did not answer.
+    pub(crate) why: String,
+}
+
+/// The stand-in the policy names for the call in `trail`, when its
+/// `outcome` calls for one (cheap: no lookup unless the policy has
+/// `[[fallbacks]]`).
+pub(crate) fn wanted(policy: &Policy, trail: &Trail, outcome: &Outcome) -> Option<Wanted> {
+    let def = trail.def.as_ref()?;
+    let rule = policy.fallbacks().for_tool(def.name())?;
+    let why = reason(def, outcome, trail.attempts)?;
+    Some(Wanted {
+        def: def.clone(),
+        rule: rule.clone(),
+        why,
+    })
 }
 
 /// Why `def`'s outcome calls for its stand-in, if it does: disabled, no

@@ -170,10 +170,16 @@ impl Pipeline {
             caller_timeout,
             relay,
         };
-        let outcome = self
-            .fall_back(call, &mut trail, outcome)
-            .instrument(span)
-            .await;
+        // Boxed: rare, and its state would otherwise make every call's
+        // future larger (the state of one call is allocated per call).
+        let outcome = match fallback::wanted(&self.governance.policy(), &trail, &outcome) {
+            None => outcome,
+            Some(wanted) => {
+                Box::pin(self.fall_back(call, &mut trail, outcome, wanted))
+                    .instrument(span)
+                    .await
+            }
+        };
         // What preconditions declare is read from the newest snapshot, so
         // pinned calls do not make the per-snapshot memo flip back and forth.
         observe::finish(
@@ -192,17 +198,14 @@ impl Pipeline {
     /// the tool's outcome calls for it (see `fallback`); else `outcome`.
     /// The stand-in passes every check itself; when it cannot be used the
     /// tool's own failure stands.
-    async fn fall_back(&self, call: Call<'_>, trail: &mut Trail, outcome: Outcome) -> Outcome {
-        let Some(def) = trail.def.clone() else {
-            return outcome;
-        };
-        let policy = self.governance.policy();
-        let Some(rule) = policy.fallbacks().for_tool(def.name()) else {
-            return outcome;
-        };
-        let Some(why) = fallback::reason(&def, &outcome, trail.attempts) else {
-            return outcome;
-        };
+    async fn fall_back(
+        &self,
+        call: Call<'_>,
+        trail: &mut Trail,
+        outcome: Outcome,
+        wanted: fallback::Wanted,
+    ) -> Outcome {
+        let fallback::Wanted { def, rule, why } = wanted;
         if call.relay.delivered() {
             // Like a retry: a caller that saw part of one answer never gets another.
             return outcome;
@@ -273,7 +276,9 @@ impl Pipeline {
                 Outcome::Failed(error) => error.to_tool_error().into_result(),
             }
         };
-        let (outcome, used) = cached::run(&self.cache, rule, key, *max_bytes, call).await;
+        // Boxed: only cached tools take this path; unboxed, its state would
+        // enlarge every call's future.
+        let (outcome, used) = Box::pin(cached::run(&self.cache, rule, key, *max_bytes, call)).await;
         trail.cache = Some(used);
         self.metrics.cache(used.name());
         outcome

@@ -125,10 +125,13 @@ async fn record_session_facts(
         .context
         .as_ref()
         .map_or("", |c| c.session_id.as_str());
+    if session.is_empty() {
+        // Most calls name no session: nothing to record.
+        return;
+    }
     if let (Some(def), Some(arguments)) = (&trail.def, &trail.arguments) {
-        governance
-            .record_session(snapshot, who, session, def.name(), arguments)
-            .await;
+        // Boxed: it may wait for the registry; most calls never get here.
+        Box::pin(governance.record_session(snapshot, who, session, def.name(), arguments)).await;
     }
 }
 
