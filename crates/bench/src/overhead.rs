@@ -93,6 +93,21 @@ pub struct Overhead {
     pub sizes: Vec<SizeResult>,
     /// The MCP door beside gRPC Invoke (small arguments).
     pub mcp: Option<McpRow>,
+    /// The executor SDK beside a hand-written tonic echo (small arguments).
+    pub sdk: Option<SdkRow>,
+}
+
+/// The executor SDK (the `acceptance` fixture, a process of its own)
+/// beside a minimal hand-written tonic server doing the same echo, called
+/// directly: what the SDK costs per call.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct SdkRow {
+    /// Size of the JSON arguments.
+    pub argument_bytes: usize,
+    /// Latency at concurrency 1: SDK, then hand-written.
+    pub latency: [Latency; 2],
+    /// Throughput at each number of calls in flight: SDK, then hand-written.
+    pub throughput: Vec<[Throughput; 2]>,
 }
 
 /// The clients, one per target.
@@ -176,6 +191,7 @@ pub(crate) async fn run(plan: &Plan, bins: &Binaries, logs: &Path) -> Result<Ove
     ];
     let mut results = Vec::new();
     let mut mcp = None;
+    let mut sdk = None;
     for (label, arguments) in sizes {
         let work = Workload {
             tool: TOOL.into(),
@@ -195,6 +211,7 @@ pub(crate) async fn run(plan: &Plan, bins: &Binaries, logs: &Path) -> Result<Ove
         results.push(measure_size(plan, &clients, label, &work).await);
         if mcp.is_none() {
             mcp = Some(measure_mcp(plan, &clients.toolmesh, &mcp_url, &work).await?);
+            sdk = Some(measure_sdk(plan, &clients.direct, &work).await?);
         }
     }
 
@@ -212,6 +229,7 @@ pub(crate) async fn run(plan: &Plan, bins: &Binaries, logs: &Path) -> Result<Ove
         throughput_window_ms: crate::stats::ms(plan.throughput_window),
         sizes: results,
         mcp,
+        sdk,
     })
 }
 
@@ -335,6 +353,28 @@ async fn measure_mcp(
         argument_bytes: work.arguments.len(),
         latency: ByDoor::from_vec(latency),
         throughput: ByDoor::from_vec(throughput.pop().unwrap_or_default()),
+    })
+}
+
+/// The first two of `values` (defaults where missing).
+fn pair<T: Default>(values: Vec<T>) -> [T; 2] {
+    let mut values = values.into_iter();
+    [
+        values.next().unwrap_or_default(),
+        values.next().unwrap_or_default(),
+    ]
+}
+
+/// The SDK executor beside the hand-written echo, taking turns.
+async fn measure_sdk(plan: &Plan, sdk: &Client, work: &Workload) -> Result<SdkRow, BenchError> {
+    let raw = crate::raw_echo::RawEcho::start()?;
+    let raw_client = Client::executor(&raw.addr, "")?;
+    load::check_works(&raw_client, work, "the hand-written tonic echo").await?;
+    let (latency, throughput) = measure(plan, &[sdk, &raw_client], work, &plan.in_flight).await;
+    Ok(SdkRow {
+        argument_bytes: work.arguments.len(),
+        latency: pair(latency),
+        throughput: throughput.into_iter().map(pair).collect(),
     })
 }
 

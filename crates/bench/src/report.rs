@@ -3,7 +3,7 @@
 
 use crate::freshness::{Freshness, Series};
 use crate::machine::{Build, Machine};
-use crate::overhead::{ByDoor, ByTarget, McpRow, Overhead, SizeResult};
+use crate::overhead::{ByDoor, ByTarget, McpRow, Overhead, SdkRow, SizeResult};
 use crate::scale::{AtSize, Scale};
 use crate::stores::{StoreAtSize, Stores};
 use serde::Serialize;
@@ -106,25 +106,33 @@ impl Report {
 pub(crate) fn targets(overhead: &Overhead, scale: &Scale, freshness: &Freshness) -> Vec<Target> {
     let mut out = Vec::new();
     let nginx_missing = overhead.nginx.describe();
+    type Pick = fn(&crate::stats::Latency) -> f64;
+    let percentiles: [(&str, Pick); 2] = [("p50", |l| l.p50_us), ("p99", |l| l.p99_us)];
     for size in &overhead.sizes {
-        let tm = size.latency.toolmesh.p50_us;
-        out.push(match size.latency.nginx {
-            Some(nginx) => Target {
-                name: format!("toolmesh p50 at concurrency 1 <= nginx's ({})", size.label),
-                verdict: Verdict::of(tm <= nginx.p50_us),
-                detail: format!(
-                    "{} vs {} ({})",
-                    fmt_us(tm),
-                    fmt_us(nginx.p50_us),
-                    fmt_ratio(tm / nginx.p50_us)
-                ),
-            },
-            None => Target {
-                name: format!("toolmesh p50 at concurrency 1 <= nginx's ({})", size.label),
-                verdict: Verdict::NotMeasured,
-                detail: nginx_missing.clone(),
-            },
-        });
+        for (which, pick) in percentiles {
+            let name = format!(
+                "toolmesh {which} at concurrency 1 <= nginx's ({})",
+                size.label
+            );
+            let tm = pick(&size.latency.toolmesh);
+            out.push(match &size.latency.nginx {
+                Some(nginx) => Target {
+                    name,
+                    verdict: Verdict::of(tm <= pick(nginx)),
+                    detail: format!(
+                        "{} vs {} ({})",
+                        fmt_us(tm),
+                        fmt_us(pick(nginx)),
+                        fmt_ratio(tm / pick(nginx))
+                    ),
+                },
+                None => Target {
+                    name,
+                    verdict: Verdict::NotMeasured,
+                    detail: nginx_missing.clone(),
+                },
+            });
+        }
     }
     for size in &overhead.sizes {
         for row in &size.throughput {
@@ -152,6 +160,9 @@ pub(crate) fn targets(overhead: &Overhead, scale: &Scale, freshness: &Freshness)
             });
         }
     }
+    if let Some(sdk) = &overhead.sdk {
+        out.extend(sdk_targets(sdk));
+    }
     out.push(Target {
         name: format!(
             "publish at {} tools <= 2x publish at {}",
@@ -176,6 +187,44 @@ pub(crate) fn targets(overhead: &Overhead, scale: &Scale, freshness: &Freshness)
         &freshness.not_serving_to_unlisted,
         100.0,
     ));
+    out
+}
+
+/// The SDK may cost at most this much latency over a hand-written server…
+const SDK_MAX_LATENCY_RATIO: f64 = 1.25;
+/// …and keep at least this share of its throughput.
+const SDK_MIN_THROUGHPUT_RATIO: f64 = 0.8;
+
+/// The executor SDK against the hand-written tonic echo.
+fn sdk_targets(sdk: &SdkRow) -> Vec<Target> {
+    let [s, r] = &sdk.latency;
+    let mut out = vec![Target {
+        name: format!(
+            "executor SDK p50 at concurrency 1 <= {SDK_MAX_LATENCY_RATIO}x hand-written tonic"
+        ),
+        verdict: Verdict::of(s.p50_us <= SDK_MAX_LATENCY_RATIO * r.p50_us),
+        detail: format!(
+            "{} vs {} ({})",
+            fmt_us(s.p50_us),
+            fmt_us(r.p50_us),
+            fmt_ratio(s.p50_us / r.p50_us)
+        ),
+    }];
+    for [s, r] in &sdk.throughput {
+        out.push(Target {
+            name: format!(
+                "executor SDK calls/s at {} in flight >= {SDK_MIN_THROUGHPUT_RATIO}x hand-written tonic",
+                s.in_flight
+            ),
+            verdict: Verdict::of(s.calls_per_sec >= SDK_MIN_THROUGHPUT_RATIO * r.calls_per_sec),
+            detail: format!(
+                "{} vs {} ({})",
+                fmt_rate(s.calls_per_sec),
+                fmt_rate(r.calls_per_sec),
+                fmt_ratio(s.calls_per_sec / r.calls_per_sec)
+            ),
+        });
+    }
     out
 }
 
@@ -361,7 +410,32 @@ fn write_overhead(f: &mut fmt::Formatter<'_>, o: &Overhead) -> fmt::Result {
         )?;
         write!(f, "{}", mcp_table(mcp))?;
     }
+    if let Some(sdk) = &o.sdk {
+        writeln!(f)?;
+        writeln!(
+            f,
+            "   Executor SDK: the fixture's acc_echo called directly, beside a hand-written tonic server doing the same echo ({} arguments)",
+            fmt_bytes(sdk.argument_bytes as f64)
+        )?;
+        write!(f, "{}", sdk_table(sdk))?;
+    }
     writeln!(f)
+}
+
+/// The SDK row: the SDK executor, the hand-written server, their ratio.
+pub(crate) fn sdk_table(sdk: &SdkRow) -> String {
+    let mut table = Table::new(vec!["", "SDK", "hand-written", "x hand-written"]);
+    let row = |name: String, sdk: f64, raw: f64, format: fn(f64) -> String| {
+        vec![name, format(sdk), format(raw), fmt_ratio(sdk / raw)]
+    };
+    let [s, r] = &sdk.latency;
+    table.push(row("p50 @1".into(), s.p50_us, r.p50_us, fmt_us));
+    table.push(row("p99 @1".into(), s.p99_us, r.p99_us, fmt_us));
+    for [s, r] in &sdk.throughput {
+        let name = format!("calls/s @{}", s.in_flight);
+        table.push(row(name, s.calls_per_sec, r.calls_per_sec, fmt_rate));
+    }
+    table.render("   ")
 }
 
 /// The MCP row: Invoke, then MCP over HTTP/1.1 and HTTP/2, each with its
