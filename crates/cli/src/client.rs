@@ -23,12 +23,12 @@ use toolmesh::pb::{
 };
 use toolmesh::{ErrorCodeExt, ToolErrorExt};
 
-fn connect(args: &ClientArgs, tls: &Tls) -> Result<Channel, Failure> {
+pub(crate) fn connect(args: &ClientArgs, tls: &Tls) -> Result<Channel, Failure> {
     toolmesh::grpc::channel(&args.server, tls).map_err(|e| Failure::Usage(e.to_string()))
 }
 
 /// A request carrying the caller's bearer token, if any.
-fn authed<T>(args: &ClientArgs, message: T) -> tonic::Request<T> {
+pub(crate) fn authed<T>(args: &ClientArgs, message: T) -> tonic::Request<T> {
     let mut request = tonic::Request::new(message);
     if let Some(token) = args.token.as_deref().filter(|t| !t.is_empty())
         && !toolmesh::grpc::set_bearer(request.metadata_mut(), token)
@@ -38,7 +38,7 @@ fn authed<T>(args: &ClientArgs, message: T) -> tonic::Request<T> {
     request
 }
 
-fn unreachable(server: &str, status: tonic::Status) -> Failure {
+pub(crate) fn unreachable(server: &str, status: tonic::Status) -> Failure {
     if status.code() == Code::Unavailable {
         Failure::Unavailable(format!(
             "cannot reach toolmesh at {server}: {}; is `toolmesh up` running? (set --server or TOOLMESH_SERVER)",
@@ -313,6 +313,7 @@ pub(crate) async fn explain(args: ExplainArgs, tls: &Tls) -> Result<(), Failure>
             ExplainRequest {
                 tool: args.tool.clone(),
                 caller_token: args.caller.clone().unwrap_or_default(),
+                session_id: args.session.clone().unwrap_or_default(),
             },
         ))
         .await
@@ -332,6 +333,7 @@ pub(crate) async fn explain(args: ExplainArgs, tls: &Tls) -> Result<(), Failure>
             "trace": answer.trace,
             "argument_limits": answer.argument_limits,
             "input_schema": answer.input_schema,
+            "rollout": answer.rollout,
         }));
         return Ok(());
     }
@@ -356,6 +358,9 @@ pub(crate) async fn explain(args: ExplainArgs, tls: &Tls) -> Result<(), Failure>
     }
     if !answer.input_schema.is_empty() {
         println!("  input schema for this caller: {}", answer.input_schema);
+    }
+    if !answer.rollout.is_empty() {
+        println!("  rollout: {}", answer.rollout);
     }
     Ok(())
 }

@@ -3,7 +3,7 @@
 //! `toolmesh-node` (`serve`, `registry`, `dispatcher`, and `up` with its
 //! example processes), example executors (`example`), the client commands
 //! (`tools`, `call`, `health`, `snapshot`, `explain`, `approvals`, `approve`,
-//! `deny`, `disable`, `enable`) and, with the `bench` feature, `bench`.
+//! `deny`, `disable`, `enable`, `rollout`) and, with the `bench` feature, `bench`.
 //! The binary's `main` only calls [`main`].
 #![forbid(unsafe_code)]
 
@@ -11,6 +11,7 @@ mod args;
 mod client;
 mod logging;
 mod output;
+mod rollout;
 mod up;
 
 use args::{Cli, Command, ExampleArgs};
@@ -142,6 +143,7 @@ async fn run(
         Command::Deny(args) => client::decide(args, true, tls).await,
         Command::Disable(args) => client::disable(args, tls).await,
         Command::Enable(args) => client::enable(args, tls).await,
+        Command::Rollout(args) => rollout::run(args, tls).await,
         Command::Mcp(args) => client::mcp_bridge(args, tls).await,
         #[cfg(feature = "bench")]
         Command::Bench(args) => bench(args, arm).await,

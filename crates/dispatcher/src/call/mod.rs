@@ -8,7 +8,7 @@ mod attempts;
 mod authorize;
 mod cached;
 mod observe;
-mod resolve;
+pub(crate) mod resolve;
 mod retry;
 mod validate;
 
@@ -23,7 +23,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::time::Instant;
 use toolmesh::pb::{InvokeRequest, InvokeResponse, ToolResult};
-use toolmesh::{Snapshot, SnapshotHistory, ToolDef, ToolEntry, ToolErrorExt};
+use toolmesh::{Snapshot, SnapshotHistory, ToolDef, ToolEntry, ToolErrorExt, ToolResultExt};
 use toolmesh_governance::{CacheRule, Governance, Permit, Principal};
 use toolmesh_telemetry::trace::{self, Context as TraceContext, TARGET};
 use tracing::Instrument;
@@ -40,6 +40,8 @@ pub(crate) struct Pipeline {
     pub(crate) metrics: Arc<Metrics>,
     /// Answers of the tools the policy's `[cache]` names.
     pub(crate) cache: ResultCache,
+    /// Outcomes of tools under an active rollout, to abort a failing canary.
+    pub(crate) canaries: crate::canary::CanaryWatch,
 }
 
 /// A call every check let through: what to send it to, its rate-limit
@@ -82,6 +84,8 @@ pub(crate) struct Trail {
     pub(crate) metrics: Option<Arc<ToolHandles>>,
     /// How the call used the result cache, for a cached tool.
     pub(crate) cache: Option<CacheUse>,
+    /// How a rollout routed the call, when one did.
+    pub(crate) rollout: Option<resolve::Routed>,
     /// The call's `execute_tool` span (disabled unless traces are exported).
     pub(crate) span: tracing::Span,
 }
@@ -109,6 +113,7 @@ impl Trail {
             executor_id: String::new(),
             metrics: None,
             cache: None,
+            rollout: None,
             span,
         }
     }
@@ -141,16 +146,27 @@ impl Pipeline {
         };
         // What preconditions declare is read from the newest snapshot, so
         // pinned calls do not make the per-snapshot memo flip back and forth.
-        observe::finish(
+        let current = self.snapshots.current();
+        let ran = trail.def.clone().filter(|_| !trail.tool_version.is_empty());
+        let response = observe::finish(
             &self.governance,
             &self.metrics,
-            &self.snapshots.current(),
+            &current,
             who,
             &request,
             trail,
             outcome,
         )
-        .await
+        .await;
+        if let Some(def) = ran {
+            let code = response.result.as_ref().map_or(
+                toolmesh::pb::ErrorCode::Unspecified,
+                ToolResultExt::error_code,
+            );
+            self.canaries
+                .record(&current, def.name(), def.version(), code);
+        }
+        response
     }
 
     /// Sends a checked call: through the cache for a cached tool, else
@@ -199,7 +215,13 @@ impl Pipeline {
     ) -> Result<Checked, CallError> {
         let policy = self.governance.policy();
         let current = self.snapshots.current();
-        let entry = resolve::tool(snapshot, &current, &policy, who, &request.tool)?;
+        let session = request
+            .context
+            .as_ref()
+            .map_or("", |c| c.session_id.as_str());
+        let (entry, routed) =
+            resolve::tool(snapshot, &current, &policy, who, session, &request.tool)?;
+        trail.rollout = routed;
         let def = trail.def.insert(entry.def.clone()).clone();
         trail.metrics = Some(self.metrics.tool(&def));
         let grant = authorize::grant(&policy, who, &entry)?;
