@@ -7,6 +7,7 @@ pub mod error;
 pub mod grpc;
 pub mod history;
 pub mod reference;
+pub mod rollout;
 pub mod schema;
 pub mod snapshot;
 pub mod spec;
@@ -15,6 +16,7 @@ pub mod suggest;
 pub use error::{ErrorCodeExt, ToolErrorExt, ToolResultExt};
 pub use history::{NotHeld, SnapshotHistory};
 pub use reference::ToolRef;
+pub use rollout::Rollout;
 pub use snapshot::{Instance, Snapshot, ToolEntry};
 pub use spec::{SpecError, ToolDef};
 

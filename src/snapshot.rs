@@ -4,6 +4,7 @@
 
 use crate::pb;
 use crate::reference::ToolRef;
+use crate::rollout::Rollout;
 use crate::spec::{SpecError, ToolDef};
 use imbl::OrdMap;
 use std::sync::Arc;
@@ -126,6 +127,8 @@ pub struct Snapshot {
     version: u64,
     epoch: Arc<str>,
     tools: OrdMap<Arc<str>, Family>,
+    /// The rollouts (canaries), by tool name.
+    rollouts: OrdMap<Arc<str>, Arc<Rollout>>,
 }
 
 impl Snapshot {
@@ -135,7 +138,18 @@ impl Snapshot {
             version: 0,
             epoch: epoch.into(),
             tools: OrdMap::new(),
+            rollouts: OrdMap::new(),
         }
+    }
+
+    /// The rollout of tool `name`, in whatever state.
+    pub fn rollout(&self, name: &str) -> Option<&Arc<Rollout>> {
+        self.rollouts.get(name)
+    }
+
+    /// Every rollout, sorted by tool name.
+    pub fn rollouts(&self) -> impl Iterator<Item = &Arc<Rollout>> {
+        self.rollouts.values()
     }
 
     /// Strictly increasing within one epoch.
@@ -173,6 +187,18 @@ impl Snapshot {
         self.versions(name)
             .iter()
             .find(|e| e.def.version() == version)
+    }
+
+    /// The newest stable (not pre-release) version of `name` that `usable`
+    /// accepts: what the bare name resolves to when no rollout applies.
+    pub fn newest_stable(
+        &self,
+        name: &str,
+        usable: impl Fn(&Arc<ToolEntry>) -> bool,
+    ) -> Option<&Arc<ToolEntry>> {
+        self.versions(name).iter().rev().find(|e| {
+            crate::reference::VersionPattern::Newest.matches(e.def.version()) && usable(e)
+        })
     }
 
     /// Resolves a reference: among the versions it accepts, the newest
@@ -227,6 +253,7 @@ impl Snapshot {
                 version: self.version + 1,
                 epoch: self.epoch.clone(),
                 tools: self.tools.clone(),
+                rollouts: self.rollouts.clone(),
             },
         }
     }
@@ -237,8 +264,13 @@ impl Snapshot {
             version: self.version,
             epoch: self.epoch.to_string(),
             tools: self.entries().map(|e| e.to_pb()).collect(),
+            rollouts: self.rollouts_pb(),
             ..pb::Snapshot::default()
         }
+    }
+
+    fn rollouts_pb(&self) -> Vec<pb::Rollout> {
+        self.rollouts.values().map(|r| r.to_pb()).collect()
     }
 
     /// The wire form of what changed from `older` to this snapshot: every
@@ -267,6 +299,7 @@ impl Snapshot {
             delta: true,
             base_version: older.version,
             removed,
+            rollouts: self.rollouts_pb(),
         }
     }
 
@@ -279,6 +312,7 @@ impl Snapshot {
         wire: &pb::Snapshot,
         previous: Option<&Snapshot>,
     ) -> Option<(Snapshot, Vec<(String, SpecError)>)> {
+        let mut skipped = Vec::new();
         let mut builder = match (wire.delta, previous) {
             (false, _) => SnapshotBuilder {
                 snapshot: Snapshot::empty(wire.epoch.as_str()),
@@ -297,7 +331,16 @@ impl Snapshot {
             (true, _) => return None,
         };
         builder.snapshot.version = wire.version;
-        let mut skipped = Vec::new();
+        // Every message carries every rollout: its list replaces the base's.
+        builder.snapshot.rollouts = OrdMap::new();
+        for rollout in &wire.rollouts {
+            match Rollout::from_pb(rollout) {
+                Ok(rollout) => {
+                    builder.put_rollout(rollout);
+                }
+                Err(bad) => skipped.push((rollout.tool.clone(), SpecError::Rollout(bad))),
+            }
+        }
         for entry in &wire.tools {
             match entry_from_pb(entry, previous) {
                 Ok(entry) => {
@@ -391,6 +434,20 @@ impl SnapshotBuilder {
                 self.snapshot.tools.insert(name.into(), Family(rest.into()));
             }
         }
+        self
+    }
+
+    /// Sets the rollout of its tool (replacing any before).
+    pub fn put_rollout(&mut self, rollout: Rollout) -> &mut Self {
+        self.snapshot
+            .rollouts
+            .insert(rollout.tool.as_str().into(), Arc::new(rollout));
+        self
+    }
+
+    /// Removes the rollout of tool `name`; a no-op when there is none.
+    pub fn remove_rollout(&mut self, name: &str) -> &mut Self {
+        self.snapshot.rollouts.remove(name);
         self
     }
 
@@ -594,5 +651,40 @@ mod tests {
         assert_eq!(applied.to_pb(), s2.to_pb());
         assert!(Snapshot::from_pb(&delta, Some(&s2)).is_none(), "wrong base");
         assert!(Snapshot::from_pb(&delta, None).is_none(), "no base");
+    }
+
+    /// Rollouts travel whole in full snapshots and deltas alike: a delta's
+    /// list replaces its base's, so a removed or changed rollout is seen.
+    #[test]
+    fn rollouts_travel_in_every_message() {
+        let mut b = Snapshot::empty("e").next();
+        b.put(entry("search_kb", "1.0.0", true))
+            .put_rollout(crate::rollout::example(500));
+        let s1 = b.finish();
+        let (follower, _) = Snapshot::from_pb(&s1.to_pb(), None).unwrap();
+        assert_eq!(
+            follower.rollout("search_kb").unwrap().share.basis_points(),
+            500
+        );
+        let mut b = s1.next();
+        b.put_rollout(crate::rollout::example(5000));
+        let s2 = b.finish();
+        let delta = s2.delta_pb(&s1);
+        assert!(delta.tools.is_empty(), "no tool changed");
+        let (applied, _) = Snapshot::from_pb(&delta, Some(&follower)).unwrap();
+        assert_eq!(
+            applied.rollout("search_kb").unwrap().share.basis_points(),
+            5000
+        );
+        let mut b = s2.next();
+        b.remove_rollout("search_kb");
+        let s3 = b.finish();
+        let (gone, _) = Snapshot::from_pb(&s3.delta_pb(&s2), Some(&applied)).unwrap();
+        assert!(gone.rollouts().next().is_none());
+        let mut wire = s2.to_pb();
+        wire.rollouts[0].canary_version = "two".into();
+        let (skipped_one, skipped) = Snapshot::from_pb(&wire, None).unwrap();
+        assert!(skipped_one.rollout("search_kb").is_none());
+        assert!(skipped[0].1.to_string().contains("\"two\""), "{skipped:?}");
     }
 }

@@ -58,6 +58,9 @@ pub enum SpecError {
     /// The risk enum value is unknown.
     #[error("risk {0} is not a known RiskLevel; use LOW, MEDIUM or HIGH")]
     UnknownRisk(i32),
+    /// A snapshot's rollout cannot be used (it is left out).
+    #[error("{0}")]
+    Rollout(crate::rollout::BadRollout),
 }
 
 /// Retry policy with every default filled in.

@@ -313,6 +313,20 @@ impl Registry for Counting {
     ) -> Result<Response<toolmesh::pb::SessionFactsResponse>, Status> {
         Err(Status::unimplemented("not in this test"))
     }
+
+    async fn update_rollout(
+        &self,
+        _: Request<toolmesh::pb::UpdateRolloutRequest>,
+    ) -> Result<Response<toolmesh::pb::UpdateRolloutResponse>, Status> {
+        Err(Status::unimplemented("not in this test"))
+    }
+
+    async fn list_rollouts(
+        &self,
+        _: Request<toolmesh::pb::ListRolloutsRequest>,
+    ) -> Result<Response<toolmesh::pb::ListRolloutsResponse>, Status> {
+        Err(Status::unimplemented("not in this test"))
+    }
 }
 
 /// Issue 15: `toolmesh health` answers for 5,000 tools with one Check (the

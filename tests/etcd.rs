@@ -874,3 +874,125 @@ async fn compaction_while_disconnected() {
         .is_ok();
     eprintln!("scenario 5: B converged (full resync after compaction: {resynced})");
 }
+
+/// The rollout of `tool` in `snapshot` in state `state`, if it is there.
+fn rollout_in(snapshot: &pb::Snapshot, tool: &str, state: pb::RolloutState) -> Option<pb::Rollout> {
+    snapshot
+        .rollouts
+        .iter()
+        .find(|r| r.tool == tool && r.state == state as i32)
+        .cloned()
+}
+
+/// `acc_echo` through the dispatcher at `addr` in session `session`: the
+/// version that ran.
+async fn echo_version(addr: &str, session: &str) -> String {
+    let request = pb::InvokeRequest {
+        tool: "acc_echo".into(),
+        arguments: r#"{"message":"hi"}"#.into(),
+        context: Some(pb::CallContext {
+            session_id: session.into(),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let response = dispatcher(addr)
+        .invoke(request)
+        .await
+        .expect("invoke")
+        .into_inner();
+    assert_eq!(code(&response), 0, "{}", message(&response));
+    response.tool_version
+}
+
+/// Rollouts live in etcd: started through replica A, every replica
+/// publishes the same one and a dispatcher following B routes by it; a
+/// replica started again reads it back; an abort through B reaches A.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rollouts_live_in_etcd() {
+    let cluster = etcd(1).await;
+    let store = cluster.store_url();
+    let (mut a_proc, a) = replica(&store);
+    let (_b, b) = replica(&store);
+    let _v1 = executor(&a, "acc-v1");
+    let _v2 = example(
+        "acceptance",
+        &a,
+        &[
+            "--ttl-ms",
+            TTL_MS,
+            "--executor-id",
+            "acc-v2",
+            "--tool-version",
+            "2.0.0",
+        ],
+    );
+    let (_d, d) = dispatcher_for(&b);
+    let two_versions = |s: &pb::Snapshot| {
+        s.tools
+            .iter()
+            .filter(|t| t.exposed && t.spec.as_ref().is_some_and(|s| s.name == "acc_echo"))
+            .count()
+            == 2
+    };
+    agreed(&[&a, &b], "both versions on A and B", two_versions).await;
+    let start = pb::UpdateRolloutRequest {
+        action: pb::RolloutAction::Start as i32,
+        tool: "acc_echo@2.0.0".into(),
+        basis_points: 10_000,
+        ..Default::default()
+    };
+    registry_client(&a)
+        .update_rollout(start)
+        .await
+        .expect("start through A");
+    agreed(&[&a, &b], "the rollout on A and B", |s| {
+        rollout_in(s, "acc_echo", pb::RolloutState::Active).is_some()
+    })
+    .await;
+    eventually(
+        "the dispatcher routes to the canary",
+        Duration::from_secs(10),
+        || async { (echo_version(&d, "run-1").await == "2.0.0").then_some(()) },
+    )
+    .await;
+
+    a_proc.kill9();
+    let (_a2, a2) = replica(&store);
+    agreed(&[&a2, &b], "a new replica reads the rollout back", |s| {
+        rollout_in(s, "acc_echo", pb::RolloutState::Active).is_some() && two_versions(s)
+    })
+    .await;
+    let abort = pb::UpdateRolloutRequest {
+        action: pb::RolloutAction::Abort as i32,
+        tool: "acc_echo".into(),
+        reason: "etcd test".into(),
+        ..Default::default()
+    };
+    registry_client(&b)
+        .update_rollout(abort)
+        .await
+        .expect("abort through B");
+    let both = agreed(&[&a2, &b], "the abort on both", |s| {
+        rollout_in(s, "acc_echo", pb::RolloutState::Aborted).is_some()
+    })
+    .await;
+    let aborted = rollout_in(&both, "acc_echo", pb::RolloutState::Aborted).unwrap();
+    assert_eq!(
+        (aborted.reason.as_str(), aborted.basis_points),
+        ("etcd test", 10_000)
+    );
+    let listed = registry_client(&a2)
+        .list_rollouts(pb::ListRolloutsRequest::default())
+        .await
+        .expect("ListRollouts through the new replica")
+        .into_inner();
+    assert_eq!(listed.rollouts.len(), 1);
+    assert_eq!(listed.rollouts[0].stable_version, "1.0.0");
+    eventually(
+        "the dispatcher routes to stable",
+        Duration::from_secs(10),
+        || async { (echo_version(&d, "run-1").await == "1.0.0").then_some(()) },
+    )
+    .await;
+}

@@ -116,6 +116,7 @@ impl Command {
                 | Command::Mcp
                 | Command::Disable(_)
                 | Command::Enable(_)
+                | Command::Rollout(_)
         )
     }
 
@@ -179,6 +180,9 @@ pub(crate) enum Command {
     Disable(DisableArgs),
     /// Switch a disabled tool back on (admin).
     Enable(ToolArg),
+    /// Release a tool version gradually (canary): start, set, promote,
+    /// abort, status.
+    Rollout(crate::rollout::RolloutArgs),
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
     Completions(CompletionsArgs),
     /// Measure per-call overhead (against a direct call and nginx), registry
@@ -214,6 +218,10 @@ pub(crate) struct ExplainArgs {
     /// Explain for the caller holding this token (default: you).
     #[arg(long)]
     pub(crate) caller: Option<String>,
+    /// The session of an anonymous caller (its rollout assignment is the
+    /// session's).
+    #[arg(long)]
+    pub(crate) session: Option<String>,
     /// The tool (name or name@version).
     pub(crate) tool: String,
 }

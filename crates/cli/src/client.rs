@@ -41,17 +41,17 @@ impl Client {
         })
     }
 
-    fn channel(&self) -> Channel {
+    pub(crate) fn channel(&self) -> Channel {
         self.channel.clone()
     }
 
-    fn json(&self) -> bool {
+    pub(crate) fn json(&self) -> bool {
         self.args.json
     }
 
     /// `message` with the caller's bearer token, if any, and the deadline
     /// of `--timeout-ms`.
-    fn request<T>(&self, message: T) -> tonic::Request<T> {
+    pub(crate) fn request<T>(&self, message: T) -> tonic::Request<T> {
         let mut request = tonic::Request::new(message);
         if let Some(token) = self.args.token.as_deref().filter(|t| !t.is_empty())
             && !toolmesh::grpc::set_bearer(request.metadata_mut(), token)
@@ -65,7 +65,7 @@ impl Client {
     }
 
     /// What a failed request means for the user.
-    fn failure(&self, status: tonic::Status) -> Failure {
+    pub(crate) fn failure(&self, status: tonic::Status) -> Failure {
         match status.code() {
             Code::Unavailable => Failure::Unavailable(format!(
                 "cannot reach toolmesh at {}: {}; is `toolmesh up` running? (set --server or TOOLMESH_SERVER)",
@@ -358,6 +358,7 @@ pub(crate) async fn explain(args: ExplainArgs, client: &Client) -> Result<(), Fa
         .explain(client.request(ExplainRequest {
             tool: args.tool.clone(),
             caller_token: args.caller.clone().unwrap_or_default(),
+            session_id: args.session.clone().unwrap_or_default(),
         }))
         .await
         .map_err(|s| client.failure(s))?

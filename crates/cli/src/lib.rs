@@ -3,7 +3,7 @@
 //! `toolmesh-node` (`serve`, `registry`, `dispatcher`, and `up` with its
 //! example processes), example executors (`example`), the client commands
 //! (`tools`, `call`, `health`, `snapshot`, `explain`, `approvals`, `approve`,
-//! `deny`, `disable`, `enable`, `mcp`), `completions` and, with the `bench`
+//! `deny`, `disable`, `enable`, `rollout`, `mcp`), `completions` and, with the `bench`
 //! feature, `bench`. The binary's `main` only calls [`main`].
 #![forbid(unsafe_code)]
 
@@ -13,6 +13,7 @@ mod client;
 mod completions;
 mod logging;
 mod output;
+mod rollout;
 mod up;
 
 use args::{ClientArgs, Command, ExampleArgs};
@@ -157,6 +158,7 @@ async fn run(
         Command::Approve(args) => client::decide(args, false, &connect()?).await,
         Command::Deny(args) => client::decide(args, true, &connect()?).await,
         Command::Disable(args) => client::disable(args, &connect()?).await,
+        Command::Rollout(args) => rollout::run(args, &connect()?).await,
         Command::Enable(args) => client::enable(args, &connect()?).await,
         Command::Mcp => client::mcp_bridge(&connect()?).await,
         Command::Completions(args) => completions::print(args.shell),

@@ -270,6 +270,7 @@ pub(crate) fn explain_json(tool: &str, answer: &ExplainResponse) -> Value {
         "argument_limits": answer.argument_limits,
         "input_schema": answer.input_schema,
         "fallback": answer.fallback,
+        "rollout": answer.rollout,
     })
 }
 
@@ -298,6 +299,9 @@ pub(crate) fn print_explain(tool: &str, answer: &ExplainResponse) {
     }
     if !answer.fallback.is_empty() {
         println!("  fallback {}", answer.fallback);
+    }
+    if !answer.rollout.is_empty() {
+        println!("  rollout: {}", answer.rollout);
     }
 }
 

@@ -31,6 +31,9 @@ pub struct DispatcherConfig {
     pub tls: toolmesh::grpc::Tls,
     /// Where the dispatcher's metrics are registered (the process' registry).
     pub metrics: toolmesh_telemetry::MetricsRegistry,
+    /// Who aborts a rollout whose canary fails (the registry); without it
+    /// a failing canary is only logged.
+    pub rollout_control: Option<std::sync::Arc<dyn crate::RolloutControl>>,
 }
 
 impl Default for DispatcherConfig {
@@ -49,6 +52,7 @@ impl Default for DispatcherConfig {
             snapshot_history: 64,
             tls: toolmesh::grpc::Tls::none(),
             metrics: toolmesh_telemetry::MetricsRegistry::default(),
+            rollout_control: None,
         }
     }
 }

@@ -24,6 +24,15 @@ pub enum CallError {
     /// The tool reference could not be parsed, or no version matches it.
     #[error("{0}")]
     BadReference(String),
+    /// A bare name under a rollout whose stable side has no version for
+    /// this caller.
+    #[error("{tool} has no version to give you: {why}")]
+    NoStableVersion {
+        /// The tool name.
+        tool: String,
+        /// Why: the rollout's state and the caller's assignment.
+        why: String,
+    },
     /// An operator switched the tool off.
     #[error("tool {tool} is disabled by an operator: {reason}")]
     Disabled {
@@ -175,6 +184,10 @@ impl CallError {
                 ToolError::new(ErrorCode::NotFound, format!("no tool named {name:?}{hint}"))
             }
             CallError::BadReference(message) => ToolError::new(ErrorCode::NotFound, message),
+            CallError::NoStableVersion { tool, .. } => ToolError::new(
+                ErrorCode::Unavailable,
+                format!("{self}; call {tool}@VERSION to name a version, or ask an operator"),
+            ),
             CallError::PermissionDenied { .. } => ToolError::new(
                 ErrorCode::PermissionDenied,
                 format!("{self}; do not retry: ask an operator for access or use another tool"),

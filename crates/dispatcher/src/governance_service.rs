@@ -1,6 +1,8 @@
 //! The `toolmesh.v1.Governance` gRPC service: explain a caller's view of a
-//! tool, list pending approvals, approve or deny them.
+//! tool (the version a rollout gives it included), list pending approvals,
+//! approve or deny them.
 
+use crate::call::resolve;
 use crate::{Dispatcher, Refusal};
 use tonic::{Request, Response, Status};
 use toolmesh::ToolRef;
@@ -27,27 +29,14 @@ impl governance_server::Governance for GovernanceService {
         let asker = self.dispatcher.caller(&request)?;
         let request = request.into_inner();
         let policy = self.dispatcher.governance().policy();
-        let who = if request.caller_token.is_empty() {
-            asker
-        } else if !asker.has_role(toolmesh_governance::ADMIN_ROLE) {
-            // A token's principal and roles are not for every caller to learn.
-            return Err(Refusal::NotAllowed(format!(
-                "{} may not explain another caller's view: that needs the role \"{}\"; without --caller, explain shows your own",
-                asker.name,
-                toolmesh_governance::ADMIN_ROLE
-            ))
-            .into());
-        } else {
-            policy
-                .authenticate(Some(&request.caller_token))
-                .map_err(Refusal::BadCallerToken)?
-        };
+        let who = subject(&policy, asker, &request.caller_token)?;
         let reference =
             ToolRef::parse(&request.tool).map_err(|e| Refusal::BadReference(e.to_string()))?;
         let snapshot = self.dispatcher.current_snapshot();
-        let entry = snapshot
-            .resolve(&reference)
+        let caller = resolve::caller(&who, &request.session_id);
+        let (entry, routed) = resolve::pick(&snapshot, &snapshot, &reference, &caller)
             .map_err(|e| Refusal::UnknownTool(e.to_string()))?;
+        let entry = &entry;
         let explanation = explain(&policy, &who, entry.def.spec());
         let callable = self.dispatcher.is_callable(entry);
         let (verdict, rule, reason) = match &explanation.decision {
@@ -95,6 +84,9 @@ impl governance_server::Governance for GovernanceService {
                 &policy,
                 &entry.def,
             ),
+            rollout: routed
+                .map(|routed| routed.explain(entry, &caller))
+                .unwrap_or_default(),
         }))
     }
 
@@ -149,6 +141,29 @@ impl governance_server::Governance for GovernanceService {
             approval: Some(approval_pb(&ticket)),
         }))
     }
+}
+
+/// Whose view `asker` asks about: its own, or — for an admin — that of
+/// the caller holding `caller_token`.
+fn subject(
+    policy: &toolmesh_governance::Policy,
+    asker: toolmesh_governance::Principal,
+    caller_token: &str,
+) -> Result<toolmesh_governance::Principal, Refusal> {
+    if caller_token.is_empty() {
+        return Ok(asker);
+    }
+    if !asker.has_role(toolmesh_governance::ADMIN_ROLE) {
+        // A token's principal and roles are not for every caller to learn.
+        return Err(Refusal::NotAllowed(format!(
+            "{} may not explain another caller's view: that needs the role \"{}\"; without --caller, explain shows your own",
+            asker.name,
+            toolmesh_governance::ADMIN_ROLE
+        )));
+    }
+    policy
+        .authenticate(Some(caller_token))
+        .map_err(Refusal::BadCallerToken)
 }
 
 /// The wire form of a ticket.

@@ -5,6 +5,7 @@
 #![forbid(unsafe_code)]
 
 mod call;
+mod canary;
 mod config;
 mod endpoints;
 mod error;
@@ -19,6 +20,7 @@ mod service;
 mod tool_health;
 mod upstream;
 
+pub use canary::RolloutControl;
 pub use config::DispatcherConfig;
 pub use error::CallError;
 pub use follow::{EPOCH_GRACE, follow_registry};
@@ -156,6 +158,7 @@ impl Dispatcher {
             metrics,
             cache: Default::default(),
             pairings: Default::default(),
+            canaries: canary::CanaryWatch::new(config.rollout_control.clone()),
         };
         Dispatcher {
             pipeline: Arc::new(pipeline),
@@ -175,21 +178,35 @@ impl Dispatcher {
         snapshot_version: u64,
         format: ToolFormat,
     ) -> Result<Arc<ListToolsResponse>, Refusal> {
+        self.list_tools_in(who, "", snapshot_version, format)
+    }
+
+    /// [`list_tools_for`](Self::list_tools_for) in agent session `session`:
+    /// an anonymous caller's rollout assignment (canary or stable) is its
+    /// session's, so each tool is listed in the version its calls get.
+    pub fn list_tools_in(
+        &self,
+        who: &Principal,
+        session: &str,
+        snapshot_version: u64,
+        format: ToolFormat,
+    ) -> Result<Arc<ListToolsResponse>, Refusal> {
         let snapshot = self.pipeline.snapshots.get(snapshot_version)?;
         let current = self.pipeline.snapshots.current();
         let pinned = !Arc::ptr_eq(&snapshot, &current);
         let pool = &self.pipeline.attempts.pool;
         let governance = &self.pipeline.governance;
         let policy = governance.policy();
+        let caller = call::resolve::caller(who, session);
         let key = list::cache_key(
-            snapshot.version(),
-            current.version(),
+            (snapshot.version(), current.version()),
             governance.policy.generation(),
             who,
+            &call::resolve::rollout_view(&snapshot, &caller),
             format,
         );
         Ok(self.listings.get_or_render(key, || {
-            let entries = list::callable(&snapshot, |e| {
+            let entries = list::callable(&snapshot, &current, &caller, |e| {
                 // A pin fixes the specs listed, never the switches or instances.
                 let in_rotation = if pinned {
                     route::in_rotation(&e.as_of(&current), pool)

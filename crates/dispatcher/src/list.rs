@@ -5,12 +5,13 @@
 //! accepts (`toolmesh::spec::validate_name`), so a model calls a tool by
 //! the name it was shown and no format needs a mapping back.
 
+use crate::call::resolve;
 use serde_json::{Value, json};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 use toolmesh::pb::{ListToolsResponse, RiskLevel, ToolFormat};
-use toolmesh::reference::VersionPattern;
+use toolmesh::rollout::Caller;
 use toolmesh::{Snapshot, ToolDef, ToolEntry};
 use toolmesh_governance::{Decision, Policy, Principal};
 
@@ -22,7 +23,8 @@ const CACHE_ENTRIES: usize = 256;
 
 /// Which listing: the snapshot listed, the current one (whose switches and
 /// instances apply to a pinned listing too), policy generation, the
-/// caller's identity and roles, the format.
+/// caller's identity and roles with the side of each rollout it is on, the
+/// format.
 type CacheKey = (u64, u64, u64, String, i32);
 
 /// Rendered ListTools answers: a snapshot never changes, so a listing for
@@ -68,15 +70,22 @@ impl ListCache {
     }
 }
 
-/// The cache key of a listing for `who`.
+/// The cache key of a listing for `who` of `(snapshot listed, current
+/// snapshot)`, with `rollouts` the sides of the rollouts `who` is on
+/// ([`resolve::rollout_view`]).
 pub(crate) fn cache_key(
-    snapshot_version: u64,
-    current_version: u64,
+    (snapshot_version, current_version): (u64, u64),
     policy_generation: u64,
     who: &toolmesh_governance::Principal,
+    rollouts: &str,
     format: ToolFormat,
 ) -> CacheKey {
-    let view = format!("{}/{}/{}", who.tenant, who.name, who.roles.join(","));
+    let view = format!(
+        "{}/{}/{}/{rollouts}",
+        who.tenant,
+        who.name,
+        who.roles.join(",")
+    );
     (
         snapshot_version,
         current_version,
@@ -86,21 +95,21 @@ pub(crate) fn cache_key(
     )
 }
 
-/// The version a bare name resolves to among those callable now, per name,
-/// sorted by name.
-pub(crate) fn callable(
-    snapshot: &Snapshot,
-    in_rotation: impl Fn(&Arc<ToolEntry>) -> bool,
-) -> Vec<&Arc<ToolEntry>> {
+/// Per name, sorted by name, the version a bare name resolves to for
+/// `caller` ([`resolve::version`]: the one its calls go to, rollouts
+/// included), when `keep` keeps it (in rotation here, granted).
+pub(crate) fn callable<'s>(
+    snapshot: &'s Snapshot,
+    current: &Snapshot,
+    caller: &Caller<'_>,
+    keep: impl Fn(&Arc<ToolEntry>) -> bool,
+) -> Vec<&'s Arc<ToolEntry>> {
+    let exposed = resolve::exposed_in(snapshot, current);
     snapshot
         .names()
-        .filter_map(|name| {
-            snapshot
-                .versions(name)
-                .iter()
-                .rev()
-                .find(|e| VersionPattern::Newest.matches(e.def.version()) && in_rotation(e))
-        })
+        .filter_map(|name| resolve::version(snapshot, name, caller, &exposed))
+        .map(|choice| choice.entry)
+        .filter(|entry| keep(entry))
         .collect()
 }
 
@@ -302,7 +311,15 @@ pub(crate) fn is_strict(schema: &Value) -> bool {
 mod tests {
     use super::*;
     use toolmesh::pb::ToolSpec;
+    use toolmesh::rollout::Sticky;
     use toolmesh::{Instance, ToolDef};
+
+    /// A caller no rollout routes.
+    const ANYONE: Caller<'static> = Caller {
+        tenant: "t",
+        principal: "p",
+        sticky: Sticky::None,
+    };
 
     fn entry(name: &str, version: &str, healthy: bool) -> ToolEntry {
         ToolEntry {
@@ -341,7 +358,7 @@ mod tests {
             .put(entry("alpha", "2.0.0-rc.1", true))
             .put(entry("down", "1.0.0", false));
         let s = b.finish();
-        let listed = callable(&s, |e| e.exposed());
+        let listed = callable(&s, &s, &ANYONE, |_| true);
         let names: Vec<String> = listed.iter().map(|e| e.def.label()).collect();
         assert_eq!(names, ["alpha@1.1.0", "zeta@1.0.0"]);
     }
@@ -363,18 +380,26 @@ mod tests {
             render(version, &[], ToolFormat::Native, |_| None)
         };
         for _ in 0..3 {
-            cache.get_or_render(cache_key(7, 7, 1, &who, ToolFormat::Native), || render(7));
+            cache.get_or_render(cache_key((7, 7), 1, &who, "", ToolFormat::Native), || {
+                render(7)
+            });
         }
         assert_eq!(renders.get(), 1);
         let other = toolmesh_governance::Principal {
             roles: vec!["admin".into()],
             ..who.clone()
         };
-        cache.get_or_render(cache_key(7, 7, 1, &other, ToolFormat::Native), || render(7));
-        let fresh = cache.get_or_render(cache_key(8, 8, 1, &who, ToolFormat::Native), || render(8));
+        cache.get_or_render(cache_key((7, 7), 1, &other, "", ToolFormat::Native), || {
+            render(7)
+        });
+        let fresh = cache.get_or_render(cache_key((8, 8), 1, &who, "", ToolFormat::Native), || {
+            render(8)
+        });
         assert_eq!(renders.get(), 3);
         assert_eq!(fresh.snapshot_version, 8);
-        let again = cache.get_or_render(cache_key(8, 8, 1, &who, ToolFormat::Native), || render(8));
+        let again = cache.get_or_render(cache_key((8, 8), 1, &who, "", ToolFormat::Native), || {
+            render(8)
+        });
         assert!(Arc::ptr_eq(&fresh, &again), "a hit is the same listing");
     }
 
@@ -385,7 +410,7 @@ mod tests {
         let mut b = Snapshot::empty("e").next();
         b.put(entry("search_kb", "1.0.0", true));
         let s = b.finish();
-        let listed = callable(&s, |e| e.exposed());
+        let listed = callable(&s, &s, &ANYONE, |_| true);
         let response = render(s.version(), &listed, ToolFormat::Openai, |_| None);
         let value: Value = serde_json::from_str(&response.formatted).unwrap();
         assert_eq!(
@@ -543,7 +568,7 @@ mod tests {
         let mut b = Snapshot::empty("e").next();
         b.put(entry("search_kb", "1.0.0", true));
         let s = b.finish();
-        let listed = callable(&s, |e| e.exposed());
+        let listed = callable(&s, &s, &ANYONE, |_| true);
         let value: Value = serde_json::from_str(
             &render(s.version(), &listed, ToolFormat::Gemini, |_| None).formatted,
         )

@@ -29,9 +29,13 @@ impl dispatcher_server::Dispatcher for DispatcherService {
         let request = request.into_inner();
         let format = ToolFormat::try_from(request.format)
             .map_err(|_| Refusal::UnknownFormat(request.format))?;
-        let listing = self
-            .dispatcher
-            .list_tools_for(&who, request.snapshot_version, format)?;
+        let session = request
+            .context
+            .as_ref()
+            .map_or("", |c| c.session_id.as_str());
+        let listing =
+            self.dispatcher
+                .list_tools_in(&who, session, request.snapshot_version, format)?;
         Ok(Response::new(std::sync::Arc::unwrap_or_clone(listing)))
     }
 

@@ -142,6 +142,20 @@ impl Registry for FakeRegistry {
         Err(Status::unimplemented("not in this test"))
     }
 
+    async fn update_rollout(
+        &self,
+        _: Request<toolmesh::pb::UpdateRolloutRequest>,
+    ) -> Result<Response<toolmesh::pb::UpdateRolloutResponse>, Status> {
+        Err(Status::unimplemented("not in this test"))
+    }
+
+    async fn list_rollouts(
+        &self,
+        _: Request<toolmesh::pb::ListRolloutsRequest>,
+    ) -> Result<Response<toolmesh::pb::ListRolloutsResponse>, Status> {
+        Err(Status::unimplemented("not in this test"))
+    }
+
     type WatchSnapshotsStream = tonic::codegen::tokio_stream::Empty<Result<Snapshot, Status>>;
 
     async fn watch_snapshots(

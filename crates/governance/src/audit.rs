@@ -51,6 +51,15 @@ pub enum AuditKind {
     ApprovalGranted,
     /// An approver denied.
     ApprovalDenied,
+    /// An operator started a rollout (canary) of a tool version.
+    RolloutStarted,
+    /// An operator changed a rollout's share.
+    RolloutChanged,
+    /// An operator promoted a rollout: every caller gets the canary.
+    RolloutPromoted,
+    /// An operator, or a dispatcher whose error check failed the canary
+    /// (`rollout.automatic`), aborted a rollout.
+    RolloutAborted,
 }
 
 /// One audit line. Fields are public so the dispatcher fills what it knows;
@@ -108,6 +117,11 @@ pub struct AuditRecord {
     /// that tool, `name@version` (`[[fallbacks]]` in the policy).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub fallback_for: Option<String>,
+    /// For a call a rollout routed: `{"side": "canary"|"stable", "percent",
+    /// "canary"}`; for a rollout decision: the rollout (`state`, `percent`,
+    /// `tenants`, `principals`, `automatic`, the guard).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub rollout: Option<Value>,
 }
 
 impl AuditRecord {
@@ -177,7 +191,38 @@ impl AuditRecord {
             reason: None,
             cache: None,
             fallback_for: None,
+            rollout: None,
         }
+    }
+
+    /// The record of a rollout decision: `actor` made `rollout` what it is
+    /// now (`kind` says how); the reason of an abort in `reason`.
+    pub fn rollout_decision(kind: AuditKind, actor: &str, rollout: &toolmesh::Rollout) -> Self {
+        let spec = ToolSpec {
+            name: rollout.tool.clone(),
+            version: rollout.canary.to_string(),
+            ..ToolSpec::default()
+        };
+        let who = Principal {
+            name: actor.to_owned(),
+            tenant: String::new(),
+            roles: Vec::new(),
+            anonymous: false,
+        };
+        let mut record = Self::build(kind, &who, &spec, "", None, None);
+        record.arguments_sha256 = String::new();
+        record.reason = (!rollout.reason.is_empty()).then(|| rollout.reason.clone());
+        record.rollout = Some(serde_json::json!({
+            "state": rollout.state.name(),
+            "percent": rollout.share.percent_number(),
+            "tenants": rollout.tenants,
+            "principals": rollout.principals,
+            "automatic": rollout.automatic,
+            "max_error_margin": rollout.guard.max_error_margin,
+            "min_calls": rollout.guard.min_calls,
+            "window_ms": rollout.guard.window.as_millis() as u64,
+        }));
+        record
     }
 
     /// The record as one JSON line (no trailing newline).

@@ -9,6 +9,7 @@ mod admin;
 mod config;
 mod error;
 mod governance;
+mod rollouts;
 mod server;
 mod shared_approvals;
 mod shared_sessions;

@@ -4,6 +4,7 @@
 use crate::config::{NodeConfig, Role};
 use crate::error::NodeError;
 use crate::governance::{PolicyGate, PolicySetup, audit_sink, load_policy};
+use crate::rollouts;
 use crate::shared_approvals::SharedApprovals;
 use crate::shared_sessions::StoreSessions;
 use std::future::Future;
@@ -13,10 +14,16 @@ use tokio_util::sync::CancellationToken;
 use tonic_health::{ServingStatus, server::HealthReporter};
 use toolmesh::Snapshot;
 use toolmesh::grpc::{DISPATCHER_HEALTH_SERVICE, HealthOnly, REGISTRY_HEALTH_SERVICE};
-use toolmesh_dispatcher::{Dispatcher, DispatcherConfig, Governance, follow_registry};
+use toolmesh_dispatcher::{
+    Dispatcher, DispatcherConfig, Governance, RolloutControl, follow_registry,
+};
+use toolmesh_governance::AuditSink;
 use toolmesh_governance::approvals::ApprovalRelay;
 use toolmesh_governance::sessions::SessionRelay;
-use toolmesh_registry::{ApprovalDesk, EtcdStore, Registry, RegistryConfig, Store, grpc_service};
+use toolmesh_registry::{
+    ApprovalDesk, EtcdStore, Registry, RegistryConfig, RolloutDesk, RolloutJournal, Store,
+    grpc_service,
+};
 use toolmesh_telemetry::{AdminServer, MetricsRegistry};
 
 /// A node that is up.
@@ -156,6 +163,9 @@ pub async fn start(role: Role, config: &NodeConfig) -> Result<Running, NodeError
     let shared = registry
         .clone()
         .map(|store| Arc::new(SharedApprovals { store }));
+    // One audit sink per process: calls and rollout decisions alike.
+    let audit = audit_sink(config).await?;
+    let journal = rollouts::journal(audit.as_ref());
     let dispatcher = match snapshots {
         Some(snapshots) => Some(Dispatcher::with_governance(
             DispatcherConfig {
@@ -163,11 +173,12 @@ pub async fn start(role: Role, config: &NodeConfig) -> Result<Running, NodeError
                 snapshot_history: config.snapshot_history,
                 tls: config.tls.clone(),
                 metrics: metrics.clone(),
+                rollout_control: rollout_control(&role, config, registry.as_ref(), &journal)?,
                 ..DispatcherConfig::default()
             },
             snapshots,
             health.clone(),
-            governance(&role, config, &policy, shared.clone()).await?,
+            governance(&role, config, &policy, shared.clone(), audit).await?,
         )),
         None => None,
     };
@@ -190,7 +201,7 @@ pub async fn start(role: Role, config: &NodeConfig) -> Result<Running, NodeError
         .add_service(toolmesh::grpc::reflection_service())
         .add_optional_service(registry.clone().map(|store| {
             let desk = shared.clone().map(|s| s as Arc<dyn ApprovalDesk>);
-            grpc_service(store, desk)
+            grpc_service(store, desk, journal.clone())
         }))
         .add_optional_service(dispatcher.as_ref().map(Dispatcher::grpc_service))
         .add_optional_service(dispatcher.as_ref().map(Dispatcher::governance_service));
@@ -316,8 +327,9 @@ async fn governance(
     config: &NodeConfig,
     policy: &PolicySetup,
     shared: Option<Arc<SharedApprovals>>,
+    audit: Option<AuditSink>,
 ) -> Result<Governance, NodeError> {
-    let governance = Governance::new(policy.handle.clone(), audit_sink(config).await?);
+    let governance = Governance::new(policy.handle.clone(), audit);
     Ok(match role {
         Role::Dispatcher { registry, token } => {
             let channel = toolmesh::grpc::channel(registry, &config.tls)?;
@@ -336,6 +348,28 @@ async fn governance(
             }
             None => governance,
         },
+    })
+}
+
+/// Who the dispatcher of `role` asks to abort a failing canary: the
+/// registry in this process (`serve`, through the same journal as the gRPC
+/// edge), or the one it follows, by gRPC with its registry token.
+fn rollout_control(
+    role: &Role,
+    config: &NodeConfig,
+    registry: Option<&Arc<dyn Store>>,
+    journal: &Option<Arc<dyn RolloutJournal>>,
+) -> Result<Option<Arc<dyn RolloutControl>>, NodeError> {
+    Ok(match (role, registry) {
+        (Role::Dispatcher { registry, token }, _) => Some(Arc::new(rollouts::RemoteAbort {
+            channel: toolmesh::grpc::channel(registry, &config.tls)?,
+            token: token.clone(),
+        })),
+        (_, Some(store)) => Some(Arc::new(rollouts::LocalAbort(RolloutDesk::new(
+            store.clone(),
+            journal.clone(),
+        )))),
+        _ => None,
     })
 }
 

@@ -1,8 +1,9 @@
-//! Operator state that must survive a registry restart — disabled tools and
-//! which owner each tool name belongs to — kept as one small JSON file in the
-//! data directory, replaced atomically on every change.
+//! Operator state that must survive a registry restart — disabled tools,
+//! rollouts and which owner each tool name belongs to — kept as one small
+//! JSON file in the data directory, replaced atomically on every change.
 
 use crate::error::RegistryError;
+use crate::rollouts::RolloutRecord;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -11,7 +12,7 @@ use std::path::{Path, PathBuf};
 /// The file's name inside the data directory.
 pub const STATE_FILE: &str = "registry-state.json";
 
-#[derive(Debug, Default, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Default, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 struct Contents {
     /// Tool name → the operator's reason.
@@ -20,6 +21,9 @@ struct Contents {
     /// Tool name → the owner that first registered it.
     #[serde(default)]
     owners: BTreeMap<String, String>,
+    /// Tool name → its rollout (canary), in whatever state.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    rollouts: BTreeMap<String, RolloutRecord>,
 }
 
 /// Disabled tools and tool owners, in memory and (with a data dir) on disk.
@@ -75,6 +79,31 @@ impl Durable {
                 .insert(tool.to_owned(), reason.to_owned()),
             None => self.contents.disabled.remove(tool),
         };
+        self.save_or_restore(before)
+    }
+
+    /// Every kept rollout; one the file holds but this build cannot read
+    /// is left out, saying so.
+    pub(crate) fn rollouts(&self) -> Vec<toolmesh::Rollout> {
+        self.contents
+            .rollouts
+            .iter()
+            .filter_map(|(tool, record)| match record.clone().try_into() {
+                Ok(rollout) => Some(rollout),
+                Err(problem) => {
+                    tracing::error!(tool, %problem, "stored rollout left out");
+                    None
+                }
+            })
+            .collect()
+    }
+
+    /// Keeps `rollout` (replacing the tool's earlier one) and saves.
+    pub(crate) fn set_rollout(&mut self, rollout: &toolmesh::Rollout) -> Result<(), RegistryError> {
+        let before = self.contents.clone();
+        self.contents
+            .rollouts
+            .insert(rollout.tool.clone(), RolloutRecord::from(rollout));
         self.save_or_restore(before)
     }
 

@@ -117,6 +117,9 @@ pub enum RegistryError {
     /// A task inside the registry failed.
     #[error("{0}; try again")]
     Internal(String),
+    /// A rollout request the rules refuse.
+    #[error(transparent)]
+    Rollout(#[from] crate::rollouts::RolloutError),
 }
 
 impl From<toolmesh_etcd::EtcdError> for RegistryError {
@@ -160,7 +163,26 @@ impl From<RegistryError> for tonic::Status {
             RegistryError::UnknownLease(_)
             | RegistryError::UnknownTool(_)
             | RegistryError::SnapshotNotHeld(_) => tonic::Status::not_found(message),
+            RegistryError::Rollout(refused) => rollout_status(&refused, message),
         }
+    }
+}
+
+/// The status of a refused rollout request: malformed, missing, or not
+/// possible in the rollout's state.
+fn rollout_status(refused: &crate::rollouts::RolloutError, message: String) -> tonic::Status {
+    use crate::rollouts::RolloutError as E;
+    match refused {
+        E::NoAction
+        | E::BadTool(_)
+        | E::CanaryNeedsVersion(_)
+        | E::BadShare(_)
+        | E::BadGuard(_) => tonic::Status::invalid_argument(message),
+        E::UnknownTool(_) | E::NoRollout(_) => tonic::Status::not_found(message),
+        E::AlreadyActive { .. }
+        | E::NotActive { .. }
+        | E::OtherCanary { .. }
+        | E::NotNewest { .. } => tonic::Status::failed_precondition(message),
     }
 }
 

@@ -9,6 +9,7 @@ use crate::gate::{Gate, OpenGate};
 use crate::health_watch;
 use crate::metrics::Metrics;
 use crate::published::Published;
+use crate::rollouts::{self, RolloutRequest};
 use crate::state::{Executor, Registration, State};
 use crate::txn::{Key, key_of, label};
 use std::collections::HashSet;
@@ -21,7 +22,7 @@ use tokio::time::{Instant, sleep_until};
 use tokio_util::sync::CancellationToken;
 use toolmesh::pb::{self, RejectedTool};
 use toolmesh::schema::MAX_REGISTRATION_PATTERNS;
-use toolmesh::{Snapshot, ToolDef};
+use toolmesh::{Rollout, Snapshot, ToolDef};
 use tracing::{debug, info, warn};
 
 /// The registry: executors register tools and hold leases; every change
@@ -96,7 +97,8 @@ impl Registry {
         let durable = Durable::open(config.data_dir.as_deref())?;
         let runtime = Handle::current();
         let epoch = uuid::Uuid::new_v4().to_string();
-        let store = Arc::new(Published::new(Snapshot::empty(epoch), config.history));
+        let first = first_snapshot(epoch, &durable);
+        let store = Arc::new(Published::new(first, config.history));
         let metrics = Metrics::new(&config.metrics, Arc::downgrade(&store));
         let inner = Arc::new(Inner {
             store,
@@ -309,6 +311,20 @@ impl Registry {
         Ok(version)
     }
 
+    /// Applies a rollout request and keeps the result (in the data dir);
+    /// the snapshot version that carries it, and it.
+    pub fn update_rollout(
+        &self,
+        request: &RolloutRequest,
+    ) -> Result<(u64, Rollout), RegistryError> {
+        let mut state = self.inner.lock();
+        let base = self.current();
+        let current = base.rollout(&request.tool).map(|r| &**r);
+        let rollout = rollouts::apply(current, request, &base, rollouts::now_ms())?;
+        let snapshot = state.set_rollout(&base, rollout.clone())?;
+        Ok((self.inner.publish(Some(snapshot), &base), rollout))
+    }
+
     fn spawn_health_watch(
         &self,
         executor_id: Arc<str>,
@@ -382,6 +398,16 @@ impl Inner {
             );
         }
     }
+}
+
+/// Snapshot 0 of a registry lifetime: no tools yet, the kept rollouts.
+fn first_snapshot(epoch: String, durable: &Durable) -> Snapshot {
+    let mut first = Snapshot::empty(epoch).next();
+    for rollout in durable.rollouts() {
+        first.put_rollout(rollout);
+    }
+    first.at_version(0);
+    first.finish()
 }
 
 fn log_expiry(executor: &Executor, version: u64) {

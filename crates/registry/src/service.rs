@@ -1,8 +1,10 @@
 //! The `toolmesh.v1.Registry` gRPC service: a thin edge over [`Registry`].
 
 use crate::error::RegistryError;
+use crate::gate::GateError;
 use crate::gate::SnapshotReader;
 use crate::registry::Registry;
+use crate::rollouts::{RolloutDesk, RolloutJournal, RolloutRequest};
 use crate::store::Store;
 use futures_util::{Stream, StreamExt, stream};
 use std::pin::Pin;
@@ -19,6 +21,7 @@ use toolmesh::pb;
 pub struct RegistryService {
     registry: Arc<dyn Store>,
     desk: Option<Arc<dyn ApprovalDesk>>,
+    rollouts: RolloutDesk,
 }
 
 /// Serves the `Approvals` RPC: the shared approval book (its rules live in
@@ -42,18 +45,21 @@ impl Registry {
     /// The `toolmesh.v1.Registry` gRPC service over this registry, with the
     /// mesh's message size limits.
     pub fn grpc_service(&self) -> pb::registry_server::RegistryServer<RegistryService> {
-        grpc_service(Arc::new(self.clone()), None)
+        grpc_service(Arc::new(self.clone()), None, None)
     }
 }
 
 /// The `toolmesh.v1.Registry` gRPC service over any [`Store`], with the
 /// mesh's message size limits; `desk` serves shared approvals (without one,
-/// `Approvals` answers UNIMPLEMENTED).
+/// `Approvals` answers UNIMPLEMENTED); `journal` hears of every rollout
+/// change.
 pub fn grpc_service(
     store: Arc<dyn Store>,
     desk: Option<Arc<dyn ApprovalDesk>>,
+    journal: Option<Arc<dyn RolloutJournal>>,
 ) -> pb::registry_server::RegistryServer<RegistryService> {
     pb::registry_server::RegistryServer::new(RegistryService {
+        rollouts: RolloutDesk::new(store.clone(), journal),
         registry: store,
         desk,
     })
@@ -93,6 +99,35 @@ impl RegistryService {
             .map_err(RegistryError::SwitchRefused)?;
         tracing::info!(%admin, "admin request");
         Ok(admin)
+    }
+
+    /// Who changes a rollout: an admin, or — for an automatic abort — a
+    /// dispatcher.
+    fn rollout_actor(
+        &self,
+        request: &Request<pb::UpdateRolloutRequest>,
+    ) -> Result<String, RegistryError> {
+        let wire = request.get_ref();
+        if !wire.automatic {
+            return self.admin(request.metadata()).map_err(|e| match e {
+                RegistryError::SwitchRefused(GateError::Forbidden(why)) => {
+                    RegistryError::SwitchRefused(GateError::Forbidden(format!(
+                        "{why}; rollouts need that role too"
+                    )))
+                }
+                other => other,
+            });
+        }
+        let reader = self.reader(request)?;
+        let abort = wire.action == pb::RolloutAction::Abort as i32;
+        if !reader.execute_tokens || !abort {
+            return Err(RegistryError::SwitchRefused(GateError::Forbidden(format!(
+                "{} may not make automatic rollout changes: only a dispatcher (role \"dispatcher\") may, and only ABORT; an operator runs `toolmesh rollout` with an admin token",
+                reader.name
+            ))));
+        }
+        tracing::info!(dispatcher = %reader.name, tool = %wire.tool, "automatic rollout abort");
+        Ok(reader.name)
     }
 }
 
@@ -203,6 +238,42 @@ impl pb::registry_server::Registry for RegistryService {
         }
         let answer = crate::session_facts::exchange(&*self.registry, request.into_inner()).await?;
         Ok(Response::new(answer))
+    }
+
+    async fn update_rollout(
+        &self,
+        request: Request<pb::UpdateRolloutRequest>,
+    ) -> Result<Response<pb::UpdateRolloutResponse>, Status> {
+        let actor = self.rollout_actor(&request)?;
+        let request =
+            RolloutRequest::from_pb(request.into_inner(), actor).map_err(RegistryError::from)?;
+        let (snapshot_version, rollout) = self.rollouts.update(request).await?;
+        Ok(Response::new(pb::UpdateRolloutResponse {
+            rollout: Some(rollout.to_pb()),
+            snapshot_version,
+        }))
+    }
+
+    async fn list_rollouts(
+        &self,
+        request: Request<pb::ListRolloutsRequest>,
+    ) -> Result<Response<pb::ListRolloutsResponse>, Status> {
+        self.reader(&request)?;
+        let tool = request.get_ref().tool.trim();
+        let snapshot = self.registry.current();
+        let rollouts: Vec<pb::RolloutStatus> = snapshot
+            .rollouts()
+            .filter(|r| tool.is_empty() || r.tool == tool)
+            .map(|r| crate::rollouts::status(&snapshot, r))
+            .collect();
+        if !tool.is_empty() && rollouts.is_empty() {
+            let none = crate::rollouts::RolloutError::NoRollout(tool.to_owned());
+            return Err(RegistryError::from(none).into());
+        }
+        Ok(Response::new(pb::ListRolloutsResponse {
+            rollouts,
+            snapshot_version: snapshot.version(),
+        }))
     }
 
     type WatchSnapshotsStream = SnapshotStream;

@@ -12,7 +12,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use toolmesh::pb::RejectedTool;
-use toolmesh::{Instance, Snapshot, ToolDef};
+use toolmesh::{Instance, Rollout, Snapshot, ToolDef};
 
 /// How many executors a conflict message names before "and N more".
 const NAMED_EXECUTORS: usize = 5;
@@ -106,7 +106,7 @@ pub(crate) struct Registered {
 pub(crate) struct State {
     executors: HashMap<Arc<str>, Executor>,
     leases: LeaseTable,
-    /// Disabled tools and tool owners, kept across restarts.
+    /// Disabled tools, rollouts and tool owners, kept across restarts.
     durable: Durable,
 }
 
@@ -308,6 +308,18 @@ impl State {
             }
         }
         Ok(txn.commit())
+    }
+
+    /// Keeps `rollout` (saved first) and makes the snapshot that carries it.
+    pub(crate) fn set_rollout(
+        &mut self,
+        base: &Snapshot,
+        rollout: Rollout,
+    ) -> Result<Snapshot, RegistryError> {
+        self.durable.set_rollout(&rollout)?;
+        let mut next = base.next();
+        next.put_rollout(rollout);
+        Ok(next.finish())
     }
 
     /// The registration of `executor_id`.

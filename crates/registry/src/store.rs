@@ -1,18 +1,19 @@
 //! The Store seam: where a registry keeps what it must not lose
 //! (registrations and their leases, definitions, owners, disabled tools,
-//! health verdicts) and publishes snapshots from. [`Registry`] keeps it in
+//! rollouts, health verdicts) and publishes snapshots from. [`Registry`] keeps it in
 //! this process (the default); `EtcdStore` keeps it in etcd so that several
 //! replicas serve one mesh.
 
 use crate::error::RegistryError;
 use crate::gate::Gate;
 use crate::registry::Registry;
+use crate::rollouts::RolloutRequest;
 use crate::shared::SharedRecord;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::watch;
-use toolmesh::Snapshot;
 use toolmesh::pb;
+use toolmesh::{Rollout, Snapshot};
 
 /// What the gRPC edge needs from a registry, whichever store backs it.
 #[tonic::async_trait]
@@ -39,6 +40,12 @@ pub trait Store: Send + Sync + 'static {
     async fn deregister(&self, lease_id: &str, owner: &str) -> Result<u64, RegistryError>;
     /// Disables (`Some(reason)`) or enables every version of `tool`.
     async fn set_disabled(&self, tool: &str, reason: Option<String>) -> Result<u64, RegistryError>;
+    /// Applies a rollout request (the rules of [`crate::rollouts`]) and
+    /// keeps the result; the snapshot version that holds it, and it.
+    async fn update_rollout(
+        &self,
+        request: &RolloutRequest,
+    ) -> Result<(u64, Rollout), RegistryError>;
     /// Every live shared record under `prefix` (shared approval tickets).
     async fn shared_records(&self, prefix: &str) -> Result<Vec<SharedRecord>, RegistryError>;
     /// The keys and revisions of every live shared record under `prefix`
@@ -104,6 +111,13 @@ impl Store for Registry {
 
     async fn set_disabled(&self, tool: &str, reason: Option<String>) -> Result<u64, RegistryError> {
         Registry::set_disabled(self, tool, reason)
+    }
+
+    async fn update_rollout(
+        &self,
+        request: &RolloutRequest,
+    ) -> Result<(u64, Rollout), RegistryError> {
+        Registry::update_rollout(self, request)
     }
 
     async fn shared_records(&self, prefix: &str) -> Result<Vec<SharedRecord>, RegistryError> {

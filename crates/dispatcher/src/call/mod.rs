@@ -12,7 +12,7 @@ mod authorize;
 mod cached;
 pub(crate) mod fallback;
 mod observe;
-mod resolve;
+pub(crate) mod resolve;
 mod retry;
 mod streamed;
 mod validate;
@@ -29,7 +29,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::time::Instant;
 use toolmesh::pb::{InvokeRequest, InvokeResponse, ToolResult};
-use toolmesh::{Snapshot, SnapshotHistory, ToolDef, ToolEntry, ToolErrorExt};
+use toolmesh::{Snapshot, SnapshotHistory, ToolDef, ToolEntry, ToolErrorExt, ToolResultExt};
 use toolmesh_governance::{CacheRule, Governance, Permit, Principal};
 use toolmesh_telemetry::trace::{self, Context as TraceContext, TARGET};
 use tracing::field::Empty;
@@ -48,6 +48,8 @@ pub(crate) struct Pipeline {
     pub(crate) cache: ResultCache,
     /// Which stand-ins may answer for which tools (`[[fallbacks]]`).
     pub(crate) pairings: fallback::Pairings,
+    /// Outcomes of tools under an active rollout, to abort a failing canary.
+    pub(crate) canaries: crate::canary::CanaryWatch,
 }
 
 /// One call as it came in, for a stage that runs part of it again.
@@ -103,6 +105,8 @@ pub(crate) struct Trail {
     pub(crate) cache: Option<CacheUse>,
     /// The stand-in that answered instead of the tool called, if one did.
     pub(crate) fell_back: Option<fallback::FellBack>,
+    /// How a rollout routed the call, when one did.
+    pub(crate) rollout: Option<resolve::Routed>,
     /// The call's `execute_tool` span (disabled unless traces are exported).
     pub(crate) span: tracing::Span,
 }
@@ -131,6 +135,7 @@ impl Trail {
             metrics: None,
             cache: None,
             fell_back: None,
+            rollout: None,
             span,
         }
     }
@@ -182,16 +187,27 @@ impl Pipeline {
         };
         // What preconditions declare is read from the newest snapshot, so
         // pinned calls do not make the per-snapshot memo flip back and forth.
-        observe::finish(
+        let current = self.snapshots.current();
+        let ran = trail.def.clone().filter(|_| !trail.tool_version.is_empty());
+        let response = observe::finish(
             &self.governance,
             &self.metrics,
-            &self.snapshots.current(),
+            &current,
             who,
             &request,
             trail,
             outcome,
         )
-        .await
+        .await;
+        if let Some(def) = ran {
+            let code = response.result.as_ref().map_or(
+                toolmesh::pb::ErrorCode::Unspecified,
+                ToolResultExt::error_code,
+            );
+            self.canaries
+                .record(&current, def.name(), def.version(), code);
+        }
+        response
     }
 
     /// The stand-in's answer when the policy names one for the tool and
@@ -296,7 +312,13 @@ impl Pipeline {
     ) -> Result<Checked, CallError> {
         let policy = self.governance.policy();
         let current = self.snapshots.current();
-        let entry = resolve::tool(snapshot, &current, &policy, who, &request.tool)?;
+        let session = request
+            .context
+            .as_ref()
+            .map_or("", |c| c.session_id.as_str());
+        let (entry, routed) =
+            resolve::tool(snapshot, &current, &policy, who, session, &request.tool)?;
+        trail.rollout = routed;
         let def = trail.def.insert(entry.def.clone()).clone();
         trail.metrics = Some(self.metrics.tool(&def));
         let grant = authorize::grant(&policy, who, &entry)?;

@@ -1,12 +1,13 @@
 //! Observe: how a call ended becomes the response, the session's facts and
 //! the audit record (and the place for metrics and spans).
 
+use super::resolve::Routed;
 use super::{CacheUse, Outcome, Trail};
 use crate::error::CallError;
 use crate::metrics::Metrics;
 use toolmesh::pb::ErrorCode;
 use toolmesh::pb::{InvokeRequest, InvokeResponse, ToolResult, ToolSpec};
-use toolmesh::{ErrorCodeExt, Snapshot, ToolErrorExt};
+use toolmesh::{ErrorCodeExt, Snapshot, ToolDef, ToolErrorExt};
 use toolmesh_governance::audit::{AuditKind, AuditRecord, outcome_of};
 use toolmesh_governance::{Governance, Principal};
 use tracing::debug;
@@ -48,6 +49,9 @@ pub(crate) async fn finish(
     if let Some(fell_back) = &trail.fell_back {
         fell_back.mark(&mut result);
     }
+    if let (Some(routed), Some(def)) = (&trail.rollout, &trail.def) {
+        mark_rollout(&mut result, routed, def);
+    }
     let code = result.error.as_ref().map_or(ErrorCode::Unspecified, |e| {
         ErrorCode::try_from(e.code).unwrap_or(ErrorCode::ExecutorFailed)
     });
@@ -81,6 +85,18 @@ fn mark_cache(result: &mut ToolResult, used: CacheUse) {
     if let Some(age) = used.age() {
         metadata.insert("toolmesh.cache_age_ms".into(), age.as_millis().to_string());
     }
+}
+
+/// Metadata `toolmesh.version`, `toolmesh.rollout` (`canary` or `stable`)
+/// and `toolmesh.rollout_percent` on a call a rollout routed.
+fn mark_rollout(result: &mut ToolResult, routed: &Routed, def: &ToolDef) {
+    let metadata = &mut result.metadata;
+    metadata.insert("toolmesh.version".into(), def.version().to_string());
+    metadata.insert("toolmesh.rollout".into(), routed.side().into());
+    metadata.insert(
+        "toolmesh.rollout_percent".into(),
+        routed.rollout.share.percent(),
+    );
 }
 
 /// The call's span gets what the call became (a no-op when not exported).
@@ -168,6 +184,13 @@ fn audit_record(
     record.rule = trail.rule.clone();
     record.cache = trail.cache.map(|used| used.name().to_owned());
     record.fallback_for = trail.fell_back.as_ref().map(|f| f.from.clone());
+    record.rollout = trail.rollout.as_ref().map(|routed| {
+        serde_json::json!({
+            "side": routed.side(),
+            "percent": routed.rollout.share.percent_number(),
+            "canary": routed.rollout.canary.to_string(),
+        })
+    });
     record.reason = result
         .error
         .as_ref()

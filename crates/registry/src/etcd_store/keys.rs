@@ -24,6 +24,8 @@ pub(crate) enum Slot<'a> {
     Owner(&'a str),
     /// The operator's reason for disabling a tool name.
     Disabled(&'a str),
+    /// A tool's rollout (a JSON `RolloutRecord`).
+    Rollout(&'a str),
     /// A record shared by the replicas (approval tickets), by its key.
     Shared(&'a str),
     /// Anything else under the prefix.
@@ -45,6 +47,7 @@ impl<'a> Slot<'a> {
             "watcher" => Slot::Watcher(name),
             "owner" => Slot::Owner(name),
             "disabled" => Slot::Disabled(name),
+            "rollout" => Slot::Rollout(name),
             "shared" => Slot::Shared(name),
             _ => Slot::Other,
         })
@@ -61,6 +64,7 @@ impl<'a> Slot<'a> {
             Slot::Watcher(n) => ("watcher", n),
             Slot::Owner(n) => ("owner", n),
             Slot::Disabled(n) => ("disabled", n),
+            Slot::Rollout(n) => ("rollout", n),
             Slot::Shared(n) => ("shared", n),
         };
         format!("{PREFIX}{kind}/{name}").into_bytes()
@@ -127,6 +131,7 @@ mod tests {
             Slot::Watcher("ex-1"),
             Slot::Owner("search_kb"),
             Slot::Disabled("send_email"),
+            Slot::Rollout("search_kb"),
         ] {
             assert_eq!(Slot::parse(&slot.key()), Some(slot.clone()));
         }

@@ -8,6 +8,7 @@
 mod claims;
 mod keys;
 mod model;
+mod rollout_writes;
 mod sync;
 
 use crate::config::RegistryConfig;
@@ -15,6 +16,7 @@ use crate::error::RegistryError;
 use crate::gate::Gate;
 use crate::published::Published;
 use crate::registry::{Checked, check_request, validate_tools};
+use crate::rollouts::RolloutRequest;
 use crate::shared::SharedRecord;
 use crate::state::{check_conflict, check_executor_slot, check_lease_holder, owned_elsewhere};
 use crate::store::Store;
@@ -27,7 +29,7 @@ use std::time::Duration;
 use tokio::sync::watch;
 use tokio_util::sync::{CancellationToken, DropGuard};
 use toolmesh::pb::{self, RejectedTool};
-use toolmesh::{Snapshot, ToolDef};
+use toolmesh::{Rollout, Snapshot, ToolDef};
 use toolmesh_etcd::Client;
 use toolmesh_etcd::pb::{Compare, RequestOp, TxnRequest, compare, request_op::Request as Op};
 use tracing::info;
@@ -717,6 +719,22 @@ impl Store for EtcdStore {
             None => info!(tool, version = revision, "tool enabled"),
         }
         Ok(u64::try_from(revision).unwrap_or(0))
+    }
+
+    async fn update_rollout(
+        &self,
+        request: &RolloutRequest,
+    ) -> Result<(u64, Rollout), RegistryError> {
+        let inner = &self.inner;
+        inner.check_writable()?;
+        // Another replica (or a dispatcher's abort) may write the same
+        // rollout: write only over the version this replica decided on.
+        for _ in 0..3 {
+            if let Some(written) = inner.try_rollout(request).await? {
+                return Ok(written);
+            }
+        }
+        Err(RegistryError::Contended("the rollout"))
     }
 
     async fn shared_records(&self, prefix: &str) -> Result<Vec<SharedRecord>, RegistryError> {

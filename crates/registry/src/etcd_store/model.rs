@@ -3,13 +3,14 @@
 //! content under the same (epoch, version).
 
 use super::keys::{ExecRecord, HealthRecord, Slot};
+use crate::rollouts::RolloutRecord;
 use crate::state::instance;
 use crate::txn::{Key, key_of};
 use prost::Message;
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 use toolmesh::pb::ToolSpec;
-use toolmesh::{Instance, Snapshot, ToolDef, ToolEntry};
+use toolmesh::{Instance, Rollout, Snapshot, ToolDef, ToolEntry};
 use toolmesh_etcd::pb::mvccpb::{Event, KeyValue, event::EventType};
 use tracing::warn;
 
@@ -47,6 +48,8 @@ pub(crate) struct Model {
     defs_by_key: HashMap<Key, BTreeSet<(i64, String)>>,
     health: HashMap<Arc<str>, HealthRecord>,
     pub(crate) disabled: HashMap<String, Arc<str>>,
+    /// Tool name → its rollout and the revision its key was written at.
+    pub(crate) rollouts: HashMap<String, (Rollout, i64)>,
     pub(crate) owners: HashMap<String, String>,
     /// Executor id → the replica watching its health.
     pub(crate) watchers: HashMap<String, String>,
@@ -57,6 +60,8 @@ pub(crate) struct Model {
 pub(crate) struct Touched {
     keys: BTreeSet<Key>,
     names: BTreeSet<String>,
+    /// Tools whose rollout changed.
+    rollouts: BTreeSet<String>,
 }
 
 impl Model {
@@ -160,6 +165,19 @@ impl Model {
                     .insert(name.to_owned(), String::from_utf8_lossy(&kv.value).into());
                 touched.names.insert(name.to_owned());
             }
+            Slot::Rollout(name) => {
+                match serde_json::from_slice::<RolloutRecord>(&kv.value)
+                    .map_err(|e| e.to_string())
+                    .and_then(Rollout::try_from)
+                {
+                    Ok(rollout) => {
+                        self.rollouts
+                            .insert(name.to_owned(), (rollout, kv.mod_revision));
+                    }
+                    Err(error) => warn!(tool = name, %error, "stored rollout left out"),
+                }
+                touched.rollouts.insert(name.to_owned());
+            }
             Slot::Shared(_) | Slot::Other => {}
         }
     }
@@ -195,6 +213,10 @@ impl Model {
             Slot::Disabled(name) => {
                 self.disabled.remove(name);
                 touched.names.insert(name.to_owned());
+            }
+            Slot::Rollout(name) => {
+                self.rollouts.remove(name);
+                touched.rollouts.insert(name.to_owned());
             }
             Slot::Epoch | Slot::Shared(_) | Slot::Other => {}
         }
@@ -312,6 +334,12 @@ impl Model {
         }
         let mut builder = base.next();
         builder.at_version(version);
+        for name in &touched.rollouts {
+            match self.rollouts.get(name) {
+                Some((rollout, _)) => builder.put_rollout(rollout.clone()),
+                None => builder.remove_rollout(name),
+            };
+        }
         for key in keys {
             match self.entry(&key) {
                 Some(entry) => {

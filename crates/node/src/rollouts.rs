@@ -1,0 +1,116 @@
+//! Rollouts in a node: the audit journal of rollout decisions, and how its
+//! dispatcher asks the registry to abort a failing canary — the registry in
+//! this process, or one reached by gRPC with the dispatcher's token.
+
+use std::sync::Arc;
+use tonic::transport::Channel;
+use toolmesh::pb::{self, registry_client::RegistryClient};
+use toolmesh_dispatcher::RolloutControl;
+use toolmesh_governance::{AuditKind, AuditRecord, AuditSink};
+use toolmesh_registry::{
+    RegistryError, RolloutChange, RolloutDesk, RolloutError, RolloutJournal, RolloutRequest,
+};
+
+/// Rollout decisions as audit records.
+pub(crate) struct AuditJournal(pub(crate) AuditSink);
+
+impl RolloutJournal for AuditJournal {
+    fn record(&self, change: &RolloutChange, rollout: &toolmesh::Rollout) {
+        let kind = match change {
+            RolloutChange::Start { .. } => AuditKind::RolloutStarted,
+            RolloutChange::Set { .. } => AuditKind::RolloutChanged,
+            RolloutChange::Promote => AuditKind::RolloutPromoted,
+            RolloutChange::Abort { .. } => AuditKind::RolloutAborted,
+        };
+        self.0.record(AuditRecord::rollout_decision(
+            kind,
+            &rollout.changed_by,
+            rollout,
+        ));
+    }
+}
+
+/// The journal of a node's audit sink, if it has one.
+pub(crate) fn journal(audit: Option<&AuditSink>) -> Option<Arc<dyn RolloutJournal>> {
+    audit.map(|sink| Arc::new(AuditJournal(sink.clone())) as Arc<dyn RolloutJournal>)
+}
+
+/// The request of an automatic abort of `tool`'s rollout of `canary`.
+fn abort_request(
+    tool: &str,
+    canary: &semver::Version,
+    reason: String,
+    actor: &str,
+) -> RolloutRequest {
+    RolloutRequest {
+        tool: tool.to_owned(),
+        expect: Some(canary.clone()),
+        change: RolloutChange::Abort {
+            reason,
+            automatic: true,
+        },
+        actor: actor.to_owned(),
+    }
+}
+
+/// Aborts through the registry of this process (`serve`).
+#[derive(Debug)]
+pub(crate) struct LocalAbort(pub(crate) RolloutDesk);
+
+#[tonic::async_trait]
+impl RolloutControl for LocalAbort {
+    async fn abort(
+        &self,
+        tool: &str,
+        canary: &semver::Version,
+        reason: String,
+    ) -> Result<(), String> {
+        let request = abort_request(tool, canary, reason, "dispatcher");
+        match self.0.update(request).await {
+            // Already ended, or another version's rollout by now: nothing to do.
+            Ok(_)
+            | Err(RegistryError::Rollout(
+                RolloutError::NotActive { .. } | RolloutError::OtherCanary { .. },
+            )) => Ok(()),
+            Err(error) => Err(error.to_string()),
+        }
+    }
+}
+
+/// Aborts through a registry reached by gRPC, with the dispatcher's token
+/// (a caller with the role "dispatcher").
+#[derive(Debug)]
+pub(crate) struct RemoteAbort {
+    pub(crate) channel: Channel,
+    pub(crate) token: Option<String>,
+}
+
+#[tonic::async_trait]
+impl RolloutControl for RemoteAbort {
+    async fn abort(
+        &self,
+        tool: &str,
+        canary: &semver::Version,
+        reason: String,
+    ) -> Result<(), String> {
+        let mut request = tonic::Request::new(pb::UpdateRolloutRequest {
+            action: pb::RolloutAction::Abort as i32,
+            tool: toolmesh::spec::label(tool, canary),
+            reason,
+            automatic: true,
+            ..Default::default()
+        });
+        if let Some(token) = &self.token {
+            toolmesh::grpc::set_bearer(request.metadata_mut(), token);
+        }
+        match RegistryClient::new(self.channel.clone())
+            .update_rollout(request)
+            .await
+        {
+            Ok(_) => Ok(()),
+            // Already ended (another dispatcher was first), or replaced.
+            Err(status) if status.code() == tonic::Code::FailedPrecondition => Ok(()),
+            Err(status) => Err(format!("{}: {}", status.code(), status.message())),
+        }
+    }
+}

@@ -1,0 +1,62 @@
+//! Where rollout changes are made — the store, then the journal (the audit
+//! log) — by the gRPC edge and by an in-process dispatcher alike.
+
+use super::{RolloutChange, RolloutRequest};
+use crate::error::RegistryError;
+use crate::store::Store;
+use std::sync::Arc;
+use toolmesh::Rollout;
+
+/// Hears of every rollout change a desk makes (the audit log).
+pub trait RolloutJournal: Send + Sync + 'static {
+    /// `rollout` is what `change` made of the tool's rollout.
+    fn record(&self, change: &RolloutChange, rollout: &Rollout);
+}
+
+/// Where rollout changes are made: the store, then the journal. The gRPC
+/// edge and an in-process dispatcher (its automatic aborts) both go
+/// through one.
+#[derive(Clone)]
+pub struct RolloutDesk {
+    store: Arc<dyn Store>,
+    journal: Option<Arc<dyn RolloutJournal>>,
+}
+
+impl std::fmt::Debug for RolloutDesk {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RolloutDesk").finish_non_exhaustive()
+    }
+}
+
+impl RolloutDesk {
+    /// A desk over `store`, telling `journal` (if any) of each change.
+    pub fn new(store: Arc<dyn Store>, journal: Option<Arc<dyn RolloutJournal>>) -> Self {
+        RolloutDesk { store, journal }
+    }
+
+    /// Applies `request`; the rollout it made and the snapshot version
+    /// that holds it.
+    pub async fn update(&self, request: RolloutRequest) -> Result<(u64, Rollout), RegistryError> {
+        let (version, rollout) = self.store.update_rollout(&request).await?;
+        if let Some(journal) = &self.journal {
+            journal.record(&request.change, &rollout);
+        }
+        log(&request, &rollout, version);
+        Ok((version, rollout))
+    }
+
+    /// The store this desk writes to.
+    pub fn store(&self) -> &Arc<dyn Store> {
+        &self.store
+    }
+}
+
+fn log(request: &RolloutRequest, rollout: &Rollout, version: u64) {
+    let (label, share) = (rollout.canary_label(), rollout.share.to_string());
+    let by = request.actor.as_str();
+    if matches!(request.change, RolloutChange::Abort { .. }) {
+        tracing::warn!(rollout = %label, by, automatic = rollout.automatic, reason = %rollout.reason, version, "rollout aborted");
+    } else {
+        tracing::info!(rollout = %label, %share, by, state = rollout.state.name(), version, "rollout {}", request.change.verb());
+    }
+}
