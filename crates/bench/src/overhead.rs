@@ -71,6 +71,33 @@ pub struct SizeResult {
     pub latency: ByTarget<Latency>,
     /// Throughput at each number of calls in flight.
     pub throughput: Vec<ByTarget<Throughput>>,
+    /// What parsing these arguments and validating them against the tool's
+    /// schema costs the dispatcher per call (in this process, median of
+    /// batches), in µs: the part of its overhead nginx does not have.
+    pub json_work_us: f64,
+}
+
+/// Calls per batch, and batches, of the JSON-work measurement.
+const JSON_WORK_CALLS: usize = 200;
+const JSON_WORK_BATCHES: usize = 7;
+
+/// Median per-call cost of what the dispatcher's validate stage does with
+/// `arguments` for `def` (duplicate-key-refusing parse, schema check).
+fn json_work_us(def: &toolmesh::ToolDef, arguments: &str) -> f64 {
+    let mut batches: Vec<Duration> = (0..JSON_WORK_BATCHES)
+        .map(|_| {
+            let started = std::time::Instant::now();
+            for _ in 0..JSON_WORK_CALLS {
+                let value = toolmesh::schema::parse_arguments(std::hint::black_box(arguments));
+                if let Ok(value) = value {
+                    let _ = std::hint::black_box(toolmesh::schema::check(def.validator(), &value));
+                }
+            }
+            started.elapsed() / u32::try_from(JSON_WORK_CALLS).unwrap_or(1)
+        })
+        .collect();
+    batches.sort();
+    crate::stats::us(batches[batches.len() / 2])
 }
 
 /// Part 1 of the report.
@@ -190,6 +217,7 @@ pub(crate) async fn run(plan: &Plan, bins: &Binaries, logs: &Path) -> Result<Ove
         ("medium", load::medium_arguments(plan.medium_bytes)),
     ];
     let mut results = Vec::new();
+    let echo = echo_def(&serve_addr).await?;
     let mut mcp = None;
     let mut sdk = None;
     for (label, arguments) in sizes {
@@ -208,7 +236,9 @@ pub(crate) async fn run(plan: &Plan, bins: &Binaries, logs: &Path) -> Result<Ove
             };
             clients.nginx = None;
         }
-        results.push(measure_size(plan, &clients, label, &work).await);
+        let mut result = measure_size(plan, &clients, label, &work).await;
+        result.json_work_us = json_work_us(&echo, &work.arguments);
+        results.push(result);
         if mcp.is_none() {
             mcp = Some(measure_mcp(plan, &clients.toolmesh, &mcp_url, &work).await?);
             sdk = Some(measure_sdk(plan, &clients.direct, &work).await?);
@@ -253,6 +283,7 @@ async fn measure_size(plan: &Plan, clients: &Clients, label: &str, work: &Worklo
         argument_bytes: work.arguments.len(),
         latency,
         throughput,
+        json_work_us: 0.0,
     }
 }
 
@@ -354,6 +385,23 @@ async fn measure_mcp(
         latency: ByDoor::from_vec(latency),
         throughput: ByDoor::from_vec(throughput.pop().unwrap_or_default()),
     })
+}
+
+/// The measured tool's definition as the dispatcher holds it (its schema
+/// compiled as the dispatcher compiles it).
+async fn echo_def(serve: &str) -> Result<toolmesh::ToolDef, BenchError> {
+    let listed = mesh::dispatcher_client(serve)?
+        .list_tools(toolmesh::pb::ListToolsRequest::default())
+        .await
+        .map_err(|s| BenchError::rpc("ListTools", s))?
+        .into_inner();
+    let spec = listed
+        .tools
+        .into_iter()
+        .find(|t| t.name == TOOL)
+        .ok_or_else(|| BenchError::failed("find acc_echo in ListTools", "it is not listed"))?;
+    toolmesh::ToolDef::new(spec)
+        .map_err(|e| BenchError::failed("compile acc_echo's schema", e.to_string()))
 }
 
 /// The first two of `values` (defaults where missing).

@@ -400,6 +400,11 @@ fn write_overhead(f: &mut fmt::Formatter<'_>, o: &Overhead) -> fmt::Result {
             fmt_bytes(size.argument_bytes as f64)
         )?;
         write!(f, "{}", overhead_table(size))?;
+        writeln!(
+            f,
+            "   the dispatcher's JSON work on these arguments (parse refusing duplicate keys, then the schema check): {} per call, measured in this process",
+            fmt_us(size.json_work_us)
+        )?;
     }
     if let Some(mcp) = &o.mcp {
         writeln!(f)?;
@@ -895,6 +900,7 @@ mod tests {
     #[test]
     fn overhead_table_columns() {
         let mut size = SizeResult {
+            json_work_us: 5.0,
             label: "small".into(),
             argument_bytes: 100,
             latency: ByTarget {
@@ -928,6 +934,7 @@ mod tests {
     #[test]
     fn nagle_signature() {
         let mut size = SizeResult {
+            json_work_us: 5.0,
             label: "small".into(),
             argument_bytes: 100,
             latency: ByTarget {
