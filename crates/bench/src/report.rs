@@ -24,7 +24,7 @@ pub enum Verdict {
 impl Verdict {
     fn label(self) -> &'static str {
         match self {
-            Verdict::Pass => "PASS",
+            Verdict::Pass => "MET ",
             Verdict::Miss => "MISS",
             Verdict::NotMeasured => "n/a ",
         }

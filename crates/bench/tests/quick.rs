@@ -48,6 +48,8 @@ async fn quick_run_end_to_end() {
         "1. Per-call overhead",
         "2. Registry scale",
         "3. Freshness",
+        "4. Stores side by side",
+        "Executor SDK",
         "Targets",
     ] {
         assert!(text.contains(heading), "{heading} missing");
@@ -57,6 +59,7 @@ async fn quick_run_end_to_end() {
         assert!(size.latency.direct.calls > 0 && size.latency.toolmesh.calls > 0);
         assert_eq!(size.latency.toolmesh.errors, 0, "{}", size.label);
         assert_eq!(size.throughput.len(), 2);
+        assert!(size.json_work_us > 0.0, "{}", size.label);
         for row in &size.throughput {
             assert!(row.direct.calls_per_sec > 0.0 && row.toolmesh.calls_per_sec > 0.0);
         }
@@ -66,7 +69,20 @@ async fn quick_run_end_to_end() {
         report.scale.large.tools
     );
     assert_eq!(report.freshness.sigkill_to_unlisted.samples_ms.len(), 2);
-    assert_eq!(report.targets.len(), 2 + 4 + 3);
+    // p50 and p99 per size, throughput per size and setting, the SDK's
+    // three, then publish and the two freshness targets.
+    assert_eq!(report.targets.len(), 4 + 4 + 3 + 3);
+    let sdk = report.overhead.sdk.as_ref().expect("the SDK row");
+    assert!(sdk.latency.iter().all(|l| l.calls > 0 && l.errors == 0));
+    assert_eq!(report.stores.embedded.len(), 2);
+    // etcd is part of the comparison too: scripts/prepare/etcd.sh installs it.
+    assert_eq!(
+        report.stores.etcd.len(),
+        2,
+        "the etcd store was not measured ({:?}): run the tests with scripts/test",
+        report.stores.etcd_missing
+    );
+    assert!(report.stores.failover.is_some());
     // nginx is part of the comparison: scripts/prepare/nginx.sh installs it,
     // and a run without it fails here rather than quietly leaving it out.
     assert!(
