@@ -1,7 +1,8 @@
 //! The toolmesh benchmark (`toolmesh bench`): what the gateway costs per
 //! call compared with calling the executor directly and with nginx
-//! `grpc_pass`, how the registry behaves at 10,000 tools, and how fresh the
-//! dispatcher's view is when executors die or turn unhealthy.
+//! `grpc_pass`, how the registry behaves at 10,000 tools, how fresh the
+//! dispatcher's view is when executors die or turn unhealthy, the two
+//! registry stores side by side, and what the result cache saves.
 //!
 //! [`run`] starts everything it needs on 127.0.0.1 (the `toolmesh` binary as
 //! separate processes, nginx if it is on PATH, and registries, dispatchers
@@ -26,6 +27,7 @@
 //! ```
 #![forbid(unsafe_code)]
 
+mod cache;
 mod error;
 mod freshness;
 mod load;
@@ -40,6 +42,7 @@ mod scale;
 mod stats;
 mod stores;
 
+pub use cache::{AtHitRatio, ByPath, CacheSeries, ResultCache};
 pub use error::BenchError;
 pub use freshness::{Freshness, Series};
 pub use load::Throughput;
@@ -99,29 +102,30 @@ pub async fn run(options: BenchOptions) -> Result<Report, BenchError> {
     let logs = procs::TempDir::new("bench-logs")
         .map_err(|e| BenchError::io("create a temp dir for the logs", e))?;
 
-    progress("1/4 per-call overhead: direct, nginx grpc_pass, toolmesh");
+    progress("1/5 per-call overhead: direct, nginx grpc_pass, toolmesh");
     let overhead = overhead::run(&plan, &bins, logs.path()).await?;
     // Freshness before scale: scale leaves in-process dispatcher tasks
     // behind that would add noise to the timings.
-    progress("2/4 freshness: registry, dispatcher and executors as separate processes");
+    progress("2/5 freshness: registry, dispatcher and executors as separate processes");
     let freshness = freshness::run(&plan, &bins, logs.path()).await?;
     progress(&format!(
-        "3/4 registry scale: {} and {} tools in this process",
+        "3/5 registry scale: {} and {} tools in this process",
         plan.baseline_tools, plan.scale_tools
     ));
     let scale = scale::run(&plan).await?;
-    progress("4/4 stores: embedded and etcd side by side, then failover on etcd");
+    progress("4/5 stores: embedded and etcd side by side, then failover on etcd");
     let stores = stores::run(&plan, &bins, logs.path()).await?;
+    progress("5/5 result cache: hit, miss and direct, then hit ratios 0, 50 and 90 %");
+    let cache = cache::run(&plan, &bins, logs.path()).await?;
 
-    let report = Report::new(
-        machine,
-        plan.quick,
-        started.elapsed().as_secs_f64(),
+    let parts = report::Parts {
         overhead,
         scale,
         freshness,
         stores,
-    );
+        cache,
+    };
+    let report = Report::new(machine, plan.quick, started.elapsed().as_secs_f64(), parts);
     if let Some(path) = &options.json {
         let text = serde_json::to_string_pretty(&report)?;
         std::fs::write(path, text + "\n")

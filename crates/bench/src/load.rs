@@ -1,7 +1,8 @@
 //! Load drivers: one client kind per target (executor Execute directly or
 //! through nginx, dispatcher Invoke, MCP `tools/call` over HTTP/1.1 or
 //! HTTP/2), a latency run at concurrency 1 and a throughput run at a fixed
-//! number of calls in flight.
+//! number of calls in flight, each sending the same [`Workload`] every call
+//! or one made per call ([`Calls`]).
 
 use crate::error::BenchError;
 use crate::stats::Latency;
@@ -11,6 +12,7 @@ use hyper_util::client::legacy::Client as HyperClient;
 use hyper_util::client::legacy::connect::HttpConnector;
 use hyper_util::rt::TokioExecutor;
 use serde::Serialize;
+use std::borrow::Cow;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::time::Instant;
@@ -32,6 +34,20 @@ pub(crate) struct Workload {
     pub(crate) version: Arc<str>,
     /// JSON arguments.
     pub(crate) arguments: Arc<str>,
+}
+
+/// What each call of a series sends: the same [`Workload`] every call, or
+/// one made per call (a mix of keys). Clones feed the workers of one
+/// throughput run.
+pub(crate) trait Calls: Clone + Send + Sync + 'static {
+    /// The next call's workload.
+    fn next_call(&self) -> Cow<'_, Workload>;
+}
+
+impl Calls for Workload {
+    fn next_call(&self) -> Cow<'_, Workload> {
+        Cow::Borrowed(self)
+    }
 }
 
 /// A client for one target; clones share its single HTTP/2 channel.
@@ -194,10 +210,10 @@ pub(crate) async fn check_works(
 }
 
 /// `calls` calls one after the other, untimed (warm-up).
-pub(crate) async fn warm_up(client: &Client, work: &Workload, calls: usize) {
+pub(crate) async fn warm_up(client: &Client, work: &impl Calls, calls: usize) {
     let mut client = client.clone();
     for _ in 0..calls {
-        let _ = client.call(work).await;
+        let _ = client.call(&work.next_call()).await;
     }
 }
 
@@ -212,11 +228,12 @@ pub(crate) struct Samples {
 
 impl Samples {
     /// Adds `calls` timed calls, one after the other.
-    pub(crate) async fn record(&mut self, client: &Client, work: &Workload, calls: usize) {
+    pub(crate) async fn record(&mut self, client: &Client, work: &impl Calls, calls: usize) {
         let mut client = client.clone();
         for _ in 0..calls {
+            let work = work.next_call();
             let started = Instant::now();
-            match client.call(work).await {
+            match client.call(&work).await {
                 Ok(()) => self.ok.push(started.elapsed()),
                 Err(_) => self.errors += 1,
             }
@@ -281,7 +298,7 @@ pub(crate) struct Window {
 /// left out).
 pub(crate) async fn throughput(
     client: &Client,
-    work: &Workload,
+    work: &impl Calls,
     in_flight: usize,
     warmup: Duration,
     window: Duration,
@@ -295,7 +312,7 @@ pub(crate) async fn throughput(
             tokio::spawn(async move {
                 let (mut ok, mut failed) = (0u64, 0u64);
                 loop {
-                    let result = client.call(&work).await;
+                    let result = client.call(&work.next_call()).await;
                     let now = Instant::now();
                     if now >= end {
                         break;

@@ -1,6 +1,7 @@
 //! The report: every figure (serialisable to JSON), the targets judged
 //! from them, and the tables people read.
 
+use crate::cache::{AtHitRatio, ByPath, CacheSeries, ResultCache};
 use crate::freshness::{Freshness, Series};
 use crate::machine::{Build, Machine};
 use crate::overhead::{ByDoor, ByTarget, McpRow, Overhead, SdkRow, SizeResult};
@@ -64,25 +65,37 @@ pub struct Report {
     pub freshness: Freshness,
     /// 4. The embedded and the etcd store side by side.
     pub stores: Stores,
+    /// 5. The result cache: hit latency and executor load saved.
+    pub cache: ResultCache,
     /// The targets, judged.
     pub targets: Vec<Target>,
     /// How to read the figures, and anything odd in this run.
     pub notes: Vec<String>,
 }
 
+/// What each part of a run measured.
+#[derive(Debug)]
+pub(crate) struct Parts {
+    pub(crate) overhead: Overhead,
+    pub(crate) scale: Scale,
+    pub(crate) freshness: Freshness,
+    pub(crate) stores: Stores,
+    pub(crate) cache: ResultCache,
+}
+
 impl Report {
     /// Assembles the report and judges the targets.
-    pub(crate) fn new(
-        machine: Machine,
-        quick: bool,
-        elapsed_secs: f64,
-        overhead: Overhead,
-        scale: Scale,
-        freshness: Freshness,
-        stores: Stores,
-    ) -> Report {
+    pub(crate) fn new(machine: Machine, quick: bool, elapsed_secs: f64, parts: Parts) -> Report {
+        let Parts {
+            overhead,
+            scale,
+            freshness,
+            stores,
+            cache,
+        } = parts;
         let targets = targets(&overhead, &scale, &freshness);
-        let notes = notes(&machine, &overhead);
+        let mut notes = notes(&machine, &overhead);
+        notes.extend(cache_note(&cache));
         Report {
             machine,
             quick,
@@ -91,6 +104,7 @@ impl Report {
             scale,
             freshness,
             stores,
+            cache,
             targets,
             notes,
         }
@@ -301,6 +315,30 @@ fn notes(machine: &Machine, overhead: &Overhead) -> Vec<String> {
     notes
 }
 
+/// A warning when calls of the result-cache part failed: they are left
+/// out of its latency and calls/s, but not out of its executions per call.
+fn cache_note(cache: &ResultCache) -> Option<String> {
+    let l = &cache.latency;
+    let mut failed: Vec<String> = [("hit", &l.hit), ("miss", &l.miss), ("direct", &l.direct)]
+        .iter()
+        .filter(|(_, s)| s.latency.errors > 0)
+        .map(|(name, s)| format!("{name} {}", s.latency.errors))
+        .collect();
+    failed.extend(
+        cache
+            .hit_ratios
+            .iter()
+            .filter(|r| r.throughput.errors > 0)
+            .map(|r| format!("{:.0} % hits {}", r.hit_ratio * 100.0, r.throughput.errors)),
+    );
+    (!failed.is_empty()).then(|| {
+        format!(
+            "WARNING: failed calls (result cache): {}; they are left out of the latency and calls/s figures.",
+            failed.join(", ")
+        )
+    })
+}
+
 /// A warning when toolmesh's median sits near 40 ms while a direct call
 /// takes well under 5 ms: the signature of Nagle's algorithm meeting the
 /// peer's delayed ACK on a socket without TCP_NODELAY.
@@ -361,6 +399,7 @@ impl fmt::Display for Report {
         write_scale(f, &self.scale)?;
         write_freshness(f, &self.freshness)?;
         write_stores(f, &self.stores)?;
+        write_cache(f, &self.cache)?;
         writeln!(f, "Targets")?;
         let width = self.targets.iter().map(|t| t.name.len()).max().unwrap_or(0);
         for t in &self.targets {
@@ -734,6 +773,103 @@ fn write_stores(f: &mut fmt::Formatter<'_>, st: &Stores) -> fmt::Result {
     writeln!(f)
 }
 
+fn write_cache(f: &mut fmt::Formatter<'_>, c: &ResultCache) -> fmt::Result {
+    writeln!(
+        f,
+        "5. Result cache: {} through `toolmesh serve` whose policy caches it (TTL 10 min), the acceptance fixture counting executions in its ledger; the series taking turns in {} round(s)",
+        c.tool, c.rounds
+    )?;
+    write!(f, "{}", cache_latency_table(&c.latency))?;
+    writeln!(
+        f,
+        "   (concurrency 1 after {} warm-up calls each; hit = the same key every call, answered from the dispatcher's cache; miss = a key never used before every call: the dispatcher looks it up, runs the tool, stores the answer; direct = Execute on the fixture with its execute token; every execution appends a ledger line (open, write, flush), which misses and direct calls pay)",
+        c.warmup_calls
+    )?;
+    writeln!(f)?;
+    write!(f, "{}", cache_ratio_table(&c.hit_ratios))?;
+    writeln!(
+        f,
+        "   (hit ratio = share of calls repeating one of {} hot keys answered before measuring, the others a key never used before, spread evenly; executions counted from the ledger over every call of the windows, warm-up and the calls in flight at the end included; calls/s = median of the rounds' windows, {} of measuring per ratio in all, each window after {} of warm-up)",
+        c.hot_keys,
+        fmt_ms(c.throughput_window_ms),
+        fmt_ms(c.throughput_warmup_ms)
+    )?;
+    writeln!(f)
+}
+
+/// Hit, miss and direct at concurrency 1, with the hit's ratio to each.
+pub(crate) fn cache_latency_table(l: &ByPath<CacheSeries>) -> String {
+    let mut table = Table::new(vec![
+        "",
+        "cache hit",
+        "miss",
+        "direct",
+        "hit / miss",
+        "hit / direct",
+    ]);
+    type Pick = fn(&crate::stats::Latency) -> f64;
+    let picks: [(&str, Pick); 3] = [
+        ("p50 @1", |l| l.p50_us),
+        ("p90 @1", |l| l.p90_us),
+        ("p99 @1", |l| l.p99_us),
+    ];
+    for (name, pick) in picks {
+        let (hit, miss, direct) = (
+            pick(&l.hit.latency),
+            pick(&l.miss.latency),
+            pick(&l.direct.latency),
+        );
+        table.push(vec![
+            name.to_owned(),
+            fmt_us(hit),
+            fmt_us(miss),
+            fmt_us(direct),
+            fmt_ratio(hit / miss),
+            fmt_ratio(hit / direct),
+        ]);
+    }
+    let runs = |s: &CacheSeries| {
+        let calls = s.latency.calls + s.latency.errors;
+        format!("{:.2}", s.executions as f64 / calls.max(1) as f64)
+    };
+    table.push(vec![
+        "executions per call".to_owned(),
+        runs(&l.hit),
+        runs(&l.miss),
+        runs(&l.direct),
+    ]);
+    table.render("   ")
+}
+
+/// One row per hit ratio: executions, load saved, calls/s and its ratio
+/// to the first row's (0 %).
+pub(crate) fn cache_ratio_table(rows: &[AtHitRatio]) -> String {
+    let in_flight = rows.first().map_or(0, |r| r.throughput.in_flight);
+    let rate = format!("calls/s @{in_flight}");
+    let mut table = Table::new(vec![
+        "hit ratio",
+        "calls",
+        "executions per 1,000 calls",
+        "executor load saved",
+        &rate,
+        "x 0 %",
+    ]);
+    let base = rows
+        .first()
+        .map_or(f64::NAN, |r| r.throughput.calls_per_sec);
+    for r in rows {
+        table.push(vec![
+            format!("{:.0} %", r.hit_ratio * 100.0),
+            thousands(r.calls),
+            format!("{:.1}", r.executions_per_1000),
+            format!("{:.1} %", r.load_saved * 100.0),
+            fmt_rate(r.throughput.calls_per_sec),
+            fmt_ratio(r.throughput.calls_per_sec / base),
+        ]);
+    }
+    table.render("   ")
+}
+
 /// A plain table: first column left-aligned, the rest right-aligned.
 pub(crate) struct Table {
     rows: Vec<Vec<String>>,
@@ -947,6 +1083,41 @@ mod tests {
         assert!(nagle_note(&size).is_some_and(|n| n.contains("TCP_NODELAY")));
         size.latency.toolmesh = latency(400.0);
         assert!(nagle_note(&size).is_none());
+    }
+
+    /// The cache tables: the hit's ratios to miss and direct, executions
+    /// per call, and each hit ratio's rate against 0 %.
+    #[test]
+    fn cache_tables() {
+        let series = |p50, executions| CacheSeries {
+            latency: latency(p50),
+            executions,
+        };
+        let text = cache_latency_table(&ByPath {
+            hit: series(100.0, 0),
+            miss: series(400.0, 10),
+            direct: series(200.0, 10),
+        });
+        let p50 = text.lines().find(|l| l.contains("p50 @1")).unwrap();
+        for cell in ["100 µs", "400 µs", "200 µs", "0.25x", "0.50x"] {
+            assert!(p50.contains(cell), "{cell} in {p50}");
+        }
+        let runs = text.lines().find(|l| l.contains("executions")).unwrap();
+        assert!(runs.contains("0.00") && runs.contains("1.00"), "{runs}");
+        let row = |hit_ratio: f64, calls_per_sec| AtHitRatio {
+            hit_ratio,
+            calls: 2_000,
+            executions: ((1.0 - hit_ratio) * 2_000.0) as u64,
+            executions_per_1000: (1.0 - hit_ratio) * 1_000.0,
+            load_saved: hit_ratio,
+            throughput: rate(32, calls_per_sec),
+        };
+        let text = cache_ratio_table(&[row(0.0, 1_000.0), row(0.9, 3_000.0)]);
+        assert!(text.lines().next().unwrap().contains("calls/s @32"));
+        let ninety = text.lines().find(|l| l.starts_with("   90 %")).unwrap();
+        for cell in ["2,000", "100.0", "90.0 %", "3,000/s", "3.00x"] {
+            assert!(ninety.contains(cell), "{cell} in {ninety}");
+        }
     }
 
     /// Right-aligned numeric columns line up whatever the cell widths.

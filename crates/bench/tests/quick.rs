@@ -50,6 +50,7 @@ async fn quick_run_end_to_end() {
         "3. Freshness",
         "4. Stores side by side",
         "Executor SDK",
+        "5. Result cache",
         "Targets",
     ] {
         assert!(text.contains(heading), "{heading} missing");
@@ -83,6 +84,22 @@ async fn quick_run_end_to_end() {
         report.stores.etcd_missing
     );
     assert!(report.stores.failover.is_some());
+    let cache = &report.cache.latency;
+    assert!(cache.hit.latency.calls > 0 && cache.miss.latency.calls > 0);
+    assert_eq!(cache.hit.executions, 0, "every hit answered from the cache");
+    assert_eq!(cache.miss.executions, cache.miss.latency.calls as u64);
+    let ratios: Vec<f64> = report
+        .cache
+        .hit_ratios
+        .iter()
+        .map(|r| r.hit_ratio)
+        .collect();
+    assert_eq!(ratios, [0.0, 0.5, 0.9]);
+    for row in &report.cache.hit_ratios {
+        assert!(row.throughput.calls_per_sec > 0.0 && row.throughput.errors == 0);
+        // Hot and cold keys are spread evenly: the saving is the ratio.
+        assert!((row.load_saved - row.hit_ratio).abs() < 0.01, "{row:?}");
+    }
     // nginx is part of the comparison: scripts/prepare/nginx.sh installs it,
     // and a run without it fails here rather than quietly leaving it out.
     assert!(
@@ -106,6 +123,7 @@ async fn quick_run_end_to_end() {
     assert_eq!(written["quick"], true);
     assert!(written["overhead"]["sizes"][1]["latency"]["toolmesh"]["p50_us"].is_number());
     assert!(written["scale"]["publish_ratio"].is_number());
+    assert!(written["cache"]["hit_ratios"][2]["load_saved"].is_number());
 
     let children = live_children();
     assert!(children.is_empty(), "left running: {children:?}");
