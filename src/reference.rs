@@ -95,6 +95,11 @@ impl<'a> ToolRef<'a> {
     }
 }
 
+/// `name@version`: how messages, keys and logs name one tool definition.
+pub fn label(name: &str, version: &impl fmt::Display) -> String {
+    format!("{name}@{version}")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

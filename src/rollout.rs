@@ -155,7 +155,7 @@ pub struct BadRollout {
 impl Rollout {
     /// `name@version` of the canary.
     pub fn canary_label(&self) -> String {
-        crate::spec::label(&self.tool, &self.canary)
+        crate::reference::label(&self.tool, &self.canary)
     }
 
     /// The wire form.

@@ -3,6 +3,7 @@
 //! conflicting definitions.
 
 use crate::pb::{RetryPolicy, RiskLevel, ToolSpec};
+pub use crate::reference::label;
 use crate::schema::{self, SchemaError};
 use jsonschema::Validator;
 use serde_json::Value;
@@ -342,11 +343,6 @@ impl ToolDef {
         }
         fields
     }
-}
-
-/// `name@version`: how messages, keys and logs name one tool definition.
-pub fn label(name: &str, version: &impl fmt::Display) -> String {
-    format!("{name}@{version}")
 }
 
 /// The risk a raw `RiskLevel` number stands for, by the one rule every

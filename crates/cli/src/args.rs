@@ -182,7 +182,7 @@ pub(crate) enum Command {
     Enable(ToolArg),
     /// Release a tool version gradually (canary): start, set, promote,
     /// abort, status.
-    Rollout(crate::rollout::RolloutArgs),
+    Rollout(RolloutArgs),
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
     Completions(CompletionsArgs),
     /// Measure per-call overhead (against a direct call and nginx), registry
@@ -569,4 +569,87 @@ mod tests {
         parse(&["example", "knowledge", "--token", "t"]).unwrap();
         parse(&["up", "--listen", "127.0.0.1:0"]).unwrap();
     }
+}
+
+/// `toolmesh rollout`.
+#[derive(Debug, Args, Clone)]
+pub(crate) struct RolloutArgs {
+    /// What to do.
+    #[command(subcommand)]
+    pub(crate) action: RolloutCommand,
+}
+
+/// The rollout subcommands.
+#[derive(Debug, Subcommand, Clone)]
+pub(crate) enum RolloutCommand {
+    /// Release TOOL@VERSION to a share of callers (admin).
+    Start(StartArgs),
+    /// Change an active rollout's share (admin).
+    Set(SetArgs),
+    /// Give every caller the canary and end the rollout (admin).
+    Promote(NameArgs),
+    /// Give every caller the stable version again (admin).
+    Abort(AbortArgs),
+    /// Show every rollout, or one tool's.
+    Status(StatusArgs),
+}
+
+/// `toolmesh rollout start`.
+#[derive(Debug, Args, Clone)]
+pub(crate) struct StartArgs {
+    /// The canary: name@version, e.g. search_kb@2.0.0.
+    pub(crate) tool: String,
+    /// Share of callers that get it, in percent (0 to 100, e.g. 5 or 0.5).
+    #[arg(long)]
+    pub(crate) percent: String,
+    /// Only callers of these tenants (comma-separated; default any).
+    #[arg(long, value_delimiter = ',')]
+    pub(crate) tenants: Vec<String>,
+    /// Only these principals (comma-separated; default any).
+    #[arg(long, value_delimiter = ',')]
+    pub(crate) principals: Vec<String>,
+    /// Abort by itself when the canary's error rate exceeds the stable
+    /// version's by more than this (0.05 = five points).
+    #[arg(long, default_value_t = 0.05)]
+    pub(crate) max_error_margin: f64,
+    /// Canary calls in the window before its error rate is judged.
+    #[arg(long, default_value_t = 20)]
+    pub(crate) min_calls: u32,
+    /// The sliding window errors are counted over, in seconds.
+    #[arg(long, default_value_t = 60)]
+    pub(crate) window_s: u32,
+}
+
+/// `toolmesh rollout set`.
+#[derive(Debug, Args, Clone)]
+pub(crate) struct SetArgs {
+    /// The tool name.
+    pub(crate) tool: String,
+    /// The new share of callers, in percent.
+    #[arg(long)]
+    pub(crate) percent: String,
+}
+
+/// `toolmesh rollout promote`.
+#[derive(Debug, Args, Clone)]
+pub(crate) struct NameArgs {
+    /// The tool name.
+    pub(crate) tool: String,
+}
+
+/// `toolmesh rollout abort`.
+#[derive(Debug, Args, Clone)]
+pub(crate) struct AbortArgs {
+    /// The tool name.
+    pub(crate) tool: String,
+    /// Why (operators and the audit log read it).
+    #[arg(long, default_value = "")]
+    pub(crate) reason: String,
+}
+
+/// `toolmesh rollout status`.
+#[derive(Debug, Args, Clone)]
+pub(crate) struct StatusArgs {
+    /// One tool's rollout (default: every rollout).
+    pub(crate) tool: Option<String>,
 }

@@ -3,98 +3,15 @@
 //! `UpdateRollout` and `ListRollouts`.
 
 use crate::Failure;
+use crate::args::{RolloutArgs, RolloutCommand};
 use crate::client::Client;
 use crate::output::{self, Table};
-use clap::{Args, Subcommand};
 use serde_json::{Value, json};
 use toolmesh::pb::{
     self, ListRolloutsRequest, RolloutAction, RolloutGuard, UpdateRolloutRequest,
     registry_client::RegistryClient,
 };
 use toolmesh::rollout::{Rollout, Share};
-
-/// `toolmesh rollout`.
-#[derive(Debug, Args, Clone)]
-pub(crate) struct RolloutArgs {
-    /// What to do.
-    #[command(subcommand)]
-    pub(crate) action: RolloutCommand,
-}
-
-/// The rollout subcommands.
-#[derive(Debug, Subcommand, Clone)]
-pub(crate) enum RolloutCommand {
-    /// Release TOOL@VERSION to a share of callers (admin).
-    Start(StartArgs),
-    /// Change an active rollout's share (admin).
-    Set(SetArgs),
-    /// Give every caller the canary and end the rollout (admin).
-    Promote(NameArgs),
-    /// Give every caller the stable version again (admin).
-    Abort(AbortArgs),
-    /// Show every rollout, or one tool's.
-    Status(StatusArgs),
-}
-
-/// `toolmesh rollout start`.
-#[derive(Debug, Args, Clone)]
-pub(crate) struct StartArgs {
-    /// The canary: name@version, e.g. search_kb@2.0.0.
-    tool: String,
-    /// Share of callers that get it, in percent (0 to 100, e.g. 5 or 0.5).
-    #[arg(long)]
-    percent: String,
-    /// Only callers of these tenants (comma-separated; default any).
-    #[arg(long, value_delimiter = ',')]
-    tenants: Vec<String>,
-    /// Only these principals (comma-separated; default any).
-    #[arg(long, value_delimiter = ',')]
-    principals: Vec<String>,
-    /// Abort by itself when the canary's error rate exceeds the stable
-    /// version's by more than this (0.05 = five points).
-    #[arg(long, default_value_t = 0.05)]
-    max_error_margin: f64,
-    /// Canary calls in the window before its error rate is judged.
-    #[arg(long, default_value_t = 20)]
-    min_calls: u32,
-    /// The sliding window errors are counted over, in seconds.
-    #[arg(long, default_value_t = 60)]
-    window_s: u32,
-}
-
-/// `toolmesh rollout set`.
-#[derive(Debug, Args, Clone)]
-pub(crate) struct SetArgs {
-    /// The tool name.
-    tool: String,
-    /// The new share of callers, in percent.
-    #[arg(long)]
-    percent: String,
-}
-
-/// `toolmesh rollout promote`.
-#[derive(Debug, Args, Clone)]
-pub(crate) struct NameArgs {
-    /// The tool name.
-    tool: String,
-}
-
-/// `toolmesh rollout abort`.
-#[derive(Debug, Args, Clone)]
-pub(crate) struct AbortArgs {
-    /// The tool name.
-    tool: String,
-    /// Why (operators and the audit log read it).
-    #[arg(long, default_value = "")]
-    reason: String,
-}
-
-/// `toolmesh rollout status`.
-#[derive(Debug, Args, Clone)]
-pub(crate) struct StatusArgs {
-    /// One tool's rollout (default: every rollout).
-    tool: Option<String>,
-}
 
 /// Runs `toolmesh rollout …`.
 pub(crate) async fn run(args: RolloutArgs, client: &Client) -> Result<(), Failure> {

@@ -65,6 +65,7 @@ mod lease;
 mod metrics;
 mod progress;
 mod server;
+mod service;
 mod stream;
 mod tool;
 

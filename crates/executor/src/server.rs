@@ -2,7 +2,6 @@
 
 use crate::dispatcher_only::DispatcherOnly;
 use crate::metrics::Metrics;
-use crate::stream;
 use crate::{
     CallCx, ProgressHandle,
     erased::{ErasedTool, Outcome},
@@ -12,11 +11,11 @@ use serde_json::Value;
 use std::{any::Any, collections::BTreeMap, sync::Arc, time::Duration};
 use tokio::{task::AbortHandle, time::Instant};
 use tokio_util::sync::CancellationToken;
-use tonic::{Request, Response, Status};
+use tonic::{Request, Status};
 use toolmesh::grpc::{Bound, call_budget};
 use toolmesh::{
     ErrorCodeExt, ToolDef, ToolErrorExt,
-    pb::{self, ErrorCode, ExecuteRequest, ExecuteResponse, ToolError, ToolResult},
+    pb::{self, ErrorCode, ExecuteRequest, ToolError, ToolResult},
     schema,
     spec::SpecError,
     suggest,
@@ -311,7 +310,7 @@ pub(crate) struct Accepted {
 impl ExecuteService {
     /// Admits `request` (only dispatchers, once registered) and reads the
     /// deadline and trace it carries.
-    fn accept(&self, request: &Request<ExecuteRequest>) -> Result<Accepted, Status> {
+    pub(crate) fn accept(&self, request: &Request<ExecuteRequest>) -> Result<Accepted, Status> {
         if let Some(gate) = &self.dispatcher_only {
             gate.admit(request.metadata())?;
         }
@@ -355,40 +354,6 @@ impl Core {
             span.record("otel.status_code", "ERROR");
         }
         result
-    }
-}
-
-#[tonic::async_trait]
-impl pb::executor_server::Executor for ExecuteService {
-    async fn execute(
-        &self,
-        request: Request<ExecuteRequest>,
-    ) -> Result<Response<ExecuteResponse>, Status> {
-        let accepted = self.accept(&request)?;
-        let result = self
-            .core
-            .serve(request.into_inner(), accepted, ProgressHandle::default())
-            .await;
-        Ok(Response::new(ExecuteResponse {
-            result: Some(result),
-        }))
-    }
-
-    type ExecuteStreamStream = stream::Events;
-
-    async fn execute_stream(
-        &self,
-        request: Request<ExecuteRequest>,
-    ) -> Result<Response<stream::Events>, Status> {
-        let accepted = self.accept(&request)?;
-        let (events, received) = tokio::sync::mpsc::channel(stream::EVENT_BUFFER);
-        tokio::spawn(stream::run(
-            Arc::clone(&self.core),
-            request.into_inner(),
-            accepted,
-            events,
-        ));
-        Ok(Response::new(stream::Events::new(received)))
     }
 }
 

@@ -10,6 +10,7 @@ mod attempt;
 mod attempts;
 mod authorize;
 mod cached;
+mod failure;
 pub(crate) mod fallback;
 mod observe;
 pub(crate) mod resolve;

@@ -1,6 +1,6 @@
 //! A streaming attempt: `ExecuteStream`'s progress and output chunks relayed to the caller as they come, then its result.
 
-use super::attempt::{AttemptFailure, classify_answer};
+use super::failure::{AttemptFailure, classify_answer};
 use crate::upstream::Upstream;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
