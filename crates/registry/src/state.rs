@@ -105,6 +105,9 @@ pub(crate) struct Registered {
 #[derive(Debug, Default)]
 pub(crate) struct State {
     executors: HashMap<Arc<str>, Executor>,
+    /// Live executors per owner, kept with `executors` so that the
+    /// per-owner cap costs one lookup per registration, not a scan.
+    per_owner: HashMap<Arc<str>, usize>,
     leases: LeaseTable,
     /// Disabled tools, rollouts and tool owners, kept across restarts.
     durable: Durable,
@@ -130,14 +133,10 @@ impl State {
         max_per_owner: usize,
     ) -> Result<Registered, RegistryError> {
         let held = self.executors.get(&reg.executor_id).map(|e| &*e.owner);
-        let live = self
-            .executors
-            .values()
-            .filter(|e| *e.owner == *owner)
-            .count();
+        let live = self.per_owner.get(owner).copied().unwrap_or(0);
         check_executor_slot(&reg.executor_id, held, live, owner, max_per_owner)?;
         let mut txn = Txn::new(base);
-        let replaced = self.executors.remove(&reg.executor_id);
+        let replaced = self.take(&reg.executor_id);
         if let Some(old) = &replaced {
             self.leases.revoke(&old.lease_id);
         }
@@ -183,6 +182,7 @@ impl State {
         let executor = Executor { keys, ..executor };
         self.leases
             .grant(lease_id, executor.id.clone(), reg.ttl, now);
+        *self.per_owner.entry(executor.owner.clone()).or_default() += 1;
         self.executors.insert(executor.id.clone(), executor);
         Ok(Registered {
             snapshot: txn.commit(),
@@ -328,8 +328,20 @@ impl State {
         self.executors.get(executor_id)
     }
 
-    fn remove_executor(&mut self, txn: &mut Txn<'_>, executor_id: &str) -> Option<Executor> {
+    /// Removes `executor_id`'s registration from the table (and its owner's count).
+    fn take(&mut self, executor_id: &str) -> Option<Executor> {
         let executor = self.executors.remove(executor_id)?;
+        if let Some(count) = self.per_owner.get_mut(&executor.owner) {
+            *count = count.saturating_sub(1);
+            if *count == 0 {
+                self.per_owner.remove(&executor.owner);
+            }
+        }
+        Some(executor)
+    }
+
+    fn remove_executor(&mut self, txn: &mut Txn<'_>, executor_id: &str) -> Option<Executor> {
+        let executor = self.take(executor_id)?;
         self.leases.revoke(&executor.lease_id);
         for key in &executor.keys {
             if let Some(staged) = txn.get(key) {

@@ -169,11 +169,13 @@ async fn executors_per_owner_are_capped() {
     };
     let registry = Registry::open(config, Arc::new(TestGate)).unwrap();
     let mut client = serve(&registry).await;
+    let mut leases = Vec::new();
     for id in ["a-1", "a-2", "a-1"] {
-        client
+        let granted = client
             .register(with_token(registration(id, "search_kb"), Some("tok-a")))
             .await
             .unwrap();
+        leases.push(granted.into_inner().lease_id);
     }
     let third = client
         .register(with_token(registration("a-3", "search_kb"), Some("tok-a")))
@@ -187,6 +189,20 @@ async fn executors_per_owner_are_capped() {
     );
     client
         .register(with_token(registration("b-1", "other"), Some("tok-b")))
+        .await
+        .unwrap();
+    // A deregistered executor frees its slot.
+    client
+        .deregister(with_token(
+            toolmesh::pb::DeregisterRequest {
+                lease_id: leases[1].clone(),
+            },
+            Some("tok-a"),
+        ))
+        .await
+        .unwrap();
+    client
+        .register(with_token(registration("a-3", "search_kb"), Some("tok-a")))
         .await
         .unwrap();
 }
