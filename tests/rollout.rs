@@ -322,6 +322,15 @@ async fn anonymous_callers_stick_by_session() {
         &addr,
         &["rollout", "start", "acc_echo@2.0.0", "--percent", "30"],
     );
+    // The snapshot carries the rollout, and `toolmesh snapshot` shows it.
+    let shown = cli(&addr, &["snapshot"]);
+    assert!(
+        shown.contains("rollout acc_echo@2.0.0: active at 30% of callers"),
+        "{shown}"
+    );
+    let json: serde_json::Value =
+        serde_json::from_str(&cli(&addr, &["snapshot", "--json"])).unwrap();
+    assert_eq!(json["rollouts"][0]["canary_version"], "2.0.0", "{json}");
     let mut canary = 0;
     for s in 0..200 {
         let context = Some(CallContext {

@@ -6,6 +6,7 @@ use tonic_health::pb::health_check_response::ServingStatus;
 use toolmesh::pb::{
     ExplainResponse, InvokeResponse, Progress, RiskLevel, Snapshot, ToolError, ToolResult, ToolSpec,
 };
+use toolmesh::rollout::{Rollout, Share};
 use toolmesh::{ErrorCodeExt, ToolErrorExt};
 
 /// A tool name and its health.
@@ -180,10 +181,78 @@ pub(crate) fn snapshot_json(snapshot: &Snapshot) -> Value {
                 "healthy": i.healthy,
             })).collect::<Vec<_>>(),
         })).collect::<Vec<_>>(),
+        "rollouts": snapshot.rollouts.iter().map(rollout_json).collect::<Vec<_>>(),
     })
 }
 
-/// The table `toolmesh snapshot` prints.
+pub(crate) fn share_text(basis_points: u32) -> String {
+    Share::from_basis_points(basis_points).map_or_else(|_| "?".to_owned(), |s| s.to_string())
+}
+
+/// `active`, `promoted`, `aborted` or `aborted (automatic)`.
+pub(crate) fn state_text(rollout: &toolmesh::pb::Rollout) -> String {
+    let state = Rollout::from_pb(rollout).map_or("?", |r| r.state.name());
+    if rollout.automatic {
+        format!("{state} (automatic)")
+    } else {
+        state.to_owned()
+    }
+}
+
+pub(crate) fn filters(rollout: &toolmesh::pb::Rollout) -> String {
+    let mut parts = Vec::new();
+    if !rollout.tenants.is_empty() {
+        parts.push(format!("tenants {}", rollout.tenants.join(",")));
+    }
+    if !rollout.principals.is_empty() {
+        parts.push(format!("principals {}", rollout.principals.join(",")));
+    }
+    if parts.is_empty() {
+        "-".to_owned()
+    } else {
+        parts.join("; ")
+    }
+}
+
+/// One line about a rollout: `search_kb@2.0.0: active at 5% of callers`.
+pub(crate) fn sentence(rollout: &toolmesh::pb::Rollout) -> String {
+    let label = toolmesh::spec::label(&rollout.tool, &rollout.canary_version);
+    let mut line = format!(
+        "{label}: {} at {} of callers",
+        state_text(rollout),
+        share_text(rollout.basis_points)
+    );
+    let filters = filters(rollout);
+    if filters != "-" {
+        line.push_str(&format!(" ({filters})"));
+    }
+    if !rollout.reason.is_empty() {
+        line.push_str(&format!(": {}", rollout.reason));
+    }
+    line
+}
+
+pub(crate) fn rollout_json(r: &toolmesh::pb::Rollout) -> Value {
+    let guard = r.guard.unwrap_or_default();
+    json!({
+        "tool": r.tool,
+        "canary_version": r.canary_version,
+        "state": Rollout::from_pb(r).map_or("?", |r| r.state.name()),
+        "percent": f64::from(r.basis_points) / 100.0,
+        "tenants": r.tenants,
+        "principals": r.principals,
+        "reason": r.reason,
+        "changed_by": r.changed_by,
+        "automatic": r.automatic,
+        "max_error_margin": guard.max_error_margin,
+        "min_calls": guard.min_calls,
+        "window_ms": guard.window_ms,
+        "started_at_ms": r.started_at_ms,
+        "changed_at_ms": r.changed_at_ms,
+    })
+}
+
+/// The table `toolmesh snapshot` prints, then the rollouts it carries.
 pub(crate) fn print_snapshot(snapshot: &Snapshot) {
     println!("snapshot {} (epoch {})", snapshot.version, snapshot.epoch);
     let mut table = Table::new(vec!["TOOL", "VERSION", "EXPOSED", "INSTANCES"]);
@@ -216,6 +285,9 @@ pub(crate) fn print_snapshot(snapshot: &Snapshot) {
         ]);
     }
     table.print();
+    for rollout in &snapshot.rollouts {
+        println!("rollout {}", sentence(rollout));
+    }
 }
 
 /// Every tool name in `snapshot`, sorted, SERVING when some version of it

@@ -11,7 +11,7 @@ use toolmesh::pb::{
     self, ListRolloutsRequest, RolloutAction, RolloutGuard, UpdateRolloutRequest,
     registry_client::RegistryClient,
 };
-use toolmesh::rollout::{Rollout, Share};
+use toolmesh::rollout::Share;
 
 /// Runs `toolmesh rollout …`.
 pub(crate) async fn run(args: RolloutArgs, client: &Client) -> Result<(), Failure> {
@@ -80,13 +80,13 @@ async fn update(client: &Client, request: UpdateRolloutRequest) -> Result<(), Fa
     if client.json() {
         output::print_json(&json!({
             "snapshot_version": answer.snapshot_version,
-            "rollout": rollout_json(&rollout),
+            "rollout": output::rollout_json(&rollout),
         }));
         return Ok(());
     }
     println!(
         "{} (snapshot {})",
-        sentence(&rollout),
+        output::sentence(&rollout),
         answer.snapshot_version
     );
     Ok(())
@@ -122,9 +122,9 @@ async fn status(client: &Client, tool: Option<&str>) -> Result<(), Failure> {
             r.tool.clone(),
             canary,
             or_dash(&status.stable_version),
-            state_text(&r),
-            share_text(r.basis_points),
-            filters(&r),
+            output::state_text(&r),
+            output::share_text(r.basis_points),
+            output::filters(&r),
             r.changed_by.clone(),
             output::clip(&r.reason, 90),
         ]);
@@ -146,75 +146,8 @@ fn or_dash(text: &str) -> String {
     }
 }
 
-fn share_text(basis_points: u32) -> String {
-    Share::from_basis_points(basis_points).map_or_else(|_| "?".to_owned(), |s| s.to_string())
-}
-
-/// `active`, `promoted`, `aborted` or `aborted (automatic)`.
-fn state_text(rollout: &pb::Rollout) -> String {
-    let state = Rollout::from_pb(rollout).map_or("?", |r| r.state.name());
-    if rollout.automatic {
-        format!("{state} (automatic)")
-    } else {
-        state.to_owned()
-    }
-}
-
-fn filters(rollout: &pb::Rollout) -> String {
-    let mut parts = Vec::new();
-    if !rollout.tenants.is_empty() {
-        parts.push(format!("tenants {}", rollout.tenants.join(",")));
-    }
-    if !rollout.principals.is_empty() {
-        parts.push(format!("principals {}", rollout.principals.join(",")));
-    }
-    if parts.is_empty() {
-        "-".to_owned()
-    } else {
-        parts.join("; ")
-    }
-}
-
-/// One line about a rollout: `search_kb@2.0.0: active at 5% of callers`.
-fn sentence(rollout: &pb::Rollout) -> String {
-    let label = toolmesh::spec::label(&rollout.tool, &rollout.canary_version);
-    let mut line = format!(
-        "{label}: {} at {} of callers",
-        state_text(rollout),
-        share_text(rollout.basis_points)
-    );
-    let filters = filters(rollout);
-    if filters != "-" {
-        line.push_str(&format!(" ({filters})"));
-    }
-    if !rollout.reason.is_empty() {
-        line.push_str(&format!(": {}", rollout.reason));
-    }
-    line
-}
-
-fn rollout_json(r: &pb::Rollout) -> Value {
-    let guard = r.guard.unwrap_or_default();
-    json!({
-        "tool": r.tool,
-        "canary_version": r.canary_version,
-        "state": Rollout::from_pb(r).map_or("?", |r| r.state.name()),
-        "percent": f64::from(r.basis_points) / 100.0,
-        "tenants": r.tenants,
-        "principals": r.principals,
-        "reason": r.reason,
-        "changed_by": r.changed_by,
-        "automatic": r.automatic,
-        "max_error_margin": guard.max_error_margin,
-        "min_calls": guard.min_calls,
-        "window_ms": guard.window_ms,
-        "started_at_ms": r.started_at_ms,
-        "changed_at_ms": r.changed_at_ms,
-    })
-}
-
 fn status_json(status: &pb::RolloutStatus) -> Value {
-    let mut value = rollout_json(&status.rollout.clone().unwrap_or_default());
+    let mut value = output::rollout_json(&status.rollout.clone().unwrap_or_default());
     value["stable_version"] = json!(status.stable_version);
     value["canary_exposed"] = json!(status.canary_exposed);
     value
