@@ -91,6 +91,11 @@ pub(crate) async fn run(
     for line in try_lines(&me, &addr, tls.files()) {
         println!("  {line}");
     }
+    // Apart from the lines above: grpcurl is not part of toolmesh.
+    println!(
+        "\nWith grpcurl installed (reflection is on): {}",
+        grpcurl_line(&addr, tls.files())
+    );
     println!("\nPress ctrl-c to stop.");
 
     // Until ctrl-c: an example that dies is started again.
@@ -140,18 +145,16 @@ const TRY: [&str; 9] = [
 
 /// The command lines printed under "Try, in another terminal": `me` (the
 /// binary, shell-quoted) with the flags that reach `addr` as served with
-/// `tls`, then grpcurl. Each works as printed, pasted into a POSIX shell.
+/// `tls`. Each works as printed, pasted into a POSIX shell; they need
+/// nothing but this binary (grpcurl is suggested apart, [`grpcurl_line`]).
 fn try_lines(me: &str, addr: &str, tls: &TlsFiles) -> Vec<String> {
     let mut flags = tls_flags(tls);
     if addr != DEFAULT_SERVER {
         flags.insert_str(0, &format!(" --server {}", shell_word(addr)));
     }
-    let mut lines: Vec<String> = TRY
-        .iter()
+    TRY.iter()
         .map(|command| format!("{me}{flags} {command}"))
-        .collect();
-    lines.push(grpcurl_line(addr, tls));
-    lines
+        .collect()
 }
 
 /// The TLS flags a client needs for a server run with `tls`: the CA that
@@ -290,11 +293,11 @@ mod tests {
         let plain = TlsFiles::default();
         let lines = try_lines("toolmesh", DEFAULT_SERVER, &plain);
         assert_eq!(lines[0], "toolmesh tools");
-        assert_eq!(lines.len(), TRY.len() + 1);
+        assert_eq!(lines.len(), TRY.len());
         let lines = try_lines("toolmesh", "127.0.0.1:7272", &plain);
         assert_eq!(lines[0], "toolmesh --server 127.0.0.1:7272 tools");
         assert_eq!(
-            lines.last().unwrap(),
+            grpcurl_line("127.0.0.1:7272", &plain),
             "grpcurl -plaintext 127.0.0.1:7272 list"
         );
     }
@@ -314,7 +317,7 @@ mod tests {
             "toolmesh --server 127.0.0.1:7272 --tls-ca /pki/ca.pem tools"
         );
         assert_eq!(
-            lines.last().unwrap(),
+            grpcurl_line("127.0.0.1:7272", &tls),
             "grpcurl -cacert /pki/ca.pem 127.0.0.1:7272 list"
         );
         let mtls = TlsFiles {
@@ -327,10 +330,7 @@ mod tests {
             "toolmesh --tls-ca /pki/ca.pem --tls-cert /pki/cert.pem --tls-key /pki/key.pem tools"
         );
         assert!(
-            lines
-                .last()
-                .unwrap()
-                .contains("-cert /pki/cert.pem -key /pki/key.pem")
+            grpcurl_line(DEFAULT_SERVER, &mtls).contains("-cert /pki/cert.pem -key /pki/key.pem")
         );
     }
 }
