@@ -140,10 +140,15 @@ impl CanaryWatch {
         let now_ms = u64::try_from(self.epoch.elapsed().as_millis()).unwrap_or(u64::MAX);
         let reason = {
             let mut tools = self.tools.lock().unwrap_or_else(PoisonError::into_inner);
-            tools.retain(|name, _| current.rollout(name).is_some());
-            let watch = tools
-                .entry(tool.to_owned())
-                .or_insert_with(|| ToolWatch::new(rollout));
+            if !tools.contains_key(tool) {
+                // A tool's first call under this rollout: forget the tools
+                // whose rollouts are gone (not on every call), then watch it.
+                tools.retain(|name, _| current.rollout(name).is_some());
+                tools.insert(tool.to_owned(), ToolWatch::new(rollout));
+            }
+            let Some(watch) = tools.get_mut(tool) else {
+                return;
+            };
             if watch.rollout != (rollout.canary.clone(), rollout.started_at_ms) {
                 *watch = ToolWatch::new(rollout);
             }
