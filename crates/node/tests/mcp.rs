@@ -521,10 +521,6 @@ async fn official_python_client() {
 /// http/1.1): a client trusting the CA lists the tools; its URL says https.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mcp_over_tls_with_the_nodes_certificate() {
-    use rustls_pki_types::{CertificateDer, ServerName, pem::PemObject};
-    use std::sync::Arc;
-    use tokio_rustls::rustls::{ClientConfig as TlsClientConfig, RootCertStore, crypto::ring};
-
     let dir = toolmesh_testkit::TempDir::new("mcp-tls").unwrap();
     let (ca, cert, key) = toolmesh_testkit::pki(&dir, "node");
     let files = toolmesh::grpc::TlsFiles {
@@ -549,29 +545,7 @@ async fn mcp_over_tls_with_the_nodes_certificate() {
     let addr = node.mcp_addr.unwrap();
     assert_eq!(node.mcp_url().unwrap(), format!("https://{addr}/mcp"));
 
-    let mut roots = RootCertStore::empty();
-    roots
-        .add(CertificateDer::from_pem_file(&ca).unwrap())
-        .unwrap();
-    let config = TlsClientConfig::builder_with_provider(Arc::new(ring::default_provider()))
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_root_certificates(roots)
-        .with_no_client_auth();
-    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
-    let mut tls = tokio_rustls::TlsConnector::from(Arc::new(config))
-        .connect(ServerName::try_from("localhost").unwrap(), tcp)
-        .await
-        .unwrap();
-    let body = r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#;
-    let request = format!(
-        "POST /mcp HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nMCP-Protocol-Version: 2025-11-25\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
-    );
-    tls.write_all(request.as_bytes()).await.unwrap();
-    let mut answer = Vec::new();
-    let _ = tls.read_to_end(&mut answer).await;
-    let answer = String::from_utf8_lossy(&answer);
+    let answer = tools_list_over_tls(addr, &ca, None).await;
     assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
     assert!(answer.contains(r#""tools":[]"#), "{answer}");
     node.stop(Duration::from_secs(1)).await.unwrap();
@@ -582,10 +556,6 @@ async fn mcp_over_tls_with_the_nodes_certificate() {
 /// certificate's `tls_name`, with no bearer token.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mcp_client_certificate_is_an_identity() {
-    use rustls_pki_types::{CertificateDer, PrivateKeyDer, ServerName, pem::PemObject};
-    use std::sync::Arc;
-    use tokio_rustls::rustls::{ClientConfig as TlsClientConfig, RootCertStore, crypto::ring};
-
     let dir = toolmesh_testkit::TempDir::new("mcp-mtls").unwrap();
     let (ca, cert, key) = toolmesh_testkit::pki(&dir, "node");
     let policy = dir.join("policy.toml");
@@ -617,19 +587,41 @@ async fn mcp_client_certificate_is_an_identity() {
     .unwrap();
     let addr = node.mcp_addr.unwrap();
 
+    let answer = tools_list_over_tls(addr, &ca, Some((&cert, &key))).await;
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    assert!(answer.contains(r#""tools":[]"#), "{answer}");
+    node.stop(Duration::from_secs(1)).await.unwrap();
+}
+
+/// An MCP `tools/list` over HTTPS to `addr`, trusting `ca` and presenting
+/// `client` (certificate, key) when given: the raw HTTP/1.1 answer.
+async fn tools_list_over_tls(
+    addr: std::net::SocketAddr,
+    ca: &std::path::Path,
+    client: Option<(&std::path::Path, &std::path::Path)>,
+) -> String {
+    use rustls_pki_types::{CertificateDer, PrivateKeyDer, ServerName, pem::PemObject};
+    use std::sync::Arc;
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    use tokio_rustls::rustls::{ClientConfig as TlsClientConfig, RootCertStore, crypto::ring};
+
     let mut roots = RootCertStore::empty();
     roots
-        .add(CertificateDer::from_pem_file(&ca).unwrap())
+        .add(CertificateDer::from_pem_file(ca).unwrap())
         .unwrap();
-    let config = TlsClientConfig::builder_with_provider(Arc::new(ring::default_provider()))
+    let builder = TlsClientConfig::builder_with_provider(Arc::new(ring::default_provider()))
         .with_safe_default_protocol_versions()
         .unwrap()
-        .with_root_certificates(roots)
-        .with_client_auth_cert(
-            vec![CertificateDer::from_pem_file(&cert).unwrap()],
-            PrivateKeyDer::from_pem_file(&key).unwrap(),
-        )
-        .unwrap();
+        .with_root_certificates(roots);
+    let config = match client {
+        None => builder.with_no_client_auth(),
+        Some((cert, key)) => builder
+            .with_client_auth_cert(
+                vec![CertificateDer::from_pem_file(cert).unwrap()],
+                PrivateKeyDer::from_pem_file(key).unwrap(),
+            )
+            .unwrap(),
+    };
     let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
     let mut tls = tokio_rustls::TlsConnector::from(Arc::new(config))
         .connect(ServerName::try_from("localhost").unwrap(), tcp)
@@ -644,7 +636,5 @@ async fn mcp_client_certificate_is_an_identity() {
     let mut answer = Vec::new();
     let _ = tls.read_to_end(&mut answer).await;
     let answer = String::from_utf8_lossy(&answer);
-    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
-    assert!(answer.contains(r#""tools":[]"#), "{answer}");
-    node.stop(Duration::from_secs(1)).await.unwrap();
+    answer.into_owned()
 }
