@@ -8,7 +8,8 @@ use crate::error::RegistryError;
 use crate::shared::SharedRecord;
 use crate::store::Store;
 use serde::{Deserialize, Serialize};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use crate::rollouts::now_ms;
+use std::time::Duration;
 use toolmesh::pb;
 
 /// Where sessions live among the shared records.
@@ -111,12 +112,6 @@ fn is_digest(value: &str) -> bool {
         && value
             .bytes()
             .all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
-}
-
-fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
 /// The session's record and its revision (0 and empty when there is none
