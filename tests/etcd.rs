@@ -369,12 +369,18 @@ async fn health_watch_moves_to_a_surviving_replica() {
         "scenario 2: watch taken over {:?} after the kill",
         killed_at.elapsed()
     );
-    // Let the new watch see SERVING first.
-    tokio::time::sleep(Duration::from_millis(200)).await;
-    assert!(exposed(
-        &snapshot(survivor).await.expect("snapshot"),
-        "fake_tool"
-    ));
+    // The new watch sees SERVING first: the tool stays (or is again) exposed.
+    eventually(
+        "fake_tool exposed under the new watch",
+        Duration::from_secs(5),
+        || async {
+            snapshot(survivor)
+                .await
+                .filter(|s| exposed(s, "fake_tool"))
+                .map(drop)
+        },
+    )
+    .await;
     let flipped = Instant::now();
     fake.reporter
         .set_service_status("", tonic_health::ServingStatus::NotServing)

@@ -5,10 +5,10 @@
 //! when a session or a caller is at its cap.
 
 use crate::error::RegistryError;
+use crate::rollouts::now_ms;
 use crate::shared::SharedRecord;
 use crate::store::Store;
 use serde::{Deserialize, Serialize};
-use crate::rollouts::now_ms;
 use std::time::Duration;
 use toolmesh::pb;
 
