@@ -4,9 +4,11 @@
 
 mod arguments;
 mod covers;
+mod shape;
 
 pub use arguments::{ArgumentsError, parse_arguments};
 pub use covers::covers;
+pub use shape::Shape;
 
 use jsonschema::Validator;
 use serde_json::Value;
@@ -98,15 +100,32 @@ impl fmt::Display for Violations {
     }
 }
 
+/// A schema ready to check documents: parsed, compiled by jsonschema
+/// (which names every violation) and as a [`Shape`] (which accepts the
+/// common valid documents from their text without building a tree).
+pub struct Compiled {
+    /// The parsed schema.
+    pub schema: Value,
+    /// jsonschema's validator.
+    pub validator: Validator,
+    /// The fast acceptance check.
+    pub shape: Shape,
+}
+
 /// Parses and compiles a schema given as text.
-pub fn compile_text(text: &str) -> Result<(Value, Validator), SchemaError> {
+pub fn compile_text(text: &str) -> Result<Compiled, SchemaError> {
     if text.len() > MAX_SCHEMA_BYTES {
         return Err(SchemaError::TooLarge(text.len()));
     }
-    let value: Value =
+    let schema: Value =
         serde_json::from_str(text).map_err(|e| SchemaError::NotJson(e.to_string()))?;
-    let validator = compile(&value)?;
-    Ok((value, validator))
+    let validator = compile(&schema)?;
+    let shape = Shape::of(&schema);
+    Ok(Compiled {
+        schema,
+        validator,
+        shape,
+    })
 }
 
 /// Compiles a parsed schema. Remote `$ref`s are not fetched: such a schema

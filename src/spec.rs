@@ -4,7 +4,7 @@
 
 use crate::pb::{RetryPolicy, RiskLevel, ToolSpec};
 pub use crate::reference::label;
-use crate::schema::{self, SchemaError};
+use crate::schema::{self, Compiled, SchemaError};
 use jsonschema::Validator;
 use serde_json::Value;
 use sha2::{Digest, Sha256};
@@ -153,10 +153,9 @@ impl Retry {
 pub struct ToolDef {
     spec: ToolSpec,
     version: semver::Version,
-    input_schema: Value,
-    validator: Validator,
-    /// The output schema and its compiled validator, when the tool has one.
-    output: Option<(Value, Validator)>,
+    input: Compiled,
+    /// The output schema, compiled, when the tool has one.
+    output: Option<Compiled>,
     timeout: Duration,
     retry: Retry,
     fingerprint: String,
@@ -191,15 +190,14 @@ impl ToolDef {
         if chars > MAX_DESCRIPTION_CHARS {
             return Err(SpecError::DescriptionTooLong(chars));
         }
-        let (input_schema, validator) =
-            schema::compile_text(&spec.input_schema).map_err(SpecError::InputSchema)?;
-        let mut patterns = schema::count_patterns(&input_schema);
+        let input = schema::compile_text(&spec.input_schema).map_err(SpecError::InputSchema)?;
+        let mut patterns = schema::count_patterns(&input.schema);
         let output = if spec.output_schema.trim().is_empty() {
             None
         } else {
             let compiled =
                 schema::compile_text(&spec.output_schema).map_err(SpecError::OutputSchema)?;
-            patterns += schema::count_patterns(&compiled.0);
+            patterns += schema::count_patterns(&compiled.schema);
             Some(compiled)
         };
         let timeout = match spec.timeout_ms {
@@ -220,16 +218,15 @@ impl ToolDef {
         spec.retry = Some(retry.to_pb());
         // Canonical text: serde_json's map is sorted, so equal schemas give
         // equal fingerprints whatever their key order or whitespace.
-        spec.input_schema = input_schema.to_string();
-        if let Some((schema, _)) = &output {
-            spec.output_schema = schema.to_string();
+        spec.input_schema = input.schema.to_string();
+        if let Some(output) = &output {
+            spec.output_schema = output.schema.to_string();
         }
         let fingerprint = fingerprint(&spec);
         Ok(ToolDef {
             spec,
             version,
-            input_schema,
-            validator,
+            input,
             output,
             timeout,
             retry,
@@ -259,19 +256,27 @@ impl ToolDef {
     }
     /// The parsed input schema.
     pub fn input_schema(&self) -> &Value {
-        &self.input_schema
+        &self.input.schema
     }
     /// The compiled input schema.
     pub fn validator(&self) -> &Validator {
-        &self.validator
+        &self.input.validator
+    }
+    /// The input schema, compiled (validator and fast shape).
+    pub fn input(&self) -> &Compiled {
+        &self.input
     }
     /// The parsed output schema, when the tool declares one.
     pub fn output_schema(&self) -> Option<&Value> {
-        self.output.as_ref().map(|(schema, _)| schema)
+        self.output.as_ref().map(|output| &output.schema)
     }
     /// The compiled output schema `data` must satisfy, when declared.
     pub fn output_validator(&self) -> Option<&Validator> {
-        self.output.as_ref().map(|(_, validator)| validator)
+        self.output.as_ref().map(|output| &output.validator)
+    }
+    /// The output schema, compiled, when declared.
+    pub fn output(&self) -> Option<&Compiled> {
+        self.output.as_ref()
     }
     /// Whether the tool only reads: LOW risk and declared `read_only` (MCP's
     /// `readOnlyHint`; with [`idempotent`](Self::idempotent), its answers

@@ -441,8 +441,9 @@ fn write_overhead(f: &mut fmt::Formatter<'_>, o: &Overhead) -> fmt::Result {
         write!(f, "{}", overhead_table(size))?;
         writeln!(
             f,
-            "   the dispatcher's JSON work on these arguments (parse refusing duplicate keys, then the schema check): {} per call, measured in this process",
-            fmt_us(size.json_work_us)
+            "   the dispatcher's JSON work on these arguments: {} per call with the schema's fast shape, {} on the full path (tree refusing duplicate keys, then jsonschema); measured in this process",
+            fmt_us(size.json_work_us),
+            fmt_us(size.json_full_us)
         )?;
     }
     if let Some(mcp) = &o.mcp {
@@ -1037,6 +1038,7 @@ mod tests {
     fn overhead_table_columns() {
         let mut size = SizeResult {
             json_work_us: 5.0,
+            json_full_us: 9.0,
             label: "small".into(),
             argument_bytes: 100,
             latency: ByTarget {
@@ -1071,6 +1073,7 @@ mod tests {
     fn nagle_signature() {
         let mut size = SizeResult {
             json_work_us: 5.0,
+            json_full_us: 9.0,
             label: "small".into(),
             argument_bytes: 100,
             latency: ByTarget {

@@ -76,6 +76,17 @@ impl Governance {
         }
     }
 
+    /// Whether a successful call of `tool` is a fact some precondition of
+    /// `snapshot` names (so [`record_session`](Self::record_session) would
+    /// keep something).
+    pub fn records_facts_of(&self, snapshot: &Snapshot, tool: &str) -> bool {
+        !self
+            .sessions
+            .declared_for(snapshot)
+            .arguments_of(tool)
+            .is_empty()
+    }
+
     /// Remembers a successful call for the preconditions `snapshot`
     /// declares (with the registry when session facts are shared; a
     /// registry that cannot take them is logged, the call's answer stands).

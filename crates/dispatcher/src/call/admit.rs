@@ -1,6 +1,7 @@
 //! Admit: what must hold before a valid call may run — the session's
 //! preconditions, an approval for high-risk tools, and the rate limits.
 
+use super::validate::Arguments;
 use crate::error::CallError;
 use serde_json::Value;
 use toolmesh::ToolDef;
@@ -20,7 +21,7 @@ pub(crate) async fn admit(
     who: &Principal,
     def: &ToolDef,
     request: &InvokeRequest,
-    arguments: &Value,
+    arguments: &Arguments,
     approval: ApprovalNeed,
 ) -> Result<Permit, CallError> {
     let session = request
@@ -35,7 +36,7 @@ pub(crate) async fn admit(
             session,
             def.name(),
             preconditions,
-            arguments,
+            arguments.tree(&request.arguments)?,
         ))
         .await
         .map_err(|e| match e {
@@ -50,7 +51,7 @@ pub(crate) async fn admit(
             def,
             who,
             &request.approval_id,
-            arguments,
+            arguments.tree(&request.arguments)?,
         ))
         .await?;
     }

@@ -25,7 +25,6 @@ pub(crate) use streamed::Relay;
 use crate::error::CallError;
 use crate::metrics::{Metrics, ToolHandles};
 use crate::result_cache::ResultCache;
-use serde_json::Value;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::time::Instant;
@@ -91,8 +90,8 @@ pub(crate) struct Trail {
     pub(crate) def: Option<Arc<ToolDef>>,
     /// The version that ran, once every check passed.
     pub(crate) tool_version: String,
-    /// The parsed arguments, once valid.
-    pub(crate) arguments: Option<Value>,
+    /// The arguments, once valid.
+    pub(crate) arguments: Option<validate::Arguments>,
     /// The policy rule that granted the call.
     pub(crate) rule: Option<String>,
     /// The approval the call carried or was asked to get.
@@ -282,7 +281,10 @@ impl Pipeline {
                 .run(entry, request, who, caller_timeout, trail, relay)
                 .await;
         };
-        let key = cached::key(&entry.def, rule.scope, who, arguments);
+        let key = match arguments.tree(&request.arguments) {
+            Ok(tree) => cached::key(&entry.def, rule.scope, who, tree),
+            Err(e) => return Outcome::Failed(e),
+        };
         let call = async {
             match self
                 .attempts

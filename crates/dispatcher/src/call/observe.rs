@@ -145,9 +145,12 @@ async fn record_session_facts(
         // Most calls name no session: nothing to record.
         return;
     }
-    if let (Some(def), Some(arguments)) = (&trail.def, &trail.arguments) {
+    if let (Some(def), Some(arguments)) = (&trail.def, &trail.arguments)
+        && governance.records_facts_of(snapshot, def.name())
+        && let Ok(tree) = arguments.tree(&request.arguments)
+    {
         // Boxed: it may wait for the registry; most calls never get here.
-        Box::pin(governance.record_session(snapshot, who, session, def.name(), arguments)).await;
+        Box::pin(governance.record_session(snapshot, who, session, def.name(), tree)).await;
     }
 }
 
@@ -161,7 +164,11 @@ fn audit_record(
 ) -> AuditRecord {
     let mut record = match &trail.def {
         Some(def) => {
-            AuditRecord::for_def(kind, who, def, &request.arguments, trail.arguments.as_ref())
+            let tree = trail
+                .arguments
+                .as_ref()
+                .and_then(|arguments| arguments.tree(&request.arguments).ok());
+            AuditRecord::for_def(kind, who, def, &request.arguments, tree)
         }
         None => {
             let spec = ToolSpec {

@@ -2,13 +2,43 @@
 //! (what is checked is what is sent), and satisfy the tool's compiled input
 //! schema (narrowed by the caller's grant when it narrows it); a result's
 //! `data` satisfies the compiled output schema. Every failing path is named.
+//! Valid JSON is first read by the schema's fast shape, which builds no
+//! tree; only what it does not accept takes the full check, which decides
+//! and names every violation.
 
 use crate::error::CallError;
 use serde_json::Value;
+use std::sync::OnceLock;
 use toolmesh::{ToolDef, schema};
 use toolmesh_governance::Narrowing;
 
-/// The parsed arguments of a call to `def`, or why they are refused.
+/// Arguments that passed every check. Their tree is built only when a
+/// stage needs one (preconditions, approvals, the cache key, session facts,
+/// the audit log): most calls never do.
+#[derive(Debug, Clone, Default)]
+pub(crate) struct Arguments {
+    tree: OnceLock<Value>,
+}
+
+impl Arguments {
+    fn parsed(tree: Value) -> Self {
+        Arguments {
+            tree: OnceLock::from(tree),
+        }
+    }
+
+    /// The arguments as a tree, parsed from `text` (the call's, which they
+    /// were checked from) on first use.
+    pub(crate) fn tree(&self, text: &str) -> Result<&Value, CallError> {
+        if let Some(tree) = self.tree.get() {
+            return Ok(tree);
+        }
+        let tree = schema::parse_arguments(text)?;
+        Ok(self.tree.get_or_init(|| tree))
+    }
+}
+
+/// The checked arguments of a call to `def`, or why they are refused.
 /// Empty text stands for `{}`. `narrowing` holds the call to the tool's
 /// schema as the caller's grant narrows it (what its ListTools shows).
 pub(crate) fn arguments(
@@ -16,12 +46,16 @@ pub(crate) fn arguments(
     text: &str,
     limit: usize,
     narrowing: Option<&Narrowing>,
-) -> Result<Value, CallError> {
+) -> Result<Arguments, CallError> {
     if text.len() > limit {
         return Err(CallError::ArgumentsTooLarge {
             size: text.len(),
             limit,
         });
+    }
+    // A grant's narrowing checks the tree, so build it then.
+    if narrowing.is_none() && def.input().shape.accepts(text) {
+        return Ok(Arguments::default());
     }
     let arguments = schema::parse_arguments(text)?;
     schema::check(def.validator(), &arguments).map_err(|violations| {
@@ -39,16 +73,19 @@ pub(crate) fn arguments(
                 violations,
             })?;
     }
-    Ok(arguments)
+    Ok(Arguments::parsed(arguments))
 }
 
 /// Whether `data` (a result's JSON text) keeps the output contract of
 /// `def`: with no output schema anything goes; with one, `data` must be
 /// JSON that satisfies it (empty text is no data, which fails it).
 pub(crate) fn output(def: &ToolDef, data: &str) -> Result<(), CallError> {
-    let Some(validator) = def.output_validator() else {
+    let Some(output) = def.output() else {
         return Ok(());
     };
+    if output.shape.accepts(data) {
+        return Ok(());
+    }
     let invalid = |violations: String| CallError::OutputInvalid {
         tool: def.label(),
         violations,
@@ -58,7 +95,7 @@ pub(crate) fn output(def: &ToolDef, data: &str) -> Result<(), CallError> {
     }
     let value: Value =
         serde_json::from_str(data).map_err(|e| invalid(format!("at /: data is not JSON ({e})")))?;
-    schema::check(validator, &value).map_err(|violations| invalid(violations.to_string()))
+    schema::check(&output.validator, &value).map_err(|violations| invalid(violations.to_string()))
 }
 
 #[cfg(test)]
@@ -109,7 +146,9 @@ mod tests {
     #[test]
     fn refusals_and_acceptance() {
         let def = def();
-        assert_eq!(arguments(&def, r#"{"n": 3}"#, 100, None).unwrap()["n"], 3);
+        let text = r#"{"n": 3}"#;
+        let checked = arguments(&def, text, 100, None).unwrap();
+        assert_eq!(checked.tree(text).unwrap()["n"], 3);
         assert!(matches!(
             arguments(&def, r#"{"n": 3}"#, 4, None),
             Err(CallError::ArgumentsTooLarge { size: 8, limit: 4 })
