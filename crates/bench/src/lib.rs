@@ -27,6 +27,7 @@
 //! ```
 #![forbid(unsafe_code)]
 
+pub mod allocations;
 mod cache;
 mod error;
 mod freshness;
@@ -47,7 +48,7 @@ pub use error::BenchError;
 pub use freshness::{Freshness, Series};
 pub use load::Throughput;
 pub use machine::{Build, Machine};
-pub use overhead::{ByTarget, NginxStatus, Overhead, SdkRow, SizeResult};
+pub use overhead::{Allocations, ByTarget, NginxStatus, Overhead, SdkRow, SizeResult};
 pub use report::{Report, Target, Verdict};
 pub use scale::{AtSize, ListTools, Propagation, Publish, Scale};
 pub use stats::Latency;

@@ -61,6 +61,8 @@ pub(crate) enum Client {
     Dispatcher(DispatcherClient<Channel>),
     /// MCP `tools/call` (JSON-RPC over HTTP) at `/mcp`.
     Mcp(Box<McpClient>),
+    /// A dispatcher in this process, called without a front door.
+    InProcess(toolmesh_dispatcher::Dispatcher),
 }
 
 /// An MCP client of one `/mcp` URL: stateless 2026-07-28 requests, JSON
@@ -179,6 +181,18 @@ impl Client {
                 client.invoke(request).await.map(|r| r.into_inner().result)
             }
             Client::Mcp(client) => return client.call(work).await,
+            Client::InProcess(dispatcher) => {
+                let request = InvokeRequest {
+                    tool: work.tool.to_string(),
+                    arguments: work.arguments.to_string(),
+                    context,
+                    ..InvokeRequest::default()
+                };
+                match dispatcher.invoke(request, Some(CALL_DEADLINE)).await {
+                    Ok(response) => Ok(response.result),
+                    Err(refusal) => return Err(refusal.to_string()),
+                }
+            }
         };
         match result {
             Ok(result) => check(result),

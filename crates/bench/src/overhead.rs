@@ -3,6 +3,7 @@
 
 use crate::Binaries;
 use crate::Plan;
+use crate::allocations::{self, PerCall};
 use crate::error::BenchError;
 use crate::load::{self, Client, Throughput, Workload};
 use crate::mesh;
@@ -12,6 +13,9 @@ use crate::stats::Latency;
 use serde::Serialize;
 use std::path::Path;
 use std::time::Duration;
+use tokio::time::Instant;
+use toolmesh::grpc::Tls;
+use toolmesh_dispatcher::{Dispatcher, DispatcherConfig};
 
 /// The echo tool every target serves.
 const TOOL: &str = "acc_echo";
@@ -80,6 +84,64 @@ pub struct SizeResult {
     /// duplicate keys, then jsonschema), which the fast shape spares valid
     /// calls; in µs.
     pub json_full_us: f64,
+    /// Heap allocations per call (None in a build that does not count).
+    pub allocations: Option<Allocations>,
+}
+
+/// Heap allocations per call at concurrency 1, counted in this process: the
+/// dispatcher's pipeline run here (its call to the executor included, no
+/// front door) beside this process' tonic client calling the executor
+/// directly, the baseline any gRPC hop pays.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Allocations {
+    /// `Dispatcher::invoke` in process.
+    pub pipeline: PerCall,
+    /// A tonic client's `Execute` call to the executor.
+    pub direct_client: PerCall,
+}
+
+/// Calls counted per allocation figure, after as many warm-up calls.
+const ALLOCATION_CALLS: usize = 500;
+
+/// Allocations per call of `in_process` and of `direct` on `work`.
+async fn count_allocations(
+    in_process: &Client,
+    direct: &Client,
+    work: &Workload,
+) -> Option<Allocations> {
+    let per_call = async |client: &Client| {
+        load::warm_up(client, work, ALLOCATION_CALLS).await;
+        let mut client = client.clone();
+        allocations::per_call(ALLOCATION_CALLS, async || {
+            let _ = client.call(work).await;
+        })
+        .await
+    };
+    Some(Allocations {
+        pipeline: per_call(in_process).await?,
+        direct_client: per_call(direct).await?,
+    })
+}
+
+/// A dispatcher in this process following `registry` (as `toolmesh
+/// dispatcher` does), once it can call `work`'s tool.
+async fn in_process_dispatcher(registry: &str, work: &Workload) -> Result<Client, BenchError> {
+    let snapshots = toolmesh_dispatcher::follow_registry(registry, &Tls::none(), None)?;
+    let (health, _) = tonic_health::server::health_reporter();
+    let dispatcher = Dispatcher::new(DispatcherConfig::default(), snapshots, health);
+    let client = Client::InProcess(dispatcher);
+    let deadline = Instant::now() + Duration::from_secs(15);
+    // Its health check of the executor must pass before the tool is callable.
+    while let Err(e) = client.clone().call(work).await {
+        if Instant::now() > deadline {
+            return Err(BenchError::failed(
+                "a call through a dispatcher in process",
+                e,
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    Ok(client)
 }
 
 /// Calls per batch, and batches, of the JSON-work measurement.
@@ -232,6 +294,7 @@ pub(crate) async fn run(plan: &Plan, bins: &Binaries, logs: &Path) -> Result<Ove
     let echo = echo_def(&serve_addr).await?;
     let mut mcp = None;
     let mut sdk = None;
+    let mut in_process = None;
     for (label, arguments) in sizes {
         let work = Workload {
             tool: TOOL.into(),
@@ -250,6 +313,11 @@ pub(crate) async fn run(plan: &Plan, bins: &Binaries, logs: &Path) -> Result<Ove
         }
         let mut result = measure_size(plan, &clients, label, &work).await;
         (result.json_work_us, result.json_full_us) = json_work_us(&echo, &work.arguments);
+        let in_process = match &in_process {
+            Some(client) => client,
+            None => in_process.insert(in_process_dispatcher(&serve_addr, &work).await?),
+        };
+        result.allocations = count_allocations(in_process, &clients.direct, &work).await;
         results.push(result);
         if mcp.is_none() {
             mcp = Some(measure_mcp(plan, &clients.toolmesh, &mcp_url, &work).await?);
@@ -297,6 +365,7 @@ async fn measure_size(plan: &Plan, clients: &Clients, label: &str, work: &Worklo
         throughput,
         json_work_us: 0.0,
         json_full_us: 0.0,
+        allocations: None,
     }
 }
 

@@ -445,6 +445,20 @@ fn write_overhead(f: &mut fmt::Formatter<'_>, o: &Overhead) -> fmt::Result {
             fmt_us(size.json_work_us),
             fmt_us(size.json_full_us)
         )?;
+        match &size.allocations {
+            Some(a) => writeln!(
+                f,
+                "   heap allocations per call, counted in this process at concurrency 1: the dispatcher's pipeline in process (its gRPC call to the executor included) {:.0} ({}), beside a tonic client calling the executor directly {:.0} ({})",
+                a.pipeline.allocations,
+                fmt_bytes(a.pipeline.bytes),
+                a.direct_client.allocations,
+                fmt_bytes(a.direct_client.bytes)
+            )?,
+            None => writeln!(
+                f,
+                "   heap allocations per call: not counted (this build's allocator does not count; `toolmesh bench` counts)"
+            )?,
+        }
     }
     if let Some(mcp) = &o.mcp {
         writeln!(f)?;
@@ -1039,6 +1053,7 @@ mod tests {
         let mut size = SizeResult {
             json_work_us: 5.0,
             json_full_us: 9.0,
+            allocations: None,
             label: "small".into(),
             argument_bytes: 100,
             latency: ByTarget {
@@ -1074,6 +1089,7 @@ mod tests {
         let mut size = SizeResult {
             json_work_us: 5.0,
             json_full_us: 9.0,
+            allocations: None,
             label: "small".into(),
             argument_bytes: 100,
             latency: ByTarget {

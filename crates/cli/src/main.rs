@@ -1,10 +1,51 @@
-//! The `toolmesh` command: the allocator, and the one `unsafe` hook the
+//! The `toolmesh` command: the allocator, and the `unsafe` hooks the
 //! libraries cannot hold (they forbid `unsafe`).
 
 /// mimalloc: glibc's malloc serialises the runtime's threads on its arena
 /// locks under load (seen in profiles of the dispatcher's call path).
+#[cfg(not(feature = "bench"))]
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
+/// In bench builds, mimalloc reporting each allocation to the bench, which
+/// counts them only while it measures allocations per call.
+#[cfg(feature = "bench")]
+#[global_allocator]
+static ALLOCATOR: counted::Counted = counted::Counted;
+
+#[cfg(feature = "bench")]
+mod counted {
+    use mimalloc::MiMalloc;
+    use std::alloc::{GlobalAlloc, Layout};
+    use toolmesh_bench::allocations::note;
+
+    pub(crate) struct Counted;
+
+    // SAFETY: each method forwards its arguments unchanged to mimalloc,
+    // which upholds the contract; `note` only touches atomics and never
+    // allocates.
+    unsafe impl GlobalAlloc for Counted {
+        unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+            note(layout.size());
+            // SAFETY: the caller's `layout` is passed on as given.
+            unsafe { MiMalloc.alloc(layout) }
+        }
+        unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
+            note(layout.size());
+            // SAFETY: as for `alloc`.
+            unsafe { MiMalloc.alloc_zeroed(layout) }
+        }
+        unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+            // SAFETY: `ptr` came from this allocator, i.e. from mimalloc.
+            unsafe { MiMalloc.dealloc(ptr, layout) }
+        }
+        unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+            note(new_size);
+            // SAFETY: `ptr` came from mimalloc; the arguments are the caller's.
+            unsafe { MiMalloc.realloc(ptr, layout, new_size) }
+        }
+    }
+}
 
 fn main() -> std::process::ExitCode {
     toolmesh_cli::main(arm_parent_death)

@@ -88,6 +88,15 @@ pub struct Dispatcher {
     _tasks: Arc<DropGuard>,
 }
 
+impl std::fmt::Debug for Dispatcher {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Dispatcher")
+            .field("snapshot", &self.current_snapshot().version())
+            .field("max_in_flight", &self.max_in_flight)
+            .finish_non_exhaustive()
+    }
+}
+
 impl Dispatcher {
     /// Starts a dispatcher that follows `snapshots` (from an in-process
     /// registry or [`follow_registry`]) and publishes tool health on
