@@ -4,10 +4,12 @@ use crate::dispatcher_only::DispatcherOnly;
 use crate::metrics::Metrics;
 use crate::{
     CallCx, ProgressHandle,
-    erased::{ErasedTool, Outcome},
+    erased::{CallFuture, ErasedTool, Outcome},
     tool::{ToolOutput, duration_ms_ceil},
 };
 use serde_json::Value;
+use std::panic::AssertUnwindSafe;
+use std::task::Poll;
 use std::{any::Any, collections::BTreeMap, sync::Arc, time::Duration};
 use tokio::{task::AbortHandle, time::Instant};
 use tokio_util::sync::CancellationToken;
@@ -112,25 +114,44 @@ impl Core {
             budget_ms = budget.as_millis() as u64,
             "call started"
         );
-        let mut task = tokio::spawn(slot.tool.start(args, cx));
-        // Dropped with this future: if the caller goes away, or the deadline
-        // passes, the call is cancelled and its task reaped.
-        let mut guard = CancelOnDrop {
-            cancellations: self.metrics.cancellations.clone(),
-            token,
-            task: Some(task.abort_handle()),
-        };
-        let joined = tokio::select! {
-            biased;
-            joined = &mut task => joined,
-            () = tokio::time::sleep_until(deadline) => {
+        let mut call = slot.tool.start(args, cx);
+        // Most tools answer without waiting: their first poll runs here, in
+        // the request's task, with no task to spawn and schedule. A call
+        // that waits moves to a task of its own, which can outlive this
+        // future by the cancellation grace.
+        let ended = match poll_in_place(&mut call).await {
+            // A first poll that blocked past the deadline ends as a task would.
+            Some(_) if Instant::now() > deadline => {
                 return deadline_exceeded(&def, budget, bound);
             }
+            Some(ended) => ended,
+            None => {
+                let mut task = tokio::spawn(call);
+                // Dropped with this future: if the caller goes away, or the
+                // deadline passes, the call is cancelled and its task reaped.
+                let mut guard = CancelOnDrop {
+                    cancellations: self.metrics.cancellations.clone(),
+                    token,
+                    task: Some(task.abort_handle()),
+                };
+                let joined = tokio::select! {
+                    biased;
+                    joined = &mut task => joined,
+                    () = tokio::time::sleep_until(deadline) => {
+                        return deadline_exceeded(&def, budget, bound);
+                    }
+                };
+                guard.disarm();
+                match joined {
+                    Ok(outcome) => Ended::Finished(outcome),
+                    Err(e) if e.is_panic() => Ended::Panicked(e.into_panic()),
+                    Err(_) => Ended::Stopped,
+                }
+            }
         };
-        guard.disarm();
-        match joined {
-            Ok(Outcome::Ran(Ok(output))) => success(&def, output),
-            Ok(Outcome::Ran(Err(fail))) => {
+        match ended {
+            Ended::Finished(Outcome::Ran(Ok(output))) => success(&def, output),
+            Ended::Finished(Outcome::Ran(Err(fail))) => {
                 let code = if fail.unavailable {
                     ErrorCode::Unavailable
                 } else {
@@ -142,13 +163,13 @@ impl Core {
                 }
                 error.into_result()
             }
-            Ok(Outcome::BadArguments(message)) => failure(
+            Ended::Finished(Outcome::BadArguments(message)) => failure(
                 ErrorCode::InvalidArguments,
                 format!("arguments for {} could not be read: {message}", def.name()),
             ),
-            Err(e) if e.is_panic() => {
+            Ended::Panicked(payload) => {
                 self.metrics.panics.inc();
-                let text = panic_text(e.into_panic());
+                let text = panic_text(payload);
                 error!(tool = def.name(), panic = %text, "tool panicked; the executor keeps serving");
                 // A panic tends to repeat for the same input: not retryable.
                 ToolError::new(
@@ -161,7 +182,7 @@ impl Core {
                 .with_retryable(false)
                 .into_result()
             }
-            Err(_) => failure(
+            Ended::Stopped => failure(
                 ErrorCode::ExecutorFailed,
                 format!(
                     "tool {} was stopped before it finished: executor {} is shutting down",
@@ -171,6 +192,30 @@ impl Core {
             ),
         }
     }
+}
+
+/// How a tool's call ended.
+enum Ended {
+    /// It returned.
+    Finished(Outcome),
+    /// It panicked, with this payload.
+    Panicked(Box<dyn Any + Send>),
+    /// The executor stopped it (shutting down).
+    Stopped,
+}
+
+/// Polls `call` once in the caller's task: how it ended if it did (a panic
+/// is caught, as a task would catch it), None if it waits.
+async fn poll_in_place(call: &mut CallFuture) -> Option<Ended> {
+    std::future::poll_fn(|cx| {
+        let polled = std::panic::catch_unwind(AssertUnwindSafe(|| call.as_mut().poll(cx)));
+        Poll::Ready(match polled {
+            Ok(Poll::Ready(outcome)) => Some(Ended::Finished(outcome)),
+            Ok(Poll::Pending) => None,
+            Err(payload) => Some(Ended::Panicked(payload)),
+        })
+    })
+    .await
 }
 
 /// The arguments as JSON, checked against the tool's compiled schema.

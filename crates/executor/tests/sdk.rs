@@ -138,6 +138,21 @@ impl Tool for Panic {
     }
 }
 
+/// Panics after waiting once, so in the task its call moved to (a tool
+/// that answers at once runs in the request's task).
+struct PanicLater;
+
+impl Tool for PanicLater {
+    type Args = Empty;
+    fn info(&self) -> ToolInfo {
+        ToolInfo::new("panic_later", "1.0.0", "Waits, then panics.")
+    }
+    async fn call(&self, _: Empty, _: CallCx) -> Result<ToolOutput, ToolFailure> {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        panic!("boom on purpose")
+    }
+}
+
 /// Arguments of `fail`.
 #[derive(Deserialize, JsonSchema)]
 struct FailArgs {
@@ -465,16 +480,19 @@ async fn caller_going_away_cancels_the_call() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn panic_becomes_executor_failed_and_serving_continues() {
     let mut running = start(
-        Executor::new("t").tool(Panic).tool(Count::default()),
+        Executor::new("t")
+            .tool(Panic)
+            .tool(PanicLater)
+            .tool(Count::default()),
         Duration::from_secs(1),
     )
     .await;
     let mut client = running.client().await;
-    for _ in 0..2 {
-        let result = execute(&mut client, request("panic", json!({}))).await;
+    for tool in ["panic", "panic_later", "panic", "panic_later"] {
+        let result = execute(&mut client, request(tool, json!({}))).await;
         assert_eq!(code(&result), ErrorCode::ExecutorFailed, "{result:?}");
         let text = message(&result);
-        assert!(text.contains("tool panic panicked"), "{text}");
+        assert!(text.contains(&format!("tool {tool} panicked")), "{text}");
         assert!(text.contains("boom on purpose"), "{text}");
         assert!(text.contains("keeps serving"), "{text}");
     }
