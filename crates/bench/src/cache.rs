@@ -1,5 +1,6 @@
 //! Result cache: a cache hit beside a miss and a direct executor call, and the executor load the cache saves at a given hit ratio.
 
+use crate::cpu::Meter;
 use crate::error::BenchError;
 use crate::load::{self, Calls, Client, Throughput, Window, Workload};
 use crate::procs::{self, Proc, Ready, SpawnOptions, TempDir};
@@ -275,8 +276,10 @@ async fn measure_hit_ratios(plan: &Plan, mesh: &mut Mesh) -> Result<Vec<AtHitRat
                 IN_FLIGHT,
                 plan.throughput_warmup,
                 window,
-            );
-            windows[i].push(w.await);
+                &Meter::default(),
+            )
+            .await;
+            windows[i].push(w);
             executions[i] += mesh.ledger.executions()?;
         }
     }

@@ -29,6 +29,7 @@
 
 pub mod allocations;
 mod cache;
+mod cpu;
 mod error;
 mod freshness;
 mod load;

@@ -4,6 +4,7 @@
 //! number of calls in flight, each sending the same [`Workload`] every call
 //! or one made per call ([`Calls`]).
 
+use crate::cpu::Meter;
 use crate::error::BenchError;
 use crate::stats::Latency;
 use bytes::Bytes;
@@ -273,6 +274,10 @@ pub struct Throughput {
     pub calls: u64,
     /// Calls that failed in all measuring windows.
     pub errors: u64,
+    /// CPU time per successful call of each measured group of processes
+    /// (see [`Meter`]), in µs, over all windows; empty when not measured.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub cpu_us_per_call: Vec<f64>,
 }
 
 impl Throughput {
@@ -286,18 +291,27 @@ impl Throughput {
             n if n % 2 == 1 => rates[n / 2],
             n => (rates[n / 2 - 1] + rates[n / 2]) / 2.0,
         };
+        let calls: u64 = rounds.iter().map(|r| r.calls).sum();
+        let groups = rounds.first().map_or(0, |r| r.cpu_ns.len());
+        let cpu_us_per_call = (0..groups)
+            .map(|g| {
+                let ns: u64 = rounds.iter().filter_map(|r| r.cpu_ns.get(g)).sum();
+                ns as f64 / 1_000.0 / calls.max(1) as f64
+            })
+            .collect();
         Throughput {
             in_flight,
             calls_per_sec: median,
             rounds_calls_per_sec: in_order,
-            calls: rounds.iter().map(|r| r.calls).sum(),
+            calls,
             errors: rounds.iter().map(|r| r.errors).sum(),
+            cpu_us_per_call,
         }
     }
 }
 
 /// One throughput window.
-#[derive(Debug, Clone, Copy, PartialEq)]
+#[derive(Debug, Clone, PartialEq)]
 pub(crate) struct Window {
     /// Successful calls per second of the window.
     pub(crate) calls_per_sec: f64,
@@ -305,20 +319,34 @@ pub(crate) struct Window {
     pub(crate) calls: u64,
     /// Failed calls.
     pub(crate) errors: u64,
+    /// CPU time each group of the meter spent in the window, in ns.
+    pub(crate) cpu_ns: Vec<u64>,
 }
 
 /// Keeps `in_flight` calls going for `warmup + window`; counts the calls
 /// that complete inside the window (those still in flight at its end are
-/// left out).
+/// left out), and what `meter`'s processes spent on CPU inside it.
 pub(crate) async fn throughput(
     client: &Client,
     work: &impl Calls,
     in_flight: usize,
     warmup: Duration,
     window: Duration,
+    meter: &Meter,
 ) -> Window {
     let start = Instant::now() + warmup;
     let end = start + window;
+    let cpu = async {
+        tokio::time::sleep_until(start).await;
+        let before = meter.read();
+        tokio::time::sleep_until(end).await;
+        let after = meter.read();
+        after
+            .iter()
+            .zip(&before)
+            .map(|(a, b)| a.saturating_sub(*b))
+            .collect()
+    };
     let workers: Vec<_> = (0..in_flight)
         .map(|_| {
             let mut client = client.clone();
@@ -342,20 +370,25 @@ pub(crate) async fn throughput(
             })
         })
         .collect();
-    let (mut calls, mut errors) = (0, 0);
-    for worker in workers {
-        match worker.await {
-            Ok((ok, failed)) => {
-                calls += ok;
-                errors += failed;
+    let counted = async {
+        let (mut calls, mut errors) = (0, 0);
+        for worker in workers {
+            match worker.await {
+                Ok((ok, failed)) => {
+                    calls += ok;
+                    errors += failed;
+                }
+                Err(_) => errors += 1,
             }
-            Err(_) => errors += 1,
         }
-    }
+        (calls, errors)
+    };
+    let ((calls, errors), cpu_ns) = tokio::join!(counted, cpu);
     Window {
         calls_per_sec: calls as f64 / window.as_secs_f64(),
         calls,
         errors,
+        cpu_ns,
     }
 }
 
@@ -416,9 +449,15 @@ mod tests {
             calls_per_sec,
             calls,
             errors: 1,
+            cpu_ns: vec![calls * 1_000, 500],
         };
         let t = Throughput::from_rounds(32, &[w(300.0, 3), w(100.0, 1), w(200.0, 2)]);
         assert_eq!(t.calls_per_sec, 200.0);
+        assert_eq!(
+            t.cpu_us_per_call,
+            [1.0, 0.25],
+            "CPU over all windows per call"
+        );
         assert_eq!(t.rounds_calls_per_sec, [300.0, 100.0, 200.0]);
         assert_eq!((t.calls, t.errors), (6, 3));
         let even = Throughput::from_rounds(1, &[w(100.0, 1), w(200.0, 2)]);

@@ -21,6 +21,11 @@ pub(crate) struct Nginx {
 }
 
 impl Nginx {
+    /// The master's pid, which is also its process group's.
+    pub(crate) fn pid(&self) -> i32 {
+        self.proc.pid()
+    }
+
     /// Fast shutdown (SIGTERM to the master), then SIGKILL to the group.
     pub(crate) async fn stop(self) {
         self.proc.stop(libc::SIGTERM, Duration::from_secs(2)).await;

@@ -4,6 +4,7 @@
 use crate::Binaries;
 use crate::Plan;
 use crate::allocations::{self, PerCall};
+use crate::cpu::{self, Meter};
 use crate::error::BenchError;
 use crate::load::{self, Client, Throughput, Workload};
 use crate::mesh;
@@ -211,6 +212,16 @@ pub struct SdkRow {
     pub throughput: Vec<[Throughput; 2]>,
 }
 
+/// The processes whose CPU the targets' calls cost.
+struct Costs {
+    /// The executor (every target calls it).
+    executor: i32,
+    /// nginx's master (its process group holds the workers), if it runs.
+    nginx: Option<i32>,
+    /// `toolmesh serve`.
+    toolmesh: i32,
+}
+
 /// The clients, one per target.
 struct Clients {
     direct: Client,
@@ -311,7 +322,12 @@ pub(crate) async fn run(plan: &Plan, bins: &Binaries, logs: &Path) -> Result<Ove
             };
             clients.nginx = None;
         }
-        let mut result = measure_size(plan, &clients, label, &work).await;
+        let costs = Costs {
+            executor: example.pid(),
+            nginx: nginx.as_ref().map(nginx::Nginx::pid),
+            toolmesh: serve.pid(),
+        };
+        let mut result = measure_size(plan, &clients, &costs, label, &work).await;
         (result.json_work_us, result.json_full_us) = json_work_us(&echo, &work.arguments);
         let in_process = match &in_process {
             Some(client) => client,
@@ -346,9 +362,16 @@ pub(crate) async fn run(plan: &Plan, bins: &Binaries, logs: &Path) -> Result<Ove
 /// Latency then throughput in `plan.rounds` rounds, the targets taking
 /// turns within each round so that drift on a shared machine hits them alike.
 /// Latency samples are pooled over the rounds; throughput is the median round.
-async fn measure_size(plan: &Plan, clients: &Clients, label: &str, work: &Workload) -> SizeResult {
+async fn measure_size(
+    plan: &Plan,
+    clients: &Clients,
+    costs: &Costs,
+    label: &str,
+    work: &Workload,
+) -> SizeResult {
     let all: Vec<&Client> = clients.all().collect();
-    let (latency, throughput) = measure(plan, &all, work, &plan.in_flight).await;
+    let meters = clients.meters(costs);
+    let (latency, throughput) = measure(plan, &all, &meters, work, &plan.in_flight).await;
     let mut latency = latency.into_iter();
     let latency = clients.each(|| latency.next().unwrap_or_default());
     let throughput = throughput
@@ -374,6 +397,7 @@ async fn measure_size(plan: &Plan, clients: &Clients, label: &str, work: &Worklo
 async fn measure(
     plan: &Plan,
     clients: &[&Client],
+    meters: &[Meter],
     work: &Workload,
     in_flight: &[usize],
 ) -> (Vec<Latency>, Vec<Vec<Throughput>>) {
@@ -394,9 +418,18 @@ async fn measure(
     for &in_flight in in_flight {
         let mut windows: Vec<Vec<_>> = clients.iter().map(|_| Vec::new()).collect();
         for _ in 0..rounds {
-            for (client, into) in clients.iter().zip(&mut windows) {
+            for (i, (client, into)) in clients.iter().zip(&mut windows).enumerate() {
+                let meter = meters.get(i).cloned().unwrap_or_default();
                 into.push(
-                    load::throughput(client, work, in_flight, plan.throughput_warmup, window).await,
+                    load::throughput(
+                        client,
+                        work,
+                        in_flight,
+                        plan.throughput_warmup,
+                        window,
+                        &meter,
+                    )
+                    .await,
                 );
             }
         }
@@ -461,7 +494,7 @@ async fn measure_mcp(
     load::check_works(&http1, work, "MCP over HTTP/1.1").await?;
     load::check_works(&http2, work, "MCP over HTTP/2").await?;
     let (latency, mut throughput) =
-        measure(plan, &[invoke, &http1, &http2], work, &[MCP_IN_FLIGHT]).await;
+        measure(plan, &[invoke, &http1, &http2], &[], work, &[MCP_IN_FLIGHT]).await;
     Ok(McpRow {
         argument_bytes: work.arguments.len(),
         latency: ByDoor::from_vec(latency),
@@ -500,7 +533,8 @@ async fn measure_sdk(plan: &Plan, sdk: &Client, work: &Workload) -> Result<SdkRo
     let raw = crate::raw_echo::RawEcho::start()?;
     let raw_client = Client::executor(&raw.addr, "")?;
     load::check_works(&raw_client, work, "the hand-written tonic echo").await?;
-    let (latency, throughput) = measure(plan, &[sdk, &raw_client], work, &plan.in_flight).await;
+    let (latency, throughput) =
+        measure(plan, &[sdk, &raw_client], &[], work, &plan.in_flight).await;
     Ok(SdkRow {
         argument_bytes: work.arguments.len(),
         latency: pair(latency),
@@ -514,6 +548,23 @@ impl Clients {
         std::iter::once(&self.direct)
             .chain(self.nginx.as_ref())
             .chain(std::iter::once(&self.toolmesh))
+    }
+
+    /// The CPU meter of each target, in the order of [`all`](Self::all):
+    /// the proxy's processes (none for a direct call), then the executor.
+    fn meters(&self, costs: &Costs) -> Vec<Meter> {
+        let executor = vec![costs.executor];
+        let nginx = costs
+            .nginx
+            .filter(|_| self.nginx.is_some())
+            .map(|master| Meter::new(vec![cpu::process_group(master), executor.clone()]));
+        std::iter::once(Meter::new(vec![Vec::new(), executor.clone()]))
+            .chain(nginx)
+            .chain(std::iter::once(Meter::new(vec![
+                vec![costs.toolmesh],
+                executor,
+            ])))
+            .collect()
     }
 
     /// A fresh accumulator per measured target.

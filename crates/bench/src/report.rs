@@ -3,6 +3,7 @@
 
 use crate::cache::{AtHitRatio, ByPath, CacheSeries, ResultCache};
 use crate::freshness::{Freshness, Series};
+use crate::load::Throughput;
 use crate::machine::{Build, Machine};
 use crate::overhead::{ByDoor, ByTarget, McpRow, Overhead, SdkRow, SizeResult};
 use crate::scale::{AtSize, Scale};
@@ -439,6 +440,9 @@ fn write_overhead(f: &mut fmt::Formatter<'_>, o: &Overhead) -> fmt::Result {
             fmt_bytes(size.argument_bytes as f64)
         )?;
         write!(f, "{}", overhead_table(size))?;
+        if let Some(line) = proxy_cpu_line(size) {
+            writeln!(f, "{line}")?;
+        }
         writeln!(
             f,
             "   the dispatcher's JSON work on these arguments: {} per call with the schema's fast shape, {} on the full path (tree refusing duplicate keys, then jsonschema); measured in this process",
@@ -584,7 +588,52 @@ pub(crate) fn overhead_table(size: &SizeResult) -> String {
             fmt_rate,
         ));
     }
+    for t in &size.throughput {
+        let total = |t: &Throughput| t.cpu_us_per_call.iter().sum::<f64>();
+        if t.direct.cpu_us_per_call.is_empty() {
+            continue;
+        }
+        table.push(row(
+            &format!("CPU/call @{}", t.direct.in_flight),
+            ByTarget {
+                direct: total(&t.direct),
+                nginx: t.nginx.as_ref().map(total),
+                toolmesh: total(&t.toolmesh),
+            },
+            fmt_us,
+        ));
+    }
     table.render("   ")
+}
+
+/// What the proxy alone spends per call, from the CPU rows' parts.
+fn proxy_cpu_line(size: &SizeResult) -> Option<String> {
+    let proxy = |t: &Throughput| t.cpu_us_per_call.first().copied();
+    let parts: Vec<String> = size
+        .throughput
+        .iter()
+        .filter_map(|t| {
+            let toolmesh = proxy(&t.toolmesh)?;
+            Some(match t.nginx.as_ref().and_then(proxy) {
+                Some(nginx) => format!(
+                    "@{}: nginx {}, toolmesh {} ({})",
+                    t.direct.in_flight,
+                    fmt_us(nginx),
+                    fmt_us(toolmesh),
+                    fmt_ratio(toolmesh / nginx)
+                ),
+                None => format!("@{}: toolmesh {}", t.direct.in_flight, fmt_us(toolmesh)),
+            })
+        })
+        .collect();
+    let executor = size.throughput.first()?.direct.cpu_us_per_call.get(1)?;
+    (!parts.is_empty()).then(|| {
+        format!(
+            "   CPU/call = user+system time of the proxy's processes and the executor's (from /proc, over the calls/s windows) per call; the proxy alone {}; the executor {} per direct call",
+            parts.join(", "),
+            fmt_us(*executor)
+        )
+    })
 }
 
 fn row(name: &str, v: ByTarget<f64>, format: fn(f64) -> String) -> Vec<String> {
@@ -1043,6 +1092,7 @@ mod tests {
             rounds_calls_per_sec: vec![calls_per_sec],
             calls: 1,
             errors: 0,
+            cpu_us_per_call: Vec::new(),
         }
     }
 
@@ -1076,6 +1126,26 @@ mod tests {
         for cell in ["10,000/s", "8,000/s", "0.80x", "5,000/s", "0.50x", "0.62x"] {
             assert!(calls.contains(cell), "{cell} in {calls}");
         }
+        assert!(
+            !text.contains("CPU/call"),
+            "not measured, not shown: {text}"
+        );
+        assert_eq!(proxy_cpu_line(&size), None);
+        let t = &mut size.throughput[0];
+        t.direct.cpu_us_per_call = vec![0.0, 20.0];
+        t.nginx.as_mut().unwrap().cpu_us_per_call = vec![10.0, 20.0];
+        t.toolmesh.cpu_us_per_call = vec![25.0, 20.0];
+        let text = overhead_table(&size);
+        let cpu = text.lines().find(|l| l.contains("CPU/call @32")).unwrap();
+        for cell in ["20 µs", "30 µs", "1.50x", "45 µs", "2.25x"] {
+            assert!(cpu.contains(cell), "{cell} in {cpu}");
+        }
+        let line = proxy_cpu_line(&size).unwrap();
+        assert!(
+            line.contains("@32: nginx 10 µs, toolmesh 25 µs (2.50x)"),
+            "{line}"
+        );
+        assert!(line.contains("the executor 20 µs"), "{line}");
         size.latency.nginx = None;
         size.throughput[0].nginx = None;
         let text = overhead_table(&size);
