@@ -436,3 +436,45 @@ async fn example_advertises_a_reachable_address() {
     .await;
     assert!(!snapshot.contains("0.0.0.0"), "{snapshot}");
 }
+
+/// `--serve-threads 2`: two serve threads (thread per core), each on its
+/// own SO_REUSEPORT listener with its own executor connections; calls over
+/// many connections, spread by the kernel across both, all succeed, and
+/// SIGTERM stops both threads cleanly.
+#[tokio::test]
+async fn serve_threads_share_the_port() {
+    let mut mesh = acceptance(&["--serve-threads", "2", "--grace-ms", "2000"], &[]).await;
+    let threads: Vec<String> = std::fs::read_dir(format!("/proc/{}/task", mesh.serve.pid()))
+        .unwrap()
+        .flatten()
+        .filter_map(|task| std::fs::read_to_string(task.path().join("comm")).ok())
+        .map(|name| name.trim().to_owned())
+        .collect();
+    for lane in ["serve-lane-1", "serve-lane-2"] {
+        assert!(threads.iter().any(|t| t == lane), "{lane} in {threads:?}");
+    }
+    let mut calls = tokio::task::JoinSet::new();
+    for i in 0..16 {
+        // A channel per task: a connection of its own.
+        let mut client = dispatcher(&mesh.addr);
+        calls.spawn(async move {
+            for j in 0..3 {
+                let text = format!("c{i}-{j}");
+                let arguments = serde_json::json!({ "message": text }).to_string();
+                let deadline = Some(Duration::from_secs(10));
+                let response = invoke(&mut client, "acc_echo", &arguments, deadline).await;
+                assert_eq!(code(&response), 0, "{}", message(&response));
+                assert!(response.result.unwrap().output.contains(&text));
+            }
+        });
+    }
+    while let Some(done) = calls.join_next().await {
+        done.unwrap();
+    }
+    mesh.serve.signal(libc::SIGTERM);
+    let exit = mesh.serve.wait_exit(Duration::from_secs(5));
+    assert!(
+        exit.is_some_and(|s| s.success()),
+        "exited cleanly: {exit:?}"
+    );
+}

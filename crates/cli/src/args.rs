@@ -269,6 +269,12 @@ pub(crate) struct ServerArgs {
     /// Calls a dispatcher keeps in flight before it sheds load.
     #[arg(long, default_value_t = 4096)]
     pub(crate) max_in_flight: usize,
+    /// Serve gRPC on N threads of their own, thread per core: each accepts
+    /// on its own SO_REUSEPORT listener and keeps its own connections to
+    /// executors, so a call never changes threads. Default: one per core;
+    /// 0 serves on the process' shared runtime.
+    #[arg(long, env = "TOOLMESH_SERVE_THREADS", default_value_t = cores())]
+    pub(crate) serve_threads: usize,
     /// Recent snapshots a dispatcher keeps so callers can pin a version.
     #[arg(long, default_value_t = 64)]
     pub(crate) snapshot_history: usize,
@@ -297,6 +303,11 @@ pub(crate) struct ServerArgs {
     pub(crate) mcp_allowed_hosts: Vec<String>,
 }
 
+/// The cores this process may use (its CPU quota counted), at least one.
+fn cores() -> usize {
+    std::thread::available_parallelism().map_or(1, usize::from)
+}
+
 impl ServerArgs {
     /// The node settings these flags ask for.
     pub(crate) fn node_config(&self, tls: &toolmesh::grpc::Tls) -> toolmesh_node::NodeConfig {
@@ -305,6 +316,7 @@ impl ServerArgs {
             health_listen: self.health_listen.clone(),
             grace: std::time::Duration::from_millis(self.grace_ms),
             max_in_flight: self.max_in_flight,
+            serve_threads: self.serve_threads,
             snapshot_history: self.snapshot_history,
             policy: self.policy.clone(),
             audit: self.audit.clone(),

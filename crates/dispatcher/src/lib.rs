@@ -11,6 +11,7 @@ mod endpoints;
 mod error;
 mod follow;
 mod governance_service;
+pub mod lane;
 mod list;
 mod metrics;
 mod refusal;

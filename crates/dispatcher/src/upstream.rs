@@ -1,8 +1,9 @@
 //! The connection a dispatcher keeps to one executor. In plaintext, a call
 //! writes its request through hyper's HTTP/2 `SendRequest` from its own
 //! task — no `tower::Buffer` task between the call and the connection, as
-//! tonic's `Channel` has — reconnecting when the connection is gone; with
-//! TLS it is tonic's `Channel`.
+//! tonic's `Channel` has — reconnecting when the connection is gone, one
+//! connection per [`lane`](crate::lane) so that a call never wakes another
+//! thread; with TLS it is tonic's `Channel`.
 
 use arc_swap::ArcSwapOption;
 use hyper::client::conn::http2::{self, SendRequest};
@@ -28,12 +29,13 @@ pub(crate) enum Upstream {
     Channel(Channel),
 }
 
-/// A plaintext HTTP/2 connection to `address`, made on first use and again
-/// after it closes.
+/// Plaintext HTTP/2 connections to `address`, one per lane, each made on
+/// the lane's first call and again after it closes.
 #[derive(Debug)]
 pub(crate) struct Direct {
     address: String,
-    sender: ArcSwapOption<SendRequest<Body>>,
+    /// By lane; a connection is driven by the runtime of the lane that made it.
+    senders: Box<[ArcSwapOption<SendRequest<Body>>]>,
     connecting: tokio::sync::Mutex<()>,
 }
 
@@ -49,7 +51,9 @@ impl Upstream {
         }
         Ok(Upstream::Direct(Arc::new(Direct {
             address: address.to_owned(),
-            sender: ArcSwapOption::empty(),
+            senders: (0..crate::lane::SLOTS)
+                .map(|_| ArcSwapOption::empty())
+                .collect(),
             connecting: tokio::sync::Mutex::new(()),
         })))
     }
@@ -68,27 +72,20 @@ impl Upstream {
 impl Direct {
     /// A sender on a live connection, connecting first when there is none.
     async fn sender(&self) -> Result<SendRequest<Body>, BoxError> {
-        if let Some(sender) = self.live() {
+        let slot = &self.senders[crate::lane::slot()];
+        if let Some(sender) = live(slot) {
             return Ok(sender);
         }
         let _connecting = self.connecting.lock().await;
-        if let Some(sender) = self.live() {
+        if let Some(sender) = live(slot) {
             return Ok(sender);
         }
         let sender = self
             .connect()
             .await
             .map_err(|e| -> BoxError { Box::new(tonic::ConnectError(e)) })?;
-        self.sender.store(Some(Arc::new(sender.clone())));
+        slot.store(Some(Arc::new(sender.clone())));
         Ok(sender)
-    }
-
-    fn live(&self) -> Option<SendRequest<Body>> {
-        self.sender
-            .load()
-            .as_deref()
-            .filter(|s| !s.is_closed())
-            .cloned()
     }
 
     /// A new connection with the mesh's settings: TCP_NODELAY, a connect
@@ -117,6 +114,11 @@ impl Direct {
         });
         Ok(sender)
     }
+}
+
+/// The open connection in `slot`, if there is one.
+fn live(slot: &ArcSwapOption<SendRequest<Body>>) -> Option<SendRequest<Body>> {
+    slot.load().as_deref().filter(|s| !s.is_closed()).cloned()
 }
 
 impl tower::Service<http::Request<Body>> for Upstream {

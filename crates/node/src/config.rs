@@ -50,6 +50,12 @@ pub struct NodeConfig {
     pub grace: Duration,
     /// Calls a dispatcher keeps in flight before it sheds load.
     pub max_in_flight: usize,
+    /// Serve gRPC on this many threads of their own (thread per core): each
+    /// runs a current-thread runtime accepting on its own `SO_REUSEPORT`
+    /// listener, and a dispatcher keeps one connection per executor per
+    /// thread, so a call never changes threads. 0 serves on the process'
+    /// shared runtime.
+    pub serve_threads: usize,
     /// Recent snapshots a dispatcher keeps so callers can pin a version.
     pub snapshot_history: usize,
     /// Policy file (TOML) reloaded on SIGHUP and change; `None` runs the
@@ -90,6 +96,7 @@ impl Default for NodeConfig {
             health_listen: None,
             grace: Duration::from_secs(10),
             max_in_flight: 4096,
+            serve_threads: 0,
             snapshot_history: 64,
             policy: None,
             audit: None,

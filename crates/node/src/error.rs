@@ -16,6 +16,20 @@ pub enum NodeError {
         /// What the OS said.
         source: std::io::Error,
     },
+    /// A serve thread (`--serve-threads`) could not start.
+    #[error("cannot start serve thread {lane}: {source}")]
+    Lane {
+        /// Which thread, from 1.
+        lane: usize,
+        /// What the OS said.
+        source: std::io::Error,
+    },
+    /// A serve thread ended without saying how (it panicked).
+    #[error("serve thread {lane} ended abnormally; see the log above")]
+    LaneGone {
+        /// Which thread, from 1.
+        lane: usize,
+    },
     /// The health-only listener could not be bound.
     #[error("cannot listen for health checks on {addr} (--health-listen): {source}")]
     HealthListen {

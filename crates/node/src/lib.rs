@@ -9,6 +9,7 @@ mod admin;
 mod config;
 mod error;
 mod governance;
+mod lanes;
 mod rollouts;
 mod server;
 mod shared_approvals;

@@ -4,12 +4,13 @@
 use crate::config::{NodeConfig, Role};
 use crate::error::NodeError;
 use crate::governance::{PolicyGate, PolicySetup, audit_sink, load_policy};
+use crate::lanes;
 use crate::rollouts;
 use crate::shared_approvals::SharedApprovals;
 use crate::shared_sessions::StoreSessions;
 use std::future::Future;
 use std::{net::SocketAddr, sync::Arc, time::Duration};
-use tokio::{net::TcpListener, sync::oneshot, task::JoinHandle};
+use tokio::{net::TcpListener, task::JoinHandle};
 use tokio_util::sync::CancellationToken;
 use tonic_health::{ServingStatus, server::HealthReporter};
 use toolmesh::Snapshot;
@@ -42,8 +43,8 @@ pub struct Running {
     health: HealthReporter,
     health_only: Option<HealthOnly>,
     _policy: PolicySetup,
-    stop: oneshot::Sender<()>,
-    task: JoinHandle<Result<(), tonic::transport::Error>>,
+    stop: CancellationToken,
+    task: JoinHandle<Result<(), NodeError>>,
 }
 
 impl Running {
@@ -73,12 +74,12 @@ impl Running {
                 tracing::warn!(error = %e, "MCP server failed while draining");
             }
         }
-        let _ = self.stop.send(());
+        self.stop.cancel();
         // The health-only listener (dropped last) keeps answering NOT_SERVING
         // to probes while the calls drain.
         let _health_only = self.health_only;
         match tokio::time::timeout(grace, self.task).await {
-            Ok(joined) => joined?.map_err(NodeError::Serve),
+            Ok(joined) => joined?,
             Err(_) => {
                 tracing::warn!(
                     grace_ms = grace.as_millis() as u64,
@@ -143,7 +144,15 @@ pub async fn start(role: Role, config: &NodeConfig) -> Result<Running, NodeError
     let policy = load_policy(config)?;
     toolmesh_telemetry::trace::install_default(role.label(), config.otlp_endpoint.as_deref())?;
     let metrics = MetricsRegistry::default();
-    let (addr, listener) = bind(&config.listen).await?;
+    let (addr, listener) = match config.serve_threads {
+        0 => bind(&config.listen).await?,
+        _ => {
+            let addr = toolmesh::grpc::listen_address(&config.listen)?;
+            lanes::shared_listener(addr)
+                .and_then(|l| Ok((l.local_addr()?, l)))
+                .map_err(|source| NodeError::Listen { addr, source })?
+        }
+    };
     let health = tonic_health::server::HealthReporter::new();
     let registry = open_registry(&role, config, &policy, &metrics).await?;
     let snapshots: Option<tokio::sync::watch::Receiver<Arc<Snapshot>>> = match (&role, &registry) {
@@ -205,14 +214,9 @@ pub async fn start(role: Role, config: &NodeConfig) -> Result<Running, NodeError
         }))
         .add_optional_service(dispatcher.as_ref().map(Dispatcher::grpc_service))
         .add_optional_service(dispatcher.as_ref().map(Dispatcher::governance_service));
-    let (stop, stopped) = oneshot::channel::<()>();
-    let task = tokio::spawn(router.serve_with_incoming_shutdown(
-        toolmesh::grpc::incoming(listener),
-        async {
-            let _ = stopped.await;
-        },
-    ));
-    tracing::info!(%addr, role = role.label(), "listening");
+    let stop = CancellationToken::new();
+    let task = lanes::serve(router, (addr, listener), config.serve_threads, stop.clone()).await?;
+    tracing::info!(%addr, role = role.label(), threads = config.serve_threads, "listening");
     Ok(Running {
         addr,
         dispatcher,
