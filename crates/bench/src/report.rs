@@ -272,7 +272,7 @@ fn notes(machine: &Machine, overhead: &Overhead) -> Vec<String> {
             machine.nproc
         ),
         "x direct / x nginx is the figure divided by direct's / nginx's: for latency lower is better, for calls/s higher is better.".to_owned(),
-        "toolmesh = `toolmesh serve` (registry+dispatcher in one process); the dispatcher parses and validates the arguments against the tool's schema before calling the executor, which (SDK) parses and validates them again; the executor is the same process in all three columns.".to_owned(),
+        "toolmesh = `toolmesh serve` (registry+dispatcher in one process, serving gRPC thread per core, its default); the dispatcher parses and validates the arguments against the tool's schema before calling the executor, which (SDK) parses and validates them again; the executor is the same process in all three columns.".to_owned(),
         "nginx: 1 worker, HTTP/2 listener, grpc_pass to an upstream with keepalive 512 and keepalive_requests 1000000 (nginx does not multiplex upstream gRPC streams: one upstream connection per call in flight).".to_owned(),
     ];
     for size in &overhead.sizes {
