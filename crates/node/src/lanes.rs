@@ -36,15 +36,7 @@ pub(crate) async fn serve(
     stop: CancellationToken,
 ) -> Result<JoinHandle<Result<(), NodeError>>, NodeError> {
     if threads == 0 {
-        return Ok(tokio::spawn(async move {
-            router
-                .serve_with_incoming_shutdown(
-                    toolmesh::grpc::incoming(listener),
-                    stop.cancelled_owned(),
-                )
-                .await
-                .map_err(NodeError::Serve)
-        }));
+        return Ok(tokio::spawn(serve_on(router, listener, stop)));
     }
     let mut first = Some(
         listener
@@ -110,12 +102,18 @@ fn run_lane(
             }
         };
         let _ = ready.send(Ok(()));
-        router
-            .serve_with_incoming_shutdown(
-                toolmesh::grpc::incoming(listener),
-                stop.cancelled_owned(),
-            )
-            .await
-            .map_err(NodeError::Serve)
+        serve_on(router, listener, stop).await
     })
+}
+
+/// Serves `router` on the connections `listener` accepts until `stop`.
+async fn serve_on(
+    router: Router,
+    listener: TcpListener,
+    stop: CancellationToken,
+) -> Result<(), NodeError> {
+    router
+        .serve_with_incoming_shutdown(toolmesh::grpc::incoming(listener), stop.cancelled_owned())
+        .await
+        .map_err(NodeError::Serve)
 }
