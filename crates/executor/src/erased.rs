@@ -14,6 +14,15 @@ pub(crate) enum Outcome {
     Ran(Result<ToolOutput, ToolFailure>),
 }
 
+/// A call's arguments, checked against the tool's schema: still text when
+/// the schema's fast shape accepted them, else the tree the full check built.
+pub(crate) enum Arguments {
+    /// The JSON text, accepted by the fast shape.
+    Text(String),
+    /// The tree the full check built and accepted.
+    Tree(Value),
+}
+
 /// A boxed call, ready to be spawned.
 pub(crate) type CallFuture = Pin<Box<dyn Future<Output = Outcome> + Send + 'static>>;
 
@@ -23,17 +32,21 @@ pub(crate) trait ErasedTool: Send + Sync + 'static {
     /// Nothing of the tool's code runs until the future is polled, so a panic
     /// anywhere in it (even in a `Deserialize` impl) stays inside the task
     /// that polls it.
-    fn start(&self, args: Value, cx: CallCx) -> CallFuture;
+    fn start(&self, args: Arguments, cx: CallCx) -> CallFuture;
 }
 
 /// Wraps a typed tool.
 pub(crate) struct Typed<T>(pub(crate) Arc<T>);
 
 impl<T: Tool> ErasedTool for Typed<T> {
-    fn start(&self, args: Value, cx: CallCx) -> CallFuture {
+    fn start(&self, args: Arguments, cx: CallCx) -> CallFuture {
         let tool = Arc::clone(&self.0);
         Box::pin(async move {
-            match serde_json::from_value::<T::Args>(args) {
+            let typed = match args {
+                Arguments::Text(text) => serde_json::from_str::<T::Args>(&text),
+                Arguments::Tree(tree) => serde_json::from_value::<T::Args>(tree),
+            };
+            match typed {
                 Ok(args) => Outcome::Ran(tool.call(args, cx).await),
                 Err(e) => Outcome::BadArguments(e.to_string()),
             }

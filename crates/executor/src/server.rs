@@ -4,10 +4,9 @@ use crate::dispatcher_only::DispatcherOnly;
 use crate::metrics::Metrics;
 use crate::{
     CallCx, ProgressHandle,
-    erased::{CallFuture, ErasedTool, Outcome},
+    erased::{Arguments, CallFuture, ErasedTool, Outcome},
     tool::{ToolOutput, duration_ms_ceil},
 };
-use serde_json::Value;
 use std::panic::AssertUnwindSafe;
 use std::task::Poll;
 use std::{any::Any, collections::BTreeMap, sync::Arc, time::Duration};
@@ -87,7 +86,8 @@ impl Core {
                 ),
             );
         }
-        let args = match parse_arguments(&def, &request.arguments) {
+        // Checked once here; the tool gets them typed.
+        let args = match check_arguments(&def, std::mem::take(&mut request.arguments)) {
             Ok(args) => args,
             Err(message) => return failure(ErrorCode::InvalidArguments, message),
         };
@@ -98,8 +98,6 @@ impl Core {
         }
         let deadline = Instant::now() + budget;
         let token = self.stop.child_token();
-        // Read already: the tool gets them typed.
-        request.arguments = String::new();
         let cx = CallCx::new(
             request,
             self.executor_id.clone(),
@@ -218,17 +216,24 @@ async fn poll_in_place(call: &mut CallFuture) -> Option<Ended> {
     .await
 }
 
-/// The arguments as JSON, checked against the tool's compiled schema.
-/// Empty text reads as `{}`; a key repeated in one object is refused.
-fn parse_arguments(def: &ToolDef, text: &str) -> Result<Value, String> {
-    let args = schema::parse_arguments(text).map_err(|e| format!("calling {}: {e}", def.name()))?;
+/// The arguments checked against the tool's compiled schema: the text
+/// itself when the schema's fast shape accepts it (the tool reads it
+/// straight into its type), else the tree the full check built, or what is
+/// wrong with them. Empty text reads as `{}`; a key repeated in one object
+/// is refused.
+fn check_arguments(def: &ToolDef, text: String) -> Result<Arguments, String> {
+    if def.input().shape.accepts(&text) {
+        return Ok(Arguments::Text(text));
+    }
+    let args =
+        schema::parse_arguments(&text).map_err(|e| format!("calling {}: {e}", def.name()))?;
     schema::check(def.validator(), &args).map_err(|violations| {
         format!(
             "arguments for {} do not match its input schema: {violations}",
             def.name()
         )
     })?;
-    Ok(args)
+    Ok(Arguments::Tree(args))
 }
 
 fn success(def: &ToolDef, output: ToolOutput) -> ToolResult {
