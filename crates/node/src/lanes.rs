@@ -38,11 +38,38 @@ pub(crate) async fn serve(
     if threads == 0 {
         return Ok(tokio::spawn(serve_on(router, listener, stop)));
     }
-    let mut first = Some(
-        listener
-            .into_std()
-            .map_err(|source| NodeError::Listen { addr, source })?,
-    );
+    let first = listener
+        .into_std()
+        .map_err(|source| NodeError::Listen { addr, source })?;
+    let lanes = match start_lanes(router, first, addr, threads, &stop).await {
+        Ok(lanes) => lanes,
+        Err(e) => {
+            // The lanes already up stop too: no half-started server.
+            stop.cancel();
+            return Err(e);
+        }
+    };
+    Ok(tokio::spawn(async move {
+        for (lane, ended) in (1..).zip(lanes) {
+            ended.await.unwrap_or(Err(NodeError::LaneGone { lane }))?;
+        }
+        Ok(())
+    }))
+}
+
+/// What a lane's thread sends when it ends.
+type Ended = oneshot::Receiver<Result<(), NodeError>>;
+
+/// Starts `threads` lanes one after the other, each once the previous one
+/// listens; the first takes `first`. Fails at the first lane that cannot.
+async fn start_lanes(
+    router: Router,
+    first: std::net::TcpListener,
+    addr: SocketAddr,
+    threads: usize,
+    stop: &CancellationToken,
+) -> Result<Vec<Ended>, NodeError> {
+    let mut first = Some(first);
     let mut lanes = Vec::new();
     for lane in 1..=threads {
         let (ready, listening) = oneshot::channel();
@@ -54,18 +81,12 @@ pub(crate) async fn serve(
                 let _ = done.send(run_lane(lane, router, listener, addr, stop, ready));
             })
             .map_err(|source| NodeError::Lane { lane, source })?;
-        // A lane that cannot listen fails the start; those already up stop with `stop`.
         listening
             .await
             .unwrap_or(Err(NodeError::LaneGone { lane }))?;
         lanes.push(ended);
     }
-    Ok(tokio::spawn(async move {
-        for (lane, ended) in (1..).zip(lanes) {
-            ended.await.unwrap_or(Err(NodeError::LaneGone { lane }))?;
-        }
-        Ok(())
-    }))
+    Ok(lanes)
 }
 
 /// One lane: its runtime, its listener (`listener`, or `addr` bound again),

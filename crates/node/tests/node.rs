@@ -137,3 +137,65 @@ async fn registry_refuses_executors_without_the_role() {
     );
     running.stop(Duration::from_secs(1)).await.unwrap();
 }
+
+/// Names of this process' threads.
+fn thread_names() -> Vec<String> {
+    std::fs::read_dir("/proc/self/task")
+        .map(|tasks| {
+            tasks
+                .flatten()
+                .filter_map(|t| std::fs::read_to_string(t.path().join("comm")).ok())
+                .map(|name| name.trim().to_owned())
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+/// With serve threads, a node answers on every connection (the kernel
+/// spreads them across the threads' listeners) and, once stopped, leaves
+/// no serve thread behind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_threads_answer_and_stop() {
+    let lanes = |names: &[String]| {
+        names
+            .iter()
+            .filter(|n| n.starts_with("serve-lane-"))
+            .count()
+    };
+    assert_eq!(
+        lanes(&thread_names()),
+        0,
+        "no serve thread before the node starts"
+    );
+    let running = toolmesh_node::start(
+        Role::Serve {
+            default_ttl: Duration::from_secs(10),
+        },
+        &NodeConfig {
+            serve_threads: 2,
+            ..config()
+        },
+    )
+    .await
+    .unwrap();
+    assert_eq!(lanes(&thread_names()), 2);
+    let addr = running.addr.to_string();
+    for _ in 0..8 {
+        // A channel per check: a connection of its own.
+        let mut health = HealthClient::new(channel(&addr, &Tls::none()).unwrap());
+        let status = health
+            .check(HealthCheckRequest {
+                service: "toolmesh.v1.Dispatcher".into(),
+            })
+            .await
+            .unwrap()
+            .into_inner()
+            .status;
+        assert_eq!(status, ServingStatus::Serving as i32);
+    }
+    running.stop(Duration::from_secs(2)).await.unwrap();
+    toolmesh_testkit::eventually("the serve threads end", Duration::from_secs(5), || {
+        std::future::ready((lanes(&thread_names()) == 0).then_some(()))
+    })
+    .await;
+}
