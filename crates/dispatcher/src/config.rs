@@ -29,6 +29,9 @@ pub struct DispatcherConfig {
     pub snapshot_history: usize,
     /// TLS of the channels to executors.
     pub tls: toolmesh::grpc::Tls,
+    /// Serve threads the node runs (see [`lane`](crate::lane)); each keeps
+    /// its own plaintext connection to an executor. 0: the shared runtime only.
+    pub serve_threads: usize,
     /// Where the dispatcher's metrics are registered (the process' registry).
     pub metrics: toolmesh_telemetry::MetricsRegistry,
     /// Who aborts a rollout whose canary fails (the registry); without it
@@ -51,6 +54,7 @@ impl Default for DispatcherConfig {
             max_ejection: Duration::from_secs(300),
             snapshot_history: 64,
             tls: toolmesh::grpc::Tls::none(),
+            serve_threads: 0,
             metrics: toolmesh_telemetry::MetricsRegistry::default(),
             rollout_control: None,
         }

@@ -156,6 +156,8 @@ pub(crate) struct Endpoints {
     last_ejection_end_ms: AtomicU64,
     /// TLS of the channels to executors.
     tls: toolmesh::grpc::Tls,
+    /// Serve threads, each with connections of its own.
+    lanes: usize,
 }
 
 impl Endpoints {
@@ -166,12 +168,14 @@ impl Endpoints {
             policy,
             last_ejection_end_ms: AtomicU64::new(0),
             tls: toolmesh::grpc::Tls::none(),
+            lanes: 0,
         }
     }
 
-    /// The same pool, opening its channels with `tls`.
-    pub(crate) fn with_tls(self, tls: toolmesh::grpc::Tls) -> Self {
-        Endpoints { tls, ..self }
+    /// The same pool, opening its channels with `tls`, one plaintext
+    /// connection per executor for each of `lanes` serve threads.
+    pub(crate) fn with_transport(self, tls: toolmesh::grpc::Tls, lanes: usize) -> Self {
+        Endpoints { tls, lanes, ..self }
     }
 
     /// The endpoint for `address`, creating its (lazily connecting) channel
@@ -180,7 +184,7 @@ impl Endpoints {
         if let Some(found) = self.map.get(address) {
             return Some(found.clone());
         }
-        let upstream = Upstream::new(address, &self.tls).ok()?;
+        let upstream = Upstream::new(address, &self.tls, self.lanes).ok()?;
         let endpoint = self
             .map
             .entry(address.clone())

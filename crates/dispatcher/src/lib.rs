@@ -126,7 +126,7 @@ impl Dispatcher {
                 base: config.base_ejection,
                 max: config.max_ejection,
             })
-            .with_tls(config.tls.clone()),
+            .with_transport(config.tls.clone(), config.serve_threads),
         );
         let metrics = Arc::new(Metrics::new(&config.metrics, pool.clone()));
         metrics.snapshot_installed(snapshots.current().version());

@@ -40,18 +40,20 @@ pub(crate) struct Direct {
 }
 
 impl Upstream {
-    /// The connection to `address` (`host:port`): direct in plaintext,
+    /// The connection to `address` (`host:port`): direct in plaintext (one
+    /// connection for the shared runtime and one for each of `lanes`),
     /// tonic's channel with TLS.
     pub(crate) fn new(
         address: &str,
         tls: &toolmesh::grpc::Tls,
+        lanes: usize,
     ) -> Result<Self, toolmesh::grpc::BadAddress> {
         if tls.client().is_some() || address.contains("://") || address.contains(',') {
             return toolmesh::grpc::channel(address, tls).map(Upstream::Channel);
         }
         Ok(Upstream::Direct(Arc::new(Direct {
             address: address.to_owned(),
-            senders: (0..crate::lane::SLOTS)
+            senders: (0..=lanes.min(crate::lane::SLOTS - 1))
                 .map(|_| ArcSwapOption::empty())
                 .collect(),
             connecting: tokio::sync::Mutex::new(()),
@@ -72,7 +74,8 @@ impl Upstream {
 impl Direct {
     /// A sender on a live connection, connecting first when there is none.
     async fn sender(&self) -> Result<SendRequest<Body>, BoxError> {
-        let slot = &self.senders[crate::lane::slot()];
+        // A lane past the last slot (more threads than configured) shares it.
+        let slot = &self.senders[crate::lane::slot().min(self.senders.len() - 1)];
         if let Some(sender) = live(slot) {
             return Ok(sender);
         }
