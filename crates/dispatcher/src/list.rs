@@ -308,7 +308,7 @@ pub(crate) fn is_strict(schema: &Value) -> bool {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use toolmesh::pb::ToolSpec;
     use toolmesh::rollout::Sticky;
@@ -321,7 +321,9 @@ mod tests {
         sticky: Sticky::None,
     };
 
-    fn entry(name: &str, version: &str, healthy: bool) -> ToolEntry {
+    /// A tool `name@version` on one instance, `healthy` or not (also the
+    /// version-resolution tests' entries).
+    pub(crate) fn entry(name: &str, version: &str, healthy: bool) -> ToolEntry {
         ToolEntry {
             def: Arc::new(
                 ToolDef::new(ToolSpec {

@@ -4,32 +4,10 @@
 //! a pin gets.
 
 use super::*;
-use toolmesh::pb::ToolSpec;
 use toolmesh::rollout::{Guard, Share};
-use toolmesh::{Instance, ToolDef};
 
 fn entry(version: &str, healthy: bool) -> ToolEntry {
-    ToolEntry {
-        def: Arc::new(
-            ToolDef::new(ToolSpec {
-                name: "kb".into(),
-                version: version.into(),
-                description: "Searches.".into(),
-                input_schema: r#"{"type":"object"}"#.into(),
-                ..ToolSpec::default()
-            })
-            .unwrap(),
-        ),
-        instances: vec![Instance {
-            executor_id: format!("x-{version}").into(),
-            endpoint: "127.0.0.1:1".into(),
-            service: "s".into(),
-            healthy,
-            execute_token: "".into(),
-        }]
-        .into(),
-        disabled: None,
-    }
+    crate::list::tests::entry("kb", version, healthy)
 }
 
 fn rollout(basis_points: u32, state: RolloutState) -> Rollout {
