@@ -2,17 +2,12 @@
 
 mod support;
 
+use std::collections::HashMap;
 use std::process::{Command, Output, Stdio};
-use std::sync::Arc;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use support::*;
-use tonic::{Request, Response, Status};
-use tonic_health::pb::health_check_response::ServingStatus;
-use tonic_health::pb::health_server::{Health, HealthServer};
-use tonic_health::pb::{HealthCheckRequest, HealthCheckResponse};
-use toolmesh::pb::registry_server::{Registry, RegistryServer};
-use toolmesh::pb::{GetSnapshotRequest, Snapshot, ToolEntry, ToolSpec};
+use toolmesh::pb::{RegisterRequest, ToolSpec};
 
 /// The environment variables that would stand in for flags: the printed
 /// commands must work without them.
@@ -191,133 +186,80 @@ async fn up_with_tls_prints_commands_that_work_as_printed() {
     run_each_as_printed(&lines);
 }
 
-/// Counts the requests of a fake server that knows `tools` tools.
-#[derive(Clone)]
-struct Counting {
+/// Requests a server was sent, by gRPC method path.
+#[derive(Clone, Default)]
+struct Requests(Arc<Mutex<HashMap<String, usize>>>);
+
+impl Requests {
+    fn note(&self, path: &str) {
+        *self.0.lock().unwrap().entry(path.to_owned()).or_default() += 1;
+    }
+    fn of(&self, path: &str) -> usize {
+        self.0.lock().unwrap().get(path).copied().unwrap_or(0)
+    }
+}
+
+const CHECK: &str = "/grpc.health.v1.Health/Check";
+const GET_SNAPSHOT: &str = "/toolmesh.v1.Registry/GetSnapshot";
+
+/// A real registry holding `tools` tools (10 per executor; `tool_00000`
+/// disabled, the rest exposed) and the real health service, behind a layer
+/// that counts the requests they are sent.
+async fn counted_registry(
     tools: usize,
-    checks: Arc<AtomicUsize>,
-    snapshots: Arc<AtomicUsize>,
-}
-
-#[tonic::async_trait]
-impl Health for Counting {
-    async fn check(
-        &self,
-        _: Request<HealthCheckRequest>,
-    ) -> Result<Response<HealthCheckResponse>, Status> {
-        self.checks.fetch_add(1, Ordering::SeqCst);
-        Ok(Response::new(HealthCheckResponse {
-            status: ServingStatus::Serving as i32,
-        }))
-    }
-
-    type WatchStream = tokio_stream::Empty<Result<HealthCheckResponse, Status>>;
-
-    async fn watch(
-        &self,
-        _: Request<HealthCheckRequest>,
-    ) -> Result<Response<Self::WatchStream>, Status> {
-        Err(Status::unimplemented("not in this test"))
-    }
-}
-
-#[tonic::async_trait]
-impl Registry for Counting {
-    async fn register(
-        &self,
-        _: Request<toolmesh::pb::RegisterRequest>,
-    ) -> Result<Response<toolmesh::pb::RegisterResponse>, Status> {
-        Err(Status::unimplemented("not in this test"))
-    }
-
-    async fn heartbeat(
-        &self,
-        _: Request<toolmesh::pb::HeartbeatRequest>,
-    ) -> Result<Response<toolmesh::pb::HeartbeatResponse>, Status> {
-        Err(Status::unimplemented("not in this test"))
-    }
-
-    async fn deregister(
-        &self,
-        _: Request<toolmesh::pb::DeregisterRequest>,
-    ) -> Result<Response<toolmesh::pb::DeregisterResponse>, Status> {
-        Err(Status::unimplemented("not in this test"))
-    }
-
-    /// `tools` tools; every third one has no healthy instance.
-    async fn get_snapshot(
-        &self,
-        _: Request<GetSnapshotRequest>,
-    ) -> Result<Response<Snapshot>, Status> {
-        self.snapshots.fetch_add(1, Ordering::SeqCst);
-        let tools = (0..self.tools)
-            .map(|i| ToolEntry {
-                spec: Some(ToolSpec {
-                    name: format!("tool_{i:05}"),
-                    version: "1.0.0".to_owned(),
-                    ..ToolSpec::default()
-                }),
-                exposed: i % 3 != 0,
-                ..ToolEntry::default()
+) -> (String, Requests, tonic_health::server::HealthReporter) {
+    let registry = toolmesh_registry::Registry::new(toolmesh_registry::RegistryConfig {
+        watch_health: false,
+        default_ttl: Duration::from_secs(300),
+        ..Default::default()
+    });
+    for executor in 0..tools.div_ceil(10) {
+        let specs = (executor * 10..(executor * 10 + 10).min(tools)).map(|i| ToolSpec {
+            name: format!("tool_{i:05}"),
+            version: "1.0.0".into(),
+            description: "A tool.".into(),
+            input_schema: r#"{"type":"object"}"#.into(),
+            ..ToolSpec::default()
+        });
+        let answer = registry
+            .register(RegisterRequest {
+                executor_id: format!("e-{executor}"),
+                service: "svc".into(),
+                endpoint: format!("127.0.0.1:{}", 10_000 + executor),
+                tools: specs.collect(),
+                ..RegisterRequest::default()
             })
-            .collect();
-        Ok(Response::new(Snapshot {
-            version: 7,
-            tools,
-            ..Snapshot::default()
-        }))
+            .unwrap();
+        assert!(answer.rejected.is_empty(), "{:?}", answer.rejected);
     }
-
-    type WatchSnapshotsStream = tokio_stream::Empty<Result<Snapshot, Status>>;
-
-    async fn watch_snapshots(
-        &self,
-        _: Request<toolmesh::pb::WatchSnapshotsRequest>,
-    ) -> Result<Response<Self::WatchSnapshotsStream>, Status> {
-        Err(Status::unimplemented("not in this test"))
-    }
-
-    async fn disable_tool(
-        &self,
-        _: Request<toolmesh::pb::DisableToolRequest>,
-    ) -> Result<Response<toolmesh::pb::DisableToolResponse>, Status> {
-        Err(Status::unimplemented("not in this test"))
-    }
-
-    async fn enable_tool(
-        &self,
-        _: Request<toolmesh::pb::EnableToolRequest>,
-    ) -> Result<Response<toolmesh::pb::EnableToolResponse>, Status> {
-        Err(Status::unimplemented("not in this test"))
-    }
-
-    async fn approvals(
-        &self,
-        _: Request<toolmesh::pb::ApprovalsRequest>,
-    ) -> Result<Response<toolmesh::pb::ApprovalsResponse>, Status> {
-        Err(Status::unimplemented("not in this test"))
-    }
-
-    async fn session_facts(
-        &self,
-        _: Request<toolmesh::pb::SessionFactsRequest>,
-    ) -> Result<Response<toolmesh::pb::SessionFactsResponse>, Status> {
-        Err(Status::unimplemented("not in this test"))
-    }
-
-    async fn update_rollout(
-        &self,
-        _: Request<toolmesh::pb::UpdateRolloutRequest>,
-    ) -> Result<Response<toolmesh::pb::UpdateRolloutResponse>, Status> {
-        Err(Status::unimplemented("not in this test"))
-    }
-
-    async fn list_rollouts(
-        &self,
-        _: Request<toolmesh::pb::ListRolloutsRequest>,
-    ) -> Result<Response<toolmesh::pb::ListRolloutsResponse>, Status> {
-        Err(Status::unimplemented("not in this test"))
-    }
+    registry
+        .set_disabled("tool_00000", Some("in this test".into()))
+        .unwrap();
+    let (reporter, health) = tonic_health::server::health_reporter();
+    // What a dispatcher publishes for a tool it exposes.
+    reporter
+        .set_service_status(
+            toolmesh::grpc::tool_health_service("tool_00001"),
+            tonic_health::ServingStatus::Serving,
+        )
+        .await;
+    let requests = Requests::default();
+    let counted = requests.clone();
+    let router = tonic::transport::Server::builder()
+        .layer(tower::util::MapRequestLayer::new(
+            move |request: tonic::codegen::http::Request<tonic::body::Body>| {
+                counted.note(request.uri().path());
+                request
+            },
+        ))
+        .add_service(health)
+        .add_service(registry.grpc_service());
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    tokio::spawn(
+        router.serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener)),
+    );
+    (addr, requests, reporter)
 }
 
 /// Issue 15: `toolmesh health` answers for 5,000 tools with one Check (the
@@ -325,15 +267,7 @@ impl Registry for Counting {
 /// asks the tool's own grpc.health.v1 service.
 #[tokio::test]
 async fn health_of_every_tool_takes_one_snapshot() {
-    let fake = Counting {
-        tools: 5_000,
-        checks: Arc::default(),
-        snapshots: Arc::default(),
-    };
-    let router = tonic::transport::Server::builder()
-        .add_service(HealthServer::new(fake.clone()))
-        .add_service(RegistryServer::new(fake.clone()));
-    let addr = toolmesh_testkit::serve_router(router).await.to_string();
+    let (addr, requests, _health) = counted_registry(5_000).await;
 
     let output = tokio::task::spawn_blocking({
         let addr = addr.clone();
@@ -351,8 +285,8 @@ async fn health_of_every_tool_takes_one_snapshot() {
         serde_json::json!({"tool": "tool_00000", "status": "NOT_SERVING"})
     );
     assert_eq!(tools[1]["status"], "SERVING");
-    assert_eq!(fake.checks.load(Ordering::SeqCst), 1, "one Check in all");
-    assert_eq!(fake.snapshots.load(Ordering::SeqCst), 1, "one snapshot");
+    assert_eq!(requests.of(CHECK), 1, "one Check in all");
+    assert_eq!(requests.of(GET_SNAPSHOT), 1, "one snapshot");
 
     let output = tokio::task::spawn_blocking(move || {
         toolmesh(&["--server", &addr, "health", "tool_00001"], "")
@@ -360,12 +294,8 @@ async fn health_of_every_tool_takes_one_snapshot() {
     .await
     .unwrap();
     assert_exit(&output, 0, "health TOOL");
-    assert_eq!(
-        fake.checks.load(Ordering::SeqCst),
-        2,
-        "one Check per tool asked"
-    );
-    assert_eq!(fake.snapshots.load(Ordering::SeqCst), 1);
+    assert_eq!(requests.of(CHECK), 2, "one Check per tool asked");
+    assert_eq!(requests.of(GET_SNAPSHOT), 1);
 }
 
 /// Issue 15: `call NAME @FILE` and `call NAME -` send what the file or stdin
