@@ -108,6 +108,26 @@ async fn quick_run_end_to_end() {
         report.overhead.nginx
     );
     assert!(report.overhead.sizes[0].latency.nginx.is_some());
+    // CPU per call: every target's executor spends some, a proxy in front
+    // spends some, a direct call has no proxy.
+    for size in &report.overhead.sizes {
+        for t in &size.throughput {
+            let nginx = t.nginx.as_ref().expect("nginx measured");
+            for (target, cpu) in [
+                ("toolmesh", &t.toolmesh.cpu_us_per_call),
+                ("nginx", &nginx.cpu_us_per_call),
+            ] {
+                assert!(
+                    cpu.len() == 2 && cpu[0] > 0.0 && cpu[1] > 0.0,
+                    "{target}: {cpu:?}"
+                );
+            }
+            assert_eq!(t.direct.cpu_us_per_call.first(), Some(&0.0));
+            assert!(t.direct.cpu_us_per_call[1] > 0.0, "{:?}", t.direct);
+        }
+        // This test binary's allocator does not count: said, not zero.
+        assert_eq!(size.allocations, None);
+    }
     assert!(
         report
             .targets
