@@ -45,28 +45,8 @@ struct Mesh {
 impl Mesh {
     fn start(ledger: &Path) -> Mesh {
         let ttl = TTL_MS.to_string();
-        let registry = Proc::toolmesh(
-            "registry",
-            &[
-                "registry",
-                "--listen",
-                "127.0.0.1:0",
-                "--default-ttl-ms",
-                &ttl,
-            ],
-        );
-        let registry_addr = registry.listen_addr();
-        let dispatcher = Proc::toolmesh(
-            "dispatcher",
-            &[
-                "dispatcher",
-                "--listen",
-                "127.0.0.1:0",
-                "--registry",
-                &registry_addr,
-            ],
-        );
-        let dispatcher_addr = dispatcher.listen_addr();
+        let (registry, registry_addr) = registry(&["--default-ttl-ms", &ttl]);
+        let (dispatcher, dispatcher_addr) = dispatcher_for(&registry_addr, &[]);
         let mut mesh = Mesh {
             registry_addr,
             registry,
@@ -577,17 +557,7 @@ async fn chaos_on_etcd() {
     let mut registry_a = replica("registry-a");
     let mut registry_b = replica("registry-b");
     let registries = format!("{},{}", registry_a.listen_addr(), registry_b.listen_addr());
-    let dispatcher_proc = Proc::toolmesh(
-        "dispatcher",
-        &[
-            "dispatcher",
-            "--listen",
-            "127.0.0.1:0",
-            "--registry",
-            &registries,
-        ],
-    );
-    let dispatcher_addr = dispatcher_proc.listen_addr();
+    let (mut dispatcher_proc, dispatcher_addr) = dispatcher_for(&registries, &[]);
     let ledger_arg = ledger_path.to_str().expect("utf-8 path").to_owned();
     let _executors: Vec<Proc> = (0..3)
         .map(|i| {
@@ -662,7 +632,6 @@ async fn chaos_on_etcd() {
         registry_b.alive(),
         "the surviving registry replica did not crash"
     );
-    let mut dispatcher_proc = dispatcher_proc;
     assert!(dispatcher_proc.alive(), "the dispatcher did not crash");
     let calls = calls.lock().unwrap().clone();
     let ledger = ledger(&ledger_path);

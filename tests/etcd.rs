@@ -58,22 +58,6 @@ fn replica_id(proc: &Proc) -> String {
         .to_owned()
 }
 
-/// A dispatcher following `registries` (comma-separated).
-fn dispatcher_for(registries: &str) -> (Proc, String) {
-    let proc = Proc::toolmesh(
-        "dispatcher",
-        &[
-            "dispatcher",
-            "--listen",
-            "127.0.0.1:0",
-            "--registry",
-            registries,
-        ],
-    );
-    let addr = proc.listen_addr();
-    (proc, addr)
-}
-
 fn registry_client(addr: &str) -> RegistryClient<Channel> {
     RegistryClient::new(
         toolmesh::grpc::channel(addr, &toolmesh::grpc::Tls::none()).expect("valid address"),
@@ -153,7 +137,7 @@ async fn two_replicas_agree_and_serve() {
     let (_a, a) = replica(&store);
     let (_b, b) = replica(&store);
     let _exec = executor(&a, "acc-1");
-    let (_d, d) = dispatcher_for(&b);
+    let (_d, d) = dispatcher_for(&b, &[]);
     let mut client = dispatcher(&d);
     until_listed(&mut client, &ACCEPTANCE_TOOLS, Duration::from_secs(10)).await;
     let response = invoke(&mut client, "acc_echo", r#"{"message":"hi"}"#, None).await;
@@ -455,8 +439,8 @@ async fn approval_across_dispatchers() {
     let (_a, a) = replica(&store);
     let (_b, b) = replica(&store);
     let _support = example("support", &format!("{a},{b}"), &["--ttl-ms", TTL_MS]);
-    let (_d1, d1) = dispatcher_for(&a);
-    let (_d2, d2) = dispatcher_for(&b);
+    let (_d1, d1) = dispatcher_for(&a, &[]);
+    let (_d2, d2) = dispatcher_for(&b, &[]);
     for d in [&d1, &d2] {
         until_listed(&mut dispatcher(d), &["send_email"], Duration::from_secs(10)).await;
     }
@@ -546,8 +530,8 @@ async fn session_facts_across_dispatchers() {
         &format!("{a},{b}"),
         &["--ttl-ms", TTL_MS, "--files-root", root],
     );
-    let (_d1, d1) = dispatcher_for(&a);
-    let (_d2, d2) = dispatcher_for(&b);
+    let (_d1, d1) = dispatcher_for(&a, &[]);
+    let (_d2, d2) = dispatcher_for(&b, &[]);
     for d in [&d1, &d2] {
         until_listed(&mut dispatcher(d), &["edit_file"], Duration::from_secs(10)).await;
     }
@@ -693,7 +677,7 @@ async fn etcd_leader_kill() {
     let (_b, b) = replica(&store);
     let both = format!("{a},{b}");
     let _exec = executor(&both, "acc-3");
-    let (_d, d) = dispatcher_for(&both);
+    let (_d, d) = dispatcher_for(&both, &[]);
     until_listed(&mut dispatcher(&d), &["acc_echo"], Duration::from_secs(10)).await;
     let stop = Stop::default();
     let calls = steady_calls(d.clone(), stop.clone());
@@ -758,7 +742,7 @@ async fn no_quorum_then_back() {
     // resumes expires what ran out), so the executor's lease must outlast
     // the outage: the default 10 s does.
     let _exec = executor_with_ttl(&both, "acc-4", "10000");
-    let (_d, d) = dispatcher_for(&both);
+    let (_d, d) = dispatcher_for(&both, &[]);
     until_listed(&mut dispatcher(&d), &["acc_echo"], Duration::from_secs(10)).await;
     let stop = Stop::default();
     let calls = steady_calls(d.clone(), stop.clone());
@@ -933,7 +917,7 @@ async fn rollouts_live_in_etcd() {
             "2.0.0",
         ],
     );
-    let (_d, d) = dispatcher_for(&b);
+    let (_d, d) = dispatcher_for(&b, &[]);
     let two_versions = |s: &pb::Snapshot| {
         s.tools
             .iter()

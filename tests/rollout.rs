@@ -527,34 +527,12 @@ async fn a_failing_canary_aborts_itself() {
     std::fs::write(&policy_path, policy(0)).unwrap();
     let policy_arg = policy_path.to_str().unwrap();
     let audit = dir.join("registry-audit.jsonl");
-    let registry = Proc::toolmesh(
-        "registry",
-        &[
-            "registry",
-            "--listen",
-            "127.0.0.1:0",
-            "--policy",
-            policy_arg,
-            "--audit",
-            audit.to_str().unwrap(),
-        ],
+    let (_registry, registry_addr) =
+        registry(&["--policy", policy_arg, "--audit", audit.to_str().unwrap()]);
+    let (_dispatcher, addr) = dispatcher_for(
+        &registry_addr,
+        &["--registry-token", "tok-dispatcher", "--policy", policy_arg],
     );
-    let registry_addr = registry.listen_addr();
-    let dispatcher_proc = Proc::toolmesh(
-        "dispatcher",
-        &[
-            "dispatcher",
-            "--listen",
-            "127.0.0.1:0",
-            "--registry",
-            &registry_addr,
-            "--registry-token",
-            "tok-dispatcher",
-            "--policy",
-            policy_arg,
-        ],
-    );
-    let addr = dispatcher_proc.listen_addr();
     let _v1 = executor_at(&registry_addr, "1.0.0", &[]);
     let _v2 = executor_at(&registry_addr, "2.0.0", &["--unavailable", "acc_echo"]);
     let mut client = dispatcher(&addr);

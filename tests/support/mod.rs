@@ -72,6 +72,31 @@ pub fn serve(extra: &[&str]) -> (Proc, String) {
     (proc, addr)
 }
 
+/// `toolmesh registry` on a free port.
+pub fn registry(extra: &[&str]) -> (Proc, String) {
+    let mut args = vec!["registry", "--listen", "127.0.0.1:0"];
+    args.extend_from_slice(extra);
+    let proc = Proc::toolmesh("registry", &args);
+    let addr = proc.listen_addr();
+    (proc, addr)
+}
+
+/// `toolmesh dispatcher` on a free port following `registries` (one
+/// address, or replicas comma-separated).
+pub fn dispatcher_for(registries: &str, extra: &[&str]) -> (Proc, String) {
+    let mut args = vec![
+        "dispatcher",
+        "--listen",
+        "127.0.0.1:0",
+        "--registry",
+        registries,
+    ];
+    args.extend_from_slice(extra);
+    let proc = Proc::toolmesh("dispatcher", &args);
+    let addr = proc.listen_addr();
+    (proc, addr)
+}
+
 /// `toolmesh ARGS…` started again on the port a killed process held
 /// (retrying while the kernel frees it); `args` carry `--listen ADDR`.
 pub fn restart_on(name: &str, args: &[&str]) -> Proc {
