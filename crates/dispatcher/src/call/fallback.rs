@@ -12,8 +12,8 @@ use std::sync::Arc;
 use std::sync::{Mutex, PoisonError};
 use toolmesh::pb::{ErrorCode, ToolResult};
 use toolmesh::{Snapshot, ToolDef, ToolRef, ToolResultExt};
-use toolmesh_governance::Policy;
 use toolmesh_governance::fallback_policy::FallbackRule;
+use toolmesh_governance::{Governance, Policy};
 
 /// Pairings remembered at most (one per primary and stand-in version).
 const MAX_PAIRINGS: usize = 1024;
@@ -56,12 +56,14 @@ pub(crate) struct Wanted {
 }
 
 /// The stand-in the policy names for the call in `trail`, when its
-/// `outcome` calls for one (cheap: no lookup unless the policy has
-/// `[[fallbacks]]`).
-pub(crate) fn wanted(policy: &Policy, trail: &Trail, outcome: &Outcome) -> Option<Wanted> {
+/// `outcome` calls for one (an answered call returns before the policy is
+/// read).
+pub(crate) fn wanted(governance: &Governance, trail: &Trail, outcome: &Outcome) -> Option<Wanted> {
     let def = trail.def.as_ref()?;
-    let rule = policy.fallbacks().for_tool(def.name())?;
+    // A call that needs no stand-in (most) reads no policy.
     let why = reason(def, outcome, trail.attempts)?;
+    let policy = governance.policy();
+    let rule = policy.fallbacks().for_tool(def.name())?;
     Some(Wanted {
         def: def.clone(),
         rule: rule.clone(),

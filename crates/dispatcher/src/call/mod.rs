@@ -177,7 +177,7 @@ impl Pipeline {
         };
         // Boxed: rare, and its state would otherwise make every call's
         // future larger (the state of one call is allocated per call).
-        let outcome = match fallback::wanted(&self.governance.policy(), &trail, &outcome) {
+        let outcome = match fallback::wanted(&self.governance, &trail, &outcome) {
             None => outcome,
             Some(wanted) => {
                 Box::pin(self.fall_back(call, &mut trail, outcome, wanted))
