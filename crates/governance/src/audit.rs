@@ -331,6 +331,17 @@ impl AuditSink {
         }
     }
 
+    /// Queues one record, waiting for room rather than dropping it, and
+    /// returns once it is written and flushed: for the rare decisions an
+    /// operator waits on, never for calls.
+    pub async fn keep(&self, record: AuditRecord) {
+        if self.tx.send(Msg::Record(Box::new(record))).await.is_err() {
+            self.stats.dropped.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        self.flush().await;
+    }
+
     /// Waits until every record queued before this call is written and flushed.
     pub async fn flush(&self) {
         let (ack, done) = oneshot::channel();
@@ -537,6 +548,29 @@ mod tests {
         assert_eq!(outcome_of(&ToolResult::default()), "OK");
         let denied = toolmesh::pb::ToolError::new(ErrorCode::PermissionDenied, "no").into_result();
         assert_eq!(outcome_of(&denied), "PERMISSION_DENIED");
+    }
+
+    /// `keep` returns with the record in the file, no flush asked, even
+    /// when more records than the queue holds are kept one after another.
+    #[tokio::test]
+    async fn kept_records_are_written_before_keep_returns() {
+        let path =
+            std::env::temp_dir().join(format!("toolmesh-audit-keep-{}.jsonl", std::process::id()));
+        let _ = std::fs::remove_file(&path);
+        let sink = AuditSink::append_to_file(&path, 1).await.unwrap();
+        for n in 1..=3 {
+            sink.keep(AuditRecord::new(
+                AuditKind::Invoke,
+                &who(),
+                &spec(&[]),
+                "{}",
+            ))
+            .await;
+            let text = std::fs::read_to_string(&path).unwrap();
+            assert_eq!(text.lines().count(), n, "{text}");
+        }
+        assert_eq!(sink.dropped(), 0);
+        let _ = std::fs::remove_file(&path);
     }
 
     /// The file sink appends one JSON line per record and flush waits for them.

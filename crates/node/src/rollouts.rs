@@ -14,19 +14,24 @@ use toolmesh_registry::{
 /// Rollout decisions as audit records.
 pub(crate) struct AuditJournal(pub(crate) AuditSink);
 
+#[tonic::async_trait]
 impl RolloutJournal for AuditJournal {
-    fn record(&self, change: &RolloutChange, rollout: &toolmesh::Rollout) {
+    async fn record(&self, change: &RolloutChange, rollout: &toolmesh::Rollout) {
         let kind = match change {
             RolloutChange::Start { .. } => AuditKind::RolloutStarted,
             RolloutChange::Set { .. } => AuditKind::RolloutChanged,
             RolloutChange::Promote => AuditKind::RolloutPromoted,
             RolloutChange::Abort { .. } => AuditKind::RolloutAborted,
         };
-        self.0.record(AuditRecord::rollout_decision(
-            kind,
-            &rollout.changed_by,
-            rollout,
-        ));
+        // Rollout decisions are rare and an operator waits on each: written
+        // and flushed before the answer (calls' records never wait).
+        self.0
+            .keep(AuditRecord::rollout_decision(
+                kind,
+                &rollout.changed_by,
+                rollout,
+            ))
+            .await;
     }
 }
 

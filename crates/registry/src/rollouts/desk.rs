@@ -8,9 +8,12 @@ use std::sync::Arc;
 use toolmesh::Rollout;
 
 /// Hears of every rollout change a desk makes (the audit log).
+#[tonic::async_trait]
 pub trait RolloutJournal: Send + Sync + 'static {
-    /// `rollout` is what `change` made of the tool's rollout.
-    fn record(&self, change: &RolloutChange, rollout: &Rollout);
+    /// `rollout` is what `change` made of the tool's rollout; returns once
+    /// the record is kept, so a change is never answered before it is
+    /// journaled (a crash right after would otherwise lose its record).
+    async fn record(&self, change: &RolloutChange, rollout: &Rollout);
 }
 
 /// Where rollout changes are made: the store, then the journal. The gRPC
@@ -39,7 +42,7 @@ impl RolloutDesk {
     pub async fn update(&self, request: RolloutRequest) -> Result<(u64, Rollout), RegistryError> {
         let (version, rollout) = self.store.update_rollout(&request).await?;
         if let Some(journal) = &self.journal {
-            journal.record(&request.change, &rollout);
+            journal.record(&request.change, &rollout).await;
         }
         log(&request, &rollout, version);
         Ok((version, rollout))
