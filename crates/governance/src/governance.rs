@@ -190,7 +190,15 @@ impl Governance {
         }
     }
 
-    /// Approves (`deny` = None) or denies a ticket; audited.
+    /// Writes the audit record of a decision an operator waits on, and
+    /// returns once it is written (see [`AuditSink::keep`]).
+    pub async fn audit_decision(&self, record: impl FnOnce() -> AuditRecord) {
+        if let Some(sink) = &self.audit {
+            sink.keep(record()).await;
+        }
+    }
+
+    /// Approves (`deny` = None) or denies a ticket; audited before it is answered.
     pub async fn decide_approval(
         &self,
         approver: &Principal,
@@ -212,7 +220,7 @@ impl Governance {
             .into_iter()
             .next()
             .ok_or_else(|| ApprovalError::Unknown { id: id.to_owned() })?;
-        self.audit(|| {
+        self.audit_decision(|| {
             let kind = if deny.is_some() {
                 AuditKind::ApprovalDenied
             } else {
@@ -228,7 +236,8 @@ impl Governance {
             record.approval_id = Some(decided.id.clone());
             record.reason = deny.map(str::to_owned);
             record
-        });
+        })
+        .await;
         Ok(decided)
     }
 }
