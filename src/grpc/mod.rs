@@ -4,6 +4,7 @@
 mod advertise;
 mod auth;
 mod channel;
+mod coalesce;
 mod deadline;
 mod health_gate;
 mod health_only;
@@ -14,6 +15,7 @@ mod tls;
 pub use advertise::{ADVERTISE_HINT, Unroutable, check_advertised};
 pub use auth::{PeerCertificate, bearer, bearer_token, peer_certificate, set_bearer};
 pub use channel::{BadAddress, channel};
+pub use coalesce::Coalesced;
 pub use deadline::{Bound, call_budget, parse_grpc_timeout, request_timeout};
 pub use health_gate::{HealthGate, Visible, gated_health};
 pub use health_only::HealthOnly;

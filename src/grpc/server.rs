@@ -1,7 +1,9 @@
 //! Serving: listen addresses, the server builder, accepted connections and reflection.
 
-use super::{BadAddress, Tls};
+use super::{BadAddress, Coalesced, Tls};
 use std::{net::SocketAddr, time::Duration};
+use tokio::net::TcpStream;
+use tokio_stream::{Stream, StreamExt};
 use tonic::transport::Server;
 
 /// Parses a listen address such as `127.0.0.1:0`.
@@ -11,9 +13,14 @@ pub fn listen_address(text: &str) -> Result<SocketAddr, BadAddress> {
 
 /// The connections a server accepts on `listener`, with TCP_NODELAY (tonic
 /// ignores `Server::tcp_nodelay` for `serve_with_incoming*`; without it a
-/// small answer waits ~40 ms for Nagle's algorithm and a delayed ACK).
-pub fn incoming(listener: tokio::net::TcpListener) -> tonic::transport::server::TcpIncoming {
-    tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true))
+/// small answer waits ~40 ms for Nagle's algorithm and a delayed ACK), each
+/// [`Coalesced`] so that an answer's frames leave in one write.
+pub fn incoming(
+    listener: tokio::net::TcpListener,
+) -> impl Stream<Item = std::io::Result<Coalesced<TcpStream>>> + Send + 'static {
+    tonic::transport::server::TcpIncoming::from(listener)
+        .with_nodelay(Some(true))
+        .map(|accepted| accepted.map(Coalesced::new))
 }
 
 /// A server builder with `tls` (if it has a certificate) and the mesh's

@@ -92,7 +92,9 @@ impl Direct {
     }
 
     /// A new connection with the mesh's settings: TCP_NODELAY, a connect
-    /// timeout, HTTP/2 keepalives so a dead peer is noticed.
+    /// timeout, HTTP/2 keepalives so a dead peer is noticed, and writes
+    /// [`Coalesced`](toolmesh::grpc::Coalesced) so that a request's HEADERS
+    /// and body leave together.
     async fn connect(&self) -> Result<SendRequest<Body>, BoxError> {
         let stream = tokio::time::timeout(
             toolmesh::grpc::CONNECT_TIMEOUT,
@@ -108,7 +110,7 @@ impl Direct {
             .keep_alive_interval(Duration::from_secs(10))
             .keep_alive_timeout(Duration::from_secs(5))
             .keep_alive_while_idle(true)
-            .handshake(TokioIo::new(stream))
+            .handshake(TokioIo::new(toolmesh::grpc::Coalesced::new(stream)))
             .await?;
         tokio::spawn(async move {
             if let Err(error) = connection.await {
