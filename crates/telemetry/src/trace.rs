@@ -206,14 +206,29 @@ pub fn install<L>(logs: L, service: &str, endpoint: Option<&str>) -> Result<bool
 where
     L: Layer<tracing_subscriber::Registry> + Send + Sync + 'static,
 {
-    use tracing_subscriber::layer::SubscriberExt;
     use tracing_subscriber::util::SubscriberInitExt;
     let otel = endpoint.map(|e| layer(service, e)).transpose()?;
-    Ok(tracing_subscriber::registry()
-        .with(logs)
-        .with(otel)
-        .try_init()
-        .is_ok())
+    Ok(subscriber(logs, otel).try_init().is_ok())
+}
+
+/// `logs` over the registry, with `otel` on top when exporting. With no
+/// exporter there is no layer at all: an absent (`None`) layer wants every
+/// span, so each call would make its spans, and record their fields, for
+/// nobody.
+fn subscriber<L, O>(logs: L, otel: Option<O>) -> Box<dyn Subscriber + Send + Sync>
+where
+    L: Layer<tracing_subscriber::Registry> + Send + Sync + 'static,
+    O: Layer<tracing_subscriber::layer::Layered<L, tracing_subscriber::Registry>>
+        + Send
+        + Sync
+        + 'static,
+{
+    use tracing_subscriber::layer::SubscriberExt;
+    let logged = tracing_subscriber::registry().with(logs);
+    match otel {
+        Some(otel) => Box::new(logged.with(otel)),
+        None => Box::new(logged),
+    }
 }
 
 /// Installs a subscriber that logs (filter from `RUST_LOG`) and exports to
@@ -235,4 +250,26 @@ pub fn install_default(service: &str, endpoint: Option<&str>) -> Result<(), Trac
         );
     install(logs, service, Some(endpoint))?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tracing_subscriber::layer::Identity;
+
+    /// Without an exporter the call path's spans are disabled (nearly
+    /// free), while the log layer still gets the spans it filters in.
+    #[test]
+    fn without_an_exporter_call_spans_are_never_made() {
+        let filter = tracing_subscriber::EnvFilter::new("info").add_directive(log_directive());
+        let logs = tracing_subscriber::fmt::layer()
+            .with_writer(std::io::sink)
+            .with_filter(filter);
+        tracing::subscriber::with_default(subscriber(logs, None::<Identity>), || {
+            let call = tracing::info_span!(target: TARGET, "execute_tool");
+            assert!(call.is_disabled(), "a call span was made for nobody");
+            let logged = tracing::info_span!("logged");
+            assert!(!logged.is_disabled(), "the log layer lost its spans");
+        });
+    }
 }
