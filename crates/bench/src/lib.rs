@@ -167,7 +167,8 @@ pub(crate) struct Plan {
     pub(crate) throughput_warmup: Duration,
     /// Each throughput window.
     pub(crate) throughput_window: Duration,
-    /// Calls in flight for throughput.
+    /// Calls in flight for throughput (1: the CPU a call costs at the
+    /// latency targets' concurrency).
     pub(crate) in_flight: Vec<usize>,
     /// Size of the small arguments.
     pub(crate) small_bytes: usize,
@@ -201,7 +202,7 @@ impl Plan {
                 latency_calls: 300,
                 throughput_warmup: Duration::from_millis(200),
                 throughput_window: Duration::from_millis(500),
-                in_flight: vec![32, 128],
+                in_flight: vec![1, 32, 128],
                 small_bytes: 100,
                 medium_bytes: 10_000,
                 baseline_tools: 100,
@@ -221,7 +222,7 @@ impl Plan {
                 latency_calls: 2_000,
                 throughput_warmup: Duration::from_millis(500),
                 throughput_window: Duration::from_secs(3),
-                in_flight: vec![32, 128],
+                in_flight: vec![1, 32, 128],
                 small_bytes: 100,
                 medium_bytes: 10_000,
                 baseline_tools: 100,

@@ -150,7 +150,9 @@ pub(crate) fn targets(overhead: &Overhead, scale: &Scale, freshness: &Freshness)
         }
     }
     for size in &overhead.sizes {
-        for row in &size.throughput {
+        // One call in flight is the latency targets' CPU figure, not a
+        // throughput target.
+        for row in size.throughput.iter().filter(|r| r.toolmesh.in_flight > 1) {
             let name = format!(
                 "toolmesh calls/s at {} in flight >= nginx's ({})",
                 row.toolmesh.in_flight, size.label
@@ -225,7 +227,8 @@ fn sdk_targets(sdk: &SdkRow) -> Vec<Target> {
             fmt_ratio(s.p50_us / r.p50_us)
         ),
     }];
-    for [s, r] in &sdk.throughput {
+    // One call in flight is the latency target's; throughput targets start above.
+    for [s, r] in sdk.throughput.iter().filter(|[s, _]| s.in_flight > 1) {
         out.push(Target {
             name: format!(
                 "executor SDK calls/s at {} in flight >= {SDK_MIN_THROUGHPUT_RATIO}x hand-written tonic",
@@ -626,12 +629,19 @@ fn proxy_cpu_line(size: &SizeResult) -> Option<String> {
             })
         })
         .collect();
-    let executor = size.throughput.first()?.direct.cpu_us_per_call.get(1)?;
+    let executor: Vec<String> = size
+        .throughput
+        .iter()
+        .filter_map(|t| {
+            let us = t.direct.cpu_us_per_call.get(1)?;
+            Some(format!("@{}: {}", t.direct.in_flight, fmt_us(*us)))
+        })
+        .collect();
     (!parts.is_empty()).then(|| {
         format!(
-            "   CPU/call = user+system time of the proxy's processes and the executor's (from /proc, over the calls/s windows) per call; the proxy alone {}; the executor {} per direct call",
+            "   CPU/call = user+system time of the proxy's processes and the executor's (from /proc, over the calls/s windows) per call; the proxy alone {}; the executor per direct call {}",
             parts.join(", "),
-            fmt_us(*executor)
+            executor.join(", ")
         )
     })
 }
@@ -1145,7 +1155,10 @@ mod tests {
             line.contains("@32: nginx 10 µs, toolmesh 25 µs (2.50x)"),
             "{line}"
         );
-        assert!(line.contains("the executor 20 µs"), "{line}");
+        assert!(
+            line.contains("the executor per direct call @32: 20 µs"),
+            "{line}"
+        );
         size.latency.nginx = None;
         size.throughput[0].nginx = None;
         let text = overhead_table(&size);

@@ -59,7 +59,13 @@ async fn quick_run_end_to_end() {
     for size in &report.overhead.sizes {
         assert!(size.latency.direct.calls > 0 && size.latency.toolmesh.calls > 0);
         assert_eq!(size.latency.toolmesh.errors, 0, "{}", size.label);
-        assert_eq!(size.throughput.len(), 2);
+        // One call in flight (the CPU a latency-target call costs), 32, 128.
+        let in_flight: Vec<usize> = size
+            .throughput
+            .iter()
+            .map(|r| r.toolmesh.in_flight)
+            .collect();
+        assert_eq!(in_flight, [1, 32, 128]);
         assert!(size.json_work_us > 0.0, "{}", size.label);
         for row in &size.throughput {
             assert!(row.direct.calls_per_sec > 0.0 && row.toolmesh.calls_per_sec > 0.0);
