@@ -13,7 +13,7 @@ use crate::{Principal, arguments_digest, value_digest};
 use serde::Serialize;
 use serde_json::Value;
 use std::{
-    io,
+    io::{self, BufWriter, Write},
     path::Path,
     sync::{
         Arc,
@@ -21,10 +21,7 @@ use std::{
     },
     time::{SystemTime, UNIX_EPOCH},
 };
-use tokio::{
-    io::{AsyncWrite, AsyncWriteExt, BufWriter},
-    sync::{mpsc, oneshot},
-};
+use tokio::sync::{mpsc, oneshot};
 use toolmesh::{
     ErrorCodeExt, ToolDef, ToolErrorExt,
     pb::{ErrorCode, ToolResult, ToolSpec},
@@ -263,8 +260,10 @@ struct Stats {
 }
 
 /// Where audit lines go. Cheap to clone; [`record`](Self::record) never
-/// waits: records queue in a bounded channel for a writer task, and when
-/// the queue is full they are dropped and counted ([`dropped`](Self::dropped)).
+/// waits: records queue in a bounded channel for a writer thread of its own
+/// (disk I/O never runs on the runtime's threads, and a batch of queued
+/// records is written and flushed together), and when the queue is full
+/// they are dropped and counted ([`dropped`](Self::dropped)).
 #[derive(Debug, Clone)]
 pub struct AuditSink {
     tx: mpsc::Sender<Msg>,
@@ -281,25 +280,28 @@ impl std::fmt::Debug for Msg {
 }
 
 impl AuditSink {
-    /// A sink writing to `writer` from a task spawned on the current Tokio
-    /// runtime, queueing at most `capacity` records (at least 1).
+    /// A sink writing to `writer` from a thread of its own, queueing at most
+    /// `capacity` records (at least 1). The thread ends, flushing, once
+    /// every clone of the sink is dropped.
     ///
-    /// # Panics
-    /// When called outside a Tokio runtime.
-    pub fn to_writer<W: AsyncWrite + Unpin + Send + 'static>(writer: W, capacity: usize) -> Self {
+    /// # Errors
+    /// When the thread cannot be started.
+    pub fn to_writer<W: Write + Send + 'static>(writer: W, capacity: usize) -> io::Result<Self> {
         let (tx, rx) = mpsc::channel(capacity.max(1));
         let stats = Arc::new(Stats::default());
-        tokio::spawn(write_loop(BufWriter::new(writer), rx, Arc::clone(&stats)));
-        AuditSink { tx, stats }
+        let written = Arc::clone(&stats);
+        std::thread::Builder::new()
+            .name("audit-writer".into())
+            .spawn(move || write_loop(BufWriter::new(writer), rx, &written))?;
+        Ok(AuditSink { tx, stats })
     }
 
-    /// A sink writing to standard output. Same panics as [`to_writer`](Self::to_writer).
-    pub fn stdout(capacity: usize) -> Self {
-        Self::to_writer(tokio::io::stdout(), capacity)
+    /// A sink writing to standard output. Same errors as [`to_writer`](Self::to_writer).
+    pub fn stdout(capacity: usize) -> io::Result<Self> {
+        Self::to_writer(io::stdout(), capacity)
     }
 
     /// A sink appending to the file at `path` (created if missing).
-    /// Same panics as [`to_writer`](Self::to_writer).
     pub async fn append_to_file(path: &Path, capacity: usize) -> io::Result<Self> {
         let file = tokio::fs::OpenOptions::new()
             .create(true)
@@ -315,7 +317,7 @@ impl AuditSink {
                     ),
                 )
             })?;
-        Ok(Self::to_writer(file, capacity))
+        Self::to_writer(file.into_std().await, capacity)
     }
 
     /// Queues one record; drops (and counts) it if the queue is full or the writer is gone.
@@ -366,39 +368,37 @@ impl AuditSink {
     }
 }
 
-async fn write_loop<W: AsyncWrite + Unpin>(
-    mut out: BufWriter<W>,
-    mut rx: mpsc::Receiver<Msg>,
-    stats: Arc<Stats>,
-) {
-    while let Some(first) = rx.recv().await {
+/// The writer thread: writes what is queued, flushing whenever the queue
+/// runs dry (and when asked), until every sender is gone.
+fn write_loop<W: Write>(mut out: BufWriter<W>, mut rx: mpsc::Receiver<Msg>, stats: &Stats) {
+    while let Some(first) = rx.blocking_recv() {
         let mut next = Some(first);
         while let Some(msg) = next.take() {
             match msg {
                 Msg::Record(record) => {
                     let mut line = record.to_json_line().into_bytes();
                     line.push(b'\n');
-                    match out.write_all(&line).await {
+                    match out.write_all(&line) {
                         Ok(()) => {
                             stats.written.fetch_add(1, Ordering::Relaxed);
                         }
-                        Err(e) => write_failed(&stats, &e),
+                        Err(e) => write_failed(stats, &e),
                     }
                 }
                 Msg::Flush(ack) => {
-                    if let Err(e) = out.flush().await {
-                        write_failed(&stats, &e);
+                    if let Err(e) = out.flush() {
+                        write_failed(stats, &e);
                     }
                     let _ = ack.send(());
                 }
             }
             next = rx.try_recv().ok();
         }
-        if let Err(e) = out.flush().await {
-            write_failed(&stats, &e);
+        if let Err(e) = out.flush() {
+            write_failed(stats, &e);
         }
     }
-    let _ = out.flush().await;
+    let _ = out.flush();
 }
 
 fn write_failed(stats: &Stats, error: &io::Error) {
@@ -412,11 +412,7 @@ fn write_failed(stats: &Stats, error: &io::Error) {
 mod tests {
     use super::*;
     use serde_json::json;
-    use std::{
-        pin::Pin,
-        task::{Context, Poll},
-        time::Duration,
-    };
+    use std::time::Duration;
 
     fn who() -> Principal {
         Principal {
@@ -597,36 +593,43 @@ mod tests {
         let _ = std::fs::remove_file(&path);
     }
 
-    struct Stalled;
-    impl AsyncWrite for Stalled {
-        fn poll_write(
-            self: Pin<&mut Self>,
-            _: &mut Context<'_>,
-            _: &[u8],
-        ) -> Poll<io::Result<usize>> {
-            Poll::Pending
+    /// A writer that tells when a write starts, then blocks until released
+    /// (its sender dropped), then fails.
+    struct Stalled {
+        started: std::sync::mpsc::Sender<()>,
+        release: std::sync::mpsc::Receiver<()>,
+    }
+    impl Write for Stalled {
+        fn write(&mut self, _: &[u8]) -> io::Result<usize> {
+            let _ = self.started.send(());
+            let _ = self.release.recv();
+            Err(io::ErrorKind::BrokenPipe.into())
         }
-        fn poll_flush(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
-            Poll::Pending
-        }
-        fn poll_shutdown(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<io::Result<()>> {
-            Poll::Pending
+        fn flush(&mut self) -> io::Result<()> {
+            Ok(())
         }
     }
 
     /// A stalled writer never blocks `record`: past the queue's capacity records are dropped and counted.
     #[tokio::test]
     async fn overflow_drops_and_counts() {
-        let sink = AuditSink::to_writer(Stalled, 2);
-        for _ in 0..10 {
-            sink.record(AuditRecord::new(
-                AuditKind::Invoke,
-                &who(),
-                &spec(&[]),
-                "{}",
-            ));
+        let (started, write_started) = std::sync::mpsc::channel();
+        let (release, released) = std::sync::mpsc::channel::<()>();
+        let stalled = Stalled {
+            started,
+            release: released,
+        };
+        let sink = AuditSink::to_writer(stalled, 2).unwrap();
+        let record = || AuditRecord::new(AuditKind::Invoke, &who(), &spec(&[]), "{}");
+        sink.record(record());
+        // The writer takes it and, the queue being empty, flushes it: it is
+        // stuck there from now on.
+        write_started.recv().unwrap();
+        for _ in 0..9 {
+            sink.record(record());
         }
-        assert_eq!(sink.dropped(), 8);
-        assert_eq!(sink.written(), 0);
+        // One record is stuck in the writer, two are queued.
+        assert_eq!(sink.dropped(), 7);
+        drop(release);
     }
 }

@@ -58,17 +58,16 @@ pub fn load_policy(config: &NodeConfig) -> Result<PolicySetup, NodeError> {
 
 /// The audit sink `config.audit` names (`-` is stdout), if any.
 pub async fn audit_sink(config: &NodeConfig) -> Result<Option<AuditSink>, NodeError> {
-    Ok(match config.audit.as_deref() {
-        None => None,
-        Some("-") => Some(AuditSink::stdout(AUDIT_CAPACITY)),
-        Some(path) => Some(
-            AuditSink::append_to_file(std::path::Path::new(path), AUDIT_CAPACITY)
-                .await
-                .map_err(|source| NodeError::Audit {
-                    path: path.to_owned(),
-                    source,
-                })?,
-        ),
+    let Some(path) = config.audit.as_deref() else {
+        return Ok(None);
+    };
+    let sink = match path {
+        "-" => AuditSink::stdout(AUDIT_CAPACITY),
+        path => AuditSink::append_to_file(std::path::Path::new(path), AUDIT_CAPACITY).await,
+    };
+    sink.map(Some).map_err(|source| NodeError::Audit {
+        path: path.to_owned(),
+        source,
     })
 }
 
