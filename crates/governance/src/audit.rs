@@ -57,6 +57,10 @@ pub enum AuditKind {
     /// An operator, or a dispatcher whose error check failed the canary
     /// (`rollout.automatic`), aborted a rollout.
     RolloutAborted,
+    /// An admin disabled a tool (`reason` says why).
+    ToolDisabled,
+    /// An admin enabled a disabled tool again.
+    ToolEnabled,
 }
 
 /// One audit line. Fields are public so the dispatcher fills what it knows;
@@ -92,7 +96,8 @@ pub struct AuditRecord {
     pub outcome: String,
     /// Wall time of the call.
     pub duration_ms: u64,
-    /// [`arguments_digest`] of the arguments.
+    /// [`arguments_digest`] of the arguments (taken when the record is
+    /// written, unless set before).
     pub arguments_sha256: String,
     /// The arguments, redacted; only for tools tagged [`RAW_ARGUMENTS_TAG`].
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -119,12 +124,17 @@ pub struct AuditRecord {
     /// `tenants`, `principals`, `automatic`, the guard).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub rollout: Option<Value>,
+    /// Arguments whose digest is still to be taken: by the writer, off the
+    /// call's thread (see [`to_json_line`](Self::to_json_line)).
+    #[serde(skip)]
+    digest_of: Option<Box<str>>,
 }
 
 impl AuditRecord {
     /// A record stamped now for `who` calling `spec` with `arguments`
     /// (raw JSON text); outcome `OK` until set. Parses the input schema
-    /// only when the tool allows raw arguments.
+    /// and the arguments only when the tool allows raw arguments; the
+    /// digest is otherwise taken when the record is written.
     pub fn new(kind: AuditKind, who: &Principal, spec: &ToolSpec, arguments: &str) -> Self {
         let raw = allows_raw_arguments(spec)
             .then(|| serde_json::from_str::<Value>(&spec.input_schema).ok())
@@ -134,7 +144,7 @@ impl AuditRecord {
 
     /// Like [`new`](Self::new), using the definition's already parsed
     /// schema and, when the caller has it, the already parsed arguments
-    /// (so the call path parses them once).
+    /// (which redacting raw arguments then does not parse again).
     pub fn for_def(
         kind: AuditKind,
         who: &Principal,
@@ -154,18 +164,23 @@ impl AuditRecord {
         parsed: Option<&Value>,
         schema: Option<&Value>,
     ) -> Self {
-        let owned = match parsed {
-            Some(_) => None,
-            None => serde_json::from_str::<Value>(arguments).ok(),
+        // Redacted raw arguments need the tree now; otherwise the digest
+        // (of the canonical JSON, so a parse) waits for the writer.
+        let (arguments_sha256, raw, digest_of) = match schema {
+            Some(schema) => {
+                let owned = match parsed {
+                    Some(_) => None,
+                    None => serde_json::from_str::<Value>(arguments).ok(),
+                };
+                let parsed = parsed.or(owned.as_ref());
+                let digest = match parsed {
+                    Some(value) => value_digest(value),
+                    None => arguments_digest(arguments),
+                };
+                (digest, parsed.map(|args| redact(schema, args)), None)
+            }
+            None => (String::new(), None, Some(arguments.into())),
         };
-        let parsed = parsed.or(owned.as_ref());
-        let arguments_sha256 = match parsed {
-            Some(value) => value_digest(value),
-            None => arguments_digest(arguments),
-        };
-        let raw = schema
-            .zip(parsed)
-            .map(|(schema, args)| redact(schema, args));
         AuditRecord {
             time: rfc3339(SystemTime::now()),
             kind,
@@ -189,15 +204,23 @@ impl AuditRecord {
             cache: None,
             fallback_for: None,
             rollout: None,
+            digest_of,
         }
     }
 
-    /// The record of a rollout decision: `actor` made `rollout` what it is
-    /// now (`kind` says how); the reason of an abort in `reason`.
-    pub fn rollout_decision(kind: AuditKind, actor: &str, rollout: &toolmesh::Rollout) -> Self {
+    /// Sets the arguments digest (a decision about arguments already
+    /// digested, or none at all: empty).
+    pub fn set_arguments_sha256(&mut self, digest: String) {
+        self.arguments_sha256 = digest;
+        self.digest_of = None;
+    }
+
+    /// The record of an operator's decision about `tool` (`version`, if it
+    /// names one): no call, no arguments.
+    fn decision(kind: AuditKind, actor: &str, tool: &str, version: String) -> Self {
         let spec = ToolSpec {
-            name: rollout.tool.clone(),
-            version: rollout.canary.to_string(),
+            name: tool.to_owned(),
+            version,
             ..ToolSpec::default()
         };
         let who = Principal {
@@ -207,7 +230,26 @@ impl AuditRecord {
             anonymous: false,
         };
         let mut record = Self::build(kind, &who, &spec, "", None, None);
-        record.arguments_sha256 = String::new();
+        record.set_arguments_sha256(String::new());
+        record
+    }
+
+    /// The record of `admin` disabling `tool` for `reason`, or with no
+    /// reason enabling it.
+    pub fn tool_switch(admin: &str, tool: &str, reason: Option<&str>) -> Self {
+        let kind = match reason {
+            Some(_) => AuditKind::ToolDisabled,
+            None => AuditKind::ToolEnabled,
+        };
+        let mut record = Self::decision(kind, admin, tool, String::new());
+        record.reason = reason.map(str::to_owned);
+        record
+    }
+
+    /// The record of a rollout decision: `actor` made `rollout` what it is
+    /// now (`kind` says how); the reason of an abort in `reason`.
+    pub fn rollout_decision(kind: AuditKind, actor: &str, rollout: &toolmesh::Rollout) -> Self {
+        let mut record = Self::decision(kind, actor, &rollout.tool, rollout.canary.to_string());
         record.reason = (!rollout.reason.is_empty()).then(|| rollout.reason.clone());
         record.rollout = Some(serde_json::json!({
             "state": rollout.state.name(),
@@ -223,7 +265,12 @@ impl AuditRecord {
     }
 
     /// The record as one JSON line (no trailing newline).
-    pub fn to_json_line(&self) -> String {
+    /// Takes the arguments digest first when it was left for now (as
+    /// records of calls leave it for the writer thread).
+    pub fn to_json_line(&mut self) -> String {
+        if let Some(arguments) = self.digest_of.take() {
+            self.arguments_sha256 = arguments_digest(&arguments);
+        }
         // Strings, numbers and a serde_json::Value: serialisation cannot fail.
         serde_json::to_string(self).unwrap_or_default()
     }
@@ -375,7 +422,7 @@ fn write_loop<W: Write>(mut out: BufWriter<W>, mut rx: mpsc::Receiver<Msg>, stat
         let mut next = Some(first);
         while let Some(msg) = next.take() {
             match msg {
-                Msg::Record(record) => {
+                Msg::Record(mut record) => {
                     let mut line = record.to_json_line().into_bytes();
                     line.push(b'\n');
                     match out.write_all(&line) {

@@ -232,7 +232,7 @@ impl Governance {
                 ..Default::default()
             };
             let mut record = AuditRecord::new(kind, approver, &spec, "");
-            record.arguments_sha256 = decided.args_sha256.clone();
+            record.set_arguments_sha256(decided.args_sha256.clone());
             record.approval_id = Some(decided.id.clone());
             record.reason = deny.map(str::to_owned);
             record

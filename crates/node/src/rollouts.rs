@@ -1,6 +1,7 @@
-//! Rollouts in a node: the audit journal of rollout decisions, and how its
-//! dispatcher asks the registry to abort a failing canary — the registry in
-//! this process, or one reached by gRPC with the dispatcher's token.
+//! Operators' decisions in a node: their audit journal (rollouts, tools
+//! disabled or enabled), and how its dispatcher asks the registry to abort a
+//! failing canary — the registry in this process, or one reached by gRPC
+//! with the dispatcher's token.
 
 use std::sync::Arc;
 use tonic::transport::Channel;
@@ -8,15 +9,15 @@ use toolmesh::pb::{self, registry_client::RegistryClient};
 use toolmesh_dispatcher::RolloutControl;
 use toolmesh_governance::{AuditKind, AuditRecord, AuditSink};
 use toolmesh_registry::{
-    RegistryError, RolloutChange, RolloutDesk, RolloutError, RolloutJournal, RolloutRequest,
+    DecisionJournal, RegistryError, RolloutChange, RolloutDesk, RolloutError, RolloutRequest,
 };
 
-/// Rollout decisions as audit records.
+/// Rollout decisions and tools disabled or enabled, as audit records.
 pub(crate) struct AuditJournal(pub(crate) AuditSink);
 
 #[tonic::async_trait]
-impl RolloutJournal for AuditJournal {
-    async fn record(&self, change: &RolloutChange, rollout: &toolmesh::Rollout) {
+impl DecisionJournal for AuditJournal {
+    async fn rollout(&self, change: &RolloutChange, rollout: &toolmesh::Rollout) {
         let kind = match change {
             RolloutChange::Start { .. } => AuditKind::RolloutStarted,
             RolloutChange::Set { .. } => AuditKind::RolloutChanged,
@@ -33,11 +34,18 @@ impl RolloutJournal for AuditJournal {
             ))
             .await;
     }
+
+    async fn switched(&self, tool: &str, reason: Option<&str>, admin: &str) {
+        // Like rollouts: an operator waits, and the record comes first.
+        self.0
+            .keep(AuditRecord::tool_switch(admin, tool, reason))
+            .await;
+    }
 }
 
 /// The journal of a node's audit sink, if it has one.
-pub(crate) fn journal(audit: Option<&AuditSink>) -> Option<Arc<dyn RolloutJournal>> {
-    audit.map(|sink| Arc::new(AuditJournal(sink.clone())) as Arc<dyn RolloutJournal>)
+pub(crate) fn journal(audit: Option<&AuditSink>) -> Option<Arc<dyn DecisionJournal>> {
+    audit.map(|sink| Arc::new(AuditJournal(sink.clone())) as Arc<dyn DecisionJournal>)
 }
 
 /// The request of an automatic abort of `tool`'s rollout of `canary`.

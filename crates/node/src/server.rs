@@ -22,7 +22,7 @@ use toolmesh_governance::AuditSink;
 use toolmesh_governance::approvals::ApprovalRelay;
 use toolmesh_governance::sessions::SessionRelay;
 use toolmesh_registry::{
-    ApprovalDesk, EtcdStore, Registry, RegistryConfig, RolloutDesk, RolloutJournal, Store,
+    ApprovalDesk, DecisionJournal, EtcdStore, Registry, RegistryConfig, RolloutDesk, Store,
     grpc_service,
 };
 use toolmesh_telemetry::{AdminServer, MetricsRegistry};
@@ -363,7 +363,7 @@ fn rollout_control(
     role: &Role,
     config: &NodeConfig,
     registry: Option<&Arc<dyn Store>>,
-    journal: &Option<Arc<dyn RolloutJournal>>,
+    journal: &Option<Arc<dyn DecisionJournal>>,
 ) -> Result<Option<Arc<dyn RolloutControl>>, NodeError> {
     Ok(match (role, registry) {
         (Role::Dispatcher { registry, token }, _) => Some(Arc::new(rollouts::RemoteAbort {

@@ -27,7 +27,7 @@ pub use error::RegistryError;
 pub use etcd_store::EtcdStore;
 pub use gate::{Gate, GateError, OpenGate, SnapshotReader};
 pub use registry::Registry;
-pub use rollouts::{RolloutChange, RolloutDesk, RolloutError, RolloutJournal, RolloutRequest};
+pub use rollouts::{DecisionJournal, RolloutChange, RolloutDesk, RolloutError, RolloutRequest};
 pub use service::{ApprovalDesk, RegistryService, SnapshotStream, grpc_service};
 pub use session_facts::exchange as session_facts;
 pub use shared::SharedRecord;

@@ -8,7 +8,7 @@ mod record;
 mod request;
 mod rules;
 
-pub use desk::{RolloutDesk, RolloutJournal};
+pub use desk::{DecisionJournal, RolloutDesk};
 pub use error::RolloutError;
 pub(crate) use record::RolloutRecord;
 pub use request::{RolloutChange, RolloutRequest};

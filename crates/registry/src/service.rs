@@ -4,7 +4,7 @@ use crate::error::RegistryError;
 use crate::gate::GateError;
 use crate::gate::SnapshotReader;
 use crate::registry::Registry;
-use crate::rollouts::{RolloutDesk, RolloutJournal, RolloutRequest};
+use crate::rollouts::{DecisionJournal, RolloutDesk, RolloutRequest};
 use crate::store::Store;
 use futures_util::{Stream, StreamExt, stream};
 use std::pin::Pin;
@@ -22,6 +22,8 @@ pub struct RegistryService {
     registry: Arc<dyn Store>,
     desk: Option<Arc<dyn ApprovalDesk>>,
     rollouts: RolloutDesk,
+    /// Hears of tools disabled and enabled (rollouts tell it through `rollouts`).
+    journal: Option<Arc<dyn DecisionJournal>>,
 }
 
 /// Serves the `Approvals` RPC: the shared approval book (its rules live in
@@ -52,16 +54,17 @@ impl Registry {
 /// The `toolmesh.v1.Registry` gRPC service over any [`Store`], with the
 /// mesh's message size limits; `desk` serves shared approvals (without one,
 /// `Approvals` answers UNIMPLEMENTED); `journal` hears of every rollout
-/// change.
+/// change and every tool disabled or enabled.
 pub fn grpc_service(
     store: Arc<dyn Store>,
     desk: Option<Arc<dyn ApprovalDesk>>,
-    journal: Option<Arc<dyn RolloutJournal>>,
+    journal: Option<Arc<dyn DecisionJournal>>,
 ) -> pb::registry_server::RegistryServer<RegistryService> {
     pb::registry_server::RegistryServer::new(RegistryService {
-        rollouts: RolloutDesk::new(store.clone(), journal),
+        rollouts: RolloutDesk::new(store.clone(), journal.clone()),
         registry: store,
         desk,
+        journal,
     })
     .max_decoding_message_size(toolmesh::grpc::MAX_CALL_MESSAGE_BYTES)
     .max_encoding_message_size(toolmesh::grpc::MAX_SNAPSHOT_MESSAGE_BYTES)
@@ -99,6 +102,13 @@ impl RegistryService {
             .map_err(RegistryError::SwitchRefused)?;
         tracing::info!(%admin, "admin request");
         Ok(admin)
+    }
+
+    /// Tells the journal, if any, that `admin` disabled or enabled `tool`.
+    async fn journal_switch(&self, tool: &str, reason: Option<&str>, admin: &str) {
+        if let Some(journal) = &self.journal {
+            journal.switched(tool, reason, admin).await;
+        }
     }
 
     /// Who changes a rollout: an admin, or — for an automatic abort — a
@@ -173,7 +183,7 @@ impl pb::registry_server::Registry for RegistryService {
         &self,
         request: Request<pb::DisableToolRequest>,
     ) -> Result<Response<pb::DisableToolResponse>, Status> {
-        self.admin(request.metadata())?;
+        let admin = self.admin(request.metadata())?;
         let request = request.into_inner();
         if request.reason.trim().is_empty() {
             return Err(Status::invalid_argument(
@@ -182,8 +192,10 @@ impl pb::registry_server::Registry for RegistryService {
         }
         let snapshot_version = self
             .registry
-            .set_disabled(&request.tool, Some(request.reason))
+            .set_disabled(&request.tool, Some(request.reason.clone()))
             .await?;
+        self.journal_switch(&request.tool, Some(&request.reason), &admin)
+            .await;
         Ok(Response::new(pb::DisableToolResponse { snapshot_version }))
     }
 
@@ -191,11 +203,10 @@ impl pb::registry_server::Registry for RegistryService {
         &self,
         request: Request<pb::EnableToolRequest>,
     ) -> Result<Response<pb::EnableToolResponse>, Status> {
-        self.admin(request.metadata())?;
-        let snapshot_version = self
-            .registry
-            .set_disabled(&request.get_ref().tool, None)
-            .await?;
+        let admin = self.admin(request.metadata())?;
+        let tool = &request.get_ref().tool;
+        let snapshot_version = self.registry.set_disabled(tool, None).await?;
+        self.journal_switch(tool, None, &admin).await;
         Ok(Response::new(pb::EnableToolResponse { snapshot_version }))
     }
 

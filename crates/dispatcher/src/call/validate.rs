@@ -14,7 +14,7 @@ use toolmesh_governance::Narrowing;
 
 /// Arguments that passed every check. Their tree is built only when a
 /// stage needs one (preconditions, approvals, the cache key, session facts,
-/// the audit log): most calls never do.
+/// raw arguments in the audit log): most calls never do.
 #[derive(Debug, Clone, Default)]
 pub(crate) struct Arguments {
     tree: OnceLock<Value>,
@@ -25,6 +25,11 @@ impl Arguments {
         Arguments {
             tree: OnceLock::from(tree),
         }
+    }
+
+    /// The tree, if a stage has built it already.
+    pub(crate) fn built(&self) -> Option<&Value> {
+        self.tree.get()
     }
 
     /// The arguments as a tree, parsed from `text` (the call's, which they

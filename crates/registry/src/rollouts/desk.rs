@@ -7,13 +7,17 @@ use crate::store::Store;
 use std::sync::Arc;
 use toolmesh::Rollout;
 
-/// Hears of every rollout change a desk makes (the audit log).
+/// Hears of every decision operators make through the registry (the audit
+/// log): rollout changes and tools disabled or enabled. Each returns once
+/// the record is kept, so a decision is never answered before it is
+/// journaled (a crash right after would otherwise lose its record).
 #[tonic::async_trait]
-pub trait RolloutJournal: Send + Sync + 'static {
-    /// `rollout` is what `change` made of the tool's rollout; returns once
-    /// the record is kept, so a change is never answered before it is
-    /// journaled (a crash right after would otherwise lose its record).
-    async fn record(&self, change: &RolloutChange, rollout: &Rollout);
+pub trait DecisionJournal: Send + Sync + 'static {
+    /// `rollout` is what `change` made of the tool's rollout.
+    async fn rollout(&self, change: &RolloutChange, rollout: &Rollout);
+
+    /// `admin` disabled `tool` (for `reason`) or, with no reason, enabled it.
+    async fn switched(&self, tool: &str, reason: Option<&str>, admin: &str);
 }
 
 /// Where rollout changes are made: the store, then the journal. The gRPC
@@ -22,7 +26,7 @@ pub trait RolloutJournal: Send + Sync + 'static {
 #[derive(Clone)]
 pub struct RolloutDesk {
     store: Arc<dyn Store>,
-    journal: Option<Arc<dyn RolloutJournal>>,
+    journal: Option<Arc<dyn DecisionJournal>>,
 }
 
 impl std::fmt::Debug for RolloutDesk {
@@ -33,7 +37,7 @@ impl std::fmt::Debug for RolloutDesk {
 
 impl RolloutDesk {
     /// A desk over `store`, telling `journal` (if any) of each change.
-    pub fn new(store: Arc<dyn Store>, journal: Option<Arc<dyn RolloutJournal>>) -> Self {
+    pub fn new(store: Arc<dyn Store>, journal: Option<Arc<dyn DecisionJournal>>) -> Self {
         RolloutDesk { store, journal }
     }
 
@@ -42,7 +46,7 @@ impl RolloutDesk {
     pub async fn update(&self, request: RolloutRequest) -> Result<(u64, Rollout), RegistryError> {
         let (version, rollout) = self.store.update_rollout(&request).await?;
         if let Some(journal) = &self.journal {
-            journal.record(&request.change, &rollout).await;
+            journal.rollout(&request.change, &rollout).await;
         }
         log(&request, &rollout, version);
         Ok((version, rollout))
