@@ -563,13 +563,17 @@ async fn preconditions_with_file_tools() {
 }
 
 /// `toolmesh disable` takes a tool out (DISABLED with the reason), the
-/// switch survives a registry restart, and `toolmesh enable` brings it back.
+/// switch survives a registry restart, and `toolmesh enable` brings it back;
+/// each switch is in the audit log before it is answered (the first
+/// process is SIGKILLed right after disabling).
 #[tokio::test]
 async fn disable_survives_registry_restart() {
     let dir = temp_dir("disable");
     let data = dir.join("data");
     let data_arg = data.to_str().unwrap().to_owned();
-    let (mut serve1, addr) = serve(&["--data-dir", &data_arg]);
+    let audit = dir.join("audit.jsonl");
+    let audit_arg = audit.to_str().unwrap().to_owned();
+    let (mut serve1, addr) = serve(&["--data-dir", &data_arg, "--audit", &audit_arg]);
     let _exec = example("acceptance", &addr, &["--ttl-ms", "1000"]);
     let mut client = dispatcher(&addr);
     until_listed(&mut client, &["acc_echo"], Duration::from_secs(10)).await;
@@ -601,9 +605,28 @@ async fn disable_survives_registry_restart() {
     );
 
     serve1.kill9();
+    let switches = |kind: &str| -> Vec<serde_json::Value> {
+        audit_lines(&audit)
+            .into_iter()
+            .filter(|r| r["kind"] == kind)
+            .collect()
+    };
+    let disabled = switches("tool_disabled");
+    assert_eq!(disabled.len(), 1, "{disabled:?}");
+    assert_eq!(disabled[0]["tool"], "acc_echo");
+    assert_eq!(disabled[0]["reason"], "incident 7");
+    assert!(!disabled[0]["caller"].as_str().unwrap_or("").is_empty());
     let _serve2 = restart_on(
         "serve",
-        &["serve", "--listen", &addr, "--data-dir", &data_arg],
+        &[
+            "serve",
+            "--listen",
+            &addr,
+            "--data-dir",
+            &data_arg,
+            "--audit",
+            &audit_arg,
+        ],
     );
     let mut client = dispatcher(&addr);
     until_listed(&mut client, &["acc_charge"], Duration::from_secs(5)).await;
@@ -621,6 +644,9 @@ async fn disable_survives_registry_restart() {
     );
     let back = invoke(&mut client, "acc_echo", r#"{"message":"x"}"#, None).await;
     assert_eq!(code(&back), 0, "{}", message(&back));
+    let enabled = switches("tool_enabled");
+    assert_eq!(enabled.len(), 1, "{enabled:?}");
+    assert_eq!(enabled[0]["tool"], "acc_echo");
 }
 
 /// `acc_echo` pinned to snapshot `version`.
