@@ -479,6 +479,13 @@ async fn abort_and_promote_survive_restarts() {
         "2.0.0 for everyone after the promotion",
         Duration::from_secs(10),
         || async {
+            // Until 2.0.0's executor has registered again a caller may be
+            // listed 1.0.0 and, a moment later, run 2.0.0: wait for it.
+            let status: serde_json::Value =
+                serde_json::from_str(&cli(&addr, &["rollout", "status", "--json"])).ok()?;
+            if echo_rollout(&status)["canary_exposed"] != true {
+                return None;
+            }
             versions_of(&addr, 100)
                 .await
                 .iter()
