@@ -437,22 +437,32 @@ async fn example_advertises_a_reachable_address() {
     assert!(!snapshot.contains("0.0.0.0"), "{snapshot}");
 }
 
-/// `--serve-threads 2`: two serve threads (thread per core), each on its
-/// own SO_REUSEPORT listener with its own executor connections; calls over
-/// many connections, spread by the kernel across both, all succeed, and
-/// SIGTERM stops both threads cleanly.
+/// `--serve-threads 2`: two serve threads (thread per core), each with its
+/// own executor connections; the connections are handed to both threads,
+/// which both serve calls; the port stays the process' own (a second
+/// process asking for it is refused); SIGTERM stops both threads cleanly.
 #[tokio::test]
 async fn serve_threads_share_the_port() {
     let mut mesh = acceptance(&["--serve-threads", "2", "--grace-ms", "2000"], &[]).await;
-    let threads: Vec<String> = std::fs::read_dir(format!("/proc/{}/task", mesh.serve.pid()))
-        .unwrap()
-        .flatten()
-        .filter_map(|task| std::fs::read_to_string(task.path().join("comm")).ok())
-        .map(|name| name.trim().to_owned())
-        .collect();
-    for lane in ["serve-lane-1", "serve-lane-2"] {
-        assert!(threads.iter().any(|t| t == lane), "{lane} in {threads:?}");
-    }
+    // On-CPU time of each serve thread, in ns (`schedstat`), by name.
+    let lanes = |pid: i32| -> std::collections::BTreeMap<String, u64> {
+        std::fs::read_dir(format!("/proc/{pid}/task"))
+            .unwrap()
+            .flatten()
+            .filter_map(|task| {
+                let name = std::fs::read_to_string(task.path().join("comm")).ok()?;
+                let name = name.trim().to_owned();
+                let ran = std::fs::read_to_string(task.path().join("schedstat")).ok()?;
+                let ran = ran.split_whitespace().next()?.parse().ok()?;
+                name.starts_with("serve-lane-").then_some((name, ran))
+            })
+            .collect()
+    };
+    let before = lanes(mesh.serve.pid());
+    assert_eq!(
+        before.keys().collect::<Vec<_>>(),
+        ["serve-lane-1", "serve-lane-2"]
+    );
     let mut calls = tokio::task::JoinSet::new();
     for i in 0..16 {
         // A channel per task: a connection of its own.
@@ -471,6 +481,20 @@ async fn serve_threads_share_the_port() {
     while let Some(done) = calls.join_next().await {
         done.unwrap();
     }
+    let after = lanes(mesh.serve.pid());
+    for (lane, ran) in &before {
+        assert!(
+            after[lane] > *ran,
+            "{lane} served no call: {before:?} -> {after:?}"
+        );
+    }
+    let second = std::process::Command::new(toolmesh_bin())
+        .args(["serve", "--listen", &mesh.addr, "--serve-threads", "2"])
+        .output()
+        .unwrap();
+    assert!(!second.status.success(), "a second serve took the port too");
+    let said = String::from_utf8_lossy(&second.stderr);
+    assert!(said.contains(&mesh.addr), "{said}");
     mesh.serve.signal(libc::SIGTERM);
     let exit = mesh.serve.wait_exit(Duration::from_secs(5));
     assert!(

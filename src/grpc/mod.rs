@@ -19,7 +19,7 @@ pub use coalesce::Coalesced;
 pub use deadline::{Bound, call_budget, parse_grpc_timeout, request_timeout};
 pub use health_gate::{HealthGate, Visible, gated_health};
 pub use health_only::HealthOnly;
-pub use server::{incoming, listen_address, reflection_service, server_builder};
+pub use server::{accepted, incoming, listen_address, reflection_service, server_builder};
 pub use shutdown::shutdown_signal;
 pub use tls::{Tls, TlsError, TlsFiles};
 

@@ -11,16 +11,21 @@ pub fn listen_address(text: &str) -> Result<SocketAddr, BadAddress> {
     text.parse().map_err(|_| BadAddress(text.to_owned()))
 }
 
-/// The connections a server accepts on `listener`, with TCP_NODELAY (tonic
-/// ignores `Server::tcp_nodelay` for `serve_with_incoming*`; without it a
-/// small answer waits ~40 ms for Nagle's algorithm and a delayed ACK), each
-/// [`Coalesced`] so that an answer's frames leave in one write.
+/// The connections a server accepts on `listener`, each made ready by
+/// [`accepted`].
 pub fn incoming(
     listener: tokio::net::TcpListener,
 ) -> impl Stream<Item = std::io::Result<Coalesced<TcpStream>>> + Send + 'static {
-    tonic::transport::server::TcpIncoming::from(listener)
-        .with_nodelay(Some(true))
-        .map(|accepted| accepted.map(Coalesced::new))
+    tonic::transport::server::TcpIncoming::from(listener).map(|a| a.and_then(accepted))
+}
+
+/// A connection a server accepted, as the mesh serves it: TCP_NODELAY
+/// (tonic ignores `Server::tcp_nodelay` for `serve_with_incoming*`; without
+/// it a small answer waits ~40 ms for Nagle's algorithm and a delayed ACK),
+/// and [`Coalesced`] so that an answer's frames leave in one write.
+pub fn accepted(stream: TcpStream) -> std::io::Result<Coalesced<TcpStream>> {
+    stream.set_nodelay(true)?;
+    Ok(Coalesced::new(stream))
 }
 
 /// A server builder with `tls` (if it has a certificate) and the mesh's

@@ -269,8 +269,8 @@ pub(crate) struct ServerArgs {
     /// Calls a dispatcher keeps in flight before it sheds load.
     #[arg(long, default_value_t = 4096)]
     pub(crate) max_in_flight: usize,
-    /// Serve gRPC on N threads of their own, thread per core: each accepts
-    /// on its own SO_REUSEPORT listener and keeps its own connections to
+    /// Serve gRPC on N threads of their own, thread per core: each serves
+    /// the connections handed to it in turn and keeps its own connections to
     /// executors, so a call never changes threads. Default: one per core;
     /// 0 serves on the process' shared runtime.
     #[arg(long, env = "TOOLMESH_SERVE_THREADS", default_value_t = cores())]

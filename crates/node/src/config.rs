@@ -51,10 +51,10 @@ pub struct NodeConfig {
     /// Calls a dispatcher keeps in flight before it sheds load.
     pub max_in_flight: usize,
     /// Serve gRPC on this many threads of their own (thread per core): each
-    /// runs a current-thread runtime accepting on its own `SO_REUSEPORT`
-    /// listener, and a dispatcher keeps one connection per executor per
-    /// thread, so a call never changes threads. 0 serves on the process'
-    /// shared runtime.
+    /// runs a current-thread runtime serving the connections handed to it in
+    /// turn, and a dispatcher keeps one connection per executor per thread,
+    /// so a call never changes threads. 0 serves on the process' shared
+    /// runtime.
     pub serve_threads: usize,
     /// Recent snapshots a dispatcher keeps so callers can pin a version.
     pub snapshot_history: usize,

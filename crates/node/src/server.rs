@@ -144,15 +144,7 @@ pub async fn start(role: Role, config: &NodeConfig) -> Result<Running, NodeError
     let policy = load_policy(config)?;
     toolmesh_telemetry::trace::install_default(role.label(), config.otlp_endpoint.as_deref())?;
     let metrics = MetricsRegistry::default();
-    let (addr, listener) = match config.serve_threads {
-        0 => bind(&config.listen).await?,
-        _ => {
-            let addr = toolmesh::grpc::listen_address(&config.listen)?;
-            lanes::shared_listener(addr)
-                .and_then(|l| Ok((l.local_addr()?, l)))
-                .map_err(|source| NodeError::Listen { addr, source })?
-        }
-    };
+    let (addr, listener) = bind(&config.listen).await?;
     let health = tonic_health::server::HealthReporter::new();
     let registry = open_registry(&role, config, &policy, &metrics).await?;
     let snapshots: Option<tokio::sync::watch::Receiver<Arc<Snapshot>>> = match (&role, &registry) {
@@ -216,7 +208,7 @@ pub async fn start(role: Role, config: &NodeConfig) -> Result<Running, NodeError
         .add_optional_service(dispatcher.as_ref().map(Dispatcher::grpc_service))
         .add_optional_service(dispatcher.as_ref().map(Dispatcher::governance_service));
     let stop = CancellationToken::new();
-    let task = lanes::serve(router, (addr, listener), config.serve_threads, stop.clone()).await?;
+    let task = lanes::serve(router, listener, config.serve_threads, stop.clone())?;
     tracing::info!(%addr, role = role.label(), threads = config.serve_threads, "listening");
     Ok(Running {
         addr,

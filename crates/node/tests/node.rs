@@ -151,9 +151,8 @@ fn thread_names() -> Vec<String> {
         .unwrap_or_default()
 }
 
-/// With serve threads, a node answers on every connection (the kernel
-/// spreads them across the threads' listeners) and, once stopped, leaves
-/// no serve thread behind.
+/// With serve threads, a node answers on every connection (handed to the
+/// threads in turn) and, once stopped, leaves no serve thread behind.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn serve_threads_answer_and_stop() {
     let lanes = |names: &[String]| {
