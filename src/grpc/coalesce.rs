@@ -5,13 +5,13 @@
 //! reference, and a new request's body is queued by another task only once
 //! its HEADERS frame has opened the stream; so each call left in two writes
 //! and woke the peer twice. [`Coalesced`] copies what is written and, at a
-//! flush, first lets every task that is ready run (`yield_now`, which wakes
-//! it only then), so the frames those tasks queue meanwhile leave with the
-//! rest. On a multi-thread runtime that wake would go through another
-//! worker and cost more than the write it saves, so there writes go straight
-//! through.
+//! flush, first lets every task that is ready run (it wakes itself and
+//! yields once: a current-thread runtime runs it again after the tasks
+//! already queued), so the frames those tasks queue meanwhile leave with
+//! the rest. On a multi-thread runtime that wake would go through another
+//! worker and cost more than the write it saves, so there writes go
+//! straight through.
 
-use std::future::Future;
 use std::io;
 use std::pin::Pin;
 use std::task::{Context, Poll, ready};
@@ -19,9 +19,6 @@ use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 
 /// Bytes held before a write goes through without waiting for a flush.
 const HOLD_LIMIT: usize = 64 * 1024;
-
-/// The wait a flush takes before writing: one turn of the runtime.
-type Turn = Pin<Box<dyn Future<Output = ()> + Send + Sync>>;
 
 /// An IO whose writes are sent at the next flush, after the runtime has run
 /// the tasks that are ready (on a current-thread runtime; elsewhere it
@@ -33,8 +30,8 @@ pub struct Coalesced<T> {
     /// Accepted, not yet written; `written` bytes of it have been.
     held: Vec<u8>,
     written: usize,
-    /// Set while a flush waits for its turn.
-    turn: Option<Turn>,
+    /// Set while a flush waits for the ready tasks to run.
+    yielded: bool,
 }
 
 impl<T> std::fmt::Debug for Coalesced<T> {
@@ -56,7 +53,7 @@ impl<T> Coalesced<T> {
             holds,
             held: Vec::new(),
             written: 0,
-            turn: None,
+            yielded: false,
         }
     }
 
@@ -142,12 +139,13 @@ impl<T: AsyncWrite + Unpin> AsyncWrite for Coalesced<T> {
     fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
         let this = &mut *self;
         if this.written < this.held.len() {
-            let turn = this
-                .turn
-                .get_or_insert_with(|| Box::pin(tokio::task::yield_now()));
-            ready!(turn.as_mut().poll(cx));
-            this.turn = None;
+            if !this.yielded {
+                this.yielded = true;
+                cx.waker().wake_by_ref();
+                return Poll::Pending;
+            }
             ready!(this.poll_drain(cx))?;
+            this.yielded = false;
         }
         Pin::new(&mut this.inner).poll_flush(cx)
     }
