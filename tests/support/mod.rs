@@ -65,34 +65,26 @@ impl TestProc for Proc {
 
 /// `toolmesh serve` on a free port.
 pub fn serve(extra: &[&str]) -> (Proc, String) {
-    let mut args = vec!["serve", "--listen", "127.0.0.1:0"];
-    args.extend_from_slice(extra);
-    let proc = Proc::toolmesh("serve", &args);
-    let addr = proc.listen_addr();
-    (proc, addr)
+    on_free_port("serve", &[], extra)
 }
 
 /// `toolmesh registry` on a free port.
 pub fn registry(extra: &[&str]) -> (Proc, String) {
-    let mut args = vec!["registry", "--listen", "127.0.0.1:0"];
-    args.extend_from_slice(extra);
-    let proc = Proc::toolmesh("registry", &args);
-    let addr = proc.listen_addr();
-    (proc, addr)
+    on_free_port("registry", &[], extra)
 }
 
 /// `toolmesh dispatcher` on a free port following `registries` (one
 /// address, or replicas comma-separated).
 pub fn dispatcher_for(registries: &str, extra: &[&str]) -> (Proc, String) {
-    let mut args = vec![
-        "dispatcher",
-        "--listen",
-        "127.0.0.1:0",
-        "--registry",
-        registries,
-    ];
-    args.extend_from_slice(extra);
-    let proc = Proc::toolmesh("dispatcher", &args);
+    on_free_port("dispatcher", &["--registry", registries], extra)
+}
+
+/// `toolmesh ROLE --listen 127.0.0.1:0 ARGS… EXTRA…` and where it listens.
+fn on_free_port(role: &str, args: &[&str], extra: &[&str]) -> (Proc, String) {
+    let mut all = vec![role, "--listen", "127.0.0.1:0"];
+    all.extend_from_slice(args);
+    all.extend_from_slice(extra);
+    let proc = Proc::toolmesh(role, &all);
     let addr = proc.listen_addr();
     (proc, addr)
 }
