@@ -306,6 +306,11 @@ pub(crate) async fn run(plan: &Plan, bins: &Binaries, logs: &Path) -> Result<Ove
     let mut mcp = None;
     let mut sdk = None;
     let mut in_process = None;
+    let costs = Costs {
+        executor: example.pid(),
+        nginx: nginx.as_ref().map(nginx::Nginx::pid),
+        toolmesh: serve.pid(),
+    };
     for (label, arguments) in sizes {
         let work = Workload {
             tool: TOOL.into(),
@@ -322,11 +327,6 @@ pub(crate) async fn run(plan: &Plan, bins: &Binaries, logs: &Path) -> Result<Ove
             };
             clients.nginx = None;
         }
-        let costs = Costs {
-            executor: example.pid(),
-            nginx: nginx.as_ref().map(nginx::Nginx::pid),
-            toolmesh: serve.pid(),
-        };
         let mut result = measure_size(plan, &clients, &costs, label, &work).await;
         (result.json_work_us, result.json_full_us) = json_work_us(&echo, &work.arguments);
         let in_process = match &in_process {
