@@ -293,7 +293,9 @@ async fn chaos_suite() {
         "SIGTERM replica-2".into(),
         format!("NOT_SERVING -> out of rotation in {term_out:?}"),
     ));
-    let drained = mesh.replica(2).wait_exit(Duration::from_secs(5));
+    let drained = mesh
+        .replica(2)
+        .wait_exit(toolmesh_testkit::patient(Duration::from_secs(5)));
     assert!(
         drained.is_some_and(|s| s.success()),
         "replica-2 drains and exits 0: {drained:?}"

@@ -158,7 +158,7 @@ async fn up_prints_commands_that_work_as_printed() {
 
     up.signal(libc::SIGTERM);
     assert!(
-        up.wait_exit(Duration::from_secs(15))
+        up.wait_exit(toolmesh_testkit::patient(Duration::from_secs(15)))
             .is_some_and(|s| s.success()),
         "up stops cleanly on SIGTERM"
     );

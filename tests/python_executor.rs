@@ -220,7 +220,7 @@ async fn python_executor_serves_through_the_mesh_and_drains() {
     assert_eq!(code(&finished), 0, "{}", message(&finished));
     assert_eq!(finished.result.unwrap().output, "made it");
     let status = exec
-        .wait_exit(Duration::from_secs(10))
+        .wait_exit(toolmesh_testkit::patient(Duration::from_secs(10)))
         .expect("the executor exits after draining");
     assert!(status.success(), "{status:?}");
 }

@@ -297,10 +297,13 @@ async fn health_port_is_plaintext_and_health_only() {
     let first = watch.message().await.unwrap().map(|m| m.status);
     assert_eq!(first, Some(serving));
     exec.signal(libc::SIGTERM);
-    let next = tokio::time::timeout(Duration::from_secs(5), watch.message())
-        .await
-        .expect("a status change on the health port")
-        .unwrap()
-        .map(|m| m.status);
+    let next = tokio::time::timeout(
+        toolmesh_testkit::patient(Duration::from_secs(5)),
+        watch.message(),
+    )
+    .await
+    .expect("a status change on the health port")
+    .unwrap()
+    .map(|m| m.status);
     assert_eq!(next, Some(tonic_health::ServingStatus::NotServing as i32));
 }

@@ -19,9 +19,9 @@ const QUEUED: usize = 1024;
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(10);
 
 /// Serves `router` on the connections `listener` accepts until `stop`: on
-/// this runtime with `threads` 0, else on `threads` lanes. The handle ends
-/// when every lane has stopped.
-pub(crate) fn serve(
+/// this runtime with `threads` 0, else on `threads` lanes. Returns once
+/// every lane is running; the handle ends when every lane has stopped.
+pub(crate) async fn serve(
     router: Router,
     listener: TcpListener,
     threads: usize,
@@ -35,16 +35,19 @@ pub(crate) fn serve(
     let mut lanes = Vec::new();
     for lane in 1..=threads {
         let (feed, accepted) = mpsc::channel(QUEUED);
-        match start_lane(lane, router.clone(), accepted, stop.clone()) {
-            Ok(ended) => {
+        let started = match start_lane(lane, router.clone(), accepted, stop.clone()) {
+            Ok((running, ended)) => {
                 feeds.push(feed);
                 lanes.push(ended);
+                // A lane counts once its thread runs (named, runtime entered).
+                running.await.map_err(|_| NodeError::LaneGone { lane })
             }
-            Err(e) => {
-                // The lanes already up stop too: no half-started server.
-                stop.cancel();
-                return Err(e);
-            }
+            Err(e) => Err(e),
+        };
+        if let Err(e) = started {
+            // The lanes already up stop too: no half-started server.
+            stop.cancel();
+            return Err(e);
         }
     }
     tokio::spawn(accept(listener, feeds, stop));
@@ -60,29 +63,32 @@ pub(crate) fn serve(
 type Ended = oneshot::Receiver<Result<(), NodeError>>;
 
 /// Starts lane `lane`: a thread with a runtime of its own serving the
-/// connections that arrive on `accepted`.
+/// connections that arrive on `accepted`. The first receiver hears once the
+/// thread runs, the second when it ends.
 fn start_lane(
     lane: usize,
     router: Router,
     accepted: mpsc::Receiver<std::net::TcpStream>,
     stop: CancellationToken,
-) -> Result<Ended, NodeError> {
+) -> Result<(oneshot::Receiver<()>, Ended), NodeError> {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .map_err(|source| NodeError::Lane { lane, source })?;
     let (done, ended) = oneshot::channel();
+    let (running, started) = oneshot::channel();
     std::thread::Builder::new()
         .name(format!("serve-lane-{lane}"))
         .spawn(move || {
             toolmesh_dispatcher::lane::enter(lane);
+            let _ = running.send(());
             // Registered with this lane's runtime, which polls the stream.
             let incoming = ReceiverStream::new(accepted)
                 .map(|stream| TcpStream::from_std(stream).and_then(toolmesh::grpc::accepted));
             let _ = done.send(runtime.block_on(serve_on(router, incoming, stop)));
         })
         .map_err(|source| NodeError::Lane { lane, source })?;
-    Ok(ended)
+    Ok((started, ended))
 }
 
 /// Accepts connections until `stop`, handing them to `lanes` in turn.

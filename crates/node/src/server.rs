@@ -208,7 +208,7 @@ pub async fn start(role: Role, config: &NodeConfig) -> Result<Running, NodeError
         .add_optional_service(dispatcher.as_ref().map(Dispatcher::grpc_service))
         .add_optional_service(dispatcher.as_ref().map(Dispatcher::governance_service));
     let stop = CancellationToken::new();
-    let task = lanes::serve(router, listener, config.serve_threads, stop.clone())?;
+    let task = lanes::serve(router, listener, config.serve_threads, stop.clone()).await?;
     tracing::info!(%addr, role = role.label(), threads = config.serve_threads, "listening");
     Ok(Running {
         addr,

@@ -275,13 +275,16 @@ async fn cancelling_a_call_reaches_the_executor() {
         let _ = call(&agent, "wait", json!({})).await;
         agent
     });
-    tokio::time::timeout(Duration::from_secs(10), started)
+    tokio::time::timeout(toolmesh_testkit::patient(Duration::from_secs(10)), started)
         .await
         .expect("the tool started");
     pending.abort();
-    tokio::time::timeout(Duration::from_secs(10), cancelled)
-        .await
-        .expect("the cancellation reached the tool");
+    tokio::time::timeout(
+        toolmesh_testkit::patient(Duration::from_secs(10)),
+        cancelled,
+    )
+    .await
+    .expect("the cancellation reached the tool");
     mesh.node.stop(Duration::from_secs(1)).await.unwrap();
 }
 
@@ -390,10 +393,13 @@ async fn list_changed_only_when_the_callers_projection_changes() {
         "a hidden tool's switch says nothing: {quiet:?}"
     );
     mesh.disable("echo").await;
-    let heard = tokio::time::timeout(Duration::from_secs(5), subscription.next())
-        .await
-        .expect("a notification within 5 s")
-        .unwrap();
+    let heard = tokio::time::timeout(
+        toolmesh_testkit::patient(Duration::from_secs(5)),
+        subscription.next(),
+    )
+    .await
+    .expect("a notification within 5 s")
+    .unwrap();
     assert!(
         matches!(
             heard,
@@ -476,7 +482,11 @@ async fn official_python_client() {
                     "wait_started" => &mesh.wait_started,
                     _ => &mesh.wait_cancelled,
                 };
-                let seen = tokio::time::timeout(Duration::from_secs(10), notify.notified()).await;
+                let seen = tokio::time::timeout(
+                    toolmesh_testkit::patient(Duration::from_secs(10)),
+                    notify.notified(),
+                )
+                .await;
                 let answer: &[u8] = if seen.is_ok() { b"ok\n" } else { b"timeout\n" };
                 stdin.write_all(answer).await.unwrap();
             } else if let Some(check) = line.strip_prefix("PASS ") {
@@ -486,7 +496,7 @@ async fn official_python_client() {
             }
         }
     };
-    tokio::time::timeout(Duration::from_secs(120), run)
+    tokio::time::timeout(toolmesh_testkit::patient(Duration::from_secs(120)), run)
         .await
         .expect("the Python client finished within 2 minutes");
     let status = child.wait().await.unwrap();

@@ -156,7 +156,7 @@ async fn watch_sends_current_then_newer() {
         .await
         .unwrap();
     let mut stream = watch(&mut client, 0, false).await;
-    let first = tokio::time::timeout(PATIENCE, stream.message())
+    let first = tokio::time::timeout(toolmesh_testkit::patient(PATIENCE), stream.message())
         .await
         .unwrap()
         .unwrap()
@@ -167,7 +167,7 @@ async fn watch_sends_current_then_newer() {
         .register(request("kb-2", vec![spec("b")]))
         .await
         .unwrap();
-    let second = tokio::time::timeout(PATIENCE, stream.message())
+    let second = tokio::time::timeout(toolmesh_testkit::patient(PATIENCE), stream.message())
         .await
         .unwrap()
         .unwrap()
@@ -183,7 +183,7 @@ async fn watch_sends_current_then_newer() {
     assert_eq!(newest, 22);
     let mut last = 2;
     while last < newest {
-        let next = tokio::time::timeout(PATIENCE, stream.message())
+        let next = tokio::time::timeout(toolmesh_testkit::patient(PATIENCE), stream.message())
             .await
             .expect("the newest arrives")
             .unwrap()
@@ -206,7 +206,7 @@ async fn watch_after_version() {
         .unwrap();
     let mut caught_up = watch(&mut client, 1, false).await;
     let mut ahead = watch(&mut client, 40, false).await;
-    let restarted = tokio::time::timeout(PATIENCE, ahead.message())
+    let restarted = tokio::time::timeout(toolmesh_testkit::patient(PATIENCE), ahead.message())
         .await
         .unwrap()
         .unwrap()
@@ -216,7 +216,7 @@ async fn watch_after_version() {
     registry
         .set_disabled("a", Some("maintenance".into()))
         .unwrap();
-    let next = tokio::time::timeout(PATIENCE, caught_up.message())
+    let next = tokio::time::timeout(toolmesh_testkit::patient(PATIENCE), caught_up.message())
         .await
         .unwrap()
         .unwrap()
@@ -244,7 +244,7 @@ async fn watch(
 }
 
 async fn next(stream: &mut tonic::Streaming<toolmesh::pb::Snapshot>) -> toolmesh::pb::Snapshot {
-    tokio::time::timeout(PATIENCE, stream.message())
+    tokio::time::timeout(toolmesh_testkit::patient(PATIENCE), stream.message())
         .await
         .unwrap()
         .unwrap()

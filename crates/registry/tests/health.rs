@@ -107,7 +107,7 @@ fn wait_for<'a>(
 ) -> impl Future<Output = Arc<Snapshot>> + 'a {
     let mut rx = registry.subscribe();
     async move {
-        tokio::time::timeout(PATIENCE, async {
+        tokio::time::timeout(toolmesh_testkit::patient(PATIENCE), async {
             loop {
                 let snapshot = rx.borrow_and_update().clone();
                 if pred(&snapshot) {

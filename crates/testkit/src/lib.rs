@@ -100,13 +100,35 @@ pub async fn serve_router(router: Router) -> SocketAddr {
     addr
 }
 
+/// How many times longer than its stated limit a test waits for a
+/// condition: `$TOOLMESH_TEST_PATIENCE`, 6 by default. Limits are written
+/// for an idle machine; CI machines are shared and often loaded, and a
+/// condition that holds returns at once whatever the limit.
+pub fn patience() -> u32 {
+    static FACTOR: OnceLock<u32> = OnceLock::new();
+    *FACTOR.get_or_init(|| {
+        std::env::var("TOOLMESH_TEST_PATIENCE")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .filter(|f| *f > 0)
+            .unwrap_or(6)
+    })
+}
+
+/// `limit` stretched by [`patience`]: the longest a test waits for a
+/// condition it states with that limit.
+pub fn patient(limit: Duration) -> Duration {
+    limit * patience()
+}
+
 /// Polls `check` every 10 ms until it returns `Some`; panics naming `what`
-/// after `timeout`.
+/// after `timeout` stretched by [`patience`].
 pub async fn eventually<T, F, Fut>(what: &str, timeout: Duration, mut check: F) -> T
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Option<T>>,
 {
+    let timeout = patient(timeout);
     let deadline = Instant::now() + timeout;
     loop {
         if let Some(value) = check().await {
