@@ -1,6 +1,7 @@
 //! Tool references as callers write them — `name`, `name@1`, `name@1.2`,
 //! `name@1.2.3` — and how a reference picks one of the served versions.
 
+use crate::spec::MAX_NAME_CHARS;
 use semver::Version;
 use std::fmt;
 
@@ -53,17 +54,54 @@ pub struct ToolRef<'a> {
     pub version: VersionPattern,
 }
 
+/// The longest reference parsed: a name of [`MAX_NAME_CHARS`] characters,
+/// `@` and a version of up to 64 characters. Anything longer is refused
+/// before any lookup or "did you mean" matching, whose work grows with it.
+pub const MAX_REFERENCE_BYTES: usize = MAX_NAME_CHARS + 1 + 64;
+
+/// How much of an over-long value an error message repeats.
+const SHOWN_BYTES: usize = MAX_REFERENCE_BYTES;
+
 /// A reference that cannot be parsed.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error(
-    "tool reference {0:?} is malformed: write \"name\" or \"name@version\" where version is 1, 1.2 or 1.2.3"
-)]
-pub struct BadRef(pub String);
+pub enum BadRef {
+    /// Not `name` or `name@version`.
+    #[error(
+        "tool reference {0:?} is malformed: write \"name\" or \"name@version\" where version is 1, 1.2 or 1.2.3"
+    )]
+    Malformed(String),
+    /// Longer than any tool name and version together.
+    #[error(
+        "tool reference {shown:?}... is {bytes} bytes long: a tool name has at most {MAX_NAME_CHARS} characters; list the tools to see the names"
+    )]
+    TooLong {
+        /// Its first bytes (on a character boundary).
+        shown: String,
+        /// Its length.
+        bytes: usize,
+    },
+}
+
+/// The first bytes of `text`, cut on a character boundary: what an error
+/// message repeats of an over-long value.
+pub fn shown_prefix(text: &str) -> &str {
+    let mut end = text.len().min(SHOWN_BYTES);
+    while !text.is_char_boundary(end) {
+        end -= 1;
+    }
+    &text[..end]
+}
 
 impl<'a> ToolRef<'a> {
     /// Parses `name`, `name@MAJOR`, `name@MAJOR.MINOR` or `name@SEMVER`.
     pub fn parse(text: &'a str) -> Result<Self, BadRef> {
-        let bad = || BadRef(text.to_owned());
+        if text.len() > MAX_REFERENCE_BYTES {
+            return Err(BadRef::TooLong {
+                shown: shown_prefix(text).to_owned(),
+                bytes: text.len(),
+            });
+        }
+        let bad = || BadRef::Malformed(text.to_owned());
         let Some((name, version)) = text.split_once('@') else {
             return Ok(ToolRef {
                 name: text,
@@ -135,5 +173,22 @@ mod tests {
             let err = ToolRef::parse(text).unwrap_err();
             assert!(err.to_string().contains("name@version"), "{text}");
         }
+    }
+
+    /// An over-long reference is refused by its length, and the message
+    /// repeats only its first bytes (cut on a character boundary).
+    #[test]
+    fn over_long_references() {
+        let long = format!("é{}", "x".repeat(2 << 20));
+        let err = ToolRef::parse(&long).unwrap_err();
+        let message = err.to_string();
+        assert!(message.contains("at most 64 characters"), "{message}");
+        assert!(message.len() < 400, "{message}");
+        let longest = format!("{}@{}", "t".repeat(MAX_NAME_CHARS), "1".repeat(64));
+        assert_eq!(longest.len(), MAX_REFERENCE_BYTES);
+        assert!(!matches!(
+            ToolRef::parse(&longest),
+            Err(BadRef::TooLong { .. })
+        ));
     }
 }

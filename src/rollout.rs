@@ -4,7 +4,7 @@
 mod assign;
 mod share;
 
-pub use assign::{Assignment, Caller, Sticky, bucket};
+pub use assign::{Assignment, Audience, Caller, Sticky, bucket};
 pub use share::{BadShare, Share};
 
 use crate::pb;

@@ -220,12 +220,25 @@ async fn projection_and_forged_calls() {
         }
     }
 
+    // A hidden name is answered as a name that does not exist: the same
+    // code and words (close names only among the caller's tools), so no
+    // caller can tell a hidden tool from a missing one.
     let forged = call(&mut client, "tok-agent", "acc_panic", "{}", "", "").await;
+    let absent = call(&mut client, "tok-agent", "zzz_absent", "{}", "", "").await;
     assert_eq!(
         code(&forged),
-        ErrorCode::PermissionDenied as i32,
+        ErrorCode::NotFound as i32,
         "{}",
         message(&forged)
+    );
+    assert_eq!(code(&absent), code(&forged));
+    assert_eq!(
+        message(&forged),
+        "no tool named \"acc_panic\"; did you mean \"acc_charge\"?"
+    );
+    assert_eq!(
+        message(&absent),
+        "no tool named \"zzz_absent\"; list the tools to see what exists"
     );
     assert_eq!(forged.attempts, 0);
     let unknown = call(&mut client, "tok-agent", "acc_pani", "{}", "", "").await;
@@ -255,8 +268,15 @@ async fn projection_and_forged_calls() {
             .output()
             .unwrap()
     };
-    let denied = String::from_utf8_lossy(&explain("acc_panic").stdout).to_string();
-    assert!(denied.contains("DENIED"), "{denied}");
+    // Explaining a hidden tool tells an agent what an unknown name does.
+    let hidden = explain("acc_panic");
+    assert!(!hidden.status.success());
+    assert!(
+        String::from_utf8_lossy(&hidden.stderr)
+            .ends_with("not found: no tool named \"acc_panic\"; did you mean \"acc_charge\"?\n"),
+        "{}",
+        String::from_utf8_lossy(&hidden.stderr)
+    );
     let visible = String::from_utf8_lossy(&explain("acc_echo").stdout).to_string();
     assert!(
         visible.contains("VISIBLE") && visible.contains("agents: echo, charge and the file tools"),
@@ -300,6 +320,22 @@ async fn projection_and_forged_calls() {
         shown.contains("support-bot") && shown.contains("VISIBLE"),
         "{shown}"
     );
+    // An admin still learns why the agent cannot see it.
+    let why = std::process::Command::new(toolmesh_bin())
+        .args([
+            "explain",
+            "--server",
+            &mesh.addr,
+            "--token",
+            "tok-approver",
+            "--caller",
+            "tok-agent",
+            "acc_panic",
+        ])
+        .output()
+        .unwrap();
+    let why = String::from_utf8_lossy(&why.stdout).to_string();
+    assert!(why.contains("DENIED"), "{why}");
     let audit = audit_lines(&mesh.audit);
     let denial = audit
         .iter()
@@ -738,22 +774,49 @@ async fn executors_accept_calls_from_dispatchers_only() {
     let mut registry = toolmesh::pb::registry_client::RegistryClient::new(
         toolmesh::grpc::channel(&mesh.addr, &toolmesh::grpc::Tls::none()).unwrap(),
     );
-    let snapshot = registry
-        .get_snapshot(GetSnapshotRequest::default())
-        .await
-        .unwrap()
-        .into_inner();
-    let instance = snapshot
-        .tools
-        .iter()
-        .find(|t| t.spec.as_ref().is_some_and(|s| s.name == "acc_echo"))
-        .map(|t| t.instances[0].clone())
-        .unwrap();
-    assert_eq!(
-        instance.execute_token.len(),
-        64,
-        "the development policy lets anyone follow"
+    let echo = |snapshot: toolmesh::pb::Snapshot| {
+        snapshot
+            .tools
+            .iter()
+            .find(|t| t.spec.as_ref().is_some_and(|s| s.name == "acc_echo"))
+            .map(|t| t.instances[0].clone())
+            .unwrap()
+    };
+    // Under the development policy an anonymous caller reads snapshots as
+    // an operator: no execute token, and no say on the approval book.
+    let anonymous = echo(
+        registry
+            .get_snapshot(GetSnapshotRequest::default())
+            .await
+            .unwrap()
+            .into_inner(),
     );
+    assert!(anonymous.execute_token.is_empty(), "{anonymous:?}");
+    let approve_own = registry
+        .approvals(toolmesh::pb::ApprovalsRequest {
+            op: "approve".into(),
+            principal_json: r#"{"name":"dev-approver","tenant":"dev","roles":["approver"]}"#.into(),
+            ..Default::default()
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(
+        approve_own.code(),
+        tonic::Code::PermissionDenied,
+        "{approve_own:?}"
+    );
+    // The token made for the run's dispatchers reads it.
+    let instance = echo(
+        registry
+            .get_snapshot(with_token(
+                GetSnapshotRequest::default(),
+                Some(DEV_DISPATCHER_TOKEN),
+            ))
+            .await
+            .unwrap()
+            .into_inner(),
+    );
+    assert_eq!(instance.execute_token.len(), 64);
     let mut executor = toolmesh::pb::executor_client::ExecutorClient::new(
         toolmesh::grpc::channel(&instance.endpoint, &toolmesh::grpc::Tls::none()).unwrap(),
     );

@@ -13,7 +13,7 @@ use toolmesh::pb::{ErrorCode, InvokeResponse};
 const POLICY: &str = r#"
 [auth]
 allow_anonymous = true
-anonymous = { principal = "anonymous", tenant = "dev", roles = ["agent", "admin", "executor", "dispatcher"] }
+anonymous = { principal = "anonymous", tenant = "dev", roles = ["agent", "admin", "executor"] }
 
 [[grants]]
 name = "everything"

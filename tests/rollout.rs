@@ -524,6 +524,61 @@ async fn abort_and_promote_survive_restarts() {
     );
 }
 
+/// Explain tells a caller whether a rollout covers it, never which other
+/// tenants and principals it covers or who changed it; an admin learns it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn explain_keeps_rollout_filters_from_callers() {
+    let dir = temp_dir("rollout-filters");
+    let policy_path = dir.join("policy.toml");
+    std::fs::write(&policy_path, policy(2)).unwrap();
+    let (_serve, addr) = serve(&["--policy", policy_path.to_str().unwrap()]);
+    let _v1 = executor_at(&addr, "1.0.0", &[]);
+    let _v2 = executor_at(&addr, "2.0.0", &[]);
+    let mut client = dispatcher(&addr);
+    until_listed(&mut client, &["acc_echo"], Duration::from_secs(10)).await;
+    cli(
+        &addr,
+        &[
+            "rollout",
+            "start",
+            "acc_echo@2.0.0",
+            "--percent",
+            "100",
+            "--principals",
+            "vip-ceo",
+        ],
+    );
+    let explain = |token: &'static str, caller: Option<&'static str>| {
+        let addr = addr.clone();
+        async move {
+            let mut request = with_token(
+                ExplainRequest {
+                    tool: "acc_echo".into(),
+                    caller_token: caller.unwrap_or_default().into(),
+                    ..Default::default()
+                },
+                Some(token),
+            );
+            request.set_timeout(Duration::from_secs(30));
+            GovernanceClient::new(
+                toolmesh::grpc::channel(&addr, &toolmesh::grpc::Tls::none()).unwrap(),
+            )
+            .explain(request)
+            .await
+            .unwrap()
+            .into_inner()
+            .rollout
+        }
+    };
+    let told = explain("tok-0", None).await;
+    assert!(
+        told.contains("does not cover this caller") && !told.contains("vip-ceo"),
+        "{told}"
+    );
+    let operator = explain("tok-admin", Some("tok-0")).await;
+    assert!(operator.contains("vip-ceo"), "{operator}");
+}
+
 /// A canary that fails (UNAVAILABLE on every call) is aborted by the
 /// dispatcher that sees it fail — a separate process following the
 /// registry — and `rollout status` and the registry's audit log say so.

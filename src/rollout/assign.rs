@@ -100,10 +100,13 @@ impl Assignment {
     }
 
     /// Why, in words, for `rollout` (the caller's tenant and principal for
-    /// the filters' sentences).
-    pub fn describe(self, rollout: &Rollout, caller: &Caller<'_>) -> String {
+    /// the filters' sentences), as much as `audience` may read: only an
+    /// operator learns which other tenants and principals a rollout covers
+    /// and who changed it.
+    pub fn describe(self, rollout: &Rollout, caller: &Caller<'_>, audience: Audience) -> String {
         let share = rollout.share;
         let bound = share.basis_points();
+        let operator = audience == Audience::Operator;
         match self {
             Assignment::Canary { bucket } => format!(
                 "this caller's bucket {bucket} (of {BUCKETS}) is below {bound}, so it is in the {share} that gets the canary"
@@ -111,18 +114,26 @@ impl Assignment {
             Assignment::OutsideShare { bucket } => format!(
                 "this caller's bucket {bucket} (of {BUCKETS}) is not below {bound}, so it is outside the {share} that gets the canary"
             ),
-            Assignment::TenantNotCovered => format!(
+            Assignment::TenantNotCovered if operator => format!(
                 "the rollout covers tenants {} only, and this caller is of tenant {:?}",
                 rollout.tenants.join(", "),
                 caller.tenant
             ),
-            Assignment::PrincipalNotCovered => format!(
+            Assignment::TenantNotCovered => format!(
+                "the rollout does not cover this caller's tenant {:?}",
+                caller.tenant
+            ),
+            Assignment::PrincipalNotCovered if operator => format!(
                 "the rollout covers principals {} only, not {:?}",
                 rollout.principals.join(", "),
                 caller.principal
             ),
+            Assignment::PrincipalNotCovered => format!(
+                "the rollout does not cover this caller ({:?})",
+                caller.principal
+            ),
             Assignment::NoStickyKey => "an anonymous caller without a session id is never in a canary (send CallContext.session_id to be assigned by session)".to_owned(),
-            Assignment::NotActive(RolloutState::Aborted) => format!(
+            Assignment::NotActive(RolloutState::Aborted) if operator => format!(
                 "the rollout was aborted by {}{}: {}",
                 rollout.changed_by,
                 if rollout.automatic { " (automatically)" } else { "" },
@@ -131,6 +142,15 @@ impl Assignment {
             Assignment::NotActive(state) => format!("the rollout is {}", state.name()),
         }
     }
+}
+
+/// Who reads an [`Assignment::describe`] sentence.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Audience {
+    /// An operator (the `admin` role): every filter and decision.
+    Operator,
+    /// The caller itself: only what concerns it.
+    Caller,
 }
 
 #[cfg(test)]
@@ -198,7 +218,12 @@ mod tests {
         r.tenants = vec!["globex".into()];
         let no = r.assign(&caller("alice"));
         assert_eq!(no, Assignment::TenantNotCovered);
-        assert!(no.describe(&r, &caller("alice")).contains("globex"));
+        assert!(
+            no.describe(&r, &caller("alice"), Audience::Operator)
+                .contains("globex")
+        );
+        let told = no.describe(&r, &caller("alice"), Audience::Caller);
+        assert!(!told.contains("globex") && told.contains("acme"), "{told}");
         r.tenants = vec!["acme".into()];
         r.principals = vec!["bob".into()];
         assert_eq!(r.assign(&caller("alice")), Assignment::PrincipalNotCovered);
@@ -207,6 +232,16 @@ mod tests {
         r.reason = "errors".into();
         let aborted = r.assign(&caller("bob"));
         assert_eq!(aborted, Assignment::NotActive(RolloutState::Aborted));
-        assert!(aborted.describe(&r, &caller("bob")).contains("errors"));
+        assert!(
+            aborted
+                .describe(&r, &caller("bob"), Audience::Operator)
+                .contains("errors")
+        );
+        r.changed_by = "ops-lead".into();
+        let told = aborted.describe(&r, &caller("bob"), Audience::Caller);
+        assert!(
+            !told.contains("ops-lead") && !told.contains("errors"),
+            "{told}"
+        );
     }
 }

@@ -32,10 +32,18 @@ pub trait TestProc: Sized {
     fn kill9(&mut self);
 }
 
+/// The dispatcher token of every registry a test runs without `--policy`.
+pub const DEV_DISPATCHER_TOKEN: &str = "tok-dev-dispatcher";
+
 impl TestProc for Proc {
     fn toolmesh(name: &str, args: &[&str]) -> Proc {
         let mut command = Command::new(toolmesh_bin());
         command.args(args);
+        // Registries run without --policy admit separate dispatchers with
+        // this token (no anonymous caller is a dispatcher); a flag wins.
+        command
+            .env("TOOLMESH_DEV_DISPATCHER_TOKEN", DEV_DISPATCHER_TOKEN)
+            .env("TOOLMESH_REGISTRY_TOKEN", DEV_DISPATCHER_TOKEN);
         Proc::spawn(name, command)
     }
 

@@ -32,7 +32,7 @@ const LEDGER_TOOL: &str = "\"tool\":\"acc_lookup\"";
 const POLICY: &str = r#"
 [auth]
 allow_anonymous = true
-anonymous = { principal = "anonymous", tenant = "bench", roles = ["agent", "admin", "executor", "dispatcher"] }
+anonymous = { principal = "anonymous", tenant = "bench", roles = ["agent", "admin", "executor"] }
 
 [[grants]]
 name = "everything"

@@ -80,6 +80,11 @@ pub struct Freshness {
     pub register_to_invocable: Series,
 }
 
+/// The token the bench's dispatcher follows its registry with (the
+/// registry runs the development policy, where no anonymous caller is a
+/// dispatcher).
+const DISPATCHER_TOKEN: &str = "bench-dispatcher";
+
 /// Starts `toolmesh registry` and `toolmesh dispatcher --registry`, then
 /// measures (a) with example processes and (b), (c) with an executor inside
 /// this process.
@@ -92,7 +97,13 @@ pub(crate) async fn run(
         bins.parent_death,
         "toolmesh registry",
         &bins.toolmesh,
-        &["registry", "--listen", "127.0.0.1:0"],
+        &[
+            "registry",
+            "--listen",
+            "127.0.0.1:0",
+            "--dev-dispatcher-token",
+            DISPATCHER_TOKEN,
+        ],
         logs,
         SpawnOptions::default(),
     )?;
@@ -107,6 +118,8 @@ pub(crate) async fn run(
             "127.0.0.1:0",
             "--registry",
             &registry_addr,
+            "--registry-token",
+            DISPATCHER_TOKEN,
         ],
         logs,
         SpawnOptions::default(),

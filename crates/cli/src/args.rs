@@ -322,6 +322,7 @@ impl ServerArgs {
             audit: self.audit.clone(),
             data_dir: self.data_dir.clone(),
             dev_executor_token: None,
+            dev_dispatcher_token: None,
             store: None,
             tls: tls.clone(),
             admin_listen: self.ops.admin_listen.clone(),
@@ -346,6 +347,11 @@ pub(crate) struct ServeArgs {
     /// pointed at the same etcd cluster.
     #[arg(long, env = "TOOLMESH_STORE")]
     pub(crate) store: Option<String>,
+    /// Without --policy: the token a separate dispatcher follows this
+    /// registry with (its --registry-token); replicas of one registry take
+    /// the same. Made for the run and logged when not given.
+    #[arg(long, env = "TOOLMESH_DEV_DISPATCHER_TOKEN", hide_env_values = true)]
+    pub(crate) dev_dispatcher_token: Option<String>,
 }
 
 impl ServeArgs {
@@ -353,6 +359,7 @@ impl ServeArgs {
     pub(crate) fn node_config(&self, tls: &toolmesh::grpc::Tls) -> toolmesh_node::NodeConfig {
         toolmesh_node::NodeConfig {
             store: self.store.clone(),
+            dev_dispatcher_token: self.dev_dispatcher_token.clone(),
             ..self.server.node_config(tls)
         }
     }

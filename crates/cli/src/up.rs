@@ -74,6 +74,11 @@ pub(crate) async fn run(
     let me = shell_word(&command_name(&exe));
     println!("toolmesh is up in {} ms", started.elapsed().as_millis());
     println!("  registry + dispatcher  {addr}  (grpc.health.v1, reflection)");
+    if let Some(token) = running.dev_dispatcher_token() {
+        println!(
+            "  another dispatcher     {me} dispatcher --registry {addr} --registry-token {token}"
+        );
+    }
     if let Some(url) = running.mcp_url() {
         let flags = tls_flags(tls.files());
         println!("  MCP (Streamable HTTP)  {url}  (stdio: {me} --server {addr}{flags} mcp)");

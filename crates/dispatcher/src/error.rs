@@ -81,13 +81,17 @@ pub enum CallError {
         /// Every failing path, with what the grant allows.
         violations: Violations,
     },
-    /// The policy does not grant this tool to the caller.
+    /// The policy does not grant this tool to the caller. The reason is for
+    /// the audit log and the operator; the caller is answered `seen_as`,
+    /// as if no tool had the name, so hidden names stay hidden.
     #[error("you may not use {tool}: {reason}")]
     PermissionDenied {
         /// name@version.
         tool: String,
         /// The policy's reason.
         reason: String,
+        /// What the caller is told: the [`CallError::UnknownTool`] answer.
+        seen_as: Box<CallError>,
     },
     /// The call needs an approval first.
     #[error("{tool} needs an approval before it runs: {summary}")]
@@ -188,10 +192,7 @@ impl CallError {
                 ErrorCode::Unavailable,
                 format!("{self}; call {tool}@VERSION to name a version, or ask an operator"),
             ),
-            CallError::PermissionDenied { .. } => ToolError::new(
-                ErrorCode::PermissionDenied,
-                format!("{self}; do not retry: ask an operator for access or use another tool"),
-            ),
+            CallError::PermissionDenied { seen_as, .. } => seen_as.to_tool_error(),
             CallError::ApprovalRequired { approval_id, .. } => {
                 let mut error = ToolError::new(
                     ErrorCode::ApprovalRequired,

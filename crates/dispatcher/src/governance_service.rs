@@ -10,6 +10,7 @@ use toolmesh::pb::{
     ApprovalResponse, ApproveRequest, DenyRequest, ExplainRequest, ExplainResponse,
     ListApprovalsRequest, ListApprovalsResponse, governance_server,
 };
+use toolmesh::rollout::Audience;
 use toolmesh_governance::approvals::{ApprovalFields, ApprovalOp};
 use toolmesh_governance::{ApprovalState, ApprovalTicket};
 use toolmesh_governance::{Decision, explain};
@@ -29,13 +30,28 @@ impl governance_server::Governance for GovernanceService {
         let asker = self.dispatcher.caller(&request)?;
         let request = request.into_inner();
         let policy = self.dispatcher.governance().policy();
+        // Only an operator reads why a tool is hidden, whose rollout covers
+        // whom, and another caller's view.
+        let audience = if asker.has_role(toolmesh_governance::ADMIN_ROLE) {
+            Audience::Operator
+        } else {
+            Audience::Caller
+        };
         let who = subject(&policy, asker, &request.caller_token)?;
         let reference =
             ToolRef::parse(&request.tool).map_err(|e| Refusal::BadReference(e.to_string()))?;
         let snapshot = self.dispatcher.current_snapshot();
         let caller = resolve::caller(&who, &request.session_id);
-        let (entry, routed) = resolve::pick(&snapshot, &snapshot, &reference, &caller)
-            .map_err(|e| Refusal::UnknownTool(e.to_string()))?;
+        let hidden = audience == Audience::Caller
+            && !resolve::may_see(&snapshot, &policy, &who, reference.name);
+        let picked = if hidden {
+            // Told exactly what a name that does not exist is told.
+            Err(resolve::unknown(&snapshot, &policy, &who, reference.name))
+        } else {
+            resolve::pick(&snapshot, &snapshot, &reference, &caller)
+        };
+        let (entry, routed) =
+            picked.map_err(|e| Refusal::UnknownTool(e.to_tool_error().message))?;
         let entry = &entry;
         let explanation = explain(&policy, &who, entry.def.spec());
         let callable = self.dispatcher.is_callable(entry);
@@ -85,7 +101,7 @@ impl governance_server::Governance for GovernanceService {
                 &entry.def,
             ),
             rollout: routed
-                .map(|routed| routed.explain(entry, &caller))
+                .map(|routed| routed.explain(entry, &caller, audience))
                 .unwrap_or_default(),
         }))
     }

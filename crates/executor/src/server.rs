@@ -280,7 +280,10 @@ fn not_found(tools: &Tools, executor_id: &str, wanted: &str) -> ToolResult {
         suggest::did_you_mean(&close).unwrap_or_else(|| format!("it serves {}", names.join(", ")));
     failure(
         ErrorCode::NotFound,
-        format!("executor {executor_id} has no tool {wanted:?}; {hint}"),
+        format!(
+            "executor {executor_id} has no tool {:?}; {hint}",
+            toolmesh::reference::shown_prefix(wanted)
+        ),
     )
 }
 

@@ -12,6 +12,7 @@ use crate::{
     glob::ToolPattern,
     limits::{LimitRule, Limits},
     narrowing::{FieldLimit, Narrowing},
+    registry_access::DISPATCHER_ROLE,
 };
 use std::{collections::BTreeMap, sync::Arc};
 use std::{collections::HashMap, fmt, num::NonZeroU32, ops::Range, path::Path, time::Duration};
@@ -30,10 +31,12 @@ pub const DEV_APPROVER_TOKEN: &str = "dev-approver";
 /// The policy [`Policy::permissive_dev`] uses, also a starting point for a real file.
 pub const DEV_POLICY_TOML: &str = r#"# toolmesh development policy: anyone may call anything, register
 # executors and switch tools off; HIGH-risk calls still need an approval,
-# which the `dev-approver` token can give.
+# which the `dev-approver` token can give. No anonymous caller is a
+# dispatcher: a dispatcher reads the tokens executors accept and acts for
+# any caller on the approval book.
 [auth]
 allow_anonymous = true
-anonymous = { principal = "anonymous", tenant = "dev", roles = ["agent", "admin", "executor", "dispatcher"] }
+anonymous = { principal = "anonymous", tenant = "dev", roles = ["agent", "admin", "executor"] }
 
 [[callers]]
 token = "dev-approver"
@@ -295,10 +298,20 @@ impl Builder<'_> {
                         "is empty: name the anonymous caller, e.g. \"anonymous\"",
                     );
                 }
+                let roles = self.names(id.roles, &span, "auth.anonymous.roles");
+                if roles.iter().any(|r| r == DISPATCHER_ROLE) {
+                    self.problem(
+                        Some(span.clone()),
+                        "auth.anonymous.roles".into(),
+                        format!(
+                            "gives anonymous callers the role \"{DISPATCHER_ROLE}\", which reads the tokens executors accept and acts for any caller on the approval book; give it only to a [[callers]] entry (a token or tls_name) that names your dispatchers"
+                        ),
+                    );
+                }
                 Principal {
                     name: id.principal,
                     tenant: self.tenant(id.tenant, &span, "auth.anonymous.tenant"),
-                    roles: self.names(id.roles, &span, "auth.anonymous.roles"),
+                    roles,
                     anonymous: true,
                 }
             }

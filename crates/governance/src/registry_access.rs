@@ -201,8 +201,20 @@ roles = ["agent"]
         ));
         let dev = snapshot_reader(&Policy::permissive_dev(), None, None).unwrap();
         assert!(
-            dev.execute_tokens,
-            "the development policy lets anyone follow"
+            !dev.execute_tokens,
+            "under the development policy anonymous callers read snapshots as operators, never as dispatchers"
+        );
+    }
+
+    /// No policy may make anonymous callers dispatchers: they would read
+    /// execute tokens and act for anyone on the approval book.
+    #[test]
+    fn anonymous_is_never_a_dispatcher() {
+        let text = "[auth]\nallow_anonymous = true\nanonymous = { principal = \"anon\", roles = [\"agent\", \"dispatcher\"] }\n";
+        let error = Policy::from_toml(text).unwrap_err().to_string();
+        assert!(
+            error.contains("auth.anonymous.roles") && error.contains("[[callers]]"),
+            "{error}"
         );
     }
 

@@ -62,9 +62,9 @@ fn failure(tool: &str, error: &ToolError) -> Result<CallToolResult, ErrorData> {
         ErrorCode::NotFound => return Err(ErrorData::invalid_params(error.message.clone(), None)),
         ErrorCode::PermissionDenied => {
             return Err(ErrorData::invalid_params(
-                format!(
-                    "no tool named {tool:?} is available to you; list the tools (tools/list) to see what you can call"
-                ),
+                // A dispatcher answers a hidden name as an unknown one;
+                // worded the same here for any that still says PERMISSION_DENIED.
+                format!("no tool named {tool:?}; list the tools to see what exists"),
                 None,
             ));
         }

@@ -68,6 +68,10 @@ pub struct NodeConfig {
     /// Under the development policy, a token admitted as an executor's
     /// (`toolmesh up` generates one per run for its examples).
     pub dev_executor_token: Option<String>,
+    /// Under the development policy, the token a separate dispatcher
+    /// follows this registry with (`--dev-dispatcher-token`; replicas of one
+    /// registry share it); `None` makes one for the run.
+    pub dev_dispatcher_token: Option<String>,
     /// Where a registry keeps its state: `None` in this process (the
     /// default), `Some("etcd://host:port[,host:port…]")` in etcd, shared
     /// by every replica pointed at the same cluster.
@@ -102,6 +106,7 @@ impl Default for NodeConfig {
             audit: None,
             data_dir: None,
             dev_executor_token: None,
+            dev_dispatcher_token: None,
             store: None,
             tls: toolmesh::grpc::Tls::none(),
             admin_listen: None,

@@ -5,8 +5,8 @@ use crate::config::NodeConfig;
 use crate::error::NodeError;
 use std::sync::Arc;
 use toolmesh_governance::{
-    AccessError, AuditSink, DEV_POLICY_TOML, EXECUTOR_ROLE, Policy, PolicyHandle, PolicyWatcher,
-    registry_access,
+    AccessError, AuditSink, DEV_POLICY_TOML, DISPATCHER_ROLE, EXECUTOR_ROLE, Policy, PolicyHandle,
+    PolicyWatcher, registry_access,
 };
 use toolmesh_registry::{Gate, GateError, SnapshotReader};
 
@@ -17,15 +17,25 @@ const AUDIT_CAPACITY: usize = 4096;
 pub struct PolicySetup {
     /// The policy in force.
     pub handle: Arc<PolicyHandle>,
+    /// Under the development policy, the token made for this run that a
+    /// separate dispatcher follows this registry with (no anonymous caller
+    /// is a dispatcher).
+    pub dev_dispatcher_token: Option<String>,
     /// Reloads on SIGHUP and file change while alive.
     _watcher: Option<PolicyWatcher>,
 }
 
 /// Loads `config.policy`, or the development policy (plus an entry for
-/// `config.dev_executor_token`, when set).
+/// `config.dev_executor_token`, when set, and one with the `dispatcher`
+/// role for a token made for this run).
 pub fn load_policy(config: &NodeConfig) -> Result<PolicySetup, NodeError> {
     match &config.policy {
         Some(path) => {
+            if config.dev_dispatcher_token.is_some() {
+                tracing::warn!(
+                    "--dev-dispatcher-token applies only without --policy; name dispatchers in the policy file"
+                );
+            }
             let (handle, watcher) =
                 PolicyHandle::watch(path).map_err(|source| NodeError::Policy {
                     path: path.clone(),
@@ -34,26 +44,43 @@ pub fn load_policy(config: &NodeConfig) -> Result<PolicySetup, NodeError> {
             tracing::info!(path = %path.display(), "policy loaded; reloads on SIGHUP and on change");
             Ok(PolicySetup {
                 handle,
+                dev_dispatcher_token: None,
                 _watcher: Some(watcher),
             })
         }
         None => {
             let mut text = DEV_POLICY_TOML.to_owned();
             if let Some(token) = &config.dev_executor_token {
-                text.push_str(&format!(
-                    "\n[[callers]]\ntoken = \"{token}\"\nprincipal = \"dev-executors\"\ntenant = \"dev\"\nroles = [\"{EXECUTOR_ROLE}\"]\n"
-                ));
+                text.push_str(&caller_entry(token, "dev-executors", EXECUTOR_ROLE));
             }
+            let dispatcher_token = config
+                .dev_dispatcher_token
+                .clone()
+                .unwrap_or_else(|| format!("dev-dispatcher-{}", uuid::Uuid::new_v4().simple()));
+            text.push_str(&caller_entry(
+                &dispatcher_token,
+                "dev-dispatchers",
+                DISPATCHER_ROLE,
+            ));
             let policy = Policy::from_toml(&text).map_err(NodeError::DevPolicy)?;
             tracing::warn!(
                 "no --policy given: development policy (anonymous callers may use every tool)"
             );
             Ok(PolicySetup {
                 handle: Arc::new(PolicyHandle::new(policy)),
+                dev_dispatcher_token: Some(dispatcher_token),
                 _watcher: None,
             })
         }
     }
+}
+
+/// A `[[callers]]` entry of the development policy: `token` is
+/// `principal` of tenant dev with `role`.
+fn caller_entry(token: &str, principal: &str, role: &str) -> String {
+    format!(
+        "\n[[callers]]\ntoken = \"{token}\"\nprincipal = \"{principal}\"\ntenant = \"dev\"\nroles = [\"{role}\"]\n"
+    )
 }
 
 /// The audit sink `config.audit` names (`-` is stdout), if any.

@@ -42,12 +42,18 @@ pub struct Running {
     mcp: Option<Mcp>,
     health: HealthReporter,
     health_only: Option<HealthOnly>,
-    _policy: PolicySetup,
+    policy: PolicySetup,
     stop: CancellationToken,
     task: JoinHandle<Result<(), NodeError>>,
 }
 
 impl Running {
+    /// Under the development policy, the token a separate dispatcher
+    /// follows this node's registry with (`--registry-token`).
+    pub fn dev_dispatcher_token(&self) -> Option<&str> {
+        self.policy.dev_dispatcher_token.as_deref()
+    }
+
     /// `http(s)://ADDR/mcp`, when this node serves MCP.
     pub fn mcp_url(&self) -> Option<String> {
         let (addr, mcp) = (self.mcp_addr?, self.mcp.as_ref()?);
@@ -210,6 +216,11 @@ pub async fn start(role: Role, config: &NodeConfig) -> Result<Running, NodeError
     let stop = CancellationToken::new();
     let task = lanes::serve(router, listener, config.serve_threads, stop.clone()).await?;
     tracing::info!(%addr, role = role.label(), threads = config.serve_threads, "listening");
+    if let (Some(_), Some(token)) = (&registry, &policy.dev_dispatcher_token) {
+        tracing::warn!(
+            "development policy: a separate dispatcher follows this registry with --registry {addr} --registry-token {token}"
+        );
+    }
     Ok(Running {
         addr,
         dispatcher,
@@ -219,7 +230,7 @@ pub async fn start(role: Role, config: &NodeConfig) -> Result<Running, NodeError
         mcp: side.mcp.map(|(_, mcp)| mcp),
         health,
         health_only: side.health_only,
-        _policy: policy,
+        policy,
         stop,
         task,
     })

@@ -1,9 +1,10 @@
 //! Authorize: whether the caller may use the tool under the policy in force
 //! now, and whether an operator has switched it off.
 
+use super::resolve;
 use crate::error::CallError;
 use std::sync::Arc;
-use toolmesh::ToolEntry;
+use toolmesh::{Snapshot, ToolEntry};
 use toolmesh_governance::{ApprovalNeed, Decision, Narrowing, Policy, Principal};
 
 /// The grant that lets a call through.
@@ -17,8 +18,10 @@ pub(crate) struct Grant {
     pub(crate) narrowing: Option<Arc<Narrowing>>,
 }
 
-/// Decides `who`'s access to `entry`: denied, disabled, or granted.
+/// Decides `who`'s access to `entry` of `snapshot`: denied (answered to
+/// the caller as an unknown name), disabled, or granted.
 pub(crate) fn grant(
+    snapshot: &Snapshot,
     policy: &Policy,
     who: &Principal,
     entry: &ToolEntry,
@@ -29,6 +32,7 @@ pub(crate) fn grant(
             return Err(CallError::PermissionDenied {
                 tool: def.label(),
                 reason,
+                seen_as: Box::new(resolve::unknown(snapshot, policy, who, def.name())),
             });
         }
         Decision::Allow { rule, approval } => (rule, approval),

@@ -324,7 +324,7 @@ impl Pipeline {
         trail.rollout = routed;
         let def = trail.def.insert(entry.def.clone()).clone();
         trail.metrics = Some(self.metrics.tool(&def));
-        let grant = authorize::grant(&policy, who, &entry)?;
+        let grant = authorize::grant(snapshot, &policy, who, &entry)?;
         trail.rule = Some(grant.rule);
         let arguments = validate::arguments(
             &def,

@@ -23,6 +23,12 @@ pub(crate) async fn finish(
     outcome: Outcome,
 ) -> InvokeResponse {
     let kind = audit_kind(&outcome);
+    // The caller reads a refusal of a hidden tool as NOT_FOUND; the audit
+    // log keeps what it was.
+    let denied = matches!(
+        &outcome,
+        Outcome::Failed(CallError::PermissionDenied { .. })
+    );
     let mut result = match outcome {
         Outcome::Answered(result) => result,
         Outcome::Failed(error) => {
@@ -66,7 +72,13 @@ pub(crate) async fn finish(
         elapsed_us = elapsed.as_micros() as u64,
         "invoke done"
     );
-    governance.audit(|| audit_record(who, request, &trail, kind, &result));
+    governance.audit(|| {
+        let mut record = audit_record(who, request, &trail, kind, &result);
+        if denied {
+            record.outcome = ErrorCode::PermissionDenied.short_name().into();
+        }
+        record
+    });
     InvokeResponse {
         call_id: trail.call_id,
         snapshot_version: trail.snapshot_version,

@@ -7,7 +7,7 @@
 use crate::error::CallError;
 use std::sync::Arc;
 use toolmesh::reference::VersionPattern;
-use toolmesh::rollout::{Assignment, Caller, RolloutState, Sticky};
+use toolmesh::rollout::{Assignment, Audience, Caller, RolloutState, Sticky};
 use toolmesh::snapshot::ResolveError;
 use toolmesh::{Rollout, Snapshot, ToolEntry, ToolRef, suggest};
 use toolmesh_governance::{Policy, Principal};
@@ -30,10 +30,16 @@ impl Routed {
         if self.canary { "canary" } else { "stable" }
     }
 
-    /// Which version `caller` gets (`entry`) and why, in one sentence.
-    pub(crate) fn explain(&self, entry: &ToolEntry, caller: &Caller<'_>) -> String {
+    /// Which version `caller` gets (`entry`) and why, in one sentence, as
+    /// much as `audience` may read.
+    pub(crate) fn explain(
+        &self,
+        entry: &ToolEntry,
+        caller: &Caller<'_>,
+        audience: Audience,
+    ) -> String {
         let rollout = &*self.rollout;
-        let why = self.assignment.describe(rollout, caller);
+        let why = self.assignment.describe(rollout, caller, audience);
         let label = rollout.canary_label();
         let gets = format!("{} {}", self.side(), entry.def.label());
         match (self.assignment.is_canary(), self.canary) {
@@ -151,7 +157,9 @@ pub(crate) fn pick(
                 tool: name.to_owned(),
                 why: format!(
                     "{}, and no other stable version is registered",
-                    rollout.assign(caller).describe(rollout, caller)
+                    rollout
+                        .assign(caller)
+                        .describe(rollout, caller, Audience::Caller)
                 ),
             });
         }
@@ -168,8 +176,9 @@ pub(crate) fn pick(
 
 /// The entry `tool` names for `who` (in session `session`) in `snapshot`
 /// (pinned or newest), with the instances and operator switch of
-/// `current`: a pin fixes the spec a run sees, never the kill switch. Only
-/// names `who` may use are offered as suggestions, so a refusal never
+/// `current`: a pin fixes the spec a run sees, never the kill switch. A
+/// name `who` may not use anywhere is answered as a name that does not
+/// exist ([`unknown`]), whatever went wrong with it, so a refusal never
 /// reveals a hidden tool.
 pub(crate) fn tool(
     snapshot: &Snapshot,
@@ -183,22 +192,39 @@ pub(crate) fn tool(
     match pick(snapshot, current, &reference, &caller(who, session)) {
         Ok((entry, routed)) if std::ptr::eq(snapshot, current) => Ok((entry, routed)),
         Ok((entry, routed)) => Ok((entry.as_of(current), routed)),
-        Err(CallError::UnknownTool { name, .. }) => {
-            let visible = snapshot.names().filter(|n| {
-                snapshot
-                    .versions(n)
-                    .last()
-                    .is_some_and(|e| policy.decide(who, e.def.spec()).is_allowed())
-            });
-            Err(CallError::UnknownTool {
-                suggestions: suggest::close_names(&name, visible, 3)
-                    .into_iter()
-                    .map(str::to_owned)
-                    .collect(),
-                name,
-            })
+        Err(_) if !may_see(snapshot, policy, who, reference.name) => {
+            Err(unknown(snapshot, policy, who, reference.name))
         }
-        Err(other) => Err(other),
+        Err(error) => Err(error),
+    }
+}
+
+/// Whether the policy gives `who` some version of `name` in `snapshot`.
+pub(crate) fn may_see(snapshot: &Snapshot, policy: &Policy, who: &Principal, name: &str) -> bool {
+    snapshot
+        .versions(name)
+        .iter()
+        .any(|e| policy.decide(who, e.def.spec()).is_allowed())
+}
+
+/// The answer to `who` for `name`, which it cannot use: the same whether
+/// no tool has that name or the policy hides it, with close names only
+/// among the tools `who` may use.
+pub(crate) fn unknown(
+    snapshot: &Snapshot,
+    policy: &Policy,
+    who: &Principal,
+    name: &str,
+) -> CallError {
+    let visible = snapshot
+        .names()
+        .filter(|n| may_see(snapshot, policy, who, n));
+    CallError::UnknownTool {
+        suggestions: suggest::close_names(name, visible, 3)
+            .into_iter()
+            .map(str::to_owned)
+            .collect(),
+        name: name.to_owned(),
     }
 }
 

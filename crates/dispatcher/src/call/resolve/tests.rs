@@ -116,7 +116,10 @@ fn anonymous_callers_by_session() {
     assert_eq!(picked(&s, &anonymous, "", "kb").1, Some("stable"));
     let c = caller(&anonymous, "");
     let choice = version(&s, "kb", &c, |e| e.exposed()).unwrap();
-    let said = choice.routed.unwrap().explain(choice.entry, &c);
+    let said = choice
+        .routed
+        .unwrap()
+        .explain(choice.entry, &c, Audience::Caller);
     assert!(said.contains("without a session id"), "{said}");
 }
 
@@ -134,7 +137,10 @@ fn aborted_down_and_promoted() {
     let c = caller(&alice, "");
     let choice = version(&down, "kb", &c, |e| e.exposed()).unwrap();
     assert_eq!(choice.entry.def.version().to_string(), "1.0.0");
-    let said = choice.routed.unwrap().explain(choice.entry, &c);
+    let said = choice
+        .routed
+        .unwrap()
+        .explain(choice.entry, &c, Audience::Caller);
     assert!(said.contains("not callable now"), "{said}");
     let promoted = snapshot(true, Some(rollout(0, RolloutState::Promoted)));
     assert_eq!(picked(&promoted, &alice, "", "kb"), ("2.0.0".into(), None));
