@@ -416,3 +416,49 @@ fn completions_and_misplaced_flags() {
     assert_exit(&output, 64, "up --server");
     assert!(text(&output.stderr).contains("--listen"));
 }
+
+/// Exit codes as the README states them: bad usage is 64 whether clap or
+/// toolmesh finds it, `--help` is 0, and a server whose address is taken
+/// exits 64 saying so once.
+#[tokio::test]
+async fn usage_errors_exit_64() {
+    let output = toolmesh(&["tools", "--no-such-flag"], "");
+    assert_exit(&output, 64, "an unknown flag");
+    assert!(text(&output.stderr).contains("--no-such-flag"));
+    let output = toolmesh(&["call"], "");
+    assert_exit(&output, 64, "a missing argument");
+    assert_exit(&toolmesh(&["--help"], ""), 0, "--help");
+
+    let mesh = acceptance(&[], &[]).await;
+    let output = toolmesh(&["serve", "--listen", &mesh.addr], "");
+    assert_exit(&output, 64, "an address in use");
+    let said = text(&output.stderr);
+    assert_eq!(said.matches("in use").count(), 1, "{said}");
+    assert!(said.contains(&mesh.addr), "{said}");
+}
+
+/// A reader that hangs up (`toolmesh tools | head -1`) ends a client
+/// command quietly: no panic, no error.
+#[tokio::test]
+async fn a_closed_pipe_ends_a_client_command_quietly() {
+    let mesh = acceptance(&[], &[]).await;
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    let output = Command::new(toolmesh_bin())
+        .args(["--server", &mesh.addr, "tools", "--format", "mcp"])
+        .stdout(writer)
+        .stderr(Stdio::piped())
+        .output()
+        .unwrap();
+    let said = text(&output.stderr);
+    assert!(
+        !said.contains("panicked") && !said.contains("Broken pipe"),
+        "{said}"
+    );
+    use std::os::unix::process::ExitStatusExt;
+    assert!(
+        output.status.success() || output.status.signal() == Some(libc::SIGPIPE),
+        "{:?}",
+        output.status
+    );
+}

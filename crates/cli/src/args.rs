@@ -45,13 +45,26 @@ const CLIENT_FLAGS: [(&str, &str); 4] = [
 
 /// Parses the command line (printing help, or the error and exiting 2, as
 /// clap does) and refuses client flags given to a command they do nothing for.
-pub(crate) fn parse() -> Result<Cli, MisplacedFlag> {
-    checked(&Cli::command().get_matches())
+pub(crate) fn parse() -> Result<Cli, BadUsage> {
+    let matches = Cli::command().try_get_matches()?;
+    checked(&matches)
+}
+
+/// Why the command line cannot run.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum BadUsage {
+    /// clap's own verdict: an unknown flag, a missing value, … (or help
+    /// and version, which are not failures).
+    #[error(transparent)]
+    Clap(#[from] clap::Error),
+    /// A client flag on a command that does not use it.
+    #[error(transparent)]
+    Misplaced(#[from] MisplacedFlag),
 }
 
 /// The command line `matches` stands for, its client flags checked.
-fn checked(matches: &ArgMatches) -> Result<Cli, MisplacedFlag> {
-    let cli = Cli::from_arg_matches(matches).unwrap_or_else(|e| e.exit());
+fn checked(matches: &ArgMatches) -> Result<Cli, BadUsage> {
+    let cli = Cli::from_arg_matches(matches)?;
     check_client_flags(matches, &cli.command)?;
     Ok(cli)
 }
@@ -540,7 +553,7 @@ mod tests {
         Cli::command().debug_assert();
     }
 
-    fn parse(line: &[&str]) -> Result<Cli, MisplacedFlag> {
+    fn parse(line: &[&str]) -> Result<Cli, BadUsage> {
         let matches = Cli::command()
             .try_get_matches_from(std::iter::once("toolmesh").chain(line.iter().copied()))
             .unwrap_or_else(|e| panic!("{line:?}: {e}"));

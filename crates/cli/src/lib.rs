@@ -58,17 +58,43 @@ impl From<anyhow::Error> for Failure {
     }
 }
 
+/// What the binary does for the library that needs `unsafe` (which this
+/// library forbids).
+#[derive(Clone, Copy)]
+pub struct Hooks {
+    /// Sets the parent-death signal of the processes `up` and `bench` start.
+    pub arm_parent_death: toolmesh_procs::ArmParentDeath,
+    /// Lets a write to a closed pipe end the process (SIGPIPE's default),
+    /// for client commands whose output is read by another program.
+    pub quiet_broken_pipe: fn(),
+}
+
 /// Parses the command line, runs the command, and returns its exit code.
 /// `arm` sets the parent-death signal of the processes `up` and `bench`
 /// start (it needs `unsafe`, which this library forbids).
-pub fn main(arm: toolmesh_procs::ArmParentDeath) -> ExitCode {
+pub fn main(hooks: Hooks) -> ExitCode {
+    let arm = hooks.arm_parent_death;
     let cli = match args::parse() {
         Ok(cli) => cli,
+        // --help and --version print and succeed.
+        Err(args::BadUsage::Clap(e)) if !e.use_stderr() => {
+            let _ = e.print();
+            return ExitCode::SUCCESS;
+        }
+        Err(args::BadUsage::Clap(e)) => {
+            let _ = e.print();
+            return ExitCode::from(64);
+        }
         Err(e) => {
             eprintln!("error: {e}");
             return ExitCode::from(64);
         }
     };
+    if cli.command.is_client() {
+        // `toolmesh tools | head -1`: a reader that hangs up ends the
+        // command quietly, as it ends cat or ls.
+        (hooks.quiet_broken_pipe)();
+    }
     let tls = match toolmesh::grpc::Tls::from_files(&cli.tls.files()) {
         Ok(tls) => tls,
         Err(e) => {
@@ -128,7 +154,7 @@ async fn run(
     let ttl = |ms: u64| Duration::from_millis(ms);
     let connect = || Client::connect(client, tls);
     match command {
-        Command::Up(args) => Ok(up::run(args, tls, arm).await?),
+        Command::Up(args) => up::run(args, tls, arm).await,
         Command::Serve(args) => {
             let role = Role::Serve {
                 default_ttl: ttl(args.default_ttl_ms),
@@ -171,7 +197,18 @@ async fn run(
 async fn serve(role: Role, config: &toolmesh_node::NodeConfig) -> Result<(), Failure> {
     toolmesh_node::run(role, config, toolmesh::grpc::shutdown_signal())
         .await
-        .map_err(|e| Failure::Failed(e.to_string()))
+        .map_err(node_failure)
+}
+
+/// A node that could not start because of what its flags name (an address
+/// in use, a policy or TLS file) is bad usage (64); one that failed while
+/// serving failed (1).
+fn node_failure(error: toolmesh_node::NodeError) -> Failure {
+    if error.is_setting() {
+        Failure::Usage(error.to_string())
+    } else {
+        Failure::Failed(error.to_string())
+    }
 }
 
 #[cfg(feature = "bench")]

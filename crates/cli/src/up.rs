@@ -1,6 +1,7 @@
 //! `toolmesh up`: registry and dispatcher in this process, each example executor as its own OS process, until ctrl-c.
 
 use crate::args::{DEFAULT_SERVER, UpArgs};
+use crate::{Failure, node_failure};
 use anyhow::Context;
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -19,7 +20,7 @@ pub(crate) async fn run(
     args: UpArgs,
     tls: &toolmesh::grpc::Tls,
     arm: ArmParentDeath,
-) -> anyhow::Result<()> {
+) -> Result<(), Failure> {
     let started = Instant::now();
     let role = Role::Serve {
         default_ttl: Duration::from_millis(args.serve.default_ttl_ms),
@@ -34,17 +35,19 @@ pub(crate) async fn run(
     if args.serve.server.mcp_listen.is_none() {
         config.mcp_listen = default_mcp_listen(&config.listen);
     }
-    let running = toolmesh_node::start(role, &config).await?;
+    let running = toolmesh_node::start(role, &config)
+        .await
+        .map_err(node_failure)?;
     let addr = running.addr.to_string();
     let exe =
         std::env::current_exe().context("cannot find the toolmesh binary to start examples")?;
     let mut children: Vec<(String, Proc)> = Vec::new();
     for name in &args.examples {
         if toolmesh_examples::example(name, &Default::default()).is_none() {
-            anyhow::bail!(
+            return Err(Failure::Usage(format!(
                 "unknown example {name:?}; choose from {}",
                 toolmesh_examples::EXAMPLE_NAMES.join(", ")
-            );
+            )));
         }
         let child = spawn_example(&exe, name, &addr, &token, tls.files(), arm)
             .with_context(|| format!("cannot start example executor {name}"))?;
@@ -132,7 +135,7 @@ pub(crate) async fn run(
             child.kill_and_reap().await;
         }
     }
-    Ok(running.stop(grace).await?)
+    running.stop(grace).await.map_err(node_failure)
 }
 
 /// The client commands `up` suggests (each must succeed as printed).

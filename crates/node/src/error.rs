@@ -79,3 +79,18 @@ pub enum NodeError {
     #[error("server task failed: {0}")]
     Task(#[from] tokio::task::JoinError),
 }
+
+impl NodeError {
+    /// Whether the node could not start because of a setting it was given
+    /// (an address, a file, a flag's value), as opposed to failing while
+    /// it served.
+    pub fn is_setting(&self) -> bool {
+        !matches!(
+            self,
+            NodeError::Serve(_)
+                | NodeError::Task(_)
+                | NodeError::LaneGone { .. }
+                | NodeError::Registry(_)
+        )
+    }
+}
