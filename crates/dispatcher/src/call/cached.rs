@@ -172,16 +172,18 @@ mod tests {
     use toolmesh::pb::{ToolError, ToolSpec};
 
     fn def(read_only: bool, idempotent: bool) -> Arc<ToolDef> {
-        Arc::new(ToolDef::new(ToolSpec {
-            name: "lookup".into(),
-            version: "1.0.0".into(),
-            description: "d".into(),
-            input_schema: r#"{"type":"object"}"#.into(),
-            read_only,
-            idempotent,
-            ..ToolSpec::default()
-        })
-        .unwrap())
+        Arc::new(
+            ToolDef::new(ToolSpec {
+                name: "lookup".into(),
+                version: "1.0.0".into(),
+                description: "d".into(),
+                input_schema: r#"{"type":"object"}"#.into(),
+                read_only,
+                idempotent,
+                ..ToolSpec::default()
+            })
+            .unwrap(),
+        )
     }
 
     fn who(name: &str, tenant: &str) -> Principal {

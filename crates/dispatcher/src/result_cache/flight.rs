@@ -95,7 +95,9 @@ impl Flights {
             };
             match tokio::time::timeout_at(deadline.at, landing(stage)).await {
                 Err(_) => return Flown::OutOfTime,
-                Ok(Stage::Landed(result, leaders)) if !cut_short_for(deadline, leaders, &result) => {
+                Ok(Stage::Landed(result, leaders))
+                    if !cut_short_for(deadline, leaders, &result) =>
+                {
                     return Flown::Shared(result);
                 }
                 // Abandoned, or cut short by a deadline this caller does not share.
@@ -270,7 +272,9 @@ mod tests {
         let leader = flights.coalesce(&key, tool_bound, work(&runs, 1000, tool_bound));
         let joiner = async {
             tokio::time::sleep(Duration::from_millis(10)).await;
-            flights.coalesce(&key, own(5000), work(&runs, 1000, own(5000))).await
+            flights
+                .coalesce(&key, own(5000), work(&runs, 1000, own(5000)))
+                .await
         };
         let (_, joined) = tokio::join!(leader, joiner);
         assert_eq!(joined, Flown::Shared(deadline_exceeded()));
@@ -286,7 +290,9 @@ mod tests {
         let leader = flights.coalesce(&key, long, work(&runs, 1000, long));
         let joiner = async {
             tokio::time::sleep(Duration::from_millis(10)).await;
-            flights.coalesce(&key, own(300), work(&runs, 1, own(300))).await
+            flights
+                .coalesce(&key, own(300), work(&runs, 1, own(300)))
+                .await
         };
         let (led, joined) = tokio::join!(leader, joiner);
         assert_eq!(

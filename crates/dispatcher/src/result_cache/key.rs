@@ -116,8 +116,14 @@ pub(crate) mod tests {
     fn keys_follow_the_definition() {
         let (a, again, b) = (def(""), def(""), def(r#"{"type":"object"}"#));
         assert_eq!(Key::new(a.clone(), "k".into()), Key::new(again, "k".into()));
-        assert_ne!(Key::new(a.clone(), "k".into()), Key::new(b.clone(), "k".into()));
-        assert_ne!(Key::new(a.clone(), "k".into()), Key::new(a.clone(), "j".into()));
+        assert_ne!(
+            Key::new(a.clone(), "k".into()),
+            Key::new(b.clone(), "k".into())
+        );
+        assert_ne!(
+            Key::new(a.clone(), "k".into()),
+            Key::new(a.clone(), "j".into())
+        );
         let contract = Key::new(a.clone(), "k".into()).contract().clone();
         assert!(contract.superseded_in(&snapshot(&[b])));
         assert!(!contract.superseded_in(&snapshot(&[a])));

@@ -16,6 +16,7 @@ use std::time::Duration;
 use tokio::time::Instant;
 use toolmesh::Snapshot;
 use toolmesh::pb::ToolResult;
+use tracing::debug;
 
 /// One cached answer.
 #[derive(Debug)]
@@ -119,10 +120,17 @@ impl ResultCache {
             .collect();
         let mut forgotten = 0;
         for contract in replaced {
+            let mut answers = 0;
             for key in lru.by_contract.remove(&contract).unwrap_or_default() {
                 lru.remove(&key);
-                forgotten += 1;
+                answers += 1;
             }
+            debug!(
+                tool = %contract.def().label(),
+                answers,
+                "a new definition replaced this one: its cached answers are dropped"
+            );
+            forgotten += answers;
         }
         forgotten
     }
@@ -205,9 +213,15 @@ mod tests {
         let hour = Duration::from_secs(3600);
         cache.put(key("a"), answer("aaaa"), size * 2);
         cache.put(key("b"), answer("bbbb"), size * 2);
-        assert!(cache.get(&key("a"), hour).is_some(), "a is now the most recent");
+        assert!(
+            cache.get(&key("a"), hour).is_some(),
+            "a is now the most recent"
+        );
         cache.put(key("c"), answer("cccc"), size * 2);
-        assert!(cache.get(&key("b"), hour).is_none(), "b was least recently used");
+        assert!(
+            cache.get(&key("b"), hour).is_none(),
+            "b was least recently used"
+        );
         assert!(cache.get(&key("a"), hour).is_some() && cache.get(&key("c"), hour).is_some());
         assert_eq!(cache.bytes(), size * 2);
         cache.put(key("big"), answer(&"x".repeat(100)), size * 2);
@@ -229,15 +243,33 @@ mod tests {
             cache.get(&under(&new, "a"), hour).is_none(),
             "another contract's key never meets the old answer"
         );
-        assert_eq!(cache.forget_replaced(&snapshot(&[])), 0, "gone, not replaced");
-        assert_eq!(cache.forget_replaced(&snapshot(&[def("")])), 0, "the same contract");
+        assert_eq!(
+            cache.forget_replaced(&snapshot(&[])),
+            0,
+            "gone, not replaced"
+        );
+        assert_eq!(
+            cache.forget_replaced(&snapshot(&[def("")])),
+            0,
+            "the same contract"
+        );
         cache.put(under(&new, "a"), answer("new a"), 1 << 20);
-        let kept = cache.bytes() - (answer("new a").encoded_len() as u64 + under(&new, "a").bytes());
+        let kept =
+            cache.bytes() - (answer("new a").encoded_len() as u64 + under(&new, "a").bytes());
         assert!(kept > 0);
-        assert_eq!(cache.forget_replaced(&snapshot(&[new.clone()])), 2);
+        assert_eq!(
+            cache.forget_replaced(&snapshot(std::slice::from_ref(&new))),
+            2
+        );
         assert!(cache.get(&under(&old, "a"), hour).is_none());
-        assert_eq!(cache.get(&under(&new, "a"), hour).unwrap().0.output, "new a");
-        assert_eq!(cache.bytes(), answer("new a").encoded_len() as u64 + under(&new, "a").bytes());
+        assert_eq!(
+            cache.get(&under(&new, "a"), hour).unwrap().0.output,
+            "new a"
+        );
+        assert_eq!(
+            cache.bytes(),
+            answer("new a").encoded_len() as u64 + under(&new, "a").bytes()
+        );
         assert_eq!(lock(&cache.lru).by_contract.len(), 1);
     }
 }
