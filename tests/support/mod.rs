@@ -208,6 +208,19 @@ pub async fn invoke(
     arguments: &str,
     timeout: Option<Duration>,
 ) -> InvokeResponse {
+    try_invoke(client, tool, arguments, timeout)
+        .await
+        .expect("invoke RPC")
+}
+
+/// [`invoke`], or the status the RPC itself ended with (e.g. the caller's
+/// own timer fired before the answer arrived).
+pub async fn try_invoke(
+    client: &mut DispatcherClient<Channel>,
+    tool: &str,
+    arguments: &str,
+    timeout: Option<Duration>,
+) -> Result<InvokeResponse, tonic::Status> {
     let mut request = tonic::Request::new(InvokeRequest {
         tool: tool.to_owned(),
         arguments: arguments.to_owned(),
@@ -223,8 +236,7 @@ pub async fn invoke(
     client
         .invoke(request)
         .await
-        .expect("invoke RPC")
-        .into_inner()
+        .map(tonic::Response::into_inner)
 }
 
 /// Sends `request` with `token` as its bearer token (none: anonymous).

@@ -33,6 +33,7 @@ pub use toolmesh_governance::{Governance, Principal};
 use call::{Attempts, Pipeline, Relay};
 use endpoints::{EjectionPolicy, Endpoints};
 use metrics::Metrics;
+use result_cache::ResultCache;
 use std::collections::HashSet;
 use std::sync::Arc;
 use std::time::Duration;
@@ -141,10 +142,12 @@ impl Dispatcher {
             ejections.clone(),
             stop.clone(),
         ));
+        let cache = Arc::new(ResultCache::default());
         tokio::spawn(follow_updates(
             updates,
             snapshots.clone(),
             pool.clone(),
+            cache.clone(),
             changed,
             metrics.clone(),
             stop.clone(),
@@ -166,7 +169,7 @@ impl Dispatcher {
             },
             max_argument_bytes: config.max_argument_bytes,
             metrics,
-            cache: Default::default(),
+            cache,
             pairings: Default::default(),
             canaries: canary::CanaryWatch::new(config.rollout_control.clone()),
         };
@@ -450,13 +453,15 @@ impl Dispatcher {
     }
 }
 
-/// Installs each snapshot `updates` delivers, until `stop`; now and then
-/// forgets the channels of endpoints no snapshot names any more (that walks
-/// every instance, so not on every change).
+/// Installs each snapshot `updates` delivers, until `stop`, dropping the
+/// cached answers of every tool it holds under a new definition; now and
+/// then forgets the channels of endpoints no snapshot names any more (that
+/// walks every instance, so not on every change).
 async fn follow_updates(
     mut updates: watch::Receiver<Arc<Snapshot>>,
     snapshots: Arc<SnapshotHistory>,
     pool: Arc<Endpoints>,
+    cache: Arc<ResultCache>,
     changed: Arc<Notify>,
     metrics: Arc<Metrics>,
     stop: CancellationToken,
@@ -465,6 +470,7 @@ async fn follow_updates(
     while let Some(Ok(())) = stop.run_until_cancelled(updates.changed()).await {
         let snapshot = updates.borrow_and_update().clone();
         snapshots.install(snapshot.clone());
+        cache.forget_replaced(&snapshot);
         metrics.snapshot_installed(snapshot.version());
         changed.notify_one();
         if swept.elapsed() >= POOL_SWEEP {

@@ -2,17 +2,37 @@
 //!
 //! This stage runs only after every check (resolve, authorize, validate,
 //! admit), so a cached answer never hides a disable, a revoked grant, a
-//! narrowed schema or a rate limit.
+//! narrowed schema or a rate limit. Answers are filed under the contract
+//! that made them (name@version and the definition's fingerprint), so a
+//! tool re-registered under the same name@version with another spec never
+//! gets the old spec's answers. A caller that joins an identical call in
+//! flight keeps its own deadline and cancellation: it waits only its own
+//! time, and neither the hang-up nor the shorter deadline of the caller
+//! running the call fails it.
 
 use super::Outcome;
-use crate::result_cache::ResultCache;
+use crate::error::CallError;
+use crate::result_cache::{Deadline, Flown, Key, ResultCache};
 use serde_json::Value;
 use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
-use toolmesh::ToolDef;
+use tokio::time::Instant;
+use toolmesh::grpc::{Bound, call_budget};
 use toolmesh::pb::{ErrorCode, ToolResult};
+use toolmesh::{ToolDef, ToolErrorExt};
 use toolmesh_governance::{CacheRule, CacheScope, Principal, value_digest};
+
+/// The caller of a cached call, as far as the cache needs it.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct Caller<'a> {
+    /// The tool as the caller named it.
+    pub(crate) tool: &'a str,
+    /// When its call started.
+    pub(crate) started: Instant,
+    /// The deadline it sent, if any.
+    pub(crate) timeout: Option<Duration>,
+}
 
 /// How a call used the cache (metadata `toolmesh.cache`, the audit log, metrics).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -53,29 +73,33 @@ pub(crate) fn rule<'a>(rule: Option<&'a CacheRule>, def: &ToolDef) -> Option<&'a
     rule.filter(|_| def.read_only() && def.idempotent())
 }
 
-/// The key of a call: tool@version, who shares the answer, and the
-/// SHA-256 of the canonical arguments (key order and spacing do not matter).
+/// The key of a call: the definition it is made to (name@version and
+/// fingerprint), who shares the answer, and the SHA-256 of the canonical
+/// arguments (key order and spacing do not matter).
 pub(crate) fn key(
-    def: &ToolDef,
+    def: &Arc<ToolDef>,
     scope: CacheScope,
     who: &Principal,
     arguments: &Value,
-) -> Arc<str> {
+) -> Arc<Key> {
     let scope = match scope {
         CacheScope::Global => String::new(),
         CacheScope::Tenant => format!("t:{}", who.tenant),
         CacheScope::Principal => format!("p:{}/{}", who.tenant, who.name),
     };
-    format!("{}\n{scope}\n{}", def.label(), value_digest(arguments)).into()
+    let call = format!("{scope}\n{}", value_digest(arguments));
+    Arc::new(Key::new(def.clone(), call))
 }
 
 /// Serves the call from `cache` under `rule`, running `call` only when no
-/// fresh answer exists and no identical call is in flight; says how.
+/// fresh answer exists and no identical call is in flight (or the one in
+/// flight cannot answer within `caller`'s time); says how.
 pub(crate) async fn run(
     cache: &ResultCache,
     rule: &CacheRule,
-    key: Arc<str>,
+    key: Arc<Key>,
     max_bytes: u64,
+    caller: Caller<'_>,
     call: impl Future<Output = ToolResult>,
 ) -> (Outcome, CacheUse) {
     // Answers are kept while they may still stand in for a failure.
@@ -85,14 +109,27 @@ pub(crate) async fn run(
     {
         return (Outcome::Answered(result), CacheUse::Hit(age));
     }
-    let ran = cache.coalesce(&key, async {
+    let (budget, bound) = call_budget(caller.timeout, key.contract().def().timeout());
+    let deadline = Deadline {
+        at: caller.started + budget,
+        callers_own: bound == Bound::Caller,
+    };
+    let flown = cache.coalesce(&key, deadline, async {
         let result = call.await;
         if result.error.is_none() {
             cache.put(key.clone(), result.clone(), max_bytes);
         }
         result
     });
-    let (result, leader) = ran.await;
+    let (result, used) = match flown.await {
+        Flown::Ran(result) => (result, CacheUse::Miss),
+        Flown::Shared(result) => (result, CacheUse::Coalesced),
+        Flown::OutOfTime => {
+            let tool = caller.tool.to_owned();
+            let error = CallError::DeadlineExceeded { tool, budget };
+            (error.to_tool_error().into_result(), CacheUse::Coalesced)
+        }
+    };
     if outage(&result)
         && !rule.stale_if_error.is_zero()
         && let Some((stale, age)) = cache.get(&key, keep)
@@ -100,11 +137,6 @@ pub(crate) async fn run(
         let stale = marked_stale(stale, age, &result);
         return (Outcome::Answered(stale), CacheUse::Stale(age));
     }
-    let used = if leader {
-        CacheUse::Miss
-    } else {
-        CacheUse::Coalesced
-    };
     (Outcome::Answered(result), used)
 }
 
@@ -139,17 +171,19 @@ mod tests {
     use serde_json::json;
     use toolmesh::pb::{ToolError, ToolSpec};
 
-    fn def(read_only: bool, idempotent: bool) -> ToolDef {
-        ToolDef::new(ToolSpec {
-            name: "lookup".into(),
-            version: "1.0.0".into(),
-            description: "d".into(),
-            input_schema: r#"{"type":"object"}"#.into(),
-            read_only,
-            idempotent,
-            ..ToolSpec::default()
-        })
-        .unwrap()
+    fn def(read_only: bool, idempotent: bool) -> Arc<ToolDef> {
+        Arc::new(
+            ToolDef::new(ToolSpec {
+                name: "lookup".into(),
+                version: "1.0.0".into(),
+                description: "d".into(),
+                input_schema: r#"{"type":"object"}"#.into(),
+                read_only,
+                idempotent,
+                ..ToolSpec::default()
+            })
+            .unwrap(),
+        )
     }
 
     fn who(name: &str, tenant: &str) -> Principal {

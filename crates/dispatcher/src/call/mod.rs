@@ -44,8 +44,9 @@ pub(crate) struct Pipeline {
     /// Largest `arguments` accepted, in bytes.
     pub(crate) max_argument_bytes: usize,
     pub(crate) metrics: Arc<Metrics>,
-    /// Answers of the tools the policy's `[cache]` names.
-    pub(crate) cache: ResultCache,
+    /// Answers of the tools the policy's `[cache]` names (shared with the
+    /// snapshot follower, which drops the answers of replaced contracts).
+    pub(crate) cache: Arc<ResultCache>,
     /// Which stand-ins may answer for which tools (`[[fallbacks]]`).
     pub(crate) pairings: fallback::Pairings,
     /// Outcomes of tools under an active rollout, to abort a failing canary.
@@ -285,6 +286,11 @@ impl Pipeline {
             Ok(tree) => cached::key(&entry.def, rule.scope, who, tree),
             Err(e) => return Outcome::Failed(e),
         };
+        let caller = cached::Caller {
+            tool: &request.tool,
+            started: trail.started,
+            timeout: caller_timeout,
+        };
         let call = async {
             match self
                 .attempts
@@ -297,7 +303,8 @@ impl Pipeline {
         };
         // Boxed: only cached tools take this path; unboxed, its state would
         // enlarge every call's future.
-        let (outcome, used) = Box::pin(cached::run(&self.cache, rule, key, *max_bytes, call)).await;
+        let cached = cached::run(&self.cache, rule, key, *max_bytes, caller, call);
+        let (outcome, used) = Box::pin(cached).await;
         trail.cache = Some(used);
         self.metrics.cache(used.name());
         outcome
