@@ -884,3 +884,49 @@ async fn policy_reloads_on_change() {
     })
     .await;
 }
+
+/// Read-your-writes for operator decisions on a `serve` node: once
+/// `DisableTool` or `EnableTool` is answered, no listing or call on that
+/// node uses the state before it (checked right after each answer, many
+/// times over, since the old state showed only now and then).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn decisions_hold_once_answered() {
+    let mesh = acceptance(&[], &[]).await;
+    let mut registry = toolmesh::pb::registry_client::RegistryClient::new(
+        toolmesh::grpc::channel(&mesh.addr, &toolmesh::grpc::Tls::none()).unwrap(),
+    );
+    let mut client = mesh.client.clone();
+    for round in 0..40 {
+        registry
+            .disable_tool(toolmesh::pb::DisableToolRequest {
+                tool: "acc_echo".into(),
+                reason: format!("round {round}"),
+            })
+            .await
+            .unwrap();
+        let names = listed(&mut client).await.unwrap();
+        assert!(
+            !names.iter().any(|n| n == "acc_echo"),
+            "round {round}: still listed"
+        );
+        let after = invoke(&mut client, "acc_echo", r#"{"message":"x"}"#, None).await;
+        assert_ne!(
+            code(&after),
+            0,
+            "round {round}: ran after disable was answered"
+        );
+        registry
+            .enable_tool(toolmesh::pb::EnableToolRequest {
+                tool: "acc_echo".into(),
+            })
+            .await
+            .unwrap();
+        let names = listed(&mut client).await.unwrap();
+        assert!(
+            names.iter().any(|n| n == "acc_echo"),
+            "round {round}: not listed"
+        );
+        let after = invoke(&mut client, "acc_echo", r#"{"message":"x"}"#, None).await;
+        assert_eq!(code(&after), 0, "round {round}: {}", message(&after));
+    }
+}

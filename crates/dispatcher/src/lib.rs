@@ -87,6 +87,8 @@ pub struct Dispatcher {
     listings: Arc<list::ListCache>,
     admission: Arc<Semaphore>,
     max_in_flight: usize,
+    /// The version of the snapshot calls and listings use now.
+    installed: watch::Receiver<u64>,
     _tasks: Arc<DropGuard>,
 }
 
@@ -143,8 +145,10 @@ impl Dispatcher {
             stop.clone(),
         ));
         let cache = Arc::new(ResultCache::default());
+        let (now_installed, installed) = watch::channel(snapshots.current().version());
         tokio::spawn(follow_updates(
             updates,
+            now_installed,
             snapshots.clone(),
             pool.clone(),
             cache.clone(),
@@ -178,8 +182,18 @@ impl Dispatcher {
             listings: Arc::default(),
             admission: Arc::new(Semaphore::new(config.max_in_flight)),
             max_in_flight: config.max_in_flight,
+            installed,
             _tasks: Arc::new(stop.drop_guard()),
         }
+    }
+
+    /// Returns once calls and listings use a snapshot of `version` or later
+    /// (the one an operator's decision was answered with), or after
+    /// `limit`; whether they do.
+    pub async fn caught_up(&self, version: u64, limit: Duration) -> bool {
+        let mut installed = self.installed.clone();
+        let reached = tokio::time::timeout(limit, installed.wait_for(|now| *now >= version));
+        matches!(reached.await, Ok(Ok(_)))
     }
 
     /// The tools `who` can call now (or in a pinned snapshot), sorted by
@@ -459,6 +473,7 @@ impl Dispatcher {
 /// walks every instance, so not on every change).
 async fn follow_updates(
     mut updates: watch::Receiver<Arc<Snapshot>>,
+    installed: watch::Sender<u64>,
     snapshots: Arc<SnapshotHistory>,
     pool: Arc<Endpoints>,
     cache: Arc<ResultCache>,
@@ -470,6 +485,7 @@ async fn follow_updates(
     while let Some(Ok(())) = stop.run_until_cancelled(updates.changed()).await {
         let snapshot = updates.borrow_and_update().clone();
         snapshots.install(snapshot.clone());
+        installed.send_replace(snapshot.version());
         cache.forget_replaced(&snapshot);
         metrics.snapshot_installed(snapshot.version());
         changed.notify_one();

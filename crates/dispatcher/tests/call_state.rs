@@ -35,3 +35,31 @@ async fn one_call_state_stays_small() {
         "one call's future is {size} bytes; box the rare path that grew it"
     );
 }
+
+/// `caught_up` returns once calls and listings use a snapshot of the version
+/// asked for (an operator's decision holds from then on), and not before.
+#[tokio::test]
+async fn caught_up_waits_for_the_installed_snapshot() {
+    let first = Arc::new(toolmesh::Snapshot::empty("e"));
+    let (publish, snapshots) = tokio::sync::watch::channel(first.clone());
+    let (health, _) = tonic_health::server::health_reporter();
+    let dispatcher = Dispatcher::new(Default::default(), snapshots, health);
+    let next = first.next().finish();
+    let version = next.version();
+    assert!(version > first.version());
+    let short = std::time::Duration::from_millis(50);
+    assert!(
+        !dispatcher.caught_up(version, short).await,
+        "not published yet"
+    );
+    publish.send_replace(Arc::new(next));
+    assert!(
+        dispatcher
+            .caught_up(
+                version,
+                toolmesh_testkit::patient(std::time::Duration::from_secs(5))
+            )
+            .await
+    );
+    assert_eq!(dispatcher.current_snapshot().version(), version);
+}

@@ -43,6 +43,42 @@ impl DecisionJournal for AuditJournal {
     }
 }
 
+/// How long an operator's decision waits to be in force in the node's own
+/// dispatcher before it is answered anyway (with a warning).
+const IN_FORCE_LIMIT: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// A `serve` node's journal: the audit journal (if any), and a decision is
+/// answered only once the node's own dispatcher uses the snapshot that
+/// holds it, so no call or listing after the answer sees the old state.
+pub(crate) struct InForce {
+    pub(crate) journal: Option<Arc<dyn DecisionJournal>>,
+    pub(crate) dispatcher: toolmesh_dispatcher::Dispatcher,
+}
+
+#[tonic::async_trait]
+impl DecisionJournal for InForce {
+    async fn rollout(&self, change: &RolloutChange, rollout: &toolmesh::Rollout) {
+        if let Some(journal) = &self.journal {
+            journal.rollout(change, rollout).await;
+        }
+    }
+
+    async fn switched(&self, tool: &str, reason: Option<&str>, admin: &str) {
+        if let Some(journal) = &self.journal {
+            journal.switched(tool, reason, admin).await;
+        }
+    }
+
+    async fn in_force(&self, version: u64) {
+        if !self.dispatcher.caught_up(version, IN_FORCE_LIMIT).await {
+            tracing::warn!(
+                version,
+                "a decision was answered before this node's dispatcher installed its snapshot"
+            );
+        }
+    }
+}
+
 /// The journal of a node's audit sink, if it has one.
 pub(crate) fn journal(audit: Option<&AuditSink>) -> Option<Arc<dyn DecisionJournal>> {
     audit.map(|sink| Arc::new(AuditJournal(sink.clone())) as Arc<dyn DecisionJournal>)

@@ -209,7 +209,15 @@ pub async fn start(role: Role, config: &NodeConfig) -> Result<Running, NodeError
         .add_service(toolmesh::grpc::reflection_service())
         .add_optional_service(registry.clone().map(|store| {
             let desk = shared.clone().map(|s| s as Arc<dyn ApprovalDesk>);
-            grpc_service(store, desk, journal.clone())
+            // With its own dispatcher, a decision is answered once in force there.
+            let journal = match &dispatcher {
+                Some(dispatcher) => Some(Arc::new(rollouts::InForce {
+                    journal: journal.clone(),
+                    dispatcher: dispatcher.clone(),
+                }) as Arc<dyn DecisionJournal>),
+                None => journal.clone(),
+            };
+            grpc_service(store, desk, journal)
         }))
         .add_optional_service(dispatcher.as_ref().map(Dispatcher::grpc_service))
         .add_optional_service(dispatcher.as_ref().map(Dispatcher::governance_service));

@@ -111,6 +111,15 @@ impl RegistryService {
         }
     }
 
+    /// Returns once the decision that made snapshot `version` is in force
+    /// where this registry's answers must hold (see
+    /// [`DecisionJournal::in_force`]).
+    async fn in_force(&self, version: u64) {
+        if let Some(journal) = &self.journal {
+            journal.in_force(version).await;
+        }
+    }
+
     /// Who changes a rollout: an admin, or — for an automatic abort — a
     /// dispatcher.
     fn rollout_actor(
@@ -196,6 +205,7 @@ impl pb::registry_server::Registry for RegistryService {
             .await?;
         self.journal_switch(&request.tool, Some(&request.reason), &admin)
             .await;
+        self.in_force(snapshot_version).await;
         Ok(Response::new(pb::DisableToolResponse { snapshot_version }))
     }
 
@@ -207,6 +217,7 @@ impl pb::registry_server::Registry for RegistryService {
         let tool = &request.get_ref().tool;
         let snapshot_version = self.registry.set_disabled(tool, None).await?;
         self.journal_switch(tool, None, &admin).await;
+        self.in_force(snapshot_version).await;
         Ok(Response::new(pb::EnableToolResponse { snapshot_version }))
     }
 
@@ -259,6 +270,7 @@ impl pb::registry_server::Registry for RegistryService {
         let request =
             RolloutRequest::from_pb(request.into_inner(), actor).map_err(RegistryError::from)?;
         let (snapshot_version, rollout) = self.rollouts.update(request).await?;
+        self.in_force(snapshot_version).await;
         Ok(Response::new(pb::UpdateRolloutResponse {
             rollout: Some(rollout.to_pb()),
             snapshot_version,

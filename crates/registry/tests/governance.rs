@@ -416,3 +416,64 @@ async fn tool_count_limit() {
     let err = registry.register_as(request, "team-a").unwrap_err();
     assert!(err.to_string().contains("limit is 2"), "{err}");
 }
+
+/// A journal whose `in_force` holds each decision until the test lets it go.
+struct HeldJournal {
+    asked: tokio::sync::mpsc::UnboundedSender<u64>,
+    release: Arc<tokio::sync::Notify>,
+}
+
+#[tonic::async_trait]
+impl toolmesh_registry::DecisionJournal for HeldJournal {
+    async fn rollout(&self, _: &toolmesh_registry::RolloutChange, _: &toolmesh::Rollout) {}
+    async fn switched(&self, _: &str, _: Option<&str>, _: &str) {}
+    async fn in_force(&self, version: u64) {
+        let _ = self.asked.send(version);
+        self.release.notified().await;
+    }
+}
+
+/// An operator's switch is answered only once its journal says the
+/// decision is in force (a `serve` node: in its own dispatcher), with the
+/// version of the snapshot that holds it.
+#[tokio::test]
+async fn switches_are_answered_once_in_force() {
+    let registry = Registry::open(config(None), Arc::new(TestGate)).unwrap();
+    let (asked, mut heard) = tokio::sync::mpsc::unbounded_channel();
+    let release = Arc::new(tokio::sync::Notify::new());
+    let journal = HeldJournal {
+        asked,
+        release: release.clone(),
+    };
+    let service =
+        toolmesh_registry::grpc_service(Arc::new(registry.clone()), None, Some(Arc::new(journal)));
+    let addr = serve_router(Server::builder().add_service(service)).await;
+    let mut client = RegistryClient::connect(format!("http://{addr}"))
+        .await
+        .unwrap();
+    client
+        .register(with_token(registration("a-1", "send_email"), Some("tok-a")))
+        .await
+        .unwrap();
+    let disable = DisableToolRequest {
+        tool: "send_email".into(),
+        reason: "incident 7".into(),
+    };
+    let mut answer = tokio::spawn(async move {
+        client
+            .disable_tool(with_token(disable, Some("tok-admin")))
+            .await
+    });
+    let version = heard.recv().await.expect("in_force asked");
+    assert_eq!(registry.current().version(), version);
+    // Held: no answer while the decision is not in force.
+    assert!(
+        tokio::time::timeout(std::time::Duration::from_millis(300), &mut answer)
+            .await
+            .is_err(),
+        "answered before the decision was in force"
+    );
+    release.notify_one();
+    let answered = answer.await.unwrap().unwrap().into_inner();
+    assert_eq!(answered.snapshot_version, version);
+}

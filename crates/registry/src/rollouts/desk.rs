@@ -18,6 +18,11 @@ pub trait DecisionJournal: Send + Sync + 'static {
 
     /// `admin` disabled `tool` (for `reason`) or, with no reason, enabled it.
     async fn switched(&self, tool: &str, reason: Option<&str>, admin: &str);
+
+    /// Returns once the decision that made snapshot `version` is in force
+    /// wherever this registry's answer must already hold (a `serve` node:
+    /// its own dispatcher's calls and listings); at once by default.
+    async fn in_force(&self, _version: u64) {}
 }
 
 /// Where rollout changes are made: the store, then the journal. The gRPC
