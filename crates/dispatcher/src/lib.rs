@@ -146,16 +146,16 @@ impl Dispatcher {
         ));
         let cache = Arc::new(ResultCache::default());
         let (now_installed, installed) = watch::channel(snapshots.current().version());
-        tokio::spawn(follow_updates(
+        let follower = Follower {
             updates,
-            now_installed,
-            snapshots.clone(),
-            pool.clone(),
-            cache.clone(),
+            installed: now_installed,
+            snapshots: snapshots.clone(),
+            pool: pool.clone(),
+            cache: cache.clone(),
             changed,
-            metrics.clone(),
-            stop.clone(),
-        ));
+            metrics: metrics.clone(),
+        };
+        tokio::spawn(follower.run(stop.clone()));
         let pipeline = Pipeline {
             snapshots,
             governance,
@@ -467,35 +467,42 @@ impl Dispatcher {
     }
 }
 
-/// Installs each snapshot `updates` delivers, until `stop`, dropping the
-/// cached answers of every tool it holds under a new definition; now and
-/// then forgets the channels of endpoints no snapshot names any more (that
-/// walks every instance, so not on every change).
-async fn follow_updates(
-    mut updates: watch::Receiver<Arc<Snapshot>>,
+/// What installs each snapshot the registry publishes.
+struct Follower {
+    /// The registry's snapshots.
+    updates: watch::Receiver<Arc<Snapshot>>,
+    /// Hears the version of each snapshot installed.
     installed: watch::Sender<u64>,
     snapshots: Arc<SnapshotHistory>,
     pool: Arc<Endpoints>,
     cache: Arc<ResultCache>,
+    /// Tells tool health that the snapshot changed.
     changed: Arc<Notify>,
     metrics: Arc<Metrics>,
-    stop: CancellationToken,
-) {
-    let mut swept = Instant::now();
-    while let Some(Ok(())) = stop.run_until_cancelled(updates.changed()).await {
-        let snapshot = updates.borrow_and_update().clone();
-        snapshots.install(snapshot.clone());
-        installed.send_replace(snapshot.version());
-        cache.forget_replaced(&snapshot);
-        metrics.snapshot_installed(snapshot.version());
-        changed.notify_one();
-        if swept.elapsed() >= POOL_SWEEP {
-            swept = Instant::now();
-            let endpoints: HashSet<&str> = snapshot
-                .entries()
-                .flat_map(|e| e.instances.iter().map(|i| &*i.endpoint))
-                .collect();
-            pool.retain(|address| endpoints.contains(address));
+}
+
+impl Follower {
+    /// Installs each snapshot `updates` delivers, until `stop`, dropping
+    /// the cached answers of every tool it holds under a new definition;
+    /// now and then forgets the channels of endpoints no snapshot names any
+    /// more (that walks every instance, so not on every change).
+    async fn run(mut self, stop: CancellationToken) {
+        let mut swept = Instant::now();
+        while let Some(Ok(())) = stop.run_until_cancelled(self.updates.changed()).await {
+            let snapshot = self.updates.borrow_and_update().clone();
+            self.snapshots.install(snapshot.clone());
+            self.installed.send_replace(snapshot.version());
+            self.cache.forget_replaced(&snapshot);
+            self.metrics.snapshot_installed(snapshot.version());
+            self.changed.notify_one();
+            if swept.elapsed() >= POOL_SWEEP {
+                swept = Instant::now();
+                let endpoints: HashSet<&str> = snapshot
+                    .entries()
+                    .flat_map(|e| e.instances.iter().map(|i| &*i.endpoint))
+                    .collect();
+                self.pool.retain(|address| endpoints.contains(address));
+            }
         }
     }
 }
