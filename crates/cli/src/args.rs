@@ -323,6 +323,7 @@ impl ServerArgs {
             data_dir: self.data_dir.clone(),
             dev_executor_token: None,
             store: None,
+            etcd: toolmesh_registry::EtcdAccess::default(),
             tls: tls.clone(),
             admin_listen: self.ops.admin_listen.clone(),
             otlp_endpoint: self.ops.otlp_endpoint.clone(),
@@ -346,6 +347,9 @@ pub(crate) struct ServeArgs {
     /// pointed at the same etcd cluster.
     #[arg(long, env = "TOOLMESH_STORE")]
     pub(crate) store: Option<String>,
+    /// TLS and the etcd user for an etcd store.
+    #[command(flatten)]
+    pub(crate) etcd: crate::etcd_flags::EtcdFlags,
 }
 
 impl ServeArgs {
@@ -353,6 +357,7 @@ impl ServeArgs {
     pub(crate) fn node_config(&self, tls: &toolmesh::grpc::Tls) -> toolmesh_node::NodeConfig {
         toolmesh_node::NodeConfig {
             store: self.store.clone(),
+            etcd: self.etcd.access(),
             ..self.server.node_config(tls)
         }
     }
