@@ -2,7 +2,11 @@
 //! with protox (no system `protoc`).
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let files = ["proto/etcd/kv.proto", "proto/etcd/rpc.proto"];
+    let files = [
+        "proto/etcd/kv.proto",
+        "proto/etcd/auth.proto",
+        "proto/etcd/rpc.proto",
+    ];
     for file in &files {
         println!("cargo:rerun-if-changed={file}");
     }

@@ -337,6 +337,7 @@ impl ServerArgs {
             dev_executor_token: None,
             dev_dispatcher_token: None,
             store: None,
+            etcd: toolmesh_registry::EtcdAccess::default(),
             tls: tls.clone(),
             admin_listen: self.ops.admin_listen.clone(),
             otlp_endpoint: self.ops.otlp_endpoint.clone(),
@@ -365,6 +366,9 @@ pub(crate) struct ServeArgs {
     /// the same. Made for the run and logged when not given.
     #[arg(long, env = "TOOLMESH_DEV_DISPATCHER_TOKEN", hide_env_values = true)]
     pub(crate) dev_dispatcher_token: Option<String>,
+    /// TLS and the etcd user for an etcd store.
+    #[command(flatten)]
+    pub(crate) etcd: crate::etcd_flags::EtcdFlags,
 }
 
 impl ServeArgs {
@@ -373,6 +377,7 @@ impl ServeArgs {
         toolmesh_node::NodeConfig {
             store: self.store.clone(),
             dev_dispatcher_token: self.dev_dispatcher_token.clone(),
+            etcd: self.etcd.access(),
             ..self.server.node_config(tls)
         }
     }

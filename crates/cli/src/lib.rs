@@ -11,6 +11,7 @@ mod args;
 mod arguments;
 mod client;
 mod completions;
+mod etcd_flags;
 mod logging;
 mod output;
 mod rollout;

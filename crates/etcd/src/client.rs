@@ -1,10 +1,15 @@
-//! The client handle: one lazily connected channel per endpoint, requests
-//! sent to the endpoint that last answered and retried on the others when it
-//! is unavailable, endpoints that failed set aside for a while.
+//! The client handle: one lazily connected channel per endpoint (TLS when
+//! asked), requests sent to the endpoint that last answered and retried on
+//! the others when it is unavailable, endpoints that failed set aside for a
+//! while, and every request carrying the user's token when etcd wants one.
 
+use crate::auth::{self, Issued, Session, TOKEN_HEADER};
 use crate::error::{EtcdError, is_unavailable};
+use crate::handshake;
+use crate::options::ClientOptions;
 use crate::pb::{
-    self, kv_client::KvClient, lease_client::LeaseClient, maintenance_client::MaintenanceClient,
+    self, auth_client::AuthClient, kv_client::KvClient, lease_client::LeaseClient,
+    maintenance_client::MaintenanceClient,
 };
 use crate::watch::WatchStream;
 use std::future::Future;
@@ -12,6 +17,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 use tokio::time::Instant;
+use tonic::metadata::AsciiMetadataValue;
 use tonic::transport::{Channel, Endpoint};
 use tonic::{Code, Status};
 
@@ -24,7 +30,7 @@ const SET_ASIDE: Duration = Duration::from_secs(3);
 /// Largest message accepted from etcd (a range over many definitions).
 const MAX_MESSAGE: usize = 64 * 1024 * 1024;
 
-/// Parses `etcd://host:port[,host:port…]` into `http://host:port` URLs.
+/// Parses `etcd://host:port[,host:port…]` into its `host:port` endpoints.
 pub fn parse_store_url(url: &str) -> Result<Vec<String>, EtcdError> {
     let bad = || EtcdError::BadUrl(url.to_owned());
     let rest = url.trim().strip_prefix("etcd://").ok_or_else(bad)?;
@@ -32,10 +38,9 @@ pub fn parse_store_url(url: &str) -> Result<Vec<String>, EtcdError> {
         .split(',')
         .map(str::trim)
         .filter(|s| !s.is_empty())
-        .map(|s| format!("http://{}", s.trim_end_matches('/')))
+        .map(|s| s.trim_end_matches('/').to_owned())
         .collect();
-    let valid = endpoints.iter().all(|e| {
-        let host_port = &e["http://".len()..];
+    let valid = endpoints.iter().all(|host_port| {
         host_port
             .rsplit_once(':')
             .is_some_and(|(host, port)| !host.is_empty() && port.parse::<u16>().is_ok())
@@ -76,12 +81,42 @@ impl Member {
     }
 }
 
+/// One attempt's way to an endpoint: its channel and the token to send.
+#[derive(Clone)]
+pub(crate) struct Call {
+    pub(crate) channel: Channel,
+    token: Option<AsciiMetadataValue>,
+}
+
+impl Call {
+    /// `message` as a request carrying the token, if there is one.
+    pub(crate) fn request<T>(&self, message: T) -> tonic::Request<T> {
+        let mut request = tonic::Request::new(message);
+        if let Some(token) = &self.token {
+            request.metadata_mut().insert(TOKEN_HEADER, token.clone());
+        }
+        request
+    }
+}
+
+/// Why trying the endpoints did not succeed.
+enum Failed {
+    /// An endpoint answered with this refusal.
+    Rejected(Status),
+    /// None could be used.
+    Error(EtcdError),
+}
+
 /// An etcd client over several endpoints. Cheap to clone.
 #[derive(Clone)]
 pub struct Client {
     members: Arc<Vec<Member>>,
     /// The endpoint that answered last.
     preferred: Arc<AtomicUsize>,
+    /// Whether the endpoints speak TLS.
+    tls: bool,
+    /// The user and its token, when authenticating.
+    session: Option<Arc<Session>>,
 }
 
 impl std::fmt::Debug for Client {
@@ -93,17 +128,35 @@ impl std::fmt::Debug for Client {
 }
 
 impl Client {
-    /// A client for `etcd://host:port[,host:port…]`. Connects lazily.
+    /// A plaintext client without authentication for
+    /// `etcd://host:port[,host:port…]`. Connects lazily.
     pub fn from_url(url: &str) -> Result<Client, EtcdError> {
-        Client::new(parse_store_url(url)?)
+        Client::connect(url, ClientOptions::default())
     }
 
-    /// A client for these `http://host:port` endpoints. Connects lazily.
-    pub fn new(urls: Vec<String>) -> Result<Client, EtcdError> {
-        let mut members = Vec::with_capacity(urls.len());
-        for url in urls {
-            let channel = Endpoint::from_shared(url.clone())
-                .map_err(|_| EtcdError::BadUrl(url.clone()))?
+    /// A client for `etcd://host:port[,host:port…]` with `options` (TLS,
+    /// credentials). Connects lazily: a wrong setting shows on the first
+    /// request.
+    pub fn connect(url: &str, options: ClientOptions) -> Result<Client, EtcdError> {
+        Client::new(parse_store_url(url)?, options)
+    }
+
+    /// A client for these `host:port` endpoints. Connects lazily.
+    pub fn new(endpoints: Vec<String>, options: ClientOptions) -> Result<Client, EtcdError> {
+        let scheme = if options.tls.is_some() {
+            "https"
+        } else {
+            "http"
+        };
+        let mut members = Vec::with_capacity(endpoints.len());
+        for host_port in endpoints {
+            let url = format!("{scheme}://{host_port}");
+            let bad = || EtcdError::BadUrl(host_port.clone());
+            let mut endpoint = Endpoint::from_shared(url.clone()).map_err(|_| bad())?;
+            if let Some(tls) = &options.tls {
+                endpoint = endpoint.tls_config(tls.clone()).map_err(|_| bad())?;
+            }
+            let channel = endpoint
                 .connect_timeout(Duration::from_millis(500))
                 .tcp_nodelay(true)
                 .http2_keep_alive_interval(Duration::from_secs(5))
@@ -121,7 +174,14 @@ impl Client {
         Ok(Client {
             members: Arc::new(members),
             preferred: Arc::new(AtomicUsize::new(0)),
+            tls: options.tls.is_some(),
+            session: options.credentials.map(|c| Arc::new(Session::new(c))),
         })
+    }
+
+    /// The user this client authenticates as, if any.
+    pub fn user(&self) -> Option<&str> {
+        self.session.as_ref().map(|s| s.credentials().user.as_str())
     }
 
     /// The endpoints, comma-separated (for messages).
@@ -147,13 +207,95 @@ impl Client {
     }
 
     /// Runs `op` on one endpoint after another until one answers with
-    /// something other than "unavailable".
+    /// something other than "unavailable", with the user's token; when etcd
+    /// refuses the token, fetches a new one and runs `op` once more.
     pub(crate) async fn with_failover<T, F, Fut>(&self, op: F) -> Result<T, EtcdError>
     where
-        F: Fn(Channel) -> Fut,
+        F: Fn(Call) -> Fut,
+        Fut: Future<Output = Result<T, Status>>,
+    {
+        let Some(session) = &self.session else {
+            return self
+                .on_endpoints(&op, None)
+                .await
+                .map_err(|f| self.error(f));
+        };
+        let issued = session.current(|| self.authenticate()).await?;
+        match self.on_endpoints(&op, issued.token.clone()).await {
+            Err(Failed::Rejected(status)) if auth::needs_fresh_token(&status) => {
+                tracing::debug!(%status, "etcd refused the token; authenticating again");
+                let fresh = session.renew(Some(&issued), || self.authenticate()).await?;
+                self.on_endpoints(&op, fresh.token)
+                    .await
+                    .map_err(|f| self.error(f))
+            }
+            other => other.map_err(|f| self.error(f)),
+        }
+    }
+
+    /// What a failure means to the caller.
+    fn error(&self, failed: Failed) -> EtcdError {
+        match failed {
+            Failed::Rejected(status) => EtcdError::rejected(&status, self.user()),
+            Failed::Error(error) => error,
+        }
+    }
+
+    /// Asks etcd for a token for the session's user; `None` when etcd has
+    /// authentication off.
+    async fn authenticate(&self) -> Result<Option<AsciiMetadataValue>, EtcdError> {
+        let Some(session) = &self.session else {
+            return Ok(None);
+        };
+        let credentials = session.credentials();
+        let request = pb::AuthenticateRequest {
+            name: credentials.user.clone(),
+            password: credentials.password.clone(),
+        };
+        let authenticate = |call: Call| {
+            let request = request.clone();
+            async move {
+                Ok(AuthClient::new(call.channel)
+                    .authenticate(request)
+                    .await?
+                    .into_inner())
+            }
+        };
+        match self.on_endpoints(&authenticate, None).await {
+            Ok(response) => AsciiMetadataValue::try_from(response.token)
+                .map(Some)
+                .map_err(|_| {
+                    EtcdError::Refused("etcd issued a token that is not ASCII".to_owned())
+                }),
+            Err(Failed::Rejected(status)) if auth::auth_disabled(&status) => {
+                tracing::warn!(
+                    etcd = %self.endpoints(),
+                    user = %credentials.user,
+                    "etcd has authentication off: anyone who reaches it can change the registry; turn it on (etcdctl auth enable)"
+                );
+                Ok(None)
+            }
+            Err(Failed::Rejected(status)) => {
+                Err(auth::authenticate_refused(&status, &credentials.user)
+                    .unwrap_or_else(|| EtcdError::rejected(&status, Some(&credentials.user))))
+            }
+            Err(Failed::Error(error)) => Err(error),
+        }
+    }
+
+    /// Runs `op` on one endpoint after another, sending `token`, until one
+    /// answers with something other than "unavailable".
+    async fn on_endpoints<T, F, Fut>(
+        &self,
+        op: &F,
+        token: Option<AsciiMetadataValue>,
+    ) -> Result<T, Failed>
+    where
+        F: Fn(Call) -> Fut,
         Fut: Future<Output = Result<T, Status>>,
     {
         let mut last = String::from("no endpoint tried");
+        let mut handshake_failed = None;
         let deadline = Instant::now() + TOTAL_TIMEOUT;
         for i in self.order() {
             let member = &self.members[i];
@@ -161,8 +303,11 @@ impl Client {
             if left.is_zero() {
                 break;
             }
-            match tokio::time::timeout(left.min(REQUEST_TIMEOUT), op(member.channel.clone())).await
-            {
+            let call = Call {
+                channel: member.channel.clone(),
+                token: token.clone(),
+            };
+            match tokio::time::timeout(left.min(REQUEST_TIMEOUT), op(call)).await {
                 Ok(Ok(value)) => {
                     member.restore();
                     self.preferred.store(i, Ordering::Relaxed);
@@ -171,19 +316,81 @@ impl Client {
                 Ok(Err(status)) if is_unavailable(&status) => {
                     tracing::debug!(endpoint = %member.url, %status, "etcd endpoint unavailable");
                     member.set_aside();
-                    last = format!("{}: {}", member.url, status.message());
+                    last = format!("{}: {}", member.url, handshake::describe(&status));
+                    if let Some(problem) = handshake::untrusted_server(&status) {
+                        handshake_failed = Some(EtcdError::Tls {
+                            endpoint: member.url.clone(),
+                            problem,
+                        });
+                    }
                 }
-                Ok(Err(status)) => return Err(EtcdError::Refused(status.message().to_owned())),
+                Ok(Err(status)) => return Err(Failed::Rejected(status)),
                 Err(_) => {
                     member.set_aside();
                     last = format!("{}: no answer within {REQUEST_TIMEOUT:?}", member.url);
                 }
             }
         }
-        Err(EtcdError::Unavailable {
-            endpoints: self.endpoints(),
-            last,
-        })
+        Err(Failed::Error(handshake_failed.unwrap_or_else(|| {
+            EtcdError::Unavailable {
+                endpoints: self.endpoints(),
+                last,
+            }
+        })))
+    }
+
+    /// Checks these settings against etcd with a read of `key`
+    /// (authenticating first). When no endpoint answers, asks each a few
+    /// times more: a connection accepted and then closed every time is a
+    /// TLS mismatch ([`EtcdError::Tls`]), not a member that is down.
+    pub async fn check(&self, key: &[u8]) -> Result<(), EtcdError> {
+        let read = self.range(pb::RangeRequest {
+            key: key.to_vec(),
+            count_only: true,
+            ..pb::RangeRequest::default()
+        });
+        match read.await {
+            Ok(_) => Ok(()),
+            Err(error @ EtcdError::Unavailable { .. }) => {
+                Err(self.mismatch().await.unwrap_or(error))
+            }
+            Err(error) => Err(error),
+        }
+    }
+
+    /// A TLS mismatch with some endpoint that no other endpoint answering
+    /// contradicts: the same symptom on each of a few tries.
+    async fn mismatch(&self) -> Option<EtcdError> {
+        const TRIES: usize = 3;
+        let mut found = None;
+        'members: for member in self.members.iter() {
+            let mut problem = None;
+            for _ in 0..TRIES {
+                let mut client = MaintenanceClient::new(member.channel.clone());
+                let status = match tokio::time::timeout(
+                    REQUEST_TIMEOUT,
+                    client.status(pb::StatusRequest {}),
+                )
+                .await
+                {
+                    Ok(Ok(_)) => return None,
+                    Ok(Err(status)) => status,
+                    Err(_) => continue 'members,
+                };
+                problem = handshake::suggested_mismatch(&status, self.tls);
+                if problem.is_none() {
+                    continue 'members;
+                }
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+            if let Some(problem) = problem {
+                found = Some(EtcdError::Tls {
+                    endpoint: member.url.clone(),
+                    problem,
+                });
+            }
+        }
+        found
     }
 
     /// Every key under `prefix` (linearizable), with the revision read at.
@@ -198,9 +405,9 @@ impl Client {
 
     /// A range request.
     pub async fn range(&self, request: pb::RangeRequest) -> Result<pb::RangeResponse, EtcdError> {
-        self.with_failover(|channel| {
-            let request = request.clone();
-            async move { Ok(kv(channel).range(request).await?.into_inner()) }
+        self.with_failover(|call| {
+            let request = call.request(request.clone());
+            async move { Ok(kv(call.channel).range(request).await?.into_inner()) }
         })
         .await
     }
@@ -224,9 +431,9 @@ impl Client {
             lease,
             ..pb::PutRequest::default()
         };
-        self.with_failover(|channel| {
-            let request = request.clone();
-            async move { Ok(kv(channel).put(request).await?.into_inner()) }
+        self.with_failover(|call| {
+            let request = call.request(request.clone());
+            async move { Ok(kv(call.channel).put(request).await?.into_inner()) }
         })
         .await
         .map(|r| r.header.map_or(0, |h| h.revision))
@@ -234,9 +441,9 @@ impl Client {
 
     /// A transaction.
     pub async fn txn(&self, request: pb::TxnRequest) -> Result<pb::TxnResponse, EtcdError> {
-        self.with_failover(|channel| {
-            let request = request.clone();
-            async move { Ok(kv(channel).txn(request).await?.into_inner()) }
+        self.with_failover(|call| {
+            let request = call.request(request.clone());
+            async move { Ok(kv(call.channel).txn(request).await?.into_inner()) }
         })
         .await
     }
@@ -247,8 +454,10 @@ impl Client {
             revision,
             physical: true,
         };
-        self.with_failover(|channel| async move {
-            kv(channel).compact(request).await?;
+        self.with_failover(|call| async move {
+            kv(call.channel.clone())
+                .compact(call.request(request))
+                .await?;
             Ok(())
         })
         .await
@@ -263,9 +472,9 @@ impl Client {
             id: 0,
         };
         let response = self
-            .with_failover(|channel| async move {
-                Ok(LeaseClient::new(channel)
-                    .lease_grant(request)
+            .with_failover(|call| async move {
+                Ok(LeaseClient::new(call.channel.clone())
+                    .lease_grant(call.request(request))
                     .await?
                     .into_inner())
             })
@@ -279,9 +488,9 @@ impl Client {
 
     /// Revokes a lease (its keys go with it).
     pub async fn revoke(&self, id: i64) -> Result<(), EtcdError> {
-        self.with_failover(|channel| async move {
-            match LeaseClient::new(channel)
-                .lease_revoke(pb::LeaseRevokeRequest { id })
+        self.with_failover(|call| async move {
+            match LeaseClient::new(call.channel.clone())
+                .lease_revoke(call.request(pb::LeaseRevokeRequest { id }))
                 .await
             {
                 Ok(_) => Ok(()),
@@ -296,9 +505,9 @@ impl Client {
     /// Renews a lease once; returns its remaining TTL in seconds (0 or less:
     /// it has expired).
     pub async fn keep_alive(&self, id: i64) -> Result<i64, EtcdError> {
-        self.with_failover(|channel| async move {
-            let requests = tokio_stream::once(pb::LeaseKeepAliveRequest { id });
-            let mut responses = LeaseClient::new(channel)
+        self.with_failover(|call| async move {
+            let requests = call.request(tokio_stream::once(pb::LeaseKeepAliveRequest { id }));
+            let mut responses = LeaseClient::new(call.channel.clone())
                 .lease_keep_alive(requests)
                 .await?
                 .into_inner();
@@ -318,8 +527,17 @@ impl Client {
             .iter()
             .find(|m| m.url == url)
             .ok_or_else(|| EtcdError::BadUrl(url.to_owned()))?;
-        let mut client = MaintenanceClient::new(member.channel.clone());
-        match tokio::time::timeout(REQUEST_TIMEOUT, client.status(pb::StatusRequest {})).await {
+        let call = Call {
+            channel: member.channel.clone(),
+            token: self
+                .session
+                .as_ref()
+                .and_then(|s| s.cached())
+                .and_then(|issued: Issued| issued.token),
+        };
+        let mut client = MaintenanceClient::new(call.channel.clone());
+        let request = call.request(pb::StatusRequest {});
+        match tokio::time::timeout(REQUEST_TIMEOUT, client.status(request)).await {
             Ok(Ok(response)) => Ok(response.into_inner()),
             Ok(Err(status)) => Err(EtcdError::Unavailable {
                 endpoints: url.to_owned(),
@@ -347,7 +565,7 @@ impl Client {
             progress_notify: true,
             ..pb::WatchCreateRequest::default()
         };
-        self.with_failover(|channel| WatchStream::open(channel, create.clone()))
+        self.with_failover(|call| WatchStream::open(call, create.clone()))
             .await?
     }
 }
@@ -360,12 +578,12 @@ fn kv(channel: Channel) -> KvClient<Channel> {
 mod tests {
     use super::*;
 
-    /// `etcd://` lists become http URLs; anything else is refused with an example.
+    /// `etcd://` lists become endpoints; anything else is refused with an example.
     #[test]
     fn store_urls() {
         assert_eq!(
-            parse_store_url("etcd://a:2379, b:2380").unwrap(),
-            ["http://a:2379", "http://b:2380"]
+            parse_store_url("etcd://a:2379, b:2380/").unwrap(),
+            ["a:2379", "b:2380"]
         );
         for bad in ["", "etcd://", "http://a:1", "etcd://a", "etcd://a:x"] {
             let err = parse_store_url(bad).unwrap_err().to_string();

@@ -1,24 +1,35 @@
-//! A small etcd v3 client: the generated KV, Watch, Lease and Maintenance
-//! stubs, endpoint failover, and leader-required watches.
+//! A small etcd v3 client: the generated KV, Watch, Lease, Maintenance and
+//! Auth stubs, endpoint failover, leader-required watches, TLS and
+//! authentication with tokens renewed as they expire.
 #![forbid(unsafe_code)]
 
+mod admin;
+mod auth;
 mod client;
 mod error;
+mod handshake;
+mod options;
 mod watch;
 
 pub use client::{Client, parse_store_url};
-pub use error::EtcdError;
+pub use error::{EtcdError, TlsProblem};
+pub use options::{ClientOptions, Credentials};
 pub use watch::{WatchBatch, WatchStream};
 
 /// The generated etcd v3 messages and clients (a vendored subset of etcd's
-/// `rpc.proto` and `kv.proto`).
+/// `rpc.proto`, `kv.proto` and `auth.proto`).
 #[allow(missing_docs, unreachable_pub, clippy::all)]
 pub mod pb {
     /// etcd's `mvccpb`: keys, values and watch events.
     pub mod mvccpb {
         tonic::include_proto!("mvccpb");
     }
-    /// etcd's `etcdserverpb`: the KV, Watch, Lease and Maintenance services.
+    /// etcd's `authpb`: the permissions roles are granted.
+    pub mod authpb {
+        tonic::include_proto!("authpb");
+    }
+    /// etcd's `etcdserverpb`: the KV, Watch, Lease, Maintenance and Auth
+    /// services.
     pub mod etcdserverpb {
         tonic::include_proto!("etcdserverpb");
     }

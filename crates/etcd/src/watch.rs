@@ -1,13 +1,13 @@
 //! A watch over a key prefix: events grouped by revision, compaction and
 //! lost leaders reported as errors so the watcher can resync.
 
+use crate::client::Call;
 use crate::error::{EtcdError, is_unavailable};
 use crate::pb::{self, mvccpb, watch_client::WatchClient};
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::Status;
 use tonic::metadata::MetadataValue;
-use tonic::transport::Channel;
 
 /// One watch response: events (in revision order) and the revision the
 /// watcher has now seen everything up to.
@@ -28,9 +28,10 @@ pub struct WatchStream {
 }
 
 impl WatchStream {
-    /// Opens a watch on `channel` and waits until etcd has created it.
+    /// Opens a watch on `call`'s endpoint (with its token) and waits until
+    /// etcd has created it.
     pub(crate) async fn open(
-        channel: Channel,
+        call: Call,
         create: pb::WatchCreateRequest,
     ) -> Result<Result<WatchStream, EtcdError>, Status> {
         let (tx, rx) = mpsc::channel(1);
@@ -40,12 +41,13 @@ impl WatchStream {
         tx.send(request)
             .await
             .map_err(|_| Status::internal("watch request channel closed"))?;
-        let mut call = tonic::Request::new(ReceiverStream::new(rx));
-        call.metadata_mut()
+        let mut request = call.request(ReceiverStream::new(rx));
+        request
+            .metadata_mut()
             .insert("hasleader", MetadataValue::from_static("true"));
-        let mut responses = WatchClient::new(channel)
+        let mut responses = WatchClient::new(call.channel)
             .max_decoding_message_size(64 * 1024 * 1024)
-            .watch(call)
+            .watch(request)
             .await?
             .into_inner();
         let Some(first) = responses.message().await? else {
@@ -57,6 +59,11 @@ impl WatchStream {
             return Ok(Err(EtcdError::Compacted {
                 compacted: first.compact_revision,
             }));
+        }
+        if first.canceled && first.cancel_reason.contains("permission denied") {
+            // How etcd refuses a watch whose token is invalid or whose user
+            // may not read the prefix: a refusal, not an ended watch.
+            return Err(Status::permission_denied(first.cancel_reason));
         }
         if first.canceled {
             return Ok(Err(EtcdError::WatchEnded(first.cancel_reason)));

@@ -76,6 +76,9 @@ pub struct NodeConfig {
     /// default), `Some("etcd://host:port[,host:port…]")` in etcd, shared
     /// by every replica pointed at the same cluster.
     pub store: Option<String>,
+    /// How the registry reaches the etcd of `store`: TLS files and the
+    /// etcd user and password (`--etcd-*`).
+    pub etcd: toolmesh_registry::EtcdAccess,
     /// TLS of the node's server and of its channels (to executors, and to
     /// the registry a dispatcher follows).
     pub tls: toolmesh::grpc::Tls,
@@ -108,6 +111,7 @@ impl Default for NodeConfig {
             dev_executor_token: None,
             dev_dispatcher_token: None,
             store: None,
+            etcd: toolmesh_registry::EtcdAccess::default(),
             tls: toolmesh::grpc::Tls::none(),
             admin_listen: None,
             otlp_endpoint: None,

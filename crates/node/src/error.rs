@@ -60,6 +60,11 @@ pub enum NodeError {
     /// The registry could not open its state.
     #[error(transparent)]
     Registry(#[from] toolmesh_registry::RegistryError),
+    /// `--etcd-*` settings without an etcd store to use them for.
+    #[error(
+        "the --etcd-* settings are for the etcd store: give --store etcd://host:port too, or drop them"
+    )]
+    EtcdWithoutStore,
     /// The TLS settings could not be applied to the server.
     #[error("TLS settings: {0}")]
     Tls(tonic::transport::Error),

@@ -263,7 +263,8 @@ async fn open_registry(
     };
     let gate = Arc::new(PolicyGate(policy.handle.clone()));
     Ok(Some(match &config.store {
-        Some(url) => Arc::new(EtcdStore::connect(url, registry_config, gate).await?),
+        Some(url) => Arc::new(EtcdStore::connect(url, &config.etcd, registry_config, gate).await?),
+        None if config.etcd.is_set() => return Err(NodeError::EtcdWithoutStore),
         None => {
             if registry_config.data_dir.is_none() {
                 tracing::info!("no --data-dir: disabled tools and tool owners live in memory only");

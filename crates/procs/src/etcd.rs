@@ -1,7 +1,8 @@
 //! Real etcd members on loopback for tests and the benchmark: a cluster of
 //! one or three, with etcd's fast timing (10 ms heartbeats, 100 ms
 //! elections), data on tmpfs when there is one, members that can be
-//! SIGKILLed, SIGSTOPped and resumed.
+//! SIGKILLed, SIGSTOPped and resumed, and clients served over TLS (client
+//! certificates required when asked) with a chosen auth token lifetime.
 
 use crate::error::ProcError;
 use crate::proc::{Proc, Spawn, Stderr};
@@ -37,6 +38,29 @@ fn free_port() -> Result<u16, ProcError> {
     Ok(listener.local_addr().map_err(io)?.port())
 }
 
+/// TLS of the members' client URLs (`https://`).
+#[derive(Debug, Clone)]
+pub struct EtcdTls {
+    /// The server certificate (`--cert-file`), for 127.0.0.1.
+    pub cert: PathBuf,
+    /// Its key (`--key-file`).
+    pub key: PathBuf,
+    /// Require client certificates signed by this CA
+    /// (`--client-cert-auth --trusted-ca-file`).
+    pub client_ca: Option<PathBuf>,
+}
+
+/// How the members serve clients. The default: plaintext, etcd's token
+/// lifetime.
+#[derive(Debug, Clone, Default)]
+pub struct EtcdOptions {
+    /// Serve clients over TLS.
+    pub tls: Option<EtcdTls>,
+    /// How long simple auth tokens live, in seconds (`--auth-token-ttl`;
+    /// etcd's default is 300).
+    pub auth_token_ttl_secs: Option<u32>,
+}
+
 struct Member {
     name: String,
     client_port: u16,
@@ -49,6 +73,7 @@ pub struct EtcdCluster {
     members: Vec<Member>,
     binary: PathBuf,
     initial_cluster: String,
+    options: EtcdOptions,
     dir: TempDir,
 }
 
@@ -61,8 +86,14 @@ impl std::fmt::Debug for EtcdCluster {
 }
 
 impl EtcdCluster {
-    /// Starts `size` members and waits until each serves clients.
+    /// Starts `size` plaintext members and waits until each serves clients.
     pub async fn start(size: usize) -> Result<EtcdCluster, ProcError> {
+        EtcdCluster::start_with(size, EtcdOptions::default()).await
+    }
+
+    /// Starts `size` members serving clients as `options` say and waits
+    /// until each does.
+    pub async fn start_with(size: usize, options: EtcdOptions) -> Result<EtcdCluster, ProcError> {
         let binary = etcd_binary()?;
         let shm = Path::new("/dev/shm");
         let dir = if shm.is_dir() {
@@ -92,6 +123,7 @@ impl EtcdCluster {
             members,
             binary,
             initial_cluster,
+            options,
             dir,
         };
         for i in 0..cluster.members.len() {
@@ -104,8 +136,8 @@ impl EtcdCluster {
     }
 
     fn spawn(&mut self, i: usize) -> Result<(), ProcError> {
+        let client = self.client_url(i);
         let member = &self.members[i];
-        let client = format!("http://127.0.0.1:{}", member.client_port);
         let peer = format!("http://127.0.0.1:{}", member.peer_port);
         let data = self.dir.join(&member.name);
         let mut command = Command::new(&self.binary);
@@ -121,7 +153,30 @@ impl EtcdCluster {
             .args(["--initial-cluster", &self.initial_cluster])
             .args(["--initial-cluster-state", "new"])
             .args(["--heartbeat-interval", "10", "--election-timeout", "100"])
-            .args(["--logger", "zap", "--log-level", "info"]);
+            .args(["--logger", "zap", "--log-level", "info"])
+            // Cheap password hashing: tests authenticate often.
+            .args(["--bcrypt-cost", "4"]);
+        if let Some(tls) = &self.options.tls {
+            command
+                .arg("--cert-file")
+                .arg(&tls.cert)
+                .arg("--key-file")
+                .arg(&tls.key);
+            if let Some(ca) = &tls.client_ca {
+                command
+                    .arg("--client-cert-auth")
+                    .arg("--trusted-ca-file")
+                    .arg(ca);
+            }
+        }
+        if let Some(ttl) = self.options.auth_token_ttl_secs {
+            command.args([
+                "--auth-token",
+                "simple",
+                "--auth-token-ttl",
+                &ttl.to_string(),
+            ]);
+        }
         let log = self.dir.join(format!("{}.log", member.name));
         let proc = Spawn::new(format!("etcd {}", member.name), command)
             .stderr(Stderr::Log(log))
@@ -169,9 +224,14 @@ impl EtcdCluster {
         format!("etcd://{}", endpoints.join(","))
     }
 
-    /// `http://127.0.0.1:P` of member `i`.
+    /// `http://127.0.0.1:P` of member `i` (`https://` when it serves TLS).
     pub fn client_url(&self, i: usize) -> String {
-        format!("http://127.0.0.1:{}", self.members[i].client_port)
+        let scheme = if self.options.tls.is_some() {
+            "https"
+        } else {
+            "http"
+        };
+        format!("{scheme}://127.0.0.1:{}", self.members[i].client_port)
     }
 
     /// How many members the cluster has.

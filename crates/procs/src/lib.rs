@@ -13,6 +13,6 @@ mod proc;
 mod temp;
 
 pub use error::ProcError;
-pub use etcd::{EtcdCluster, etcd_binary};
+pub use etcd::{EtcdCluster, EtcdOptions, EtcdTls, etcd_binary};
 pub use proc::{ArmParentDeath, ParentDeath, Proc, Spawn, Stderr, parse_listen_line, tail};
 pub use temp::TempDir;

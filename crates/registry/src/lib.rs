@@ -24,7 +24,7 @@ mod txn;
 pub use config::RegistryConfig;
 pub use durable::STATE_FILE;
 pub use error::RegistryError;
-pub use etcd_store::EtcdStore;
+pub use etcd_store::{EtcdAccess, EtcdAccessError, EtcdStore};
 pub use gate::{Gate, GateError, OpenGate, SnapshotReader};
 pub use registry::Registry;
 pub use rollouts::{DecisionJournal, RolloutChange, RolloutDesk, RolloutError, RolloutRequest};

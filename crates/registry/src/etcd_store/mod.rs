@@ -5,6 +5,7 @@
 //! lease). Several replicas over one etcd publish the same (epoch, version)
 //! for the same state.
 
+mod access;
 mod claims;
 mod keys;
 mod model;
@@ -33,6 +34,8 @@ use toolmesh::{Rollout, Snapshot, ToolDef};
 use toolmesh_etcd::Client;
 use toolmesh_etcd::pb::{Compare, RequestOp, TxnRequest, compare, request_op::Request as Op};
 use tracing::info;
+
+pub use access::{EtcdAccess, EtcdAccessError};
 
 /// Most operations in one etcd transaction (etcd's default limit is 128).
 const MAX_TXN_OPS: usize = 100;
@@ -87,19 +90,25 @@ impl std::fmt::Debug for EtcdStore {
 }
 
 impl EtcdStore {
-    /// A replica over the etcd cluster at `url` (`etcd://host:port[,…]`).
-    /// Waits a few seconds for the first full read; when etcd is away it
-    /// starts anyway (empty, not writable) and catches up once etcd is back.
+    /// A replica over the etcd cluster at `url` (`etcd://host:port[,…]`),
+    /// reached as `access` says (TLS, credentials). Waits a few seconds for
+    /// the first full read; when etcd is away it starts anyway (empty, not
+    /// writable) and catches up once etcd is back. Settings etcd refuses (a
+    /// wrong password, a missing client certificate, an untrusted server
+    /// certificate, a user without access to the prefix) fail it.
     ///
     /// # Panics
     ///
     /// When called outside a tokio runtime.
     pub async fn connect(
         url: &str,
+        access: &EtcdAccess,
         config: RegistryConfig,
         gate: Arc<dyn Gate>,
     ) -> Result<EtcdStore, RegistryError> {
-        let client = Client::from_url(url).map_err(|e| RegistryError::BadStore(e.to_string()))?;
+        let bad = |e: &dyn std::fmt::Display| RegistryError::BadStore(e.to_string());
+        let options = access.client_options().map_err(|e| bad(&e))?;
+        let client = Client::connect(url, options).map_err(|e| bad(&e))?;
         let shutdown = CancellationToken::new();
         let inner = Arc::new(Inner {
             client,
@@ -123,7 +132,17 @@ impl EtcdStore {
         if inner.config.watch_health {
             tokio::spawn(claims::watch_claimed(inner.clone()));
         }
-        let loaded = tokio::time::timeout(FIRST_LOAD, applied.wait_for(|r| *r > 0)).await;
+        let deadline = tokio::time::Instant::now() + FIRST_LOAD;
+        let check = inner.client.check(keys::PREFIX.as_bytes());
+        match tokio::time::timeout_at(deadline, check).await {
+            Ok(Err(error)) if error.is_misconfigured() => {
+                shutdown.cancel();
+                return Err(bad(&error));
+            }
+            Ok(Err(error)) => tracing::warn!(%error, "etcd not reached yet"),
+            Ok(Ok(())) | Err(_) => {}
+        }
+        let loaded = tokio::time::timeout_at(deadline, applied.wait_for(|r| *r > 0)).await;
         if !matches!(loaded, Ok(Ok(_))) {
             tracing::warn!(etcd = %inner.client.endpoints(), "etcd not reached yet; serving an empty snapshot until it is");
         }
