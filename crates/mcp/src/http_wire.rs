@@ -55,26 +55,33 @@ pub(crate) async fn normalise(
         Ok(text) => text,
         Err(e) => return unreadable(e, limit),
     };
-    if let Some(refusal) = repeated_keys::refusal(&text) {
-        return message_response(StatusCode::OK, &refusal);
-    }
-    let answer = next
-        .run(Request::from_parts(parts, Body::from(text.clone())))
-        .await;
-    if answer.status() == StatusCode::UNSUPPORTED_MEDIA_TYPE {
-        // With a JSON Content-Type, rmcp's 415 means it could not read the body.
-        return not_a_message(&text, answer).await;
-    }
-    match (
-        content_type_is(answer.headers(), SSE),
-        accepts.sse,
-        accepts.json,
-    ) {
-        (true, false, _) => last_message_of(answer).await,
-        (false, _, false) if content_type_is(answer.headers(), JSON) => {
-            as_event_stream(answer).await
+    let answer = match repeated_keys::refusal(&text) {
+        Some(refusal) => message_response(StatusCode::OK, &refusal),
+        None => {
+            let answer = next
+                .run(Request::from_parts(parts, Body::from(text.clone())))
+                .await;
+            if answer.status() == StatusCode::UNSUPPORTED_MEDIA_TYPE {
+                // With a JSON Content-Type, rmcp's 415 means it could not read the body.
+                return not_a_message(&text, answer).await;
+            }
+            answer
         }
-        _ => answer,
+    };
+    in_an_accepted_type(answer, &accepts).await
+}
+
+/// `answer` in a media type the client accepts: an SSE answer collapsed to
+/// its last response for a client that accepts only JSON, a JSON answer
+/// framed as one event for a client that accepts only SSE.
+async fn in_an_accepted_type(answer: Response, accepts: &Accepts) -> Response {
+    let sse = content_type_is(answer.headers(), SSE);
+    if sse && !accepts.sse {
+        last_message_of(answer).await
+    } else if !sse && !accepts.json && content_type_is(answer.headers(), JSON) {
+        as_event_stream(answer).await
+    } else {
+        answer
     }
 }
 

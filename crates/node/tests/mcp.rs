@@ -822,6 +822,17 @@ async fn http_door_speaks_json_rpc_over_http() {
         "{body}"
     );
     assert!(body.contains("data: {"), "{body}");
+    let repeated = r#"{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"echo","arguments":{"text":"a","text":"b"}}}"#;
+    let (status, content_type, body) = post(&mesh, Some("text/event-stream"), repeated).await;
+    assert_eq!(
+        (status, content_type.as_str()),
+        (200, "text/event-stream"),
+        "{body}"
+    );
+    assert!(
+        body.contains("data: {") && body.contains("-32602"),
+        "{body}"
+    );
 
     let (status, _, body) = post(&mesh, Some("text/html"), list).await;
     assert_eq!(status, 406, "{body}");
