@@ -89,7 +89,16 @@ where
     async fn receive(&mut self) -> Option<ClientJsonRpcMessage> {
         loop {
             tokio::select! {
-                message = self.rmcp.receive() => return message,
+                message = self.rmcp.receive() => {
+                    if message.is_none() {
+                        // The input ended: the gate sent every refusal
+                        // before it closed rmcp's, so all are here.
+                        while let Ok(refusal) = self.refusals.try_recv() {
+                            let _ = self.rmcp.send(refusal).await;
+                        }
+                    }
+                    return message;
+                }
                 Some(refusal) = self.refusals.recv() => {
                     // Written on its own: this future may be dropped for
                     // another event, the refusal must still go out.
@@ -110,8 +119,8 @@ mod tests {
     use serde_json::Value;
     use tokio::io::AsyncBufReadExt;
 
-    /// A refused line is answered on the output; the lines around it reach
-    /// rmcp in order, whole.
+    /// A refused line is answered on the output, even when the input ends
+    /// right after it; the lines around it reach rmcp in order, whole.
     #[tokio::test]
     async fn refuses_repeated_keys_and_passes_the_rest() {
         let (mut client, server_in) = tokio::io::duplex(4096);
@@ -131,6 +140,7 @@ mod tests {
             )
             .await
             .unwrap();
+        drop(client); // the input ends right after the lines
         // rmcp's service polls `receive` all along; so does this reader.
         let (passed, mut received) = mpsc::unbounded_channel();
         tokio::spawn(async move {
@@ -152,5 +162,34 @@ mod tests {
                 .contains("repeat the key \"n\""),
             "{refusal}"
         );
+    }
+
+    /// A refused line that is the last of the input is still answered:
+    /// the input's end does not cut the refusal off.
+    #[tokio::test]
+    async fn a_refusal_outlives_the_end_of_the_input() {
+        let (mut client, server_in) = tokio::io::duplex(4096);
+        let (server_out, client_out) = tokio::io::duplex(4096);
+        let mut transport = gated(server_in, server_out);
+        client
+            .write_all(
+                concat!(
+                    r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"t","arguments":{"n":1,"n":2}}}"#,
+                    "\n",
+                )
+                .as_bytes(),
+            )
+            .await
+            .unwrap();
+        drop(client);
+        while transport.refusals.is_empty() {
+            tokio::task::yield_now().await;
+        }
+        assert!(transport.receive().await.is_none(), "the input ended");
+        drop(transport);
+        let mut answers = tokio::io::BufReader::new(client_out).lines();
+        let refusal: Value =
+            serde_json::from_str(&answers.next_line().await.unwrap().unwrap()).unwrap();
+        assert_eq!(refusal["id"], 2, "{refusal}");
     }
 }
