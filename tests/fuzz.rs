@@ -1,6 +1,9 @@
-//! Property tests over what crosses the wire: tool specs, call arguments, tool references and `grpc-timeout` answer with an error, never a panic.
+//! Property tests over what crosses the wire: tool specs, call arguments, tool references and `grpc-timeout` answer with an error, never a panic; any request to the MCP door gets a well-formed HTTP answer.
+
+mod support;
 
 use proptest::prelude::*;
+use proptest::test_runner::TestCaseError;
 use serde_json::{Map, Value, json};
 use std::time::Duration;
 use toolmesh::pb::{Precondition, RetryPolicy, ToolSpec};
@@ -250,4 +253,197 @@ proptest! {
         prop_assert_eq!(toolmesh::grpc::parse_grpc_timeout(&format!("{n}{suffix}")), expected);
         prop_assert_eq!(toolmesh::grpc::parse_grpc_timeout(&format!("{n}0000000000{suffix}")), None);
     }
+}
+
+/// A `POST /mcp` the door's fuzz cases send: the body, and the
+/// Content-Type, Accept and MCP-Protocol-Version headers (none: not sent).
+#[derive(Debug, Clone)]
+struct McpPost {
+    body: Vec<u8>,
+    content_type: Option<String>,
+    accept: Option<String>,
+    version: Option<String>,
+}
+
+/// Bodies from noise to near-valid JSON-RPC: bytes, JSON values,
+/// messages with any method and params, calls repeating an argument key.
+fn mcp_body() -> impl Strategy<Value = Vec<u8>> {
+    let method = prop_oneof![
+        Just("tools/call".to_owned()),
+        Just("tools/list".to_owned()),
+        Just("initialize".to_owned()),
+        Just("server/discover".to_owned()),
+        Just("notifications/initialized".to_owned()),
+        "\\PC{0,12}",
+    ];
+    prop_oneof![
+        prop::collection::vec(any::<u8>(), 0..256),
+        json_value().prop_map(|v| v.to_string().into_bytes()),
+        (json_value(), method, json_value()).prop_map(|(id, method, params)| {
+            json!({"jsonrpc": "2.0", "id": id, "method": method, "params": params})
+                .to_string()
+                .into_bytes()
+        }),
+        (json_value(), json_value()).prop_map(|(a, b)| {
+            format!(
+                r#"{{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{{"name":"t","arguments":{{"k":{a},"k":{b}}}}}}}"#
+            )
+            .into_bytes()
+        }),
+    ]
+}
+
+/// A header value: mostly a likely one (the first most of all), now and
+/// then any visible text, seldom none.
+fn header_value(likely: &'static [&'static str]) -> impl Strategy<Value = Option<String>> {
+    prop::option::weighted(
+        0.9,
+        prop_oneof![
+            4 => Just(likely[0].to_owned()),
+            4 => prop::sample::select(likely).prop_map(str::to_owned),
+            1 => "[ -~]{0,30}",
+        ],
+    )
+}
+
+fn mcp_post() -> impl Strategy<Value = McpPost> {
+    (
+        mcp_body(),
+        header_value(&[
+            "application/json",
+            "application/json; charset=utf-8",
+            "text/plain",
+        ]),
+        header_value(&[
+            "application/json, text/event-stream",
+            "application/json",
+            "text/event-stream",
+            "*/*",
+            "text/html",
+            "application/json;q=0",
+        ]),
+        header_value(&["2025-06-18", "2025-11-25", "2026-07-28", "1999-01-01"]),
+    )
+        .prop_map(|(body, content_type, accept, version)| McpPost {
+            body,
+            content_type,
+            accept,
+            version,
+        })
+}
+
+/// An HTTP/1.1 answer: status, lower-cased headers, body (unchunked).
+struct Answer {
+    status: u16,
+    headers: String,
+    body: Vec<u8>,
+}
+
+/// Sends `post` to `/mcp` at `addr` on a fresh connection.
+fn send(addr: &str, post: &McpPost) -> Answer {
+    use std::io::{Read, Write};
+    let mut head = format!("POST /mcp HTTP/1.1\r\nHost: {addr}\r\nConnection: close\r\n");
+    for (name, value) in [
+        ("Content-Type", &post.content_type),
+        ("Accept", &post.accept),
+        ("MCP-Protocol-Version", &post.version),
+    ] {
+        if let Some(value) = value {
+            head.push_str(&format!("{name}: {value}\r\n"));
+        }
+    }
+    head.push_str(&format!("Content-Length: {}\r\n\r\n", post.body.len()));
+    let mut stream = std::net::TcpStream::connect(addr).unwrap();
+    stream
+        .set_read_timeout(Some(toolmesh_testkit::patient(Duration::from_secs(10))))
+        .unwrap();
+    stream.write_all(head.as_bytes()).unwrap();
+    stream.write_all(&post.body).unwrap();
+    let mut raw = Vec::new();
+    stream.read_to_end(&mut raw).unwrap();
+    let split = raw
+        .windows(4)
+        .position(|w| w == b"\r\n\r\n")
+        .unwrap_or_else(|| panic!("no end of headers in {:?}", String::from_utf8_lossy(&raw)));
+    let headers = String::from_utf8_lossy(&raw[..split]).to_lowercase();
+    let status = headers
+        .strip_prefix("http/1.1 ")
+        .and_then(|rest| rest.get(..3))
+        .and_then(|code| code.parse().ok())
+        .unwrap_or_else(|| panic!("no status line: {headers}"));
+    let mut body = raw[split + 4..].to_vec();
+    if headers.contains("transfer-encoding: chunked") {
+        body = unchunk(&body);
+    }
+    Answer {
+        status,
+        headers,
+        body,
+    }
+}
+
+/// The payload of a chunked body.
+fn unchunk(mut chunked: &[u8]) -> Vec<u8> {
+    let mut body = Vec::new();
+    while let Some(end) = chunked.windows(2).position(|w| w == b"\r\n") {
+        let size = std::str::from_utf8(&chunked[..end])
+            .ok()
+            .and_then(|s| usize::from_str_radix(s.split(';').next().unwrap_or("").trim(), 16).ok())
+            .unwrap_or(0);
+        if size == 0 {
+            break;
+        }
+        let start = end + 2;
+        body.extend_from_slice(&chunked[start..start + size]);
+        chunked = &chunked[start + size + 2..];
+    }
+    body
+}
+
+/// Any body and headers to `/mcp` get a well-formed answer, never a
+/// server error: a JSON answer is JSON-RPC (an error object with a code
+/// and a message for a 4xx), and the door keeps serving.
+#[test]
+fn mcp_door_answers_any_request() {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let _inside = runtime.enter();
+    let (serve, _) = support::serve(&["--mcp-listen", "127.0.0.1:0"]);
+    let url =
+        support::TestProc::wait_for_line(&serve, "MCP listening on ", Duration::from_secs(30));
+    let addr = url
+        .rsplit_once("http://")
+        .and_then(|(_, rest)| rest.strip_suffix("/mcp"))
+        .unwrap_or_else(|| panic!("no MCP address in {url:?}"))
+        .to_owned();
+    let mut runner = proptest::test_runner::TestRunner::new(ProptestConfig::with_cases(256));
+    runner
+        .run(&mcp_post(), |post| {
+            let answer = send(&addr, &post);
+            let shown = String::from_utf8_lossy(&answer.body).into_owned();
+            prop_assert!(
+                (200..500).contains(&answer.status),
+                "{} for {:?}: {}",
+                answer.status,
+                post,
+                shown
+            );
+            if answer.headers.contains("content-type: application/json") {
+                let message: Value = serde_json::from_slice(&answer.body)
+                    .map_err(|e| TestCaseError::fail(format!("{e}: {shown}")))?;
+                prop_assert_eq!(&message["jsonrpc"], "2.0", "{}", shown);
+                if answer.status >= 400 {
+                    prop_assert!(message["error"]["code"].is_i64(), "{}", shown);
+                    prop_assert!(message["error"]["message"].is_string(), "{}", shown);
+                }
+            }
+            Ok(())
+        })
+        .unwrap();
+    let list = McpPost {
+        body: br#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#.to_vec(),
+        content_type: Some("application/json".into()),
+        accept: Some("application/json".into()),
+        version: Some("2025-11-25".into()),
+    };
+    assert_eq!(send(&addr, &list).status, 200, "the door still serves");
 }

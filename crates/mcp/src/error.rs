@@ -25,7 +25,11 @@ impl From<BackendError> for ErrorData {
             BackendError::Unauthenticated(_) | BackendError::Refused(_) => {
                 ErrorData::invalid_request(message, None)
             }
-            BackendError::Transport(_) => ErrorData::internal_error(message, None),
+            BackendError::Transport(_) => {
+                // The server's own trouble (the client's mistakes it only answers).
+                tracing::warn!(error = %message, "MCP request failed");
+                ErrorData::internal_error(message, None)
+            }
         }
     }
 }

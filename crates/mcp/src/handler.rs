@@ -6,14 +6,15 @@
 use crate::result::APPROVAL_META;
 use crate::{Backend, BackendError};
 use rmcp::model::{
-    CacheScope, CallToolRequestParams, CallToolResponse, Implementation, ListToolsResult,
-    PaginatedRequestParams, ProgressNotificationParam, ProgressToken, RequestMetaObject,
-    ServerCapabilities, ServerConfig, SubscriptionFilter, Tool,
+    CacheScope, CallToolRequestParams, CallToolResponse, Implementation, InitializeRequestParams,
+    InitializeResult, ListToolsResult, PaginatedRequestParams, ProgressNotificationParam,
+    ProgressToken, RequestMetaObject, ServerCapabilities, ServerConfig, SubscriptionFilter, Tool,
 };
-use rmcp::service::{Peer, RequestContext, SubscriptionContext};
+use rmcp::service::{NotificationContext, Peer, RequestContext, SubscriptionContext};
 use rmcp::{ErrorData, RoleServer, ServerHandler};
 use serde_json::Value;
 use std::collections::HashMap;
+use std::future::Future;
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::{Arc, Mutex, Weak};
 use tokio::sync::mpsc;
@@ -141,6 +142,41 @@ impl<B: Backend> McpHandler<B> {
         }
         parsed.tools.insert(key, tools.clone());
         Ok(tools)
+    }
+
+    /// Compares `who`'s projection now and then (by digest, computed once
+    /// per listing) and calls `announce` when it changed: only their own (a
+    /// new snapshot, a policy reload or a disable that leaves their tools as
+    /// they were says nothing). Ends when `stop` does or `announce` answers
+    /// false (the listener went away).
+    async fn watch<A, F>(
+        &self,
+        who: &B::Caller,
+        stop: impl Future<Output = ()>,
+        mut announce: A,
+    ) -> Result<(), BackendError>
+    where
+        A: FnMut() -> F,
+        F: Future<Output = bool>,
+    {
+        let mut seen = self.digest(&self.listing(who).await?);
+        let mut tick = tokio::time::interval(self.backend.watch_interval());
+        let mut stop = std::pin::pin!(stop);
+        loop {
+            tokio::select! {
+                () = &mut stop => return Ok(()),
+                _ = tick.tick() => {}
+            }
+            let Ok(now) = self.listing(who).await.map(|l| self.digest(&l)) else {
+                continue; // the dispatcher is away: look again next tick
+            };
+            if now != seen {
+                seen = now;
+                if !announce().await {
+                    return Ok(());
+                }
+            }
+        }
     }
 
     /// Runs a `tools/call`: one Invoke, or with a progress `token` an
@@ -308,6 +344,8 @@ impl<B: Backend> ServerHandler for McpHandler<B> {
         let response = tokio::select! {
             response = self.invoke(&who, call, token, &context.peer) => response?,
             () = context.ct.cancelled() => {
+                // A client that hangs up cancels its call: no one to answer.
+                tracing::debug!(tool = %request.name, "MCP call cancelled by its client");
                 return Err(ErrorData::internal_error("the call was cancelled by the client", None));
             }
         };
@@ -321,28 +359,60 @@ impl<B: Backend> ServerHandler for McpHandler<B> {
         Some(requested.supported_by(&self.get_info().capabilities))
     }
 
-    /// Compares the caller's projection now and then (by digest, computed
-    /// once per listing) and announces a change: only their own (a new snapshot, a policy reload or a disable
-    /// that leaves their tools as they were says nothing).
+    /// Announces each change of the subscriber's projection until the
+    /// subscription ends (see [`McpHandler::watch`]).
     async fn listen(&self, context: SubscriptionContext) -> Result<(), ErrorData> {
         let who = self.caller(context.request_context())?;
-        let mut seen = self.digest(&self.listing(&who).await?);
-        let mut tick = tokio::time::interval(self.backend.watch_interval());
-        loop {
-            tokio::select! {
-                () = context.cancelled() => return Ok(()),
-                _ = tick.tick() => {}
-            }
-            let Ok(now) = self.listing(&who).await.map(|l| self.digest(&l)) else {
-                continue; // the dispatcher is away: look again next tick
-            };
-            if now != seen {
-                seen = now;
-                if context.sink().notify_tool_list_changed().await.is_err() {
-                    return Ok(()); // the subscriber went away
-                }
-            }
+        let sink = context.sink();
+        self.watch(&who, context.cancelled(), || async {
+            sink.notify_tool_list_changed().await.is_ok()
+        })
+        .await?;
+        Ok(())
+    }
+
+    /// Before 2026-07-28 there is no subscription: a client that
+    /// initialized over stdio (a connection that stays open) is told of
+    /// each change of its projection unasked, as `listChanged` promises.
+    async fn on_initialized(&self, context: NotificationContext<RoleServer>) {
+        if context.extensions.get::<http::request::Parts>().is_some() {
+            return; // stateless HTTP: no stream to tell it on
         }
+        let Ok(who) = self.backend.authenticate(None, None) else {
+            return; // the first call says why
+        };
+        let (handler, peer) = (self.clone(), context.peer);
+        let interval = self.backend.watch_interval();
+        tokio::spawn(async move {
+            let closed = async {
+                while !peer.is_transport_closed() {
+                    tokio::time::sleep(interval).await;
+                }
+            };
+            let _ = handler
+                .watch(&who, closed, || async {
+                    peer.notify_tool_list_changed().await.is_ok()
+                })
+                .await;
+        });
+    }
+
+    /// The `initialize` answer; over HTTP without `listChanged`: the door is
+    /// stateless (no stream a change could be told on before 2026-07-28,
+    /// whose clients subscribe instead and learn it from `server/discover`).
+    async fn initialize(
+        &self,
+        request: InitializeRequestParams,
+        context: RequestContext<RoleServer>,
+    ) -> Result<InitializeResult, ErrorData> {
+        context.peer.set_peer_info(request.clone());
+        let mut answer = self.negotiate_initialize(&request)?;
+        if context.extensions.get::<http::request::Parts>().is_some()
+            && let Some(tools) = answer.capabilities.tools.as_mut()
+        {
+            tools.list_changed = None;
+        }
+        Ok(answer)
     }
 }
 

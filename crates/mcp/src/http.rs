@@ -60,6 +60,7 @@ pub fn router<B: Backend>(
     } else if !config.allowed_hosts.is_empty() {
         http = http.with_allowed_hosts(config.allowed_hosts.clone());
     }
+    let body_limit = crate::http_wire::BodyLimit(http.max_request_body_bytes);
     let service = StreamableHttpService::new(
         move || Ok(handler.clone()),
         LocalSessionManager::default().into(),
@@ -69,6 +70,10 @@ pub fn router<B: Backend>(
     let metadata = move |headers: HeaderMap| async move { resource_metadata(&headers, https) };
     Router::new()
         .nest_service("/mcp", service)
+        .route_layer(middleware::from_fn_with_state(
+            body_limit,
+            crate::http_wire::normalise,
+        ))
         .route_layer(middleware::from_fn_with_state(
             Door { backend, https },
             admit::<B>,

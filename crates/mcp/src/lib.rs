@@ -14,7 +14,11 @@ mod error;
 mod grpc;
 mod handler;
 mod http;
+mod http_wire;
+mod repeated_keys;
 mod result;
+mod rmcp_noise;
+mod stdio_gate;
 mod tls;
 
 pub use backend::Backend;
@@ -23,13 +27,14 @@ pub use grpc::GrpcBackend;
 pub use handler::{McpHandler, PAGE_SIZE, SESSION_META};
 pub use http::{McpHttpConfig, router, serve};
 pub use result::APPROVAL_META;
+pub use rmcp_noise::QuietRmcp;
 pub use tls::{McpTlsError, TlsListener, acceptor as tls_acceptor};
 
 /// Serves `handler` on stdin/stdout until the client closes them.
 pub async fn serve_stdio<B: Backend>(handler: McpHandler<B>) -> Result<(), BackendError> {
     use rmcp::ServiceExt;
     let running = handler
-        .serve(rmcp::transport::stdio())
+        .serve(stdio_gate::gated(tokio::io::stdin(), tokio::io::stdout()))
         .await
         .map_err(|e| BackendError::Transport(e.to_string()))?;
     running

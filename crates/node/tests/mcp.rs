@@ -654,3 +654,278 @@ async fn tools_list_over_tls(
     let answer = String::from_utf8_lossy(&answer);
     answer.into_owned()
 }
+
+/// One `POST /mcp` as AGENT on revision 2025-11-25 with `accept` (none:
+/// no header) and a JSON body: the status, the Content-Type and the body.
+async fn post(mesh: &Mesh, accept: Option<&str>, body: &str) -> (u16, String, String) {
+    post_as(mesh, "2025-11-25", accept, body).await
+}
+
+/// [`post`] on revision `version`.
+async fn post_as(
+    mesh: &Mesh,
+    version: &str,
+    accept: Option<&str>,
+    body: &str,
+) -> (u16, String, String) {
+    let addr = mesh.node.mcp_addr.unwrap();
+    let accept = accept.map_or(String::new(), |a| format!("Accept: {a}\r\n"));
+    let answer = http(
+        addr,
+        &format!(
+            "POST /mcp HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\n{accept}MCP-Protocol-Version: {version}\r\nAuthorization: Bearer {AGENT}\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        ),
+    )
+    .await;
+    let (head, body) = answer.split_once("\r\n\r\n").unwrap_or((&answer, ""));
+    let status = head[9..12].parse().unwrap();
+    let content_type = head
+        .lines()
+        .find_map(|l| {
+            l.to_lowercase()
+                .strip_prefix("content-type:")
+                .map(|v| v.trim().to_owned())
+        })
+        .unwrap_or_default();
+    (status, content_type, body.to_owned())
+}
+
+/// The JSON body of an answer.
+fn json_body(body: &str) -> Value {
+    serde_json::from_str(body).unwrap_or_else(|e| panic!("{e}: {body}"))
+}
+
+/// A `tools/call` whose arguments repeat a key is refused on every door
+/// in the same words, naming the key: gRPC answers INVALID_ARGUMENTS, MCP
+/// over HTTP and over the stdio bridge invalid params (rmcp would have
+/// kept the last value and run the call).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn repeated_argument_keys_are_refused_alike_on_every_door() {
+    let mesh = Mesh::start().await;
+    let arguments = r#"{"text":"harmless","text":"harmful"}"#;
+
+    let channel = toolmesh::grpc::channel(&mesh.grpc, &toolmesh::grpc::Tls::none()).unwrap();
+    let mut grpc = toolmesh::pb::dispatcher_client::DispatcherClient::new(channel);
+    let mut request = tonic::Request::new(toolmesh::pb::InvokeRequest {
+        tool: "echo".into(),
+        arguments: arguments.into(),
+        ..Default::default()
+    });
+    toolmesh::grpc::set_bearer(request.metadata_mut(), AGENT);
+    let refused = grpc.invoke(request).await.unwrap().into_inner();
+    let grpc_words = refused.result.unwrap().error.unwrap().message;
+    assert!(
+        grpc_words.contains(r#"repeat the key "text""#),
+        "{grpc_words}"
+    );
+
+    let call = |id: u32| {
+        format!(
+            r#"{{"jsonrpc":"2.0","id":{id},"method":"tools/call","params":{{"name":"echo","arguments":{arguments}}}}}"#
+        )
+    };
+    let (status, _, body) =
+        post(&mesh, Some("application/json, text/event-stream"), &call(5)).await;
+    assert_eq!(status, 200, "{body}");
+    let answer = json_body(&body);
+    assert_eq!(answer["id"], 5, "{answer}");
+    assert_eq!(answer["error"]["code"], -32602, "{answer}");
+    assert_eq!(answer["error"]["message"], json!(grpc_words));
+
+    let mut bridge = tokio::process::Command::new(toolmesh_testkit::toolmesh_bin())
+        .args(["mcp", "--server", &mesh.grpc, "--token", AGENT])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut stdin = bridge.stdin.take().unwrap();
+    let initialize = json!({
+        "jsonrpc": "2.0", "id": 1, "method": "initialize",
+        "params": {"protocolVersion": "2025-11-25", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}},
+    });
+    let initialized = json!({"jsonrpc": "2.0", "method": "notifications/initialized"});
+    let lines = format!("{initialize}\n{initialized}\n{}\n", call(9));
+    stdin.write_all(lines.as_bytes()).await.unwrap();
+    let mut out =
+        tokio::io::AsyncBufReadExt::lines(tokio::io::BufReader::new(bridge.stdout.take().unwrap()));
+    let answer = tokio::time::timeout(toolmesh_testkit::patient(Duration::from_secs(10)), async {
+        loop {
+            let line = out.next_line().await.unwrap().expect("the bridge answers");
+            let message: Value = serde_json::from_str(&line).unwrap();
+            if message["id"] == 9 {
+                return message;
+            }
+        }
+    })
+    .await
+    .expect("the bridge answered the call");
+    assert_eq!(answer["error"]["code"], -32602, "{answer}");
+    assert_eq!(answer["error"]["message"], json!(grpc_words));
+    drop(stdin);
+    mesh.node.stop(Duration::from_secs(1)).await.unwrap();
+}
+
+/// JSON-RPC over HTTP: a body that is not JSON is 400 with a parse error
+/// (`id: null`), JSON that is no JSON-RPC message 400 with an invalid
+/// request; an Accept of JSON alone, `*/*` or none is served (JSON only,
+/// even for a call that reports progress), SSE alone gets SSE, and an
+/// Accept allowing neither is 406 saying what to send.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http_door_speaks_json_rpc_over_http() {
+    let mesh = Mesh::start().await;
+    let list = r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#;
+
+    let (status, content_type, body) = post(&mesh, Some("*/*"), r#"{"jsonrpc":"2.0","#).await;
+    assert_eq!(
+        (status, content_type.as_str()),
+        (400, "application/json"),
+        "{body}"
+    );
+    let parse = json_body(&body);
+    assert_eq!(parse["error"]["code"], -32700, "{parse}");
+    assert!(
+        parse["error"]["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("Parse error")
+    );
+    assert_eq!(parse["id"], Value::Null);
+    assert_eq!(parse["jsonrpc"], "2.0");
+
+    let (status, _, body) = post(&mesh, Some("*/*"), r#"{"hello":"world"}"#).await;
+    assert_eq!(status, 400, "{body}");
+    assert_eq!(json_body(&body)["error"]["code"], -32600, "{body}");
+
+    for accept in [
+        Some("application/json"),
+        Some("*/*"),
+        Some("application/*"),
+        None,
+    ] {
+        let (status, content_type, body) = post(&mesh, accept, list).await;
+        assert_eq!(status, 200, "{accept:?}: {body}");
+        assert_eq!(content_type, "application/json", "{accept:?}");
+        assert!(json_body(&body)["result"]["tools"].is_array(), "{body}");
+    }
+
+    let steps = r#"{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"steps","arguments":{"n":3},"_meta":{"progressToken":"p"}}}"#;
+    let (status, content_type, body) = post(&mesh, Some("application/json"), steps).await;
+    assert_eq!(
+        (status, content_type.as_str()),
+        (200, "application/json"),
+        "{body}"
+    );
+    let done = json_body(&body);
+    assert_eq!(done["id"], 3);
+    assert_eq!(done["result"]["content"][0]["text"], "3 steps", "{done}");
+
+    let (status, content_type, body) = post(&mesh, Some("text/event-stream"), list).await;
+    assert_eq!(
+        (status, content_type.as_str()),
+        (200, "text/event-stream"),
+        "{body}"
+    );
+    assert!(body.contains("data: {"), "{body}");
+    let repeated = r#"{"jsonrpc":"2.0","id":4,"method":"tools/call","params":{"name":"echo","arguments":{"text":"a","text":"b"}}}"#;
+    let (status, content_type, body) = post(&mesh, Some("text/event-stream"), repeated).await;
+    assert_eq!(
+        (status, content_type.as_str()),
+        (200, "text/event-stream"),
+        "{body}"
+    );
+    assert!(
+        body.contains("data: {") && body.contains("-32602"),
+        "{body}"
+    );
+
+    let (status, _, body) = post(&mesh, Some("text/html"), list).await;
+    assert_eq!(status, 406, "{body}");
+    assert!(
+        json_body(&body)["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("send Accept: application/json"),
+        "{body}"
+    );
+    mesh.node.stop(Duration::from_secs(1)).await.unwrap();
+}
+
+/// The stateless HTTP door has no stream to announce a change on before
+/// 2026-07-28: its `initialize` answer does not claim `listChanged` (a
+/// 2026-07-28 client subscribes instead, see above).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn http_initialize_does_not_claim_list_changed() {
+    let mesh = Mesh::start().await;
+    for version in ["2025-06-18", "2025-11-25"] {
+        let initialize = json!({
+            "jsonrpc": "2.0", "id": 1, "method": "initialize",
+            "params": {"protocolVersion": version, "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}},
+        });
+        let (status, _, body) = post_as(
+            &mesh,
+            version,
+            Some("application/json"),
+            &initialize.to_string(),
+        )
+        .await;
+        assert_eq!(status, 200, "{body}");
+        let answer = json_body(&body);
+        assert_eq!(answer["result"]["protocolVersion"], version, "{answer}");
+        let tools = &answer["result"]["capabilities"]["tools"];
+        assert!(tools.is_object(), "{answer}");
+        assert_eq!(tools.get("listChanged"), None, "{version}: {answer}");
+    }
+    mesh.node.stop(Duration::from_secs(1)).await.unwrap();
+}
+
+/// A client that keeps count of the `tools/list_changed` it hears.
+#[derive(Clone, Default)]
+struct ListChanges(Arc<std::sync::atomic::AtomicUsize>);
+
+impl ClientHandler for ListChanges {
+    async fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) {
+        self.0.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+    }
+}
+
+/// The stdio bridge keeps the `listChanged` it claims on the revisions
+/// with `initialize`: when a tool the caller sees is disabled, the client
+/// hears `notifications/tools/list_changed` unasked, and lists again
+/// without it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stdio_bridge_announces_list_changed() {
+    let mesh = Mesh::start().await;
+    let mut command = tokio::process::Command::new(toolmesh_testkit::toolmesh_bin());
+    command.args(["mcp", "--server", &mesh.grpc, "--token", AGENT]);
+    let heard = ListChanges::default();
+    let bridge = heard
+        .clone()
+        .serve_with_lifecycle(
+            TokioChildProcess::new(command).unwrap(),
+            ClientLifecycleMode::Initialize,
+        )
+        .await
+        .unwrap();
+    let info = bridge.peer_info().expect("initialized");
+    assert_eq!(
+        info.capabilities
+            .tools
+            .as_ref()
+            .and_then(|t| t.list_changed),
+        Some(true),
+        "the bridge claims listChanged"
+    );
+    assert!(names(&bridge.list_all_tools().await.unwrap()).contains(&"echo".to_owned()));
+    mesh.disable("echo").await;
+    toolmesh_testkit::until(
+        "tools/list_changed over stdio",
+        Duration::from_secs(10),
+        || heard.0.load(std::sync::atomic::Ordering::SeqCst) > 0,
+    )
+    .await;
+    assert!(!names(&bridge.list_all_tools().await.unwrap()).contains(&"echo".to_owned()));
+    bridge.cancel().await.unwrap();
+    mesh.node.stop(Duration::from_secs(1)).await.unwrap();
+}
