@@ -36,8 +36,12 @@ fn sample(metrics: &str, series: &str) -> Option<f64> {
     })
 }
 
+/// `/metrics` as Prometheus scrapes it, with a bearer token: a node's needs
+/// an admin or operator (here the development policy's `dev-approver`);
+/// an executor's asks for none.
 fn scrape(addr: &str) -> String {
-    let (status, body) = toolmesh_testkit::http(addr, "GET", "/metrics", &[], "");
+    let auth = [("authorization", "Bearer dev-approver")];
+    let (status, body) = toolmesh_testkit::http(addr, "GET", "/metrics", &auth, "");
     assert_eq!(status, 200, "{body}");
     body
 }
