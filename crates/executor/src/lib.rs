@@ -316,12 +316,7 @@ impl Executor {
                 // tools and is served to whoever reaches the address.
                 let options = toolmesh_telemetry::AdminOptions {
                     tls: toolmesh_telemetry::https::acceptor(opts.tls.files())?,
-                    guard: toolmesh_telemetry::HostGuard::new(
-                        &opts.admin_allowed_hosts,
-                        "--admin-allowed-hosts",
-                        &[],
-                        "--admin-allowed-hosts",
-                    ),
+                    guard: toolmesh_telemetry::admin::guard(&opts.admin_allowed_hosts),
                 };
                 let routes = toolmesh_telemetry::metrics_routes(registry_metrics);
                 Some(toolmesh_telemetry::AdminServer::start(listen, options, routes).await?)

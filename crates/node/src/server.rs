@@ -26,7 +26,7 @@ use toolmesh_registry::{
     ApprovalDesk, DecisionJournal, EtcdStore, Registry, RegistryConfig, RolloutDesk, Store,
     grpc_service,
 };
-use toolmesh_telemetry::{AdminOptions, AdminServer, HostGuard, MetricsRegistry};
+use toolmesh_telemetry::{AdminOptions, AdminServer, MetricsRegistry};
 
 /// A node that is up.
 pub struct Running {
@@ -320,7 +320,7 @@ impl SideListeners {
                 );
                 let options = AdminOptions {
                     tls,
-                    guard: admin_guard(&config.admin_allowed_hosts),
+                    guard: toolmesh_telemetry::admin::guard(&config.admin_allowed_hosts),
                 };
                 Some(AdminServer::start(listen, options, page).await?)
             }
@@ -337,12 +337,6 @@ impl SideListeners {
             mcp,
         })
     }
-}
-
-/// The admin listener's door: `Host` among `hosts` (`--admin-allowed-hosts`,
-/// loopback by default), and a browser's `Origin` one of those hosts.
-pub(crate) fn admin_guard(hosts: &[String]) -> HostGuard {
-    HostGuard::new(hosts, "--admin-allowed-hosts", &[], "--admin-allowed-hosts")
 }
 
 /// The dispatcher's governance: under the policy, with its approvals and

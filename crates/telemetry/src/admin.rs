@@ -68,6 +68,16 @@ pub struct AdminServer {
     task: JoinHandle<()>,
 }
 
+/// The admin listener's door: `Host` among `hosts` (`--admin-allowed-hosts`,
+/// loopback by default), and a browser's `Origin` one of those hosts, or
+/// `null`: forms on a page served with `Referrer-Policy: no-referrer` post
+/// with `Origin: null`, so the admin page guards its forms with a CSRF
+/// token and a `SameSite=Strict` session cookie.
+pub fn guard(hosts: &[String]) -> HostGuard {
+    HostGuard::new(hosts, "--admin-allowed-hosts", &[], "--admin-allowed-hosts")
+        .admitting_null_origin()
+}
+
 /// `/metrics` from `metrics`, in the OpenMetrics text format.
 pub fn metrics_routes(metrics: MetricsRegistry) -> Router {
     Router::new().route(
@@ -117,7 +127,7 @@ impl AdminServer {
                 tracing::warn!(error = %e, "admin listener failed");
             }
         });
-        tracing::info!(%addr, "admin listening on {scheme}://{addr}");
+        tracing::info!(%addr, scheme, "admin listening");
         Ok(AdminServer {
             addr,
             scheme,

@@ -22,6 +22,8 @@ pub const LOOPBACK_HOSTS: [&str; 3] = ["localhost", "127.0.0.1", "::1"];
 pub struct HostGuard {
     hosts: Vec<String>,
     origins: Vec<String>,
+    /// Whether `Origin: null` passes whatever the origins list says.
+    null_origin: bool,
     /// The flag that sets the hosts, named in refusals.
     hosts_flag: &'static str,
     /// The flag that sets the origins, named in refusals.
@@ -149,9 +151,19 @@ impl HostGuard {
         HostGuard {
             hosts,
             origins: clean(origins),
+            null_origin: false,
             hosts_flag,
             origins_flag,
         }
+    }
+
+    /// This guard, also passing `Origin: null`: what a browser sends for a
+    /// form posted from a page served with `Referrer-Policy: no-referrer`
+    /// (the admin page), so such a door must defend its forms otherwise
+    /// (a CSRF token, a `SameSite=Strict` cookie).
+    pub fn admitting_null_origin(mut self) -> HostGuard {
+        self.null_origin = true;
+        self
     }
 
     fn any_host(&self) -> bool {
@@ -201,7 +213,7 @@ impl HostGuard {
             return true;
         }
         if text.eq_ignore_ascii_case("null") {
-            return self.origins.iter().any(|o| o.eq_ignore_ascii_case("null"));
+            return self.null_origin || self.origins.iter().any(|o| o.eq_ignore_ascii_case("null"));
         }
         let Some(origin) = Origin::parse(text) else {
             return false;
@@ -328,5 +340,8 @@ mod tests {
         assert!(check(&g, Some("x"), Some("http://app.example")).is_err());
         let g = guard(&["*"], &["*"]);
         assert_eq!(check(&g, Some("x"), Some("null")), Ok(()));
+        let g = guard(&[], &[]).admitting_null_origin();
+        assert_eq!(check(&g, Some("localhost"), Some("null")), Ok(()));
+        assert!(check(&g, Some("localhost"), Some("http://evil.example")).is_err());
     }
 }
