@@ -26,7 +26,7 @@ roles = ["agent"]
 token = "tok-approver"
 principal = "alice"
 tenant = "acme"
-roles = ["approver"]
+roles = ["approver", "operator"]
 
 [[callers]]
 token = "tok-exec"
@@ -139,6 +139,26 @@ impl Browser {
             .to_owned()
     }
 
+    /// Types `text` into the element `css` selects.
+    fn type_into(&self, css: &str, text: &str) {
+        let element = self.element(css);
+        self.call(
+            "POST",
+            &format!("/element/{element}/value"),
+            Some(json!({ "text": text })),
+        );
+    }
+
+    /// Clicks the element `css` selects.
+    fn click(&self, css: &str) {
+        let element = self.element(css);
+        self.call(
+            "POST",
+            &format!("/element/{element}/click"),
+            Some(json!({})),
+        );
+    }
+
     fn screenshot(&self) -> Vec<u8> {
         let encoded = self.call("GET", "/screenshot", None);
         base64_decode(encoded.as_str().expect("screenshot as base64"))
@@ -219,8 +239,8 @@ async fn charge(
 
 /// The page lists the mesh's tools as SERVING; after a kill -9 of the
 /// knowledge executor its tool turns NOT_SERVING and the change is listed;
-/// an approval asked by an agent appears with buttons, and the approver's
-/// token plus the Approve button grant it (the agent's retry then runs).
+/// an approval asked by an agent appears with buttons, and the Approve
+/// button of the approver's session grants it (the agent's retry then runs).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn admin_page_in_headless_chromium() {
     let dir = temp_dir("admin-page");
@@ -243,6 +263,17 @@ async fn admin_page_in_headless_chromium() {
     let mut knowledge = example("knowledge", &addr, &["--token", "tok-exec"]);
     let page = format!("http://{admin}/");
     let browser = tokio::task::spawn_blocking(Browser::start).await.unwrap();
+    // Without a session the page is a login form; the approver (an
+    // operator too) logs in once and the session cookie carries on.
+    browser.open(&page);
+    browser.type_into("#login input[name=token]", "tok-approver");
+    browser.click("#login button");
+    eventually("logged in", Duration::from_secs(10), || {
+        let who = browser
+            .eval("const b = document.getElementById('who'); return b ? b.innerText : null;");
+        std::future::ready((who == "alice").then_some(()))
+    })
+    .await;
 
     let health_of = |browser: &Browser, tool: &str| {
         browser.open(&page);
@@ -315,18 +346,7 @@ async fn admin_page_in_headless_chromium() {
         std::fs::write(docs, &png).unwrap();
     }
 
-    let token = browser.element(&format!("{form} input[name=token]"));
-    browser.call(
-        "POST",
-        &format!("/element/{token}/value"),
-        Some(json!({"text": "tok-approver"})),
-    );
-    let approve = browser.element(&format!("{form} button[value=approve]"));
-    browser.call(
-        "POST",
-        &format!("/element/{approve}/click"),
-        Some(json!({})),
-    );
+    browser.click(&format!("{form} button[value=approve]"));
     eventually(
         "the approval leaves the page",
         Duration::from_secs(10),

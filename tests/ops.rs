@@ -36,8 +36,13 @@ fn sample(metrics: &str, series: &str) -> Option<f64> {
     })
 }
 
+/// A node's admin listener is read with the token of an admin or operator:
+/// the development policy's `dev-approver` (an executor's asks for none).
+const READER: [(&str, &str); 1] = [("authorization", "Bearer dev-approver")];
+
+/// `/metrics` as Prometheus scrapes it, with a bearer token.
 fn scrape(addr: &str) -> String {
-    let (status, body) = toolmesh_testkit::http(addr, "GET", "/metrics", &[], "");
+    let (status, body) = toolmesh_testkit::http(addr, "GET", "/metrics", &READER, "");
     assert_eq!(status, 200, "{body}");
     body
 }
@@ -122,7 +127,7 @@ async fn metrics_count_known_traffic() {
     );
     assert!(!node.contains("call_id"), "no per-call labels");
 
-    let (status, state) = toolmesh_testkit::http(&node_admin, "GET", "/api/state", &[], "");
+    let (status, state) = toolmesh_testkit::http(&node_admin, "GET", "/api/state", &READER, "");
     assert_eq!(status, 200, "{state}");
     let state: serde_json::Value = serde_json::from_str(&state).unwrap();
     assert_eq!(

@@ -161,7 +161,8 @@ async fn progress_arrives_in_order_before_the_result() {
     assert_eq!(records.len(), 2, "one record per call: {records:?}");
     assert!(records.iter().all(|r| r["outcome"] == "OK"), "{records:?}");
 
-    let metrics = toolmesh_testkit::http(&admin_addr(&mesh.serve), "GET", "/metrics", &[], "").1;
+    let auth = [("authorization", "Bearer dev-approver")];
+    let metrics = toolmesh_testkit::http(&admin_addr(&mesh.serve), "GET", "/metrics", &auth, "").1;
     let tool = r#"tool="acc_progress",version="1.0.0""#;
     for (series, value) in [
         (

@@ -314,6 +314,16 @@ pub(crate) struct ServerArgs {
     /// for any, as behind a Kubernetes Service); default loopback only.
     #[arg(long, env = "TOOLMESH_MCP_ALLOWED_HOSTS", value_delimiter = ',')]
     pub(crate) mcp_allowed_hosts: Vec<String>,
+    /// Origin header values the MCP endpoint accepts from browser pages
+    /// (comma-separated `scheme://host[:port]`, `null`, or `*`); default:
+    /// origins on an allowed host. Requests without Origin always pass.
+    #[arg(long, env = "TOOLMESH_MCP_ALLOWED_ORIGINS", value_delimiter = ',')]
+    pub(crate) mcp_allowed_origins: Vec<String>,
+    /// Serve /metrics on the admin listener without a credential. Its
+    /// labels name tools (hidden ones too); without this flag it needs the
+    /// token of a policy caller with the role "admin" or "operator".
+    #[arg(long, env = "TOOLMESH_PUBLIC_METRICS")]
+    pub(crate) public_metrics: bool,
 }
 
 /// The cores this process may use (its CPU quota counted), at least one.
@@ -340,9 +350,12 @@ impl ServerArgs {
             etcd: toolmesh_registry::EtcdAccess::default(),
             tls: tls.clone(),
             admin_listen: self.ops.admin_listen.clone(),
+            admin_allowed_hosts: self.ops.admin_allowed_hosts.clone(),
+            public_metrics: self.public_metrics,
             otlp_endpoint: self.ops.otlp_endpoint.clone(),
             mcp_listen: self.mcp_listen.clone().filter(|a| a != "none"),
             mcp_allowed_hosts: self.mcp_allowed_hosts.clone(),
+            mcp_allowed_origins: self.mcp_allowed_origins.clone(),
         }
     }
 }

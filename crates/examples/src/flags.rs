@@ -44,9 +44,16 @@ pub struct ServeFlags {
 /// admin page, traces.
 #[derive(Debug, Clone, Default, clap::Args)]
 pub struct OpsFlags {
-    /// Serve /metrics (Prometheus) and the admin page on this address.
+    /// Serve /metrics (Prometheus) and the admin page on this address
+    /// (HTTPS with --tls-cert/--tls-key, client certificates with
+    /// --tls-client-ca).
     #[arg(long, env = "TOOLMESH_ADMIN_LISTEN")]
     pub admin_listen: Option<String>,
+    /// Host header values the admin listener accepts (comma-separated;
+    /// `*` for any, as when Prometheus scrapes a pod IP); default loopback
+    /// only, against DNS rebinding.
+    #[arg(long, env = "TOOLMESH_ADMIN_ALLOWED_HOSTS", value_delimiter = ',')]
+    pub admin_allowed_hosts: Vec<String>,
     /// Export traces to this OTLP collector (gRPC), e.g. http://127.0.0.1:4317.
     #[arg(long, env = "OTEL_EXPORTER_OTLP_ENDPOINT")]
     pub otlp_endpoint: Option<String>,
@@ -82,6 +89,7 @@ impl ServeFlags {
             token: self.token.clone(),
             tls,
             admin_listen: self.ops.admin_listen.clone(),
+            admin_allowed_hosts: self.ops.admin_allowed_hosts.clone(),
             otlp_endpoint: self.ops.otlp_endpoint.clone(),
         })
     }

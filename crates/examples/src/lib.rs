@@ -69,8 +69,8 @@ pub async fn serve(
     if let Some(addr) = bound.health_addr() {
         println!("toolmesh example {name} health checks on {addr}");
     }
-    if let Some(admin) = bound.admin_addr() {
-        println!("toolmesh admin listening on http://{admin}");
+    if let Some(admin) = bound.admin_url() {
+        println!("toolmesh admin listening on {admin}");
     }
     bound.run(shutdown).await
 }

@@ -154,6 +154,9 @@ pub enum ExecutorError {
     /// The admin listener (`/metrics`) could not start.
     #[error(transparent)]
     Admin(#[from] toolmesh_telemetry::AdminError),
+    /// The TLS files cannot serve the admin listener over HTTPS.
+    #[error(transparent)]
+    Https(#[from] toolmesh_telemetry::HttpsError),
     /// Traces could not be exported as asked.
     #[error(transparent)]
     Trace(#[from] toolmesh_telemetry::trace::TraceError),
@@ -308,14 +311,16 @@ impl Executor {
         );
         toolmesh_telemetry::trace::install_default(&self.service, opts.otlp_endpoint.as_deref())?;
         let admin = match &opts.admin_listen {
-            Some(listen) => Some(
-                toolmesh_telemetry::AdminServer::start(
-                    listen,
-                    registry_metrics,
-                    Default::default(),
-                )
-                .await?,
-            ),
+            Some(listen) => {
+                // No policy here: /metrics names only this executor's own
+                // tools and is served to whoever reaches the address.
+                let options = toolmesh_telemetry::AdminOptions {
+                    tls: toolmesh_telemetry::https::acceptor(opts.tls.files())?,
+                    guard: toolmesh_telemetry::admin::guard(&opts.admin_allowed_hosts),
+                };
+                let routes = toolmesh_telemetry::metrics_routes(registry_metrics);
+                Some(toolmesh_telemetry::AdminServer::start(listen, options, routes).await?)
+            }
             None => None,
         };
         let health = HealthReporter::new();
@@ -392,8 +397,12 @@ pub struct ServeOptions {
     pub token: Option<String>,
     /// TLS of this executor's server and of its channel to the registry.
     pub tls: toolmesh::grpc::Tls,
-    /// Serve `/metrics` on this `host:port` (`--admin-listen`); `None` serves none.
+    /// Serve `/metrics` on this `host:port` (`--admin-listen`), over HTTPS
+    /// with `tls`' certificate; `None` serves none.
     pub admin_listen: Option<String>,
+    /// `Host` values the admin listener accepts; empty is loopback only,
+    /// `*` any.
+    pub admin_allowed_hosts: Vec<String>,
     /// Export traces to this OTLP collector (`--otlp-endpoint`, else
     /// `OTEL_EXPORTER_OTLP_ENDPOINT`). When the process has no global
     /// tracing subscriber yet, the SDK installs one that exports; a host
@@ -414,6 +423,7 @@ impl Default for ServeOptions {
             token: None,
             tls: toolmesh::grpc::Tls::none(),
             admin_listen: None,
+            admin_allowed_hosts: Vec::new(),
             otlp_endpoint: None,
         }
     }
@@ -472,6 +482,13 @@ impl BoundExecutor {
     /// Where the admin listener (`/metrics`) listens, if asked for.
     pub fn admin_addr(&self) -> Option<SocketAddr> {
         self.admin.as_ref().map(|a| a.addr)
+    }
+
+    /// `scheme://host:port` of the admin listener, if asked for.
+    pub fn admin_url(&self) -> Option<String> {
+        self.admin
+            .as_ref()
+            .map(toolmesh_telemetry::AdminServer::url)
     }
 
     /// The endpoint registered with the registry.

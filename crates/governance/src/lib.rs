@@ -79,7 +79,7 @@ pub use policy::{
 };
 pub use principal::Principal;
 pub use registry_access::{
-    ADMIN_ROLE, AccessError, DISPATCHER_ROLE, EXECUTOR_ROLE, SnapshotAccess,
+    ADMIN_ROLE, AccessError, DISPATCHER_ROLE, EXECUTOR_ROLE, OPERATOR_ROLE, SnapshotAccess,
 };
 pub use reload::{PolicyHandle, PolicyWatcher};
 pub use sessions::{Declared, PreconditionError, SessionLimits, SessionUsage, Sessions};

@@ -6,6 +6,10 @@ use crate::{Policy, Principal};
 pub const EXECUTOR_ROLE: &str = "executor";
 /// Role a caller needs to disable and enable tools (and to read snapshots).
 pub const ADMIN_ROLE: &str = "admin";
+/// Role of a read-only operator: reads the admin page, its JSON and (unless
+/// served publicly) `/metrics`, which name every tool and executor; it
+/// changes nothing.
+pub const OPERATOR_ROLE: &str = "operator";
 /// Role a dispatcher following a registry needs: it reads snapshots,
 /// executor endpoints and the tokens executors accept calls with.
 pub const DISPATCHER_ROLE: &str = "dispatcher";
@@ -106,6 +110,32 @@ pub fn snapshot_reader(
     }
 }
 
+/// Who may read the admin listener (page, `/api/state`, and `/metrics`
+/// unless it is public): the principal of a bearer token (never the
+/// anonymous one, whatever roles the policy gives it) holding
+/// [`ADMIN_ROLE`] or [`OPERATOR_ROLE`].
+pub fn admin_reader(policy: &Policy, bearer: Option<&str>) -> Result<Principal, AccessError> {
+    let needs = format!(
+        "the admin page and its metrics are read with the token of a [[callers]] entry that has the role \"{ADMIN_ROLE}\" or \"{OPERATOR_ROLE}\""
+    );
+    if bearer.and_then(toolmesh::grpc::bearer_token).is_none() {
+        return Err(AccessError::Unauthenticated(format!(
+            "no token was sent; {needs}"
+        )));
+    }
+    let who = policy
+        .authenticate(bearer)
+        .map_err(|e| AccessError::Unauthenticated(format!("{e}; {needs}")))?;
+    if who.has_role(ADMIN_ROLE) || who.has_role(OPERATOR_ROLE) {
+        Ok(who)
+    } else {
+        Err(AccessError::Forbidden(format!(
+            "{} may not read the admin page (it names every tool and executor): {needs}",
+            who.name
+        )))
+    }
+}
+
 fn may_register(who: &Principal) -> Result<(), AccessError> {
     if who.has_role(EXECUTOR_ROLE) {
         Ok(())
@@ -178,6 +208,59 @@ roles = ["agent"]
         let by_cert = executor_owner_by_certificate(&policy, |name| name == "ops.internal");
         assert!(matches!(by_cert, Some(Err(AccessError::Forbidden(_)))));
         assert!(executor_owner_by_certificate(&policy, |_| false).is_none());
+    }
+
+    /// The admin listener is read with a token whose principal is an admin
+    /// or operator; no token is refused even where anonymous callers are
+    /// admins (the development policy), and the refusal names the roles.
+    #[test]
+    fn admin_readers() {
+        let policy = Policy::from_toml(
+            r#"
+[auth]
+allow_anonymous = true
+anonymous = { principal = "anonymous", roles = ["admin"] }
+
+[[callers]]
+token = "tok-ops"
+principal = "ops"
+roles = ["admin"]
+
+[[callers]]
+token = "tok-watch"
+principal = "watcher"
+roles = ["operator"]
+
+[[callers]]
+token = "tok-agent"
+principal = "agent"
+roles = ["agent"]
+"#,
+        )
+        .unwrap();
+        assert_eq!(admin_reader(&policy, Some("tok-ops")).unwrap().name, "ops");
+        assert_eq!(
+            admin_reader(&policy, Some("Bearer tok-watch"))
+                .unwrap()
+                .name,
+            "watcher"
+        );
+        for (token, forbidden) in [
+            (Some("tok-agent"), true),
+            (None, false),
+            (Some(""), false),
+            (Some("nope"), false),
+        ] {
+            match admin_reader(&policy, token) {
+                Err(AccessError::Forbidden(m)) if forbidden => {
+                    assert!(m.contains("\"operator\""), "{m}")
+                }
+                Err(AccessError::Unauthenticated(m)) if !forbidden => {
+                    assert!(m.contains("\"operator\""), "{m}")
+                }
+                other => panic!("{token:?}: {other:?}"),
+            }
+        }
     }
 
     /// Snapshots are for dispatchers (with executor tokens) and operators

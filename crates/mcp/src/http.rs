@@ -1,26 +1,22 @@
 //! MCP over Streamable HTTP at `/mcp`: stateless (any replica answers any
 //! request), JSON answers (SSE where a request streams), 401 with the
-//! RFC 9728 resource-metadata hint for a caller the policy does not admit.
+//! RFC 9728 resource-metadata hint for a caller the policy does not admit,
+//! behind the Host/Origin allow-lists every HTTP door shares.
 
 use crate::handler::Authenticated;
-use crate::tls::TlsListener;
 use crate::{Backend, BackendError, McpHandler};
 use axum::Router;
-use axum::extract::connect_info::{ConnectInfo, Connected};
+use axum::extract::connect_info::ConnectInfo;
 use axum::extract::{Request, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
-use axum::serve::IncomingStream;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 use serde_json::json;
-use std::future::Future;
-use tokio::net::TcpListener;
-use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
-use toolmesh::grpc::PeerCertificate;
+use toolmesh_telemetry::{ClientCertificate, HostGuard};
 
 /// Where the protected-resource metadata document is served (RFC 9728).
 const RESOURCE_METADATA: &str = "/.well-known/oauth-protected-resource";
@@ -28,10 +24,14 @@ const RESOURCE_METADATA: &str = "/.well-known/oauth-protected-resource";
 /// Settings of the HTTP front door.
 #[derive(Debug, Clone, Default)]
 pub struct McpHttpConfig {
-    /// `Host` values accepted (`host` or `host:port`); empty keeps rmcp's
-    /// loopback-only default (against DNS rebinding), `*` accepts any (behind
-    /// a Kubernetes Service or a load balancer).
+    /// `Host` values accepted (`host` or `host:port`); empty is loopback
+    /// only (against DNS rebinding), `*` accepts any (behind a Kubernetes
+    /// Service or a load balancer).
     pub allowed_hosts: Vec<String>,
+    /// `Origin` values accepted from browser pages (`scheme://host[:port]`,
+    /// `null`, `*`); empty accepts origins whose host is an allowed host.
+    /// A request without `Origin` (not from a page) is not checked.
+    pub allowed_origins: Vec<String>,
     /// Whether `/mcp` is served over TLS (the URLs it gives out say https).
     pub https: bool,
 }
@@ -51,15 +51,14 @@ pub fn router<B: Backend>(
     config: &McpHttpConfig,
     shutdown: CancellationToken,
 ) -> Router {
-    let mut http = StreamableHttpServerConfig::default()
+    // Host and Origin are checked by the guard around the whole door (the
+    // metadata document included), so rmcp's own check is off.
+    let http = StreamableHttpServerConfig::default()
         .with_legacy_session_mode(false)
         .with_json_response(true)
-        .with_cancellation_token(shutdown);
-    if config.allowed_hosts.iter().any(|h| h == "*") {
-        http = http.disable_allowed_hosts();
-    } else if !config.allowed_hosts.is_empty() {
-        http = http.with_allowed_hosts(config.allowed_hosts.clone());
-    }
+        .with_cancellation_token(shutdown)
+        .disable_allowed_hosts()
+        .disable_allowed_origins();
     let body_limit = crate::http_wire::BodyLimit(http.max_request_body_bytes);
     let service = StreamableHttpService::new(
         move || Ok(handler.clone()),
@@ -68,7 +67,7 @@ pub fn router<B: Backend>(
     );
     let https = config.https;
     let metadata = move |headers: HeaderMap| async move { resource_metadata(&headers, https) };
-    Router::new()
+    let door = Router::new()
         .nest_service("/mcp", service)
         .route_layer(middleware::from_fn_with_state(
             body_limit,
@@ -79,50 +78,14 @@ pub fn router<B: Backend>(
             admit::<B>,
         ))
         .route(RESOURCE_METADATA, get(metadata))
-        .route(&format!("{RESOURCE_METADATA}/mcp"), get(metadata))
-}
-
-/// Serves `router` on `listener` (HTTP/1.1 and HTTP/2; HTTPS with `tls`)
-/// until `shutdown`.
-pub async fn serve(
-    listener: TcpListener,
-    tls: Option<TlsAcceptor>,
-    router: Router,
-    shutdown: impl Future<Output = ()> + Send + 'static,
-) -> std::io::Result<()> {
-    use axum::serve::ListenerExt;
-    if let Some(acceptor) = tls {
-        let listener = TlsListener::new(listener, acceptor)?;
-        // Each request carries its connection's client certificate.
-        let service = router.into_make_service_with_connect_info::<ClientCertificate>();
-        return axum::serve(listener, service)
-            .with_graceful_shutdown(shutdown)
-            .await;
-    }
-    // Small JSON-RPC answers: without NODELAY each waits for Nagle.
-    let listener = listener.tap_io(|tcp| {
-        let _ = tcp.set_nodelay(true);
-    });
-    axum::serve(listener, router)
-        .with_graceful_shutdown(shutdown)
-        .await
-}
-
-/// The verified client certificate of an HTTPS connection (none over
-/// plaintext or without mTLS).
-#[derive(Clone)]
-struct ClientCertificate(Option<PeerCertificate>);
-
-impl Connected<IncomingStream<'_, TlsListener>> for ClientCertificate {
-    fn connect_info(stream: IncomingStream<'_, TlsListener>) -> Self {
-        let (_, session) = stream.io().get_ref();
-        ClientCertificate(
-            session
-                .peer_certificates()
-                .and_then(|chain| chain.first())
-                .map(|leaf| PeerCertificate::verified(leaf.clone().into_owned())),
-        )
-    }
+        .route(&format!("{RESOURCE_METADATA}/mcp"), get(metadata));
+    HostGuard::new(
+        &config.allowed_hosts,
+        "--mcp-allowed-hosts",
+        &config.allowed_origins,
+        "--mcp-allowed-origins",
+    )
+    .wrap(door)
 }
 
 /// Authenticates a request once, from its bearer token or else its client

@@ -19,16 +19,14 @@ mod repeated_keys;
 mod result;
 mod rmcp_noise;
 mod stdio_gate;
-mod tls;
 
 pub use backend::Backend;
 pub use error::BackendError;
 pub use grpc::GrpcBackend;
 pub use handler::{McpHandler, PAGE_SIZE, SESSION_META};
-pub use http::{McpHttpConfig, router, serve};
+pub use http::{McpHttpConfig, router};
 pub use result::APPROVAL_META;
 pub use rmcp_noise::QuietRmcp;
-pub use tls::{McpTlsError, TlsListener, acceptor as tls_acceptor};
 
 /// Serves `handler` on stdin/stdout until the client closes them.
 pub async fn serve_stdio<B: Backend>(handler: McpHandler<B>) -> Result<(), BackendError> {

@@ -1,97 +1,89 @@
-//! The admin page: a server-rendered, read-only view of the mesh (tools,
-//! instances, snapshot, recent changes, open approvals) and its JSON, with
-//! approve/deny forms checked exactly as the CLI's `approve`/`deny` are.
+//! The admin page: a server-rendered view of the mesh (tools, instances,
+//! snapshot, recent changes, open approvals) and its JSON, for readers
+//! with the `admin` or `operator` role only (a bearer token, or a session
+//! opened by logging in with one), and approve/deny forms checked exactly
+//! as the CLI's `approve`/`deny` are, guarded by the session's CSRF token.
+
+mod html;
+mod sessions;
+mod state;
 
 use axum::Form;
 use axum::Router;
-use axum::extract::State;
-use axum::http::{HeaderMap, StatusCode, header};
+use axum::extract::{Request, State};
+use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
+use axum::middleware::{self, Next};
 use axum::response::{Html, IntoResponse, Redirect, Response};
 use axum::routing::{get, post};
-use serde::{Deserialize, Serialize};
-use std::collections::{BTreeMap, VecDeque};
-use std::fmt::Write as _;
-use std::sync::{Arc, Mutex, PoisonError};
+use serde::Deserialize;
+use serde_json::json;
+use sessions::{COOKIE, Session, Sessions, same_secret};
+use state::{Sources, record_changes};
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex};
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use toolmesh::Snapshot;
 use toolmesh_dispatcher::Dispatcher;
-use toolmesh_governance::approvals::{ApprovalFields, ApprovalOp};
-use toolmesh_governance::{ApprovalError, AuthError, Principal};
-
-/// Who reads open approvals for the page (the operator-wide `Pending` view
-/// does not filter by caller).
-const ADMIN_PAGE: Principal = Principal {
-    name: String::new(),
-    tenant: String::new(),
-    roles: Vec::new(),
-    anonymous: false,
+use toolmesh_governance::{
+    AccessError, ApprovalError, AuthError, PolicyHandle, Principal, registry_access,
 };
+use toolmesh_telemetry::MetricsRegistry;
 
-/// Changes kept for the page.
-const RECENT_CHANGES: usize = 20;
+pub use state::{AdminState, ApprovalView, InstanceView, ToolView};
 
-/// What the page shows, also served as JSON at `/api/state`.
-#[derive(Debug, Serialize)]
-pub struct AdminState {
-    /// The newest snapshot's version.
-    pub snapshot_version: u64,
-    /// Every tool version the snapshot holds.
-    pub tools: Vec<ToolView>,
-    /// Approvals waiting for an approver.
-    pub approvals: Vec<ApprovalView>,
-    /// What changed lately, newest first.
-    pub changes: Vec<String>,
+/// What the admin routes are built from.
+pub(crate) struct AdminPage {
+    /// The snapshots shown.
+    pub(crate) snapshots: watch::Receiver<Arc<Snapshot>>,
+    /// The dispatcher, when this node runs one (it holds the approvals).
+    pub(crate) dispatcher: Option<Dispatcher>,
+    /// The policy readers are checked against.
+    pub(crate) policy: Arc<PolicyHandle>,
+    /// The metrics `/metrics` serves.
+    pub(crate) metrics: MetricsRegistry,
+    /// Serve `/metrics` to anyone (`--public-metrics`); else only to readers.
+    pub(crate) public_metrics: bool,
+    /// Served over HTTPS: the session cookie is `Secure`.
+    pub(crate) https: bool,
 }
 
-/// One tool version.
-#[derive(Debug, Serialize)]
-pub struct ToolView {
-    /// Name.
-    pub name: String,
-    /// Version.
-    pub version: String,
-    /// Who answers for it.
-    pub owner: String,
-    /// `SERVING` when callable here, else `NOT_SERVING`.
-    pub health: &'static str,
-    /// Why an operator switched it off, if they did.
-    pub disabled: Option<String>,
-    /// Its instances.
-    pub instances: Vec<InstanceView>,
+/// What the handlers share.
+#[derive(Clone)]
+struct Page {
+    sources: Sources,
+    policy: Arc<PolicyHandle>,
+    sessions: Arc<Sessions>,
+    https: bool,
 }
 
-/// One instance of a tool version.
-#[derive(Debug, Serialize)]
-pub struct InstanceView {
-    /// Executor id.
-    pub executor_id: String,
-    /// host:port.
-    pub endpoint: String,
-    /// The registry's verdict.
-    pub healthy: bool,
-    /// Calls in flight from this dispatcher.
-    pub in_flight: u32,
-    /// Milliseconds left of an outlier ejection, if ejected.
-    pub ejected_ms: Option<u64>,
+/// How a request proved who reads.
+enum Reader {
+    /// `Authorization: Bearer` on this request (no cookie: not forgeable
+    /// by another site's form, so no CSRF token needed).
+    Bearer(Principal),
+    /// The session cookie.
+    Session { id: String, session: Session },
 }
 
-/// One open approval.
-#[derive(Debug, Serialize)]
-pub struct ApprovalView {
-    /// Its id, e.g. `a-3`.
-    pub id: String,
-    /// tool@version.
-    pub tool: String,
-    /// Who asked.
-    pub caller: String,
-    /// What the call would do.
-    pub summary: String,
+impl Reader {
+    fn principal(&self) -> &Principal {
+        match self {
+            Reader::Bearer(who) => who,
+            Reader::Session { session, .. } => &session.principal,
+        }
+    }
 }
 
-/// Why a decision from the page was refused.
+/// Why the admin listener refused a request.
 #[derive(Debug, thiserror::Error)]
-enum DecideError {
+enum Refused {
+    #[error(transparent)]
+    Access(#[from] AccessError),
+    #[error(
+        "this form is not from your session (its CSRF token is missing or wrong); reload the page and try again"
+    )]
+    Csrf,
     #[error("this node runs no dispatcher, so it holds no approvals")]
     NoDispatcher,
     #[error(transparent)]
@@ -100,63 +92,210 @@ enum DecideError {
     Approval(#[from] ApprovalError),
 }
 
-impl IntoResponse for DecideError {
-    fn into_response(self) -> Response {
-        let status = match &self {
-            DecideError::NoDispatcher => StatusCode::NOT_FOUND,
-            DecideError::Auth(_) => StatusCode::UNAUTHORIZED,
-            DecideError::Approval(
+impl Refused {
+    fn status(&self) -> StatusCode {
+        match self {
+            Refused::Access(AccessError::Unauthenticated(_)) | Refused::Auth(_) => {
+                StatusCode::UNAUTHORIZED
+            }
+            Refused::Access(AccessError::Forbidden(_))
+            | Refused::Csrf
+            | Refused::Approval(
                 ApprovalError::NotApprover { .. }
                 | ApprovalError::SelfApproval { .. }
                 | ApprovalError::OtherTenant { .. },
             ) => StatusCode::FORBIDDEN,
-            DecideError::Approval(_) => StatusCode::CONFLICT,
+            Refused::NoDispatcher => StatusCode::NOT_FOUND,
+            Refused::Approval(_) => StatusCode::CONFLICT,
+        }
+    }
+
+    /// As JSON (for `/api/state` and `/metrics`).
+    fn json(self) -> Response {
+        let status = self.status();
+        let kind = if status == StatusCode::UNAUTHORIZED {
+            "unauthorized"
+        } else {
+            "forbidden"
         };
-        let body = format!(
-            "<!doctype html><title>toolmesh admin</title><p id=error>{}</p><p><a href=/>back</a>",
-            escape(&self.to_string())
-        );
-        (status, Html(body)).into_response()
+        let body = json!({ "error": kind, "error_description": self.to_string() });
+        challenge(status, (status, axum::Json(body)).into_response())
     }
 }
 
-/// What the page's handlers share.
-#[derive(Clone)]
-struct Page {
-    snapshots: watch::Receiver<Arc<Snapshot>>,
-    dispatcher: Option<Dispatcher>,
-    changes: Arc<Mutex<VecDeque<String>>>,
+impl IntoResponse for Refused {
+    /// As a page: the login form when no credential was good.
+    fn into_response(self) -> Response {
+        let status = self.status();
+        let body = if status == StatusCode::UNAUTHORIZED {
+            html::login(Some(&self.to_string()))
+        } else {
+            html::error_page(&self.to_string())
+        };
+        challenge(status, (status, Html(body)).into_response())
+    }
 }
 
-/// The page's routes over `snapshots` (and the dispatcher, when this node
-/// runs one); a task records recent changes until `stop`.
-pub(crate) fn routes(
-    snapshots: watch::Receiver<Arc<Snapshot>>,
-    dispatcher: Option<Dispatcher>,
-    stop: CancellationToken,
-) -> Router {
+/// A 401 says how to authenticate.
+fn challenge(status: StatusCode, mut response: Response) -> Response {
+    if status == StatusCode::UNAUTHORIZED {
+        response.headers_mut().insert(
+            header::WWW_AUTHENTICATE,
+            HeaderValue::from_static("Bearer realm=\"toolmesh admin\""),
+        );
+    }
+    response
+}
+
+/// The admin routes over `page`: `/`, `/api/state`, `/login`, `/logout`,
+/// `/approvals/decide` and `/metrics`; a task records recent changes until `stop`.
+pub(crate) fn routes(page: AdminPage, stop: CancellationToken) -> Router {
     let changes = Arc::new(Mutex::new(VecDeque::new()));
     tokio::spawn(
-        stop.run_until_cancelled_owned(record_changes(snapshots.clone(), changes.clone())),
+        stop.run_until_cancelled_owned(record_changes(page.snapshots.clone(), changes.clone())),
     );
-    let page = Page {
-        snapshots,
-        dispatcher,
-        changes,
+    let shared = Page {
+        sources: Sources {
+            snapshots: page.snapshots,
+            dispatcher: page.dispatcher,
+            changes,
+        },
+        policy: page.policy,
+        sessions: Arc::default(),
+        https: page.https,
     };
+    let mut metrics = toolmesh_telemetry::metrics_routes(page.metrics);
+    if !page.public_metrics {
+        metrics = metrics.route_layer(middleware::from_fn_with_state(shared.clone(), readers_only));
+    }
     Router::new()
         .route("/", get(index))
         .route("/api/state", get(state_json))
+        .route("/login", get(login_form).post(login))
+        .route("/logout", post(logout))
         .route("/approvals/decide", post(decide))
-        .with_state(page)
+        .with_state(shared)
+        .merge(metrics)
 }
 
-async fn index(State(page): State<Page>) -> Html<String> {
-    Html(render(&page.state().await))
+impl Page {
+    /// Who reads: the bearer token's principal when one is sent, else the
+    /// session's; either must be an admin or operator.
+    fn reader(&self, headers: &HeaderMap) -> Result<Reader, AccessError> {
+        if let Some(bearer) = headers.get(header::AUTHORIZATION) {
+            let bearer = bearer.to_str().ok();
+            let who = registry_access::admin_reader(&self.policy.current(), bearer)?;
+            return Ok(Reader::Bearer(who));
+        }
+        let id = sessions::cookie(headers, COOKIE).ok_or_else(|| {
+            AccessError::Unauthenticated(
+                "log in with the token of a policy caller that has the role \"admin\" or \"operator\", or send it as `Authorization: Bearer TOKEN`".to_owned(),
+            )
+        })?;
+        let session = self
+            .sessions
+            .get(id, self.policy.generation())
+            .ok_or_else(|| {
+                AccessError::Unauthenticated(
+                    "your session has ended (it expired, or the policy was reloaded); log in again"
+                        .to_owned(),
+                )
+            })?;
+        Ok(Reader::Session {
+            id: id.to_owned(),
+            session,
+        })
+    }
+
+    /// The reader of a form post: a bearer token, or a session whose CSRF
+    /// token the form carries.
+    fn poster(&self, headers: &HeaderMap, csrf: &str) -> Result<Reader, Refused> {
+        let reader = self.reader(headers)?;
+        if let Reader::Session { session, .. } = &reader
+            && !same_secret(&session.csrf, csrf)
+        {
+            return Err(Refused::Csrf);
+        }
+        Ok(reader)
+    }
 }
 
-async fn state_json(State(page): State<Page>) -> axum::Json<AdminState> {
-    axum::Json(page.state().await)
+/// `/metrics` for readers only (unless `--public-metrics`).
+async fn readers_only(State(page): State<Page>, request: Request, next: Next) -> Response {
+    match page.reader(request.headers()) {
+        Ok(_) => next.run(request).await,
+        Err(e) => Refused::from(e).json(),
+    }
+}
+
+async fn index(State(page): State<Page>, headers: HeaderMap) -> Result<Html<String>, Refused> {
+    let reader = page.reader(&headers)?;
+    let csrf = match &reader {
+        Reader::Session { session, .. } => session.csrf.as_str(),
+        Reader::Bearer(_) => "",
+    };
+    let state = page.sources.state(reader.principal()).await;
+    Ok(Html(html::render(&state, &reader.principal().name, csrf)))
+}
+
+async fn state_json(State(page): State<Page>, headers: HeaderMap) -> Response {
+    match page.reader(&headers) {
+        Ok(reader) => axum::Json(page.sources.state(reader.principal()).await).into_response(),
+        Err(e) => Refused::from(e).json(),
+    }
+}
+
+async fn login_form() -> Html<String> {
+    Html(html::login(None))
+}
+
+/// The login form.
+#[derive(Debug, Deserialize)]
+struct Login {
+    #[serde(default)]
+    token: String,
+}
+
+/// Checks the token and opens a session: the cookie holds only its random id.
+async fn login(State(page): State<Page>, Form(form): Form<Login>) -> Result<Response, Refused> {
+    let policy = page.policy.current();
+    let generation = page.policy.generation();
+    let who = registry_access::admin_reader(&policy, Some(form.token.trim()))?;
+    tracing::info!(principal = %who.name, "admin page login");
+    let id = page.sessions.open(who, generation);
+    let secure = if page.https { "; Secure" } else { "" };
+    let cookie = format!(
+        "{COOKIE}={id}; HttpOnly; SameSite=Strict; Path=/; Max-Age={}{secure}",
+        sessions::LIFETIME.as_secs()
+    );
+    let mut response = Redirect::to("/").into_response();
+    if let Ok(value) = HeaderValue::from_str(&cookie) {
+        response.headers_mut().insert(header::SET_COOKIE, value);
+    }
+    Ok(response)
+}
+
+/// A form that carries only the CSRF token.
+#[derive(Debug, Deserialize)]
+struct Plain {
+    #[serde(default)]
+    csrf: String,
+}
+
+async fn logout(
+    State(page): State<Page>,
+    headers: HeaderMap,
+    Form(form): Form<Plain>,
+) -> Result<Response, Refused> {
+    if let Reader::Session { id, .. } = page.poster(&headers, &form.csrf)? {
+        page.sessions.close(&id);
+    }
+    let mut response = Redirect::to("/login").into_response();
+    response.headers_mut().insert(
+        header::SET_COOKIE,
+        HeaderValue::from_static("toolmesh_admin=; HttpOnly; SameSite=Strict; Path=/; Max-Age=0"),
+    );
+    Ok(response)
 }
 
 /// The approve/deny form.
@@ -165,27 +304,36 @@ struct Decision {
     id: String,
     /// `approve` or `deny`.
     decision: String,
-    /// The approver's bearer token (or send `authorization: Bearer …`).
-    #[serde(default)]
-    token: String,
     #[serde(default)]
     reason: String,
+    /// The session's CSRF token.
+    #[serde(default)]
+    csrf: String,
 }
 
+/// Decides as the reader (the session's principal, or the bearer token's,
+/// which need not be an admin or operator: the approver rules decide).
 async fn decide(
     State(page): State<Page>,
     headers: HeaderMap,
     Form(form): Form<Decision>,
-) -> Result<Redirect, DecideError> {
-    let dispatcher = page.dispatcher.as_ref().ok_or(DecideError::NoDispatcher)?;
-    let header_token = headers
-        .get(header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(toolmesh::grpc::bearer_token);
-    let token = Some(form.token.trim())
-        .filter(|t| !t.is_empty())
-        .or(header_token);
-    let who = dispatcher.governance().authenticate(token, None)?;
+) -> Result<Redirect, Refused> {
+    let dispatcher = page
+        .sources
+        .dispatcher
+        .as_ref()
+        .ok_or(Refused::NoDispatcher)?;
+    let who = match headers.get(header::AUTHORIZATION) {
+        Some(bearer) => {
+            let token = bearer
+                .to_str()
+                .ok()
+                .and_then(toolmesh::grpc::bearer_token)
+                .ok_or(AuthError::MissingToken)?;
+            dispatcher.governance().authenticate(Some(token), None)?
+        }
+        None => page.poster(&headers, &form.csrf)?.principal().clone(),
+    };
     let deny = (form.decision != "approve").then(|| {
         let reason = form.reason.trim();
         if reason.is_empty() {
@@ -196,231 +344,4 @@ async fn decide(
     });
     let ticket = dispatcher.decide_approval(&who, &form.id, deny).await?;
     Ok(Redirect::to(&format!("/?decided={}", ticket.id)))
-}
-
-impl Page {
-    async fn state(&self) -> AdminState {
-        let snapshot = self.snapshots.borrow().clone();
-        let tools = snapshot
-            .entries()
-            .map(|entry| {
-                let spec = entry.def.spec();
-                let callable = match &self.dispatcher {
-                    Some(d) => d.is_callable(entry),
-                    None => entry.exposed(),
-                };
-                let instances = entry
-                    .instances
-                    .iter()
-                    .map(|i| {
-                        let (in_flight, ejected) = self
-                            .dispatcher
-                            .as_ref()
-                            .map_or((0, None), |d| d.instance_state(&i.endpoint, &spec.name));
-                        InstanceView {
-                            executor_id: i.executor_id.to_string(),
-                            endpoint: i.endpoint.to_string(),
-                            healthy: i.healthy,
-                            in_flight,
-                            ejected_ms: ejected.map(|d| d.as_millis() as u64),
-                        }
-                    })
-                    .collect();
-                ToolView {
-                    name: spec.name.clone(),
-                    version: spec.version.clone(),
-                    owner: spec.owner.clone(),
-                    health: if callable { "SERVING" } else { "NOT_SERVING" },
-                    disabled: entry.disabled.as_deref().map(str::to_owned),
-                    instances,
-                }
-            })
-            .collect();
-        // Every tenant's pending approvals (the operator's view), from the
-        // book the dispatcher keeps them in: its own, or the registry's.
-        let pending = match &self.dispatcher {
-            Some(d) => d
-                .governance()
-                .approval(ApprovalOp::Pending, &ADMIN_PAGE, ApprovalFields::default())
-                .await
-                .unwrap_or_else(|e| {
-                    tracing::warn!(error = %e, "open approvals not read for the admin page");
-                    Vec::new()
-                }),
-            None => Vec::new(),
-        };
-        let approvals = pending
-            .into_iter()
-            .map(|t| ApprovalView {
-                tool: format!("{}@{}", t.tool, t.version),
-                caller: t.caller.name.clone(),
-                summary: t.summary,
-                id: t.id,
-            })
-            .collect();
-        let changes = self
-            .changes
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .iter()
-            .cloned()
-            .collect();
-        AdminState {
-            snapshot_version: snapshot.version(),
-            tools,
-            approvals,
-            changes,
-        }
-    }
-}
-
-/// Each executor's (service, healthy) per tool version, to diff snapshots.
-fn instances_of(snapshot: &Snapshot) -> BTreeMap<(String, String), bool> {
-    snapshot
-        .entries()
-        .flat_map(|e| {
-            let label = e.def.label();
-            e.instances
-                .iter()
-                .map(move |i| ((label.clone(), i.executor_id.to_string()), i.healthy))
-        })
-        .collect()
-}
-
-/// Records, for every new snapshot, which instances came, went or changed health.
-async fn record_changes(
-    mut snapshots: watch::Receiver<Arc<Snapshot>>,
-    changes: Arc<Mutex<VecDeque<String>>>,
-) {
-    let mut before = instances_of(&snapshots.borrow_and_update());
-    while snapshots.changed().await.is_ok() {
-        let snapshot = snapshots.borrow_and_update().clone();
-        let after = instances_of(&snapshot);
-        let version = snapshot.version();
-        let mut lines = Vec::new();
-        for ((tool, executor), healthy) in &after {
-            match before.get(&(tool.clone(), executor.clone())) {
-                None => lines.push(format!("v{version}: {tool} on {executor} registered")),
-                Some(was) if was != healthy => {
-                    let now = if *healthy { "healthy" } else { "unhealthy" };
-                    lines.push(format!("v{version}: {tool} on {executor} {now}"));
-                }
-                Some(_) => {}
-            }
-        }
-        for (tool, executor) in before.keys() {
-            if !after.contains_key(&(tool.clone(), executor.clone())) {
-                lines.push(format!("v{version}: {tool} on {executor} gone"));
-            }
-        }
-        let mut kept = changes.lock().unwrap_or_else(PoisonError::into_inner);
-        for line in lines {
-            kept.push_front(line);
-        }
-        kept.truncate(RECENT_CHANGES);
-        drop(kept);
-        before = after;
-    }
-}
-
-/// The page's HTML.
-fn render(state: &AdminState) -> String {
-    let mut out = String::with_capacity(8192);
-    let _ = write!(
-        out,
-        "<!doctype html><html><head><meta charset=utf-8><title>toolmesh admin</title><style>{STYLE}</style></head><body>\
-         <h1>toolmesh</h1><p>snapshot <b id=snapshot>v{}</b> · <a href=/>refresh</a> · <a href=/api/state>JSON</a> · <a href=/metrics>metrics</a></p>\
-         <h2>Tools</h2><table id=tools><tr><th>tool</th><th>version</th><th>owner</th><th>health</th><th>instances</th></tr>",
-        state.snapshot_version
-    );
-    for tool in &state.tools {
-        let mut instances = String::new();
-        for i in &tool.instances {
-            let status = match (i.healthy, i.ejected_ms) {
-                (_, Some(ms)) => format!("ejected {ms} ms"),
-                (true, None) => "healthy".to_owned(),
-                (false, None) => "unhealthy".to_owned(),
-            };
-            let _ = write!(
-                instances,
-                "<div class=\"instance {}\">{} <small>{}</small> · {status} · {} in flight</div>",
-                if i.healthy && i.ejected_ms.is_none() {
-                    "ok"
-                } else {
-                    "bad"
-                },
-                escape(&i.executor_id),
-                escape(&i.endpoint),
-                i.in_flight
-            );
-        }
-        let health = match &tool.disabled {
-            Some(reason) => format!("DISABLED ({})", escape(reason)),
-            None => tool.health.to_owned(),
-        };
-        let _ = write!(
-            out,
-            "<tr class=tool data-tool=\"{name}\" data-health=\"{h}\"><td>{name}</td><td>{}</td><td>{}</td><td class=\"health {h}\">{health}</td><td>{instances}</td></tr>",
-            escape(&tool.version),
-            escape(&tool.owner),
-            name = escape(&tool.name),
-            h = tool.health,
-        );
-    }
-    out.push_str("</table><h2>Open approvals</h2>");
-    if state.approvals.is_empty() {
-        out.push_str("<p id=no-approvals>none</p>");
-    }
-    for a in &state.approvals {
-        let _ = write!(
-            out,
-            "<form class=approval id=\"approval-{id}\" method=post action=/approvals/decide>\
-             <b>{id}</b> {summary}<br><input type=hidden name=id value=\"{id}\">\
-             <input type=password name=token placeholder=\"approver token\"> <input name=reason placeholder=\"reason (deny)\">\
-             <button name=decision value=approve>Approve</button> <button name=decision value=deny>Deny</button></form>",
-            id = escape(&a.id),
-            summary = escape(&a.summary),
-        );
-    }
-    out.push_str("<h2>Recent changes</h2><ul id=changes>");
-    for change in &state.changes {
-        let _ = write!(out, "<li>{}</li>", escape(change));
-    }
-    out.push_str("</ul></body></html>");
-    out
-}
-
-const STYLE: &str = "body{font:14px system-ui,sans-serif;margin:2em;color:#222}table{border-collapse:collapse}\
-td,th{border-bottom:1px solid #ddd;padding:4px 10px;text-align:left;vertical-align:top}\
-.SERVING{color:#1a7f37;font-weight:600}.NOT_SERVING{color:#cf222e;font-weight:600}\
-.instance.bad{color:#cf222e}small{color:#777}form.approval{margin:6px 0;padding:6px;background:#f6f8fa}";
-
-/// `text` safe inside HTML text and attribute values.
-fn escape(text: &str) -> String {
-    let mut out = String::with_capacity(text.len());
-    for c in text.chars() {
-        match c {
-            '&' => out.push_str("&amp;"),
-            '<' => out.push_str("&lt;"),
-            '>' => out.push_str("&gt;"),
-            '"' => out.push_str("&quot;"),
-            '\'' => out.push_str("&#39;"),
-            c => out.push(c),
-        }
-    }
-    out
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// Markup in tool names, summaries or reasons cannot reach the page as markup.
-    #[test]
-    fn escapes_markup() {
-        assert_eq!(
-            escape("<a href=\"x\">'&'</a>"),
-            "&lt;a href=&quot;x&quot;&gt;&#39;&amp;&#39;&lt;/a&gt;"
-        );
-    }
 }

@@ -83,8 +83,16 @@ pub struct NodeConfig {
     /// the registry a dispatcher follows).
     pub tls: toolmesh::grpc::Tls,
     /// Serve `/metrics` and the admin page on this `host:port`
-    /// (`--admin-listen`); `None` serves neither.
+    /// (`--admin-listen`); `None` serves neither. Over HTTPS with `tls`'
+    /// certificate (and client CA).
     pub admin_listen: Option<String>,
+    /// `Host` values the admin listener accepts (`--admin-allowed-hosts`);
+    /// empty is loopback only, `*` any.
+    pub admin_allowed_hosts: Vec<String>,
+    /// Serve `/metrics` without a credential (`--public-metrics`); its
+    /// labels name tools, hidden ones included. Otherwise it needs what the
+    /// admin page needs: a token (or session) of an admin or operator.
+    pub public_metrics: bool,
     /// Export traces to this OTLP collector (`--otlp-endpoint`, else
     /// `OTEL_EXPORTER_OTLP_ENDPOINT`); `None` exports none.
     pub otlp_endpoint: Option<String>,
@@ -94,6 +102,9 @@ pub struct NodeConfig {
     /// `Host` values the MCP endpoint accepts; empty is loopback only, `*`
     /// any (behind a Kubernetes Service or load balancer).
     pub mcp_allowed_hosts: Vec<String>,
+    /// `Origin` values the MCP endpoint accepts from browser pages
+    /// (`--mcp-allowed-origins`); empty accepts origins on an allowed host.
+    pub mcp_allowed_origins: Vec<String>,
 }
 
 impl Default for NodeConfig {
@@ -114,9 +125,12 @@ impl Default for NodeConfig {
             etcd: toolmesh_registry::EtcdAccess::default(),
             tls: toolmesh::grpc::Tls::none(),
             admin_listen: None,
+            admin_allowed_hosts: Vec::new(),
+            public_metrics: false,
             otlp_endpoint: None,
             mcp_listen: None,
             mcp_allowed_hosts: Vec::new(),
+            mcp_allowed_origins: Vec::new(),
         }
     }
 }

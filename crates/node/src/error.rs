@@ -68,9 +68,9 @@ pub enum NodeError {
     /// The TLS settings could not be applied to the server.
     #[error("TLS settings: {0}")]
     Tls(tonic::transport::Error),
-    /// The TLS files cannot serve `/mcp`.
+    /// The TLS files cannot serve HTTPS (`/mcp`, the admin listener).
     #[error(transparent)]
-    McpTls(#[from] toolmesh_mcp::McpTlsError),
+    Https(#[from] toolmesh_telemetry::HttpsError),
     /// The server failed while serving.
     #[error("server failed: {0}")]
     Serve(tonic::transport::Error),

@@ -19,13 +19,14 @@ use toolmesh_dispatcher::{
     Dispatcher, DispatcherConfig, Governance, RolloutControl, follow_registry,
 };
 use toolmesh_governance::AuditSink;
+use toolmesh_governance::PolicyHandle;
 use toolmesh_governance::approvals::ApprovalRelay;
 use toolmesh_governance::sessions::SessionRelay;
 use toolmesh_registry::{
     ApprovalDesk, DecisionJournal, EtcdStore, Registry, RegistryConfig, RolloutDesk, Store,
     grpc_service,
 };
-use toolmesh_telemetry::{AdminServer, MetricsRegistry};
+use toolmesh_telemetry::{AdminOptions, AdminServer, MetricsRegistry};
 
 /// A node that is up.
 pub struct Running {
@@ -123,11 +124,12 @@ async fn start_mcp(
     config: &NodeConfig,
     dispatcher: &Dispatcher,
 ) -> Result<(SocketAddr, Mcp), NodeError> {
-    let tls = toolmesh_mcp::tls_acceptor(config.tls.files())?;
+    let tls = toolmesh_telemetry::https::acceptor(config.tls.files())?;
     let (addr, listener) = bind(listen).await?;
     let stop = CancellationToken::new();
     let http = toolmesh_mcp::McpHttpConfig {
         allowed_hosts: config.mcp_allowed_hosts.clone(),
+        allowed_origins: config.mcp_allowed_origins.clone(),
         https: tls.is_some(),
     };
     let router = toolmesh_mcp::router(
@@ -138,9 +140,14 @@ async fn start_mcp(
     );
     let stopped = stop.clone();
     let scheme = if tls.is_some() { "https" } else { "http" };
-    let task = tokio::spawn(toolmesh_mcp::serve(listener, tls, router, async move {
-        stopped.cancelled().await;
-    }));
+    let task = tokio::spawn(toolmesh_telemetry::https::serve(
+        listener,
+        tls,
+        router,
+        async move {
+            stopped.cancelled().await;
+        },
+    ));
     tracing::info!(%addr, "MCP listening at {scheme}://{addr}/mcp");
     Ok((addr, Mcp { stop, task, scheme }))
 }
@@ -197,6 +204,7 @@ pub async fn start(role: Role, config: &NodeConfig) -> Result<Running, NodeError
         dispatcher.as_ref(),
         page_snapshots,
         metrics,
+        &policy.handle,
     )
     .await?;
     let router = toolmesh::grpc::server_builder(&config.tls)
@@ -302,6 +310,7 @@ impl SideListeners {
         dispatcher: Option<&Dispatcher>,
         page_snapshots: tokio::sync::watch::Receiver<Arc<Snapshot>>,
         metrics: MetricsRegistry,
+        policy: &Arc<PolicyHandle>,
     ) -> Result<SideListeners, NodeError> {
         let health_only = match &config.health_listen {
             Some(text) => {
@@ -317,9 +326,23 @@ impl SideListeners {
         let admin_stop = CancellationToken::new();
         let admin = match &config.admin_listen {
             Some(listen) => {
-                let page =
-                    crate::admin::routes(page_snapshots, dispatcher.cloned(), admin_stop.clone());
-                Some(AdminServer::start(listen, metrics, page).await?)
+                let tls = toolmesh_telemetry::https::acceptor(config.tls.files())?;
+                let page = crate::admin::routes(
+                    crate::admin::AdminPage {
+                        snapshots: page_snapshots,
+                        dispatcher: dispatcher.cloned(),
+                        policy: policy.clone(),
+                        metrics,
+                        public_metrics: config.public_metrics,
+                        https: tls.is_some(),
+                    },
+                    admin_stop.clone(),
+                );
+                let options = AdminOptions {
+                    tls,
+                    guard: toolmesh_telemetry::admin::guard(&config.admin_allowed_hosts),
+                };
+                Some(AdminServer::start(listen, options, page).await?)
             }
             None => None,
         };
@@ -423,7 +446,7 @@ pub async fn run(
         println!("toolmesh {label} health checks on {addr}");
     }
     if let Some(admin) = &running.admin {
-        println!("toolmesh admin listening on http://{}", admin.addr);
+        println!("toolmesh admin listening on {}", admin.url());
     }
     if let Some(url) = running.mcp_url() {
         println!("toolmesh MCP listening on {url}");

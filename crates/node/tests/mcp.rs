@@ -2,6 +2,8 @@
 //! Streamable HTTP and over the stdio bridge (`toolmesh mcp`, a real
 //! process), and the official Python `mcp` client.
 
+#[path = "support/https.rs"]
+mod https;
 #[path = "support/mcp_mesh.rs"]
 mod mesh;
 
@@ -183,6 +185,43 @@ async fn unauthenticated_requests_get_401_with_resource_metadata() {
         "{metadata}"
     );
     assert!(client(&mesh.url, None).await.is_err());
+    mesh.node.stop(Duration::from_secs(1)).await.unwrap();
+}
+
+/// The MCP door validates `Origin` (the transport spec's MUST): a browser
+/// page of another site is refused with 403 before authentication, a page
+/// of the door's own host passes, a request without Origin (any
+/// non-browser client) passes; and a `Host` outside the allow-list is
+/// refused on the metadata document too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn origins_of_other_sites_are_refused() {
+    let mesh = Mesh::start().await;
+    let addr = mesh.node.mcp_addr.unwrap();
+    let body = r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#;
+    let post = |extra: &str| {
+        format!(
+            "POST /mcp HTTP/1.1\r\nHost: {addr}\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nMCP-Protocol-Version: 2025-11-25\r\nAuthorization: Bearer {AGENT}\r\n{extra}Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+            body.len()
+        )
+    };
+    let evil = http(addr, &post("Origin: http://evil.example\r\n")).await;
+    assert!(evil.starts_with("HTTP/1.1 403"), "{evil}");
+    assert!(
+        evil.contains("--mcp-allowed-origins"),
+        "says what to change: {evil}"
+    );
+    let null = http(addr, &post("Origin: null\r\n")).await;
+    assert!(null.starts_with("HTTP/1.1 403"), "{null}");
+    let own = http(addr, &post(&format!("Origin: http://{addr}\r\n"))).await;
+    assert!(own.starts_with("HTTP/1.1 200"), "{own}");
+    let none = http(addr, &post("")).await;
+    assert!(none.starts_with("HTTP/1.1 200"), "{none}");
+    let rebound = http(
+        addr,
+        "GET /.well-known/oauth-protected-resource/mcp HTTP/1.1\r\nHost: evil.example\r\nConnection: close\r\n\r\n",
+    )
+    .await;
+    assert!(rebound.starts_with("HTTP/1.1 403"), "{rebound}");
     mesh.node.stop(Duration::from_secs(1)).await.unwrap();
 }
 
@@ -616,43 +655,12 @@ async fn tools_list_over_tls(
     ca: &std::path::Path,
     client: Option<(&std::path::Path, &std::path::Path)>,
 ) -> String {
-    use rustls_pki_types::{CertificateDer, PrivateKeyDer, ServerName, pem::PemObject};
-    use std::sync::Arc;
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    use tokio_rustls::rustls::{ClientConfig as TlsClientConfig, RootCertStore, crypto::ring};
-
-    let mut roots = RootCertStore::empty();
-    roots
-        .add(CertificateDer::from_pem_file(ca).unwrap())
-        .unwrap();
-    let builder = TlsClientConfig::builder_with_provider(Arc::new(ring::default_provider()))
-        .with_safe_default_protocol_versions()
-        .unwrap()
-        .with_root_certificates(roots);
-    let config = match client {
-        None => builder.with_no_client_auth(),
-        Some((cert, key)) => builder
-            .with_client_auth_cert(
-                vec![CertificateDer::from_pem_file(cert).unwrap()],
-                PrivateKeyDer::from_pem_file(key).unwrap(),
-            )
-            .unwrap(),
-    };
-    let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
-    let mut tls = tokio_rustls::TlsConnector::from(Arc::new(config))
-        .connect(ServerName::try_from("localhost").unwrap(), tcp)
-        .await
-        .unwrap();
     let body = r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#;
     let request = format!(
         "POST /mcp HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nAccept: application/json, text/event-stream\r\nMCP-Protocol-Version: 2025-11-25\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
         body.len()
     );
-    tls.write_all(request.as_bytes()).await.unwrap();
-    let mut answer = Vec::new();
-    let _ = tls.read_to_end(&mut answer).await;
-    let answer = String::from_utf8_lossy(&answer);
-    answer.into_owned()
+    https::exchange(addr, ca, client, &request).await.unwrap()
 }
 
 /// One `POST /mcp` as AGENT on revision 2025-11-25 with `accept` (none:

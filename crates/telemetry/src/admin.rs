@@ -1,16 +1,19 @@
 //! The admin HTTP listener: `/metrics` plus whatever routes the process adds
-//! (the node adds its admin page), plain HTTP/1.1 with axum.
+//! (the node adds its admin page), behind the [`HostGuard`], over HTTPS
+//! when the process has TLS files, every answer with headers that forbid
+//! framing, sniffing, caching and referrers.
 
+use crate::guard::HostGuard;
 use crate::metrics::MetricsRegistry;
 use axum::Router;
-use axum::http::header;
-use axum::response::IntoResponse;
+use axum::http::{HeaderName, HeaderValue, header};
+use axum::response::{IntoResponse, Response};
 use axum::routing::get;
-use std::future::Future;
 use std::net::SocketAddr;
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
+use tokio_rustls::TlsAcceptor;
 
 /// The OpenMetrics content type Prometheus negotiates.
 const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
@@ -31,20 +34,67 @@ pub enum AdminError {
     },
 }
 
+/// What every admin answer carries: the page loads nothing but itself
+/// (inline style), may not be framed, posts forms only to itself.
+pub const SECURITY_HEADERS: [(&str, &str); 5] = [
+    (
+        "content-security-policy",
+        "default-src 'none'; style-src 'self' 'unsafe-inline'; form-action 'self'; frame-ancestors 'none'; base-uri 'none'",
+    ),
+    ("x-frame-options", "DENY"),
+    ("x-content-type-options", "nosniff"),
+    ("referrer-policy", "no-referrer"),
+    ("cache-control", "no-store"),
+];
+
+/// How the admin listener is served.
+#[derive(Clone)]
+pub struct AdminOptions {
+    /// HTTPS with this acceptor (see [`crate::https::acceptor`]); `None`
+    /// serves plaintext.
+    pub tls: Option<TlsAcceptor>,
+    /// Which `Host` and `Origin` values are admitted.
+    pub guard: HostGuard,
+}
+
 /// A running admin listener; stops when dropped or [`stop`](Self::stop)ped.
 #[derive(Debug)]
 pub struct AdminServer {
     /// Where it listens.
     pub addr: SocketAddr,
+    /// `https` or `http`.
+    pub scheme: &'static str,
     stop: Option<oneshot::Sender<()>>,
     task: JoinHandle<()>,
 }
 
+/// The admin listener's door: `Host` among `hosts` (`--admin-allowed-hosts`,
+/// loopback by default), and a browser's `Origin` one of those hosts, or
+/// `null`: forms on a page served with `Referrer-Policy: no-referrer` post
+/// with `Origin: null`, so the admin page guards its forms with a CSRF
+/// token and a `SameSite=Strict` session cookie.
+pub fn guard(hosts: &[String]) -> HostGuard {
+    HostGuard::new(hosts, "--admin-allowed-hosts", &[], "--admin-allowed-hosts")
+        .admitting_null_origin()
+}
+
+/// `/metrics` from `metrics`, in the OpenMetrics text format.
+pub fn metrics_routes(metrics: MetricsRegistry) -> Router {
+    Router::new().route(
+        "/metrics",
+        get(move || {
+            let body = metrics.encode();
+            async move { ([(header::CONTENT_TYPE, OPENMETRICS)], body).into_response() }
+        }),
+    )
+}
+
 impl AdminServer {
-    /// Binds `listen` and serves `/metrics` from `metrics` and `routes`.
+    /// Binds `listen` and serves `routes` (with [`metrics_routes`] merged
+    /// in by the caller, behind whatever check it wants) as `options` say.
     pub async fn start(
         listen: &str,
-        metrics: MetricsRegistry,
+        options: AdminOptions,
         routes: Router,
     ) -> Result<AdminServer, AdminError> {
         let addr: SocketAddr = tokio::net::lookup_host(listen)
@@ -58,23 +108,37 @@ impl AdminServer {
         let addr = listener
             .local_addr()
             .map_err(|source| AdminError::Listen { addr, source })?;
-        let app = routes.route(
-            "/metrics",
-            get(move || {
-                let body = metrics.encode();
-                async move { ([(header::CONTENT_TYPE, OPENMETRICS)], body).into_response() }
-            }),
-        );
+        // The guard runs first, so a refusal carries the headers too.
+        let app = options
+            .guard
+            .wrap(routes)
+            .layer(axum::middleware::map_response(secure));
+        let scheme = if options.tls.is_some() {
+            "https"
+        } else {
+            "http"
+        };
         let (stop, stopped) = oneshot::channel::<()>();
-        let task = tokio::spawn(serve(listener, app, async {
-            let _ = stopped.await;
-        }));
-        tracing::info!(%addr, "admin listening");
+        let task = tokio::spawn(async move {
+            let shutdown = async {
+                let _ = stopped.await;
+            };
+            if let Err(e) = crate::https::serve(listener, options.tls, app, shutdown).await {
+                tracing::warn!(error = %e, "admin listener failed");
+            }
+        });
+        tracing::info!(%addr, scheme, "admin listening");
         Ok(AdminServer {
             addr,
+            scheme,
             stop: Some(stop),
             task,
         })
+    }
+
+    /// `scheme://host:port` of the listener.
+    pub fn url(&self) -> String {
+        format!("{}://{}", self.scheme, self.addr)
     }
 
     /// Stops accepting and waits for the listener to close.
@@ -92,15 +156,14 @@ impl Drop for AdminServer {
     }
 }
 
-async fn serve(
-    listener: TcpListener,
-    app: Router,
-    shutdown: impl Future<Output = ()> + Send + 'static,
-) {
-    if let Err(e) = axum::serve(listener, app)
-        .with_graceful_shutdown(shutdown)
-        .await
-    {
-        tracing::warn!(error = %e, "admin listener failed");
+/// Adds [`SECURITY_HEADERS`] to `response`.
+async fn secure(mut response: Response) -> Response {
+    let headers = response.headers_mut();
+    for (name, value) in SECURITY_HEADERS {
+        headers.insert(
+            HeaderName::from_static(name),
+            HeaderValue::from_static(value),
+        );
     }
+    response
 }

@@ -38,6 +38,19 @@ app.kubernetes.io/component: {{ .component }}
 - --log-format={{ .Values.logFormat }}
 {{- if .Values.metrics.enabled }}
 - --admin-listen=0.0.0.0:{{ .Values.metrics.port }}
+{{- /* Prometheus scrapes by pod IP: any Host, not only loopback. */}}
+- --admin-allowed-hosts=*
+{{- end }}
+{{- end }}
+
+{{/*
+Flags of the servers (registry, dispatchers) beside the common ones: their
+/metrics name tools, so it needs an admin or operator token unless served
+publicly; the chart's scrape sends none, so it asks for public metrics.
+*/}}
+{{- define "toolmesh.serverArgs" -}}
+{{- if .Values.metrics.enabled }}
+- --public-metrics
 {{- end }}
 {{- end }}
 

@@ -1,8 +1,13 @@
-//! HTTPS for `/mcp` from the node's own `--tls-*` files: its certificate
-//! and key, and with a client CA, client certificates required.
+//! HTTPS for the HTTP doors (`/mcp`, the admin listener) from the process'
+//! own `--tls-*` files: its certificate and key, and with a client CA,
+//! client certificates required; and serving a router over it or plaintext.
 
+use axum::Router;
+use axum::extract::connect_info::Connected;
+use axum::serve::IncomingStream;
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
+use std::future::Future;
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
@@ -11,18 +16,18 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::mpsc;
 use tokio_rustls::TlsAcceptor;
 use tokio_rustls::rustls::{self, RootCertStore, ServerConfig, server::WebPkiClientVerifier};
-use toolmesh::grpc::TlsFiles;
+use toolmesh::grpc::{PeerCertificate, TlsFiles};
 
 /// How long a client may take to finish its TLS handshake.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 /// Finished handshakes waiting for the server to take them.
 const READY_BACKLOG: usize = 64;
 
-/// Why the TLS files cannot serve `/mcp`.
+/// Why the TLS files cannot serve HTTPS.
 #[derive(Debug, thiserror::Error)]
-pub enum McpTlsError {
+pub enum HttpsError {
     /// A certificate without its key, or the other way round.
-    #[error("TLS for /mcp needs both --tls-cert and --tls-key")]
+    #[error("HTTPS (the admin listener, /mcp) needs both --tls-cert and --tls-key")]
     Incomplete,
     /// A file could not be read or holds no usable PEM.
     #[error("TLS file {}: {detail}", path.display())]
@@ -33,24 +38,24 @@ pub enum McpTlsError {
         detail: String,
     },
     /// rustls refused the configuration.
-    #[error("TLS settings for /mcp: {0}")]
+    #[error("TLS settings for HTTPS: {0}")]
     Config(#[from] rustls::Error),
 }
 
-fn file_error(path: &Path, detail: impl ToString) -> McpTlsError {
-    McpTlsError::File {
+fn file_error(path: &Path, detail: impl ToString) -> HttpsError {
+    HttpsError::File {
         path: path.to_owned(),
         detail: detail.to_string(),
     }
 }
 
 /// The acceptor for `files` (HTTP/2 and HTTP/1.1 by ALPN), or `None` when
-/// the node serves plaintext.
-pub fn acceptor(files: &TlsFiles) -> Result<Option<TlsAcceptor>, McpTlsError> {
+/// the process serves plaintext.
+pub fn acceptor(files: &TlsFiles) -> Result<Option<TlsAcceptor>, HttpsError> {
     let (cert, key) = match (&files.cert, &files.key) {
         (Some(cert), Some(key)) => (cert, key),
         (None, None) => return Ok(None),
-        _ => return Err(McpTlsError::Incomplete),
+        _ => return Err(HttpsError::Incomplete),
     };
     let chain = CertificateDer::pem_file_iter(cert)
         .map_err(|e| file_error(cert, e))?
@@ -132,5 +137,48 @@ impl axum::serve::Listener for TlsListener {
 
     fn local_addr(&self) -> std::io::Result<SocketAddr> {
         Ok(self.local)
+    }
+}
+
+/// Serves `router` on `listener` (HTTP/1.1 and HTTP/2; HTTPS with `tls`)
+/// until `shutdown`. Over HTTPS each request carries its connection's
+/// [`ClientCertificate`] as `ConnectInfo`.
+pub async fn serve(
+    listener: TcpListener,
+    tls: Option<TlsAcceptor>,
+    router: Router,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    use axum::serve::ListenerExt;
+    if let Some(acceptor) = tls {
+        let listener = TlsListener::new(listener, acceptor)?;
+        let service = router.into_make_service_with_connect_info::<ClientCertificate>();
+        return axum::serve(listener, service)
+            .with_graceful_shutdown(shutdown)
+            .await;
+    }
+    // Small answers: without NODELAY each waits for Nagle.
+    let listener = listener.tap_io(|tcp| {
+        let _ = tcp.set_nodelay(true);
+    });
+    axum::serve(listener, router)
+        .with_graceful_shutdown(shutdown)
+        .await
+}
+
+/// The verified client certificate of an HTTPS connection (none over
+/// plaintext or without mTLS).
+#[derive(Clone)]
+pub struct ClientCertificate(pub Option<PeerCertificate>);
+
+impl Connected<IncomingStream<'_, TlsListener>> for ClientCertificate {
+    fn connect_info(stream: IncomingStream<'_, TlsListener>) -> Self {
+        let (_, session) = stream.io().get_ref();
+        ClientCertificate(
+            session
+                .peer_certificates()
+                .and_then(|chain| chain.first())
+                .map(|leaf| PeerCertificate::verified(leaf.clone().into_owned())),
+        )
     }
 }

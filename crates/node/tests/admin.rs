@@ -1,0 +1,704 @@
+//! The admin listener against what an attacker would try: reads without a
+//! credential, another tenant's approvals, a form posted from another page
+//! (CSRF), framing, a rebound DNS name (Host), plaintext where TLS is
+//! configured, and garbage in every header and body.
+
+#[path = "support/https.rs"]
+mod https;
+
+use schemars::JsonSchema;
+use serde::Deserialize;
+use serde_json::Value;
+use std::net::SocketAddr;
+use std::time::Duration;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use toolmesh::pb::{CallContext, InvokeRequest, dispatcher_client::DispatcherClient};
+use toolmesh_executor::{
+    CallCx, Executor, RiskLevel, ServeOptions, Tool, ToolFailure, ToolInfo, ToolOutput,
+};
+use toolmesh_node::{NodeConfig, Role, Running};
+use toolmesh_testkit::{TempDir, with_token};
+
+const POLICY: &str = r#"
+[auth]
+allow_anonymous = false
+
+[[callers]]
+token = "tok-acme-agent"
+principal = "acme-bot"
+tenant = "acme"
+roles = ["agent"]
+
+[[callers]]
+token = "tok-globex-agent"
+principal = "globex-bot"
+tenant = "globex"
+roles = ["agent"]
+
+[[callers]]
+token = "tok-acme-approver"
+principal = "alice"
+tenant = "acme"
+roles = ["approver", "operator"]
+
+[[callers]]
+token = "tok-ops"
+principal = "ops"
+tenant = "ops"
+roles = ["admin"]
+
+[[callers]]
+token = "tok-exec"
+principal = "tests"
+roles = ["executor"]
+
+[[grants]]
+name = "agents"
+roles = ["agent"]
+tools = ["wipe"]
+
+[approval]
+approver_roles = ["approver"]
+require_for_risk = "HIGH"
+"#;
+
+/// No arguments.
+#[derive(Deserialize, JsonSchema)]
+#[serde(deny_unknown_fields)]
+struct NoArgs {}
+
+/// HIGH risk: needs an approval.
+struct Wipe;
+impl Tool for Wipe {
+    type Args = NoArgs;
+    fn info(&self) -> ToolInfo {
+        ToolInfo::new("wipe", "1.0.0", "Wipes everything.").risk(RiskLevel::High)
+    }
+    async fn call(&self, _: NoArgs, _: CallCx) -> Result<ToolOutput, ToolFailure> {
+        Ok(ToolOutput::text("wiped"))
+    }
+}
+
+/// Granted to nobody: hidden from every agent.
+struct Hidden;
+impl Tool for Hidden {
+    type Args = NoArgs;
+    fn info(&self) -> ToolInfo {
+        ToolInfo::new("hidden_tool", "1.0.0", "Nobody may list this.")
+    }
+    async fn call(&self, _: NoArgs, _: CallCx) -> Result<ToolOutput, ToolFailure> {
+        Ok(ToolOutput::text("hidden"))
+    }
+}
+
+/// A node with an admin listener under [`POLICY`], and an executor of
+/// `wipe` and `hidden_tool` registered with it.
+struct Mesh {
+    node: Running,
+    admin: SocketAddr,
+    _dir: TempDir,
+    _stop_executor: tokio::sync::oneshot::Sender<()>,
+}
+
+impl Mesh {
+    async fn start() -> Mesh {
+        let dir = TempDir::new("admin").unwrap();
+        let policy = dir.path().join("policy.toml");
+        std::fs::write(&policy, POLICY).unwrap();
+        let node = toolmesh_node::start(
+            Role::Serve {
+                default_ttl: Duration::from_secs(10),
+            },
+            &NodeConfig {
+                listen: "127.0.0.1:0".into(),
+                admin_listen: Some("127.0.0.1:0".into()),
+                policy: Some(policy),
+                ..NodeConfig::default()
+            },
+        )
+        .await
+        .unwrap();
+        let bound = Executor::new("admin-tests")
+            .tool(Wipe)
+            .tool(Hidden)
+            .bind(ServeOptions {
+                token: Some("tok-exec".into()),
+                ..ServeOptions::new(node.addr.to_string())
+            })
+            .await
+            .unwrap();
+        let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        tokio::spawn(bound.run(async {
+            let _ = stopped.await;
+        }));
+        let dispatcher = node.dispatcher.clone().unwrap();
+        toolmesh_testkit::eventually("both tools registered", Duration::from_secs(10), || {
+            let n = dispatcher.current_snapshot().name_count();
+            async move { (n == 2).then_some(()) }
+        })
+        .await;
+        let admin = node.admin.as_ref().unwrap().addr;
+        Mesh {
+            node,
+            admin,
+            _dir: dir,
+            _stop_executor: stop,
+        }
+    }
+
+    /// Calls `wipe` as `token`'s agent: the id of the approval it asks for.
+    async fn ask_approval(&self, token: &str) -> String {
+        let channel =
+            toolmesh::grpc::channel(&self.node.addr.to_string(), &toolmesh::grpc::Tls::none())
+                .unwrap();
+        let request = InvokeRequest {
+            tool: "wipe".into(),
+            arguments: "{}".into(),
+            context: Some(CallContext::default()),
+            ..Default::default()
+        };
+        let answer = DispatcherClient::new(channel)
+            .invoke(with_token(request, Some(token)))
+            .await
+            .unwrap()
+            .into_inner();
+        let error = answer.result.unwrap().error.expect("an approval is asked");
+        assert!(!error.approval_id.is_empty(), "{}", error.message);
+        error.approval_id
+    }
+}
+
+/// One HTTP answer: status, head (lowercased) and body.
+struct Answer {
+    status: u16,
+    head: String,
+    body: String,
+}
+
+impl Answer {
+    fn parse(raw: &str) -> Option<Answer> {
+        let (head, body) = raw.split_once("\r\n\r\n")?;
+        let status = head.split_whitespace().nth(1)?.parse().ok()?;
+        Some(Answer {
+            status,
+            head: head.to_ascii_lowercase(),
+            body: body.to_owned(),
+        })
+    }
+
+    /// The value of header `name` (lowercase).
+    fn header(&self, name: &str) -> Option<&str> {
+        self.head
+            .lines()
+            .find_map(|l| l.strip_prefix(name)?.strip_prefix(':'))
+            .map(str::trim)
+    }
+
+    fn json(&self) -> Value {
+        serde_json::from_str(&self.body).unwrap_or_else(|e| panic!("{e}: {}", self.body))
+    }
+}
+
+/// `method path` with `headers` and `body`; `Host` is `addr` unless given.
+fn request(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> String {
+    let mut out = format!("{method} {path} HTTP/1.1\r\n");
+    if !headers.iter().any(|(n, _)| n.eq_ignore_ascii_case("host")) {
+        out.push_str(&format!("Host: {addr}\r\n"));
+    }
+    for (name, value) in headers {
+        out.push_str(&format!("{name}: {value}\r\n"));
+    }
+    if method == "POST" {
+        out.push_str("Content-Type: application/x-www-form-urlencoded\r\n");
+    }
+    out.push_str(&format!(
+        "Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    ));
+    out
+}
+
+/// One exchange in plaintext.
+async fn send(
+    addr: SocketAddr,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> Answer {
+    let raw = request(addr, method, path, headers, body);
+    let mut stream = tokio::net::TcpStream::connect(addr).await.unwrap();
+    stream.write_all(raw.as_bytes()).await.unwrap();
+    let mut answer = Vec::new();
+    stream.read_to_end(&mut answer).await.unwrap();
+    let answer = String::from_utf8_lossy(&answer);
+    Answer::parse(&answer).unwrap_or_else(|| panic!("not HTTP: {answer}"))
+}
+
+/// Logs in with `token`: the session cookie (`name=value`) and the page's CSRF token.
+async fn log_in(addr: SocketAddr, token: &str) -> (String, String) {
+    let answer = send(addr, "POST", "/login", &[], &format!("token={token}")).await;
+    assert_eq!(answer.status, 303, "{}", answer.body);
+    let cookie = answer.header("set-cookie").expect("a session cookie");
+    let pair = cookie.split(';').next().unwrap().trim().to_owned();
+    let page = send(addr, "GET", "/", &[("cookie", &pair)], "").await;
+    assert_eq!(page.status, 200, "{}", page.body);
+    let csrf = page
+        .body
+        .split("name=csrf value=\"")
+        .nth(1)
+        .and_then(|rest| rest.split('"').next())
+        .expect("the page's forms carry a CSRF token")
+        .to_owned();
+    (pair, csrf)
+}
+
+/// Reads need the token of an admin or operator: without one, the page is
+/// a login form (401), the JSON and the metrics are 401; an agent's token
+/// is 403. A reader sees every tool (the hidden one too), but only the
+/// approvals Governance.ListApprovals would list for it: an approver its
+/// own tenant's, an admin who approves nothing none.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reads_need_a_reader_and_approvals_follow_list_approvals() {
+    let mesh = Mesh::start().await;
+    let admin = mesh.admin;
+    let page = send(admin, "GET", "/", &[], "").await;
+    assert_eq!(page.status, 401, "{}", page.body);
+    assert!(page.body.contains("<form id=login"), "{}", page.body);
+    assert!(!page.body.contains("hidden_tool"), "{}", page.body);
+    for path in ["/api/state", "/metrics"] {
+        let answer = send(admin, "GET", path, &[], "").await;
+        assert_eq!(answer.status, 401, "{path}: {}", answer.body);
+        assert_eq!(answer.json()["error"], "unauthorized", "{path}");
+        assert!(
+            answer.body.contains("operator"),
+            "says which role: {}",
+            answer.body
+        );
+        assert!(!answer.body.contains("hidden_tool"), "{path}");
+    }
+    let agent = send(
+        admin,
+        "GET",
+        "/api/state",
+        &[("authorization", "Bearer tok-acme-agent")],
+        "",
+    )
+    .await;
+    assert_eq!(agent.status, 403, "{}", agent.body);
+
+    let acme = mesh.ask_approval("tok-acme-agent").await;
+    let globex = mesh.ask_approval("tok-globex-agent").await;
+    let state_of = |token: &'static str| async move {
+        let auth = format!("Bearer {token}");
+        let answer = send(admin, "GET", "/api/state", &[("authorization", &auth)], "").await;
+        assert_eq!(answer.status, 200, "{token}: {}", answer.body);
+        answer.json()
+    };
+    let ids = |state: &Value| -> Vec<String> {
+        state["approvals"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|a| a["id"].as_str().unwrap().to_owned())
+            .collect()
+    };
+    let approver = state_of("tok-acme-approver").await;
+    assert_eq!(ids(&approver), vec![acme.clone()], "not globex's {globex}");
+    let tools: Vec<&str> = approver["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|t| t["name"].as_str().unwrap())
+        .collect();
+    assert!(tools.contains(&"hidden_tool"), "{tools:?}");
+    let ops = state_of("tok-ops").await;
+    assert!(ids(&ops).is_empty(), "{ops}");
+
+    let metrics = send(
+        admin,
+        "GET",
+        "/metrics",
+        &[("authorization", "Bearer tok-ops")],
+        "",
+    )
+    .await;
+    assert_eq!(metrics.status, 200, "{}", metrics.body);
+    assert!(metrics.body.contains("toolmesh_"), "{}", metrics.body);
+    mesh.node.stop(Duration::from_secs(1)).await.unwrap();
+}
+
+/// Logging in sets an `HttpOnly; SameSite=Strict; Path=/` cookie holding a
+/// random id, not the token; approve/deny posts need the session's CSRF
+/// token: none or another session's is 403; the right one decides;
+/// logging out ends the session.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sessions_and_csrf() {
+    let mesh = Mesh::start().await;
+    let admin = mesh.admin;
+    let wrong = send(admin, "POST", "/login", &[], "token=tok-nope").await;
+    assert_eq!(wrong.status, 401, "{}", wrong.body);
+    assert!(wrong.body.contains("not known"), "{}", wrong.body);
+    let agent = send(admin, "POST", "/login", &[], "token=tok-acme-agent").await;
+    assert_eq!(agent.status, 403, "{}", agent.body);
+
+    let raw = send(admin, "POST", "/login", &[], "token=tok-acme-approver").await;
+    let cookie = raw.header("set-cookie").unwrap().to_owned();
+    for part in ["httponly", "samesite=strict", "path=/"] {
+        assert!(cookie.contains(part), "{cookie}");
+    }
+    assert!(!cookie.contains("secure"), "plaintext: no Secure: {cookie}");
+    assert!(
+        !cookie.contains("tok-"),
+        "the token is not in the cookie: {cookie}"
+    );
+    let id = cookie
+        .split(';')
+        .next()
+        .unwrap()
+        .trim_start_matches("toolmesh_admin=");
+    assert_eq!(id.len(), 64, "256 random bits: {cookie}");
+
+    let id_a = mesh.ask_approval("tok-acme-agent").await;
+    let (mine, csrf) = log_in(admin, "tok-acme-approver").await;
+    let (_, other_csrf) = log_in(admin, "tok-acme-approver").await;
+    assert_ne!(csrf, other_csrf);
+    let page = send(admin, "GET", "/", &[("cookie", &mine)], "").await;
+    assert!(
+        page.body.contains(&format!("id=\"approval-{id_a}\"")),
+        "{}",
+        page.body
+    );
+
+    let decide = |csrf: String| {
+        let cookie = mine.clone();
+        let id = id_a.clone();
+        async move {
+            let form = format!("id={id}&decision=approve&csrf={csrf}");
+            send(
+                admin,
+                "POST",
+                "/approvals/decide",
+                &[("cookie", &cookie)],
+                &form,
+            )
+            .await
+        }
+    };
+    for forged in [String::new(), other_csrf.clone(), "0".repeat(64)] {
+        let refused = decide(forged).await;
+        assert_eq!(refused.status, 403, "{}", refused.body);
+        assert!(refused.body.contains("CSRF"), "{}", refused.body);
+    }
+    let decided = decide(csrf.clone()).await;
+    assert_eq!(decided.status, 303, "{}", decided.body);
+    assert_eq!(
+        decided.header("location"),
+        Some(format!("/?decided={id_a}").as_str())
+    );
+
+    let out = send(
+        admin,
+        "POST",
+        "/logout",
+        &[("cookie", &mine)],
+        &format!("csrf={csrf}"),
+    )
+    .await;
+    assert_eq!(out.status, 303, "{}", out.body);
+    let after = send(admin, "GET", "/api/state", &[("cookie", &mine)], "").await;
+    assert_eq!(after.status, 401, "{}", after.body);
+    mesh.node.stop(Duration::from_secs(1)).await.unwrap();
+}
+
+/// Every admin answer (refusals and `/metrics` included) forbids framing,
+/// sniffing, referrers and caching, with a CSP that loads nothing but the
+/// page itself; the page refers to nothing off the listener.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn answers_forbid_framing_and_load_nothing_else() {
+    let mesh = Mesh::start().await;
+    let admin = mesh.admin;
+    let (session, _) = log_in(admin, "tok-acme-approver").await;
+    let mut answers = Vec::new();
+    for (path, headers) in [
+        ("/", vec![]),
+        ("/", vec![("cookie", session.as_str())]),
+        ("/login", vec![]),
+        ("/api/state", vec![("cookie", session.as_str())]),
+        ("/metrics", vec![("authorization", "Bearer tok-ops")]),
+        ("/nowhere", vec![]),
+        ("/", vec![("host", "evil.example")]),
+    ] {
+        answers.push((path, send(admin, "GET", path, &headers, "").await));
+    }
+    for (path, answer) in &answers {
+        let csp = answer.header("content-security-policy").unwrap_or_default();
+        for directive in [
+            "default-src 'none'",
+            "style-src 'self' 'unsafe-inline'",
+            "frame-ancestors 'none'",
+        ] {
+            assert!(csp.contains(directive), "{path}: {csp}");
+        }
+        for (name, value) in [
+            ("x-frame-options", "deny"),
+            ("x-content-type-options", "nosniff"),
+            ("referrer-policy", "no-referrer"),
+            ("cache-control", "no-store"),
+        ] {
+            assert_eq!(answer.header(name), Some(value), "{path}: {}", answer.head);
+        }
+    }
+    let page = &answers[1].1;
+    assert_eq!(page.status, 200);
+    for outside in ["http:", "https:", "//", "<script", "src="] {
+        assert!(!page.body.contains(outside), "{outside}: {}", page.body);
+    }
+    mesh.node.stop(Duration::from_secs(1)).await.unwrap();
+}
+
+/// The admin listener answers only loopback `Host` names by default (a
+/// rebound DNS name is 403), and a form posted from another site's page
+/// (`Origin`) is 403 before its token is looked at; an executor's admin
+/// listener checks `Host` the same way and still serves its metrics.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn host_and_origin_are_checked() {
+    let mesh = Mesh::start().await;
+    let admin = mesh.admin;
+    let port = admin.port();
+    let rebound = format!("evil.example:{port}");
+    let refused = send(
+        admin,
+        "GET",
+        "/api/state",
+        &[("host", &rebound), ("authorization", "Bearer tok-ops")],
+        "",
+    )
+    .await;
+    assert_eq!(refused.status, 403, "{}", refused.body);
+    assert!(
+        refused.body.contains("--admin-allowed-hosts"),
+        "{}",
+        refused.body
+    );
+    let localhost = format!("localhost:{port}");
+    let ok = send(
+        admin,
+        "GET",
+        "/api/state",
+        &[("host", &localhost), ("authorization", "Bearer tok-ops")],
+        "",
+    )
+    .await;
+    assert_eq!(ok.status, 200, "{}", ok.body);
+    let cross_site = send(
+        admin,
+        "POST",
+        "/login",
+        &[("origin", "http://evil.example")],
+        "token=tok-ops",
+    )
+    .await;
+    assert_eq!(cross_site.status, 403, "{}", cross_site.body);
+    assert!(cross_site.header("set-cookie").is_none());
+
+    let bound = Executor::new("admin-exec")
+        .tool(Wipe)
+        .bind(ServeOptions {
+            admin_listen: Some("127.0.0.1:0".into()),
+            ..ServeOptions::default()
+        })
+        .await
+        .unwrap();
+    let exec_admin = bound.admin_addr().unwrap();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    tokio::spawn(bound.run(async {
+        let _ = stopped.await;
+    }));
+    let scraped = send(exec_admin, "GET", "/metrics", &[], "").await;
+    assert_eq!(scraped.status, 200, "{}", scraped.body);
+    let rebound = send(
+        exec_admin,
+        "GET",
+        "/metrics",
+        &[("host", "evil.example")],
+        "",
+    )
+    .await;
+    assert_eq!(rebound.status, 403, "{}", rebound.body);
+    let _ = stop.send(());
+    mesh.node.stop(Duration::from_secs(1)).await.unwrap();
+}
+
+/// With the node's TLS files the admin listener speaks HTTPS only, with the
+/// client-certificate requirement of every other server: plaintext gets no
+/// HTTP answer, HTTPS without a client certificate is refused, HTTPS with
+/// one is served; the session cookie is `Secure`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn admin_is_https_with_the_nodes_tls() {
+    let dir = TempDir::new("admin-tls").unwrap();
+    let (ca, cert, key) = toolmesh_testkit::pki(&dir, "node");
+    let files = toolmesh::grpc::TlsFiles {
+        cert: Some(cert.clone()),
+        key: Some(key.clone()),
+        client_ca: Some(ca.clone()),
+        ..Default::default()
+    };
+    let node = toolmesh_node::start(
+        Role::Serve {
+            default_ttl: Duration::from_secs(10),
+        },
+        &NodeConfig {
+            listen: "127.0.0.1:0".into(),
+            admin_listen: Some("127.0.0.1:0".into()),
+            tls: toolmesh::grpc::Tls::from_files(&files).unwrap(),
+            ..NodeConfig::default()
+        },
+    )
+    .await
+    .unwrap();
+    let admin = node.admin.as_ref().unwrap().addr;
+    let metrics = request(
+        admin,
+        "GET",
+        "/metrics",
+        &[
+            ("host", "localhost"),
+            ("authorization", "Bearer dev-approver"),
+        ],
+        "",
+    );
+    let mut plain = tokio::net::TcpStream::connect(admin).await.unwrap();
+    plain.write_all(metrics.as_bytes()).await.unwrap();
+    let mut answer = Vec::new();
+    let _ = tokio::time::timeout(
+        toolmesh_testkit::patient(Duration::from_secs(5)),
+        plain.read_to_end(&mut answer),
+    )
+    .await;
+    assert!(
+        !answer.starts_with(b"HTTP/"),
+        "plaintext is not served: {}",
+        String::from_utf8_lossy(&answer)
+    );
+    let anonymous = https::exchange(admin, &ca, None, &metrics).await;
+    assert!(
+        anonymous.as_ref().is_err() || anonymous.as_ref().is_ok_and(|a| !a.starts_with("HTTP/")),
+        "a client certificate is required: {anonymous:?}"
+    );
+    let served = https::exchange(admin, &ca, Some((&cert, &key)), &metrics)
+        .await
+        .unwrap();
+    assert!(served.starts_with("HTTP/1.1 200"), "{served}");
+    let login = request(
+        admin,
+        "POST",
+        "/login",
+        &[("host", "localhost")],
+        "token=dev-approver",
+    );
+    let logged_in = https::exchange(admin, &ca, Some((&cert, &key)), &login)
+        .await
+        .unwrap();
+    let answer = Answer::parse(&logged_in).unwrap();
+    assert_eq!(answer.status, 303, "{logged_in}");
+    assert!(
+        answer.header("set-cookie").unwrap().contains("; secure"),
+        "{logged_in}"
+    );
+    node.stop(Duration::from_secs(1)).await.unwrap();
+}
+
+/// Garbage in Host, Origin, Cookie, Authorization, paths and form bodies
+/// never panics the listener (every request gets an HTTP answer below 500)
+/// and never reads a protected path or decides an approval without a
+/// valid session or token.
+#[test]
+fn garbage_never_panics_nor_passes() {
+    use proptest::prelude::*;
+    use proptest::test_runner::{Config, TestRunner};
+    let runtime = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let mesh = runtime.block_on(Mesh::start());
+    let admin = mesh.admin;
+    let approval = runtime.block_on(mesh.ask_approval("tok-acme-agent"));
+    let text = || prop_oneof!["[ -~]{0,40}", "\\PC{0,12}", Just(String::new())];
+    let header_value = move || {
+        prop_oneof![
+            text(),
+            text().prop_map(|t| format!("toolmesh_admin={t}")),
+            "[0-9a-f]{64}".prop_map(|h| format!("toolmesh_admin={h}")),
+            text().prop_map(|t| format!("Bearer {t}")),
+            text().prop_map(|t| format!("http://{t}")),
+            Just(format!("localhost:{}", admin.port())),
+        ]
+    };
+    let strategy = (
+        prop_oneof![Just("GET"), Just("POST")],
+        prop_oneof![
+            Just("/".to_owned()),
+            Just("/api/state".to_owned()),
+            Just("/metrics".to_owned()),
+            Just("/approvals/decide".to_owned()),
+            Just("/logout".to_owned()),
+            Just("/login".to_owned()),
+            "/[a-z/?=&%]{0,20}",
+        ],
+        proptest::collection::vec(
+            (
+                prop_oneof![
+                    Just("host"),
+                    Just("origin"),
+                    Just("cookie"),
+                    Just("authorization")
+                ],
+                header_value(),
+            ),
+            0..4,
+        ),
+        prop_oneof![
+            text(),
+            text().prop_map(move |t| format!("id={approval}&decision=approve&csrf={t}")),
+            text().prop_map(|t| format!("token={t}")),
+        ],
+    );
+    let mut runner = TestRunner::new(Config::with_cases(256));
+    runner
+        .run(&strategy, |(method, path, headers, body)| {
+            let headers: Vec<(&str, String)> = headers
+                .into_iter()
+                .map(|(n, v)| (n, v.replace(['\r', '\n'], "")))
+                .collect();
+            let borrowed: Vec<(&str, &str)> =
+                headers.iter().map(|(n, v)| (*n, v.as_str())).collect();
+            let answer = runtime.block_on(send(admin, method, &path, &borrowed, &body));
+            prop_assert!(
+                answer.status < 500,
+                "{method} {path} {headers:?} {body:?}: {}",
+                answer.status
+            );
+            let protected = ["/", "/api/state", "/metrics"].contains(&path.as_str());
+            prop_assert!(
+                !(protected && answer.status == 200),
+                "{method} {path} {headers:?} read without a credential"
+            );
+            prop_assert!(
+                !(path == "/approvals/decide" && answer.status == 303),
+                "{headers:?} {body:?} decided without a session"
+            );
+            Ok(())
+        })
+        .unwrap();
+    runtime
+        .block_on(mesh.node.stop(Duration::from_secs(1)))
+        .unwrap();
+}
