@@ -16,12 +16,15 @@ for i in 1 2 3; do
         --initial-cluster "$cluster" --log-level warn 2>"$data/e$i.log" &
 done
 export TOOLMESH_STORE=etcd://127.0.0.1:12379,127.0.0.1:22379,127.0.0.1:32379
+# No --policy here: the replicas share one development token that the
+# dispatcher follows them with (no anonymous caller is a dispatcher).
+token="dev-dispatcher-$(od -An -N16 -tx1 /dev/urandom | tr -d ' \n')"
 for i in 1 2 3; do
-    "$toolmesh" registry --listen "127.0.0.1:707$i" 2>"$data/registry-$i.log" &
+    "$toolmesh" registry --listen "127.0.0.1:707$i" --dev-dispatcher-token "$token" 2>"$data/registry-$i.log" &
 done
 sleep 2
 registries=127.0.0.1:7071,127.0.0.1:7072,127.0.0.1:7073
-"$toolmesh" dispatcher --listen 127.0.0.1:7080 --registry "$registries" 2>"$data/dispatcher.log" &
+"$toolmesh" dispatcher --listen 127.0.0.1:7080 --registry "$registries" --registry-token "$token" 2>"$data/dispatcher.log" &
 "$toolmesh" example knowledge --registry "$registries" 2>"$data/knowledge.log" &
 echo "dispatcher on 127.0.0.1:7080; try: $toolmesh tools --server 127.0.0.1:7080"
 echo "logs in $data; ctrl-c stops everything"

@@ -639,3 +639,28 @@ async fn chaos_on_etcd() {
     let ledger = ledger(&ledger_path);
     report_and_check(&calls, &ledger, &faults, recovered, None);
 }
+
+/// A tool's only executor, starved of CPU (stopped outright, the extreme
+/// case) long enough for calls to fail at the tool's own timeout, is never
+/// ejected: once it runs again the next call reaches it and the tool stays
+/// listed, instead of answering fast failures until an ejection (30 s)
+/// ends.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_starved_only_executor_is_no_dead_end() {
+    let mesh = acceptance(&[], &[]).await;
+    let mut client = mesh.client.clone();
+    let nap = r#"{"ms": 10}"#;
+    assert_eq!(code(&invoke(&mut client, "acc_sleep", nap, None).await), 0);
+    mesh.exec.signal(libc::SIGSTOP);
+    // acc_sleep's own timeout is 1 s: each of these fails there, which
+    // counts against the instance (more than the 5 failures that eject).
+    for _ in 0..6 {
+        let starved = invoke(&mut client, "acc_sleep", nap, None).await;
+        assert_ne!(code(&starved), 0, "a stopped executor answered");
+    }
+    mesh.exec.signal(libc::SIGCONT);
+    let back = invoke(&mut client, "acc_sleep", nap, Some(Duration::from_secs(20))).await;
+    assert_eq!(code(&back), 0, "{}", message(&back));
+    let names = listed(&mut client).await.unwrap();
+    assert!(names.iter().any(|n| n == "acc_sleep"), "{names:?}");
+}

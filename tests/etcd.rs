@@ -16,6 +16,7 @@ use toolmesh::pb::{
     registry_client::RegistryClient,
 };
 use toolmesh_procs::EtcdCluster;
+use toolmesh_testkit::patient;
 
 /// Lease of the test executors (etcd leases count whole seconds).
 const TTL_MS: &str = "1000";
@@ -68,8 +69,17 @@ fn registry_client(addr: &str) -> RegistryClient<Channel> {
 /// The newest snapshot of the replica at `addr`, if it answers.
 async fn snapshot(addr: &str) -> Option<pb::Snapshot> {
     let mut client = registry_client(addr);
-    let request = GetSnapshotRequest { version: 0 };
-    match tokio::time::timeout(Duration::from_secs(2), client.get_snapshot(request)).await {
+    // As the mesh's dispatchers read it: execute tokens included.
+    let request = with_token(
+        GetSnapshotRequest { version: 0 },
+        Some(DEV_DISPATCHER_TOKEN),
+    );
+    match tokio::time::timeout(
+        patient(Duration::from_secs(2)),
+        client.get_snapshot(request),
+    )
+    .await
+    {
         Ok(Ok(response)) => Some(response.into_inner()),
         _ => None,
     }

@@ -101,7 +101,15 @@ async def main():
             await agent.call_tool("secret", {})
             raise AssertionError("a hidden name must be a JSON-RPC error")
         except MCPError as e:
-            assert e.error.code == -32602 and "is available to you" in e.error.message, e.error
+            hidden = e.error
+        try:
+            await agent.call_tool("zzzzzz", {})
+            raise AssertionError("an unknown name must be a JSON-RPC error")
+        except MCPError as e:
+            absent = e.error
+        # Word for word what a name that does not exist gets.
+        assert hidden.code == absent.code == -32602, (hidden, absent)
+        assert hidden.message.replace("secret", "NAME") == absent.message.replace("zzzzzz", "NAME"), (hidden, absent)
         passed("hidden name")
 
         asked = await agent.call_tool("wipe", {})

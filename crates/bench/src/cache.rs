@@ -28,11 +28,18 @@ const IN_FLIGHT: usize = 32;
 const LEDGER_TOOL: &str = "\"tool\":\"acc_lookup\"";
 
 /// Every caller may call every tool (and register: the fixture is one);
-/// `acc_lookup`'s answers stay fresh for the whole run.
+/// `acc_lookup`'s answers stay fresh for the whole run; the bench reads
+/// the executor's execute token as the dispatcher caller.
 const POLICY: &str = r#"
 [auth]
 allow_anonymous = true
 anonymous = { principal = "anonymous", tenant = "bench", roles = ["agent", "admin", "executor"] }
+
+# mesh::DISPATCHER_TOKEN, with which the bench reads the execute token
+[[callers]]
+token = "bench-dispatcher"
+principal = "bench-dispatcher"
+roles = ["dispatcher"]
 
 [[grants]]
 name = "everything"

@@ -80,11 +80,6 @@ pub struct Freshness {
     pub register_to_invocable: Series,
 }
 
-/// The token the bench's dispatcher follows its registry with (the
-/// registry runs the development policy, where no anonymous caller is a
-/// dispatcher).
-const DISPATCHER_TOKEN: &str = "bench-dispatcher";
-
 /// Starts `toolmesh registry` and `toolmesh dispatcher --registry`, then
 /// measures (a) with example processes and (b), (c) with an executor inside
 /// this process.
@@ -102,7 +97,7 @@ pub(crate) async fn run(
             "--listen",
             "127.0.0.1:0",
             "--dev-dispatcher-token",
-            DISPATCHER_TOKEN,
+            mesh::DISPATCHER_TOKEN,
         ],
         logs,
         SpawnOptions::default(),
@@ -119,7 +114,7 @@ pub(crate) async fn run(
             "--registry",
             &registry_addr,
             "--registry-token",
-            DISPATCHER_TOKEN,
+            mesh::DISPATCHER_TOKEN,
         ],
         logs,
         SpawnOptions::default(),

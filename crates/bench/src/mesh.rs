@@ -19,14 +19,25 @@ pub(crate) fn dispatcher_client(addr: &str) -> Result<DispatcherClient<Channel>,
     )
 }
 
+/// The token the bench's registries admit dispatchers with: under the
+/// development policy (`--dev-dispatcher-token`), or as the `dispatcher`
+/// caller of a policy it writes. No anonymous caller is a dispatcher.
+pub(crate) const DISPATCHER_TOKEN: &str = "bench-dispatcher";
+
 /// The token the executor at `endpoint` accepts Execute calls with, read
-/// from the snapshot of the registry at `registry` (as a dispatcher would;
-/// empty when it asked for none). A direct call needs it.
+/// from the snapshot of the registry at `registry` (as a dispatcher would,
+/// with [`DISPATCHER_TOKEN`]; empty when it asked for none). A direct call
+/// needs it.
 pub(crate) async fn execute_token(registry: &str, endpoint: &str) -> Result<String, BenchError> {
     let channel = toolmesh::grpc::channel(registry, &toolmesh::grpc::Tls::none())?;
+    let mut request = tonic::Request::new(GetSnapshotRequest::default());
+    let bearer = format!("Bearer {DISPATCHER_TOKEN}")
+        .parse()
+        .expect("a token fits a header");
+    request.metadata_mut().insert("authorization", bearer);
     let snapshot = RegistryClient::new(channel)
         .max_decoding_message_size(MAX_SNAPSHOT_MESSAGE_BYTES)
-        .get_snapshot(GetSnapshotRequest::default())
+        .get_snapshot(request)
         .await
         .map_err(|s| BenchError::rpc("Registry::GetSnapshot", s))?
         .into_inner();

@@ -127,7 +127,8 @@ async fn count_allocations(
 /// A dispatcher in this process following `registry` (as `toolmesh
 /// dispatcher` does), once it can call `work`'s tool.
 async fn in_process_dispatcher(registry: &str, work: &Workload) -> Result<Client, BenchError> {
-    let snapshots = toolmesh_dispatcher::follow_registry(registry, &Tls::none(), None)?;
+    let snapshots =
+        toolmesh_dispatcher::follow_registry(registry, &Tls::none(), Some(mesh::DISPATCHER_TOKEN))?;
     let (health, _) = tonic_health::server::health_reporter();
     let dispatcher = Dispatcher::new(DispatcherConfig::default(), snapshots, health);
     let client = Client::InProcess(dispatcher);
@@ -242,6 +243,8 @@ pub(crate) async fn run(plan: &Plan, bins: &Binaries, logs: &Path) -> Result<Ove
             "127.0.0.1:0",
             "--mcp-listen",
             "127.0.0.1:0",
+            "--dev-dispatcher-token",
+            mesh::DISPATCHER_TOKEN,
         ],
         logs,
         SpawnOptions::default(),

@@ -23,9 +23,10 @@ pub(crate) struct NoInstance {
 }
 
 /// Picks an instance for `entry`: among those able to take the call, the
-/// ones not in `tried` first; on a retry, when every untried instance is
-/// ejected, one of those rather than the one that just failed (never a dead
-/// end, as Envoy's panic threshold and gRPC's outlier detection avoid).
+/// ones not in `tried` first; when every untried instance is ejected, one of
+/// those rather than none, or than the one that just failed on a retry
+/// (never a dead end, as Envoy's panic threshold and gRPC's outlier
+/// detection avoid).
 pub(crate) fn pick(
     entry: &ToolEntry,
     pool: &Endpoints,
@@ -56,7 +57,7 @@ pub(crate) fn pick(
     }
     let candidates = if !fresh.is_empty() {
         fresh
-    } else if !tried.is_empty() && !ejected.is_empty() {
+    } else if !ejected.is_empty() {
         ejected
     } else {
         again
@@ -99,17 +100,18 @@ pub(crate) fn in_rotation(entry: &ToolEntry, pool: &Endpoints) -> bool {
             .any(|i| !pool.is_ejected(&i.endpoint, tool))
 }
 
-/// Whether ejecting `address` is allowed for `entry`: not when it is the last
-/// instance in rotation of a tool that has other healthy instances (those are
-/// ejected already; keep one to try rather than none).
+/// Whether ejecting `address` is allowed for `entry`: only while another
+/// healthy instance stays in rotation. The last one, a tool's only instance
+/// included, is never ejected (as outlier detection's maximum ejection
+/// share keeps some hosts): a slow or starved executor keeps answering
+/// calls rather than the tool answering fast failures until an ejection
+/// ends; one that is gone leaves rotation through its health.
 pub(crate) fn may_eject(entry: &ToolEntry, pool: &Endpoints, address: &str) -> bool {
     let tool = entry.def.name();
-    let healthy = entry.healthy_instances().count();
-    let others_in_rotation = entry
+    entry
         .healthy_instances()
         .filter(|i| &*i.endpoint != address)
-        .any(|i| !pool.is_ejected(&i.endpoint, tool));
-    healthy <= 1 || others_in_rotation
+        .any(|i| !pool.is_ejected(&i.endpoint, tool))
 }
 
 #[cfg(test)]
@@ -191,13 +193,18 @@ mod tests {
         }
         assert!(!may_eject(&e, &pool, "127.0.0.1:2"), "last one stays");
         assert!(in_rotation(&e, &pool));
-        let single = entry(&["127.0.0.1:1"]);
-        assert!(!in_rotation(&single, &pool), "its only instance is ejected");
+        let single = entry(&["127.0.0.1:9"]);
         assert!(
-            pick(&single, &pool, &[], 100)
-                .unwrap_err()
-                .retry_after
-                .is_some()
+            !may_eject(&single, &pool, "127.0.0.1:9"),
+            "an only instance stays"
+        );
+        // Ejected all the same (two failures racing): calls still reach it.
+        let only = entry(&["127.0.0.1:1"]);
+        assert!(!in_rotation(&only, &pool));
+        assert_eq!(
+            &*pick(&only, &pool, &[], 100).unwrap().instance.endpoint,
+            "127.0.0.1:1",
+            "no dead end when every instance is ejected"
         );
     }
 

@@ -233,7 +233,7 @@ pub async fn start(role: Role, config: &NodeConfig) -> Result<Running, NodeError
     let task = lanes::serve(router, listener, config.serve_threads, stop.clone()).await?;
     tracing::info!(%addr, role = role.label(), threads = config.serve_threads, "listening");
     if let (Some(_), Some(token)) = (&registry, &policy.dev_dispatcher_token) {
-        tracing::warn!(
+        tracing::info!(
             "development policy: a separate dispatcher follows this registry with --registry {addr} --registry-token {token}"
         );
     }
