@@ -104,20 +104,30 @@ fn known(snapshot: &pb::Snapshot, tool: &str) -> bool {
 /// Waits until every replica in `addrs` publishes the same snapshot
 /// (version, epoch and content) satisfying `check`; returns it.
 async fn agreed(addrs: &[&str], what: &str, check: impl Fn(&pb::Snapshot) -> bool) -> pb::Snapshot {
-    eventually(what, Duration::from_secs(10), || async {
-        let mut first: Option<pb::Snapshot> = None;
-        for addr in addrs {
-            let s = snapshot(addr).await?;
-            if !check(&s) {
-                return None;
+    let mut polled = false;
+    let check = &check;
+    eventually(what, Duration::from_secs(10), || {
+        // A snapshot may be megabytes: asking for two every 10 ms would
+        // load the replicas more than the change being waited for.
+        let again = std::mem::replace(&mut polled, true);
+        async move {
+            if again {
+                tokio::time::sleep(Duration::from_millis(250)).await;
             }
-            match &first {
-                Some(f) if *f != s => return None,
-                Some(_) => {}
-                None => first = Some(s),
+            let mut first: Option<pb::Snapshot> = None;
+            for addr in addrs {
+                let s = snapshot(addr).await?;
+                if !check(&s) {
+                    return None;
+                }
+                match &first {
+                    Some(f) if *f != s => return None,
+                    Some(_) => {}
+                    None => first = Some(s),
+                }
             }
+            first
         }
-        first
     })
     .await
 }

@@ -255,21 +255,20 @@ async fn projection_and_forged_calls() {
         "a denied call ran"
     );
 
-    let explain = |tool: &str| {
+    // `toolmesh explain TOOL` as `token`, about the caller `about` holds.
+    let explain = |token: &str, about: Option<&str>, tool: &str| {
+        let mut args = vec!["explain", "--server", &mesh.addr, "--token", token];
+        if let Some(about) = about {
+            args.extend(["--caller", about]);
+        }
+        args.push(tool);
         std::process::Command::new(toolmesh_bin())
-            .args([
-                "explain",
-                "--server",
-                &mesh.addr,
-                "--token",
-                "tok-agent",
-                tool,
-            ])
+            .args(args)
             .output()
             .unwrap()
     };
     // Explaining a hidden tool tells an agent what an unknown name does.
-    let hidden = explain("acc_panic");
+    let hidden = explain("tok-agent", None, "acc_panic");
     assert!(!hidden.status.success());
     assert!(
         String::from_utf8_lossy(&hidden.stderr)
@@ -277,63 +276,28 @@ async fn projection_and_forged_calls() {
         "{}",
         String::from_utf8_lossy(&hidden.stderr)
     );
-    let visible = String::from_utf8_lossy(&explain("acc_echo").stdout).to_string();
+    let visible =
+        String::from_utf8_lossy(&explain("tok-agent", None, "acc_echo").stdout).to_string();
     assert!(
         visible.contains("VISIBLE") && visible.contains("agents: echo, charge and the file tools"),
         "{visible}"
     );
     // Another token's principal and roles are for admins to learn, not agents.
-    let nosy = std::process::Command::new(toolmesh_bin())
-        .args([
-            "explain",
-            "--server",
-            &mesh.addr,
-            "--token",
-            "tok-agent",
-            "--caller",
-            "tok-approver",
-            "acc_echo",
-        ])
-        .output()
-        .unwrap();
+    let nosy = explain("tok-agent", Some("tok-approver"), "acc_echo");
     assert!(!nosy.status.success());
     let said = String::from_utf8_lossy(&nosy.stderr).to_string();
     assert!(
         said.contains("may not explain another caller") && !said.contains("alice"),
         "{said}"
     );
-    let admin = std::process::Command::new(toolmesh_bin())
-        .args([
-            "explain",
-            "--server",
-            &mesh.addr,
-            "--token",
-            "tok-approver",
-            "--caller",
-            "tok-agent",
-            "acc_echo",
-        ])
-        .output()
-        .unwrap();
+    let admin = explain("tok-approver", Some("tok-agent"), "acc_echo");
     let shown = String::from_utf8_lossy(&admin.stdout).to_string();
     assert!(
         shown.contains("support-bot") && shown.contains("VISIBLE"),
         "{shown}"
     );
     // An admin still learns why the agent cannot see it.
-    let why = std::process::Command::new(toolmesh_bin())
-        .args([
-            "explain",
-            "--server",
-            &mesh.addr,
-            "--token",
-            "tok-approver",
-            "--caller",
-            "tok-agent",
-            "acc_panic",
-        ])
-        .output()
-        .unwrap();
+    let why = explain("tok-approver", Some("tok-agent"), "acc_panic");
     let why = String::from_utf8_lossy(&why.stdout).to_string();
     assert!(why.contains("DENIED"), "{why}");
     let audit = audit_lines(&mesh.audit);

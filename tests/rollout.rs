@@ -63,6 +63,36 @@ tools = ["*"]
     text
 }
 
+/// `serve` under [`policy`]`(callers)` with acc_echo 1.0.0 and 2.0.0
+/// registered and listed; kept running while it lives.
+struct TwoVersions {
+    _dir: TempDir,
+    _serve: Proc,
+    _executors: [Proc; 2],
+    addr: String,
+    client: DispatcherClient<Channel>,
+}
+
+async fn two_versions(label: &str, callers: usize) -> TwoVersions {
+    let dir = temp_dir(label);
+    let policy_path = dir.join("policy.toml");
+    std::fs::write(&policy_path, policy(callers)).unwrap();
+    let (serve, addr) = serve(&["--policy", policy_path.to_str().unwrap()]);
+    let executors = [
+        executor_at(&addr, "1.0.0", &[]),
+        executor_at(&addr, "2.0.0", &[]),
+    ];
+    let mut client = dispatcher(&addr);
+    until_listed(&mut client, &["acc_echo"], Duration::from_secs(10)).await;
+    TwoVersions {
+        _dir: dir,
+        _serve: serve,
+        _executors: executors,
+        addr,
+        client,
+    }
+}
+
 /// `toolmesh ARGS…` against `addr` as the admin; its stdout, or a panic
 /// with its stderr.
 fn cli(addr: &str, args: &[&str]) -> String {
@@ -191,14 +221,8 @@ fn echo_rollout(status: &serde_json::Value) -> serde_json::Value {
 /// version and why.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_share_of_callers_gets_the_canary() {
-    let dir = temp_dir("rollout-share");
-    let policy_path = dir.join("policy.toml");
-    std::fs::write(&policy_path, policy(CALLERS)).unwrap();
-    let (_serve, addr) = serve(&["--policy", policy_path.to_str().unwrap()]);
-    let _v1 = executor_at(&addr, "1.0.0", &[]);
-    let _v2 = executor_at(&addr, "2.0.0", &[]);
-    let mut client = dispatcher(&addr);
-    until_listed(&mut client, &["acc_echo"], Duration::from_secs(10)).await;
+    let mesh = two_versions("rollout-share", CALLERS).await;
+    let (addr, mut client) = (mesh.addr.clone(), mesh.client.clone());
 
     let started = cli(
         &addr,
@@ -310,14 +334,8 @@ async fn a_share_of_callers_gets_the_canary() {
 /// version on ListTools and Invoke.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn anonymous_callers_stick_by_session() {
-    let dir = temp_dir("rollout-sessions");
-    let policy_path = dir.join("policy.toml");
-    std::fs::write(&policy_path, policy(0)).unwrap();
-    let (_serve, addr) = serve(&["--policy", policy_path.to_str().unwrap()]);
-    let _v1 = executor_at(&addr, "1.0.0", &[]);
-    let _v2 = executor_at(&addr, "2.0.0", &[]);
-    let mut client = dispatcher(&addr);
-    until_listed(&mut client, &["acc_echo"], Duration::from_secs(10)).await;
+    let mesh = two_versions("rollout-sessions", 0).await;
+    let (addr, mut client) = (mesh.addr.clone(), mesh.client.clone());
     cli(
         &addr,
         &["rollout", "start", "acc_echo@2.0.0", "--percent", "30"],
@@ -528,14 +546,8 @@ async fn abort_and_promote_survive_restarts() {
 /// tenants and principals it covers or who changed it; an admin learns it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn explain_keeps_rollout_filters_from_callers() {
-    let dir = temp_dir("rollout-filters");
-    let policy_path = dir.join("policy.toml");
-    std::fs::write(&policy_path, policy(2)).unwrap();
-    let (_serve, addr) = serve(&["--policy", policy_path.to_str().unwrap()]);
-    let _v1 = executor_at(&addr, "1.0.0", &[]);
-    let _v2 = executor_at(&addr, "2.0.0", &[]);
-    let mut client = dispatcher(&addr);
-    until_listed(&mut client, &["acc_echo"], Duration::from_secs(10)).await;
+    let mesh = two_versions("rollout-filters", 2).await;
+    let addr = mesh.addr.clone();
     cli(
         &addr,
         &[

@@ -548,7 +548,6 @@ impl Approvals {
                 let roles = self.lock().settings.approver_roles.clone();
                 Ok(self.list_for(who, &roles))
             }
-            ApprovalOp::Pending => Ok(self.list_pending()),
         }
     }
 

@@ -24,11 +24,9 @@ pub enum ApprovalOp {
     Approve,
     /// Deny a ticket.
     Deny,
-    /// The pending tickets the principal may see.
+    /// The pending tickets the principal may see. (There is no view of
+    /// every tenant's tickets: the admin page lists what its reader may.)
     List,
-    /// Every pending ticket, of every tenant: the operator's view (the
-    /// admin page); a dispatcher asks it, never on a caller's behalf.
-    Pending,
 }
 
 impl ApprovalOp {
@@ -40,7 +38,6 @@ impl ApprovalOp {
             ApprovalOp::Approve => "approve",
             ApprovalOp::Deny => "deny",
             ApprovalOp::List => "list",
-            ApprovalOp::Pending => "pending",
         }
     }
 
@@ -52,7 +49,6 @@ impl ApprovalOp {
             ApprovalOp::Approve,
             ApprovalOp::Deny,
             ApprovalOp::List,
-            ApprovalOp::Pending,
         ]
         .into_iter()
         .find(|op| op.as_str() == name)

@@ -44,7 +44,9 @@ const MAX_TXN_BYTES: usize = 1024 * 1024;
 /// How long a write waits for this replica's snapshot to include it.
 const READ_YOUR_WRITE: Duration = Duration::from_secs(5);
 /// How long `connect` waits for the first full read of the store.
-const FIRST_LOAD: Duration = Duration::from_secs(5);
+const FIRST_LOAD: Duration = Duration::from_secs(10);
+/// The pause between two startup checks of an etcd not reached yet.
+const CHECK_AGAIN: Duration = Duration::from_millis(250);
 
 /// A registry replica whose state lives in etcd. Cheap to clone; the last
 /// clone dropped stops its tasks.
@@ -133,14 +135,26 @@ impl EtcdStore {
             tokio::spawn(claims::watch_claimed(inner.clone()));
         }
         let deadline = tokio::time::Instant::now() + FIRST_LOAD;
-        let check = inner.client.check(keys::PREFIX.as_bytes());
-        match tokio::time::timeout_at(deadline, check).await {
-            Ok(Err(error)) if error.is_misconfigured() => {
-                shutdown.cancel();
-                return Err(bad(&error));
+        // Asked again while etcd is merely not reached (on a loaded machine
+        // a handshake can miss its timeout), so that settings etcd refuses
+        // stop the registry rather than pass for an outage.
+        loop {
+            let check = inner.client.check(keys::PREFIX.as_bytes());
+            match tokio::time::timeout_at(deadline, check).await {
+                Ok(Err(error)) if error.is_misconfigured() => {
+                    shutdown.cancel();
+                    return Err(bad(&error));
+                }
+                Ok(Err(error)) if tokio::time::Instant::now() < deadline => {
+                    tracing::debug!(%error, "etcd not reached yet; asking again");
+                    tokio::time::sleep(CHECK_AGAIN).await;
+                }
+                Ok(Err(error)) => {
+                    tracing::warn!(%error, "etcd not reached yet");
+                    break;
+                }
+                Ok(Ok(())) | Err(_) => break,
             }
-            Ok(Err(error)) => tracing::warn!(%error, "etcd not reached yet"),
-            Ok(Ok(())) | Err(_) => {}
         }
         let loaded = tokio::time::timeout_at(deadline, applied.wait_for(|r| *r > 0)).await;
         if !matches!(loaded, Ok(Ok(_))) {
