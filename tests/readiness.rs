@@ -8,9 +8,7 @@ mod support;
 
 use std::time::Duration;
 use support::*;
-use tonic_health::pb::{
-    HealthCheckRequest, health_check_response::ServingStatus, health_client::HealthClient,
-};
+use tonic_health::pb::health_check_response::ServingStatus;
 use toolmesh::grpc::{DISPATCHER_HEALTH_SERVICE, DISPATCHER_LIVENESS_SERVICE};
 
 /// Agents and dispatchers each have their own token; no anonymous caller
@@ -37,30 +35,11 @@ tools = ["*"]
 
 /// The statuses of `""`, the dispatcher's own name and its liveness name.
 async fn statuses(addr: &str) -> [i32; 3] {
-    let channel = toolmesh::grpc::channel(addr, &toolmesh::grpc::Tls::none()).unwrap();
-    let mut health = HealthClient::new(channel);
-    let mut out = [0; 3];
-    for (slot, service) in
-        out.iter_mut()
-            .zip(["", DISPATCHER_HEALTH_SERVICE, DISPATCHER_LIVENESS_SERVICE])
-    {
-        let request = HealthCheckRequest {
-            service: service.to_owned(),
-        };
-        *slot = match health.check(request).await {
-            Ok(response) => response.into_inner().status,
-            Err(status) => panic!("health check of {service:?} at {addr}: {status}"),
-        };
-    }
-    out
-}
-
-/// The health-only port a process announced.
-fn health_addr(proc: &Proc) -> String {
-    let line = proc.wait_for_line("health checks on ", Duration::from_secs(30));
-    line.rsplit_once("health checks on ")
-        .map(|(_, addr)| addr.trim().to_owned())
-        .unwrap_or_else(|| panic!("no address in {line:?}"))
+    [
+        health_status(addr, "").await,
+        health_status(addr, DISPATCHER_HEALTH_SERVICE).await,
+        health_status(addr, DISPATCHER_LIVENESS_SERVICE).await,
+    ]
 }
 
 const SERVING: i32 = ServingStatus::Serving as i32;
