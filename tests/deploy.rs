@@ -9,7 +9,10 @@
 //! termination grace period is above `--grace-ms`, executors advertise
 //! their pod IP on the port they listen on, Services target declared ports,
 //! dispatchers are replicated, spread, budgeted and offered headless, the
-//! policy loads, and the chart renders what the kustomize base does.
+//! policy loads, names a dispatcher caller and gives anonymous callers no
+//! dispatcher or admin role, dispatchers and executors take their tokens
+//! from the Secret, a dispatcher with the token the chart's policy names
+//! turns ready, and the chart renders what the kustomize base does.
 
 mod support;
 
@@ -19,7 +22,9 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use support::*;
-use toolmesh::grpc::{DISPATCHER_HEALTH_SERVICE, EXECUTOR_HEALTH_SERVICE, REGISTRY_HEALTH_SERVICE};
+use toolmesh::grpc::{
+    DISPATCHER_LIVENESS_SERVICE, EXECUTOR_HEALTH_SERVICE, REGISTRY_HEALTH_SERVICE,
+};
 
 /// The repository's root.
 fn root() -> &'static Path {
@@ -37,6 +42,20 @@ fn prepared_tool(var: &str) -> PathBuf {
         path.display()
     );
     path
+}
+
+/// The tokens the chart is rendered for (their hashes go in the values).
+const DISPATCHER_TOKEN: &str = "tok-chart-dispatcher";
+const EXECUTOR_TOKEN: &str = "tok-chart-executor";
+const AGENT_TOKEN: &str = "tok-chart-agent";
+
+/// The hex SHA-256 of `token`, as `auth.tokenSha256.*` takes it.
+fn sha256_hex(token: &str) -> String {
+    use sha2::Digest;
+    sha2::Sha256::digest(token.as_bytes())
+        .iter()
+        .map(|b| format!("{b:02x}"))
+        .collect()
 }
 
 /// Runs `command` and parses its standard output as YAML documents.
@@ -62,7 +81,8 @@ fn kustomize() -> Vec<Value> {
     render(command)
 }
 
-fn helm(sets: &[&str]) -> Vec<Value> {
+/// `helm template` of the chart with `sets` and nothing else.
+fn helm_command(sets: &[&str]) -> Command {
     let mut command = Command::new(prepared_tool("TOOLMESH_TEST_HELM"));
     command
         .args(["template", "toolmesh"])
@@ -70,7 +90,20 @@ fn helm(sets: &[&str]) -> Vec<Value> {
     for set in sets {
         command.args(["--set", set]);
     }
-    render(command)
+    command
+}
+
+/// The chart rendered with `sets` and the hashes of the test's tokens.
+fn helm(sets: &[&str]) -> Vec<Value> {
+    let tokens = [
+        ("dispatcher", DISPATCHER_TOKEN),
+        ("executor", EXECUTOR_TOKEN),
+        ("agent", AGENT_TOKEN),
+    ]
+    .map(|(key, token)| format!("auth.tokenSha256.{key}={}", sha256_hex(token)));
+    let mut all: Vec<&str> = tokens.iter().map(String::as_str).collect();
+    all.extend_from_slice(sets);
+    render(helm_command(&all))
 }
 
 fn kind<'a>(objects: &'a [Value], kind: &str) -> impl Iterator<Item = &'a Value> {
@@ -126,11 +159,11 @@ impl Help {
     }
 }
 
-/// The health service a process of `subcommand` reports besides "".
-fn role_service(subcommand: &str) -> &'static str {
+/// The health service the liveness probe of a `subcommand` process asks.
+fn liveness_service(subcommand: &str) -> &'static str {
     match subcommand {
         "registry" => REGISTRY_HEALTH_SERVICE,
-        "dispatcher" => DISPATCHER_HEALTH_SERVICE,
+        "dispatcher" => DISPATCHER_LIVENESS_SERVICE,
         "example" => EXECUTOR_HEALTH_SERVICE,
         other => panic!("the manifests run `toolmesh {other}`, which no check here knows"),
     }
@@ -158,8 +191,10 @@ fn check_containers(objects: &[Value], help: &mut Help) {
             for env in container["env"].as_array().into_iter().flatten() {
                 let var = env["name"].as_str().unwrap_or_default();
                 if var.starts_with("TOOLMESH_") {
+                    // `[env: VAR]` where clap hides the value (tokens).
                     assert!(
-                        text.contains(&format!("[env: {var}=")),
+                        text.contains(&format!("[env: {var}="))
+                            || text.contains(&format!("[env: {var}]")),
                         "{what}: `toolmesh {subcommand}` reads no {var}"
                     );
                 }
@@ -184,7 +219,7 @@ fn check_containers(objects: &[Value], help: &mut Help) {
             let health = port_of(flag(&args, "--health-listen").expect("--health-listen"));
             assert_eq!(ports.get("health"), Some(&health), "{what}: health port");
             for (probe, service) in [
-                ("livenessProbe", role_service(subcommand)),
+                ("livenessProbe", liveness_service(subcommand)),
                 ("readinessProbe", ""),
             ] {
                 let grpc = &container[probe]["grpc"];
@@ -297,14 +332,24 @@ fn check_wiring(objects: &[Value]) {
     );
 }
 
+/// The policy file a render ships.
+fn policy_text(objects: &[Value]) -> &str {
+    kind(objects, "ConfigMap")
+        .find_map(|c| c["data"]["policy.toml"].as_str())
+        .expect("a ConfigMap with policy.toml")
+}
+
+/// The policy a render ships, written to a file in `dir`.
+fn policy_file(objects: &[Value], dir: &Path) -> PathBuf {
+    let path = dir.join("policy.toml");
+    std::fs::write(&path, policy_text(objects)).unwrap();
+    path
+}
+
 /// The policy a render ships loads in a real server.
 fn check_policy(objects: &[Value]) {
-    let policy = kind(objects, "ConfigMap")
-        .find_map(|c| c["data"]["policy.toml"].as_str())
-        .expect("a ConfigMap with policy.toml");
     let dir = temp_dir("deploy-policy");
-    let path = dir.join("policy.toml");
-    std::fs::write(&path, policy).unwrap();
+    let path = policy_file(objects, dir.path());
     let serve = Proc::toolmesh(
         "serve",
         &[
@@ -318,6 +363,96 @@ fn check_policy(objects: &[Value]) {
     serve.listen_addr();
 }
 
+/// The `secretKeyRef` of the variable `var` of `container`, which must not
+/// be optional (a missing token must stop the pod, not start it without one).
+fn secret_ref<'a>(container: &'a Value, var: &str) -> &'a Value {
+    let env = container["env"].as_array().into_iter().flatten();
+    let found = env
+        .into_iter()
+        .find(|e| e["name"] == var)
+        .unwrap_or_else(|| panic!("{var} is not set: {container}"));
+    let reference = &found["valueFrom"]["secretKeyRef"];
+    assert!(reference.is_object(), "{var} comes from a Secret: {found}");
+    assert_ne!(reference["optional"], true, "{var} is not optional");
+    reference
+}
+
+/// Who may do what in a render: its policy names a caller with the role
+/// `dispatcher` (by token or certificate) and gives anonymous callers no
+/// `dispatcher` or `admin` role (the roles it gives them are returned);
+/// dispatchers take `TOOLMESH_REGISTRY_TOKEN` and executors
+/// `TOOLMESH_TOKEN` from one Secret (keys `dispatcher` and `executor`).
+fn check_credentials(objects: &[Value]) -> Vec<String> {
+    let policy: Value = toml::from_str(policy_text(objects)).expect("the policy is TOML");
+    let callers = policy["callers"].as_array().into_iter().flatten();
+    assert!(
+        callers
+            .into_iter()
+            .any(|c| strings(&c["roles"]).contains(&"dispatcher")
+                && (c["token_sha256"].is_string() || c["tls_name"].is_string())),
+        "the policy names a dispatcher caller: {policy}"
+    );
+    let auth = &policy["auth"];
+    let anonymous: Vec<String> = if auth["allow_anonymous"] == true {
+        strings(&auth["anonymous"]["roles"])
+            .into_iter()
+            .map(str::to_owned)
+            .collect()
+    } else {
+        Vec::new()
+    };
+    for role in ["dispatcher", "admin"] {
+        assert!(
+            !anonymous.iter().any(|r| r == role),
+            "anonymous callers get no role {role}: {auth}"
+        );
+    }
+    let mut secrets = Vec::new();
+    for deployment in kind(objects, "Deployment") {
+        let container = &deployment["spec"]["template"]["spec"]["containers"][0];
+        let (var, key) = match strings(&container["args"]).first().copied() {
+            Some("dispatcher") => ("TOOLMESH_REGISTRY_TOKEN", "dispatcher"),
+            Some("example") => ("TOOLMESH_TOKEN", "executor"),
+            _ => continue,
+        };
+        let reference = secret_ref(container, var);
+        assert_eq!(reference["key"], key, "{}: {var}", name(deployment));
+        secrets.push(reference["name"].clone());
+    }
+    assert!(secrets.len() >= 2, "a dispatcher and an executor");
+    assert!(
+        secrets.windows(2).all(|w| w[0] == w[1]),
+        "one Secret holds the tokens: {secrets:?}"
+    );
+    anonymous
+}
+
+/// A registry on the render's policy refuses a dispatcher with the
+/// executor's token (it stays not ready and says so) and lets the one with
+/// the dispatcher token (whose hash the chart was given) read: it turns ready.
+async fn check_dispatcher_token_admitted(objects: &[Value]) {
+    let dir = temp_dir("deploy-credentials");
+    let path = policy_file(objects, dir.path());
+    let (_registry, registry_addr) = registry(&["--policy", path.to_str().unwrap()]);
+    let (refused, refused_addr) =
+        dispatcher_for(&registry_addr, &["--registry-token", EXECUTOR_TOKEN]);
+    refused.wait_for_line("registry refused", std::time::Duration::from_secs(30));
+    let not_serving = tonic_health::pb::health_check_response::ServingStatus::NotServing as i32;
+    assert_eq!(health_status(&refused_addr, "").await, not_serving);
+    let (_dispatcher, addr) =
+        dispatcher_for(&registry_addr, &["--registry-token", DISPATCHER_TOKEN]);
+    let serving = tonic_health::pb::health_check_response::ServingStatus::Serving as i32;
+    eventually(
+        "the chart's dispatcher token reads snapshots",
+        std::time::Duration::from_secs(10),
+        || {
+            let addr = addr.clone();
+            async move { (health_status(&addr, "").await == serving).then_some(()) }
+        },
+    )
+    .await;
+}
+
 /// The kustomize base: containers agree with the binary, objects are wired,
 /// the policy loads.
 #[tokio::test]
@@ -326,6 +461,7 @@ async fn kustomize_base_matches_the_binaries() {
     check_containers(&objects, &mut Help::default());
     check_wiring(&objects);
     check_policy(&objects);
+    assert_eq!(check_credentials(&objects), Vec::<String>::new());
 }
 
 /// The chart, by default and with TLS and persistence: containers agree
@@ -338,6 +474,11 @@ async fn helm_chart_matches_the_binaries_and_the_base() {
     check_containers(&default, &mut help);
     check_wiring(&default);
     check_policy(&default);
+    assert_eq!(check_credentials(&default), Vec::<String>::new());
+    check_dispatcher_token_admitted(&default).await;
+    let open = helm(&["auth.allowAnonymousAgents=true"]);
+    assert_eq!(check_credentials(&open), ["agent"]);
+    check_policy(&open);
 
     let tls = helm(&["tls.enabled=true", "registry.persistence.enabled=true"]);
     check_containers(&tls, &mut help);
@@ -383,6 +524,39 @@ async fn helm_chart_matches_the_binaries_and_the_base() {
         shape(&base),
         "the chart renders what the base does"
     );
+}
+
+/// Without the hashes of the dispatcher and executor tokens the chart does
+/// not render (its policy would serve no tool), and says how to make them;
+/// a value that is no SHA-256 is refused as well.
+#[test]
+fn helm_without_token_hashes_says_how_to_make_them() {
+    let executor = format!("auth.tokenSha256.executor={}", sha256_hex(EXECUTOR_TOKEN));
+    for (sets, wrong) in [
+        (
+            vec![executor.clone()],
+            "auth.tokenSha256.dispatcher is empty",
+        ),
+        (
+            vec![
+                executor,
+                "auth.tokenSha256.dispatcher=not-a-hash".to_owned(),
+            ],
+            "is \"not-a-hash\", not the 64 hex digits",
+        ),
+    ] {
+        let sets: Vec<&str> = sets.iter().map(String::as_str).collect();
+        let out = helm_command(&sets).output().expect("run helm");
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success(), "{sets:?} rendered");
+        for needle in [
+            wrong,
+            "kubectl create secret generic toolmesh-tokens",
+            "sha256sum",
+        ] {
+            assert!(stderr.contains(needle), "{needle:?} in {stderr}");
+        }
+    }
 }
 
 /// With metrics on, registry and dispatcher Services expose the `admin`

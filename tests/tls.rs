@@ -176,14 +176,6 @@ tools = ["acc_echo"]
     );
 }
 
-/// The plaintext health port's address, from a `… health checks on ADDR` line.
-fn health_addr(proc: &Proc) -> String {
-    let line = proc.wait_for_line("health checks on ", Duration::from_secs(30));
-    line.rsplit_once("health checks on ")
-        .map(|(_, addr)| addr.trim().to_owned())
-        .unwrap_or_else(|| panic!("no address in {line:?}"))
-}
-
 /// `grpc.health.v1` statuses of `services` asked in plaintext at `addr`.
 async fn plaintext_health(addr: &str, services: &[&str]) -> Vec<i32> {
     let channel = toolmesh::grpc::channel(addr, &toolmesh::grpc::Tls::none()).unwrap();

@@ -35,8 +35,12 @@ pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 pub const EXECUTOR_HEALTH_SERVICE: &str = "toolmesh.v1.Executor";
 /// The health service name a registry reports (besides `""`).
 pub const REGISTRY_HEALTH_SERVICE: &str = "toolmesh.v1.Registry";
-/// The health service name a dispatcher reports (besides `""`).
+/// The health service name a dispatcher reports (besides `""`): like `""`,
+/// NOT_SERVING until a separate dispatcher holds a snapshot from its registry.
 pub const DISPATCHER_HEALTH_SERVICE: &str = "toolmesh.v1.Dispatcher";
+/// The name a dispatcher's liveness probe asks: SERVING while the process
+/// runs (draining included), whether or not it holds a snapshot yet.
+pub const DISPATCHER_LIVENESS_SERVICE: &str = "toolmesh.v1.Dispatcher.Liveness";
 
 /// The `grpc.health.v1` service name that tracks whether a tool is exposed.
 pub fn tool_health_service(tool: &str) -> String {

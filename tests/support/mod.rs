@@ -271,6 +271,32 @@ pub fn message(response: &InvokeResponse) -> String {
         .unwrap_or_default()
 }
 
+/// The `grpc.health.v1` status of `service` at `addr` (plaintext);
+/// panics if the check fails.
+pub async fn health_status(addr: &str, service: &str) -> i32 {
+    let channel =
+        toolmesh::grpc::channel(addr, &toolmesh::grpc::Tls::none()).expect("valid address");
+    let request = tonic_health::pb::HealthCheckRequest {
+        service: service.to_owned(),
+    };
+    match tonic_health::pb::health_client::HealthClient::new(channel)
+        .check(request)
+        .await
+    {
+        Ok(response) => response.into_inner().status,
+        Err(status) => panic!("health check of {service:?} at {addr}: {status}"),
+    }
+}
+
+/// The address a process announced with `… health checks on ADDR`
+/// (`--health-listen`).
+pub fn health_addr(proc: &Proc) -> String {
+    let line = proc.wait_for_line("health checks on ", Duration::from_secs(30));
+    line.rsplit_once("health checks on ")
+        .map(|(_, addr)| addr.trim().to_owned())
+        .unwrap_or_else(|| panic!("no address in {line:?}"))
+}
+
 /// A fresh temporary directory, removed when the returned guard drops.
 pub fn temp_dir(label: &str) -> TempDir {
     TempDir::new(label).expect("create a temp dir")

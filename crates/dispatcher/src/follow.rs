@@ -4,7 +4,9 @@
 //! while every replica is away; a replica of the same epoch continues from
 //! the version held, without a full resync; and a restarted registry's
 //! first, still-empty snapshots do not hide tools whose executors have yet
-//! to register again.
+//! to register again. A refused read (the registry's policy gives this
+//! dispatcher's token no reading role) is told apart from an unreachable
+//! registry, at error level: it is fixed by a credential, not by waiting.
 
 use std::collections::HashSet;
 use std::sync::Arc;
@@ -17,7 +19,7 @@ use tonic_health::pb::{HealthCheckRequest, health_client::HealthClient};
 use toolmesh::Snapshot;
 use toolmesh::grpc::{BadAddress, MAX_SNAPSHOT_MESSAGE_BYTES, channel};
 use toolmesh::pb::{self, WatchSnapshotsRequest, registry_client::RegistryClient};
-use tracing::{info, warn};
+use tracing::{error, info, warn};
 
 const FIRST_BACKOFF: Duration = Duration::from_millis(50);
 const MAX_BACKOFF: Duration = Duration::from_secs(2);
@@ -126,7 +128,7 @@ impl Follower {
 
     async fn run(mut self, replicas: Vec<(String, Channel)>) {
         let mut backoff = FIRST_BACKOFF;
-        let mut outage_logged = false;
+        let mut outage = Outage::default();
         let mut current = 0;
         loop {
             current = self.pick(&replicas, current).await;
@@ -172,9 +174,8 @@ impl Follower {
                         };
                         match message {
                             Ok(Some(wire)) => {
-                                if outage_logged || self.tx.borrow().epoch().is_empty() {
+                                if outage.end() || self.tx.borrow().epoch().is_empty() {
                                     info!(registry = %self.address, epoch = %wire.epoch, version = wire.version, "following registry");
-                                    outage_logged = false;
                                 }
                                 backoff = FIRST_BACKOFF;
                                 match self.receive(&wire) {
@@ -191,10 +192,7 @@ impl Follower {
                                 break;
                             }
                             Err(status) => {
-                                if !outage_logged {
-                                    warn!(registry = %self.address, %status, "snapshot stream broke; serving the last snapshot");
-                                    outage_logged = true;
-                                }
+                                outage.report(&self.address, &status, Trouble::Broke);
                                 current += 1;
                                 break;
                             }
@@ -202,10 +200,7 @@ impl Follower {
                     }
                 }
                 Err(status) => {
-                    if !outage_logged {
-                        warn!(registry = %self.address, %status, "registry unreachable; serving the last snapshot");
-                        outage_logged = true;
-                    }
+                    outage.report(&self.address, &status, Trouble::Unreachable);
                     current += 1;
                 }
             }
@@ -263,6 +258,68 @@ impl Follower {
             let _ = self.tx.send(snapshot);
         }
     }
+}
+
+/// What kept the follower from a stream, when the status is no refusal.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Trouble {
+    /// The watch could not start.
+    Unreachable,
+    /// A stream that ran ended in an error.
+    Broke,
+    /// The registry refused this dispatcher's credential.
+    Refused,
+}
+
+/// The trouble last logged since snapshots last arrived: each kind is
+/// logged once per outage, and a change of kind again.
+#[derive(Debug, Default)]
+struct Outage {
+    logged: Option<Trouble>,
+}
+
+impl Outage {
+    /// Logs `status` from `registry` unless the same trouble already was;
+    /// a refusal (PERMISSION_DENIED, UNAUTHENTICATED) is logged as one,
+    /// whatever `otherwise` says.
+    fn report(&mut self, registry: &str, status: &tonic::Status, otherwise: Trouble) {
+        let trouble = if refused(status) {
+            Trouble::Refused
+        } else {
+            otherwise
+        };
+        if self.logged == Some(trouble) {
+            return;
+        }
+        self.logged = Some(trouble);
+        let reason = status.message();
+        match trouble {
+            Trouble::Refused => error!(
+                registry,
+                code = ?status.code(),
+                "registry refused: {reason}; this dispatcher reads no snapshot (and serves no tool) until --registry-token (TOOLMESH_REGISTRY_TOKEN) is the token of a [[callers]] entry the registry's policy gives the role \"dispatcher\""
+            ),
+            Trouble::Unreachable => {
+                warn!(registry, %status, "registry unreachable; serving the last snapshot")
+            }
+            Trouble::Broke => {
+                warn!(registry, %status, "snapshot stream broke; serving the last snapshot")
+            }
+        }
+    }
+
+    /// Snapshots arrive again; whether an outage had been logged.
+    fn end(&mut self) -> bool {
+        self.logged.take().is_some()
+    }
+}
+
+/// Whether the registry refused the caller rather than failed to answer.
+fn refused(status: &tonic::Status) -> bool {
+    matches!(
+        status.code(),
+        tonic::Code::PermissionDenied | tonic::Code::Unauthenticated
+    )
 }
 
 /// Whether `new` exposes every tool name `old` exposed.

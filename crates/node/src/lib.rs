@@ -10,6 +10,7 @@ mod config;
 mod error;
 mod governance;
 mod lanes;
+mod readiness;
 mod rollouts;
 mod server;
 mod shared_approvals;

@@ -5,6 +5,7 @@ use crate::config::{NodeConfig, Role};
 use crate::error::NodeError;
 use crate::governance::{PolicyGate, PolicySetup, audit_sink, load_policy};
 use crate::lanes;
+use crate::readiness::Readiness;
 use crate::rollouts;
 use crate::shared_approvals::SharedApprovals;
 use crate::shared_sessions::StoreSessions;
@@ -14,7 +15,7 @@ use tokio::{net::TcpListener, task::JoinHandle};
 use tokio_util::sync::CancellationToken;
 use tonic_health::{ServingStatus, server::HealthReporter};
 use toolmesh::Snapshot;
-use toolmesh::grpc::{DISPATCHER_HEALTH_SERVICE, HealthOnly, REGISTRY_HEALTH_SERVICE};
+use toolmesh::grpc::{HealthOnly, REGISTRY_HEALTH_SERVICE};
 use toolmesh_dispatcher::{
     Dispatcher, DispatcherConfig, Governance, RolloutControl, follow_registry,
 };
@@ -42,6 +43,7 @@ pub struct Running {
     pub mcp_addr: Option<SocketAddr>,
     mcp: Option<Mcp>,
     health: HealthReporter,
+    readiness: Option<Readiness>,
     health_only: Option<HealthOnly>,
     policy: PolicySetup,
     stop: CancellationToken,
@@ -69,6 +71,9 @@ impl Running {
     /// Stops accepting, reports NOT_SERVING, and lets in-flight calls finish
     /// within `grace`.
     pub async fn stop(self, grace: Duration) -> Result<(), NodeError> {
+        if let Some(readiness) = self.readiness {
+            readiness.stop().await;
+        }
         self.health
             .set_service_status("", ServingStatus::NotServing)
             .await;
@@ -180,6 +185,16 @@ pub async fn start(role: Role, config: &NodeConfig) -> Result<Running, NodeError
     // One audit sink per process: calls and rollout decisions alike.
     let audit = audit_sink(config).await?;
     let journal = rollouts::journal(audit.as_ref());
+    if let Some(registry) = &registry {
+        tokio::spawn(report_writable(registry.writable(), health.clone()));
+    }
+    let readiness = match &snapshots {
+        Some(snapshots) => {
+            let follows = matches!(role, Role::Dispatcher { .. });
+            Some(Readiness::report(&health, snapshots, follows).await)
+        }
+        None => None,
+    };
     let dispatcher = match snapshots {
         Some(snapshots) => Some(Dispatcher::with_governance(
             DispatcherConfig {
@@ -197,7 +212,6 @@ pub async fn start(role: Role, config: &NodeConfig) -> Result<Running, NodeError
         )),
         None => None,
     };
-    report_health(&health, registry.as_deref(), dispatcher.is_some()).await;
     let side = SideListeners::start(
         config,
         &health,
@@ -245,6 +259,7 @@ pub async fn start(role: Role, config: &NodeConfig) -> Result<Running, NodeError
         mcp_addr: side.mcp.as_ref().map(|(addr, _)| *addr),
         mcp: side.mcp.map(|(_, mcp)| mcp),
         health,
+        readiness,
         health_only: side.health_only,
         policy,
         stop,
@@ -280,18 +295,6 @@ async fn open_registry(
             Arc::new(Registry::open(registry_config, gate)?)
         }
     }))
-}
-
-/// Reports the registry's writability and the dispatcher on `health`.
-async fn report_health(health: &HealthReporter, registry: Option<&dyn Store>, dispatcher: bool) {
-    if let Some(registry) = registry {
-        tokio::spawn(report_writable(registry.writable(), health.clone()));
-    }
-    if dispatcher {
-        health
-            .set_service_status(DISPATCHER_HEALTH_SERVICE, ServingStatus::Serving)
-            .await;
-    }
 }
 
 /// The listeners beside the main one, each when asked for: health only

@@ -32,6 +32,69 @@ app.kubernetes.io/component: {{ .component }}
 {{- end -}}
 {{- end }}
 
+{{/*
+The SHA-256 of the token under `key` of auth.tokenSecret, checked:
+(dict "root" $ "key" "dispatcher" "required" true).
+*/}}
+{{- define "toolmesh.tokenSha256" -}}
+{{- $sha := get .root.Values.auth.tokenSha256 .key | default "" | trim | lower -}}
+{{- $make := printf "create the Secret %s (kubectl create secret generic %s --from-literal=dispatcher=$(openssl rand -hex 32) --from-literal=executor=$(openssl rand -hex 32) --from-literal=agent=$(openssl rand -hex 32)), then pass --set auth.tokenSha256.%s=$(kubectl get secret %s -o jsonpath='{.data.%s}' | base64 -d | sha256sum | cut -d' ' -f1)" .root.Values.auth.tokenSecret .root.Values.auth.tokenSecret .key .root.Values.auth.tokenSecret .key -}}
+{{- if and (not $sha) .required -}}
+{{- fail (printf "auth.tokenSha256.%s is empty: the policy must name the %s token, or no tool is served. To fix: %s (see deploy/README.md, \"Credentials\")" .key .key $make) -}}
+{{- end -}}
+{{- if and $sha (not (regexMatch "^[0-9a-f]{64}$" $sha)) -}}
+{{- fail (printf "auth.tokenSha256.%s is %q, not the 64 hex digits of a SHA-256. To fix: %s" .key $sha $make) -}}
+{{- end -}}
+{{- $sha -}}
+{{- end }}
+
+{{/*
+The policy file: [auth] and one [[callers]] entry per token of
+auth.tokenSecret (by its SHA-256), then policy.toml. Anonymous callers get
+no role, or only `agent` with auth.allowAnonymousAgents; never
+`dispatcher` or `admin`.
+*/}}
+{{- define "toolmesh.policy" -}}
+[auth]
+{{- if .Values.auth.allowAnonymousAgents }}
+allow_anonymous = true
+anonymous = { principal = "anonymous", tenant = "default", roles = ["agent"] }
+{{- else }}
+allow_anonymous = false
+{{- end }}
+
+# Dispatchers read snapshots with this token (--registry-token).
+[[callers]]
+token_sha256 = "{{ include "toolmesh.tokenSha256" (dict "root" . "key" "dispatcher" "required" true) }}"
+principal = "toolmesh-dispatchers"
+roles = ["dispatcher"]
+
+# Executors register with this token.
+[[callers]]
+token_sha256 = "{{ include "toolmesh.tokenSha256" (dict "root" . "key" "executor" "required" true) }}"
+principal = "toolmesh-executors"
+roles = ["executor"]
+{{- with include "toolmesh.tokenSha256" (dict "root" . "key" "agent" "required" false) }}
+
+# Agents list and call tools with this token.
+[[callers]]
+token_sha256 = "{{ . }}"
+principal = "agents"
+roles = ["agent"]
+{{- end }}
+
+{{ .Values.policy.toml }}
+{{- end }}
+
+{{/* What the pods' checksum/policy annotation hashes: the policy they load. */}}
+{{- define "toolmesh.policyChecksum" -}}
+{{- if .Values.policy.existingConfigMap -}}
+{{ .Values.policy.existingConfigMap | sha256sum }}
+{{- else -}}
+{{ include "toolmesh.policy" . | sha256sum }}
+{{- end -}}
+{{- end }}
+
 {{/* Flags every process of the mesh takes. */}}
 {{- define "toolmesh.commonArgs" -}}
 - --grace-ms={{ .Values.graceMs }}
@@ -83,9 +146,10 @@ publicly; the chart's scrape sends none, so it asks for public metrics.
 {{- end }}
 
 {{/*
-Native gRPC probes on the plaintext health-only port: liveness asks the
-process' own service (it stays SERVING while a server drains), readiness
-asks "" (NOT_SERVING from SIGTERM on). (dict "healthPort" 7071 "service" "toolmesh.v1.Registry")
+Native gRPC probes on the plaintext health-only port: liveness asks a name
+that stays SERVING while a server drains (a dispatcher's liveness name also
+while it waits for its first snapshot), readiness asks "" (NOT_SERVING from
+SIGTERM on, and on a dispatcher until it holds a snapshot). (dict "healthPort" 7071 "service" "toolmesh.v1.Registry")
 */}}
 {{- define "toolmesh.probes" -}}
 livenessProbe:
