@@ -1,7 +1,6 @@
 //! Tool references as callers write them — `name`, `name@1`, `name@1.2`,
 //! `name@1.2.3` — and how a reference picks one of the served versions.
 
-use crate::spec::MAX_NAME_CHARS;
 use semver::Version;
 use std::fmt;
 
@@ -53,6 +52,9 @@ pub struct ToolRef<'a> {
     /// The versions it accepts.
     pub version: VersionPattern,
 }
+
+/// Longest tool name, in characters.
+pub const MAX_NAME_CHARS: usize = 64;
 
 /// The longest reference parsed: a name of [`MAX_NAME_CHARS`] characters,
 /// `@` and a version of up to 64 characters. Anything longer is refused

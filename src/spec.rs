@@ -16,8 +16,7 @@ pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
 pub const MAX_TIMEOUT: Duration = Duration::from_secs(600);
 /// Longest description accepted, in characters.
 pub const MAX_DESCRIPTION_CHARS: usize = 4096;
-/// Longest tool name, in characters.
-pub const MAX_NAME_CHARS: usize = 64;
+pub use crate::reference::MAX_NAME_CHARS;
 /// Most attempts any retry policy may ask for (gRFC A6).
 pub const MAX_ATTEMPTS_CAP: u32 = 5;
 

@@ -1,6 +1,6 @@
 //! "Did you mean …?": close names for a tool name that does not exist.
 
-use crate::spec::MAX_NAME_CHARS;
+use crate::reference::MAX_NAME_CHARS;
 
 /// The most candidates scored for one name (each costs up to
 /// `MAX_NAME_CHARS`² steps).

@@ -28,6 +28,18 @@ async fn etcd(size: usize) -> EtcdCluster {
         .unwrap_or_else(|e| panic!("etcd tests need etcd: {e}"))
 }
 
+/// Turns on the machine: every test shares it (a read guard, taken before
+/// its cluster starts) except the one that measures a large registration,
+/// which runs alone (the write guard); beside another etcd test on two
+/// loaded cores it timed the machine, not the mesh.
+static TURNS: tokio::sync::RwLock<()> = tokio::sync::RwLock::const_new(());
+
+/// A shared turn on the machine and an etcd cluster of `size` members.
+async fn shared_etcd(size: usize) -> (tokio::sync::RwLockReadGuard<'static, ()>, EtcdCluster) {
+    let turn = TURNS.read().await;
+    (turn, etcd(size).await)
+}
+
 /// A registry replica over `store`, logging JSON lines (to read its
 /// replica id); returns it and its address.
 fn replica(store: &str) -> (Proc, String) {
@@ -152,7 +164,7 @@ fn executor_with_ttl(registries: &str, id: &str, ttl_ms: &str) -> Proc {
 ///    in etcd) guards it against calls that skip the dispatcher.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn two_replicas_agree_and_serve() {
-    let cluster = etcd(1).await;
+    let (_turn, cluster) = shared_etcd(1).await;
     let store = cluster.store_url();
     let (_a, a) = replica(&store);
     let (_b, b) = replica(&store);
@@ -202,7 +214,7 @@ async fn two_replicas_agree_and_serve() {
 /// progress) instead of waiting out read-your-writes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn writes_complete_in_a_shared_etcd() {
-    let cluster = etcd(1).await;
+    let (_turn, cluster) = shared_etcd(1).await;
     let store = cluster.store_url();
     let (_a, a) = replica(&store);
     register_once(&a, "shared-0")
@@ -233,7 +245,7 @@ async fn writes_complete_in_a_shared_etcd() {
 ///    lease TTL + 1 s (the health watch usually sees it much sooner).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn killed_executor_leaves_every_replica() {
-    let cluster = etcd(1).await;
+    let (_turn, cluster) = shared_etcd(1).await;
     let store = cluster.store_url();
     let (_a, a) = replica(&store);
     let (_b, b) = replica(&store);
@@ -336,7 +348,7 @@ async fn watcher_of(etcd: &toolmesh_etcd::Client, executor_id: &str) -> Option<S
 ///    de-exposes its tool within 1 s.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn health_watch_moves_to_a_surviving_replica() {
-    let cluster = etcd(1).await;
+    let (_turn, cluster) = shared_etcd(1).await;
     let store = cluster.store_url();
     let etcd = toolmesh_etcd::Client::from_url(&store).expect("etcd client");
     let (a_proc, a) = replica(&store);
@@ -404,6 +416,7 @@ async fn health_watch_moves_to_a_surviving_replica() {
 ///    size and operation limits), and every replica agrees on it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_thousand_tools_with_large_schemas() {
+    let _alone = TURNS.write().await;
     let cluster = etcd(1).await;
     let store = cluster.store_url();
     let (_a, a) = replica(&store);
@@ -454,7 +467,7 @@ async fn invoke_approved(
 ///    dispatcher is refused.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn approval_across_dispatchers() {
-    let cluster = etcd(1).await;
+    let (_turn, cluster) = shared_etcd(1).await;
     let store = cluster.store_url();
     let (_a, a) = replica(&store);
     let (_b, b) = replica(&store);
@@ -538,7 +551,7 @@ async fn invoke_in_session(
 /// (following replica B) in the same session, and only there.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn session_facts_across_dispatchers() {
-    let cluster = etcd(1).await;
+    let (_turn, cluster) = shared_etcd(1).await;
     let store = cluster.store_url();
     let (_a, a) = replica(&store);
     let (_b, b) = replica(&store);
@@ -690,7 +703,7 @@ async fn leader(cluster: &EtcdCluster, client: &toolmesh_etcd::Client) -> usize 
 ///    snapshot version goes backwards, and no call fails.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn etcd_leader_kill() {
-    let mut cluster = etcd(3).await;
+    let (_turn, mut cluster) = shared_etcd(3).await;
     let store = cluster.store_url();
     let client = toolmesh_etcd::Client::from_url(&store).expect("etcd client");
     let (_a, a) = replica(&store);
@@ -753,7 +766,7 @@ async fn etcd_leader_kill() {
 ///    everything converges without help.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn no_quorum_then_back() {
-    let cluster = etcd(3).await;
+    let (_turn, cluster) = shared_etcd(3).await;
     let store = cluster.store_url();
     let (_a, a) = replica(&store);
     let (_b, b) = replica(&store);
@@ -831,7 +844,7 @@ async fn no_quorum_then_back() {
 ///    was compacted away.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn compaction_while_disconnected() {
-    let cluster = etcd(3).await;
+    let (_turn, cluster) = shared_etcd(3).await;
     let client = toolmesh_etcd::Client::from_url(&cluster.store_url()).expect("etcd client");
     let only = |i: usize| cluster.client_url(i).replace("http://", "etcd://");
     let (_a, a) = replica(&format!(
@@ -916,7 +929,7 @@ async fn echo_version(addr: &str, session: &str) -> Option<String> {
 /// replica started again reads it back; an abort through B reaches A.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn rollouts_live_in_etcd() {
-    let cluster = etcd(1).await;
+    let (_turn, cluster) = shared_etcd(1).await;
     let store = cluster.store_url();
     let (mut a_proc, a) = replica(&store);
     let (_b, b) = replica(&store);

@@ -2,7 +2,8 @@
 //! `role grant-permission --prefix`, `user grant-role` and `auth enable`
 //! do): for tests and for bootstrapping a cluster.
 
-use crate::client::{Call, Client};
+use crate::auth::Call;
+use crate::client::Client;
 use crate::error::EtcdError;
 use crate::pb::{self, auth_client::AuthClient, authpb};
 

@@ -7,6 +7,7 @@ use crate::options::Credentials;
 use std::future::Future;
 use std::sync::{Mutex, PoisonError};
 use tonic::metadata::AsciiMetadataValue;
+use tonic::transport::Channel;
 use tonic::{Code, Status};
 
 /// The metadata key etcd reads the token from.
@@ -122,4 +123,22 @@ pub(crate) fn authenticate_refused(status: &Status, user: &str) -> Option<EtcdEr
 /// Whether etcd answered `Authenticate` with "authentication is not enabled".
 pub(crate) fn auth_disabled(status: &Status) -> bool {
     status.message().contains("authentication is not enabled")
+}
+
+/// One attempt's way to an endpoint: its channel and the token to send.
+#[derive(Clone)]
+pub(crate) struct Call {
+    pub(crate) channel: Channel,
+    pub(crate) token: Option<AsciiMetadataValue>,
+}
+
+impl Call {
+    /// `message` as a request carrying the token, if there is one.
+    pub(crate) fn request<T>(&self, message: T) -> tonic::Request<T> {
+        let mut request = tonic::Request::new(message);
+        if let Some(token) = &self.token {
+            request.metadata_mut().insert(TOKEN_HEADER, token.clone());
+        }
+        request
+    }
 }

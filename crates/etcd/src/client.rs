@@ -3,7 +3,7 @@
 //! the others when it is unavailable, endpoints that failed set aside for a
 //! while, and every request carrying the user's token when etcd wants one.
 
-use crate::auth::{self, Issued, Session, TOKEN_HEADER};
+use crate::auth::{self, Call, Issued, Session};
 use crate::error::{EtcdError, is_unavailable};
 use crate::handshake;
 use crate::options::ClientOptions;
@@ -78,24 +78,6 @@ impl Member {
             .lock()
             .unwrap_or_else(PoisonError::into_inner)
             .is_some_and(|until| until > now)
-    }
-}
-
-/// One attempt's way to an endpoint: its channel and the token to send.
-#[derive(Clone)]
-pub(crate) struct Call {
-    pub(crate) channel: Channel,
-    token: Option<AsciiMetadataValue>,
-}
-
-impl Call {
-    /// `message` as a request carrying the token, if there is one.
-    pub(crate) fn request<T>(&self, message: T) -> tonic::Request<T> {
-        let mut request = tonic::Request::new(message);
-        if let Some(token) = &self.token {
-            request.metadata_mut().insert(TOKEN_HEADER, token.clone());
-        }
-        request
     }
 }
 

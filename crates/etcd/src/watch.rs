@@ -1,7 +1,7 @@
 //! A watch over a key prefix: events grouped by revision, compaction and
 //! lost leaders reported as errors so the watcher can resync.
 
-use crate::client::Call;
+use crate::auth::Call;
 use crate::error::{EtcdError, is_unavailable};
 use crate::pb::{self, mvccpb, watch_client::WatchClient};
 use tokio::sync::mpsc;

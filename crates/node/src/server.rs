@@ -186,7 +186,11 @@ pub async fn start(role: Role, config: &NodeConfig) -> Result<Running, NodeError
     let audit = audit_sink(config).await?;
     let journal = rollouts::journal(audit.as_ref());
     if let Some(registry) = &registry {
-        tokio::spawn(report_writable(registry.writable(), health.clone()));
+        // The first status is set before the node answers anything; the
+        // task follows the changes.
+        let writable = registry.writable();
+        set_writable(&health, *writable.borrow()).await;
+        tokio::spawn(report_writable(writable, health.clone()));
     }
     let readiness = match &snapshots {
         Some(snapshots) => {
@@ -421,18 +425,24 @@ fn rollout_control(
 /// dispatchers following several replicas prefer another.
 async fn report_writable(mut writable: tokio::sync::watch::Receiver<bool>, health: HealthReporter) {
     loop {
-        let status = if *writable.borrow_and_update() {
-            ServingStatus::Serving
-        } else {
-            ServingStatus::NotServing
-        };
-        health
-            .set_service_status(REGISTRY_HEALTH_SERVICE, status)
-            .await;
+        let now = *writable.borrow_and_update();
+        set_writable(&health, now).await;
         if writable.changed().await.is_err() {
             return;
         }
     }
+}
+
+/// The registry's health: `SERVING` while it can take writes.
+async fn set_writable(health: &HealthReporter, writable: bool) {
+    let status = if writable {
+        ServingStatus::Serving
+    } else {
+        ServingStatus::NotServing
+    };
+    health
+        .set_service_status(REGISTRY_HEALTH_SERVICE, status)
+        .await;
 }
 
 /// Starts, announces the address on stdout, waits for `shutdown`, drains.
