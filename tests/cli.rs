@@ -9,17 +9,6 @@ use std::time::Duration;
 use support::*;
 use toolmesh::pb::{RegisterRequest, ToolSpec};
 
-/// The environment variables that would stand in for flags: the printed
-/// commands must work without them.
-const CLIENT_ENV: [&str; 6] = [
-    "TOOLMESH_SERVER",
-    "TOOLMESH_TOKEN",
-    "TOOLMESH_TLS_CA",
-    "TOOLMESH_TLS_CERT",
-    "TOOLMESH_TLS_KEY",
-    "TOOLMESH_TLS_CLIENT_CA",
-];
-
 /// `toolmesh ARGS…` run to the end, with `stdin` as its input, without
 /// the client environment.
 fn toolmesh(args: &[&str], stdin: &str) -> Output {
@@ -76,39 +65,30 @@ fn json_of(output: &Output, what: &str) -> serde_json::Value {
     })
 }
 
-/// A loopback port, not the default 7070, whose next port is free too
-/// (`up` serves MCP on --listen + 1).
-fn free_port_pair() -> u16 {
+/// A loopback port, not the default 7070, whose next two ports are free
+/// too (`up` serves MCP on --listen + 1 and its admin page on + 2).
+fn free_port_triple() -> u16 {
     for _ in 0..100 {
         let first = std::net::TcpListener::bind("127.0.0.1:0").expect("bind loopback");
         let port = first.local_addr().expect("local address").port();
-        if port != 7070
-            && port < u16::MAX
-            && std::net::TcpListener::bind(("127.0.0.1", port + 1)).is_ok()
-        {
+        let free = |by: u16| {
+            port.checked_add(by)
+                .is_some_and(|p| std::net::TcpListener::bind(("127.0.0.1", p)).is_ok())
+        };
+        if port != 7070 && free(1) && free(2) {
             return port;
         }
     }
-    panic!("no two consecutive free ports on 127.0.0.1");
+    panic!("no three consecutive free ports on 127.0.0.1");
 }
 
 /// `toolmesh up --listen 127.0.0.1:PORT EXTRA…` until it prints its
 /// commands; the lines under "Try, in another terminal:".
 fn up_and_its_commands(dir: &TempDir, extra: &[&str]) -> (Proc, String, Vec<String>) {
-    let addr = format!("127.0.0.1:{}", free_port_pair());
-    let mut command = Command::new(toolmesh_bin());
-    command.args(["up", "--listen", &addr]).args(extra);
-    for var in CLIENT_ENV {
-        command.env_remove(var);
-    }
-    // Logs to a file, so stdout holds only what `up` prints for people.
-    let up = toolmesh_procs::Spawn::new("up", command)
-        .stdout_lines()
-        .stderr(toolmesh_procs::Stderr::Log(dir.join("up.log")))
-        .start()
-        .unwrap_or_else(|e| panic!("{e}"));
-    up.wait_for_line("Press ctrl-c to stop.", Duration::from_secs(60));
-    let printed = up.lines_read();
+    let addr = format!("127.0.0.1:{}", free_port_triple());
+    let mut args = vec!["--listen", addr.as_str()];
+    args.extend_from_slice(extra);
+    let (up, printed) = up(dir, &args);
     let start = printed
         .iter()
         .position(|l| l.starts_with("Try, in another terminal:"))
@@ -161,6 +141,75 @@ async fn up_prints_commands_that_work_as_printed() {
         up.wait_exit(toolmesh_testkit::patient(Duration::from_secs(15)))
             .is_some_and(|s| s.success()),
         "up stops cleanly on SIGTERM"
+    );
+}
+
+/// The instances of `tool` in the snapshot of the server at `addr`.
+fn instances_of(addr: &str, tool: &str) -> usize {
+    let output = toolmesh(&["--server", addr, "--json", "snapshot"], "");
+    assert_exit(&output, 0, "snapshot");
+    let snapshot = json_of(&output, "snapshot");
+    snapshot["tools"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|t| t["spec"]["name"] == tool)
+        .map(|t| t["instances"].as_array().map_or(0, Vec::len))
+        .sum()
+}
+
+/// `--examples files` adds the file tools to the default three, and the
+/// "another executor" line `up` prints starts a replica that registers
+/// with the run's token beside the example `up` started.
+#[tokio::test]
+async fn up_adds_examples_and_takes_a_printed_replica() {
+    let dir = temp_dir("cli-up-examples");
+    let (_up, printed) = up(&dir, &["--listen", "127.0.0.1:0", "--examples", "files"]);
+    let addr = banner_after(&printed, "registry + dispatcher")
+        .split_whitespace()
+        .next()
+        .expect("an address")
+        .to_owned();
+    let output = toolmesh(&["--server", &addr, "--json", "tools"], "");
+    assert_exit(&output, 0, "tools");
+    let tools = json_of(&output, "tools");
+    let names: Vec<&str> = tools["tools"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|t| t["name"].as_str())
+        .collect();
+    for tool in ["search_kb", "get_user_info", "create_ticket", "read_file"] {
+        assert!(names.contains(&tool), "{tool} listed: {names:?}");
+    }
+
+    let replica = banner_after(&printed, "another executor").replace("NAME", "knowledge");
+    assert_eq!(instances_of(&addr, "search_kb"), 1, "before the replica");
+    let mut shell = Command::new("sh");
+    shell.args(["-c", &format!("exec env {replica}")]);
+    let mut replica_proc = Proc::spawn("replica", shell);
+    toolmesh_testkit::until(
+        "the replica registered beside the knowledge example",
+        Duration::from_secs(30),
+        || instances_of(&addr, "search_kb") == 2,
+    )
+    .await;
+    replica_proc.kill9();
+}
+
+/// `--no-default-examples` runs only the examples named, and with none
+/// named says so and exits 64.
+#[test]
+fn up_without_examples_is_bad_usage() {
+    let output = toolmesh(
+        &["up", "--listen", "127.0.0.1:0", "--no-default-examples"],
+        "",
+    );
+    assert_exit(&output, 64, "up with no example");
+    assert!(
+        text(&output.stderr).contains("--examples"),
+        "says how to name some: {}",
+        text(&output.stderr)
     );
 }
 

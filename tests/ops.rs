@@ -215,6 +215,82 @@ fn attribute(span: &Span, key: &str) -> Option<String> {
     })
 }
 
+/// Lowercase hex of a trace or span id.
+fn hex(id: &[u8]) -> String {
+    id.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// The spans of `trace_id` as the README draws them, once the collector
+/// holds them: the dispatcher's (`front`) `execute_tool TOOL` under the
+/// caller's span, its attempt under it, and the executor's (`executor`)
+/// `execute_tool TOOL` under the attempt.
+async fn three_spans(
+    collector: &Collector,
+    trace_id: &str,
+    caller_span: &str,
+    front: &str,
+    executor: &str,
+    tool: &str,
+) -> [Span; 3] {
+    let spans = eventually("three spans of the trace", Duration::from_secs(20), || {
+        let spans: Vec<(String, Span)> = collector
+            .spans
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|(_, s)| hex(&s.trace_id) == trace_id)
+            .cloned()
+            .collect();
+        std::future::ready((spans.len() >= 3).then_some(spans))
+    })
+    .await;
+    let find = |service: &str, name: &str| {
+        spans
+            .iter()
+            .find(|(svc, s)| svc.as_str() == service && s.name == name)
+            .map(|(_, s)| s.clone())
+            .unwrap_or_else(|| panic!("no span {name:?} from {service}: {spans:#?}"))
+    };
+    let call = find(front, &format!("execute_tool {tool}"));
+    let attempt = find(front, "execute_tool attempt");
+    let executed = find(executor, &format!("execute_tool {tool}"));
+    assert_eq!(
+        hex(&call.parent_span_id),
+        caller_span,
+        "continues the caller's trace"
+    );
+    assert_eq!(
+        attempt.parent_span_id, call.span_id,
+        "attempt under the call"
+    );
+    assert_eq!(
+        executed.parent_span_id, attempt.span_id,
+        "executor under the attempt"
+    );
+    [call, attempt, executed]
+}
+
+/// A request to call `tool` with `arguments`, continuing the caller span
+/// `caller_span` of `trace_id`.
+fn traced(
+    tool: &str,
+    arguments: &str,
+    trace_id: &str,
+    caller_span: &str,
+) -> tonic::Request<InvokeRequest> {
+    let mut request = tonic::Request::new(InvokeRequest {
+        tool: tool.into(),
+        arguments: arguments.into(),
+        context: Some(CallContext::default()),
+        ..Default::default()
+    });
+    request.metadata_mut().insert(
+        "traceparent",
+        format!("00-{trace_id}-{caller_span}-01").parse().unwrap(),
+    );
+    request
+}
+
 /// A call carrying a W3C traceparent becomes, in the collector: the
 /// dispatcher's `execute_tool acc_echo` span (child of the caller's span,
 /// GenAI attributes, call id), one attempt span under it, and the
@@ -260,67 +336,24 @@ async fn traces_cross_dispatcher_and_executor() {
 
     let trace_id = "4bf92f3577b34da6a3ce929d0e0e4736";
     let caller_span = "00f067aa0ba902b7";
-    let mut request = tonic::Request::new(InvokeRequest {
-        tool: "acc_echo".into(),
-        arguments: r#"{"message":"traced"}"#.into(),
-        context: Some(CallContext::default()),
-        ..Default::default()
-    });
-    request.metadata_mut().insert(
-        "traceparent",
-        format!("00-{trace_id}-{caller_span}-01").parse().unwrap(),
-    );
+    let request = traced("acc_echo", r#"{"message":"traced"}"#, trace_id, caller_span);
     let response = client.invoke(request).await.unwrap().into_inner();
     assert_eq!(code(&response), 0, "{}", message(&response));
     let failing_trace = "0af7651916cd43dd8448eb211c80319c";
-    let mut request = tonic::Request::new(InvokeRequest {
-        tool: "acc_nope".into(),
-        ..Default::default()
-    });
-    request.metadata_mut().insert(
-        "traceparent",
-        format!("00-{failing_trace}-{caller_span}-01")
-            .parse()
-            .unwrap(),
-    );
-    client.invoke(request).await.unwrap();
+    client
+        .invoke(traced("acc_nope", "", failing_trace, caller_span))
+        .await
+        .unwrap();
 
-    let hex = |id: &[u8]| id.iter().map(|b| format!("{b:02x}")).collect::<String>();
-    let spans = eventually("three spans of the trace", Duration::from_secs(20), || {
-        let spans: Vec<(String, Span)> = collector
-            .spans
-            .lock()
-            .unwrap()
-            .iter()
-            .filter(|(_, s)| hex(&s.trace_id) == trace_id)
-            .cloned()
-            .collect();
-        std::future::ready((spans.len() >= 3).then_some(spans))
-    })
-    .await;
-    let find = |service: &str, name: &str| {
-        spans
-            .iter()
-            .find(|(svc, s)| svc.as_str() == service && s.name == name)
-            .map(|(_, s)| s.clone())
-            .unwrap_or_else(|| panic!("no span {name:?} from {service}: {spans:#?}"))
-    };
-    let call = find("toolmesh-serve", "execute_tool acc_echo");
-    let attempt = find("toolmesh-serve", "execute_tool attempt");
-    let executed = find("acceptance", "execute_tool acc_echo");
-    assert_eq!(
-        hex(&call.parent_span_id),
+    let [call, _attempt, executed] = three_spans(
+        &collector,
+        trace_id,
         caller_span,
-        "continues the caller's trace"
-    );
-    assert_eq!(
-        attempt.parent_span_id, call.span_id,
-        "attempt under the call"
-    );
-    assert_eq!(
-        executed.parent_span_id, attempt.span_id,
-        "executor under the attempt"
-    );
+        "toolmesh-serve",
+        "acceptance",
+        "acc_echo",
+    )
+    .await;
     assert_eq!(
         attribute(&call, "gen_ai.operation.name").as_deref(),
         Some("execute_tool")
@@ -376,4 +409,84 @@ async fn traces_cross_dispatcher_and_executor() {
         "CallContext.trace_id is the span's trace"
     );
     drop(serve);
+}
+
+/// `toolmesh up` is the same product: `--otlp-endpoint` reaches its example
+/// executors (the README's three spans, across `up` and the knowledge
+/// example), it serves its admin page and `/metrics` unasked, and each
+/// example's `/metrics` is where its banner says.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn up_traces_and_measures_its_examples() {
+    let collector = Collector::default();
+    let otlp = toolmesh_testkit::serve_router(
+        tonic::transport::Server::builder().add_service(TraceServiceServer::new(collector.clone())),
+    )
+    .await;
+    let endpoint = format!("http://{otlp}");
+    let dir = temp_dir("up-ops");
+    let (_up, printed) = up(
+        &dir,
+        &["--listen", "127.0.0.1:0", "--otlp-endpoint", &endpoint],
+    );
+    let word = |label: &str| {
+        banner_after(&printed, label)
+            .split_whitespace()
+            .next()
+            .expect("a word after the label")
+            .to_owned()
+    };
+    let addr = word("registry + dispatcher");
+    let mut client = dispatcher(&addr);
+    let trace_id = "5bf92f3577b34da6a3ce929d0e0e4737";
+    let caller_span = "10f067aa0ba902b8";
+    let request = traced(
+        "search_kb",
+        r#"{"query": "reset password"}"#,
+        trace_id,
+        caller_span,
+    );
+    let response = client.invoke(request).await.unwrap().into_inner();
+    assert_eq!(code(&response), 0, "{}", message(&response));
+    three_spans(
+        &collector,
+        trace_id,
+        caller_span,
+        "toolmesh-up",
+        "toolmesh-example-knowledge",
+        "search_kb",
+    )
+    .await;
+
+    let host_port = |url: &str| {
+        url.strip_prefix("http://")
+            .and_then(|rest| rest.split('/').next())
+            .unwrap_or_else(|| panic!("not an http URL: {url}"))
+            .to_owned()
+    };
+    let admin = word("admin page, /metrics");
+    assert!(
+        banner_after(&printed, "admin page, /metrics").contains("dev-approver"),
+        "says which token logs in: {printed:#?}"
+    );
+    let node = scrape(&host_port(&admin));
+    let calls = r#"toolmesh_dispatcher_calls_total{tool="search_kb","#;
+    assert!(
+        node.lines()
+            .any(|l| l.starts_with(calls) && l.contains(r#"code="OK""#)),
+        "{calls} in\n{node}"
+    );
+    let knowledge = banner_after(&printed, "executor knowledge");
+    let metrics_url = knowledge
+        .split_whitespace()
+        .skip_while(|word| *word != "metrics")
+        .nth(1)
+        .unwrap_or_else(|| panic!("no metrics URL on {knowledge:?}"));
+    let (status, executor) =
+        toolmesh_testkit::http(&host_port(metrics_url), "GET", "/metrics", &[], "");
+    assert_eq!(status, 200, "{executor}");
+    let executions = r#"toolmesh_executor_executions_total{tool="search_kb","#;
+    assert!(
+        executor.lines().any(|l| l.starts_with(executions)),
+        "{executions} in\n{executor}"
+    );
 }

@@ -71,6 +71,46 @@ impl TestProc for Proc {
     }
 }
 
+/// The environment variables that would stand in for client flags: what
+/// `up` prints must work without them.
+pub const CLIENT_ENV: [&str; 6] = [
+    "TOOLMESH_SERVER",
+    "TOOLMESH_TOKEN",
+    "TOOLMESH_TLS_CA",
+    "TOOLMESH_TLS_CERT",
+    "TOOLMESH_TLS_KEY",
+    "TOOLMESH_TLS_CLIENT_CA",
+];
+
+/// `toolmesh up ARGS…` without the client environment, its logs in
+/// `dir/up.log`, until it prints "Press ctrl-c to stop."; with what it
+/// printed for people (stdout) by then.
+pub fn up(dir: &TempDir, args: &[&str]) -> (Proc, Vec<String>) {
+    let mut command = Command::new(toolmesh_bin());
+    command.arg("up").args(args);
+    for var in CLIENT_ENV {
+        command.env_remove(var);
+    }
+    let up = toolmesh_procs::Spawn::new("up", command)
+        .stdout_lines()
+        .stderr(toolmesh_procs::Stderr::Log(dir.join("up.log")))
+        .start()
+        .unwrap_or_else(|e| panic!("{e}"));
+    up.wait_for_line("Press ctrl-c to stop.", Duration::from_secs(60));
+    let printed = up.lines_read();
+    (up, printed)
+}
+
+/// What `up` printed after `label` on the banner line that starts with it
+/// (trimmed), e.g. the address after "registry + dispatcher".
+pub fn banner_after<'a>(printed: &'a [String], label: &str) -> &'a str {
+    printed
+        .iter()
+        .find_map(|line| line.trim_start().strip_prefix(label))
+        .map(str::trim)
+        .unwrap_or_else(|| panic!("no banner line {label:?} in {printed:#?}"))
+}
+
 /// `toolmesh serve` on a free port.
 pub fn serve(extra: &[&str]) -> (Proc, String) {
     on_free_port("serve", &[], extra)

@@ -418,13 +418,34 @@ pub(crate) struct UpArgs {
     /// Registry and dispatcher settings.
     #[command(flatten)]
     pub(crate) serve: ServeArgs,
-    /// Example executors to start.
-    #[arg(
-        long,
-        value_delimiter = ',',
-        default_value = "knowledge,accounts,support"
-    )]
+    /// More example executors to start, besides knowledge, accounts and
+    /// support (comma-separated; `files` adds the file tools).
+    #[arg(long, value_delimiter = ',')]
     pub(crate) examples: Vec<String>,
+    /// Start only the --examples named, not the default three.
+    #[arg(long)]
+    pub(crate) no_default_examples: bool,
+}
+
+/// The example executors `up` starts unless told `--no-default-examples`.
+pub(crate) const DEFAULT_EXAMPLES: [&str; 3] = ["knowledge", "accounts", "support"];
+
+impl UpArgs {
+    /// The examples to start, each once, in order: the default three (unless
+    /// `--no-default-examples`), then the `--examples` named.
+    pub(crate) fn example_names(&self) -> Vec<String> {
+        let defaults = DEFAULT_EXAMPLES
+            .iter()
+            .filter(|_| !self.no_default_examples)
+            .map(|name| (*name).to_owned());
+        let mut names: Vec<String> = Vec::new();
+        for name in defaults.chain(self.examples.iter().cloned()) {
+            if !names.contains(&name) {
+                names.push(name);
+            }
+        }
+        names
+    }
 }
 
 /// `toolmesh example`.
@@ -576,6 +597,25 @@ mod tests {
             .try_get_matches_from(std::iter::once("toolmesh").chain(line.iter().copied()))
             .unwrap_or_else(|e| panic!("{line:?}: {e}"));
         checked(&matches)
+    }
+
+    /// `up --examples` adds to the default three, once each, in order;
+    /// `--no-default-examples` keeps only those named.
+    #[test]
+    fn up_examples_add_to_the_defaults() {
+        let names = |line: &[&str]| match parse(line).unwrap().command {
+            Command::Up(args) => args.example_names(),
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(names(&["up"]), DEFAULT_EXAMPLES);
+        assert_eq!(
+            names(&["up", "--examples", "files,knowledge"]),
+            ["knowledge", "accounts", "support", "files"]
+        );
+        assert_eq!(
+            names(&["up", "--no-default-examples", "--examples", "files"]),
+            ["files"]
+        );
     }
 
     /// The client flags mean the same before and after the subcommand.

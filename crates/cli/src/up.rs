@@ -3,10 +3,12 @@
 use crate::args::{DEFAULT_SERVER, UpArgs};
 use crate::{Failure, node_failure};
 use anyhow::Context;
-use std::path::Path;
+use std::net::{IpAddr, SocketAddr};
+use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 use tokio::process::Command;
 use toolmesh::grpc::TlsFiles;
+use toolmesh_governance::DEV_APPROVER_TOKEN;
 use toolmesh_node::Role;
 use toolmesh_procs::{ArmParentDeath, ParentDeath, Proc, Spawn};
 
@@ -22,6 +24,21 @@ pub(crate) async fn run(
     arm: ArmParentDeath,
 ) -> Result<(), Failure> {
     let started = Instant::now();
+    let names = args.example_names();
+    if names.is_empty() {
+        return Err(Failure::Usage(
+            "--no-default-examples starts no example: name some with --examples".to_owned(),
+        ));
+    }
+    if let Some(name) = names
+        .iter()
+        .find(|name| toolmesh_examples::example(name, &Default::default()).is_none())
+    {
+        return Err(Failure::Usage(format!(
+            "unknown example {name:?}; choose from {}",
+            toolmesh_examples::EXAMPLE_NAMES.join(", ")
+        )));
+    }
     let role = Role::Serve {
         default_ttl: Duration::from_millis(args.serve.default_ttl_ms),
     };
@@ -32,32 +49,49 @@ pub(crate) async fn run(
         dev_executor_token: Some(token.clone()),
         ..args.serve.node_config(tls)
     };
-    if args.serve.server.mcp_listen.is_none() {
-        config.mcp_listen = default_mcp_listen(&config.listen);
+    let server = &args.serve.server;
+    if server.mcp_listen.is_none() {
+        config.mcp_listen = next_port(&config.listen, 1);
     }
+    config.admin_listen = match server.ops.admin_listen.as_deref() {
+        None => next_port(&config.listen, 2).map(on_loopback),
+        Some("none") => None,
+        Some(addr) => Some(addr.to_owned()),
+    };
     let running = toolmesh_node::start(role, &config)
         .await
         .map_err(node_failure)?;
     let addr = running.addr.to_string();
-    let exe =
-        std::env::current_exe().context("cannot find the toolmesh binary to start examples")?;
-    let mut children: Vec<(String, Proc)> = Vec::new();
-    for name in &args.examples {
-        if toolmesh_examples::example(name, &Default::default()).is_none() {
-            return Err(Failure::Usage(format!(
-                "unknown example {name:?}; choose from {}",
-                toolmesh_examples::EXAMPLE_NAMES.join(", ")
-            )));
-        }
-        let child = spawn_example(&exe, name, &addr, &token, tls.files(), arm)
+    let launch = Launch {
+        exe: std::env::current_exe()
+            .context("cannot find the toolmesh binary to start examples")?,
+        registry: addr.clone(),
+        token,
+        tls: tls.files().clone(),
+        otlp_endpoint: server.ops.otlp_endpoint.clone(),
+        admin_allowed_hosts: server.ops.admin_allowed_hosts.clone(),
+        arm,
+    };
+    let mut children: Vec<Example> = Vec::new();
+    for name in names {
+        // Each example's admin listener beside the node's, on a port kept
+        // for it across restarts.
+        let admin = match &running.admin {
+            Some(admin) => Some(free_port_on(admin.addr.ip()).with_context(|| {
+                format!("cannot find a free port for example {name}'s admin listener")
+            })?),
+            None => None,
+        };
+        let proc = launch
+            .spawn(&name, admin)
             .with_context(|| format!("cannot start example executor {name}"))?;
-        children.push((name.clone(), child));
+        children.push(Example { name, admin, proc });
     }
     let dispatcher = running
         .dispatcher
         .clone()
         .context("serve always runs a dispatcher")?;
-    let expected = args.examples.len();
+    let expected = children.len();
     let ready = loop {
         let snapshot = dispatcher.current_snapshot();
         let services: std::collections::HashSet<&str> = snapshot
@@ -74,21 +108,41 @@ pub(crate) async fn run(
         tokio::time::sleep(Duration::from_millis(20)).await;
     };
     let tools = dispatcher.current_snapshot().name_count();
-    let me = shell_word(&command_name(&exe));
+    let me = shell_word(&command_name(&launch.exe));
+    let flags = tls_flags(tls.files());
     println!("toolmesh is up in {} ms", started.elapsed().as_millis());
     println!("  registry + dispatcher  {addr}  (grpc.health.v1, reflection)");
     if let Some(token) = running.dev_dispatcher_token() {
         println!(
-            "  another dispatcher     {me} dispatcher --registry {addr} --registry-token {token}"
+            "  another dispatcher     {me}{flags} dispatcher --registry {addr} --registry-token {token}"
         );
     }
     if let Some(url) = running.mcp_url() {
-        let flags = tls_flags(tls.files());
         println!("  MCP (Streamable HTTP)  {url}  (stdio: {me} --server {addr}{flags} mcp)");
     }
-    for (name, child) in &children {
-        println!("  executor {name:<13} pid {}", child.pid());
+    if let Some(admin) = &running.admin {
+        let login = if server.policy.is_none() {
+            format!("log in with the token {DEV_APPROVER_TOKEN}")
+        } else {
+            "log in with the token of an admin or operator".to_owned()
+        };
+        println!("  admin page, /metrics   {}/  ({login})", admin.url());
     }
+    for example in &children {
+        let metrics = match example.admin {
+            Some(admin) => format!("  metrics {}://{admin}/metrics", admin_scheme(tls)),
+            None => String::new(),
+        };
+        println!(
+            "  executor {:<13} pid {}{metrics}",
+            example.name,
+            example.proc.pid()
+        );
+    }
+    println!(
+        "  another executor       TOOLMESH_TOKEN={} {me}{flags} example NAME --registry {addr}",
+        launch.token
+    );
     if !ready {
         println!(
             "  warning: not every example registered within {READY_TIMEOUT:?}; see the logs above"
@@ -113,29 +167,37 @@ pub(crate) async fn run(
             _ = &mut shutdown => break,
             _ = tokio::time::sleep(RESTART_CHECK) => {}
         }
-        for (name, child) in children.iter_mut() {
-            if let Some(status) = child.try_exit() {
+        for example in children.iter_mut() {
+            if let Some(status) = example.proc.try_exit() {
+                let name = &example.name;
                 tracing::warn!(example = %name, %status, "example executor exited; starting it again");
-                match spawn_example(&exe, name, &addr, &token, tls.files(), arm) {
-                    Ok(again) => *child = again,
+                match launch.spawn(name, example.admin) {
+                    Ok(again) => example.proc = again,
                     Err(e) => tracing::error!(example = %name, error = %e, "cannot start it again"),
                 }
             }
         }
     }
     println!("stopping: draining executors, then the server");
-    for (_, child) in &children {
+    for example in &children {
         // SIGTERM lets each executor deregister and drain.
-        child.signal(libc::SIGTERM);
+        example.proc.signal(libc::SIGTERM);
     }
-    let grace = Duration::from_millis(args.serve.server.grace_ms);
-    for (name, mut child) in children {
-        if child.wait_timeout(grace).await.is_none() {
-            tracing::warn!(example = %name, "did not stop in time; killing it");
-            child.kill_and_reap().await;
+    let grace = Duration::from_millis(server.grace_ms);
+    for mut example in children {
+        if example.proc.wait_timeout(grace).await.is_none() {
+            tracing::warn!(example = %example.name, "did not stop in time; killing it");
+            example.proc.kill_and_reap().await;
         }
     }
     running.stop(grace).await.map_err(node_failure)
+}
+
+/// An example executor `up` runs, and where its admin listener is.
+struct Example {
+    name: String,
+    admin: Option<SocketAddr>,
+    proc: Proc,
 }
 
 /// The client commands `up` suggests (each must succeed as printed).
@@ -214,15 +276,48 @@ fn shell_word(word: &str) -> String {
     }
 }
 
-/// Where `up` serves MCP when not told: the --listen port + 1 on the same
-/// host (port 0 stays 0, so tests get a free port for both).
-fn default_mcp_listen(listen: &str) -> Option<String> {
+/// The --listen address with its port moved up by `by` (port 0 stays 0,
+/// so tests get free ports for everything): where `up` serves MCP (+1)
+/// and its admin page (+2) when not told.
+fn next_port(listen: &str, by: u16) -> Option<String> {
     let addr = toolmesh::grpc::listen_address(listen).ok()?;
     let port = match addr.port() {
         0 => 0,
-        port => port.checked_add(1)?,
+        port => port.checked_add(by)?,
     };
-    Some(std::net::SocketAddr::new(addr.ip(), port).to_string())
+    Some(SocketAddr::new(addr.ip(), port).to_string())
+}
+
+/// `addr` with a loopback host when its host is a wildcard: the admin page
+/// `up` serves unasked stays on this machine.
+fn on_loopback(addr: String) -> String {
+    match addr.parse::<SocketAddr>() {
+        Ok(mut parsed) if parsed.ip().is_unspecified() => {
+            parsed.set_ip(std::net::Ipv4Addr::LOCALHOST.into());
+            parsed.to_string()
+        }
+        _ => addr,
+    }
+}
+
+/// A port free on `ip` now, for a child to bind: the port the kernel
+/// hands out for port 0, released at once.
+fn free_port_on(ip: IpAddr) -> std::io::Result<SocketAddr> {
+    let bind = if ip.is_unspecified() {
+        IpAddr::from(std::net::Ipv4Addr::LOCALHOST)
+    } else {
+        ip
+    };
+    std::net::TcpListener::bind((bind, 0))?.local_addr()
+}
+
+/// `https` when admin listeners serve TLS (they do with a certificate).
+fn admin_scheme(tls: &toolmesh::grpc::Tls) -> &'static str {
+    if tls.files().cert.is_some() {
+        "https"
+    } else {
+        "http"
+    }
 }
 
 /// `toolmesh` when that is the binary on PATH, else the path to this binary.
@@ -240,41 +335,64 @@ fn command_name(exe: &std::path::Path) -> String {
     relative.unwrap_or_else(|| exe.display().to_string())
 }
 
-/// Starts `toolmesh example NAME` registering with `registry`, its output
-/// on this terminal; it gets SIGTERM should `up` die, even by SIGKILL.
-fn spawn_example(
-    exe: &std::path::Path,
-    name: &str,
-    registry: &str,
-    token: &str,
-    tls: &toolmesh::grpc::TlsFiles,
+/// How `up` starts its example executors: the same binary, registering
+/// with this node under the run's token, with its TLS files, traces and
+/// admin listener settings.
+struct Launch {
+    exe: PathBuf,
+    registry: String,
+    token: String,
+    tls: TlsFiles,
+    otlp_endpoint: Option<String>,
+    admin_allowed_hosts: Vec<String>,
     arm: ArmParentDeath,
-) -> Result<Proc, toolmesh_procs::ProcError> {
-    let mut command = Command::new(exe);
-    // The examples speak TLS exactly as `up` does.
-    for (var, file) in [
-        ("TOOLMESH_TLS_CA", &tls.ca),
-        ("TOOLMESH_TLS_CERT", &tls.cert),
-        ("TOOLMESH_TLS_KEY", &tls.key),
-        ("TOOLMESH_TLS_CLIENT_CA", &tls.client_ca),
-    ] {
-        if let Some(file) = file {
-            command.env(var, file);
+}
+
+impl Launch {
+    /// Starts `toolmesh example NAME`, its admin listener on `admin` if
+    /// given, its output on this terminal; it gets SIGTERM should `up` die,
+    /// even by SIGKILL.
+    fn spawn(
+        &self,
+        name: &str,
+        admin: Option<SocketAddr>,
+    ) -> Result<Proc, toolmesh_procs::ProcError> {
+        let mut command = Command::new(&self.exe);
+        // The examples speak TLS exactly as `up` does.
+        for (var, file) in [
+            ("TOOLMESH_TLS_CA", &self.tls.ca),
+            ("TOOLMESH_TLS_CERT", &self.tls.cert),
+            ("TOOLMESH_TLS_KEY", &self.tls.key),
+            ("TOOLMESH_TLS_CLIENT_CA", &self.tls.client_ca),
+        ] {
+            if let Some(file) = file {
+                command.env(var, file);
+            }
         }
+        command
+            .args(["example", name, "--registry", &self.registry])
+            .env("TOOLMESH_TOKEN", &self.token)
+            // Meant for `up` itself: examples listen on loopback port 0 and
+            // register what they bind.
+            .env_remove("TOOLMESH_ADVERTISE")
+            .env_remove("TOOLMESH_HEALTH_LISTEN")
+            .env_remove("TOOLMESH_ADMIN_LISTEN");
+        if let Some(admin) = admin {
+            command.args(["--admin-listen", &admin.to_string()]);
+        }
+        if !self.admin_allowed_hosts.is_empty() {
+            command.args(["--admin-allowed-hosts", &self.admin_allowed_hosts.join(",")]);
+        }
+        if let Some(endpoint) = &self.otlp_endpoint {
+            command.args(["--otlp-endpoint", endpoint]);
+        }
+        Spawn::new(format!("example {name}"), command)
+            .parent_death(Some(ParentDeath {
+                signal: libc::SIGTERM,
+                arm: self.arm,
+            }))
+            .start()
     }
-    command
-        .args(["example", name, "--registry", registry])
-        .env("TOOLMESH_TOKEN", token)
-        // Meant for `up` itself: examples listen on loopback port 0 and
-        // register what they bind.
-        .env_remove("TOOLMESH_ADVERTISE")
-        .env_remove("TOOLMESH_HEALTH_LISTEN");
-    Spawn::new(format!("example {name}"), command)
-        .parent_death(Some(ParentDeath {
-            signal: libc::SIGTERM,
-            arm,
-        }))
-        .start()
 }
 
 #[cfg(test)]
@@ -340,5 +458,23 @@ mod tests {
         assert!(
             grpcurl_line(DEFAULT_SERVER, &mtls).contains("-cert /pki/cert.pem -key /pki/key.pem")
         );
+    }
+
+    /// MCP and the admin page take the next ports unless --listen asks for
+    /// port 0; the admin page `up` adds on its own stays on loopback.
+    #[test]
+    fn unasked_doors_take_the_next_ports() {
+        assert_eq!(
+            next_port("127.0.0.1:7070", 1).as_deref(),
+            Some("127.0.0.1:7071")
+        );
+        assert_eq!(
+            next_port("127.0.0.1:7070", 2).as_deref(),
+            Some("127.0.0.1:7072")
+        );
+        assert_eq!(next_port("127.0.0.1:0", 2).as_deref(), Some("127.0.0.1:0"));
+        assert_eq!(next_port("127.0.0.1:65535", 1), None);
+        assert_eq!(on_loopback("0.0.0.0:7072".into()), "127.0.0.1:7072");
+        assert_eq!(on_loopback("10.1.2.3:7072".into()), "10.1.2.3:7072");
     }
 }

@@ -1,0 +1,352 @@
+//! The README's snippets run as printed: its code blocks are this test's
+//! input, read from README.md itself, never a copy. The MCP client
+//! configurations (stdio and URL forms) and the Python client reach a
+//! running `toolmesh up`; the Python executor's shell steps build and run
+//! `examples/python/executor.py` against it, and the executor's core the
+//! README shows is that file's own code. The only substitutions are the
+//! placeholders a reader fills in: the address of this run's `up` for the
+//! default ones, and a real token for `YOUR-TOKEN` / `$TOKEN`.
+
+mod support;
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
+use support::*;
+
+/// A fenced code block of the README, with the heading it sits under.
+#[derive(Debug)]
+struct Block {
+    heading: String,
+    lang: String,
+    text: String,
+}
+
+fn root() -> &'static Path {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+}
+
+/// Every fenced block of README.md, in order.
+fn blocks() -> Vec<Block> {
+    let readme = std::fs::read_to_string(root().join("README.md")).expect("read README.md");
+    let mut blocks = Vec::new();
+    let mut heading = String::new();
+    let mut open: Option<Block> = None;
+    for line in readme.lines() {
+        match (&mut open, line.strip_prefix("```")) {
+            (None, Some(lang)) => {
+                open = Some(Block {
+                    heading: heading.clone(),
+                    lang: lang.trim().to_owned(),
+                    text: String::new(),
+                })
+            }
+            (Some(_), Some(_)) => blocks.extend(open.take()),
+            (Some(block), None) => {
+                block.text.push_str(line);
+                block.text.push('\n');
+            }
+            (None, None) => {
+                if let Some(title) = line.strip_prefix('#').map(|t| t.trim_start_matches('#')) {
+                    heading = title.trim().to_owned();
+                }
+            }
+        }
+    }
+    assert!(open.is_none(), "README.md ends inside a code block");
+    blocks
+}
+
+/// The blocks in `lang` under the heading `heading`, at least one.
+fn blocks_under(heading: &str, lang: &str) -> Vec<Block> {
+    let found: Vec<Block> = blocks()
+        .into_iter()
+        .filter(|b| b.heading == heading && b.lang == lang)
+        .collect();
+    assert!(
+        !found.is_empty(),
+        "README.md has no {lang} block under \"{heading}\""
+    );
+    found
+}
+
+/// A running `toolmesh up` (default examples, development policy) and what
+/// its banner says.
+struct Up {
+    _proc: Proc,
+    _dir: TempDir,
+    addr: String,
+    mcp_url: String,
+    executor_token: String,
+}
+
+fn start_up(label: &str) -> Up {
+    let dir = temp_dir(label);
+    let (proc, printed) = up(&dir, &["--listen", "127.0.0.1:0"]);
+    let first = |label: &str| {
+        banner_after(&printed, label)
+            .split_whitespace()
+            .next()
+            .expect("a word after the label")
+            .to_owned()
+    };
+    let executor_token = banner_after(&printed, "another executor")
+        .split_whitespace()
+        .find_map(|word| word.strip_prefix("TOOLMESH_TOKEN="))
+        .unwrap_or_else(|| panic!("no executor token in {printed:#?}"))
+        .to_owned();
+    Up {
+        addr: first("registry + dispatcher"),
+        mcp_url: first("MCP (Streamable HTTP)"),
+        executor_token,
+        _proc: proc,
+        _dir: dir,
+    }
+}
+
+/// The token the snippets' `YOUR-TOKEN` stands for: a caller the
+/// development policy knows.
+const YOUR_TOKEN: &str = "dev-approver";
+
+/// `text` with the README's placeholders filled in for `up`.
+fn filled(text: &str, up: &Up) -> String {
+    text.replace("http://127.0.0.1:7071/mcp", &up.mcp_url)
+        .replace("127.0.0.1:7070", &up.addr)
+        .replace("YOUR-TOKEN", YOUR_TOKEN)
+}
+
+/// A directory holding a `toolmesh` that is this build's binary, for PATH:
+/// the snippets call `toolmesh` by name.
+fn toolmesh_on_path(dir: &Path) -> std::ffi::OsString {
+    let bin = dir.join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    let link = bin.join("toolmesh");
+    if !link.exists() {
+        std::os::unix::fs::symlink(toolmesh_bin(), &link).unwrap();
+    }
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::join_paths(std::iter::once(bin).chain(std::env::split_paths(&path))).unwrap()
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// `line` run by `sh -c` in `dir` with `path` as PATH and `env`, to the end.
+fn shell(line: &str, dir: &Path, path: &std::ffi::OsStr, env: &[(&str, &str)]) -> Output {
+    let mut command = Command::new("sh");
+    command
+        .args(["-c", line])
+        .current_dir(dir)
+        .env("PATH", path)
+        .stdin(Stdio::null());
+    for var in CLIENT_ENV {
+        command.env_remove(var);
+    }
+    command.envs(env.iter().copied());
+    command.output().expect("run sh")
+}
+
+/// The Python interpreter scripts/prepare/python.sh made (with `mcp`).
+fn test_python() -> PathBuf {
+    std::env::var_os("TOOLMESH_TEST_PYTHON")
+        .map(PathBuf::from)
+        .expect("TOOLMESH_TEST_PYTHON is not set: run the tests with scripts/test (scripts/prepare/python.sh makes it)")
+}
+
+/// "Use it from an MCP client": the stdio configuration's command and
+/// args speak MCP with the dispatcher; the URL form's address and headers
+/// list the tools; the Python client's program prints a successful call;
+/// and the `pip install` line names the version the tests pin.
+#[tokio::test]
+async fn mcp_client_snippets_run_as_printed() {
+    let up = start_up("readme-mcp");
+    let heading = "Use it from an MCP client";
+    let configs = blocks_under(heading, "json");
+    assert_eq!(configs.len(), 2, "a stdio and a URL configuration");
+
+    // stdio: the command and args as a client would start them.
+    let config: serde_json::Value =
+        serde_json::from_str(&filled(&configs[0].text, &up)).expect("the stdio config is JSON");
+    let server = &config["mcpServers"]["toolmesh"];
+    assert_eq!(server["command"], "toolmesh");
+    let args: Vec<&str> = server["args"]
+        .as_array()
+        .expect("args")
+        .iter()
+        .filter_map(|a| a.as_str())
+        .collect();
+    let requests = [
+        r#"{"jsonrpc":"2.0","id":1,"method":"initialize","params":{"protocolVersion":"2025-06-18","capabilities":{},"clientInfo":{"name":"readme","version":"1"}}}"#,
+        r#"{"jsonrpc":"2.0","method":"notifications/initialized"}"#,
+        r#"{"jsonrpc":"2.0","id":2,"method":"tools/call","params":{"name":"search_kb","arguments":{"query":"reset password"}}}"#,
+    ];
+    let mut bridge = tokio::process::Command::new(toolmesh_bin())
+        .args(&args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .kill_on_drop(true)
+        .spawn()
+        .expect("start the stdio bridge");
+    {
+        use tokio::io::AsyncWriteExt;
+        let stdin = bridge.stdin.as_mut().unwrap();
+        for request in requests {
+            stdin
+                .write_all(format!("{request}\n").as_bytes())
+                .await
+                .unwrap();
+        }
+    }
+    let answer = {
+        use tokio::io::AsyncBufReadExt;
+        let mut lines = tokio::io::BufReader::new(bridge.stdout.take().unwrap()).lines();
+        let answered = async {
+            while let Some(line) = lines.next_line().await.expect("read the bridge") {
+                let message: serde_json::Value = serde_json::from_str(&line).unwrap_or_else(|e| {
+                    panic!("the bridge wrote a line that is not JSON ({e}): {line}")
+                });
+                if message["id"] == 2 {
+                    return message;
+                }
+            }
+            panic!("the stdio bridge closed its output before answering the call")
+        };
+        tokio::time::timeout(toolmesh_testkit::patient(Duration::from_secs(30)), answered)
+            .await
+            .expect("the stdio bridge answers the call")
+    };
+    assert_eq!(answer["result"]["isError"], false, "{answer}");
+    drop(bridge);
+
+    // URL form: its address and headers.
+    let config: serde_json::Value =
+        serde_json::from_str(&filled(&configs[1].text, &up)).expect("the URL config is JSON");
+    let server = &config["mcpServers"]["toolmesh"];
+    let url = server["url"].as_str().expect("url");
+    let (host, path) = url
+        .strip_prefix("http://")
+        .and_then(|rest| rest.split_once('/'))
+        .expect("an http URL");
+    let mut headers: Vec<(String, String)> = server["headers"]
+        .as_object()
+        .expect("headers")
+        .iter()
+        .map(|(k, v)| (k.clone(), v.as_str().unwrap_or_default().to_owned()))
+        .collect();
+    headers.push(("content-type".into(), "application/json".into()));
+    headers.push((
+        "accept".into(),
+        "application/json, text/event-stream".into(),
+    ));
+    let headers: Vec<(&str, &str)> = headers
+        .iter()
+        .map(|(k, v)| (k.as_str(), v.as_str()))
+        .collect();
+    let (status, body) = toolmesh_testkit::http(
+        host,
+        "POST",
+        &format!("/{path}"),
+        &headers,
+        r#"{"jsonrpc":"2.0","id":1,"method":"tools/list"}"#,
+    );
+    assert_eq!(status, 200, "{body}");
+    assert!(body.contains("\"search_kb\""), "{body}");
+
+    // Python, with the official client, at the version the tests pin.
+    let prose = std::fs::read_to_string(root().join("README.md")).unwrap();
+    let pinned = std::fs::read_to_string(root().join("tests/python/requirements.txt")).unwrap();
+    let pin = pinned
+        .lines()
+        .find(|l| l.starts_with("mcp=="))
+        .expect("tests/python/requirements.txt pins mcp");
+    assert!(
+        prose.contains(&format!("`pip install {pin}`")),
+        "the README's pip line names {pin}"
+    );
+    let program = filled(&blocks_under(heading, "python")[0].text, &up);
+    let dir = temp_dir("readme-python-client");
+    let script = dir.join("client.py");
+    std::fs::write(&script, program).unwrap();
+    let output = Command::new(test_python())
+        .arg(&script)
+        .output()
+        .expect("run the Python client");
+    assert!(
+        output.status.success(),
+        "{}\n{}",
+        text(&output.stdout),
+        text(&output.stderr)
+    );
+    let printed = text(&output.stdout);
+    assert!(
+        printed.starts_with("False ") && printed.contains("KB-"),
+        "is_error False, then the text and data: {printed}"
+    );
+}
+
+/// "In Python": the core the README shows is `examples/python/executor.py`'s
+/// own code, and its shell steps, run in order in a fresh directory, make
+/// the virtualenv, generate the stubs, start the executor with the token
+/// `up` prints, and the call it ends with succeeds.
+#[tokio::test]
+async fn python_executor_snippets_run_as_printed() {
+    let heading = "In Python";
+    let executor = std::fs::read_to_string(root().join("examples/python/executor.py")).unwrap();
+    let core = &blocks_under(heading, "python")[0].text;
+    assert!(
+        executor.contains(core.as_str()),
+        "the README's executor core is not examples/python/executor.py's code:\n{core}"
+    );
+
+    let up = start_up("readme-python-executor");
+    let dir = temp_dir("readme-python-executor-work");
+    for shared in ["proto", "examples"] {
+        std::os::unix::fs::symlink(root().join(shared), dir.join(shared)).unwrap();
+    }
+    let path = toolmesh_on_path(dir.path());
+    let steps = filled(&blocks_under(heading, "sh")[0].text, &up);
+    let lines: Vec<&str> = steps.lines().filter(|l| !l.trim().is_empty()).collect();
+    let serving = lines
+        .iter()
+        .position(|l| l.contains("examples/python/executor.py"))
+        .expect("a line that starts the executor");
+    let env = [
+        ("TOKEN", up.executor_token.as_str()),
+        ("TOOLMESH_SERVER", up.addr.as_str()),
+    ];
+    for line in &lines[..serving] {
+        let output = shell(line, dir.path(), &path, &env);
+        assert!(
+            output.status.success(),
+            "`{line}` failed:\n{}\n{}",
+            text(&output.stdout),
+            text(&output.stderr)
+        );
+    }
+    let mut command = Command::new("sh");
+    command
+        .args(["-c", &format!("exec env {}", lines[serving])])
+        .current_dir(dir.path())
+        .env("PATH", &path)
+        .envs(env);
+    let mut executor = Proc::spawn("python executor", command);
+    for line in &lines[serving + 1..] {
+        let output = eventually(
+            &format!("`{line}` succeeds once the executor registered"),
+            Duration::from_secs(60),
+            || {
+                let output = shell(line, dir.path(), &path, &env);
+                std::future::ready(output.status.success().then_some(output))
+            },
+        )
+        .await;
+        assert!(
+            text(&output.stdout).contains("shipped"),
+            "{}",
+            text(&output.stdout)
+        );
+    }
+    executor.kill9();
+}
