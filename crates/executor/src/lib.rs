@@ -642,3 +642,9 @@ fn server_outcome(
         Err(e) => Err(ExecutorError::ServerTask(e.to_string())),
     }
 }
+
+/// README.md's `rust` blocks are doctests of this crate: its executor
+/// example compiles as printed (fragments are marked `ignore`).
+#[cfg(doctest)]
+#[doc = include_str!("../../../README.md")]
+struct Readme;
