@@ -114,6 +114,8 @@ fn notes_value<'a>(notes: &'a str, label: &str) -> &'a str {
 /// Where an agent reaches the mesh, and with what.
 struct Agent {
     token: String,
+    /// The NOTES, whose commands for the user's machine are run too.
+    notes: Option<String>,
     /// `host:port` of the gRPC door, as a client in the cluster names it.
     grpc: String,
     /// `host:port` of the MCP door, as a client in the cluster names it.
@@ -149,6 +151,7 @@ fn install_chart(
     assert_eq!(agent_secret, secret);
     let agent = Agent {
         token: tokens[&agent_key].clone(),
+        notes: Some(install.notes.clone()),
         grpc: notes_value(&install.notes, "- gRPC: ").to_owned(),
         mcp: notes_value(&install.notes, "- MCP (Streamable HTTP): ")
             .strip_prefix("http://")
@@ -199,9 +202,127 @@ fn search(id: u64) -> Value {
            "params": {"name": "search_kb", "arguments": {"query": "reset password"}}})
 }
 
+/// The words of a shell command line as sh splits them: quotes removed,
+/// `$TOKEN` replaced by `token` outside single quotes.
+fn shell_words(line: &str, token: &str) -> Vec<String> {
+    let mut words = Vec::new();
+    let mut word: Option<String> = None;
+    let mut chars = line.chars();
+    while let Some(c) = chars.next() {
+        match c {
+            ' ' | '\t' => words.extend(word.take()),
+            '\'' => word
+                .get_or_insert_default()
+                .extend(chars.by_ref().take_while(|&c| c != '\'')),
+            '"' => {
+                let quoted: String = chars.by_ref().take_while(|&c| c != '"').collect();
+                word.get_or_insert_default()
+                    .push_str(&quoted.replace("$TOKEN", token));
+            }
+            '$' if chars.as_str().starts_with("TOKEN") => {
+                word.get_or_insert_default().push_str(token);
+                chars.nth("TOKEN".len() - 1);
+            }
+            c => word.get_or_insert_default().push(c),
+        }
+    }
+    words.extend(word);
+    words
+}
+
+/// Runs the NOTES' commands for the user's machine as the user would (the
+/// agent token in `$TOKEN`): `kubectl port-forward svc/NAME PORT…` forwards
+/// 127.0.0.1:PORT to the Service's PORT, then each `toolmesh …` and `curl
+/// …` must succeed and show the chart's tool.
+async fn follow_notes(cluster: &Cluster, notes: &str, token: &str) {
+    let block = notes
+        .split_once("From your machine")
+        .map(|(_, rest)| rest)
+        .expect("the NOTES say how to call from the user's machine");
+    let lines: Vec<String> = block
+        .lines()
+        .skip(1)
+        .skip_while(|l| l.trim().is_empty())
+        .take_while(|l| !l.trim().is_empty())
+        .collect::<Vec<_>>()
+        .join("\n")
+        .replace("\\\n", " ")
+        .lines()
+        .map(str::to_owned)
+        .collect();
+    let mut forwards: BTreeMap<String, String> = BTreeMap::new();
+    for line in &lines {
+        let words = shell_words(line, token);
+        let words: Vec<&str> = words
+            .iter()
+            .map(String::as_str)
+            .filter(|w| *w != "&")
+            .collect();
+        match words.first().copied() {
+            Some("kubectl") => {
+                let at = words
+                    .iter()
+                    .position(|w| *w == "port-forward")
+                    .expect("port-forward");
+                let service = words[at + 1].strip_prefix("svc/").expect("svc/NAME");
+                for port in &words[at + 2..] {
+                    let local = format!("127.0.0.1:{port}");
+                    forwards.insert(local, cluster.dial(None, &format!("{service}:{port}")));
+                }
+            }
+            Some("toolmesh") => {
+                let args: Vec<&str> = words[1..]
+                    .iter()
+                    .map(|w| forwards.get(*w).map_or(*w, String::as_str))
+                    .collect();
+                let (ok, out) = cli(&args).await;
+                assert!(ok && out.contains("search_kb"), "{line}: {out}");
+            }
+            Some("curl") => {
+                let url = words
+                    .iter()
+                    .find(|w| w.starts_with("http://"))
+                    .expect("a URL");
+                let (authority, path) = url["http://".len()..].split_once('/').expect("a path");
+                let flag_values = |flag: &str| -> Vec<&str> {
+                    words
+                        .windows(2)
+                        .filter(|w| w[0] == flag)
+                        .map(|w| w[1])
+                        .collect()
+                };
+                let mut headers: Vec<(&str, &str)> = vec![("Host", authority)];
+                for header in flag_values("-H") {
+                    let (name, value) = header.split_once(": ").expect("NAME: VALUE");
+                    headers.push((name, value));
+                }
+                let body = flag_values("-d");
+                let method = if body.is_empty() { "GET" } else { "POST" };
+                let addr = forwards.get(authority).expect("a forwarded port");
+                let (status, out) = http(
+                    addr,
+                    method,
+                    &format!("/{path}"),
+                    &headers,
+                    body.first().copied().unwrap_or_default(),
+                )
+                .await
+                .unwrap_or_else(|e| panic!("{line}: {e}"));
+                assert!(
+                    status == 200 && out.contains("search_kb"),
+                    "{line}: {status} {out}"
+                );
+            }
+            other => panic!("the NOTES run {other:?}, which this test does not know: {line}"),
+        }
+    }
+    assert!(!forwards.is_empty() && lines.len() >= 3, "{lines:?}");
+}
+
 /// The agent's checks: over gRPC (the CLI through the Service, and each
-/// dispatcher replica), over MCP under each Host a client sends, and the
-/// refusals of callers without a token and of foreign Hosts.
+/// dispatcher replica), over MCP under each Host a client sends, the
+/// NOTES' own commands, and the refusals of callers without a token and of
+/// foreign Hosts.
 async fn check_agent(cluster: &Cluster, agent: &Agent, mcp_hosts: &[String]) {
     // A dispatcher is ready once it holds a snapshot; the executors'
     // registrations may reach it a moment later.
@@ -263,6 +384,9 @@ async fn check_agent(cluster: &Cluster, agent: &Agent, mcp_hosts: &[String]) {
     assert!(ok && called.contains("KB-101"), "{called}");
     let (ok, anonymous) = cli(&["tools", "--server", &grpc]).await;
     assert!(!ok && anonymous.contains("no bearer token"), "{anonymous}");
+    if let Some(notes) = &agent.notes {
+        follow_notes(cluster, notes, &agent.token).await;
+    }
 
     let door = cluster.dial(None, &agent.mcp);
     for host in mcp_hosts {
@@ -394,6 +518,7 @@ async fn kustomize_base_with_its_overlay_serves() {
     };
     let agent = Agent {
         token: tokens["agent"].clone(),
+        notes: None,
         grpc: format!("{}:{}", name(dispatcher_service), port("grpc")),
         mcp: format!("{}:{}", name(dispatcher_service), port("mcp")),
     };
@@ -420,7 +545,8 @@ fn relative(from: &Path, to: &Path) -> PathBuf {
 /// a bundled three-member etcd, its metrics are where the monitors point,
 /// and losing the busiest registry replica to SIGKILL fails no call while
 /// the mesh keeps changing: an executor started after the kill registers
-/// through a surviving replica and every dispatcher lists and calls it.
+/// through a surviving replica and every dispatcher calls it; the replica
+/// started again turns ready.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn chart_with_ha_values_survives_a_registry_replica() {
     const HOST: &str = "mcp.toolmesh.test";
@@ -531,11 +657,10 @@ async fn chart_with_ha_values_survives_a_registry_replica() {
     .await;
     stop.store(true, Ordering::Relaxed);
     caller.await.expect("no call failed");
-    let survivors = cluster
-        .pods_of(&format!("{RELEASE}-registry"))
-        .into_iter()
-        .filter(|&p| p != victim);
-    for pod in survivors {
+    // The kubelet starts the killed container again; it rejoins on etcd.
+    let victim_name = cluster.pods[victim].name.clone();
+    cluster.start(|pod| pod.name == victim_name);
+    for pod in cluster.pods_of(&format!("{RELEASE}-registry")) {
         cluster.wait_ready(pod).await;
     }
 }
