@@ -941,3 +941,33 @@ fn dockerfile_is_pinned_labelled_and_distroless() {
         }
     }
 }
+
+/// The NOTES print a call of search_kb only when an executor runs the
+/// knowledge example; otherwise a listing, over gRPC and MCP alike.
+#[test]
+fn helm_notes_call_a_tool_the_release_runs() {
+    let dir = temp_dir("notes-values");
+    let values = dir.join("accounts-only.yaml");
+    std::fs::write(
+        &values,
+        "executors:\n  - {name: accounts, example: accounts, replicas: 1, port: 9001, healthPort: 9002, resources: {requests: {cpu: 50m, memory: 64Mi}}}\n",
+    )
+    .unwrap();
+    let hashes: Vec<String> = [
+        ("dispatcher", DISPATCHER_TOKEN),
+        ("executor", EXECUTOR_TOKEN),
+    ]
+    .iter()
+    .map(|(key, token)| format!("auth.tokenSha256.{key}={}", sha256_hex(token)))
+    .collect();
+    let default = helm_install("toolmesh", "default", &[], &hashes).notes;
+    let accounts = helm_install("toolmesh", "default", &[values], &hashes).notes;
+    for (notes, shown, hidden) in [
+        (&default, "toolmesh call search_kb", "toolmesh tools"),
+        (&accounts, "toolmesh tools", "search_kb"),
+    ] {
+        assert!(notes.contains(shown) && !notes.contains(hidden), "{notes}");
+    }
+    assert!(default.contains(r#""method":"tools/call""#), "{default}");
+    assert!(accounts.contains(r#""method":"tools/list""#), "{accounts}");
+}
