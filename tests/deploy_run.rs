@@ -1,7 +1,7 @@
 //! The deployment serves: the chart (default values, and values-ha.yaml)
 //! and the kustomize base are rendered with the real `helm` and `kubectl`
 //! and what they describe runs on loopback as real processes
-//! (tests/support/loopback_cluster.rs: every replica's exact command, args
+//! (tests/support/loopback_cluster/: every replica's exact command, args
 //! and env, mounted ConfigMaps and Secrets, Services and NetworkPolicies).
 //! The user's side follows the NOTES (or deploy/README.md for the base):
 //! the Secret of tokens their command creates, the agent token they say to
@@ -122,17 +122,18 @@ struct Agent {
     mcp: String,
 }
 
+/// A release as the user made it.
+struct Installed {
+    objects: Vec<Value>,
+    agent: Agent,
+    /// The Secrets the user created (name → key → value).
+    secrets: BTreeMap<String, BTreeMap<String, String>>,
+}
+
 /// The chart installed as its NOTES say: the Secret their command makes
 /// (fresh tokens), the install with its tokens' hashes, and the agent's
 /// side read from the NOTES.
-fn install_chart(
-    values: &[PathBuf],
-    sets: &[&str],
-) -> (
-    Vec<Value>,
-    Agent,
-    BTreeMap<String, BTreeMap<String, String>>,
-) {
+fn install_chart(values: &[PathBuf], sets: &[&str]) -> Installed {
     let tokens = tokens_secret(&["dispatcher", "executor", "agent"]);
     let mut all: Vec<String> = tokens
         .iter()
@@ -159,10 +160,15 @@ fn install_chart(
             .expect("http://HOST:PORT/mcp")
             .to_owned(),
     };
-    (install.objects, agent, BTreeMap::from([(secret, tokens)]))
+    Installed {
+        objects: install.objects,
+        agent,
+        secrets: BTreeMap::from([(secret, tokens)]),
+    }
 }
 
-/// `toolmesh ARGS…` as a user runs it; its exit success and stdout.
+/// `toolmesh ARGS…` as a user runs it: whether it succeeded, and what it
+/// printed (stdout, then stderr).
 async fn cli(args: &[&str]) -> (bool, String) {
     let out = tokio::process::Command::new(toolmesh_testkit::toolmesh_bin())
         .args(args)
@@ -483,7 +489,11 @@ async fn check_scrapes(cluster: &Cluster) {
 /// The default chart, as its NOTES tell a new user to install it, serves.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn chart_with_default_values_serves() {
-    let (objects, agent, secrets) = install_chart(&[], &[]);
+    let Installed {
+        objects,
+        agent,
+        secrets,
+    } = install_chart(&[], &[]);
     let mut cluster = Cluster::new(NAMESPACE, objects, secrets).await;
     start_ready(&mut cluster, |_| true).await;
     cluster.check_probes().await;
@@ -569,7 +579,11 @@ async fn chart_with_ha_values_survives_a_registry_replica() {
         "executors:\n  - {name: knowledge, example: knowledge, replicas: 2, port: 9001, healthPort: 9002, resources: {requests: {cpu: 50m, memory: 64Mi}}}\n  - {name: accounts, example: accounts, replicas: 1, port: 9001, healthPort: 9002, resources: {requests: {cpu: 50m, memory: 64Mi}}}\n",
     )
     .unwrap();
-    let (objects, agent, secrets) = install_chart(
+    let Installed {
+        objects,
+        agent,
+        secrets,
+    } = install_chart(
         &[chart_dir().join("values-ha.yaml"), late],
         &[
             "metrics.enabled=true",
