@@ -1,22 +1,31 @@
 //! The deployment files render and agree with the binaries. `kubectl
 //! kustomize deploy/kubernetes` and `helm template deploy/helm/toolmesh`
-//! (with and without TLS, metrics and persistence) are rendered with the
-//! real tools (scripts/prepare/kube-tools.sh installs them), then checked:
-//! every flag a container passes is one its subcommand takes and every
-//! `TOOLMESH_*` variable one it reads (`toolmesh SUB --help`), probes are
-//! native gRPC probes on the port `--health-listen` opens asking the
-//! service names the servers report (`toolmesh::grpc` constants), the
-//! termination grace period is above `--grace-ms`, executors advertise
-//! their pod IP on the port they listen on, Services target declared ports,
-//! dispatchers are replicated, spread, budgeted and offered headless, the
-//! policy loads, names a dispatcher caller and gives anonymous callers no
-//! dispatcher or admin role, dispatchers and executors take their tokens
-//! from the Secret, a dispatcher with the token the chart's policy names
-//! turns ready, and the chart renders what the kustomize base does.
+//! (with and without TLS, metrics, persistence and high availability) are
+//! rendered with the real tools (scripts/prepare/kube-tools.sh installs
+//! them), then checked: every flag a container passes is one its subcommand
+//! takes and every `TOOLMESH_*` variable one it reads (`toolmesh SUB
+//! --help`), probes are native gRPC probes on the port `--health-listen`
+//! opens asking the service names the servers report (`toolmesh::grpc`
+//! constants), the termination grace period is above `--grace-ms`,
+//! executors advertise their pod IP on the port they listen on, Services
+//! target declared ports, dispatchers are replicated, spread, budgeted and
+//! offered headless, the MCP door listens on the port its Service targets
+//! and accepts the Service's names, the policy loads, names a dispatcher
+//! caller and gives anonymous callers no dispatcher or admin role,
+//! dispatchers and executors take their tokens from the Secret, a
+//! dispatcher with the token the chart's policy names turns ready, the
+//! NetworkPolicies admit exactly the connections the mesh makes, registry
+//! replicas need etcd, the bundled etcd keeps a quorum, the image is pinned
+//! and labelled, and the chart renders what the kustomize base does.
+//! tests/deploy_run.rs runs what they render.
 
+#[path = "support/network_policy.rs"]
+mod network_policy;
+#[path = "support/render.rs"]
+mod render;
 mod support;
 
-use serde::Deserialize;
+use render::*;
 use serde_json::Value;
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -26,75 +35,18 @@ use toolmesh::grpc::{
     DISPATCHER_LIVENESS_SERVICE, EXECUTOR_HEALTH_SERVICE, REGISTRY_HEALTH_SERVICE,
 };
 
-/// The repository's root.
-fn root() -> &'static Path {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-}
-
-/// The tool named by `var`, which scripts/prepare/kube-tools.sh exports.
-fn prepared_tool(var: &str) -> PathBuf {
-    let path = std::env::var_os(var).map(PathBuf::from).unwrap_or_else(|| {
-        panic!("{var} is not set: run the tests with scripts/test, whose scripts/prepare/kube-tools.sh installs helm and kubectl and exports {var}")
-    });
-    assert!(
-        path.exists(),
-        "{var}={} does not exist: run scripts/prepare/kube-tools.sh again",
-        path.display()
-    );
-    path
-}
-
 /// The tokens the chart is rendered for (their hashes go in the values).
 const DISPATCHER_TOKEN: &str = "tok-chart-dispatcher";
 const EXECUTOR_TOKEN: &str = "tok-chart-executor";
 const AGENT_TOKEN: &str = "tok-chart-agent";
 
-/// The hex SHA-256 of `token`, as `auth.tokenSha256.*` takes it.
-fn sha256_hex(token: &str) -> String {
-    use sha2::Digest;
-    sha2::Sha256::digest(token.as_bytes())
-        .iter()
-        .map(|b| format!("{b:02x}"))
-        .collect()
+fn kustomize_base() -> Vec<Value> {
+    kustomize(&base_dir())
 }
 
-/// Runs `command` and parses its standard output as YAML documents.
-fn render(mut command: Command) -> Vec<Value> {
-    let out = command.output().expect("run the renderer");
-    assert!(
-        out.status.success(),
-        "{command:?} failed: {}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let text = String::from_utf8(out.stdout).expect("UTF-8 manifests");
-    serde_yaml::Deserializer::from_str(&text)
-        .map(|document| Value::deserialize(document).expect("valid YAML"))
-        .filter(|document| !document.is_null())
-        .collect()
-}
-
-fn kustomize() -> Vec<Value> {
-    let mut command = Command::new(prepared_tool("TOOLMESH_TEST_KUBECTL"));
-    command
-        .arg("kustomize")
-        .arg(root().join("deploy/kubernetes"));
-    render(command)
-}
-
-/// `helm template` of the chart with `sets` and nothing else.
-fn helm_command(sets: &[&str]) -> Command {
-    let mut command = Command::new(prepared_tool("TOOLMESH_TEST_HELM"));
-    command
-        .args(["template", "toolmesh"])
-        .arg(root().join("deploy/helm/toolmesh"));
-    for set in sets {
-        command.args(["--set", set]);
-    }
-    command
-}
-
-/// The chart rendered with `sets` and the hashes of the test's tokens.
-fn helm(sets: &[&str]) -> Vec<Value> {
+/// The chart rendered from the `values` file (if any) with `sets` and the
+/// hashes of the test's tokens.
+fn helm_with(values: Option<&str>, sets: &[&str]) -> Vec<Value> {
     let tokens = [
         ("dispatcher", DISPATCHER_TOKEN),
         ("executor", EXECUTOR_TOKEN),
@@ -103,43 +55,37 @@ fn helm(sets: &[&str]) -> Vec<Value> {
     .map(|(key, token)| format!("auth.tokenSha256.{key}={}", sha256_hex(token)));
     let mut all: Vec<&str> = tokens.iter().map(String::as_str).collect();
     all.extend_from_slice(sets);
-    render(helm_command(&all))
+    let mut command = helm_template_command(&all);
+    if let Some(file) = values {
+        command.arg("--values").arg(chart_dir().join(file));
+    }
+    render(command)
 }
 
-fn kind<'a>(objects: &'a [Value], kind: &str) -> impl Iterator<Item = &'a Value> {
-    objects.iter().filter(move |o| o["kind"] == kind)
+/// The chart rendered with `sets` and the hashes of the test's tokens.
+fn helm(sets: &[&str]) -> Vec<Value> {
+    helm_with(None, sets)
 }
 
-fn name(object: &Value) -> &str {
-    object["metadata"]["name"].as_str().unwrap_or_default()
+/// The chart with values-ha.yaml, `sets` and the test's token hashes.
+fn helm_ha(sets: &[&str]) -> Vec<Value> {
+    helm_with(Some("values-ha.yaml"), sets)
 }
 
-/// Whether every label of `selector` is on `labels`.
-fn selects(selector: &Value, labels: &Value) -> bool {
-    selector
-        .as_object()
-        .is_some_and(|s| !s.is_empty() && s.iter().all(|(k, v)| labels.get(k) == Some(v)))
-}
-
-fn strings(value: &Value) -> Vec<&str> {
-    value
-        .as_array()
-        .map(|items| items.iter().filter_map(Value::as_str).collect())
-        .unwrap_or_default()
-}
-
-/// The value of `--flag=VALUE` in `args`.
-fn flag<'a>(args: &[&'a str], flag: &str) -> Option<&'a str> {
-    let prefix = format!("{flag}=");
-    args.iter().find_map(|a| a.strip_prefix(prefix.as_str()))
-}
-
-/// The port of a `host:port` value.
-fn port_of(address: &str) -> u64 {
-    address
-        .rsplit_once(':')
-        .and_then(|(_, p)| p.parse().ok())
-        .unwrap_or_else(|| panic!("{address:?} has no port"))
+/// Why the chart refuses to render with the test's token hashes and `sets`.
+fn helm_refusal(sets: &[&str]) -> String {
+    let hashes = [
+        format!(
+            "auth.tokenSha256.dispatcher={}",
+            sha256_hex(DISPATCHER_TOKEN)
+        ),
+        format!("auth.tokenSha256.executor={}", sha256_hex(EXECUTOR_TOKEN)),
+    ];
+    let mut all: Vec<&str> = hashes.iter().map(String::as_str).collect();
+    all.extend_from_slice(sets);
+    let out = helm_template_command(&all).output().expect("run helm");
+    assert!(!out.status.success(), "{sets:?} rendered");
+    String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
 /// `toolmesh SUBCOMMAND --help`, once per subcommand.
@@ -169,15 +115,21 @@ fn liveness_service(subcommand: &str) -> &'static str {
     }
 }
 
-/// Checks every Deployment's containers against the binary; `known_flags`
-/// lets a render use flags this build lacks (none but the metrics render).
+/// Whether `container` runs the toolmesh image (the bundled etcd does not).
+fn runs_toolmesh(container: &Value) -> bool {
+    container["image"]
+        .as_str()
+        .is_some_and(|image| image.starts_with("toolmesh:") || image == "toolmesh")
+}
+
+/// Checks every toolmesh container of the workloads against the binary.
 fn check_containers(objects: &[Value], help: &mut Help) {
     let deployments: Vec<&Value> = kind(objects, "Deployment").collect();
     assert!(deployments.len() >= 3, "registry, dispatcher, executor");
-    for deployment in deployments {
+    for deployment in workloads(objects) {
         let pod = &deployment["spec"]["template"]["spec"];
         let what = name(deployment);
-        for container in pod["containers"].as_array().expect("containers") {
+        for container in containers(deployment).iter().filter(|c| runs_toolmesh(c)) {
             let args = strings(&container["args"]);
             let subcommand = args.first().copied().unwrap_or_default();
             let text = help.of(subcommand).to_owned();
@@ -274,7 +226,7 @@ fn check_containers(objects: &[Value], help: &mut Help) {
 /// dispatchers run ≥ 2 replicas, spread, with a PodDisruptionBudget and a
 /// headless Service.
 fn check_wiring(objects: &[Value]) {
-    let pods: Vec<(&Value, Vec<&str>)> = kind(objects, "Deployment")
+    let pods: Vec<(&Value, Vec<&str>)> = workloads(objects)
         .map(|d| {
             let template = &d["spec"]["template"];
             let ports = template["spec"]["containers"]
@@ -307,12 +259,7 @@ fn check_wiring(objects: &[Value]) {
             );
         }
     }
-    let dispatcher = kind(objects, "Deployment")
-        .find(|d| {
-            strings(&d["spec"]["template"]["spec"]["containers"][0]["args"]).first()
-                == Some(&"dispatcher")
-        })
-        .expect("a dispatcher Deployment");
+    let dispatcher = toolmesh_workload(objects, "dispatcher");
     let labels = &dispatcher["spec"]["template"]["metadata"]["labels"];
     assert!(dispatcher["spec"]["replicas"].as_u64() >= Some(2));
     let spread = dispatcher["spec"]["template"]["spec"]["topologySpreadConstraints"].as_array();
@@ -454,12 +401,14 @@ async fn check_dispatcher_token_admitted(objects: &[Value]) {
 }
 
 /// The kustomize base: containers agree with the binary, objects are wired,
-/// the policy loads.
+/// the MCP door and the NetworkPolicies are there, the policy loads.
 #[tokio::test]
 async fn kustomize_base_matches_the_binaries() {
-    let objects = kustomize();
+    let objects = kustomize_base();
     check_containers(&objects, &mut Help::default());
     check_wiring(&objects);
+    check_mcp_door(&objects, None);
+    check_network_policies(&objects);
     check_policy(&objects);
     assert_eq!(check_credentials(&objects), Vec::<String>::new());
 }
@@ -473,6 +422,8 @@ async fn helm_chart_matches_the_binaries_and_the_base() {
     let default = helm(&[]);
     check_containers(&default, &mut help);
     check_wiring(&default);
+    check_mcp_door(&default, None);
+    check_network_policies(&default);
     check_policy(&default);
     assert_eq!(check_credentials(&default), Vec::<String>::new());
     check_dispatcher_token_admitted(&default).await;
@@ -499,7 +450,7 @@ async fn helm_chart_matches_the_binaries_and_the_base() {
     }
     assert_eq!(kind(&tls, "PersistentVolumeClaim").count(), 1);
 
-    let base = kustomize();
+    let base = kustomize_base();
     let shape = |objects: &[Value]| -> BTreeMap<String, Value> {
         kind(objects, "Deployment")
             .map(|d| {
@@ -509,6 +460,8 @@ async fn helm_chart_matches_the_binaries_and_the_base() {
                     "replicas": d["spec"]["replicas"],
                     "grace": spec["terminationGracePeriodSeconds"],
                     "args": container["args"],
+                    "env": container["env"],
+                    "volumeMounts": container["volumeMounts"],
                     "ports": container["ports"],
                     "liveness": container["livenessProbe"],
                     "readiness": container["readinessProbe"],
@@ -546,7 +499,7 @@ fn helm_without_token_hashes_says_how_to_make_them() {
         ),
     ] {
         let sets: Vec<&str> = sets.iter().map(String::as_str).collect();
-        let out = helm_command(&sets).output().expect("run helm");
+        let out = helm_template_command(&sets).output().expect("run helm");
         let stderr = String::from_utf8_lossy(&out.stderr);
         assert!(!out.status.success(), "{sets:?} rendered");
         for needle in [
@@ -596,4 +549,425 @@ fn helm_metrics_are_scraped_on_the_admin_port() {
             name(service)
         );
     }
+}
+
+/// The dispatchers' MCP door: `--mcp-listen` on the container port `mcp`,
+/// which the dispatcher Service exposes; `--mcp-allowed-hosts` holds every
+/// name of that Service in the pod's namespace (`$(POD_NAMESPACE)`, from
+/// the downward API), localhost for a port-forward, and the Ingress host,
+/// whose Ingress sends `/mcp` to that Service port.
+fn check_mcp_door(objects: &[Value], ingress_host: Option<&str>) {
+    let dispatcher = toolmesh_workload(objects, "dispatcher");
+    let container = &containers(dispatcher)[0];
+    let args = strings(&container["args"]);
+    let listen = flag(&args, "--mcp-listen").expect("the dispatchers serve MCP");
+    assert_eq!(
+        container_port(containers(dispatcher), &Value::from("mcp")),
+        Some(port_of(listen)),
+        "--mcp-listen is the container port `mcp`"
+    );
+    let service = kind(objects, "Service")
+        .find(|s| {
+            s["spec"]["clusterIP"] != "None"
+                && selects(&s["spec"]["selector"], pod_labels(dispatcher))
+        })
+        .expect("a dispatcher Service");
+    let service_name = name(service);
+    assert!(
+        service["spec"]["ports"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .any(|p| p["name"] == "mcp" && p["targetPort"] == "mcp"),
+        "{service_name} exposes the MCP door"
+    );
+    let hosts: Vec<&str> = flag(&args, "--mcp-allowed-hosts")
+        .expect("--mcp-allowed-hosts")
+        .split(',')
+        .collect();
+    let mut wanted = vec!["localhost".to_owned(), service_name.to_owned()];
+    for suffix in ["", ".svc", ".svc.cluster.local"] {
+        wanted.push(format!("{service_name}.$(POD_NAMESPACE){suffix}"));
+    }
+    wanted.extend(ingress_host.map(str::to_owned));
+    for host in &wanted {
+        assert!(hosts.contains(&host.as_str()), "{host} in {hosts:?}");
+    }
+    let namespace = container["env"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|e| e["name"] == "POD_NAMESPACE")
+        .expect("POD_NAMESPACE for --mcp-allowed-hosts");
+    assert_eq!(
+        namespace["valueFrom"]["fieldRef"]["fieldPath"],
+        "metadata.namespace"
+    );
+    let ingresses: Vec<&Value> = kind(objects, "Ingress").collect();
+    assert_eq!(ingresses.len(), usize::from(ingress_host.is_some()));
+    for ingress in ingresses {
+        let rule = &ingress["spec"]["rules"][0];
+        assert_eq!(rule["host"].as_str(), ingress_host);
+        let mcp = rule["http"]["paths"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .find(|p| p["path"] == "/mcp")
+            .expect("the Ingress serves /mcp");
+        assert_eq!(mcp["backend"]["service"]["name"], service_name);
+        assert_eq!(mcp["backend"]["service"]["port"]["name"], "mcp");
+    }
+}
+
+/// The workload of `component` (label app.kubernetes.io/component).
+fn component<'a>(objects: &'a [Value], component: &str) -> Option<&'a Value> {
+    workloads(objects).find(|w| pod_labels(w)["app.kubernetes.io/component"] == component)
+}
+
+/// The NetworkPolicies admit the connections the mesh makes and nothing
+/// else: agents (from anywhere) reach the dispatchers' gRPC and MCP ports
+/// but no registry, executor or etcd port; only dispatchers and registries
+/// reach executors; only dispatchers and executors reach registries; only
+/// registries (and its members) reach etcd; probes and metrics reach every
+/// health, admin and etcd metrics port.
+fn check_network_policies(objects: &[Value]) {
+    let get = |c: &str| component(objects, c).unwrap_or_else(|| panic!("a {c} workload"));
+    let (registry, dispatcher, executor) = (get("registry"), get("dispatcher"), get("executor"));
+    let etcd = component(objects, "etcd");
+    let port = |workload: &Value, port: &str| {
+        container_port(containers(workload), &Value::from(port))
+            .unwrap_or_else(|| panic!("{} declares no port {port}", name(workload)))
+    };
+    let admits = |from: Option<&Value>, to: &Value, to_port: &str| {
+        network_policy::admits(objects, from.map(pod_labels), to, port(to, to_port))
+    };
+    assert!(
+        kind(objects, "NetworkPolicy").count() >= 3,
+        "NetworkPolicies are on by default"
+    );
+    let mut targets = vec![registry, dispatcher, executor];
+    targets.extend(etcd);
+    for workload in &targets {
+        for open in ["health", "admin", "metrics"] {
+            if container_port(containers(workload), &Value::from(open)).is_some() {
+                assert!(
+                    admits(None, workload, open),
+                    "{}: {open} open",
+                    name(workload)
+                );
+            }
+        }
+    }
+    for door in ["grpc", "mcp"] {
+        assert!(
+            admits(None, dispatcher, door),
+            "agents reach the dispatchers' {door}"
+        );
+    }
+    let cases: Vec<(Option<&Value>, &Value, &str, bool)> = vec![
+        (None, executor, "grpc", false),
+        (None, registry, "grpc", false),
+        (Some(dispatcher), executor, "grpc", true),
+        (Some(registry), executor, "grpc", true),
+        (Some(executor), executor, "grpc", false),
+        (Some(dispatcher), registry, "grpc", true),
+        (Some(executor), registry, "grpc", true),
+    ];
+    let etcd_cases: Vec<(Option<&Value>, &Value, &str, bool)> = etcd
+        .map(|etcd| {
+            vec![
+                (Some(registry), etcd, "client", true),
+                (Some(etcd), etcd, "peer", true),
+                (Some(dispatcher), etcd, "client", false),
+                (Some(executor), etcd, "client", false),
+                (None, etcd, "client", false),
+                (None, etcd, "peer", false),
+            ]
+        })
+        .unwrap_or_default();
+    for (from, to, to_port, expected) in cases.into_iter().chain(etcd_cases) {
+        let source = from.map_or("outside", name);
+        assert_eq!(
+            admits(from, to, to_port),
+            expected,
+            "{source} -> {} {to_port}",
+            name(to)
+        );
+    }
+}
+
+/// An MCP Ingress routes to the dispatchers and its host is one the door accepts.
+#[test]
+fn helm_mcp_ingress_host_is_accepted() {
+    let objects = helm(&[
+        "mcp.ingress.enabled=true",
+        "mcp.ingress.host=mcp.example.test",
+    ]);
+    check_mcp_door(&objects, Some("mcp.example.test"));
+    let refusal = helm_refusal(&["mcp.ingress.enabled=true"]);
+    assert!(
+        refusal.contains("mcp.ingress.host is required"),
+        "{refusal}"
+    );
+}
+
+/// Registry replicas need etcd, and the chart says how to give it; the HA
+/// values run three registries on a bundled three-member etcd that starts
+/// its members together, publishes them before they are ready, keeps a
+/// quorum through disruptions and spreads them; your own etcd is reached
+/// with TLS and a user whose password comes from a Secret.
+#[test]
+fn helm_registry_replicas_run_on_etcd() {
+    let mut help = Help::default();
+    let stderr = helm_refusal(&["registry.replicas=3"]);
+    for needle in [
+        "registry.replicas is 3",
+        "etcd.bundled.enabled=true",
+        "etcd.endpoints",
+    ] {
+        assert!(stderr.contains(needle), "{needle:?} in {stderr}");
+    }
+
+    let ha = helm_ha(&[]);
+    check_containers(&ha, &mut help);
+    check_wiring(&ha);
+    check_network_policies(&ha);
+    let registry = toolmesh_workload(&ha, "registry");
+    assert_eq!(registry["spec"]["replicas"], 3);
+    let etcd = component(&ha, "etcd").expect("the bundled etcd");
+    assert_eq!(etcd["kind"], "StatefulSet");
+    assert_eq!(etcd["spec"]["podManagementPolicy"], "Parallel");
+    let members = etcd["spec"]["replicas"].as_u64().expect("replicas");
+    assert_eq!(members, 3);
+    let headless = kind(&ha, "Service")
+        .find(|s| name(s) == etcd["spec"]["serviceName"])
+        .expect("the etcd StatefulSet's Service");
+    assert_eq!(headless["spec"]["clusterIP"], "None");
+    assert_eq!(headless["spec"]["publishNotReadyAddresses"], true);
+    let store = flag(&strings(&containers(registry)[0]["args"]), "--store")
+        .expect("registries on etcd")
+        .to_owned();
+    let client = container_port(containers(etcd), &Value::from("client")).expect("client port");
+    let expected: Vec<String> = (0..members)
+        .map(|i| format!("{}-{i}.{}:{client}", name(etcd), name(headless)))
+        .collect();
+    assert_eq!(store, format!("etcd://{}", expected.join(",")));
+    let image = containers(etcd)[0]["image"].as_str().expect("image");
+    let pinned = image.contains("@sha256:")
+        || image
+            .rsplit_once(':')
+            .is_some_and(|(_, tag)| tag.trim_start_matches('v').split('.').count() == 3);
+    assert!(pinned, "the etcd image is pinned: {image}");
+    for (workload, budget) in [(etcd, "minAvailable"), (registry, "maxUnavailable")] {
+        let labels = pod_labels(workload);
+        let pdb = kind(&ha, "PodDisruptionBudget")
+            .find(|p| selects(&p["spec"]["selector"]["matchLabels"], labels))
+            .unwrap_or_else(|| panic!("a PodDisruptionBudget covers {}", name(workload)));
+        if workload == etcd {
+            assert_eq!(pdb["spec"][budget], members / 2 + 1, "a quorum stays up");
+        } else {
+            assert!(pdb["spec"][budget].is_u64(), "{pdb}");
+        }
+        let anti = &workload["spec"]["template"]["spec"]["affinity"]["podAntiAffinity"];
+        let term = &anti["preferredDuringSchedulingIgnoredDuringExecution"][0]["podAffinityTerm"];
+        assert!(
+            selects(&term["labelSelector"]["matchLabels"], labels),
+            "{}: anti-affinity to its own pods",
+            name(workload)
+        );
+    }
+    assert!(toolmesh_workload(&ha, "dispatcher")["spec"]["replicas"].as_u64() >= Some(2));
+    let lint = Command::new(prepared_tool("TOOLMESH_TEST_HELM"))
+        .arg("lint")
+        .arg(chart_dir())
+        .arg("--values")
+        .arg(chart_dir().join("values-ha.yaml"))
+        .arg("--set")
+        .arg(format!(
+            "auth.tokenSha256.dispatcher={}",
+            sha256_hex(DISPATCHER_TOKEN)
+        ))
+        .arg("--set")
+        .arg(format!(
+            "auth.tokenSha256.executor={}",
+            sha256_hex(EXECUTOR_TOKEN)
+        ))
+        .output()
+        .expect("run helm lint");
+    assert!(
+        lint.status.success(),
+        "{}",
+        String::from_utf8_lossy(&lint.stdout)
+    );
+
+    let external = helm(&[
+        "registry.replicas=2",
+        "etcd.endpoints={etcd-a:2379,etcd-b:2379}",
+        "etcd.tls.secretName=etcd-client",
+        "etcd.auth.user=toolmesh",
+        "etcd.auth.passwordSecret=etcd-password",
+    ]);
+    check_containers(&external, &mut help);
+    assert!(component(&external, "etcd").is_none());
+    let registry = &containers(toolmesh_workload(&external, "registry"))[0];
+    assert_eq!(
+        flag(&strings(&registry["args"]), "--store"),
+        Some("etcd://etcd-a:2379,etcd-b:2379")
+    );
+    let volumes = &toolmesh_workload(&external, "registry")["spec"]["template"]["spec"]["volumes"];
+    let password = volumes
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|v| v["secret"]["secretName"] == "etcd-password")
+        .expect("the etcd password comes from its Secret, as a file");
+    let mount = registry["volumeMounts"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|m| m["name"] == password["name"])
+        .expect("the password volume is mounted");
+    let file = format!(
+        "{}/{}",
+        mount["mountPath"].as_str().unwrap(),
+        password["secret"]["items"][0]["path"].as_str().unwrap()
+    );
+    let env = registry["env"].as_array().into_iter().flatten();
+    assert!(
+        env.into_iter()
+            .any(|e| e["name"] == "TOOLMESH_ETCD_PASSWORD_FILE" && e["value"] == file.as_str()),
+        "--etcd-password-file names {file}"
+    );
+
+    for (sets, wrong) in [
+        (
+            &["etcd.bundled.enabled=true", "etcd.bundled.replicas=2"][..],
+            "odd number of members",
+        ),
+        (
+            &["etcd.bundled.enabled=true", "etcd.tls.secretName=x"][..],
+            "for your own etcd",
+        ),
+    ] {
+        let refusal = helm_refusal(sets);
+        assert!(refusal.contains(wrong), "{sets:?}: {refusal}");
+    }
+}
+
+/// The `[workspace.package]` key `key` of Cargo.toml.
+fn workspace_package(key: &str) -> String {
+    let manifest: toml::Value =
+        toml::from_str(&std::fs::read_to_string(root().join("Cargo.toml")).unwrap()).unwrap();
+    manifest["workspace"]["package"][key]
+        .as_str()
+        .unwrap_or_else(|| panic!("workspace.package.{key}"))
+        .to_owned()
+}
+
+/// The image: every base pinned by digest, a distroless final stage that
+/// runs `toolmesh` as uid 65532 without a HEALTHCHECK (probes are the
+/// orchestrator's), OCI labels that agree with Cargo.toml and the chart,
+/// and every port the chart's containers declare exposed.
+#[test]
+fn dockerfile_is_pinned_labelled_and_distroless() {
+    let text = std::fs::read_to_string(root().join("deploy/Dockerfile")).unwrap();
+    // Instructions with their continuation lines joined.
+    let instructions: Vec<String> = text
+        .replace("\\\n", " ")
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty() && !l.starts_with('#'))
+        .map(str::to_owned)
+        .collect();
+    let of = |keyword: &str| -> Vec<&str> {
+        instructions
+            .iter()
+            .filter_map(|i| i.strip_prefix(keyword).map(str::trim))
+            .collect()
+    };
+    let froms = of("FROM ");
+    assert!(froms.len() >= 2, "a build stage and a final one");
+    for from in &froms {
+        let image = from.split_whitespace().next().unwrap_or_default();
+        let digest = image.split_once("@sha256:").map(|(_, d)| d);
+        assert!(
+            digest.is_some_and(|d| d.len() == 64 && d.chars().all(|c| c.is_ascii_hexdigit())),
+            "{image} is pinned by digest"
+        );
+    }
+    let last = froms.last().unwrap();
+    assert!(last.starts_with("gcr.io/distroless/"), "distroless: {last}");
+    assert!(of("HEALTHCHECK").is_empty(), "no HEALTHCHECK");
+    assert_eq!(of("USER "), ["65532:65532"]);
+    let entrypoint: Vec<String> = serde_json::from_str(of("ENTRYPOINT ")[0]).expect("exec form");
+    assert!(entrypoint[0].ends_with("/toolmesh"), "{entrypoint:?}");
+
+    let labels: String = of("LABEL ").join(" ");
+    let label = |key: &str| -> String {
+        let start = labels
+            .find(&format!("org.opencontainers.image.{key}=\""))
+            .unwrap_or_else(|| panic!("LABEL org.opencontainers.image.{key}"));
+        let value = &labels[start..];
+        let value = &value[value.find('"').unwrap() + 1..];
+        value[..value.find('"').unwrap()].to_owned()
+    };
+    let chart: Value =
+        serde_yaml::from_str(&std::fs::read_to_string(chart_dir().join("Chart.yaml")).unwrap())
+            .unwrap();
+    assert_eq!(label("version"), workspace_package("version"));
+    assert_eq!(chart["appVersion"], workspace_package("version"));
+    assert_eq!(label("licenses"), workspace_package("license"));
+    assert_eq!(label("source"), workspace_package("repository"));
+    for key in ["title", "description", "revision"] {
+        label(key);
+    }
+
+    let exposed: Vec<u64> = of("EXPOSE ")
+        .iter()
+        .flat_map(|e| e.split_whitespace())
+        .map(|p| p.parse().expect("a port"))
+        .collect();
+    let rendered = helm(&["metrics.enabled=true"]);
+    for workload in workloads(&rendered) {
+        for container in containers(workload).iter().filter(|c| runs_toolmesh(c)) {
+            for port in container["ports"].as_array().into_iter().flatten() {
+                let number = port["containerPort"].as_u64().unwrap();
+                assert!(
+                    exposed.contains(&number),
+                    "EXPOSE {number} ({})",
+                    name(workload)
+                );
+            }
+        }
+    }
+}
+
+/// The NOTES print a call of search_kb only when an executor runs the
+/// knowledge example; otherwise a listing, over gRPC and MCP alike.
+#[test]
+fn helm_notes_call_a_tool_the_release_runs() {
+    let dir = temp_dir("notes-values");
+    let values = dir.join("accounts-only.yaml");
+    std::fs::write(
+        &values,
+        "executors:\n  - {name: accounts, example: accounts, replicas: 1, port: 9001, healthPort: 9002, resources: {requests: {cpu: 50m, memory: 64Mi}}}\n",
+    )
+    .unwrap();
+    let hashes: Vec<String> = [
+        ("dispatcher", DISPATCHER_TOKEN),
+        ("executor", EXECUTOR_TOKEN),
+    ]
+    .iter()
+    .map(|(key, token)| format!("auth.tokenSha256.{key}={}", sha256_hex(token)))
+    .collect();
+    let default = helm_install("toolmesh", "default", &[], &hashes).notes;
+    let accounts = helm_install("toolmesh", "default", &[values], &hashes).notes;
+    for (notes, shown, hidden) in [
+        (&default, "toolmesh call search_kb", "toolmesh tools"),
+        (&accounts, "toolmesh tools", "search_kb"),
+    ] {
+        assert!(notes.contains(shown) && !notes.contains(hidden), "{notes}");
+    }
+    assert!(default.contains(r#""method":"tools/call""#), "{default}");
+    assert!(accounts.contains(r#""method":"tools/list""#), "{accounts}");
 }

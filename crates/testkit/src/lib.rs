@@ -150,7 +150,8 @@ pub async fn until(what: &str, timeout: Duration, mut holds: impl FnMut() -> boo
 
 /// One plain HTTP/1.1 request to `addr` (`host:port`): `method path` with
 /// `headers` and `body`; the status code and body. Enough for the admin
-/// listener and a WebDriver; no client library needed.
+/// listener and a WebDriver; no client library needed. Panics when `addr`
+/// cannot be reached (see [`try_http`]).
 pub fn http(
     addr: &str,
     method: &str,
@@ -158,16 +159,37 @@ pub fn http(
     headers: &[(&str, &str)],
     body: &str,
 ) -> (u16, String) {
-    use std::io::{Read, Write};
-    let mut stream = std::net::TcpStream::connect(addr)
-        .unwrap_or_else(|e| panic!("cannot connect to {addr}: {e}"));
+    try_http(addr, method, path, headers, body).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// [`http`], or why the exchange failed (connection refused, no HTTP
+/// answer), for polling a server that may not listen yet. The `Host`
+/// header is `addr` unless `headers` name one (a client that reached
+/// `addr` under another name).
+pub fn try_http(
+    addr: &str,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> std::io::Result<(u16, String)> {
+    use std::io::{Error, Read, Write};
+    let failed = |what: &str, e: Error| Error::new(e.kind(), format!("cannot {what} {addr}: {e}"));
+    let mut stream = std::net::TcpStream::connect(addr).map_err(|e| failed("connect to", e))?;
     stream
         .set_read_timeout(Some(Duration::from_secs(60)))
-        .expect("set a read timeout");
-    let mut request = format!(
-        "{method} {path} HTTP/1.1\r\nhost: {addr}\r\nconnection: close\r\ncontent-length: {}\r\n",
+        .map_err(|e| failed("set a read timeout on", e))?;
+    let mut request = format!("{method} {path} HTTP/1.1\r\n");
+    if !headers
+        .iter()
+        .any(|(name, _)| name.eq_ignore_ascii_case("host"))
+    {
+        request.push_str(&format!("host: {addr}\r\n"));
+    }
+    request.push_str(&format!(
+        "connection: close\r\ncontent-length: {}\r\n",
         body.len()
-    );
+    ));
     for (name, value) in headers {
         request.push_str(&format!("{name}: {value}\r\n"));
     }
@@ -175,7 +197,7 @@ pub fn http(
     request.push_str(body);
     stream
         .write_all(request.as_bytes())
-        .unwrap_or_else(|e| panic!("cannot send to {addr}: {e}"));
+        .map_err(|e| failed("send to", e))?;
     // Read to the end of the message, not of the connection: some
     // servers (chromedriver) keep it open despite `connection: close`.
     let mut raw = Vec::new();
@@ -184,7 +206,7 @@ pub fn http(
         match stream.read(&mut buf) {
             Ok(0) => break,
             Ok(n) => raw.extend_from_slice(&buf[..n]),
-            Err(e) => panic!("cannot read from {addr}: {e}"),
+            Err(e) => return Err(failed("read from", e)),
         }
     }
     let split = raw
@@ -197,7 +219,12 @@ pub fn http(
         .split_whitespace()
         .nth(1)
         .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| panic!("no HTTP status from {addr}: {head}"));
+        .ok_or_else(|| {
+            Error::new(
+                std::io::ErrorKind::InvalidData,
+                format!("no HTTP status from {addr}: {head}"),
+            )
+        })?;
     let chunked = head
         .to_ascii_lowercase()
         .contains("transfer-encoding: chunked");
@@ -206,7 +233,7 @@ pub fn http(
     } else {
         body.to_vec()
     };
-    (status, String::from_utf8_lossy(&body).into_owned())
+    Ok((status, String::from_utf8_lossy(&body).into_owned()))
 }
 
 /// Whether `raw` holds a whole HTTP/1.1 response (by content-length, or the

@@ -133,12 +133,16 @@ publicly; the chart's scrape sends none, so it asks for public metrics.
 {{- end }}
 {{- end }}
 
-{{/* Ports of a server: (dict "root" $ "port" 7070 "healthPort" 7071). */}}
+{{/* Ports of a server: (dict "root" $ "port" 7070 "healthPort" 7071), and "mcpPort" 7082 for the MCP door. */}}
 {{- define "toolmesh.ports" -}}
 - name: grpc
   containerPort: {{ .port }}
 - name: health
   containerPort: {{ .healthPort }}
+{{- with .mcpPort }}
+- name: mcp
+  containerPort: {{ . }}
+{{- end }}
 {{- if .root.Values.metrics.enabled }}
 - name: admin
   containerPort: {{ .root.Values.metrics.port }}
@@ -216,4 +220,77 @@ capabilities:
     matchLabels:
       {{- include "toolmesh.selector" (dict "root" $root "component" $component) | nindent 6 }}
 {{- end }}
+{{- end }}
+
+{{/*
+Keeps a component's replicas on different nodes where the cluster has them
+(preferred: a one-node cluster still runs them all).
+*/}}
+{{- define "toolmesh.antiAffinity" -}}
+podAntiAffinity:
+  preferredDuringSchedulingIgnoredDuringExecution:
+    - weight: 100
+      podAffinityTerm:
+        topologyKey: kubernetes.io/hostname
+        labelSelector:
+          matchLabels:
+            {{- include "toolmesh.selector" . | nindent 12 }}
+{{- end }}
+
+{{/* The Host names the MCP door accepts (--mcp-allowed-hosts). */}}
+{{- define "toolmesh.mcpAllowedHosts" -}}
+{{- $service := include "toolmesh.name" (dict "root" . "name" "dispatcher") -}}
+{{- $hosts := list "localhost" "127.0.0.1" $service -}}
+{{- range list "$(POD_NAMESPACE)" "$(POD_NAMESPACE).svc" "$(POD_NAMESPACE).svc.cluster.local" }}
+{{- $hosts = append $hosts (printf "%s.%s" $service .) -}}
+{{- end }}
+{{- if .Values.mcp.ingress.enabled }}
+{{- $hosts = append $hosts (required "mcp.ingress.host is required with mcp.ingress.enabled: the Host name the Ingress serves the MCP door on" .Values.mcp.ingress.host) -}}
+{{- end }}
+{{- join "," (concat $hosts .Values.mcp.extraAllowedHosts) -}}
+{{- end }}
+
+{{/* The bundled etcd's name, and its members' peer and client URLs. */}}
+{{- define "toolmesh.etcdName" -}}
+{{ include "toolmesh.name" (dict "root" . "name" "etcd") }}
+{{- end }}
+
+{{/* The URL of bundled etcd member `i` on `port`: (dict "root" $ "i" 0 "port" 2380). */}}
+{{- define "toolmesh.etcdMemberUrl" -}}
+{{- $name := include "toolmesh.etcdName" .root -}}
+{{ printf "http://%s-%d.%s-headless.$(POD_NAMESPACE).svc:%d" $name (int .i) $name (int .port) }}
+{{- end }}
+
+{{/*
+The registries' store (--store), or nothing for one registry holding its
+state in memory; refuses settings that cannot serve, saying what to set.
+*/}}
+{{- define "toolmesh.store" -}}
+{{- $etcd := .Values.etcd -}}
+{{- $replicas := int .Values.registry.replicas -}}
+{{- if and $etcd.bundled.enabled $etcd.endpoints -}}
+{{- fail "etcd.bundled.enabled and etcd.endpoints are both set: use the bundled etcd or your own, not both" -}}
+{{- end -}}
+{{- if and $etcd.bundled.enabled (or $etcd.tls.secretName $etcd.auth.user) -}}
+{{- fail "etcd.tls and etcd.auth are for your own etcd (etcd.endpoints); the bundled etcd serves plaintext to the registries alone (networkPolicy)" -}}
+{{- end -}}
+{{- if and $etcd.bundled.enabled (eq (mod (int $etcd.bundled.replicas) 2) 0) -}}
+{{- fail (printf "etcd.bundled.replicas is %d: an etcd cluster needs an odd number of members (3 or 5) to keep a quorum" (int $etcd.bundled.replicas)) -}}
+{{- end -}}
+{{- if and (gt $replicas 1) (not (or $etcd.bundled.enabled $etcd.endpoints)) -}}
+{{- fail (printf "registry.replicas is %d, but replicas share their state only through etcd: set etcd.bundled.enabled=true (a %d-member etcd in this release) or etcd.endpoints={host:2379,...} (your etcd cluster), or use -f values-ha.yaml; or set registry.replicas=1" $replicas (int $etcd.bundled.replicas)) -}}
+{{- end -}}
+{{- if and (gt $replicas 1) .Values.registry.persistence.enabled -}}
+{{- fail "registry.persistence is for one registry without etcd; with etcd the registries keep their state in etcd: set registry.persistence.enabled=false" -}}
+{{- end -}}
+{{- if $etcd.bundled.enabled -}}
+{{- $name := include "toolmesh.etcdName" . -}}
+{{- $members := list -}}
+{{- range $i := until (int $etcd.bundled.replicas) }}
+{{- $members = append $members (printf "%s-%d.%s-headless:%d" $name $i $name (int $etcd.bundled.clientPort)) -}}
+{{- end }}
+{{- printf "etcd://%s" (join "," $members) -}}
+{{- else if $etcd.endpoints -}}
+{{- printf "etcd://%s" (join "," $etcd.endpoints) -}}
+{{- end -}}
 {{- end }}
