@@ -276,4 +276,112 @@ mod tests {
             "&lt;a href=&quot;x&quot;&gt;&#39;&amp;&#39;&lt;/a&gt;"
         );
     }
+
+    const HOSTILE: &str = "<script>alert(1)</script>";
+
+    /// A state whose every text field is hostile markup: a disabled tool
+    /// and one under an active rollout, an approval, a change.
+    fn hostile_state(may_act: bool) -> AdminState {
+        let tool = |version: &str, disabled: Option<String>, rollout| ToolView {
+            name: format!("t{HOSTILE}"),
+            version: version.to_owned(),
+            owner: HOSTILE.into(),
+            health: "SERVING",
+            disabled,
+            healthy_instances: 1,
+            instances: vec![],
+            calls: Some(CallsView {
+                window_s: 60,
+                calls: 120,
+                errors: 3,
+                per_second: 2.0,
+                error_rate: 0.025,
+                p95_ms: Some(12.5),
+            }),
+            rollout,
+        };
+        let rollout = RolloutView {
+            side: "canary",
+            canary: format!("t{HOSTILE}@2.0.0"),
+            share: "25%".into(),
+            state: "active",
+            changed_by: HOSTILE.into(),
+            reason: HOSTILE.into(),
+            automatic: false,
+        };
+        AdminState {
+            snapshot_version: 7,
+            tools: vec![
+                tool("1.0.0", Some(HOSTILE.into()), None),
+                tool("2.0.0", None, Some(rollout)),
+            ],
+            approvals: vec![ApprovalView {
+                id: "a-1".into(),
+                tool: "pay@1.0.0".into(),
+                caller: "bot".into(),
+                summary: String::new(),
+                heading: format!("pay@1.0.0 for {HOSTILE}:"),
+                arguments: vec![
+                    format!("payee = \"{HOSTILE}\""),
+                    "memo = \"mmmm… (430 characters)".into(),
+                ],
+            }],
+            changes: vec![ChangeView {
+                at: "2026-12-01T10:00:00.000Z".into(),
+                at_ms: 0,
+                snapshot_version: 7,
+                what: format!("t{HOSTILE} disabled: {HOSTILE}"),
+                by: Some(HOSTILE.into()),
+            }],
+            may_act,
+            may_not_act_because: (!may_act).then(|| format!("{HOSTILE} is an operator")),
+        }
+    }
+
+    /// An admin gets disable (with a required reason), enable, and
+    /// promote/abort on the active canary's row, each form with the CSRF
+    /// token; nothing hostile reaches the page as markup.
+    #[test]
+    fn admins_get_the_forms_and_everything_is_escaped() {
+        let page = render(&hostile_state(true), HOSTILE, "c0ffee");
+        assert!(!page.contains("<script"), "{page}");
+        assert_eq!(page.matches("action=/tools/disable").count(), 1, "{page}");
+        assert_eq!(page.matches("action=/tools/enable").count(), 1, "{page}");
+        assert_eq!(page.matches("action=/rollouts/decide").count(), 1, "{page}");
+        assert!(page.contains("<input name=reason required"), "{page}");
+        // logout, approval, disable, enable, rollout: each carries the token.
+        assert_eq!(page.matches("name=csrf value=\"c0ffee\"").count(), 5);
+        assert!(page.contains("data-calls=120 data-errors=3"), "{page}");
+        assert!(page.contains("2.00/s · 2.5% errors · p95 12 ms"), "{page}");
+        assert!(page.contains("<b>1/0 healthy</b>"), "{page}");
+        assert!(page.contains("<time datetime=\"2026-12-01T10:00:00.000Z\">"));
+        assert!(!page.contains("id=read-only"));
+    }
+
+    /// A reader who may not act sees why, and no form but logout and the
+    /// approvals'.
+    #[test]
+    fn readers_who_may_not_act_get_no_forms() {
+        let page = render(&hostile_state(false), "alice", "c0ffee");
+        for action in ["/tools/disable", "/tools/enable", "/rollouts/decide"] {
+            assert!(!page.contains(action), "{action}: {page}");
+        }
+        assert!(page.contains("<p id=read-only>Read only: &lt;script&gt;"));
+        assert!(!page.contains("<script"), "{page}");
+    }
+
+    /// One argument per line, escaped; a cut value's marker stands out.
+    #[test]
+    fn approvals_show_one_argument_per_line() {
+        let page = render(&hostile_state(true), "ops", "c");
+        assert!(
+            page.contains(
+                "<ol class=args><li>payee = &quot;&lt;script&gt;alert(1)&lt;/script&gt;&quot;</li>\
+                 <li>memo = &quot;mmmm<mark class=cut>… (430 characters)</mark></li></ol>"
+            ),
+            "{page}"
+        );
+        assert_eq!(argument_line("a = 1"), "a = 1");
+        assert_eq!(argument_line("a = \"… (\""), "a = &quot;… (&quot;");
+    }
 }
