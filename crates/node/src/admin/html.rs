@@ -27,8 +27,14 @@ pub(super) fn render(state: &AdminState, who: &str, csrf: &str) -> String {
         out.push_str("<th>switch</th>");
     }
     out.push_str("</tr>");
+    let mut previous: Option<&str> = None;
     for tool in &state.tools {
-        tool_row(&mut out, tool, state.may_act, &csrf);
+        // A switch covers every version of a name: one form, on its first row.
+        let switch = state
+            .may_act
+            .then_some(previous != Some(tool.name.as_str()));
+        tool_row(&mut out, tool, switch, state.may_act, &csrf);
+        previous = Some(&tool.name);
     }
     out.push_str("</table><h2>Open approvals</h2>");
     if state.approvals.is_empty() {
@@ -45,8 +51,9 @@ pub(super) fn render(state: &AdminState, who: &str, csrf: &str) -> String {
     out
 }
 
-/// One tool version's row.
-fn tool_row(out: &mut String, tool: &ToolView, may_act: bool, csrf: &str) {
+/// One tool version's row; `switch`: whether it has the switch column
+/// (Some) and the name's switch form (Some(true)).
+fn tool_row(out: &mut String, tool: &ToolView, switch: Option<bool>, may_act: bool, csrf: &str) {
     let name = escape(&tool.name);
     let health = match &tool.disabled {
         Some(reason) => format!("DISABLED ({})", escape(reason)),
@@ -89,8 +96,10 @@ fn tool_row(out: &mut String, tool: &ToolView, may_act: bool, csrf: &str) {
         rollout_cell(out, rollout, may_act, csrf);
     }
     out.push_str("</td>");
-    if may_act {
-        switch_cell(out, tool, csrf);
+    match switch {
+        Some(true) => switch_cell(out, tool, csrf),
+        Some(false) => out.push_str("<td></td>"),
+        None => {}
     }
     out.push_str("</tr>");
 }
@@ -109,7 +118,7 @@ fn calls_cell(out: &mut String, calls: Option<&CallsView>) {
     let _ = write!(
         out,
         "<td class=calls data-calls={} data-errors={} title=\"{} calls, {} failed, over the last {} s\">\
-         {:.2}/s · {:.1}% errors · p95 {p95}</td>",
+         {:.2}/s<br>{:.1}% errors<br>p95 {p95}</td>",
         c.calls,
         c.errors,
         c.calls,
@@ -126,7 +135,12 @@ fn rollout_cell(out: &mut String, rollout: &RolloutView, may_act: bool, csrf: &s
     let canary = escape(&rollout.canary);
     let _ = write!(
         out,
-        "<span class=\"rollout {state}\" data-side={side} data-state={state}>{side}: {canary} at {share} · {state}</span> <small>by {by}</small>",
+        "<span class=\"rollout {state}\" data-side={side} data-state={state}>{side}{of} {canary} at {share} · {state}</span> <small>by {by}</small>",
+        of = if rollout.side == "canary" {
+            ""
+        } else {
+            "; canary"
+        },
         side = rollout.side,
         state = rollout.state,
         share = escape(&rollout.share),
@@ -160,13 +174,15 @@ fn switch_cell(out: &mut String, tool: &ToolView, csrf: &str) {
     if tool.disabled.is_some() {
         let _ = write!(
             out,
-            "<td><form class=enable method=post action=/tools/enable>{hidden}<button>Enable</button></form></td>"
+            "<td><form class=enable method=post action=/tools/enable>{hidden}\
+             <button title=\"switches every version of {name} back on\">Enable</button></form></td>"
         );
     } else {
         let _ = write!(
             out,
             "<td><form class=disable method=post action=/tools/disable>{hidden}\
-             <input name=reason required placeholder=\"reason (required)\"> <button>Disable</button></form></td>"
+             <input name=reason required placeholder=\"reason (required)\"> \
+             <button title=\"switches off every version of {name}\">Disable</button></form></td>"
         );
     }
 }
@@ -246,7 +262,7 @@ td,th{border-bottom:1px solid #ddd;padding:4px 10px;text-align:left;vertical-ali
 .SERVING{color:#1a7f37;font-weight:600}.NOT_SERVING{color:#cf222e;font-weight:600}\
 .instance.bad{color:#cf222e}small,time{color:#777}form.approval{margin:6px 0;padding:6px;background:#f6f8fa}\
 ol.args{margin:4px 0;font-family:ui-monospace,monospace;white-space:pre-wrap;word-break:break-all}mark.cut{background:#fff3bf}\
-.rollout.active{color:#9a6700}.rollout.aborted{color:#cf222e}#read-only{color:#777}form{margin:2px 0}";
+td.calls{white-space:nowrap}.rollout.active{color:#9a6700}.rollout.aborted{color:#cf222e}#read-only{color:#777}form{margin:2px 0}";
 
 /// `text` safe inside HTML text and attribute values.
 pub(super) fn escape(text: &str) -> String {
@@ -282,8 +298,8 @@ mod tests {
     /// A state whose every text field is hostile markup: a disabled tool
     /// and one under an active rollout, an approval, a change.
     fn hostile_state(may_act: bool) -> AdminState {
-        let tool = |version: &str, disabled: Option<String>, rollout| ToolView {
-            name: format!("t{HOSTILE}"),
+        let tool = |name: &str, version: &str, disabled: Option<String>, rollout| ToolView {
+            name: format!("{name}{HOSTILE}"),
             version: version.to_owned(),
             owner: HOSTILE.into(),
             health: "SERVING",
@@ -312,8 +328,9 @@ mod tests {
         AdminState {
             snapshot_version: 7,
             tools: vec![
-                tool("1.0.0", Some(HOSTILE.into()), None),
-                tool("2.0.0", None, Some(rollout)),
+                tool("t", "1.0.0", Some(HOSTILE.into()), None),
+                tool("t", "2.0.0", None, Some(rollout)),
+                tool("u", "1.0.0", None, None),
             ],
             approvals: vec![ApprovalView {
                 id: "a-1".into(),
@@ -338,9 +355,9 @@ mod tests {
         }
     }
 
-    /// An admin gets disable (with a required reason), enable, and
-    /// promote/abort on the active canary's row, each form with the CSRF
-    /// token; nothing hostile reaches the page as markup.
+    /// An admin gets disable (with a required reason) or enable once per
+    /// tool name, and promote/abort on the active canary's row, each form
+    /// with the CSRF token; nothing hostile reaches the page as markup.
     #[test]
     fn admins_get_the_forms_and_everything_is_escaped() {
         let page = render(&hostile_state(true), HOSTILE, "c0ffee");
@@ -352,7 +369,10 @@ mod tests {
         // logout, approval, disable, enable, rollout: each carries the token.
         assert_eq!(page.matches("name=csrf value=\"c0ffee\"").count(), 5);
         assert!(page.contains("data-calls=120 data-errors=3"), "{page}");
-        assert!(page.contains("2.00/s · 2.5% errors · p95 12 ms"), "{page}");
+        assert!(
+            page.contains("2.00/s<br>2.5% errors<br>p95 12 ms"),
+            "{page}"
+        );
         assert!(page.contains("<b>1/0 healthy</b>"), "{page}");
         assert!(page.contains("<time datetime=\"2026-12-01T10:00:00.000Z\">"));
         assert!(!page.contains("id=read-only"));
