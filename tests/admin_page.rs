@@ -278,8 +278,10 @@ async fn charge(
 
 /// The page lists the mesh's tools as SERVING; after a kill -9 of the
 /// knowledge executor its tool turns NOT_SERVING and the change is listed;
-/// an approval asked by an agent appears with buttons, and the Approve
-/// button of the approver's session grants it (the agent's retry then runs).
+/// an approval asked by an agent appears with its arguments one per line
+/// and buttons, and the Approve button of the approver's session grants it
+/// (the agent's retry then runs). Then the operator's and the admin's
+/// controls, below.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn admin_page_in_headless_chromium() {
     let dir = temp_dir("admin-page");
@@ -366,6 +368,14 @@ async fn admin_page_in_headless_chromium() {
     assert!(
         listed.as_str().unwrap_or_default().contains("acc_charge"),
         "{listed}"
+    );
+    let arguments = browser.eval(&format!(
+        "return [...document.querySelectorAll('{form} ol.args li')].map(li => li.innerText);"
+    ));
+    assert_eq!(
+        arguments,
+        json!(["account = \"acme-7\"", "cents = 1200"]),
+        "one argument per line"
     );
 
     browser.click(&format!("{form} button[value=approve]"));
