@@ -1,7 +1,11 @@
 //! The admin page in a real browser: Debian's headless Chromium, driven over
 //! WebDriver (chromedriver, plain HTTP + JSON) against a running mesh. It
 //! shows the tools, reacts to a kill -9 of an executor, and approves an
-//! approval through its button; the screenshot it takes is the README's.
+//! approval through its button; an operator gets no switches and its
+//! forged post is refused; an admin sees each tool's last minute of calls,
+//! disables and enables a tool and aborts and promotes a rollout through its
+//! buttons, each decision in the feed with its time and author; the
+//! screenshot it takes is the README's.
 
 mod support;
 
@@ -29,6 +33,12 @@ tenant = "acme"
 roles = ["approver", "operator"]
 
 [[callers]]
+token = "tok-admin"
+principal = "ops"
+tenant = "acme"
+roles = ["admin"]
+
+[[callers]]
 token = "tok-exec"
 principal = "platform-team"
 tenant = "acme"
@@ -37,7 +47,7 @@ roles = ["executor"]
 [[grants]]
 name = "agents"
 roles = ["agent"]
-tools = ["acc_echo", "acc_charge", "search_kb"]
+tools = ["acc_echo", "acc_charge", "acc_panic", "search_kb"]
 
 [approval]
 approver_roles = ["approver"]
@@ -159,6 +169,35 @@ impl Browser {
         );
     }
 
+    /// The value `script` returns once it is neither null nor false, the
+    /// page reloaded from `url` before each try.
+    async fn until(&self, what: &str, url: &str, script: &str) -> Value {
+        eventually(what, Duration::from_secs(30), || {
+            self.open(url);
+            let value = self.eval(script);
+            std::future::ready((!value.is_null() && value != false).then_some(value))
+        })
+        .await
+    }
+
+    /// Logs in on the login form with `token`; waits for the page to name `who`.
+    async fn log_in(&self, url: &str, token: &str, who: &str) {
+        self.open(url);
+        self.type_into("#login input[name=token]", token);
+        self.click("#login button");
+        eventually(
+            &format!("logged in as {who}"),
+            Duration::from_secs(10),
+            || {
+                let shown = self.eval(
+                    "const b = document.getElementById('who'); return b ? b.innerText : null;",
+                );
+                std::future::ready((shown == who).then_some(()))
+            },
+        )
+        .await;
+    }
+
     fn screenshot(&self) -> Vec<u8> {
         let encoded = self.call("GET", "/screenshot", None);
         base64_decode(encoded.as_str().expect("screenshot as base64"))
@@ -239,8 +278,10 @@ async fn charge(
 
 /// The page lists the mesh's tools as SERVING; after a kill -9 of the
 /// knowledge executor its tool turns NOT_SERVING and the change is listed;
-/// an approval asked by an agent appears with buttons, and the Approve
-/// button of the approver's session grants it (the agent's retry then runs).
+/// an approval asked by an agent appears with its arguments one per line
+/// and buttons, and the Approve button of the approver's session grants it
+/// (the agent's retry then runs). Then the operator's and the admin's
+/// controls, below.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn admin_page_in_headless_chromium() {
     let dir = temp_dir("admin-page");
@@ -265,15 +306,7 @@ async fn admin_page_in_headless_chromium() {
     let browser = tokio::task::spawn_blocking(Browser::start).await.unwrap();
     // Without a session the page is a login form; the approver (an
     // operator too) logs in once and the session cookie carries on.
-    browser.open(&page);
-    browser.type_into("#login input[name=token]", "tok-approver");
-    browser.click("#login button");
-    eventually("logged in", Duration::from_secs(10), || {
-        let who = browser
-            .eval("const b = document.getElementById('who'); return b ? b.innerText : null;");
-        std::future::ready((who == "alice").then_some(()))
-    })
-    .await;
+    browser.log_in(&page, "tok-approver", "alice").await;
 
     let health_of = |browser: &Browser, tool: &str| {
         browser.open(&page);
@@ -336,15 +369,14 @@ async fn admin_page_in_headless_chromium() {
         listed.as_str().unwrap_or_default().contains("acc_charge"),
         "{listed}"
     );
-
-    let png = browser.screenshot();
-    assert!(png.starts_with(b"\x89PNG"), "a PNG screenshot");
-    let target = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/admin-page.png");
-    std::fs::write(&target, &png).unwrap();
-    if std::env::var_os("TOOLMESH_UPDATE_DOCS").is_some() {
-        let docs = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/admin-page.png");
-        std::fs::write(docs, &png).unwrap();
-    }
+    let arguments = browser.eval(&format!(
+        "return [...document.querySelectorAll('{form} ol.args li')].map(li => li.innerText);"
+    ));
+    assert_eq!(
+        arguments,
+        json!(["account = \"acme-7\"", "cents = 1200"]),
+        "one argument per line"
+    );
 
     browser.click(&format!("{form} button[value=approve]"));
     eventually(
@@ -368,6 +400,355 @@ async fn admin_page_in_headless_chromium() {
 
     let approved = charge(&mut client, &id).await;
     assert_eq!(code(&approved), 0, "{}", message(&approved));
+
+    operator_cannot_switch(&browser, &page, &mut client).await;
+    browser.open(&page);
+    browser.click("#logout button");
+    browser.log_in(&page, "tok-admin", "ops").await;
+    admin_sees_the_last_minute(&browser, &page, &mut client).await;
+    admin_switches_a_tool(&browser, &page, &mut client).await;
+    let _canary = example(
+        "acceptance",
+        &addr,
+        &["--token", "tok-exec", "--tool-version", "2.0.0"],
+    );
+    admin_decides_rollouts(&browser, &page, &addr).await;
     drop(browser);
     drop(serve);
+}
+
+/// The selector of `tool@version`'s row.
+fn row(tool: &str, version: &str) -> String {
+    format!("tr[data-tool=\"{tool}\"][data-version=\"{version}\"]")
+}
+
+/// A script returning the text of the feed's first entry that contains
+/// `what` and names `by` (null until there is one), with its timestamp.
+fn feed_entry(what: &str, by: &str) -> String {
+    format!(
+        "for (const li of document.querySelectorAll('#changes li')) {{ \
+           if (li.innerText.includes({what:?}) && li.dataset.by === {by:?}) \
+             return [li.querySelector('time').getAttribute('datetime'), li.innerText]; }} \
+         return null;"
+    )
+}
+
+/// A change's timestamp is RFC 3339 in UTC to the millisecond.
+fn assert_timestamp(entry: &Value) {
+    let at = entry[0].as_str().unwrap_or_default();
+    let shape = at.len() == 24
+        && at.ends_with('Z')
+        && at.as_bytes()[10] == b'T'
+        && at[..4].parse::<u32>().is_ok_and(|year| year >= 2024);
+    assert!(shape, "not an RFC 3339 time: {entry}");
+    assert!(
+        entry[1].as_str().unwrap_or_default().contains(at),
+        "the time is shown: {entry}"
+    );
+}
+
+/// Calls `tool` as the agent: its error code (0: OK).
+async fn call(client: &mut DispatcherClient<Channel>, tool: &str, arguments: &str) -> i32 {
+    let request = InvokeRequest {
+        tool: tool.into(),
+        arguments: arguments.into(),
+        context: Some(CallContext::default()),
+        ..Default::default()
+    };
+    code(&invoke_with_token(client, request, Some("tok-agent")).await)
+}
+
+/// Whether the agent's listing holds `tool`.
+async fn agent_lists(client: &mut DispatcherClient<Channel>, tool: &str) -> bool {
+    let request = toolmesh::pb::ListToolsRequest {
+        format: toolmesh::pb::ToolFormat::Native as i32,
+        ..Default::default()
+    };
+    client
+        .list_tools(with_token(request, Some("tok-agent")))
+        .await
+        .expect("list tools")
+        .into_inner()
+        .tools
+        .iter()
+        .any(|t| t.name == tool)
+}
+
+/// The operator (alice) sees the page read only: no switch and no rollout
+/// button; a disable form forged in her page, with her session's own CSRF
+/// token, is refused and changes nothing.
+async fn operator_cannot_switch(
+    browser: &Browser,
+    page: &str,
+    client: &mut DispatcherClient<Channel>,
+) {
+    browser.open(page);
+    let forms = browser.eval(
+        "return document.querySelectorAll('form.disable, form.enable, form.rollout-decision').length;",
+    );
+    assert_eq!(forms, 0, "an operator gets no switches");
+    let notice = browser.eval("return document.getElementById('read-only').innerText;");
+    assert!(
+        notice.as_str().unwrap_or_default().contains("\"admin\""),
+        "says which role acts: {notice}"
+    );
+    browser.eval(
+        "const form = document.createElement('form'); \
+         form.method = 'post'; form.action = '/tools/disable'; \
+         const csrf = document.querySelector('#logout input[name=csrf]').value; \
+         for (const [name, value] of [['tool', 'acc_echo'], ['reason', 'forged'], ['csrf', csrf]]) { \
+           const input = document.createElement('input'); \
+           input.type = 'hidden'; input.name = name; input.value = value; form.appendChild(input); } \
+         document.body.appendChild(form); form.submit(); return true;",
+    );
+    let refused = eventually("the forged post answered", Duration::from_secs(10), || {
+        let error = browser
+            .eval("const e = document.getElementById('error'); return e ? e.innerText : null;");
+        std::future::ready(error.as_str().map(str::to_owned))
+    })
+    .await;
+    assert!(
+        refused.contains("may not disable or enable tools"),
+        "{refused}"
+    );
+    assert!(
+        agent_lists(client, "acc_echo").await,
+        "nothing was disabled"
+    );
+}
+
+/// After calls, acc_echo's row counts them and acc_panic's its failures,
+/// from the dispatcher's own counters; both show a p95.
+async fn admin_sees_the_last_minute(
+    browser: &Browser,
+    page: &str,
+    client: &mut DispatcherClient<Channel>,
+) {
+    for _ in 0..6 {
+        assert_eq!(call(client, "acc_echo", r#"{"message": "hi"}"#).await, 0);
+    }
+    for _ in 0..2 {
+        assert_ne!(call(client, "acc_panic", "{}").await, 0, "acc_panic fails");
+    }
+    let cells = |tool: &str| {
+        format!(
+            "const c = document.querySelector('{} td.calls'); \
+             return c ? [Number(c.dataset.calls), Number(c.dataset.errors), c.innerText] : null;",
+            row(tool, "1.0.0")
+        )
+    };
+    browser.open(page);
+    let echo = browser.eval(&cells("acc_echo"));
+    assert!(echo[0].as_u64() >= Some(6), "acc_echo's calls: {echo}");
+    assert_eq!(echo[1], 0, "acc_echo did not fail: {echo}");
+    let panics = browser.eval(&cells("acc_panic"));
+    assert_eq!(panics[0], 2, "acc_panic's calls: {panics}");
+    assert_eq!(panics[1], 2, "acc_panic's failures: {panics}");
+    for text in [&echo[2], &panics[2]] {
+        let text = text.as_str().unwrap_or_default();
+        assert!(text.contains("/s") && text.contains("p95 "), "{text}");
+        assert!(!text.contains("p95 –"), "a p95 after calls: {text}");
+    }
+    assert!(
+        panics[2]
+            .as_str()
+            .unwrap_or_default()
+            .contains("100.0% errors"),
+        "{panics}"
+    );
+    let instances = browser.eval(&format!(
+        "return document.querySelector('{} td.instances b').innerText;",
+        row("acc_echo", "1.0.0")
+    ));
+    assert_eq!(instances, "1/1 healthy");
+}
+
+/// The admin disables acc_echo with a reason: agents no longer list it and
+/// a call is refused as DISABLED; the feed shows who and when; Enable
+/// brings it back.
+async fn admin_switches_a_tool(
+    browser: &Browser,
+    page: &str,
+    client: &mut DispatcherClient<Channel>,
+) {
+    browser.open(page);
+    let echo = row("acc_echo", "1.0.0");
+    browser.type_into(
+        &format!("{echo} form.disable input[name=reason]"),
+        "incident 7: wrong answers",
+    );
+    browser.click(&format!("{echo} form.disable button"));
+    browser
+        .until(
+            "acc_echo shown disabled",
+            page,
+            &format!("return document.querySelector('{echo}').dataset.disabled === 'true';"),
+        )
+        .await;
+    assert!(
+        !agent_lists(client, "acc_echo").await,
+        "unlisted for agents"
+    );
+    assert_eq!(
+        call(client, "acc_echo", r#"{"message": "hi"}"#).await,
+        ErrorCode::Disabled as i32
+    );
+    let entry = browser
+        .until(
+            "the disable in the feed",
+            page,
+            &feed_entry("acc_echo disabled: incident 7: wrong answers", "ops"),
+        )
+        .await;
+    assert_timestamp(&entry);
+
+    browser.click(&format!("{echo} form.enable button"));
+    browser
+        .until(
+            "acc_echo shown enabled",
+            page,
+            &format!("return document.querySelector('{echo}').dataset.disabled === 'false';"),
+        )
+        .await;
+    assert!(agent_lists(client, "acc_echo").await, "listed again");
+    assert_eq!(call(client, "acc_echo", r#"{"message": "hi"}"#).await, 0);
+    let entry = browser
+        .until(
+            "the enable in the feed",
+            page,
+            &feed_entry("acc_echo enabled", "ops"),
+        )
+        .await;
+    assert_timestamp(&entry);
+}
+
+/// A rollout of acc_echo@2.0.0 started with the CLI shows on the canary's
+/// row with its share and state; the admin aborts it with a reason, then
+/// (started again) promotes it, from the page; the registry says so, and
+/// the feed has both decisions with time and author.
+async fn admin_decides_rollouts(browser: &Browser, page: &str, addr: &str) {
+    let canary = row("acc_echo", "2.0.0");
+    browser
+        .until(
+            "acc_echo 2.0.0 on the page",
+            page,
+            &format!("return document.querySelector('{canary}') !== null;"),
+        )
+        .await;
+    let start = || {
+        let out = cli_as(
+            addr,
+            "tok-admin",
+            &["rollout", "start", "acc_echo@2.0.0", "--percent", "25"],
+        );
+        assert!(
+            out.status.success(),
+            "rollout start: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    let state = || {
+        let out = cli_as(
+            addr,
+            "tok-admin",
+            &["rollout", "status", "acc_echo", "--json"],
+        );
+        let status: Value = serde_json::from_slice(&out.stdout)
+            .unwrap_or_else(|e| panic!("{e}: {}", String::from_utf8_lossy(&out.stderr)));
+        status["rollouts"][0].clone()
+    };
+    let shown = format!(
+        "const r = document.querySelector('{canary} span.rollout'); \
+         return r ? [r.dataset.state, r.innerText] : null;"
+    );
+    start();
+    browser.open(page);
+    let active = browser.eval(&shown);
+    assert_eq!(active[0], "active", "{active}");
+    assert!(
+        active[1]
+            .as_str()
+            .unwrap_or_default()
+            .contains("acc_echo@2.0.0 at 25%"),
+        "{active}"
+    );
+    let stable = browser.eval(&format!(
+        "return document.querySelector('{} span.rollout').dataset.side;",
+        row("acc_echo", "1.0.0")
+    ));
+    assert_eq!(stable, "stable");
+
+    let png = browser.screenshot();
+    assert!(png.starts_with(b"\x89PNG"), "a PNG screenshot");
+    let target = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("target/admin-page.png");
+    std::fs::write(&target, &png).unwrap();
+    if std::env::var_os("TOOLMESH_UPDATE_DOCS").is_some() {
+        let docs = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("docs/admin-page.png");
+        std::fs::write(docs, &png).unwrap();
+    }
+
+    browser.type_into(
+        &format!("{canary} form.rollout-decision input[name=reason]"),
+        "latency doubled",
+    );
+    browser.click(&format!(
+        "{canary} form.rollout-decision button[value=abort]"
+    ));
+    browser
+        .until(
+            "the rollout shown aborted",
+            page,
+            &format!(
+                "return document.querySelector('{canary} span.rollout').dataset.state === 'aborted';"
+            ),
+        )
+        .await;
+    let aborted = state();
+    assert_eq!(aborted["state"], "aborted", "{aborted}");
+    assert_eq!(aborted["reason"], "latency doubled", "{aborted}");
+    assert_eq!(aborted["changed_by"], "ops", "{aborted}");
+    let entry = browser
+        .until(
+            "the abort in the feed",
+            page,
+            &feed_entry("rollout of acc_echo@2.0.0 aborted: latency doubled", "ops"),
+        )
+        .await;
+    assert_timestamp(&entry);
+
+    start();
+    browser
+        .until(
+            "the new rollout shown active",
+            page,
+            &format!(
+                "return document.querySelector('{canary} span.rollout').dataset.state === 'active';"
+            ),
+        )
+        .await;
+    browser.click(&format!(
+        "{canary} form.rollout-decision button[value=promote]"
+    ));
+    browser
+        .until(
+            "the rollout shown promoted",
+            page,
+            &format!(
+                "return document.querySelector('{canary} span.rollout').dataset.state === 'promoted';"
+            ),
+        )
+        .await;
+    let promoted = state();
+    assert_eq!(promoted["state"], "promoted", "{promoted}");
+    assert_eq!(promoted["changed_by"], "ops", "{promoted}");
+    let entry = browser
+        .until(
+            "the promotion in the feed",
+            page,
+            &feed_entry("rollout of acc_echo@2.0.0 promoted", "ops"),
+        )
+        .await;
+    assert_timestamp(&entry);
+    let buttons = browser.eval("return document.querySelectorAll('form.rollout-decision').length;");
+    assert_eq!(buttons, 0, "nothing to decide once promoted");
 }

@@ -105,15 +105,6 @@ fn cli(addr: &str, args: &[&str]) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
-fn cli_as(addr: &str, token: &str, args: &[&str]) -> std::process::Output {
-    std::process::Command::new(toolmesh_bin())
-        .args(args)
-        .env("TOOLMESH_SERVER", addr)
-        .env("TOOLMESH_TOKEN", token)
-        .output()
-        .expect("run toolmesh")
-}
-
 /// `toolmesh rollout status --json`, parsed.
 fn status(addr: &str) -> serde_json::Value {
     serde_json::from_str(&cli(addr, &["rollout", "status", "--json"])).expect("status JSON")

@@ -196,6 +196,16 @@ pub async fn acceptance(serve_args: &[&str], exec_args: &[&str]) -> Acceptance {
     }
 }
 
+/// `toolmesh ARGS…` against `addr` with `token`, run to its end.
+pub fn cli_as(addr: &str, token: &str, args: &[&str]) -> std::process::Output {
+    Command::new(toolmesh_bin())
+        .args(args)
+        .env("TOOLMESH_SERVER", addr)
+        .env("TOOLMESH_TOKEN", token)
+        .output()
+        .expect("run toolmesh")
+}
+
 /// A client for the dispatcher at `addr`.
 pub fn dispatcher(addr: &str) -> DispatcherClient<Channel> {
     DispatcherClient::new(

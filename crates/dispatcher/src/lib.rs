@@ -14,18 +14,21 @@ mod governance_service;
 pub mod lane;
 mod list;
 mod metrics;
+mod recent;
 mod refusal;
 mod result_cache;
 mod route;
 mod service;
 mod tool_health;
 mod upstream;
+mod window;
 
 pub use canary::RolloutControl;
 pub use config::DispatcherConfig;
 pub use error::CallError;
 pub use follow::{EPOCH_GRACE, follow_registry};
 pub use governance_service::GovernanceService;
+pub use recent::{RECENT_WINDOW, RecentCalls};
 pub use refusal::Refusal;
 pub use service::DispatcherService;
 pub use toolmesh_governance::{Governance, Principal};
@@ -382,6 +385,12 @@ impl Dispatcher {
         (pool.in_flight(address), pool.ejection_left(address, tool))
     }
 
+    /// What the calls of `tool@version` did over the last
+    /// [`RECENT_WINDOW`] on this dispatcher (zero when it was not called).
+    pub fn recent_calls(&self, tool: &str, version: &str) -> RecentCalls {
+        self.pipeline.metrics.recent(tool, version)
+    }
+
     /// [`invoke_as`](Self::invoke_as) the anonymous caller.
     pub async fn invoke(
         &self,
@@ -485,7 +494,8 @@ impl Follower {
     /// Installs each snapshot `updates` delivers, until `stop`, dropping
     /// the cached answers of every tool it holds under a new definition;
     /// now and then forgets the channels of endpoints no snapshot names any
-    /// more (that walks every instance, so not on every change).
+    /// more, and the figures of tool versions it no longer holds (that
+    /// walks every instance, so not on every change).
     async fn run(mut self, stop: CancellationToken) {
         let mut swept = Instant::now();
         while let Some(Ok(())) = stop.run_until_cancelled(self.updates.changed()).await {
@@ -502,6 +512,7 @@ impl Follower {
                     .flat_map(|e| e.instances.iter().map(|i| &*i.endpoint))
                     .collect();
                 self.pool.retain(|address| endpoints.contains(address));
+                self.metrics.forget_gone(&snapshot);
             }
         }
     }

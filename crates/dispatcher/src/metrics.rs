@@ -1,7 +1,10 @@
-//! The dispatcher's Prometheus metrics: registered once, updated on the call
-//! path through handles resolved once per tool version.
+//! The dispatcher's metrics — Prometheus families registered once, and each
+//! tool version's last minute for the admin page — updated on the call path
+//! through handles resolved once per tool version.
 
 use crate::endpoints::Endpoints;
+use crate::recent::{Held, Recent, RecentCalls};
+use crate::window::Window;
 use dashmap::DashMap;
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
@@ -13,8 +16,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, OnceLock};
 use tokio::time::Instant;
 use toolmesh::ErrorCodeExt;
-use toolmesh::ToolDef;
 use toolmesh::pb::ErrorCode;
+use toolmesh::{Snapshot, ToolDef};
 use toolmesh_telemetry::metrics::duration_histogram;
 use toolmesh_telemetry::{MetricsRegistry, ToolLabels};
 
@@ -74,6 +77,8 @@ pub(crate) struct Metrics {
     pub(crate) snapshot_version: Gauge,
     installed: Arc<Installed>,
     tools: DashMap<usize, (Arc<ToolDef>, Arc<ToolHandles>)>,
+    /// Each tool version's last minute, for the admin page.
+    recent: Recent,
 }
 
 /// A tool version's handles: no label lookup per call once resolved.
@@ -82,6 +87,8 @@ pub(crate) struct ToolHandles {
     duration: Histogram,
     attempts: Counter,
     calls: [OnceLock<Counter>; CODES],
+    /// Its last minute.
+    recent: Arc<Window>,
 }
 
 /// When the snapshot followed was installed (for its age).
@@ -122,6 +129,7 @@ impl Metrics {
             snapshot_version: Gauge::default(),
             installed: installed.clone(),
             tools: DashMap::new(),
+            recent: Recent::default(),
         };
         let r = registry;
         r.register(
@@ -215,6 +223,7 @@ impl Metrics {
             duration: self.durations.get_or_create_owned(&labels),
             attempts: self.attempts.get_or_create_owned(&labels),
             calls: Default::default(),
+            recent: self.recent.window(&labels),
             labels,
         });
         // The def is kept alive with its handles, so its address is not reused.
@@ -237,6 +246,7 @@ impl Metrics {
                     })
                     .inc();
                 handles.duration.observe(seconds);
+                self.recent.record(&handles.recent, code, seconds);
             }
             // A name no snapshot holds is not a label (unbounded).
             None => {
@@ -286,6 +296,20 @@ impl Metrics {
         self.approvals_decided
             .get_or_create(&DecisionLabels { decision })
             .inc();
+    }
+
+    /// `tool@version`'s calls over the last minute.
+    pub(crate) fn recent(&self, tool: &str, version: &str) -> RecentCalls {
+        self.recent.of(tool, version)
+    }
+
+    /// Forgets the figures and handles of tool versions `snapshot` no
+    /// longer holds (so both stay bounded by the tools registered).
+    pub(crate) fn forget_gone(&self, snapshot: &Snapshot) {
+        let held = Held::of(snapshot);
+        self.recent.retain(&held);
+        self.tools
+            .retain(|_, (_, handles)| held.holds(&handles.labels));
     }
 
     /// Notes that snapshot `version` is now followed.

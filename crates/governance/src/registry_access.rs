@@ -71,8 +71,16 @@ pub fn admin(policy: &Policy, bearer: Option<&str>) -> Result<String, AccessErro
     let who = policy
         .authenticate(bearer)
         .map_err(|e| AccessError::Unauthenticated(e.to_string()))?;
+    may_switch(&who)?;
+    Ok(who.name)
+}
+
+/// Whether `who` may disable and enable tools and change rollouts: it has
+/// [`ADMIN_ROLE`] (an [`OPERATOR_ROLE`] reader may not). The one rule of
+/// the registry's RPCs and of the admin page's buttons.
+pub fn may_switch(who: &Principal) -> Result<(), AccessError> {
     if who.has_role(ADMIN_ROLE) {
-        Ok(who.name)
+        Ok(())
     } else {
         Err(AccessError::Forbidden(format!(
             "{} may not disable or enable tools: that needs the role \"{ADMIN_ROLE}\"",

@@ -1,9 +1,14 @@
-//! The admin page: a server-rendered view of the mesh (tools, instances,
-//! snapshot, recent changes, open approvals) and its JSON, for readers
-//! with the `admin` or `operator` role only (a bearer token, or a session
-//! opened by logging in with one), and approve/deny forms checked exactly
-//! as the CLI's `approve`/`deny` are, guarded by the session's CSRF token.
+//! The admin page: a server-rendered view of the mesh (tools with their
+//! instances, last minute of calls, switches and rollouts; snapshot;
+//! recent changes; open approvals) and its JSON, for readers with the
+//! `admin` or `operator` role only (a bearer token, or a session opened by
+//! logging in with one); approve/deny forms checked exactly as the CLI's
+//! `approve`/`deny` are, and — for admins, on a node that runs the
+//! registry — disable/enable and promote/abort forms that make the same
+//! registry operation as the CLI's `disable`/`enable`/`rollout`, each form
+//! guarded by the session's CSRF token.
 
+mod feed;
 mod html;
 mod sessions;
 mod state;
@@ -18,26 +23,36 @@ use axum::routing::{get, post};
 use serde::Deserialize;
 use serde_json::json;
 use sessions::{COOKIE, Session, Sessions, same_secret};
-use state::{Sources, record_changes};
-use std::collections::VecDeque;
-use std::sync::{Arc, Mutex};
+use state::Sources;
+use std::sync::Arc;
 use tokio::sync::watch;
 use tokio_util::sync::CancellationToken;
 use toolmesh::Snapshot;
+use toolmesh::pb;
 use toolmesh_dispatcher::Dispatcher;
 use toolmesh_governance::{
     AccessError, ApprovalError, AuthError, PolicyHandle, Principal, registry_access,
 };
+use toolmesh_registry::{RegistryError, RegistryService};
 use toolmesh_telemetry::MetricsRegistry;
 
-pub use state::{AdminState, ApprovalView, InstanceView, ToolView};
+pub use feed::ChangeView;
+pub(crate) use feed::Feed;
+pub use state::{AdminState, ApprovalView, CallsView, InstanceView, RolloutView, ToolView};
 
 /// What the admin routes are built from.
 pub(crate) struct AdminPage {
     /// The snapshots shown.
     pub(crate) snapshots: watch::Receiver<Arc<Snapshot>>,
-    /// The dispatcher, when this node runs one (it holds the approvals).
+    /// The dispatcher, when this node runs one (it holds the approvals
+    /// and counts the calls).
     pub(crate) dispatcher: Option<Dispatcher>,
+    /// The registry's service, when this node runs one: the operators'
+    /// decisions the page makes go through it, as the CLI's do.
+    pub(crate) registry: Option<RegistryService>,
+    /// The change feed (told by the node's decision journal who switched
+    /// tools).
+    pub(crate) feed: Arc<Feed>,
     /// The policy readers are checked against.
     pub(crate) policy: Arc<PolicyHandle>,
     /// The metrics `/metrics` serves.
@@ -52,6 +67,7 @@ pub(crate) struct AdminPage {
 #[derive(Clone)]
 struct Page {
     sources: Sources,
+    registry: Option<RegistryService>,
     policy: Arc<PolicyHandle>,
     sessions: Arc<Sessions>,
     https: bool,
@@ -86,6 +102,12 @@ enum Refused {
     Csrf,
     #[error("this node runs no dispatcher, so it holds no approvals")]
     NoDispatcher,
+    #[error("{}", state::NO_REGISTRY)]
+    NoRegistry,
+    #[error(transparent)]
+    Decision(#[from] RegistryError),
+    #[error("a rollout is decided with action=promote or action=abort, not {0:?}")]
+    BadAction(String),
     #[error(transparent)]
     Auth(#[from] AuthError),
     #[error(transparent)]
@@ -105,8 +127,10 @@ impl Refused {
                 | ApprovalError::SelfApproval { .. }
                 | ApprovalError::OtherTenant { .. },
             ) => StatusCode::FORBIDDEN,
-            Refused::NoDispatcher => StatusCode::NOT_FOUND,
+            Refused::NoDispatcher | Refused::NoRegistry => StatusCode::NOT_FOUND,
             Refused::Approval(_) => StatusCode::CONFLICT,
+            Refused::Decision(refused) => decision_status(refused),
+            Refused::BadAction(_) => StatusCode::BAD_REQUEST,
         }
     }
 
@@ -147,19 +171,33 @@ fn challenge(status: StatusCode, mut response: Response) -> Response {
     response
 }
 
+/// The HTTP status of a refused decision, as its gRPC code would be.
+fn decision_status(refused: &RegistryError) -> StatusCode {
+    match tonic::Status::from(refused.clone()).code() {
+        tonic::Code::InvalidArgument => StatusCode::BAD_REQUEST,
+        tonic::Code::NotFound => StatusCode::NOT_FOUND,
+        tonic::Code::FailedPrecondition | tonic::Code::Aborted => StatusCode::CONFLICT,
+        tonic::Code::PermissionDenied | tonic::Code::Unauthenticated => StatusCode::FORBIDDEN,
+        tonic::Code::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
+        _ => StatusCode::INTERNAL_SERVER_ERROR,
+    }
+}
+
 /// The admin routes over `page`: `/`, `/api/state`, `/login`, `/logout`,
-/// `/approvals/decide` and `/metrics`; a task records recent changes until `stop`.
+/// `/approvals/decide`, `/tools/disable`, `/tools/enable`,
+/// `/rollouts/decide` and `/metrics`; a task records recent changes until `stop`.
 pub(crate) fn routes(page: AdminPage, stop: CancellationToken) -> Router {
-    let changes = Arc::new(Mutex::new(VecDeque::new()));
     tokio::spawn(
-        stop.run_until_cancelled_owned(record_changes(page.snapshots.clone(), changes.clone())),
+        stop.run_until_cancelled_owned(feed::follow(page.snapshots.clone(), page.feed.clone())),
     );
     let shared = Page {
         sources: Sources {
             snapshots: page.snapshots,
             dispatcher: page.dispatcher,
-            changes,
+            feed: page.feed,
+            registry: page.registry.is_some(),
         },
+        registry: page.registry,
         policy: page.policy,
         sessions: Arc::default(),
         https: page.https,
@@ -174,6 +212,9 @@ pub(crate) fn routes(page: AdminPage, stop: CancellationToken) -> Router {
         .route("/login", get(login_form).post(login))
         .route("/logout", post(logout))
         .route("/approvals/decide", post(decide))
+        .route("/tools/disable", post(disable))
+        .route("/tools/enable", post(enable))
+        .route("/rollouts/decide", post(decide_rollout))
         .with_state(shared)
         .merge(metrics)
 }
@@ -344,4 +385,99 @@ async fn decide(
     });
     let ticket = dispatcher.decide_approval(&who, &form.id, deny).await?;
     Ok(Redirect::to(&format!("/?decided={}", ticket.id)))
+}
+
+/// The disable and enable forms.
+#[derive(Debug, Deserialize)]
+struct SwitchForm {
+    tool: String,
+    /// Why (disable only).
+    #[serde(default)]
+    reason: String,
+    /// The session's CSRF token.
+    #[serde(default)]
+    csrf: String,
+}
+
+/// The promote/abort form.
+#[derive(Debug, Deserialize)]
+struct RolloutForm {
+    /// `name@canary`: acts only while that version is the canary.
+    tool: String,
+    /// `promote` or `abort`.
+    action: String,
+    /// Why (abort only).
+    #[serde(default)]
+    reason: String,
+    /// The session's CSRF token.
+    #[serde(default)]
+    csrf: String,
+}
+
+impl Page {
+    /// Who makes an operator's decision from a form post: a reader (bearer
+    /// token, or session with its CSRF token) with the role the registry's
+    /// RPCs need, on a node whose registry can make it.
+    fn decider(
+        &self,
+        headers: &HeaderMap,
+        csrf: &str,
+    ) -> Result<(&RegistryService, Principal), Refused> {
+        let who = self.poster(headers, csrf)?.principal().clone();
+        registry_access::may_switch(&who)?;
+        let registry = self.registry.as_ref().ok_or(Refused::NoRegistry)?;
+        Ok((registry, who))
+    }
+}
+
+/// Disables a tool as the reader: the registry operation `toolmesh disable` makes.
+async fn disable(
+    State(page): State<Page>,
+    headers: HeaderMap,
+    Form(form): Form<SwitchForm>,
+) -> Result<Redirect, Refused> {
+    let (registry, who) = page.decider(&headers, &form.csrf)?;
+    let tool = form.tool.trim();
+    registry
+        .disable(tool, form.reason.trim(), &who.name)
+        .await?;
+    tracing::info!(principal = %who.name, tool, "tool disabled from the admin page");
+    Ok(Redirect::to("/?done=disabled"))
+}
+
+/// Enables a tool as the reader: the registry operation `toolmesh enable` makes.
+async fn enable(
+    State(page): State<Page>,
+    headers: HeaderMap,
+    Form(form): Form<SwitchForm>,
+) -> Result<Redirect, Refused> {
+    let (registry, who) = page.decider(&headers, &form.csrf)?;
+    let tool = form.tool.trim();
+    registry.enable(tool, &who.name).await?;
+    tracing::info!(principal = %who.name, tool, "tool enabled from the admin page");
+    Ok(Redirect::to("/?done=enabled"))
+}
+
+/// Promotes or aborts a rollout as the reader: the registry operation
+/// `toolmesh rollout promote|abort` makes.
+async fn decide_rollout(
+    State(page): State<Page>,
+    headers: HeaderMap,
+    Form(form): Form<RolloutForm>,
+) -> Result<Redirect, Refused> {
+    let (registry, who) = page.decider(&headers, &form.csrf)?;
+    let action = match form.action.as_str() {
+        "promote" => pb::RolloutAction::Promote,
+        "abort" => pb::RolloutAction::Abort,
+        other => return Err(Refused::BadAction(other.to_owned())),
+    };
+    let request = pb::UpdateRolloutRequest {
+        action: action as i32,
+        tool: form.tool.trim().to_owned(),
+        reason: form.reason.trim().to_owned(),
+        ..Default::default()
+    };
+    registry.change_rollout(request, who.name.clone()).await?;
+    tracing::info!(principal = %who.name, tool = %form.tool, action = %form.action, "rollout decided from the admin page");
+    Ok(Redirect::to(&format!("/?done={}", form.action)))
 }

@@ -16,7 +16,9 @@ mod server;
 mod shared_approvals;
 mod shared_sessions;
 
-pub use admin::{AdminState, ApprovalView, InstanceView, ToolView};
+pub use admin::{
+    AdminState, ApprovalView, CallsView, ChangeView, InstanceView, RolloutView, ToolView,
+};
 pub use config::{NodeConfig, Role};
 pub use error::NodeError;
 pub use governance::{PolicyGate, PolicySetup, audit_sink, load_policy};

@@ -1,8 +1,9 @@
 //! Operators' decisions in a node: their audit journal (rollouts, tools
-//! disabled or enabled), and how its dispatcher asks the registry to abort a
-//! failing canary — the registry in this process, or one reached by gRPC
-//! with the dispatcher's token.
+//! disabled or enabled), the admin page's feed, and how its dispatcher asks
+//! the registry to abort a failing canary — the registry in this process,
+//! or one reached by gRPC with the dispatcher's token.
 
+use crate::admin::Feed;
 use std::sync::Arc;
 use tonic::transport::Channel;
 use toolmesh::pb::{self, registry_client::RegistryClient};
@@ -35,7 +36,7 @@ impl DecisionJournal for AuditJournal {
             .await;
     }
 
-    async fn switched(&self, tool: &str, reason: Option<&str>, admin: &str) {
+    async fn switched(&self, tool: &str, reason: Option<&str>, admin: &str, _version: u64) {
         // Like rollouts: an operator waits, and the record comes first.
         self.0
             .keep(AuditRecord::tool_switch(admin, tool, reason))
@@ -47,30 +48,38 @@ impl DecisionJournal for AuditJournal {
 /// dispatcher before it is answered anyway (with a warning).
 const IN_FORCE_LIMIT: std::time::Duration = std::time::Duration::from_secs(10);
 
-/// A `serve` node's journal: the audit journal (if any), and a decision is
-/// answered only once the node's own dispatcher uses the snapshot that
-/// holds it, so no call or listing after the answer sees the old state.
-pub(crate) struct InForce {
-    pub(crate) journal: Option<Arc<dyn DecisionJournal>>,
-    pub(crate) dispatcher: toolmesh_dispatcher::Dispatcher,
+/// The journal of a node that runs a registry: the audit journal (if any);
+/// the admin page's feed (if any) hears who switched a tool; and, with the
+/// node's own dispatcher (`serve`), a decision is answered only once that
+/// dispatcher uses the snapshot that holds it, so no call or listing after
+/// the answer sees the old state.
+pub(crate) struct NodeJournal {
+    pub(crate) audit: Option<Arc<dyn DecisionJournal>>,
+    pub(crate) feed: Option<Arc<Feed>>,
+    pub(crate) dispatcher: Option<toolmesh_dispatcher::Dispatcher>,
 }
 
 #[tonic::async_trait]
-impl DecisionJournal for InForce {
+impl DecisionJournal for NodeJournal {
     async fn rollout(&self, change: &RolloutChange, rollout: &toolmesh::Rollout) {
-        if let Some(journal) = &self.journal {
-            journal.rollout(change, rollout).await;
+        if let Some(audit) = &self.audit {
+            audit.rollout(change, rollout).await;
         }
     }
 
-    async fn switched(&self, tool: &str, reason: Option<&str>, admin: &str) {
-        if let Some(journal) = &self.journal {
-            journal.switched(tool, reason, admin).await;
+    async fn switched(&self, tool: &str, reason: Option<&str>, admin: &str, version: u64) {
+        if let Some(audit) = &self.audit {
+            audit.switched(tool, reason, admin, version).await;
+        }
+        if let Some(feed) = &self.feed {
+            feed.heard_switch(tool, reason.is_some(), admin, version);
         }
     }
 
     async fn in_force(&self, version: u64) {
-        if !self.dispatcher.caught_up(version, IN_FORCE_LIMIT).await {
+        if let Some(dispatcher) = &self.dispatcher
+            && !dispatcher.caught_up(version, IN_FORCE_LIMIT).await
+        {
             tracing::warn!(
                 version,
                 "a decision was answered before this node's dispatcher installed its snapshot"

@@ -24,8 +24,8 @@ use toolmesh_governance::PolicyHandle;
 use toolmesh_governance::approvals::ApprovalRelay;
 use toolmesh_governance::sessions::SessionRelay;
 use toolmesh_registry::{
-    ApprovalDesk, DecisionJournal, EtcdStore, Registry, RegistryConfig, RolloutDesk, Store,
-    grpc_service,
+    ApprovalDesk, DecisionJournal, EtcdStore, Registry, RegistryConfig, RegistryService,
+    RolloutDesk, Store,
 };
 use toolmesh_telemetry::{AdminOptions, AdminServer, MetricsRegistry};
 
@@ -216,13 +216,33 @@ pub async fn start(role: Role, config: &NodeConfig) -> Result<Running, NodeError
         )),
         None => None,
     };
+    // The admin page's change feed hears who switched tools from the
+    // registry's journal.
+    let feed = config
+        .admin_listen
+        .is_some()
+        .then(|| Arc::new(crate::admin::Feed::default()));
+    let registry_service = registry.clone().map(|store| {
+        let desk = shared.clone().map(|s| s as Arc<dyn ApprovalDesk>);
+        let journal = rollouts::NodeJournal {
+            audit: journal.clone(),
+            feed: feed.clone(),
+            // With its own dispatcher, a decision is answered once in force there.
+            dispatcher: dispatcher.clone(),
+        };
+        RegistryService::new(store, desk, Some(Arc::new(journal)))
+    });
     let side = SideListeners::start(
         config,
         &health,
-        dispatcher.as_ref(),
-        page_snapshots,
-        metrics,
-        &policy.handle,
+        AdminParts {
+            snapshots: page_snapshots,
+            dispatcher: dispatcher.as_ref(),
+            registry: registry_service.as_ref(),
+            feed,
+            metrics,
+            policy: &policy.handle,
+        },
     )
     .await?;
     let router = toolmesh::grpc::server_builder(&config.tls)
@@ -233,18 +253,7 @@ pub async fn start(role: Role, config: &NodeConfig) -> Result<Running, NodeError
             None => toolmesh::grpc::gated_health(health.clone(), Arc::new(|_| true)),
         })
         .add_service(toolmesh::grpc::reflection_service())
-        .add_optional_service(registry.clone().map(|store| {
-            let desk = shared.clone().map(|s| s as Arc<dyn ApprovalDesk>);
-            // With its own dispatcher, a decision is answered once in force there.
-            let journal = match &dispatcher {
-                Some(dispatcher) => Some(Arc::new(rollouts::InForce {
-                    journal: journal.clone(),
-                    dispatcher: dispatcher.clone(),
-                }) as Arc<dyn DecisionJournal>),
-                None => journal.clone(),
-            };
-            grpc_service(store, desk, journal)
-        }))
+        .add_optional_service(registry_service.map(RegistryService::into_server))
         .add_optional_service(dispatcher.as_ref().map(Dispatcher::grpc_service))
         .add_optional_service(dispatcher.as_ref().map(Dispatcher::governance_service));
     let stop = CancellationToken::new();
@@ -301,6 +310,17 @@ async fn open_registry(
     }))
 }
 
+/// What the admin page of a node is made of.
+struct AdminParts<'a> {
+    snapshots: tokio::sync::watch::Receiver<Arc<Snapshot>>,
+    dispatcher: Option<&'a Dispatcher>,
+    registry: Option<&'a RegistryService>,
+    /// Present when the page is asked for.
+    feed: Option<Arc<crate::admin::Feed>>,
+    metrics: MetricsRegistry,
+    policy: &'a Arc<PolicyHandle>,
+}
+
 /// The listeners beside the main one, each when asked for: health only
 /// (for probes), admin (metrics and the page), MCP.
 struct SideListeners {
@@ -314,11 +334,9 @@ impl SideListeners {
     async fn start(
         config: &NodeConfig,
         health: &HealthReporter,
-        dispatcher: Option<&Dispatcher>,
-        page_snapshots: tokio::sync::watch::Receiver<Arc<Snapshot>>,
-        metrics: MetricsRegistry,
-        policy: &Arc<PolicyHandle>,
+        page: AdminParts<'_>,
     ) -> Result<SideListeners, NodeError> {
+        let dispatcher = page.dispatcher;
         let health_only = match &config.health_listen {
             Some(text) => {
                 let addr = toolmesh::grpc::listen_address(text)?;
@@ -334,12 +352,14 @@ impl SideListeners {
         let admin = match &config.admin_listen {
             Some(listen) => {
                 let tls = toolmesh_telemetry::https::acceptor(config.tls.files())?;
-                let page = crate::admin::routes(
+                let routes = crate::admin::routes(
                     crate::admin::AdminPage {
-                        snapshots: page_snapshots,
+                        snapshots: page.snapshots,
                         dispatcher: dispatcher.cloned(),
-                        policy: policy.clone(),
-                        metrics,
+                        registry: page.registry.cloned(),
+                        feed: page.feed.unwrap_or_default(),
+                        policy: page.policy.clone(),
+                        metrics: page.metrics,
                         public_metrics: config.public_metrics,
                         https: tls.is_some(),
                     },
@@ -349,7 +369,7 @@ impl SideListeners {
                     tls,
                     guard: toolmesh_telemetry::admin::guard(&config.admin_allowed_hosts),
                 };
-                Some(AdminServer::start(listen, options, page).await?)
+                Some(AdminServer::start(listen, options, routes).await?)
             }
             None => None,
         };

@@ -1,7 +1,8 @@
 //! The admin listener against what an attacker would try: reads without a
 //! credential, another tenant's approvals, a form posted from another page
-//! (CSRF), framing, a rebound DNS name (Host), plaintext where TLS is
-//! configured, and garbage in every header and body.
+//! (CSRF), an operator forging an admin's form, framing, a rebound DNS name
+//! (Host), plaintext where TLS is configured, and garbage in every header
+//! and body; and what its admin forms and figures do.
 
 #[path = "support/https.rs"]
 mod https;
@@ -52,10 +53,15 @@ token = "tok-exec"
 principal = "tests"
 roles = ["executor"]
 
+[[callers]]
+token = "tok-dispatcher"
+principal = "dispatcher-1"
+roles = ["dispatcher"]
+
 [[grants]]
 name = "agents"
 roles = ["agent"]
-tools = ["wipe"]
+tools = ["wipe", "echo", "flaky"]
 
 [approval]
 approver_roles = ["approver"]
@@ -91,12 +97,36 @@ impl Tool for Hidden {
     }
 }
 
+/// Answers at once.
+struct Echo;
+impl Tool for Echo {
+    type Args = NoArgs;
+    fn info(&self) -> ToolInfo {
+        ToolInfo::new("echo", "1.0.0", "Answers ok.")
+    }
+    async fn call(&self, _: NoArgs, _: CallCx) -> Result<ToolOutput, ToolFailure> {
+        Ok(ToolOutput::text("ok"))
+    }
+}
+
+/// Always fails as a tool that cannot run here (UNAVAILABLE).
+struct Flaky;
+impl Tool for Flaky {
+    type Args = NoArgs;
+    fn info(&self) -> ToolInfo {
+        ToolInfo::new("flaky", "1.0.0", "Always fails.")
+    }
+    async fn call(&self, _: NoArgs, _: CallCx) -> Result<ToolOutput, ToolFailure> {
+        Err(ToolFailure::unavailable("its backend is down"))
+    }
+}
+
 /// A node with an admin listener under [`POLICY`], and an executor of
-/// `wipe` and `hidden_tool` registered with it.
+/// `wipe`, `hidden_tool`, `echo` and `flaky` registered with it.
 struct Mesh {
     node: Running,
     admin: SocketAddr,
-    _dir: TempDir,
+    dir: TempDir,
     _stop_executor: tokio::sync::oneshot::Sender<()>,
 }
 
@@ -121,6 +151,8 @@ impl Mesh {
         let bound = Executor::new("admin-tests")
             .tool(Wipe)
             .tool(Hidden)
+            .tool(Echo)
+            .tool(Flaky)
             .bind(ServeOptions {
                 token: Some("tok-exec".into()),
                 ..ServeOptions::new(node.addr.to_string())
@@ -132,18 +164,37 @@ impl Mesh {
             let _ = stopped.await;
         }));
         let dispatcher = node.dispatcher.clone().unwrap();
-        toolmesh_testkit::eventually("both tools registered", Duration::from_secs(10), || {
+        toolmesh_testkit::eventually("the tools registered", Duration::from_secs(10), || {
             let n = dispatcher.current_snapshot().name_count();
-            async move { (n == 2).then_some(()) }
+            async move { (n == 4).then_some(()) }
         })
         .await;
         let admin = node.admin.as_ref().unwrap().addr;
         Mesh {
             node,
             admin,
-            _dir: dir,
+            dir,
             _stop_executor: stop,
         }
+    }
+
+    /// Calls `tool` as the acme agent: the error code of its answer (0: OK).
+    async fn call(&self, tool: &str) -> i32 {
+        let channel =
+            toolmesh::grpc::channel(&self.node.addr.to_string(), &toolmesh::grpc::Tls::none())
+                .unwrap();
+        let request = InvokeRequest {
+            tool: tool.into(),
+            arguments: "{}".into(),
+            context: Some(CallContext::default()),
+            ..Default::default()
+        };
+        let answer = DispatcherClient::new(channel)
+            .invoke(with_token(request, Some("tok-acme-agent")))
+            .await
+            .unwrap()
+            .into_inner();
+        answer.result.unwrap().error.map_or(0, |e| e.code)
     }
 
     /// Calls `wipe` as `token`'s agent: the id of the approval it asks for.
@@ -536,6 +587,250 @@ async fn host_and_origin_are_checked() {
     mesh.node.stop(Duration::from_secs(1)).await.unwrap();
 }
 
+/// `tool`'s row in `/api/state` read with `token`.
+async fn tool_state(admin: SocketAddr, token: &str, tool: &str) -> Value {
+    let auth = format!("Bearer {token}");
+    let answer = send(admin, "GET", "/api/state", &[("authorization", &auth)], "").await;
+    assert_eq!(answer.status, 200, "{}", answer.body);
+    let state = answer.json();
+    state["tools"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|t| t["name"] == tool)
+        .unwrap_or_else(|| panic!("{tool} not in {state}"))
+        .clone()
+}
+
+/// The newest change of the feed whose text is `what`, once it names who
+/// made it.
+async fn change_by(admin: SocketAddr, what: &str) -> Value {
+    toolmesh_testkit::eventually(
+        &format!("{what:?} in the feed with its author"),
+        Duration::from_secs(10),
+        || async move {
+            let answer = send(
+                admin,
+                "GET",
+                "/api/state",
+                &[("authorization", "Bearer tok-ops")],
+                "",
+            )
+            .await;
+            let state = answer.json();
+            state["changes"]
+                .as_array()?
+                .iter()
+                .find(|c| c["what"] == what && !c["by"].is_null())
+                .cloned()
+        },
+    )
+    .await
+}
+
+/// Disable and enable forms act for admins only, through the registry:
+/// the operator's session sees no form and its forged post is refused
+/// (403) even with its own CSRF token; an admin's post without its CSRF
+/// token is refused; a disable without a reason or of an unknown tool is
+/// refused with what to fix; a disable is in force for agents when it is
+/// answered, and the feed names the admin with a timestamp; an admin's
+/// bearer token enables again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn switch_forms_are_for_admins_and_act_through_the_registry() {
+    let mesh = Mesh::start().await;
+    let admin = mesh.admin;
+    let (ops, ops_csrf) = log_in(admin, "tok-ops").await;
+    let (alice, alice_csrf) = log_in(admin, "tok-acme-approver").await;
+    let page = send(admin, "GET", "/", &[("cookie", &ops)], "").await;
+    assert!(page.body.contains("action=/tools/disable"), "{}", page.body);
+    let page = send(admin, "GET", "/", &[("cookie", &alice)], "").await;
+    assert!(!page.body.contains("action=/tools/"), "{}", page.body);
+    assert!(page.body.contains("id=read-only"), "{}", page.body);
+
+    let post = |cookie: String, path: &'static str, form: String| async move {
+        send(admin, "POST", path, &[("cookie", &cookie)], &form).await
+    };
+    let forged = post(
+        alice.clone(),
+        "/tools/disable",
+        format!("tool=echo&reason=x&csrf={alice_csrf}"),
+    )
+    .await;
+    assert_eq!(forged.status, 403, "{}", forged.body);
+    assert!(forged.body.contains("&quot;admin&quot;"), "{}", forged.body);
+    for csrf in [String::new(), alice_csrf.clone()] {
+        let refused = post(
+            ops.clone(),
+            "/tools/disable",
+            format!("tool=echo&reason=x&csrf={csrf}"),
+        )
+        .await;
+        assert_eq!(refused.status, 403, "{}", refused.body);
+        assert!(refused.body.contains("CSRF"), "{}", refused.body);
+    }
+    let no_reason = post(
+        ops.clone(),
+        "/tools/disable",
+        format!("tool=echo&reason=+&csrf={ops_csrf}"),
+    )
+    .await;
+    assert_eq!(no_reason.status, 400, "{}", no_reason.body);
+    assert!(no_reason.body.contains("say why"), "{}", no_reason.body);
+    let unknown = post(
+        ops.clone(),
+        "/tools/disable",
+        format!("tool=nope&reason=x&csrf={ops_csrf}"),
+    )
+    .await;
+    assert_eq!(unknown.status, 404, "{}", unknown.body);
+    assert_eq!(mesh.call("echo").await, 0, "nothing was switched yet");
+
+    let disabled = post(
+        ops.clone(),
+        "/tools/disable",
+        format!("tool=echo&reason=incident+7&csrf={ops_csrf}"),
+    )
+    .await;
+    assert_eq!(disabled.status, 303, "{}", disabled.body);
+    assert_eq!(
+        mesh.call("echo").await,
+        toolmesh::pb::ErrorCode::Disabled as i32,
+        "in force when answered"
+    );
+    let row = tool_state(admin, "tok-ops", "echo").await;
+    assert_eq!(row["disabled"], "incident 7", "{row}");
+    assert_eq!(row["health"], "NOT_SERVING", "{row}");
+    let change = change_by(admin, "echo disabled: incident 7").await;
+    assert_eq!(change["by"], "ops", "{change}");
+    let at = change["at"].as_str().unwrap();
+    assert!(at.len() == 24 && at.ends_with('Z'), "RFC 3339: {at}");
+    assert!(
+        change["at_ms"].as_u64().unwrap() > 1_700_000_000_000,
+        "{change}"
+    );
+    assert!(change["snapshot_version"].as_u64().unwrap() > 0, "{change}");
+    let page = send(admin, "GET", "/", &[("cookie", &ops)], "").await;
+    assert!(page.body.contains("action=/tools/enable"), "{}", page.body);
+
+    let operator_bearer = send(
+        admin,
+        "POST",
+        "/tools/enable",
+        &[("authorization", "Bearer tok-acme-approver")],
+        "tool=echo",
+    )
+    .await;
+    assert_eq!(operator_bearer.status, 403, "{}", operator_bearer.body);
+    let enabled = send(
+        admin,
+        "POST",
+        "/tools/enable",
+        &[("authorization", "Bearer tok-ops")],
+        "tool=echo",
+    )
+    .await;
+    assert_eq!(enabled.status, 303, "{}", enabled.body);
+    assert_eq!(mesh.call("echo").await, 0);
+    let change = change_by(admin, "echo enabled").await;
+    assert_eq!(change["by"], "ops", "{change}");
+
+    let bad = post(
+        ops.clone(),
+        "/rollouts/decide",
+        format!("tool=echo&action=explode&csrf={ops_csrf}"),
+    )
+    .await;
+    assert_eq!(bad.status, 400, "{}", bad.body);
+    let none = post(
+        ops.clone(),
+        "/rollouts/decide",
+        format!("tool=echo&action=promote&csrf={ops_csrf}"),
+    )
+    .await;
+    assert_eq!(none.status, 404, "no rollout: {}", none.body);
+    mesh.node.stop(Duration::from_secs(1)).await.unwrap();
+}
+
+/// The page's figures come from the dispatcher's own counters: after
+/// calls, a tool's row counts them; after failing calls, its errors; the
+/// p95 is there once there were calls.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rows_count_the_last_minute_of_calls() {
+    let mesh = Mesh::start().await;
+    let admin = mesh.admin;
+    let quiet = tool_state(admin, "tok-acme-approver", "echo").await;
+    assert_eq!(quiet["calls"]["calls"], 0, "{quiet}");
+    assert!(quiet["calls"]["p95_ms"].is_null(), "{quiet}");
+    for _ in 0..5 {
+        assert_eq!(mesh.call("echo").await, 0);
+    }
+    for _ in 0..3 {
+        assert_ne!(mesh.call("flaky").await, 0);
+    }
+    let echo = tool_state(admin, "tok-acme-approver", "echo").await;
+    assert_eq!(echo["calls"]["calls"], 5, "{echo}");
+    assert_eq!(echo["calls"]["errors"], 0, "{echo}");
+    assert!(echo["calls"]["p95_ms"].as_f64().unwrap() > 0.0, "{echo}");
+    assert_eq!(echo["calls"]["window_s"], 60, "{echo}");
+    assert_eq!(echo["healthy_instances"], 1, "{echo}");
+    let flaky = tool_state(admin, "tok-acme-approver", "flaky").await;
+    assert_eq!(flaky["calls"]["calls"], 3, "{flaky}");
+    assert_eq!(flaky["calls"]["errors"], 3, "{flaky}");
+    assert_eq!(flaky["calls"]["error_rate"], 1.0, "{flaky}");
+    let (session, _) = log_in(admin, "tok-acme-approver").await;
+    let page = send(admin, "GET", "/", &[("cookie", &session)], "").await;
+    assert!(
+        page.body.contains("data-calls=3 data-errors=3"),
+        "{}",
+        page.body
+    );
+    mesh.node.stop(Duration::from_secs(1)).await.unwrap();
+}
+
+/// A dispatcher that follows a registry elsewhere has no registry to act
+/// through: an admin sees why and no form, and a post is refused saying
+/// where to act.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_without_registry_shows_where_to_act() {
+    let mesh = Mesh::start().await;
+    let policy = mesh.dir.path().join("policy.toml");
+    let follower = toolmesh_node::start(
+        Role::Dispatcher {
+            registry: mesh.node.addr.to_string(),
+            token: Some("tok-dispatcher".into()),
+        },
+        &NodeConfig {
+            listen: "127.0.0.1:0".into(),
+            admin_listen: Some("127.0.0.1:0".into()),
+            policy: Some(policy),
+            ..NodeConfig::default()
+        },
+    )
+    .await
+    .unwrap();
+    let admin = follower.admin.as_ref().unwrap().addr;
+    let (ops, csrf) = log_in(admin, "tok-ops").await;
+    let page = send(admin, "GET", "/", &[("cookie", &ops)], "").await;
+    assert!(!page.body.contains("action=/tools/"), "{}", page.body);
+    assert!(page.body.contains("runs no registry"), "{}", page.body);
+    let refused = send(
+        admin,
+        "POST",
+        "/tools/disable",
+        &[("cookie", &ops)],
+        &format!("tool=echo&reason=x&csrf={csrf}"),
+    )
+    .await;
+    assert_eq!(refused.status, 404, "{}", refused.body);
+    assert!(
+        refused.body.contains("toolmesh disable"),
+        "{}",
+        refused.body
+    );
+    follower.stop(Duration::from_secs(1)).await.unwrap();
+    mesh.node.stop(Duration::from_secs(1)).await.unwrap();
+}
+
 /// With the node's TLS files the admin listener speaks HTTPS only, with the
 /// client-certificate requirement of every other server: plaintext gets no
 /// HTTP answer, HTTPS without a client certificate is refused, HTTPS with
@@ -617,8 +912,8 @@ async fn admin_is_https_with_the_nodes_tls() {
 
 /// Garbage in Host, Origin, Cookie, Authorization, paths and form bodies
 /// never panics the listener (every request gets an HTTP answer below 500)
-/// and never reads a protected path or decides an approval without a
-/// valid session or token.
+/// and never reads a protected path, decides an approval or switches a tool
+/// or a rollout without a valid session or token.
 #[test]
 fn garbage_never_panics_nor_passes() {
     use proptest::prelude::*;
@@ -649,6 +944,9 @@ fn garbage_never_panics_nor_passes() {
             Just("/api/state".to_owned()),
             Just("/metrics".to_owned()),
             Just("/approvals/decide".to_owned()),
+            Just("/tools/disable".to_owned()),
+            Just("/tools/enable".to_owned()),
+            Just("/rollouts/decide".to_owned()),
             Just("/logout".to_owned()),
             Just("/login".to_owned()),
             "/[a-z/?=&%]{0,20}",
@@ -668,6 +966,7 @@ fn garbage_never_panics_nor_passes() {
         prop_oneof![
             text(),
             text().prop_map(move |t| format!("id={approval}&decision=approve&csrf={t}")),
+            text().prop_map(|t| format!("tool=echo&reason=x&action=abort&csrf={t}")),
             text().prop_map(|t| format!("token={t}")),
         ],
     );
@@ -691,9 +990,15 @@ fn garbage_never_panics_nor_passes() {
                 !(protected && answer.status == 200),
                 "{method} {path} {headers:?} read without a credential"
             );
+            let decides = [
+                "/approvals/decide",
+                "/tools/disable",
+                "/tools/enable",
+                "/rollouts/decide",
+            ];
             prop_assert!(
-                !(path == "/approvals/decide" && answer.status == 303),
-                "{headers:?} {body:?} decided without a session"
+                !(decides.contains(&path.as_str()) && answer.status == 303),
+                "{path} {headers:?} {body:?} decided without a session"
             );
             Ok(())
         })

@@ -38,6 +38,9 @@ pub enum RegistryError {
     /// by an earlier registry process).
     #[error("lease {0} is unknown (the registry may have restarted): register again")]
     UnknownLease(String),
+    /// A tool is disabled without saying why.
+    #[error("say why the tool is disabled: callers and operators read the reason")]
+    NoReason,
     /// No tool by that name is known.
     #[error("no tool named {0:?} is known to the registry")]
     UnknownTool(String),
@@ -142,6 +145,7 @@ impl From<RegistryError> for tonic::Status {
             | RegistryError::EmptyLeaseId
             | RegistryError::InvalidExecuteToken { .. }
             | RegistryError::TooManyTools { .. }
+            | RegistryError::NoReason
             | RegistryError::BadStore(_)
             | RegistryError::BadSessionFacts(_) => tonic::Status::invalid_argument(message),
             RegistryError::Contended(_) => tonic::Status::aborted(message),

@@ -52,25 +52,86 @@ impl Registry {
 }
 
 /// The `toolmesh.v1.Registry` gRPC service over any [`Store`], with the
-/// mesh's message size limits; `desk` serves shared approvals (without one,
-/// `Approvals` answers UNIMPLEMENTED); `journal` hears of every rollout
-/// change and every tool disabled or enabled.
+/// mesh's message size limits (see [`RegistryService::new`]).
 pub fn grpc_service(
     store: Arc<dyn Store>,
     desk: Option<Arc<dyn ApprovalDesk>>,
     journal: Option<Arc<dyn DecisionJournal>>,
 ) -> pb::registry_server::RegistryServer<RegistryService> {
-    pb::registry_server::RegistryServer::new(RegistryService {
-        rollouts: RolloutDesk::new(store.clone(), journal.clone()),
-        registry: store,
-        desk,
-        journal,
-    })
-    .max_decoding_message_size(toolmesh::grpc::MAX_CALL_MESSAGE_BYTES)
-    .max_encoding_message_size(toolmesh::grpc::MAX_SNAPSHOT_MESSAGE_BYTES)
+    RegistryService::new(store, desk, journal).into_server()
 }
 
 impl RegistryService {
+    /// The service over `store`: `desk` serves shared approvals (without
+    /// one, `Approvals` answers UNIMPLEMENTED); `journal` hears of every
+    /// rollout change and every tool disabled or enabled.
+    pub fn new(
+        store: Arc<dyn Store>,
+        desk: Option<Arc<dyn ApprovalDesk>>,
+        journal: Option<Arc<dyn DecisionJournal>>,
+    ) -> RegistryService {
+        RegistryService {
+            rollouts: RolloutDesk::new(store.clone(), journal.clone()),
+            registry: store,
+            desk,
+            journal,
+        }
+    }
+
+    /// As a gRPC server, with the mesh's message size limits.
+    pub fn into_server(self) -> pb::registry_server::RegistryServer<RegistryService> {
+        pb::registry_server::RegistryServer::new(self)
+            .max_decoding_message_size(toolmesh::grpc::MAX_CALL_MESSAGE_BYTES)
+            .max_encoding_message_size(toolmesh::grpc::MAX_SNAPSHOT_MESSAGE_BYTES)
+    }
+
+    /// `admin` (already allowed to) disables `tool` for `reason`: stored,
+    /// journaled, in force; the snapshot version that holds it. The one
+    /// path of `DisableTool` and of the admin page's button.
+    pub async fn disable(
+        &self,
+        tool: &str,
+        reason: &str,
+        admin: &str,
+    ) -> Result<u64, RegistryError> {
+        if reason.trim().is_empty() {
+            return Err(RegistryError::NoReason);
+        }
+        let version = self
+            .registry
+            .set_disabled(tool, Some(reason.to_owned()))
+            .await?;
+        self.journal_switch(tool, Some(reason), admin, version)
+            .await;
+        self.in_force(version).await;
+        Ok(version)
+    }
+
+    /// `admin` (already allowed to) enables `tool` again: the one path of
+    /// `EnableTool` and of the admin page's button.
+    pub async fn enable(&self, tool: &str, admin: &str) -> Result<u64, RegistryError> {
+        let version = self.registry.set_disabled(tool, None).await?;
+        self.journal_switch(tool, None, admin, version).await;
+        self.in_force(version).await;
+        Ok(version)
+    }
+
+    /// `actor` (already allowed to) changes a rollout as `wire` asks: the
+    /// one path of `UpdateRollout` and of the admin page's buttons.
+    pub async fn change_rollout(
+        &self,
+        wire: pb::UpdateRolloutRequest,
+        actor: String,
+    ) -> Result<pb::UpdateRolloutResponse, RegistryError> {
+        let request = RolloutRequest::from_pb(wire, actor)?;
+        let (snapshot_version, rollout) = self.rollouts.update(request).await?;
+        self.in_force(snapshot_version).await;
+        Ok(pb::UpdateRolloutResponse {
+            rollout: Some(rollout.to_pb()),
+            snapshot_version,
+        })
+    }
+
     /// The executor identity of a request: its bearer token, else a
     /// verified client certificate naming an executor.
     fn executor_owner<T>(&self, request: &Request<T>) -> Result<String, RegistryError> {
@@ -104,10 +165,11 @@ impl RegistryService {
         Ok(admin)
     }
 
-    /// Tells the journal, if any, that `admin` disabled or enabled `tool`.
-    async fn journal_switch(&self, tool: &str, reason: Option<&str>, admin: &str) {
+    /// Tells the journal, if any, that `admin` disabled or enabled `tool`
+    /// in snapshot `version`.
+    async fn journal_switch(&self, tool: &str, reason: Option<&str>, admin: &str, version: u64) {
         if let Some(journal) = &self.journal {
-            journal.switched(tool, reason, admin).await;
+            journal.switched(tool, reason, admin, version).await;
         }
     }
 
@@ -193,19 +255,8 @@ impl pb::registry_server::Registry for RegistryService {
         request: Request<pb::DisableToolRequest>,
     ) -> Result<Response<pb::DisableToolResponse>, Status> {
         let admin = self.admin(request.metadata())?;
-        let request = request.into_inner();
-        if request.reason.trim().is_empty() {
-            return Err(Status::invalid_argument(
-                "say why the tool is disabled: callers and operators read the reason",
-            ));
-        }
-        let snapshot_version = self
-            .registry
-            .set_disabled(&request.tool, Some(request.reason.clone()))
-            .await?;
-        self.journal_switch(&request.tool, Some(&request.reason), &admin)
-            .await;
-        self.in_force(snapshot_version).await;
+        let request = request.get_ref();
+        let snapshot_version = self.disable(&request.tool, &request.reason, &admin).await?;
         Ok(Response::new(pb::DisableToolResponse { snapshot_version }))
     }
 
@@ -214,10 +265,7 @@ impl pb::registry_server::Registry for RegistryService {
         request: Request<pb::EnableToolRequest>,
     ) -> Result<Response<pb::EnableToolResponse>, Status> {
         let admin = self.admin(request.metadata())?;
-        let tool = &request.get_ref().tool;
-        let snapshot_version = self.registry.set_disabled(tool, None).await?;
-        self.journal_switch(tool, None, &admin).await;
-        self.in_force(snapshot_version).await;
+        let snapshot_version = self.enable(&request.get_ref().tool, &admin).await?;
         Ok(Response::new(pb::EnableToolResponse { snapshot_version }))
     }
 
@@ -267,14 +315,8 @@ impl pb::registry_server::Registry for RegistryService {
         request: Request<pb::UpdateRolloutRequest>,
     ) -> Result<Response<pb::UpdateRolloutResponse>, Status> {
         let actor = self.rollout_actor(&request)?;
-        let request =
-            RolloutRequest::from_pb(request.into_inner(), actor).map_err(RegistryError::from)?;
-        let (snapshot_version, rollout) = self.rollouts.update(request).await?;
-        self.in_force(snapshot_version).await;
-        Ok(Response::new(pb::UpdateRolloutResponse {
-            rollout: Some(rollout.to_pb()),
-            snapshot_version,
-        }))
+        let answer = self.change_rollout(request.into_inner(), actor).await?;
+        Ok(Response::new(answer))
     }
 
     async fn list_rollouts(

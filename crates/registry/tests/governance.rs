@@ -426,7 +426,7 @@ struct HeldJournal {
 #[tonic::async_trait]
 impl toolmesh_registry::DecisionJournal for HeldJournal {
     async fn rollout(&self, _: &toolmesh_registry::RolloutChange, _: &toolmesh::Rollout) {}
-    async fn switched(&self, _: &str, _: Option<&str>, _: &str) {}
+    async fn switched(&self, _: &str, _: Option<&str>, _: &str, _: u64) {}
     async fn in_force(&self, version: u64) {
         let _ = self.asked.send(version);
         self.release.notified().await;

@@ -3,19 +3,19 @@
 //! rate exceeds the stable versions' by more than the rollout's margin, the
 //! registry is asked to abort the rollout (automatically, saying why).
 
-mod window;
-
+use crate::window::{Counts, Window};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 use toolmesh::Snapshot;
 use toolmesh::pb::ErrorCode;
 use toolmesh::rollout::{Guard, Rollout, RolloutState};
-use window::{Counts, Window};
 
 /// How long after asking for an abort the watch waits before asking again
 /// (the registry's answer, or the snapshot that shows the abort, comes first).
 const ASK_AGAIN_AFTER: Duration = Duration::from_secs(10);
+/// Slots a rollout's window is cut into.
+const WINDOW_SLOTS: u32 = 30;
 
 /// Asks the registry to abort a rollout whose canary fails (the registry
 /// in this process, or one reached by gRPC with the dispatcher's token).
@@ -156,7 +156,7 @@ impl CanaryWatch {
             watch
                 .versions
                 .entry(version.clone())
-                .or_insert_with(|| Window::new(window))
+                .or_insert_with(|| Window::new(window, WINDOW_SLOTS))
                 .record(now_ms, counts_as_error(code));
             self.judge(watch, version, now_ms)
         };

@@ -16,8 +16,9 @@ pub trait DecisionJournal: Send + Sync + 'static {
     /// `rollout` is what `change` made of the tool's rollout.
     async fn rollout(&self, change: &RolloutChange, rollout: &Rollout);
 
-    /// `admin` disabled `tool` (for `reason`) or, with no reason, enabled it.
-    async fn switched(&self, tool: &str, reason: Option<&str>, admin: &str);
+    /// `admin` disabled `tool` (for `reason`) or, with no reason, enabled
+    /// it, in snapshot `version`.
+    async fn switched(&self, tool: &str, reason: Option<&str>, admin: &str, version: u64);
 
     /// Returns once the decision that made snapshot `version` is in force
     /// wherever this registry's answer must already hold (a `serve` node:
