@@ -202,6 +202,9 @@ class Arguments(unittest.TestCase):
         with self.assertRaises(ArgumentsError):
             place.parse_arguments("not json")
         with self.assertRaises(ArgumentsError) as raised:
+            place.parse_arguments('{"lines": [{"sku": "a", "qty": 1, "qty": 2}]}')
+        self.assertIn("repeat the key 'qty'", str(raised.exception))
+        with self.assertRaises(ArgumentsError) as raised:
             place.parse_arguments("")
         self.assertIn("at /lines:", str(raised.exception), "no text reads as {}")
 

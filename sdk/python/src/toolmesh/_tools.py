@@ -96,8 +96,12 @@ class Tool:
     def parse_arguments(self, text: str) -> dict[str, Any]:
         """The keyword arguments of one call from its JSON text, checked
         against the parameters' types; raises `ArgumentsError`."""
+        text = text or "{}"
+        repeated = _repeated_key(text)
+        if repeated:
+            raise ArgumentsError(f"arguments for {self.name} repeat the key {repeated}: send each key once")
         try:
-            parsed = self.arguments.model_validate_json(text or "{}")
+            parsed = self.arguments.model_validate_json(text)
         except pydantic.ValidationError as e:
             raise ArgumentsError(f"arguments for {self.name} do not match its input schema: {_violations(e)}") from None
         return {param.alias: getattr(parsed, name) for name, param in self.arguments.model_fields.items()}
@@ -134,6 +138,27 @@ class ArgumentsError(ValueError):
 
 class ResultError(ValueError):
     """A tool returned something that cannot be sent as its result."""
+
+
+def _repeated_key(text: str) -> str | None:
+    """The first key repeated in one JSON object of `text`, at any depth (the
+    value checked must be the value used); None when there is none or the
+    text is not JSON (validation then says why)."""
+    found: list[str] = []
+
+    def pairs(items: list[tuple[str, Any]]) -> dict[str, Any]:
+        seen: set[str] = set()
+        for key, _ in items:
+            if key in seen and not found:
+                found.append(repr(key))
+            seen.add(key)
+        return dict(items)
+
+    try:
+        json.loads(text, object_pairs_hook=pairs)
+    except ValueError:
+        return None
+    return found[0] if found else None
 
 
 def _violations(error: pydantic.ValidationError) -> str:
