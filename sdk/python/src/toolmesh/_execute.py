@@ -8,6 +8,7 @@ import difflib
 import functools
 import hmac
 import logging
+import threading
 import time
 from typing import Any
 
@@ -59,6 +60,10 @@ class Calls:
         self.tools = tools
         self.executor_id = executor_id
         self.threads = threads
+        # Sync calls still on a thread, answered or not (a tool that ignores
+        # its deadline keeps its thread until it returns).
+        self.on_threads = 0
+        self._count_lock = threading.Lock()
 
     async def run(self, request: executor_pb2.ExecuteRequest, caller_timeout: float | None, emit: Emit | None) -> pb.ToolResult:
         tool = self.tools.get(request.tool)
@@ -86,8 +91,7 @@ class Calls:
         if tool.is_async:
             running: asyncio.Future[Any] = asyncio.ensure_future(tool.fn(**kwargs))
         else:
-            loop = asyncio.get_running_loop()
-            running = loop.run_in_executor(self.threads, functools.partial(tool.fn, **kwargs))
+            running = asyncio.wrap_future(self._on_thread(functools.partial(tool.fn, **kwargs)))
         running.add_done_callback(functools.partial(_reap, tool.name, request.call_id))
         try:
             done, _ = await asyncio.wait({running}, timeout=budget)
@@ -105,6 +109,17 @@ class Calls:
             running.cancel()  # an async tool stops at its next await; a sync one watches ctx
             return self._deadline_exceeded(tool, budget, bound)
         return self._outcome(tool, request, running)
+
+    def _on_thread(self, work: Any) -> concurrent.futures.Future[Any]:
+        with self._count_lock:
+            self.on_threads += 1
+        running = self.threads.submit(work)
+        running.add_done_callback(lambda _: self._off_thread())
+        return running
+
+    def _off_thread(self) -> None:
+        with self._count_lock:
+            self.on_threads -= 1
 
     def _outcome(self, tool: Tool, request: executor_pb2.ExecuteRequest, finished: asyncio.Future[Any]) -> pb.ToolResult:
         if finished.cancelled():

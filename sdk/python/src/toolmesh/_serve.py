@@ -7,6 +7,7 @@ import concurrent.futures
 import ipaddress
 import logging
 import os
+import re
 import secrets
 import signal
 import sys
@@ -96,7 +97,7 @@ async def serve_async(
     (default: SIGTERM or SIGINT), then drains. Raises `ServeError` for a
     configuration it cannot serve with."""
     by_name = _tools_by_name(tools)
-    service = service or Path(sys.argv[0] or "python").stem or "python"
+    service = service or _script_name()
     registry = os.environ.get("TOOLMESH_REGISTRY", DEFAULT_REGISTRY) if registry is None else registry
     token = os.environ.get("TOOLMESH_TOKEN") if token is None else token
     advertise = os.environ.get("TOOLMESH_ADVERTISE") if advertise is None else advertise
@@ -115,7 +116,8 @@ async def serve_async(
             ("grpc.max_send_message_length", MAX_CALL_MESSAGE_BYTES),
         ]
     )
-    executor_pb2_grpc.add_ExecutorServicer_to_server(ExecutorService(Calls(by_name, executor_id, threads), gate), server)
+    calls = Calls(by_name, executor_id, threads)
+    executor_pb2_grpc.add_ExecutorServicer_to_server(ExecutorService(calls, gate), server)
     health_service = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_service, server)
     try:
@@ -152,6 +154,12 @@ async def serve_async(
         await lease.stop(DEREGISTER_TIMEOUT)
     await server.stop(grace)
     threads.shutdown(wait=False, cancel_futures=True)
+    if calls.on_threads:
+        log.warning(
+            "%d sync tool calls are still running past the grace period; the process exits when they return "
+            "(a sync tool should watch ctx.cancelled)",
+            calls.on_threads,
+        )
     log.info("drained")
 
 
@@ -166,6 +174,12 @@ def _tools_by_name(tools: tuple[Tool, ...]) -> dict[str, Tool]:
             raise ServeError(f"two tools are named {t.name}: give one another name with @tool(name=...)")
         by_name[t.name] = t
     return by_name
+
+
+def _script_name() -> str:
+    """The running script's name ("orders" for orders.py), or "python"."""
+    stem = re.sub(r"[^A-Za-z0-9_-]", "", Path(sys.argv[0] if sys.argv else "").stem)
+    return stem if stem[:1].isalpha() else "python"
 
 
 async def _signalled() -> None:
