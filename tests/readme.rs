@@ -1,11 +1,11 @@
 //! The README's snippets run as printed: its code blocks are this test's
 //! input, read from README.md itself, never a copy. The MCP client
 //! configurations (stdio and URL forms) and the Python client reach a
-//! running `toolmesh up`; the Python executor's shell steps build and run
-//! `examples/python/executor.py` against it, and the executor's core the
-//! README shows is that file's own code. The only substitutions are the
-//! placeholders a reader fills in: the address of this run's `up` for the
-//! default ones, and a real token for `YOUR-TOKEN` / `$TOKEN`.
+//! running `toolmesh up`; the Python SDK's program and shell steps install
+//! `sdk/python` in a fresh virtualenv and serve the tool to it. The only
+//! substitutions are the placeholders a reader fills in: the address of
+//! this run's `up` for the default ones, and a real token for
+//! `YOUR-TOKEN` / `$TOKEN`.
 
 mod support;
 
@@ -286,32 +286,31 @@ async fn mcp_client_snippets_run_as_printed() {
     );
 }
 
-/// "In Python": the core the README shows is `examples/python/executor.py`'s
-/// own code, and its shell steps, run in order in a fresh directory, make
-/// the virtualenv, generate the stubs, start the executor with the token
-/// `up` prints, and the call it ends with succeeds.
+/// "In Python": the SDK program, saved under the name its run line uses,
+/// and the shell lines, run in order in a fresh directory: the virtualenv
+/// with `pip install ./sdk/python`, the executor started with the token
+/// `up` prints, and the call it ends with succeeds. The input schema the
+/// prose says the mesh lists is the one it lists.
 #[tokio::test]
-async fn python_executor_snippets_run_as_printed() {
+async fn python_sdk_snippets_run_as_printed() {
     let heading = "In Python";
-    let executor = std::fs::read_to_string(root().join("examples/python/executor.py")).unwrap();
-    let core = &blocks_under(heading, "python")[0].text;
-    assert!(
-        executor.contains(core.as_str()),
-        "the README's executor core is not examples/python/executor.py's code:\n{core}"
-    );
-
-    let up = start_up("readme-python-executor");
-    let dir = temp_dir("readme-python-executor-work");
-    for shared in ["proto", "examples"] {
-        std::os::unix::fs::symlink(root().join(shared), dir.join(shared)).unwrap();
-    }
+    let programs = blocks_under(heading, "python");
+    assert_eq!(programs.len(), 1, "one Python program under \"{heading}\"");
+    let up = start_up("readme-python-sdk");
+    let dir = temp_dir("readme-python-sdk-work");
+    std::os::unix::fs::symlink(root().join("sdk"), dir.join("sdk")).unwrap();
     let path = toolmesh_on_path(dir.path());
     let steps = filled(&blocks_under(heading, "sh")[0].text, &up);
     let lines: Vec<&str> = steps.lines().filter(|l| !l.trim().is_empty()).collect();
     let serving = lines
         .iter()
-        .position(|l| l.contains("examples/python/executor.py"))
-        .expect("a line that starts the executor");
+        .position(|l| l.split_whitespace().any(|w| w.ends_with(".py")))
+        .expect("a line that runs the program");
+    let program_file = lines[serving]
+        .split_whitespace()
+        .find(|w| w.ends_with(".py"))
+        .unwrap();
+    std::fs::write(dir.join(program_file), filled(&programs[0].text, &up)).unwrap();
     let env = [
         ("TOKEN", up.executor_token.as_str()),
         ("TOOLMESH_SERVER", up.addr.as_str()),
@@ -331,7 +330,7 @@ async fn python_executor_snippets_run_as_printed() {
         .current_dir(dir.path())
         .env("PATH", &path)
         .envs(env);
-    let mut executor = Proc::spawn("python executor", command);
+    let mut executor = Proc::spawn("python sdk executor", command);
     for line in &lines[serving + 1..] {
         let output = eventually(
             &format!("`{line}` succeeds once the executor registered"),
@@ -348,5 +347,27 @@ async fn python_executor_snippets_run_as_printed() {
             text(&output.stdout)
         );
     }
+
+    // The schema the prose quotes is the one listed.
+    let readme = std::fs::read_to_string(root().join("README.md")).unwrap();
+    let section = &readme[readme.find("### In Python").expect("the section")..];
+    let quoted = section
+        .split('`')
+        .find(|span| span.starts_with(r#"{"type":"object""#))
+        .expect("the section quotes the input schema");
+    let quoted: serde_json::Value =
+        serde_json::from_str(quoted).expect("the quoted schema is JSON");
+    let mut client = dispatcher(&up.addr);
+    let listed = client
+        .list_tools(toolmesh::pb::ListToolsRequest::default())
+        .await
+        .expect("ListTools")
+        .into_inner()
+        .tools
+        .into_iter()
+        .find(|t| t.name == "get_order")
+        .expect("get_order listed");
+    let listed: serde_json::Value = serde_json::from_str(&listed.input_schema).unwrap();
+    assert_eq!(listed, quoted);
     executor.kill9();
 }
