@@ -18,14 +18,6 @@ use std::time::Duration;
 use support::*;
 use toolmesh::pb::{CallContext, InvokeRequest};
 
-/// The value of the sample `series` (name and labels, exactly as exposed).
-fn sample(metrics: &str, series: &str) -> Option<f64> {
-    metrics.lines().find_map(|line| {
-        let value = line.strip_prefix(series)?.strip_prefix(' ')?;
-        value.split_whitespace().next()?.parse().ok()
-    })
-}
-
 /// A node's admin listener is read with the token of an admin or operator:
 /// the development policy's `dev-approver` (an executor's asks for none).
 const READER: [(&str, &str); 1] = [("authorization", "Bearer dev-approver")];

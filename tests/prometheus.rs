@@ -6,7 +6,8 @@
 //! they export and every metric the dashboard and the rules read; a real
 //! Prometheus on loopback scrapes the running mesh, answers every dashboard
 //! query, shows the called tool's rate, and fires an alert once the tool's
-//! executor is killed. Needs `prometheus` and `promtool`
+//! executor is killed; the approval backlog grows and empties as a ticket
+//! waits and is approved. Needs `prometheus` and `promtool`
 //! (scripts/prepare/prometheus.sh), `etcd` (scripts/prepare/etcd.sh) and,
 //! for the chart, `helm` (scripts/prepare/kube-tools.sh).
 
@@ -631,4 +632,115 @@ async fn a_real_prometheus_scrapes_a_mesh_and_fires_an_alert() {
         alert["annotations"]["summary"], "Tool acc_echo has no healthy executor",
         "{alert}"
     );
+}
+
+/// A policy in which every call of `acc_charge` needs an approval.
+const APPROVAL_POLICY: &str = r#"
+[auth]
+allow_anonymous = false
+
+[[callers]]
+token = "tok-agent"
+principal = "support-bot"
+tenant = "acme"
+roles = ["agent"]
+
+[[callers]]
+token = "tok-approver"
+principal = "alice"
+tenant = "acme"
+roles = ["approver", "admin"]
+
+[[callers]]
+token = "tok-exec"
+principal = "acceptance-team"
+tenant = "acme"
+roles = ["executor"]
+
+[[grants]]
+name = "agents charge"
+roles = ["agent"]
+tools = ["acc_charge"]
+
+[approval]
+approver_roles = ["approver"]
+require_for_tools = ["acc_charge"]
+"#;
+
+/// The approval backlog, end to end: none at first; a call that needs an
+/// approval makes one pending ticket whose wait grows; approved, none.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_approval_backlog_is_counted() {
+    use toolmesh::pb::{ApproveRequest, CallContext, ErrorCode, InvokeRequest};
+    let dir = temp_dir("backlog");
+    let policy = dir.path().join("policy.toml");
+    std::fs::write(&policy, APPROVAL_POLICY).unwrap();
+    let (serve, addr) = serve(&[
+        "--policy",
+        policy.to_str().unwrap(),
+        "--admin-listen",
+        "127.0.0.1:0",
+    ]);
+    let node_admin = admin_addr(&serve);
+    let _exec = example("acceptance", &addr, &["--token", "tok-exec"]);
+    let backlog = |series: &str| {
+        let (_, text) = scrape(&node_admin, None, Some("tok-approver"));
+        sample(&text, series)
+    };
+    assert_eq!(backlog("toolmesh_registry_approvals_pending"), Some(0.0));
+    assert_eq!(
+        backlog("toolmesh_registry_approval_oldest_pending_seconds"),
+        Some(0.0)
+    );
+    let client = support::dispatcher(&addr);
+    let charge = InvokeRequest {
+        tool: "acc_charge".into(),
+        arguments: r#"{"account": "acme-1", "cents": 500}"#.into(),
+        context: Some(CallContext::default()),
+        ..Default::default()
+    };
+    let asked = eventually("acc_charge answering", Duration::from_secs(30), || {
+        let mut client = client.clone();
+        let request = with_token(charge.clone(), Some("tok-agent"));
+        async move {
+            let response = client.invoke(request).await.ok()?.into_inner();
+            (code(&response) == ErrorCode::ApprovalRequired as i32).then_some(response)
+        }
+    })
+    .await;
+    let id = asked.result.unwrap().error.unwrap().approval_id;
+    // Counted every few seconds: the ticket shows up, and its wait grows.
+    let first = eventually(
+        "one pending approval counted",
+        Duration::from_secs(30),
+        || {
+            let counted = backlog("toolmesh_registry_approvals_pending") == Some(1.0);
+            std::future::ready(
+                counted
+                    .then(|| backlog("toolmesh_registry_approval_oldest_pending_seconds"))
+                    .flatten(),
+            )
+        },
+    )
+    .await;
+    until("the wait to grow", Duration::from_secs(30), || {
+        backlog("toolmesh_registry_approval_oldest_pending_seconds").is_some_and(|w| w > first)
+    })
+    .await;
+    let mut governance = toolmesh::pb::governance_client::GovernanceClient::new(
+        toolmesh::grpc::channel(&addr, &toolmesh::grpc::Tls::none()).unwrap(),
+    );
+    governance
+        .approve(with_token(ApproveRequest { id }, Some("tok-approver")))
+        .await
+        .unwrap();
+    until(
+        "no pending approval counted",
+        Duration::from_secs(30),
+        || {
+            backlog("toolmesh_registry_approvals_pending") == Some(0.0)
+                && backlog("toolmesh_registry_approval_oldest_pending_seconds") == Some(0.0)
+        },
+    )
+    .await;
 }

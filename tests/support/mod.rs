@@ -121,6 +121,15 @@ pub fn admin_addr(proc: &Proc) -> String {
         .to_owned()
 }
 
+/// The value of the sample `series` (name and labels, exactly as exposed)
+/// in a Prometheus text page.
+pub fn sample(metrics: &str, series: &str) -> Option<f64> {
+    metrics.lines().find_map(|line| {
+        let value = line.strip_prefix(series)?.strip_prefix(' ')?;
+        value.split_whitespace().next()?.parse().ok()
+    })
+}
+
 /// The path of a tool a `scripts/prepare/SCRIPT` installs and exports
 /// in `var`; panics saying which script to run when it is missing.
 pub fn prepared(var: &str, script: &str) -> std::path::PathBuf {
