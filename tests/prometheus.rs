@@ -11,22 +11,19 @@
 //! (scripts/prepare/prometheus.sh), `etcd` (scripts/prepare/etcd.sh) and,
 //! for the chart, `helm` (scripts/prepare/kube-tools.sh).
 
+#[path = "support/render.rs"]
+mod render;
 mod support;
 
-use serde::Deserialize;
+use render::{helm_template_command, kind, root, sha256_hex};
 use serde_json::Value;
 use std::collections::BTreeSet;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Command, Stdio};
 use std::time::Duration;
 use support::*;
 use toolmesh_procs::EtcdCluster;
 use toolmesh_testkit::until;
-
-/// The repository's root.
-fn root() -> &'static Path {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-}
 
 /// The rules file users load (`rule_files:`).
 const RULES: &str = "deploy/monitoring/toolmesh-rules.yaml";
@@ -187,32 +184,19 @@ fn rules_pass_promtool_and_their_unit_tests() {
 #[test]
 fn the_chart_renders_the_rules_as_a_prometheus_rule() {
     let render = |extra: &[&str]| -> Vec<Value> {
-        let digest = "ab".repeat(32);
-        let mut command = Command::new(prepared("TOOLMESH_TEST_HELM", "kube-tools.sh"));
-        command
-            .args(["template", "mesh"])
-            .arg(root().join("deploy/helm/toolmesh"))
-            .args(["--set", "metrics.enabled=true"]);
-        for role in ["dispatcher", "executor", "agent"] {
-            command.args(["--set", &format!("auth.tokenSha256.{role}={digest}")]);
-        }
-        let out = command.args(extra).output().expect("run helm");
-        assert!(
-            out.status.success(),
-            "helm template failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        let text = String::from_utf8(out.stdout).expect("UTF-8 manifests");
-        serde_yaml::Deserializer::from_str(&text)
-            .map(|document| Value::deserialize(document).expect("valid YAML"))
-            .filter(|document| document["kind"] == "PrometheusRule")
-            .collect()
+        let hashes: Vec<String> = ["dispatcher", "executor", "agent"]
+            .iter()
+            .map(|role| format!("auth.tokenSha256.{role}={}", sha256_hex(role)))
+            .collect();
+        let mut sets: Vec<&str> = hashes.iter().map(String::as_str).collect();
+        sets.push("metrics.enabled=true");
+        sets.extend_from_slice(extra);
+        let objects = render::render(helm_template_command(&sets));
+        kind(&objects, "PrometheusRule").cloned().collect()
     };
     assert!(render(&[]).is_empty(), "no PrometheusRule unless asked for");
     let rendered = render(&[
-        "--set",
         "metrics.prometheusRule.enabled=true",
-        "--set",
         "metrics.prometheusRule.labels.release=monitoring",
     ]);
     let [rule] = rendered.as_slice() else {
@@ -367,8 +351,7 @@ impl Prometheus {
 
     /// `GET path`, or `None` while nothing listens.
     fn get(&self, path: &str) -> Option<(u16, String)> {
-        std::net::TcpStream::connect(&self.addr).ok()?;
-        Some(toolmesh_testkit::http(&self.addr, "GET", path, &[], ""))
+        toolmesh_testkit::try_http(&self.addr, "GET", path, &[], "").ok()
     }
 
     /// The result of the instant query `expr`; panics when Prometheus
