@@ -18,24 +18,6 @@ use std::time::Duration;
 use support::*;
 use toolmesh::pb::{CallContext, InvokeRequest};
 
-/// The `host:port` of a process' "toolmesh admin listening on http://…" line.
-fn admin_addr(proc: &Proc) -> String {
-    let line = proc.wait_for_line("admin listening on http://", Duration::from_secs(30));
-    line.rsplit("http://")
-        .next()
-        .unwrap_or_default()
-        .trim()
-        .to_owned()
-}
-
-/// The value of the sample `series` (name and labels, exactly as exposed).
-fn sample(metrics: &str, series: &str) -> Option<f64> {
-    metrics.lines().find_map(|line| {
-        let value = line.strip_prefix(series)?.strip_prefix(' ')?;
-        value.split_whitespace().next()?.parse().ok()
-    })
-}
-
 /// A node's admin listener is read with the token of an admin or operator:
 /// the development policy's `dev-approver` (an executor's asks for none).
 const READER: [(&str, &str); 1] = [("authorization", "Bearer dev-approver")];

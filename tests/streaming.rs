@@ -79,24 +79,6 @@ fn steps(n: u32, total: u32) -> Vec<String> {
         .collect()
 }
 
-/// The `host:port` of a process' "admin listening on http://…" line.
-fn admin_addr(proc: &Proc) -> String {
-    let line = proc.wait_for_line("admin listening on http://", Duration::from_secs(30));
-    line.rsplit("http://")
-        .next()
-        .unwrap_or_default()
-        .trim()
-        .to_owned()
-}
-
-/// The value of the sample `series` in a Prometheus text page.
-fn sample(metrics: &str, series: &str) -> Option<f64> {
-    metrics.lines().find_map(|line| {
-        let value = line.strip_prefix(series)?.strip_prefix(' ')?;
-        value.split_whitespace().next()?.parse().ok()
-    })
-}
-
 /// Progress reports and output chunks arrive in order, each step's report
 /// before its chunk and all before the response; the unary Invoke of the
 /// same tool waits for the end and answers the same result; InvokeStream of

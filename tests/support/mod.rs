@@ -111,6 +111,42 @@ pub fn banner_after<'a>(printed: &'a [String], label: &str) -> &'a str {
         .unwrap_or_else(|| panic!("no banner line {label:?} in {printed:#?}"))
 }
 
+/// The `host:port` of a process' "admin listening on http://…" line.
+pub fn admin_addr(proc: &Proc) -> String {
+    let line = proc.wait_for_line("admin listening on http://", Duration::from_secs(30));
+    line.rsplit("http://")
+        .next()
+        .unwrap_or_default()
+        .trim()
+        .to_owned()
+}
+
+/// The value of the sample `series` (name and labels, exactly as exposed)
+/// in a Prometheus text page.
+pub fn sample(metrics: &str, series: &str) -> Option<f64> {
+    metrics.lines().find_map(|line| {
+        let value = line.strip_prefix(series)?.strip_prefix(' ')?;
+        value.split_whitespace().next()?.parse().ok()
+    })
+}
+
+/// The path of a tool a `scripts/prepare/SCRIPT` installs and exports
+/// in `var`; panics saying which script to run when it is missing.
+pub fn prepared(var: &str, script: &str) -> std::path::PathBuf {
+    let path = std::env::var_os(var)
+        .filter(|p| !p.is_empty())
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| {
+            panic!("{var} is not set: run the tests with scripts/test, whose scripts/prepare/{script} installs it and exports {var}")
+        });
+    assert!(
+        path.exists(),
+        "{var}={} does not exist: run scripts/prepare/{script} again",
+        path.display()
+    );
+    path
+}
+
 /// `toolmesh serve` on a free port.
 pub fn serve(extra: &[&str]) -> (Proc, String) {
     on_free_port("serve", &[], extra)

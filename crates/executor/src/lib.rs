@@ -304,7 +304,7 @@ impl Executor {
             let id = uuid::Uuid::new_v4().simple().to_string();
             format!("{}-{}", self.service, &id[..8])
         });
-        let registry_metrics = toolmesh_telemetry::MetricsRegistry::default();
+        let registry_metrics = toolmesh_telemetry::MetricsRegistry::for_process("executor");
         let metrics = metrics::Metrics::new(
             &registry_metrics,
             specs.iter().map(|s| (s.name.as_str(), s.version.as_str())),

@@ -6,6 +6,7 @@
 #![forbid(unsafe_code)]
 
 mod admin;
+mod approval_backlog;
 mod config;
 mod error;
 mod governance;

@@ -161,7 +161,7 @@ async fn start_mcp(
 pub async fn start(role: Role, config: &NodeConfig) -> Result<Running, NodeError> {
     let policy = load_policy(config)?;
     toolmesh_telemetry::trace::install_default(role.label(), config.otlp_endpoint.as_deref())?;
-    let metrics = MetricsRegistry::default();
+    let metrics = MetricsRegistry::for_process(role.label());
     let (addr, listener) = bind(&config.listen).await?;
     let health = tonic_health::server::HealthReporter::new();
     let registry = open_registry(&role, config, &policy, &metrics).await?;
@@ -240,11 +240,19 @@ pub async fn start(role: Role, config: &NodeConfig) -> Result<Running, NodeError
             dispatcher: dispatcher.as_ref(),
             registry: registry_service.as_ref(),
             feed,
-            metrics,
+            metrics: metrics.clone(),
             policy: &policy.handle,
         },
     )
     .await?;
+    if let (Some(shared), Some(_)) = (&shared, &side.admin) {
+        // Scraped only there: counted only then, until the node stops.
+        crate::approval_backlog::export(
+            shared.store.clone(),
+            &metrics,
+            side.admin_stop.child_token(),
+        );
+    }
     let router = toolmesh::grpc::server_builder(&config.tls)
         .map_err(NodeError::Tls)?
         .add_service(match &dispatcher {

@@ -14,7 +14,7 @@ use toolmesh_governance::{ApprovalError, ApprovalSettings, ApprovalTicket, Appro
 use toolmesh_registry::{ApprovalDesk, SharedRecord, Store};
 
 /// Where tickets live among the shared records.
-const PREFIX: &str = "approval/";
+pub(crate) const PREFIX: &str = "approval/";
 /// How long a ticket's record outlives the ticket.
 const KEEP_AFTER_EXPIRY: Duration = Duration::from_secs(60);
 /// How often an operation is tried again after losing a race.

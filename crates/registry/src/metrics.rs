@@ -1,5 +1,6 @@
 //! The registry's Prometheus metrics: events counted as they happen,
-//! snapshot facts read from the store at scrape time.
+//! snapshot facts (and, on etcd, whether etcd has a leader) read from the
+//! store at scrape time.
 
 use crate::published::Published;
 use prometheus_client::collector::Collector;
@@ -28,7 +29,7 @@ pub(crate) struct Metrics {
 
 impl Metrics {
     /// Registers the registry's metrics; `store` is read at scrape time.
-    pub(crate) fn new(registry: &MetricsRegistry, store: Weak<Published>) -> Metrics {
+    pub(crate) fn new(registry: &MetricsRegistry, store: Weak<dyn Observed>) -> Metrics {
         let metrics = Metrics::default();
         let r = registry;
         r.register(
@@ -51,7 +52,7 @@ impl Metrics {
             "Recoveries held out of rotation because the executor flaps.",
             metrics.flap_holds.clone(),
         );
-        r.register_collector(Snapshot { store });
+        observe(r, store);
         metrics
     }
 
@@ -64,9 +65,41 @@ impl Metrics {
     }
 }
 
+/// What the scrape-time collector reads from a store.
+pub(crate) trait Observed: Send + Sync + 'static {
+    /// The published snapshots.
+    fn published(&self) -> &Published;
+    /// Whether etcd answers with a leader, for a store on etcd; `None`
+    /// for a store in this process.
+    fn etcd_leader(&self) -> Option<bool> {
+        None
+    }
+}
+
+impl Observed for Published {
+    fn published(&self) -> &Published {
+        self
+    }
+}
+
+/// Registers the scrape-time facts of `store` (every store has them; the
+/// event counters of [`Metrics`] are the embedded store's).
+pub(crate) fn observe(registry: &MetricsRegistry, store: Weak<dyn Observed>) {
+    registry.register_collector(Snapshot { store });
+}
+
+/// Labels of the per-tool instance gauge.
+#[derive(Clone, Debug, EncodeLabelSet)]
+struct InstanceLabels {
+    tool: String,
+    version: String,
+    /// `healthy` or `unhealthy`.
+    health: &'static str,
+}
+
 /// Scrape-time facts of the newest snapshot.
 struct Snapshot {
-    store: Weak<Published>,
+    store: Weak<dyn Observed>,
 }
 
 impl std::fmt::Debug for Snapshot {
@@ -77,9 +110,10 @@ impl std::fmt::Debug for Snapshot {
 
 impl Collector for Snapshot {
     fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> Result<(), std::fmt::Error> {
-        let Some(store) = self.store.upgrade() else {
+        let Some(observed) = self.store.upgrade() else {
             return Ok(());
         };
+        let store = observed.published();
         let snapshot = store.current();
         let exposed = snapshot.entries().filter(|e| e.exposed());
         let (tools, instances) = exposed.fold((0i64, 0i64), |(t, i), e| {
@@ -110,6 +144,37 @@ impl Collector for Snapshot {
         for (name, help, value) in gauges {
             let gauge = ConstGauge::new(value);
             let metric = encoder.encode_descriptor(name, help, None, gauge.metric_type())?;
+            gauge.encode(metric)?;
+        }
+        let mut family = encoder.encode_descriptor(
+            "toolmesh_registry_tool_instances",
+            "Instances registered for each tool version known, healthy or not (both always present, 0 when none).",
+            None,
+            prometheus_client::metrics::MetricType::Gauge,
+        )?;
+        for entry in snapshot.entries() {
+            let healthy = entry.healthy_instances().count();
+            let counts = [
+                ("healthy", healthy),
+                ("unhealthy", entry.instances.len() - healthy),
+            ];
+            for (health, count) in counts {
+                let labels = InstanceLabels {
+                    tool: entry.def.name().to_owned(),
+                    version: entry.def.spec().version.clone(),
+                    health,
+                };
+                ConstGauge::new(count as i64).encode(family.encode_family(&labels)?)?;
+            }
+        }
+        if let Some(leader) = observed.etcd_leader() {
+            let gauge = ConstGauge::new(i64::from(leader));
+            let metric = encoder.encode_descriptor(
+                "toolmesh_registry_etcd_leader",
+                "1 while etcd answers this replica with a leader (writes possible), 0 once it has failed for a few seconds.",
+                None,
+                gauge.metric_type(),
+            )?;
             gauge.encode(metric)?;
         }
         Ok(())

@@ -99,7 +99,7 @@ impl Registry {
         let epoch = uuid::Uuid::new_v4().to_string();
         let first = first_snapshot(epoch, &durable);
         let store = Arc::new(Published::new(first, config.history));
-        let metrics = Metrics::new(&config.metrics, Arc::downgrade(&store));
+        let metrics = Metrics::new(&config.metrics, Arc::downgrade(&store) as _);
         let inner = Arc::new(Inner {
             store,
             metrics,

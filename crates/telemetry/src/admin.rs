@@ -3,10 +3,11 @@
 //! when the process has TLS files, every answer with headers that forbid
 //! framing, sniffing, caching and referrers.
 
+use crate::exposition::Exposition;
 use crate::guard::HostGuard;
 use crate::metrics::MetricsRegistry;
 use axum::Router;
-use axum::http::{HeaderName, HeaderValue, header};
+use axum::http::{HeaderMap, HeaderName, HeaderValue, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use std::net::SocketAddr;
@@ -14,9 +15,6 @@ use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 use tokio_rustls::TlsAcceptor;
-
-/// The OpenMetrics content type Prometheus negotiates.
-const OPENMETRICS: &str = "application/openmetrics-text; version=1.0.0; charset=utf-8";
 
 /// Why the admin listener could not start.
 #[derive(Debug, thiserror::Error)]
@@ -78,13 +76,32 @@ pub fn guard(hosts: &[String]) -> HostGuard {
         .admitting_null_origin()
 }
 
-/// `/metrics` from `metrics`, in the OpenMetrics text format.
+/// `/metrics` from `metrics`, in the format the request's `Accept` asks
+/// for ([`Exposition::negotiate`]): OpenMetrics for Prometheus, the
+/// Prometheus text format for anyone else. Caches are told the answer
+/// depends on `Accept`.
 pub fn metrics_routes(metrics: MetricsRegistry) -> Router {
     Router::new().route(
         "/metrics",
-        get(move || {
-            let body = metrics.encode();
-            async move { ([(header::CONTENT_TYPE, OPENMETRICS)], body).into_response() }
+        get(move |headers: HeaderMap| {
+            let accept = headers
+                .get_all(header::ACCEPT)
+                .iter()
+                .filter_map(|value| value.to_str().ok())
+                .collect::<Vec<_>>()
+                .join(",");
+            let format = Exposition::negotiate((!accept.is_empty()).then_some(accept.as_str()));
+            let body = metrics.encode_as(format);
+            async move {
+                (
+                    [
+                        (header::CONTENT_TYPE, format.content_type()),
+                        (header::VARY, "accept"),
+                    ],
+                    body,
+                )
+                    .into_response()
+            }
         }),
     )
 }

@@ -173,6 +173,29 @@ pub fn try_http(
     headers: &[(&str, &str)],
     body: &str,
 ) -> std::io::Result<(u16, String)> {
+    try_http_with_head(addr, method, path, headers, body).map(|(status, _, body)| (status, body))
+}
+
+/// [`http`], with the response's head too (status line and headers, as
+/// sent; header names in any case).
+pub fn http_with_head(
+    addr: &str,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> (u16, String, String) {
+    try_http_with_head(addr, method, path, headers, body).unwrap_or_else(|e| panic!("{e}"))
+}
+
+/// [`try_http`], with the response's head too.
+pub fn try_http_with_head(
+    addr: &str,
+    method: &str,
+    path: &str,
+    headers: &[(&str, &str)],
+    body: &str,
+) -> std::io::Result<(u16, String, String)> {
     use std::io::{Error, Read, Write};
     let failed = |what: &str, e: Error| Error::new(e.kind(), format!("cannot {what} {addr}: {e}"));
     let mut stream = std::net::TcpStream::connect(addr).map_err(|e| failed("connect to", e))?;
@@ -233,7 +256,7 @@ pub fn try_http(
     } else {
         body.to_vec()
     };
-    Ok((status, String::from_utf8_lossy(&body).into_owned()))
+    Ok((status, head, String::from_utf8_lossy(&body).into_owned()))
 }
 
 /// Whether `raw` holds a whole HTTP/1.1 response (by content-length, or the

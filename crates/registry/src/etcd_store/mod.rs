@@ -127,6 +127,7 @@ impl EtcdStore {
             outage: sync::Outage::default(),
             shutdown: shutdown.clone(),
         });
+        crate::metrics::observe(&inner.config.metrics, Arc::downgrade(&inner) as _);
         let mut applied = inner.applied.subscribe();
         tokio::spawn(sync::follow(inner.clone()));
         tokio::spawn(sync::watchdog(inner.clone()));
@@ -603,6 +604,17 @@ impl Inner {
             replaced: plan.replaced,
             rejected: plan.rejected,
         }))
+    }
+}
+
+/// Scraped: the replica's snapshot, and whether etcd has a leader.
+impl crate::metrics::Observed for Inner {
+    fn published(&self) -> &Published {
+        &self.published
+    }
+
+    fn etcd_leader(&self) -> Option<bool> {
+        Some(*self.writable.borrow())
     }
 }
 
