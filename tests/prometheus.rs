@@ -36,6 +36,8 @@ const DASHBOARD: &str = "deploy/monitoring/toolmesh-dashboard.json";
 /// The token a node's `/metrics` is read with (the development policy's
 /// approver, an admin); executors ask for none.
 const READER: &str = "dev-approver";
+/// What a scraper that reads only the text format asks for.
+const TEXT_ACCEPT: &str = "text/plain; version=0.0.4";
 /// What Prometheus 2.x sends when it scrapes.
 const PROMETHEUS_ACCEPT: &str = "application/openmetrics-text;version=1.0.0,application/openmetrics-text;version=0.0.1;q=0.75,text/plain;version=0.0.4;q=0.5,*/*;q=0.1";
 
@@ -470,7 +472,7 @@ async fn a_real_prometheus_scrapes_a_mesh_and_fires_an_alert() {
     ];
     let mut scraped = BTreeSet::new();
     for (role, addr, token) in targets {
-        let (content_type, text) = scrape(addr, None, token);
+        let (content_type, text) = scrape(addr, Some(TEXT_ACCEPT), token);
         assert!(
             content_type.starts_with("text/plain; version=0.0.4"),
             "{role}: {content_type}"

@@ -77,9 +77,9 @@ pub fn guard(hosts: &[String]) -> HostGuard {
 }
 
 /// `/metrics` from `metrics`, in the format the request's `Accept` asks
-/// for ([`Exposition::negotiate`]): OpenMetrics for Prometheus, the
-/// Prometheus text format for anyone else. Caches are told the answer
-/// depends on `Accept`.
+/// for ([`Exposition::negotiate`]): the Prometheus text format to a
+/// scraper that names it, OpenMetrics otherwise. Caches are told the
+/// answer depends on `Accept`.
 pub fn metrics_routes(metrics: MetricsRegistry) -> Router {
     Router::new().route(
         "/metrics",

@@ -1,6 +1,7 @@
-//! Which text format `/metrics` answers in: OpenMetrics when the scraper's
-//! `Accept` prefers it (Prometheus asks for it first), the Prometheus text
-//! format 0.0.4 otherwise (curl, promtool, older scrapers).
+//! Which text format `/metrics` answers in: the Prometheus text format
+//! 0.0.4 when the scraper's `Accept` prefers it by name (`text/plain`, as
+//! promtool-fed scripts and older scrapers ask), OpenMetrics otherwise
+//! (Prometheus asks for it first; no header and wildcards get it too).
 
 /// A text exposition format of the metrics.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -20,12 +21,12 @@ const OPENMETRICS_VERSIONS: [&str; 2] = ["1.0.0", "0.0.1"];
 
 impl Exposition {
     /// The format an `Accept` header asks for: the acceptable range with
-    /// the highest `q` (the earliest among equals), OpenMetrics only when
-    /// such a range names it; no header, or one that names neither
-    /// format, gets the Prometheus text format.
+    /// the highest `q` (the earliest among equals), the text format only
+    /// when such a range names `text/plain`; no header, wildcards, or a
+    /// header that names neither format get OpenMetrics.
     pub fn negotiate(accept: Option<&str>) -> Exposition {
         let Some(accept) = accept else {
-            return Exposition::PrometheusText;
+            return Exposition::OpenMetrics;
         };
         let mut best: Option<(f32, Exposition)> = None;
         for range in accept.split(',') {
@@ -36,7 +37,7 @@ impl Exposition {
                 best = Some((q, format));
             }
         }
-        best.map_or(Exposition::PrometheusText, |(_, format)| format)
+        best.map_or(Exposition::OpenMetrics, |(_, format)| format)
     }
 
     /// The format one media range of an `Accept` header names and its `q`
@@ -67,7 +68,7 @@ impl Exposition {
             "text/plain" if version.as_deref().is_none_or(|v| v == "0.0.4") => {
                 Exposition::PrometheusText
             }
-            "text/*" | "*/*" => Exposition::PrometheusText,
+            "text/*" | "*/*" => Exposition::OpenMetrics,
             _ => return None,
         };
         Some((format, q))
@@ -89,8 +90,8 @@ mod tests {
     use super::Exposition::{OpenMetrics, PrometheusText};
     use super::*;
 
-    /// What Prometheus 2.x sends gets OpenMetrics; no header, curl's
-    /// `*/*` and an explicit 0.0.4 get the text format.
+    /// What Prometheus 2.x sends gets OpenMetrics, and so do no header and
+    /// curl's `*/*`; an explicit `text/plain` (0.0.4) gets the text format.
     #[test]
     fn scrapers_get_what_they_prefer() {
         let cases = [
@@ -100,8 +101,8 @@ mod tests {
                 ),
                 OpenMetrics,
             ),
-            (None, PrometheusText),
-            (Some("*/*"), PrometheusText),
+            (None, OpenMetrics),
+            (Some("*/*"), OpenMetrics),
             (Some("text/plain; version=0.0.4"), PrometheusText),
             (Some("Application/OpenMetrics-Text"), OpenMetrics),
             (
@@ -128,31 +129,35 @@ mod tests {
     }
 
     /// Ranges this server cannot answer, refused ones (q=0) and broken
-    /// ones are passed over; with nothing left the text format answers.
+    /// ones are passed over; with nothing left OpenMetrics answers.
     #[test]
     fn unanswerable_ranges_are_passed_over() {
         let cases = [
-            (Some("application/json"), PrometheusText),
+            (Some("application/json"), OpenMetrics),
             (
                 Some("application/openmetrics-text;version=2.0.0"),
-                PrometheusText,
+                OpenMetrics,
             ),
-            (Some("application/openmetrics-text;q=0"), PrometheusText),
+            (Some("application/openmetrics-text;q=0"), OpenMetrics),
             (
                 Some("application/openmetrics-text;q=abc, text/plain;q=0.1"),
                 PrometheusText,
             ),
-            (Some("application/openmetrics-text;q=7"), PrometheusText),
+            (Some("application/openmetrics-text;q=7"), OpenMetrics),
             (
                 Some("text/plain;version=0.0.5, application/openmetrics-text;q=0.2"),
                 OpenMetrics,
             ),
             (
+                Some("text/plain;version=0.0.5, text/plain;q=0.2"),
+                PrometheusText,
+            ),
+            (
                 Some("application/openmetrics-text;version=\"1.0.0\""),
                 OpenMetrics,
             ),
-            (Some(""), PrometheusText),
-            (Some(",;,=;"), PrometheusText),
+            (Some(""), OpenMetrics),
+            (Some(",;,=;"), OpenMetrics),
         ];
         for (accept, expected) in cases {
             assert_eq!(Exposition::negotiate(accept), expected, "{accept:?}");
