@@ -38,6 +38,15 @@ pub enum RegistryError {
     /// by an earlier registry process).
     #[error("lease {0} is unknown (the registry may have restarted): register again")]
     UnknownLease(String),
+    /// The lease granted to a registration expired before the registration
+    /// was answered (the write outlasted a short lease).
+    #[error(
+        "the registration took longer than its lease of {ttl_ms} ms, which expired before the answer: register again with a longer lease_ttl_ms"
+    )]
+    LeaseOutlived {
+        /// The lease granted, in milliseconds.
+        ttl_ms: u64,
+    },
     /// A tool is disabled without saying why.
     #[error("say why the tool is disabled: callers and operators read the reason")]
     NoReason,
@@ -163,7 +172,9 @@ impl From<RegistryError> for tonic::Status {
             RegistryError::State { .. }
             | RegistryError::StoreRefused(_)
             | RegistryError::Internal(_) => tonic::Status::internal(message),
-            RegistryError::StoreUnavailable(_) => tonic::Status::unavailable(message),
+            RegistryError::StoreUnavailable(_) | RegistryError::LeaseOutlived { .. } => {
+                tonic::Status::unavailable(message)
+            }
             RegistryError::UnknownLease(_)
             | RegistryError::UnknownTool(_)
             | RegistryError::SnapshotNotHeld(_) => tonic::Status::not_found(message),
@@ -207,6 +218,10 @@ mod tests {
             ),
             (RegistryError::EmptyLeaseId, Code::InvalidArgument),
             (RegistryError::UnknownLease("L".into()), Code::NotFound),
+            (
+                RegistryError::LeaseOutlived { ttl_ms: 2000 },
+                Code::Unavailable,
+            ),
             (RegistryError::UnknownTool("t".into()), Code::NotFound),
             (
                 RegistryError::SnapshotNotHeld(toolmesh::NotHeld {

@@ -57,6 +57,8 @@ pub(super) async fn keep_session(inner: Arc<Inner>) {
 /// One health watch this replica runs.
 struct Running {
     lease: i64,
+    /// The session lease its claim was made under.
+    session: i64,
     stop: CancellationToken,
 }
 
@@ -88,17 +90,25 @@ pub(super) async fn watch_claimed(inner: Arc<Inner>) {
             for (id, lease, endpoint) in execs {
                 live.insert(id.clone());
                 let holder = watchers.get(&*id);
-                let mine = holder == Some(&inner.replica) && me != 0;
+                // A claim this replica just won may not be applied to the
+                // model yet: its watch keeps running (stopping it could
+                // cancel the first verdict's write, and the watch reports
+                // only changes after it).
+                let mine = me != 0
+                    && match holder {
+                        Some(holder) => holder == &inner.replica,
+                        None => running.get(&id).is_some_and(|r| r.session == me),
+                    };
                 if !mine {
                     running.remove(&id);
                     if holder.is_none() && me != 0 && claim(&inner, &id, me).await {
                         debug!(executor_id = &*id, "health watch claimed");
-                        running.insert(id.clone(), start(&inner, id, lease, endpoint));
+                        running.insert(id.clone(), start(&inner, id, lease, endpoint, me));
                     }
                     continue;
                 }
                 if running.get(&id).is_none_or(|r| r.lease != lease) {
-                    running.insert(id.clone(), start(&inner, id, lease, endpoint));
+                    running.insert(id.clone(), start(&inner, id, lease, endpoint, me));
                 }
             }
             let gone: Vec<Arc<str>> = running
@@ -153,8 +163,9 @@ async fn release(inner: &Inner, id: &str) {
 }
 
 /// Starts watching `id`'s health; verdicts are written in order, attached
-/// to the executor's lease (so they vanish with its registration).
-fn start(inner: &Arc<Inner>, id: Arc<str>, lease: i64, endpoint: String) -> Running {
+/// to the executor's lease (so they vanish with its registration); the
+/// claim was made under the session lease `session`.
+fn start(inner: &Arc<Inner>, id: Arc<str>, lease: i64, endpoint: String, session: i64) -> Running {
     let stop = inner.shutdown.child_token();
     let (tx, mut rx) = mpsc::unbounded_channel::<(bool, String)>();
     let report: health_watch::Report = Box::new(move |healthy, reason| {
@@ -197,5 +208,9 @@ fn start(inner: &Arc<Inner>, id: Arc<str>, lease: i64, endpoint: String) -> Runn
         };
         writer_stop.run_until_cancelled(write).await;
     });
-    Running { lease, stop }
+    Running {
+        lease,
+        session,
+        stop,
+    }
 }

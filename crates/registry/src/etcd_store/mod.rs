@@ -607,6 +607,22 @@ impl Inner {
     }
 }
 
+/// Renews `lease` every third of its `ttl_ms` until the guard is dropped.
+fn renew_until_dropped(client: Client, lease: i64, ttl_ms: u64) -> DropGuard {
+    let period = Duration::from_millis((ttl_ms / 3).max(100));
+    let stop = CancellationToken::new();
+    let renew = async move {
+        loop {
+            tokio::time::sleep(period).await;
+            if let Err(error) = client.keep_alive(lease).await {
+                tracing::debug!(%error, "registration lease not renewed while answering");
+            }
+        }
+    };
+    tokio::spawn(stop.clone().run_until_cancelled_owned(renew));
+    stop.drop_guard()
+}
+
 /// Scraped: the replica's snapshot, and whether etcd has a leader.
 impl crate::metrics::Observed for Inner {
     fn published(&self) -> &Published {
@@ -673,6 +689,9 @@ impl Store for EtcdStore {
             .await?;
         rejected.extend(written.rejected);
         let (record, revision, lease) = (written.record, written.revision, written.lease);
+        // Until the answer, the registry keeps the lease alive: catching up
+        // on a large registration can outlast a short lease.
+        let _renewing = renew_until_dropped(inner.client.clone(), lease, record.ttl_ms);
         if let Some(old) = written.replaced.filter(|old| *old != lease) {
             // Its keys moved to the new lease; what is left goes with it.
             if let Err(error) = inner.client.revoke(old).await {
@@ -680,6 +699,14 @@ impl Store for EtcdStore {
             }
         }
         inner.reflect(revision).await?;
+        // Renewed once more as it is answered, so the executor has a whole
+        // lease before its first heartbeat (or hears at once that it must
+        // ask for a longer one).
+        if inner.client.keep_alive(lease).await? <= 0 {
+            return Err(RegistryError::LeaseOutlived {
+                ttl_ms: record.ttl_ms,
+            });
+        }
         let accepted = record.tools.len();
         info!(
             executor_id = &*executor_id,
