@@ -92,6 +92,12 @@ impl JsonTool for UpstreamTool {
                 () = cx.cancelled() => break None,
             }
         };
+        // Reports read before the answer are queued already: pass them on.
+        while let Ok(report) = received.try_recv() {
+            cx.progress()
+                .report(report.progress, report.total, report.message)
+                .await;
+        }
         let answer = match waited {
             Some(answer) => answer,
             None => {

@@ -105,6 +105,9 @@ impl Bridge {
             .filter(|n| !n.trim().is_empty())
             .unwrap_or(identity.name);
         let link = Arc::new(Link::new(upstream.describe(), client));
+        // Calls may come as soon as the executor registers: the session is
+        // theirs from now on.
+        link.peer.store(Some(Arc::new(peer)));
         let tools = supervisor::dynamic_tools(&link, &listing);
         let names = tools.iter().map(|t| t.spec().name.clone()).collect();
         let executor = tools

@@ -221,10 +221,10 @@ impl Supervisor {
         >,
         stop: &CancellationToken,
     ) -> Ended {
+        self.link.peer.store(Some(Arc::new(peer.clone())));
         if let Err(e) = self.refresh(peer).await {
             return Ended::Gone(e.to_string());
         }
-        self.link.peer.store(Some(Arc::new(peer.clone())));
         self.control.set_serving(true).await;
         info!(upstream = %self.link.server, tools = self.control.specs().len(), "serving the upstream's tools");
         loop {

@@ -1,6 +1,6 @@
 //! Where the upstream MCP server is and how to open a session with it: a child process spoken to over stdio, or a Streamable HTTP URL with the bridge's own headers.
 
-use crate::client::BridgeClient;
+use crate::client::{BridgeClient, Observed};
 use crate::error::BridgeError;
 use http::{HeaderName, HeaderValue};
 use rmcp::ServiceExt;
@@ -134,7 +134,11 @@ impl Upstream {
                             command: self.describe(),
                             source,
                         })?;
-                    client.serve(child).await.map_err(|e| self.connect_error(e))
+                    let transport = Observed::new(child, client.clone());
+                    client
+                        .serve(transport)
+                        .await
+                        .map_err(|e| self.connect_error(e))
                 }
                 Upstream::Http {
                     url,
