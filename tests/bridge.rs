@@ -640,3 +640,42 @@ async fn a_name_the_mesh_cannot_carry_needs_a_rename() {
     let read = invoke(&mut client, "files_read", "{}", None).await;
     assert_eq!(output(&read), "extra", "{}", message(&read));
 }
+
+/// `toolmesh up --bridge 'NAME=-- COMMAND ARGS'` runs a bridge beside the
+/// examples: the banner names it, its tools join the example's, and the
+/// server it starts sees neither the run's registration token nor any
+/// other TOOLMESH_* variable.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn up_runs_bridges_beside_the_examples() {
+    let dir = temp_dir("bridge-up");
+    let bridge = format!("py=-- {} {} stdio", python(), python_server());
+    let (_up, printed) = up(
+        &dir,
+        &[
+            "--listen",
+            "127.0.0.1:0",
+            "--no-default-examples",
+            "--examples",
+            "accounts",
+            "--bridge",
+            &bridge,
+        ],
+    );
+    let line = banner_after(&printed, "bridge py");
+    assert!(
+        line.starts_with("pid ") && line.contains("mcp_server.py stdio"),
+        "{line}"
+    );
+    let addr = banner_after(&printed, "registry + dispatcher")
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .to_owned();
+    let mut client = dispatcher(&addr);
+    until_listed(&mut client, &["greet", "whoami", "get_user_info"], READY).await;
+    let greeted = invoke(&mut client, "greet", r#"{"name": "up"}"#, None).await;
+    assert_eq!(output(&greeted), "hello, up", "{}", message(&greeted));
+    let seen = invoke(&mut client, "whoami", "{}", None).await;
+    let seen: serde_json::Value = serde_json::from_str(&output(&seen)).unwrap();
+    assert_eq!(seen["env"], serde_json::json!({}), "{seen}");
+}

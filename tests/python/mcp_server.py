@@ -56,9 +56,9 @@ def fail(why: str) -> str:
 
 @server.tool()
 def whoami(ctx: Context) -> str:
-    """What the server sees of its caller: request headers and credentials in its environment."""
+    """What the server sees of its caller: request headers, and TOOLMESH_* variables in its environment."""
     headers = {k.lower(): v for k, v in (ctx.headers or {}).items()}
-    env = {k: v for k, v in os.environ.items() if "TOKEN" in k or k.startswith("TOOLMESH")}
+    env = {k: v for k, v in os.environ.items() if k.startswith("TOOLMESH")}
     return json.dumps({"headers": headers, "env": env, "pid": os.getpid()})
 
 

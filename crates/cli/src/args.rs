@@ -434,6 +434,45 @@ pub(crate) struct UpArgs {
     /// Start only the --examples named, not the default three.
     #[arg(long)]
     pub(crate) no_default_examples: bool,
+    /// Also bring in an MCP server, started by COMMAND, as the executor
+    /// NAME (repeatable), as `toolmesh bridge mcp --name NAME -- COMMAND
+    /// ARGS…` would: e.g. 'everything=-- npx -y
+    /// @modelcontextprotocol/server-everything'.
+    #[arg(long, value_name = "NAME=-- COMMAND ARGS")]
+    pub(crate) bridge: Vec<String>,
+}
+
+/// One `up --bridge`: the executor's name and the command of its server.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct UpBridge {
+    pub(crate) name: String,
+    pub(crate) command: Vec<String>,
+}
+
+impl UpBridge {
+    /// Reads `NAME=-- COMMAND ARGS…`, the command split as a POSIX shell
+    /// would (quotes and backslashes).
+    pub(crate) fn parse(text: &str) -> Result<UpBridge, String> {
+        let shape = "write it as NAME=-- COMMAND ARGS…, e.g. 'everything=-- npx -y @modelcontextprotocol/server-everything'";
+        let (name, rest) = text
+            .split_once('=')
+            .ok_or_else(|| format!("--bridge {text:?}: {shape}"))?;
+        let name = name.trim();
+        let command = rest
+            .trim_start()
+            .strip_prefix("--")
+            .filter(|_| !name.is_empty())
+            .ok_or_else(|| format!("--bridge {text:?}: {shape}"))?;
+        let command = shlex::split(command)
+            .filter(|words| !words.is_empty())
+            .ok_or_else(|| {
+                format!("--bridge {text:?}: the command after `--` is empty or its quotes do not close; {shape}")
+            })?;
+        Ok(UpBridge {
+            name: name.to_owned(),
+            command,
+        })
+    }
 }
 
 /// The example executors `up` starts unless told `--no-default-examples`.
@@ -707,6 +746,22 @@ mod tests {
             names(&["up", "--no-default-examples", "--examples", "files"]),
             ["files"]
         );
+    }
+
+    /// `up --bridge` reads a name and a command split as a shell would;
+    /// anything else is refused with the shape to use.
+    #[test]
+    fn up_bridges_parse() {
+        let bridge = UpBridge::parse("fs=-- npx -y server-filesystem '/srv/my docs'").unwrap();
+        assert_eq!(bridge.name, "fs");
+        assert_eq!(
+            bridge.command,
+            ["npx", "-y", "server-filesystem", "/srv/my docs"]
+        );
+        for bad in ["fs", "=-- cmd", "fs=cmd", "fs=--", "fs=-- 'open"] {
+            let error = UpBridge::parse(bad).unwrap_err();
+            assert!(error.contains("NAME=-- COMMAND"), "{bad}: {error}");
+        }
     }
 
     /// The client flags mean the same before and after the subcommand.
