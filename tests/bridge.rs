@@ -679,3 +679,113 @@ async fn up_runs_bridges_beside_the_examples() {
     let seen: serde_json::Value = serde_json::from_str(&output(&seen)).unwrap();
     assert_eq!(seen["env"], serde_json::json!({}), "{seen}");
 }
+
+/// README's "Bring an existing MCP server" runs as printed: `toolmesh up
+/// --bridge …` (on a free port) and the call after it, then the bridge
+/// beside a running mesh (the README's address and `$TOKEN` filled in with
+/// this run's) and its call, each line by `sh` in a directory where `npx`
+/// finds the pinned servers without the network; the versions it names are
+/// the ones scripts/prepare/npm-mcp.sh installs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readme_bring_an_existing_mcp_server_runs_as_printed() {
+    use support::readme::{blocks_under, shell, text, toolmesh_on_path};
+    let blocks = blocks_under("Bring an existing MCP server", "sh");
+    assert_eq!(
+        blocks.len(),
+        2,
+        "an `up --bridge` block and a `bridge mcp` block"
+    );
+    let pins = std::fs::read_to_string(root().join("scripts/prepare/npm-mcp.sh")).unwrap();
+    for block in &blocks {
+        for word in block.text.split_whitespace() {
+            let word = word.trim_matches(|c| c == '\'' || c == '"');
+            if let Some(package) = word.strip_prefix("@modelcontextprotocol/") {
+                assert!(
+                    pins.contains(word) && package.contains('@'),
+                    "{word} is not what scripts/prepare/npm-mcp.sh pins"
+                );
+            }
+        }
+    }
+
+    let prefix = std::env::var("TOOLMESH_TEST_NPM_PREFIX").expect(
+        "TOOLMESH_TEST_NPM_PREFIX is not set: run the tests with scripts/test (scripts/prepare/npm-mcp.sh)",
+    );
+    let dir = TempDir::new_in(Path::new(&prefix), "readme-bridge").unwrap();
+    std::fs::write(dir.join("notes.txt"), "from the README test").unwrap();
+    let path = toolmesh_on_path(dir.path());
+    // npx resolves the pinned versions below the prefix; never fetches.
+    let offline = ("npm_config_offline", "true");
+    let long_running = |name: &str, line: &str, env: &[(&str, &str)]| {
+        let mut command = Command::new("sh");
+        command
+            .args(["-c", &format!("exec {line}")])
+            .current_dir(dir.path())
+            .env("PATH", &path)
+            .envs(env.iter().copied());
+        for var in CLIENT_ENV {
+            command.env_remove(var);
+        }
+        Proc::spawn(name, command)
+    };
+    let lines = |block: &support::readme::Block| -> Vec<String> {
+        block
+            .text
+            .lines()
+            .filter(|l| !l.trim().is_empty())
+            .map(str::to_owned)
+            .collect()
+    };
+
+    let first = lines(&blocks[0]);
+    assert!(first[0].starts_with("toolmesh up "), "{first:?}");
+    let up = long_running(
+        "up",
+        &format!("{} --listen 127.0.0.1:0", first[0]),
+        &[offline],
+    );
+    up.wait_for_line("Press ctrl-c to stop.", READY * 2);
+    let printed = up.lines_read();
+    let addr = banner_after(&printed, "registry + dispatcher")
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .to_owned();
+    let token = banner_after(&printed, "an MCP server")
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("TOOLMESH_TOKEN="))
+        .unwrap_or_else(|| panic!("no token in {printed:#?}"))
+        .to_owned();
+    let env = [
+        ("TOOLMESH_SERVER", addr.as_str()),
+        ("TOKEN", token.as_str()),
+        offline,
+    ];
+    let sum = shell(&first[1], dir.path(), &path, &env);
+    assert!(
+        sum.status.success(),
+        "{}\n{}",
+        text(&sum.stdout),
+        text(&sum.stderr)
+    );
+    assert!(
+        text(&sum.stdout).contains("sum of 2 and 3 is 5"),
+        "{}",
+        text(&sum.stdout)
+    );
+
+    let second = lines(&blocks[1]);
+    let bridge_line = second[0].replace("127.0.0.1:7070", &addr);
+    let bridge = long_running("readme bridge", &bridge_line, &env);
+    bridge.listen_addr();
+    let listed = eventually("the README's call answers", READY, || {
+        let output = shell(&second[1], dir.path(), &path, &env);
+        std::future::ready(output.status.success().then_some(output))
+    })
+    .await;
+    assert!(
+        text(&listed.stdout).contains("notes.txt"),
+        "{}",
+        text(&listed.stdout)
+    );
+}
