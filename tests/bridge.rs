@@ -506,11 +506,13 @@ async fn python_sdk_server_over_streamable_http() {
     assert_eq!(health_status(&bridge_addr, "").await, 1, "SERVING");
 }
 
-/// A Python SDK server over stdio: progress arrives by InvokeStream in
-/// order; a caller that goes away mid-call gets the server told
-/// (`notifications/cancelled`); the child never sees the bridge's
-/// TOOLMESH_* environment; and when it dies mid-call the call is
-/// EXECUTOR_FAILED and the bridge starts it again, its tools callable.
+/// A Python SDK server over stdio that lists its tools two per page: every
+/// page is listed; progress arrives by InvokeStream in order; a caller that
+/// goes away mid-call gets the server told (`notifications/cancelled`); a
+/// JSON-RPC error is EXECUTOR_FAILED with the server's code and text; the
+/// child never sees the bridge's TOOLMESH_* environment; and when it dies
+/// mid-call the call is EXECUTOR_FAILED and the bridge starts it again,
+/// its tools callable.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn python_sdk_server_over_stdio() {
     let dir = temp_dir("bridge-python-stdio");
@@ -520,21 +522,31 @@ async fn python_sdk_server_over_stdio() {
     let (python, script) = (python(), python_server());
     let _bridge = bridge(
         &mesh.addr,
-        &[
-            "--tools",
-            "greet,whoami,slow,die",
-            "--",
-            &python,
-            &script,
-            "stdio",
-        ],
+        &["--", &python, &script, "stdio"],
         &[
             ("EVENTS", &events_text),
+            ("PAGE_SIZE", "2"),
             ("TOOLMESH_BRIDGE_TEST_MARK", "must-not-reach-the-upstream"),
         ],
     );
     let mut client = mesh.client();
-    until_listed(&mut client, &["greet", "whoami", "slow", "die"], READY).await;
+    let every = [
+        "add_tool", "broken", "die", "fail", "greet", "secret", "slow", "whoami", "wipe",
+    ];
+    until_listed(&mut client, &every, READY).await;
+
+    let broken = invoke(&mut client, "broken", "{}", None).await;
+    assert_eq!(
+        error_code(&broken),
+        ErrorCode::ExecutorFailed,
+        "{}",
+        message(&broken)
+    );
+    assert!(
+        message(&broken).contains("JSON-RPC error -32603: internal trouble"),
+        "{}",
+        message(&broken)
+    );
 
     let seen = invoke(&mut client, "whoami", "{}", None).await;
     let seen: serde_json::Value = serde_json::from_str(&output(&seen)).unwrap();

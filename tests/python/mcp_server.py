@@ -7,7 +7,8 @@ Over HTTP it prints "listening on 127.0.0.1:PORT" once it accepts
 connections. Every event a test waits for is appended, one per line, to the
 file named by $EVENTS (when set): "started PID", "slow started",
 "slow cancelled", "added NAME". $EXTRA_TOOL names one more tool (say, a
-name the mesh cannot carry).
+name the mesh cannot carry); $PAGE_SIZE makes tools/list answer in pages
+of that many.
 """
 
 import json
@@ -18,7 +19,8 @@ import sys
 import anyio
 from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
-from mcp.types import ToolAnnotations
+from mcp.shared.exceptions import MCPError
+from mcp.types import ListToolsResult, PaginatedRequestParams, ToolAnnotations
 
 server = MCPServer(name="py-tools", version="3.1.0")
 
@@ -52,6 +54,12 @@ def secret() -> str:
 def fail(why: str) -> str:
     """Fails with the reason given."""
     raise ToolError(f"failed on purpose: {why}")
+
+
+@server.tool()
+def broken() -> str:
+    """Answers with a JSON-RPC error rather than a result."""
+    raise MCPError(code=-32603, message="internal trouble")
 
 
 @server.tool()
@@ -97,7 +105,18 @@ async def add_tool(name: str, ctx: Context) -> str:
     return f"added {name}"
 
 
+async def list_in_pages(ctx, params):
+    """tools/list a few tools at a time ($PAGE_SIZE), the cursor an offset."""
+    size = int(os.environ["PAGE_SIZE"])
+    tools = await server.list_tools()
+    start = int(params.cursor or 0)
+    after = start + size
+    return ListToolsResult(tools=tools[start:after], next_cursor=str(after) if after < len(tools) else None)
+
+
 def main():
+    if os.environ.get("PAGE_SIZE"):
+        server._lowlevel_server.add_request_handler("tools/list", PaginatedRequestParams, list_in_pages)
     extra = os.environ.get("EXTRA_TOOL")
     if extra:
         server.add_tool(lambda: "extra", name=extra, description=f"A tool named {extra}.")
