@@ -28,6 +28,7 @@
 #![forbid(unsafe_code)]
 
 pub mod allocations;
+mod bridge;
 mod cache;
 mod cpu;
 mod error;
@@ -44,6 +45,7 @@ mod scale;
 mod stats;
 mod stores;
 
+pub use bridge::{BridgeRow, ByUpstream};
 pub use cache::{AtHitRatio, ByPath, CacheSeries, ResultCache};
 pub use error::BenchError;
 pub use freshness::{Freshness, Series};
@@ -104,7 +106,7 @@ pub async fn run(options: BenchOptions) -> Result<Report, BenchError> {
     let logs = procs::TempDir::new("bench-logs")
         .map_err(|e| BenchError::io("create a temp dir for the logs", e))?;
 
-    progress("1/5 per-call overhead: direct, nginx grpc_pass, toolmesh");
+    progress("1/5 per-call overhead: direct, nginx grpc_pass, toolmesh; MCP door, SDK, MCP bridge");
     let overhead = overhead::run(&plan, &bins, logs.path()).await?;
     // Freshness before scale: scale leaves in-process dispatcher tasks
     // behind that would add noise to the timings.

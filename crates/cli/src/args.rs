@@ -211,6 +211,19 @@ pub(crate) enum Command {
     /// scale and freshness, on loopback; prints a table.
     #[cfg(feature = "bench")]
     Bench(BenchArgs),
+    /// The bench's acc_echo as a plain MCP server (stdio, or --http ADDR).
+    #[cfg(feature = "bench")]
+    #[command(hide = true)]
+    McpEcho(McpEchoArgs),
+}
+
+/// `toolmesh mcp-echo` (bench builds).
+#[cfg(feature = "bench")]
+#[derive(Debug, Args, Clone)]
+pub(crate) struct McpEchoArgs {
+    /// Serve Streamable HTTP at http://ADDR/mcp instead of stdio.
+    #[arg(long)]
+    pub(crate) http: Option<String>,
 }
 
 /// `toolmesh bench`.

@@ -194,6 +194,10 @@ async fn run(
         Command::Completions(args) => completions::print(args.shell),
         #[cfg(feature = "bench")]
         Command::Bench(args) => bench(args, arm).await,
+        #[cfg(feature = "bench")]
+        Command::McpEcho(args) => toolmesh_fixtures::mcp_echo::run(args.http.as_deref())
+            .await
+            .map_err(Failure::Failed),
     }
 }
 
