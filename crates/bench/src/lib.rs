@@ -1,6 +1,8 @@
 //! The toolmesh benchmark (`toolmesh bench`): what the gateway costs per
 //! call compared with calling the executor directly and with nginx
-//! `grpc_pass`, how the registry behaves at 10,000 tools, how fresh the
+//! `grpc_pass` (and what the MCP door, the executor SDK and an MCP server
+//! behind `toolmesh bridge mcp` cost beside it), how the registry behaves
+//! at 10,000 tools, how fresh the
 //! dispatcher's view is when executors die or turn unhealthy, the two
 //! registry stores side by side, and what the result cache saves.
 //!
