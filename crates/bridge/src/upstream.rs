@@ -13,6 +13,11 @@ use std::time::Duration;
 /// Longest the upstream may take to answer `initialize`.
 pub(crate) const CONNECT_TIMEOUT: Duration = Duration::from_secs(30);
 
+/// POSTs to an HTTP upstream in flight at once (rmcp's default is 16, which
+/// would queue calls the dispatcher already admitted and bounds by its own
+/// per-instance limit).
+const HTTP_CONCURRENT_REQUESTS: usize = 128;
+
 /// Environment variables a stdio upstream never inherits: the bridge's own
 /// toolmesh credentials and settings are not the upstream's business.
 const PRIVATE_ENV_PREFIX: &str = "TOOLMESH_";
@@ -146,7 +151,8 @@ impl Upstream {
                     bearer,
                 } => {
                     let mut config = StreamableHttpClientTransportConfig::with_uri(url.as_str())
-                        .custom_headers(headers.clone());
+                        .custom_headers(headers.clone())
+                        .max_concurrent_requests(HTTP_CONCURRENT_REQUESTS);
                     if let Some(token) = bearer {
                         config = config.auth_header(token.clone());
                     }
