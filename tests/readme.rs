@@ -9,66 +9,10 @@
 
 mod support;
 
-use std::path::{Path, PathBuf};
-use std::process::{Command, Output, Stdio};
+use std::process::{Command, Stdio};
 use std::time::Duration;
+use support::readme::{blocks_under, root, shell, text, toolmesh_on_path};
 use support::*;
-
-/// A fenced code block of the README, with the heading it sits under.
-#[derive(Debug)]
-struct Block {
-    heading: String,
-    lang: String,
-    text: String,
-}
-
-fn root() -> &'static Path {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-}
-
-/// Every fenced block of README.md, in order.
-fn blocks() -> Vec<Block> {
-    let readme = std::fs::read_to_string(root().join("README.md")).expect("read README.md");
-    let mut blocks = Vec::new();
-    let mut heading = String::new();
-    let mut open: Option<Block> = None;
-    for line in readme.lines() {
-        match (&mut open, line.strip_prefix("```")) {
-            (None, Some(lang)) => {
-                open = Some(Block {
-                    heading: heading.clone(),
-                    lang: lang.trim().to_owned(),
-                    text: String::new(),
-                })
-            }
-            (Some(_), Some(_)) => blocks.extend(open.take()),
-            (Some(block), None) => {
-                block.text.push_str(line);
-                block.text.push('\n');
-            }
-            (None, None) => {
-                if let Some(title) = line.strip_prefix('#').map(|t| t.trim_start_matches('#')) {
-                    heading = title.trim().to_owned();
-                }
-            }
-        }
-    }
-    assert!(open.is_none(), "README.md ends inside a code block");
-    blocks
-}
-
-/// The blocks in `lang` under the heading `heading`, at least one.
-fn blocks_under(heading: &str, lang: &str) -> Vec<Block> {
-    let found: Vec<Block> = blocks()
-        .into_iter()
-        .filter(|b| b.heading == heading && b.lang == lang)
-        .collect();
-    assert!(
-        !found.is_empty(),
-        "README.md has no {lang} block under \"{heading}\""
-    );
-    found
-}
 
 /// A running `toolmesh up` (default examples, development policy) and what
 /// its banner says.
@@ -113,45 +57,6 @@ fn filled(text: &str, up: &Up) -> String {
     text.replace("http://127.0.0.1:7071/mcp", &up.mcp_url)
         .replace("127.0.0.1:7070", &up.addr)
         .replace("YOUR-TOKEN", YOUR_TOKEN)
-}
-
-/// A directory holding a `toolmesh` that is this build's binary, for PATH:
-/// the snippets call `toolmesh` by name.
-fn toolmesh_on_path(dir: &Path) -> std::ffi::OsString {
-    let bin = dir.join("bin");
-    std::fs::create_dir_all(&bin).unwrap();
-    let link = bin.join("toolmesh");
-    if !link.exists() {
-        std::os::unix::fs::symlink(toolmesh_bin(), &link).unwrap();
-    }
-    let path = std::env::var_os("PATH").unwrap_or_default();
-    std::env::join_paths(std::iter::once(bin).chain(std::env::split_paths(&path))).unwrap()
-}
-
-fn text(bytes: &[u8]) -> String {
-    String::from_utf8_lossy(bytes).into_owned()
-}
-
-/// `line` run by `sh -c` in `dir` with `path` as PATH and `env`, to the end.
-fn shell(line: &str, dir: &Path, path: &std::ffi::OsStr, env: &[(&str, &str)]) -> Output {
-    let mut command = Command::new("sh");
-    command
-        .args(["-c", line])
-        .current_dir(dir)
-        .env("PATH", path)
-        .stdin(Stdio::null());
-    for var in CLIENT_ENV {
-        command.env_remove(var);
-    }
-    command.envs(env.iter().copied());
-    command.output().expect("run sh")
-}
-
-/// The Python interpreter scripts/prepare/python.sh made (with `mcp`).
-fn test_python() -> PathBuf {
-    std::env::var_os("TOOLMESH_TEST_PYTHON")
-        .map(PathBuf::from)
-        .expect("TOOLMESH_TEST_PYTHON is not set: run the tests with scripts/test (scripts/prepare/python.sh makes it)")
 }
 
 /// "Use it from an MCP client": the stdio configuration's command and

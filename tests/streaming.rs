@@ -7,71 +7,7 @@ mod support;
 
 use std::time::{Duration, Instant};
 use support::*;
-use tonic::transport::Channel;
-use toolmesh::pb::{
-    CallContext, ErrorCode, InvokeRequest, InvokeResponse, dispatcher_client::DispatcherClient,
-    invoke_event,
-};
-
-/// What one InvokeStream delivered, in order.
-#[derive(Debug, Default)]
-struct Streamed {
-    /// Each progress report as "progress/total message".
-    progress: Vec<String>,
-    /// Each output chunk.
-    chunks: Vec<String>,
-    /// Every event in arrival order: "progress", "chunk" or "done".
-    order: Vec<&'static str>,
-    /// The response that ended the stream.
-    done: Option<InvokeResponse>,
-}
-
-/// Calls `tool` by InvokeStream (within `timeout`, if any) and gathers every
-/// event until the stream ends.
-async fn stream(
-    client: &mut DispatcherClient<Channel>,
-    tool: &str,
-    arguments: &str,
-    timeout: Option<Duration>,
-) -> Streamed {
-    let mut request = tonic::Request::new(InvokeRequest {
-        tool: tool.into(),
-        arguments: arguments.into(),
-        context: Some(CallContext {
-            caller: "streaming".into(),
-            ..CallContext::default()
-        }),
-        ..InvokeRequest::default()
-    });
-    if let Some(timeout) = timeout {
-        request.set_timeout(timeout);
-    }
-    let mut events = client
-        .invoke_stream(request)
-        .await
-        .expect("InvokeStream RPC")
-        .into_inner();
-    let mut seen = Streamed::default();
-    while let Some(event) = events.message().await.expect("a well-formed stream") {
-        assert!(seen.done.is_none(), "nothing follows the response");
-        match event.event.expect("a known event") {
-            invoke_event::Event::Progress(p) => {
-                seen.order.push("progress");
-                seen.progress
-                    .push(format!("{}/{} {}", p.progress, p.total, p.message));
-            }
-            invoke_event::Event::Chunk(chunk) => {
-                seen.order.push("chunk");
-                seen.chunks.push(chunk.text);
-            }
-            invoke_event::Event::Done(response) => {
-                seen.order.push("done");
-                seen.done = Some(response);
-            }
-        }
-    }
-    seen
-}
+use toolmesh::pb::ErrorCode;
 
 fn steps(n: u32, total: u32) -> Vec<String> {
     (1..=n)

@@ -2,6 +2,8 @@
 //! processes on 127.0.0.1 port 0, gRPC clients, and polling instead of sleeps.
 #![allow(dead_code, unused_imports, unreachable_pub, missing_docs)]
 
+pub mod readme;
+
 use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
@@ -395,4 +397,72 @@ pub fn ledger(path: &Path) -> Vec<serde_json::Value> {
         .lines()
         .filter_map(|l| serde_json::from_str(l).ok())
         .collect()
+}
+
+/// The Python interpreter scripts/prepare/python.sh made (with the pinned
+/// `mcp` package).
+pub fn test_python() -> std::path::PathBuf {
+    std::env::var_os("TOOLMESH_TEST_PYTHON")
+        .map(std::path::PathBuf::from)
+        .expect("TOOLMESH_TEST_PYTHON is not set: run the tests with scripts/test (scripts/prepare/python.sh makes it)")
+}
+
+/// What one InvokeStream delivered, in order.
+#[derive(Debug, Default)]
+pub struct Streamed {
+    /// Each progress report as "progress/total message".
+    pub progress: Vec<String>,
+    /// Each output chunk.
+    pub chunks: Vec<String>,
+    /// Every event in arrival order: "progress", "chunk" or "done".
+    pub order: Vec<&'static str>,
+    /// The response that ended the stream.
+    pub done: Option<InvokeResponse>,
+}
+
+/// Calls `tool` by InvokeStream (within `timeout`, if any) and gathers every
+/// event until the stream ends.
+pub async fn stream(
+    client: &mut DispatcherClient<Channel>,
+    tool: &str,
+    arguments: &str,
+    timeout: Option<Duration>,
+) -> Streamed {
+    let mut request = tonic::Request::new(InvokeRequest {
+        tool: tool.into(),
+        arguments: arguments.into(),
+        context: Some(CallContext {
+            caller: "streaming".into(),
+            ..CallContext::default()
+        }),
+        ..InvokeRequest::default()
+    });
+    if let Some(timeout) = timeout {
+        request.set_timeout(timeout);
+    }
+    let mut events = client
+        .invoke_stream(request)
+        .await
+        .expect("InvokeStream RPC")
+        .into_inner();
+    let mut seen = Streamed::default();
+    while let Some(event) = events.message().await.expect("a well-formed stream") {
+        assert!(seen.done.is_none(), "nothing follows the response");
+        match event.event.expect("a known event") {
+            toolmesh::pb::invoke_event::Event::Progress(p) => {
+                seen.order.push("progress");
+                seen.progress
+                    .push(format!("{}/{} {}", p.progress, p.total, p.message));
+            }
+            toolmesh::pb::invoke_event::Event::Chunk(chunk) => {
+                seen.order.push("chunk");
+                seen.chunks.push(chunk.text);
+            }
+            toolmesh::pb::invoke_event::Event::Done(response) => {
+                seen.order.push("done");
+                seen.done = Some(response);
+            }
+        }
+    }
+    seen
 }

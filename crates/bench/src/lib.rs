@@ -1,6 +1,8 @@
 //! The toolmesh benchmark (`toolmesh bench`): what the gateway costs per
 //! call compared with calling the executor directly and with nginx
-//! `grpc_pass`, how the registry behaves at 10,000 tools, how fresh the
+//! `grpc_pass` (and what the MCP door, the executor SDK and an MCP server
+//! behind `toolmesh bridge mcp` cost beside it), how the registry behaves
+//! at 10,000 tools, how fresh the
 //! dispatcher's view is when executors die or turn unhealthy, the two
 //! registry stores side by side, and what the result cache saves.
 //!
@@ -28,6 +30,7 @@
 #![forbid(unsafe_code)]
 
 pub mod allocations;
+mod bridge;
 mod cache;
 mod cpu;
 mod error;
@@ -44,6 +47,7 @@ mod scale;
 mod stats;
 mod stores;
 
+pub use bridge::{BridgeRow, ByUpstream};
 pub use cache::{AtHitRatio, ByPath, CacheSeries, ResultCache};
 pub use error::BenchError;
 pub use freshness::{Freshness, Series};
@@ -104,7 +108,7 @@ pub async fn run(options: BenchOptions) -> Result<Report, BenchError> {
     let logs = procs::TempDir::new("bench-logs")
         .map_err(|e| BenchError::io("create a temp dir for the logs", e))?;
 
-    progress("1/5 per-call overhead: direct, nginx grpc_pass, toolmesh");
+    progress("1/5 per-call overhead: direct, nginx grpc_pass, toolmesh; MCP door, SDK, MCP bridge");
     let overhead = overhead::run(&plan, &bins, logs.path()).await?;
     // Freshness before scale: scale leaves in-process dispatcher tasks
     // behind that would add noise to the timings.

@@ -1,9 +1,11 @@
 //! Per-call overhead: the same `acc_echo` call straight to the executor,
-//! through nginx `grpc_pass`, and through the toolmesh dispatcher.
+//! through nginx `grpc_pass`, and through the toolmesh dispatcher; then the
+//! MCP door, the executor SDK and the MCP bridge rows.
 
 use crate::Binaries;
 use crate::Plan;
 use crate::allocations::{self, PerCall};
+use crate::bridge::BridgeRow;
 use crate::cpu::{self, Meter};
 use crate::error::BenchError;
 use crate::load::{self, Client, Throughput, Workload};
@@ -198,6 +200,9 @@ pub struct Overhead {
     pub mcp: Option<McpRow>,
     /// The executor SDK beside a hand-written tonic echo (small arguments).
     pub sdk: Option<SdkRow>,
+    /// An MCP server behind `toolmesh bridge mcp` beside the SDK executor,
+    /// through the MCP door (small arguments).
+    pub bridge: Option<BridgeRow>,
 }
 
 /// The executor SDK (the `acceptance` fixture, a process of its own)
@@ -308,6 +313,7 @@ pub(crate) async fn run(plan: &Plan, bins: &Binaries, logs: &Path) -> Result<Ove
     let echo = echo_def(&serve_addr).await?;
     let mut mcp = None;
     let mut sdk = None;
+    let mut bridge = None;
     let mut in_process = None;
     let costs = Costs {
         executor: example.pid(),
@@ -341,6 +347,8 @@ pub(crate) async fn run(plan: &Plan, bins: &Binaries, logs: &Path) -> Result<Ove
         if mcp.is_none() {
             mcp = Some(measure_mcp(plan, &clients.toolmesh, &mcp_url, &work).await?);
             sdk = Some(measure_sdk(plan, &clients.direct, &work).await?);
+            bridge =
+                Some(crate::bridge::measure(plan, bins, logs, &serve_addr, &mcp_url, &work).await?);
         }
     }
 
@@ -359,6 +367,7 @@ pub(crate) async fn run(plan: &Plan, bins: &Binaries, logs: &Path) -> Result<Ove
         sizes: results,
         mcp,
         sdk,
+        bridge,
     })
 }
 
@@ -372,9 +381,9 @@ async fn measure_size(
     label: &str,
     work: &Workload,
 ) -> SizeResult {
-    let all: Vec<&Client> = clients.all().collect();
+    let all: Vec<(&Client, &Workload)> = clients.all().map(|c| (c, work)).collect();
     let meters = clients.meters(costs);
-    let (latency, throughput) = measure(plan, &all, &meters, work, &plan.in_flight).await;
+    let (latency, throughput) = measure(plan, &all, &meters, &plan.in_flight).await;
     let mut latency = latency.into_iter();
     let latency = clients.each(|| latency.next().unwrap_or_default());
     let throughput = throughput
@@ -395,33 +404,33 @@ async fn measure_size(
     }
 }
 
-/// Each of `clients` measured the same way, taking turns in every round:
-/// latency per client, and per `in_flight` setting throughput per client.
-async fn measure(
+/// Each target (a client and the call it makes) measured the same way,
+/// taking turns in every round: latency per target, and per `in_flight`
+/// setting throughput per target.
+pub(crate) async fn measure(
     plan: &Plan,
-    clients: &[&Client],
+    targets: &[(&Client, &Workload)],
     meters: &[Meter],
-    work: &Workload,
     in_flight: &[usize],
 ) -> (Vec<Latency>, Vec<Vec<Throughput>>) {
     let rounds = plan.rounds.max(1);
     let per_round = plan.latency_calls.div_ceil(rounds);
     let window = plan.throughput_window / u32::try_from(rounds).unwrap_or(1);
-    for client in clients {
+    for &(client, work) in targets {
         load::warm_up(client, work, plan.latency_warmup).await;
     }
-    let mut samples: Vec<load::Samples> = clients.iter().map(|_| Default::default()).collect();
+    let mut samples: Vec<load::Samples> = targets.iter().map(|_| Default::default()).collect();
     for _ in 0..rounds {
-        for (client, into) in clients.iter().zip(&mut samples) {
+        for (&(client, work), into) in targets.iter().zip(&mut samples) {
             into.record(client, work, per_round).await;
         }
     }
     let latency = samples.into_iter().map(load::Samples::summary).collect();
     let mut throughput = Vec::new();
     for &in_flight in in_flight {
-        let mut windows: Vec<Vec<_>> = clients.iter().map(|_| Vec::new()).collect();
+        let mut windows: Vec<Vec<_>> = targets.iter().map(|_| Vec::new()).collect();
         for _ in 0..rounds {
-            for (i, (client, into)) in clients.iter().zip(&mut windows).enumerate() {
+            for (i, (&(client, work), into)) in targets.iter().zip(&mut windows).enumerate() {
                 let meter = meters.get(i).cloned().unwrap_or_default();
                 into.push(
                     load::throughput(
@@ -446,8 +455,8 @@ async fn measure(
     (latency, throughput)
 }
 
-/// Calls kept in flight for the MCP row's throughput.
-const MCP_IN_FLIGHT: usize = 32;
+/// Calls kept in flight for the MCP and bridge rows' throughput.
+pub(crate) const MCP_IN_FLIGHT: usize = 32;
 
 /// The MCP door beside gRPC Invoke: the same call through `/mcp` as
 /// JSON-RPC over HTTP/1.1 and over HTTP/2.
@@ -496,8 +505,8 @@ async fn measure_mcp(
     let http2 = Client::mcp(mcp_url, true)?;
     load::check_works(&http1, work, "MCP over HTTP/1.1").await?;
     load::check_works(&http2, work, "MCP over HTTP/2").await?;
-    let (latency, mut throughput) =
-        measure(plan, &[invoke, &http1, &http2], &[], work, &[MCP_IN_FLIGHT]).await;
+    let targets = [(invoke, work), (&http1, work), (&http2, work)];
+    let (latency, mut throughput) = measure(plan, &targets, &[], &[MCP_IN_FLIGHT]).await;
     Ok(McpRow {
         argument_bytes: work.arguments.len(),
         latency: ByDoor::from_vec(latency),
@@ -536,8 +545,8 @@ async fn measure_sdk(plan: &Plan, sdk: &Client, work: &Workload) -> Result<SdkRo
     let raw = crate::raw_echo::RawEcho::start()?;
     let raw_client = Client::executor(&raw.addr, "")?;
     load::check_works(&raw_client, work, "the hand-written tonic echo").await?;
-    let (latency, throughput) =
-        measure(plan, &[sdk, &raw_client], &[], work, &plan.in_flight).await;
+    let targets = [(sdk, work), (&raw_client, work)];
+    let (latency, throughput) = measure(plan, &targets, &[], &plan.in_flight).await;
     Ok(SdkRow {
         argument_bytes: work.arguments.len(),
         latency: pair(latency),

@@ -1,6 +1,7 @@
 //! The report: every figure (serialisable to JSON), the targets judged
 //! from them, and the tables people read.
 
+use crate::bridge::{BridgeRow, ByUpstream};
 use crate::cache::{AtHitRatio, ByPath, CacheSeries, ResultCache};
 use crate::freshness::{Freshness, Series};
 use crate::load::Throughput;
@@ -180,6 +181,9 @@ pub(crate) fn targets(overhead: &Overhead, scale: &Scale, freshness: &Freshness)
     if let Some(sdk) = &overhead.sdk {
         out.extend(sdk_targets(sdk));
     }
+    if let (Some(bridge), Some(mcp)) = (&overhead.bridge, &overhead.mcp) {
+        out.extend(bridge_targets(bridge, mcp));
+    }
     out.push(Target {
         name: format!(
             "publish at {} tools <= 2x publish at {}",
@@ -244,6 +248,33 @@ fn sdk_targets(sdk: &SdkRow) -> Vec<Target> {
         });
     }
     out
+}
+
+/// The bridge may add to a call no more than the MCP door adds to gRPC
+/// Invoke (p50 at concurrency 1, the door over HTTP/1.1 in both rows).
+fn bridge_targets(bridge: &BridgeRow, mcp: &McpRow) -> Vec<Target> {
+    let door_adds = mcp.latency.mcp_http1.p50_us - mcp.latency.invoke.p50_us;
+    let native = bridge.latency.native.p50_us;
+    [
+        ("stdio", bridge.latency.bridged_stdio.p50_us),
+        ("Streamable HTTP", bridge.latency.bridged_http.p50_us),
+    ]
+    .into_iter()
+    .map(|(over, bridged)| {
+        let adds = bridged - native;
+        Target {
+            name: format!(
+                "MCP bridge ({over}) adds <= what the MCP door adds, p50 at concurrency 1"
+            ),
+            verdict: Verdict::of(adds <= door_adds),
+            detail: format!(
+                "+{} over the SDK executor vs +{} MCP over gRPC Invoke",
+                fmt_us(adds),
+                fmt_us(door_adds)
+            ),
+        }
+    })
+    .collect()
 }
 
 fn series_target(name: &str, series: &Series, limit_ms: f64) -> Target {
@@ -485,7 +516,62 @@ fn write_overhead(f: &mut fmt::Formatter<'_>, o: &Overhead) -> fmt::Result {
         )?;
         write!(f, "{}", sdk_table(sdk))?;
     }
+    if let Some(bridge) = &o.bridge {
+        writeln!(f)?;
+        writeln!(
+            f,
+            "   MCP bridge: acc_echo as a plain MCP server behind `toolmesh bridge mcp` (over stdio, over Streamable HTTP), beside the SDK executor, each through the MCP door (HTTP/1.1); and that server called directly ({} arguments)",
+            fmt_bytes(bridge.argument_bytes as f64)
+        )?;
+        write!(f, "{}", bridge_table(bridge))?;
+    }
     writeln!(f)
+}
+
+/// The bridge row: the SDK executor, each bridge with its ratio to it,
+/// and the server called directly.
+pub(crate) fn bridge_table(bridge: &BridgeRow) -> String {
+    let mut table = Table::new(vec![
+        "",
+        "SDK executor",
+        "bridge stdio",
+        "x SDK",
+        "bridge HTTP",
+        "x SDK",
+        "server direct",
+    ]);
+    let row = |name: String, v: ByUpstream<f64>, format: fn(f64) -> String| {
+        vec![
+            name,
+            format(v.native),
+            format(v.bridged_stdio),
+            fmt_ratio(v.bridged_stdio / v.native),
+            format(v.bridged_http),
+            fmt_ratio(v.bridged_http / v.native),
+            format(v.direct),
+        ]
+    };
+    let lat = &bridge.latency;
+    let pick = |f: fn(&crate::stats::Latency) -> f64| ByUpstream {
+        native: f(&lat.native),
+        bridged_stdio: f(&lat.bridged_stdio),
+        bridged_http: f(&lat.bridged_http),
+        direct: f(&lat.direct),
+    };
+    table.push(row("p50 @1".into(), pick(|l| l.p50_us), fmt_us));
+    table.push(row("p99 @1".into(), pick(|l| l.p99_us), fmt_us));
+    let t = &bridge.throughput;
+    table.push(row(
+        format!("calls/s @{}", t.native.in_flight),
+        ByUpstream {
+            native: t.native.calls_per_sec,
+            bridged_stdio: t.bridged_stdio.calls_per_sec,
+            bridged_http: t.bridged_http.calls_per_sec,
+            direct: t.direct.calls_per_sec,
+        },
+        fmt_rate,
+    ));
+    table.render("   ")
 }
 
 /// The SDK row: the SDK executor, the hand-written server, their ratio.

@@ -50,6 +50,7 @@ async fn quick_run_end_to_end() {
         "3. Freshness",
         "4. Stores side by side",
         "Executor SDK",
+        "MCP bridge",
         "5. Result cache",
         "Targets",
     ] {
@@ -77,10 +78,23 @@ async fn quick_run_end_to_end() {
     );
     assert_eq!(report.freshness.sigkill_to_unlisted.samples_ms.len(), 2);
     // p50 and p99 per size, throughput per size and setting, the SDK's
-    // three, then publish and the two freshness targets.
-    assert_eq!(report.targets.len(), 4 + 4 + 3 + 3);
+    // three, the bridge's two, then publish and the two freshness targets.
+    assert_eq!(report.targets.len(), 4 + 4 + 3 + 2 + 3);
     let sdk = report.overhead.sdk.as_ref().expect("the SDK row");
     assert!(sdk.latency.iter().all(|l| l.calls > 0 && l.errors == 0));
+    // Every path of the bridge row answered every call.
+    let bridge = report.overhead.bridge.as_ref().expect("the bridge row");
+    let lat = &bridge.latency;
+    for (path, l) in [
+        ("native", &lat.native),
+        ("stdio", &lat.bridged_stdio),
+        ("http", &lat.bridged_http),
+        ("direct", &lat.direct),
+    ] {
+        assert!(l.calls > 0 && l.errors == 0, "{path}: {l:?}");
+    }
+    assert!(bridge.throughput.bridged_stdio.calls_per_sec > 0.0);
+    assert_eq!(bridge.throughput.bridged_http.errors, 0);
     assert_eq!(report.stores.embedded.len(), 2);
     // etcd is part of the comparison too: scripts/prepare/etcd.sh installs it.
     assert_eq!(

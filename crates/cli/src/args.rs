@@ -77,8 +77,13 @@ fn check_client_flags(matches: &ArgMatches, command: &Command) -> Result<(), Mis
     }
     let name = matches.subcommand_name().unwrap_or_default();
     for (id, flag) in CLIENT_FLAGS {
-        // `toolmesh example --token` is the executor's registration token.
-        let own = id == "token" && matches!(command, Command::Example(_));
+        // `toolmesh example --token` is the executor's registration token;
+        // a bridge's --token is too, and its --timeout-ms bounds its tools.
+        let own = match command {
+            Command::Example(_) => id == "token",
+            Command::Bridge(_) => id == "token" || id == "timeout_ms",
+            _ => false,
+        };
         if !own && matches.value_source(id) == Some(ValueSource::CommandLine) {
             return Err(MisplacedFlag {
                 flag,
@@ -140,6 +145,7 @@ impl Command {
             Command::Serve(args) | Command::Registry(args) => Some(&args.server.ops),
             Command::Dispatcher(args) => Some(&args.server.ops),
             Command::Example(args) => Some(&args.serve.ops),
+            Command::Bridge(args) => Some(&args.mcp().serve.ops),
             _ => None,
         }
     }
@@ -152,6 +158,7 @@ impl Command {
             Command::Registry(_) => "toolmesh-registry".to_owned(),
             Command::Dispatcher(_) => "toolmesh-dispatcher".to_owned(),
             Command::Example(args) => format!("toolmesh-example-{}", args.name),
+            Command::Bridge(_) => "toolmesh-bridge".to_owned(),
             _ => "toolmesh-cli".to_owned(),
         }
     }
@@ -170,6 +177,8 @@ pub(crate) enum Command {
     Dispatcher(DispatcherArgs),
     /// Run one of the example executors (knowledge, accounts, support, files).
     Example(ExampleArgs),
+    /// Bring an existing server's tools into the mesh (`bridge mcp`).
+    Bridge(BridgeArgs),
     /// List the tools you can call.
     Tools(ToolsArgs),
     /// Call a tool with JSON arguments.
@@ -202,6 +211,19 @@ pub(crate) enum Command {
     /// scale and freshness, on loopback; prints a table.
     #[cfg(feature = "bench")]
     Bench(BenchArgs),
+    /// The bench's acc_echo as a plain MCP server (stdio, or --http ADDR).
+    #[cfg(feature = "bench")]
+    #[command(hide = true)]
+    McpEcho(McpEchoArgs),
+}
+
+/// `toolmesh mcp-echo` (bench builds).
+#[cfg(feature = "bench")]
+#[derive(Debug, Args, Clone)]
+pub(crate) struct McpEchoArgs {
+    /// Serve Streamable HTTP at http://ADDR/mcp instead of stdio.
+    #[arg(long)]
+    pub(crate) http: Option<String>,
 }
 
 /// `toolmesh bench`.
@@ -425,6 +447,45 @@ pub(crate) struct UpArgs {
     /// Start only the --examples named, not the default three.
     #[arg(long)]
     pub(crate) no_default_examples: bool,
+    /// Also bring in an MCP server, started by COMMAND, as the executor
+    /// NAME (repeatable), as `toolmesh bridge mcp --name NAME -- COMMAND
+    /// ARGS…` would: e.g. 'everything=-- npx -y
+    /// @modelcontextprotocol/server-everything'.
+    #[arg(long, value_name = "NAME=-- COMMAND ARGS")]
+    pub(crate) bridge: Vec<String>,
+}
+
+/// One `up --bridge`: the executor's name and the command of its server.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct UpBridge {
+    pub(crate) name: String,
+    pub(crate) command: Vec<String>,
+}
+
+impl UpBridge {
+    /// Reads `NAME=-- COMMAND ARGS…`, the command split as a POSIX shell
+    /// would (quotes and backslashes).
+    pub(crate) fn parse(text: &str) -> Result<UpBridge, String> {
+        let shape = "write it as NAME=-- COMMAND ARGS…, e.g. 'everything=-- npx -y @modelcontextprotocol/server-everything'";
+        let (name, rest) = text
+            .split_once('=')
+            .ok_or_else(|| format!("--bridge {text:?}: {shape}"))?;
+        let name = name.trim();
+        let command = rest
+            .trim_start()
+            .strip_prefix("--")
+            .filter(|_| !name.is_empty())
+            .ok_or_else(|| format!("--bridge {text:?}: {shape}"))?;
+        let command = shlex::split(command)
+            .filter(|words| !words.is_empty())
+            .ok_or_else(|| {
+                format!("--bridge {text:?}: the command after `--` is empty or its quotes do not close; {shape}")
+            })?;
+        Ok(UpBridge {
+            name: name.to_owned(),
+            command,
+        })
+    }
 }
 
 /// The example executors `up` starts unless told `--no-default-examples`.
@@ -463,6 +524,88 @@ pub(crate) struct ExampleArgs {
     /// Directory the files example is confined to (default: a fresh temp dir).
     #[arg(long)]
     pub(crate) files_root: Option<PathBuf>,
+}
+
+/// `toolmesh bridge`.
+#[derive(Debug, Args, Clone)]
+pub(crate) struct BridgeArgs {
+    /// What kind of server.
+    #[command(subcommand)]
+    pub(crate) kind: BridgeKind,
+}
+
+impl BridgeArgs {
+    /// The flags of `bridge mcp` (the only kind).
+    pub(crate) fn mcp(&self) -> &BridgeMcpArgs {
+        match &self.kind {
+            BridgeKind::Mcp(args) => args,
+        }
+    }
+}
+
+/// The kinds of servers `bridge` brings in.
+#[derive(Debug, Subcommand, Clone)]
+pub(crate) enum BridgeKind {
+    /// An MCP server as an executor: started with `-- COMMAND ARGS…` (stdio,
+    /// started again when it exits) or reached at --url (Streamable HTTP);
+    /// its tools are registered and kept in step with it.
+    #[command(
+        after_help = "Examples:\n  toolmesh bridge mcp --registry 127.0.0.1:7070 -- npx -y @modelcontextprotocol/server-everything\n  toolmesh bridge mcp --url http://127.0.0.1:8000/mcp --bearer-env MCP_TOKEN --tools 'search_*'"
+    )]
+    Mcp(BridgeMcpArgs),
+}
+
+/// `toolmesh bridge mcp`.
+#[derive(Debug, Args, Clone)]
+pub(crate) struct BridgeMcpArgs {
+    /// Where the bridge listens, what it advertises, how it registers.
+    #[command(flatten)]
+    pub(crate) serve: toolmesh_examples::ServeFlags,
+    /// The executor's service name (default: the server's serverInfo.name).
+    #[arg(long)]
+    pub(crate) name: Option<String>,
+    /// Who answers for the tools (their spec's owner).
+    #[arg(long)]
+    pub(crate) owner: Option<String>,
+    /// Labels added to every tool (comma-separated).
+    #[arg(long = "tag", value_delimiter = ',', value_name = "TAG")]
+    pub(crate) tags: Vec<String>,
+    /// The upstream tools to expose: names or globs with `*` and `?`
+    /// (comma-separated); default all. The others are never listed.
+    #[arg(long, value_delimiter = ',', value_name = "GLOB")]
+    pub(crate) tools: Vec<String>,
+    /// Give an upstream tool another name in the mesh (repeatable), e.g.
+    /// for a name with characters the mesh's names cannot hold.
+    #[arg(long, value_name = "OLD=NEW")]
+    pub(crate) rename: Vec<String>,
+    /// A tool's risk, whatever its annotations say (repeatable):
+    /// low, medium or high (high needs an approval).
+    #[arg(long, value_name = "TOOL=LEVEL")]
+    pub(crate) risk: Vec<String>,
+    /// Tools the dispatcher may retry, whatever their annotations say
+    /// (comma-separated).
+    #[arg(long, value_delimiter = ',', value_name = "TOOL")]
+    pub(crate) idempotent: Vec<String>,
+    /// Upper bound of one call of every tool, in milliseconds (default
+    /// 10000, at most 600000).
+    #[arg(long, value_name = "MS")]
+    pub(crate) timeout_ms: Option<u64>,
+    /// The server's Streamable HTTP endpoint, http://HOST:PORT/PATH
+    /// (instead of a command).
+    #[arg(long, conflicts_with = "command")]
+    pub(crate) url: Option<String>,
+    /// A header sent with every request to --url, 'Name: value'
+    /// (repeatable): the bridge's own credentials, never a caller's.
+    #[arg(long, requires = "url", value_name = "'NAME: VALUE'")]
+    pub(crate) header: Vec<String>,
+    /// Send `Authorization: Bearer …` to --url with the token this
+    /// environment variable holds.
+    #[arg(long, requires = "url", value_name = "VAR")]
+    pub(crate) bearer_env: Option<String>,
+    /// The command that starts the server, after `--`; it is spoken to
+    /// over stdio and does not inherit TOOLMESH_* variables.
+    #[arg(last = true, value_name = "COMMAND")]
+    pub(crate) command: Vec<String>,
 }
 
 /// Where client commands connect unless told (`--server`, `TOOLMESH_SERVER`).
@@ -618,6 +761,22 @@ mod tests {
         );
     }
 
+    /// `up --bridge` reads a name and a command split as a shell would;
+    /// anything else is refused with the shape to use.
+    #[test]
+    fn up_bridges_parse() {
+        let bridge = UpBridge::parse("fs=-- npx -y server-filesystem '/srv/my docs'").unwrap();
+        assert_eq!(bridge.name, "fs");
+        assert_eq!(
+            bridge.command,
+            ["npx", "-y", "server-filesystem", "/srv/my docs"]
+        );
+        for bad in ["fs", "=-- cmd", "fs=cmd", "fs=--", "fs=-- 'open"] {
+            let error = UpBridge::parse(bad).unwrap_err();
+            assert!(error.contains("NAME=-- COMMAND"), "{bad}: {error}");
+        }
+    }
+
     /// The client flags mean the same before and after the subcommand.
     #[test]
     fn client_flags_go_before_or_after_the_subcommand() {
@@ -658,6 +817,62 @@ mod tests {
         assert!(error.to_string().contains("--json"), "{error}");
         parse(&["example", "knowledge", "--token", "t"]).unwrap();
         parse(&["up", "--listen", "127.0.0.1:0"]).unwrap();
+    }
+
+    /// `bridge mcp` takes its own --token (registration) and --timeout-ms
+    /// (its tools' bound), the command after `--`, or --url with headers;
+    /// not both.
+    #[test]
+    fn bridge_mcp_flags() {
+        let cli = parse(&[
+            "bridge",
+            "mcp",
+            "--token",
+            "t",
+            "--timeout-ms",
+            "30000",
+            "--tools",
+            "a*,b",
+            "--rename",
+            "x.y=x_y",
+            "--",
+            "npx",
+            "-y",
+            "server",
+            "--flag",
+        ])
+        .unwrap();
+        let Command::Bridge(args) = cli.command else {
+            panic!("{:?}", cli.command)
+        };
+        let mcp = args.mcp();
+        assert_eq!(mcp.serve.token.as_deref(), Some("t"));
+        assert_eq!(mcp.timeout_ms, Some(30_000));
+        assert_eq!(mcp.tools, ["a*", "b"]);
+        assert_eq!(mcp.command, ["npx", "-y", "server", "--flag"]);
+        let url = parse(&[
+            "bridge",
+            "mcp",
+            "--url",
+            "http://h:1/mcp",
+            "--header",
+            "X: y",
+        ])
+        .unwrap();
+        let Command::Bridge(args) = url.command else {
+            panic!()
+        };
+        assert_eq!(args.mcp().header, ["X: y"]);
+        let both = Cli::command().try_get_matches_from([
+            "toolmesh",
+            "bridge",
+            "mcp",
+            "--url",
+            "http://h/mcp",
+            "--",
+            "cmd",
+        ]);
+        assert!(both.is_err());
     }
 }
 

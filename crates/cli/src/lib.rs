@@ -1,7 +1,8 @@
 //! The `toolmesh` command line: parses the arguments, sets up logging, TLS
 //! and the runtime, and calls into the libraries: servers through
 //! `toolmesh-node` (`serve`, `registry`, `dispatcher`, and `up` with its
-//! example processes), example executors (`example`), the client commands
+//! example processes), example executors (`example`), an MCP server as an
+//! executor (`bridge mcp`, through `toolmesh-bridge`), the client commands
 //! (`tools`, `call`, `health`, `snapshot`, `explain`, `approvals`, `approve`,
 //! `deny`, `disable`, `enable`, `rollout`, `mcp`), `completions` and, with the `bench`
 //! feature, `bench`. The binary's `main` only calls [`main`].
@@ -9,6 +10,7 @@
 
 mod args;
 mod arguments;
+mod bridge;
 mod client;
 mod completions;
 mod etcd_flags;
@@ -176,6 +178,7 @@ async fn run(
             serve(role, &args.server.node_config(tls)).await
         }
         Command::Example(args) => example(args, tls).await,
+        Command::Bridge(args) => bridge::run(args, tls).await,
         Command::Tools(args) => client::tools(args, &connect()?).await,
         Command::Call(args) => client::call(args, &connect()?).await,
         Command::Health(args) => client::health(args, &connect()?).await,
@@ -191,6 +194,10 @@ async fn run(
         Command::Completions(args) => completions::print(args.shell),
         #[cfg(feature = "bench")]
         Command::Bench(args) => bench(args, arm).await,
+        #[cfg(feature = "bench")]
+        Command::McpEcho(args) => toolmesh_fixtures::mcp_echo::run(args.http.as_deref())
+            .await
+            .map_err(Failure::Failed),
     }
 }
 

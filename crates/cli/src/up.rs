@@ -1,6 +1,6 @@
-//! `toolmesh up`: registry and dispatcher in this process, each example executor as its own OS process, until ctrl-c.
+//! `toolmesh up`: registry and dispatcher in this process, each example executor and each `--bridge` to an MCP server as its own OS process, until ctrl-c.
 
-use crate::args::{DEFAULT_SERVER, UpArgs};
+use crate::args::{DEFAULT_SERVER, UpArgs, UpBridge};
 use crate::{Failure, node_failure};
 use anyhow::Context;
 use std::net::{IpAddr, SocketAddr};
@@ -25,10 +25,24 @@ pub(crate) async fn run(
 ) -> Result<(), Failure> {
     let started = Instant::now();
     let names = args.example_names();
-    if names.is_empty() {
+    let bridges = args
+        .bridge
+        .iter()
+        .map(|text| UpBridge::parse(text))
+        .collect::<Result<Vec<_>, _>>()
+        .map_err(Failure::Usage)?;
+    if names.is_empty() && bridges.is_empty() {
         return Err(Failure::Usage(
-            "--no-default-examples starts no example: name some with --examples".to_owned(),
+            "--no-default-examples starts no example: name some with --examples, or bring an MCP server with --bridge".to_owned(),
         ));
+    }
+    for (i, bridge) in bridges.iter().enumerate() {
+        if names.contains(&bridge.name) || bridges[..i].iter().any(|b| b.name == bridge.name) {
+            return Err(Failure::Usage(format!(
+                "--bridge {}: the name is taken; give each bridge and example its own",
+                bridge.name
+            )));
+        }
     }
     if let Some(name) = names
         .iter()
@@ -72,20 +86,32 @@ pub(crate) async fn run(
         admin_allowed_hosts: server.ops.admin_allowed_hosts.clone(),
         arm,
     };
-    let mut children: Vec<Example> = Vec::new();
-    for name in names {
-        // Each example's admin listener beside the node's, on a port kept
+    let mut children: Vec<Child> = Vec::new();
+    let kinds = names
+        .into_iter()
+        .map(Kind::Example)
+        .chain(bridges.into_iter().map(Kind::Bridge));
+    for kind in kinds {
+        // Each executor's admin listener beside the node's, on a port kept
         // for it across restarts.
         let admin = match &running.admin {
             Some(admin) => Some(free_port_on(admin.addr.ip()).with_context(|| {
-                format!("cannot find a free port for example {name}'s admin listener")
+                format!(
+                    "cannot find a free port for {}'s admin listener",
+                    kind.label()
+                )
             })?),
             None => None,
         };
         let proc = launch
-            .spawn(&name, admin)
-            .with_context(|| format!("cannot start example executor {name}"))?;
-        children.push(Example { name, admin, proc });
+            .spawn(&kind, admin)
+            .with_context(|| format!("cannot start {}", kind.label()))?;
+        children.push(Child {
+            kind,
+            admin,
+            proc,
+            given_up: false,
+        });
     }
     let dispatcher = running
         .dispatcher
@@ -128,19 +154,29 @@ pub(crate) async fn run(
         };
         println!("  admin page, /metrics   {}/  ({login})", admin.url());
     }
-    for example in &children {
-        let metrics = match example.admin {
+    for child in &children {
+        let metrics = match child.admin {
             Some(admin) => format!("  metrics {}://{admin}/metrics", admin_scheme(tls)),
             None => String::new(),
         };
-        println!(
-            "  executor {:<13} pid {}{metrics}",
-            example.name,
-            example.proc.pid()
-        );
+        match &child.kind {
+            Kind::Example(name) => {
+                println!("  executor {name:<13} pid {}{metrics}", child.proc.pid())
+            }
+            Kind::Bridge(bridge) => println!(
+                "  bridge {:<15} pid {}{metrics}  (MCP server: {})",
+                bridge.name,
+                child.proc.pid(),
+                bridge.command.join(" ")
+            ),
+        }
     }
     println!(
         "  another executor       TOOLMESH_TOKEN={} {me}{flags} example NAME --registry {addr}",
+        launch.token
+    );
+    println!(
+        "  an MCP server          TOOLMESH_TOKEN={} {me}{flags} bridge mcp --registry {addr} -- COMMAND ARGS",
         launch.token
     );
     if !ready {
@@ -167,37 +203,65 @@ pub(crate) async fn run(
             _ = &mut shutdown => break,
             _ = tokio::time::sleep(RESTART_CHECK) => {}
         }
-        for example in children.iter_mut() {
-            if let Some(status) = example.proc.try_exit() {
-                let name = &example.name;
-                tracing::warn!(example = %name, %status, "example executor exited; starting it again");
-                match launch.spawn(name, example.admin) {
-                    Ok(again) => example.proc = again,
-                    Err(e) => tracing::error!(example = %name, error = %e, "cannot start it again"),
-                }
+        for child in children.iter_mut().filter(|c| !c.given_up) {
+            let Some(status) = child.proc.try_exit() else {
+                continue;
+            };
+            let label = child.kind.label();
+            if status.code() == Some(USAGE_EXIT) {
+                // Its flags or its server's tools are wrong: it would fail again.
+                tracing::error!(executor = %label, %status, "exited refusing its settings (see its error above); not starting it again");
+                child.given_up = true;
+                continue;
+            }
+            tracing::warn!(executor = %label, %status, "exited; starting it again");
+            match launch.spawn(&child.kind, child.admin) {
+                Ok(again) => child.proc = again,
+                Err(e) => tracing::error!(executor = %label, error = %e, "cannot start it again"),
             }
         }
     }
     println!("stopping: draining executors, then the server");
-    for example in &children {
+    for child in &children {
         // SIGTERM lets each executor deregister and drain.
-        example.proc.signal(libc::SIGTERM);
+        child.proc.signal(libc::SIGTERM);
     }
     let grace = Duration::from_millis(server.grace_ms);
-    for mut example in children {
-        if example.proc.wait_timeout(grace).await.is_none() {
-            tracing::warn!(example = %example.name, "did not stop in time; killing it");
-            example.proc.kill_and_reap().await;
+    for mut child in children {
+        if child.proc.wait_timeout(grace).await.is_none() {
+            tracing::warn!(executor = %child.kind.label(), "did not stop in time; killing it");
+            child.proc.kill_and_reap().await;
         }
     }
     running.stop(grace).await.map_err(node_failure)
 }
 
-/// An example executor `up` runs, and where its admin listener is.
-struct Example {
-    name: String,
+/// The exit code of a process that refused its settings (EX_USAGE).
+const USAGE_EXIT: i32 = 64;
+
+/// An executor `up` runs: an example, or a bridge to an MCP server.
+enum Kind {
+    Example(String),
+    Bridge(UpBridge),
+}
+
+impl Kind {
+    /// How logs and errors name it.
+    fn label(&self) -> String {
+        match self {
+            Kind::Example(name) => format!("example {name}"),
+            Kind::Bridge(bridge) => format!("bridge {}", bridge.name),
+        }
+    }
+}
+
+/// An executor `up` runs, and where its admin listener is.
+struct Child {
+    kind: Kind,
     admin: Option<SocketAddr>,
     proc: Proc,
+    /// It refused its settings: not started again.
+    given_up: bool,
 }
 
 /// The client commands `up` suggests (each must succeed as printed).
@@ -335,9 +399,9 @@ fn command_name(exe: &std::path::Path) -> String {
     relative.unwrap_or_else(|| exe.display().to_string())
 }
 
-/// How `up` starts its example executors: the same binary, registering
-/// with this node under the run's token, with its TLS files, traces and
-/// admin listener settings.
+/// How `up` starts its executors (examples and bridges): the same binary,
+/// registering with this node under the run's token, with its TLS files,
+/// traces and admin listener settings.
 struct Launch {
     exe: PathBuf,
     registry: String,
@@ -349,12 +413,12 @@ struct Launch {
 }
 
 impl Launch {
-    /// Starts `toolmesh example NAME`, its admin listener on `admin` if
-    /// given, its output on this terminal; it gets SIGTERM should `up` die,
-    /// even by SIGKILL.
+    /// Starts `toolmesh example NAME` or `toolmesh bridge mcp --name NAME
+    /// … -- COMMAND`, its admin listener on `admin` if given, its output on
+    /// this terminal; it gets SIGTERM should `up` die, even by SIGKILL.
     fn spawn(
         &self,
-        name: &str,
+        kind: &Kind,
         admin: Option<SocketAddr>,
     ) -> Result<Proc, toolmesh_procs::ProcError> {
         let mut command = Command::new(&self.exe);
@@ -369,8 +433,12 @@ impl Launch {
                 command.env(var, file);
             }
         }
+        match kind {
+            Kind::Example(name) => command.args(["example", name]),
+            Kind::Bridge(bridge) => command.args(["bridge", "mcp", "--name", &bridge.name]),
+        };
         command
-            .args(["example", name, "--registry", &self.registry])
+            .args(["--registry", &self.registry])
             .env("TOOLMESH_TOKEN", &self.token)
             // Meant for `up` itself: examples listen on loopback port 0 and
             // register what they bind.
@@ -386,7 +454,10 @@ impl Launch {
         if let Some(endpoint) = &self.otlp_endpoint {
             command.args(["--otlp-endpoint", endpoint]);
         }
-        Spawn::new(format!("example {name}"), command)
+        if let Kind::Bridge(bridge) = kind {
+            command.arg("--").args(&bridge.command);
+        }
+        Spawn::new(kind.label(), command)
             .parent_death(Some(ParentDeath {
                 signal: libc::SIGTERM,
                 arm: self.arm,

@@ -1,4 +1,4 @@
-//! The registration loop: Register, Heartbeat every ttl/3, register again when the registry forgot us, retry with backoff through outages, Deregister on drain.
+//! The registration loop: Register, Heartbeat every ttl/3, register again when the registry forgot us or the tool set changed, retry with backoff through outages, Deregister on drain.
 
 use crate::dispatcher_only::DispatcherOnly;
 use std::{
@@ -6,11 +6,11 @@ use std::{
     sync::{Arc, Mutex},
     time::Duration,
 };
-use tokio::{task::JoinHandle, time::Instant};
+use tokio::{sync::watch, task::JoinHandle, time::Instant};
 use tokio_util::sync::CancellationToken;
 use tonic::{Code, Request, Status, transport::Channel};
 use toolmesh::pb::{
-    DeregisterRequest, HeartbeatRequest, RegisterRequest, RegisterResponse,
+    DeregisterRequest, HeartbeatRequest, RegisterRequest, RegisterResponse, ToolSpec,
     registry_client::RegistryClient,
 };
 use tracing::{debug, error, info, warn};
@@ -35,11 +35,13 @@ pub(crate) struct LeaseTask {
 }
 
 impl LeaseTask {
-    /// Starts registering `request` with the registry behind `channel`.
+    /// Starts registering `request` with the registry behind `channel`,
+    /// with the tools `tools` holds, registering again each time they change.
     pub(crate) fn spawn(
         channel: Channel,
         registry: String,
         request: RegisterRequest,
+        tools: watch::Receiver<Vec<ToolSpec>>,
         token: Option<String>,
         dispatcher_only: Option<Arc<DispatcherOnly>>,
     ) -> Self {
@@ -53,6 +55,7 @@ impl LeaseTask {
             client.clone(),
             registry.clone(),
             request,
+            tools,
             Arc::clone(&lease_id),
             stop.clone(),
             auth.clone(),
@@ -160,11 +163,14 @@ fn is_transient(code: Code) -> bool {
 }
 
 /// Register, then heartbeat forever; register again whenever the registry
-/// forgets the lease.
+/// forgets the lease or the tool set changes (same executor id: the new
+/// registration replaces the old one in one step).
+#[allow(clippy::too_many_arguments)]
 async fn keep_lease(
     mut client: RegistryClient<Channel>,
     registry: String,
-    request: RegisterRequest,
+    mut request: RegisterRequest,
+    mut tools: watch::Receiver<Vec<ToolSpec>>,
     lease_id: Arc<Mutex<Option<String>>>,
     stop: CancellationToken,
     auth: Auth,
@@ -182,7 +188,12 @@ async fn keep_lease(
     };
     let mut outage = Outage::new(registry.clone());
     let asked = Duration::from_millis(request.lease_ttl_ms.into());
+    // Once the sender is gone the set can no longer change.
+    let mut watching = true;
     while !stop.is_cancelled() {
+        if watching {
+            request.tools = tools.borrow_and_update().clone();
+        }
         let granted = match with_timeout(client.register(auth.rpc(request.clone()))).await {
             Ok(response) => {
                 outage.recovered();
@@ -216,8 +227,26 @@ async fn keep_lease(
         };
         let mut wait = period;
         loop {
-            if !pause(wait).await {
-                return;
+            let watched = watching;
+            let tools = &mut tools;
+            let changed = async move {
+                if !watched {
+                    return std::future::pending().await;
+                }
+                tools.changed().await.is_ok()
+            };
+            tokio::select! {
+                waited = pause(wait) => if !waited {
+                    return;
+                },
+                still = changed => {
+                    if still {
+                        info!(registry = %registry, executor_id = request.executor_id, "the tool set changed; registering again");
+                        break;
+                    }
+                    watching = false;
+                    continue;
+                }
             }
             match with_timeout(client.heartbeat(auth.rpc(heartbeat.clone()))).await {
                 Ok(_) => {

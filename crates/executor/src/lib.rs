@@ -7,6 +7,10 @@
 //! tools that declare [`ToolInfo::streams_progress`] (`ExecuteStream`, see
 //! [`CallCx::progress`]) and drains on shutdown.
 //!
+//! Tools known only at runtime (an MCP server's, say) are [`DynamicTool`]s:
+//! a spec as data and a [`JsonTool`] handler; a running executor's whole
+//! set is swapped, and registered again, through [`ExecutorControl`].
+//!
 //! ```
 //! use schemars::JsonSchema;
 //! use serde::Deserialize;
@@ -59,7 +63,9 @@
 #![forbid(unsafe_code)]
 
 mod context;
+mod control;
 mod dispatcher_only;
+mod dynamic;
 mod erased;
 mod lease;
 mod metrics;
@@ -70,6 +76,8 @@ mod stream;
 mod tool;
 
 pub use context::CallCx;
+pub use control::ExecutorControl;
+pub use dynamic::{DynamicTool, JsonTool};
 pub use erased::{schema_text, schema_value};
 pub use lease::{BACKOFF_INITIAL, BACKOFF_MAX};
 pub use progress::ProgressHandle;
@@ -77,6 +85,7 @@ pub use server::CANCEL_GRACE;
 pub use tool::{Tool, ToolFailure, ToolInfo, ToolOutput};
 pub use toolmesh::pb::{RetryPolicy, RiskLevel};
 
+use arc_swap::ArcSwap;
 use server::{Core, ExecuteService, Slot, Tools};
 use std::{future::Future, net::SocketAddr, sync::Arc, time::Duration};
 use tokio::net::TcpListener;
@@ -88,8 +97,7 @@ use tonic_health::{
     server::{HealthReporter, HealthService},
 };
 use toolmesh::{
-    ToolDef,
-    grpc::{EXECUTOR_HEALTH_SERVICE, HealthOnly, MAX_CALL_MESSAGE_BYTES, Unroutable},
+    grpc::{HealthOnly, MAX_CALL_MESSAGE_BYTES, Unroutable},
     pb::{self, executor_server::ExecutorServer},
     spec::SpecError,
 };
@@ -193,23 +201,24 @@ impl Executor {
     /// Adds a tool. Its spec is built from [`Tool::info`] and the schema of
     /// its `Args`, and validated at once; a problem is reported by
     /// [`bind`](Executor::bind).
-    pub fn tool<T: Tool>(mut self, tool: T) -> Self {
-        let info = tool.info();
-        let spec = info.to_spec(schema_text::<T::Args>());
+    pub fn tool<T: Tool>(self, tool: T) -> Self {
+        let spec = tool.info().to_spec(schema_text::<T::Args>());
+        self.with_slot(spec, Arc::new(erased::Typed(Arc::new(tool))))
+    }
+
+    /// Adds a tool whose spec is data (see [`DynamicTool`]); validated and
+    /// reported as [`tool`](Executor::tool) does.
+    pub fn dynamic_tool(self, tool: DynamicTool) -> Self {
+        self.with_slot(tool.spec, tool.tool)
+    }
+
+    fn with_slot(mut self, spec: pb::ToolSpec, tool: Arc<dyn erased::ErasedTool>) -> Self {
         let name = spec.name.clone();
         if self.tools.contains_key(&name) {
             self.problems.push(ExecutorError::DuplicateTool(name));
             return self;
         }
-        let def = ToolDef::new(spec.clone()).map(Arc::new);
-        Arc::make_mut(&mut self.tools).insert(
-            name,
-            Slot {
-                spec,
-                def,
-                tool: Arc::new(erased::Typed(Arc::new(tool))),
-            },
-        );
+        Arc::make_mut(&mut self.tools).insert(name, Slot::new(spec, tool));
         self
     }
 
@@ -228,7 +237,7 @@ impl Executor {
     /// checks, timeout, panic isolation), without a caller deadline.
     pub async fn execute(&self, request: pb::ExecuteRequest) -> pb::ToolResult {
         let core = Core {
-            tools: Arc::clone(&self.tools),
+            tools: ArcSwap::new(Arc::clone(&self.tools)),
             executor_id: format!("{}-local", self.service),
             stop: self.local_stop.clone(),
             // In-process calls are not served calls: counted nowhere.
@@ -263,18 +272,7 @@ impl Executor {
         if self.tools.is_empty() {
             return Err(ExecutorError::NoTools(self.service));
         }
-        let mut specs = Vec::with_capacity(self.tools.len());
-        for (name, slot) in self.tools.iter() {
-            match &slot.def {
-                Ok(def) => specs.push(def.spec().clone()),
-                Err(reason) => {
-                    return Err(ExecutorError::InvalidTool {
-                        tool: name.clone(),
-                        reason: reason.clone(),
-                    });
-                }
-            }
-        }
+        let specs = control::valid_specs(&self.tools)?;
         let registry = if opts.registry.trim().is_empty() {
             None
         } else {
@@ -324,11 +322,7 @@ impl Executor {
             None => None,
         };
         let health = HealthReporter::new();
-        for name in ["", EXECUTOR_HEALTH_SERVICE] {
-            health
-                .set_service_status(name, ServingStatus::Serving)
-                .await;
-        }
+        control::set_health(&health, ServingStatus::Serving).await;
         let health_only = match opts.health_listen {
             Some(addr) => Some(
                 HealthOnly::bind(addr, health.clone())
@@ -337,13 +331,15 @@ impl Executor {
             ),
             None => None,
         };
+        let core = Arc::new(Core {
+            tools: ArcSwap::new(self.tools),
+            executor_id,
+            stop: CancellationToken::new(),
+            metrics,
+        });
         Ok(BoundExecutor {
-            core: Arc::new(Core {
-                tools: self.tools,
-                executor_id,
-                stop: CancellationToken::new(),
-                metrics,
-            }),
+            control: ExecutorControl::new(Arc::clone(&core), specs.clone(), health.clone()),
+            core,
             admin,
             service: self.service,
             specs,
@@ -442,6 +438,7 @@ impl ServeOptions {
 /// An executor with its listener bound, not yet serving.
 pub struct BoundExecutor {
     core: Arc<Core>,
+    control: ExecutorControl,
     service: String,
     specs: Vec<pb::ToolSpec>,
     listener: TcpListener,
@@ -501,6 +498,12 @@ impl BoundExecutor {
         self.health_only.as_ref().map(HealthOnly::local_addr)
     }
 
+    /// What the host may change while the executor runs: the tool set
+    /// and whether it serves (cheap to clone; keep it across `run`).
+    pub fn control(&self) -> ExecutorControl {
+        self.control.clone()
+    }
+
     /// Serves until `shutdown` resolves, then drains: health goes
     /// NOT_SERVING, the lease is deregistered (best effort, at most
     /// [`DEREGISTER_TIMEOUT`]), the listener closes, and in-flight calls get
@@ -508,6 +511,7 @@ impl BoundExecutor {
     pub async fn run(self, shutdown: impl Future<Output = ()> + Send) -> Result<(), ExecutorError> {
         let BoundExecutor {
             core,
+            control,
             service,
             specs,
             listener,
@@ -566,6 +570,7 @@ impl BoundExecutor {
                         .map(|d| d.token().to_owned())
                         .unwrap_or_default(),
                 },
+                control.watch_specs(),
                 token.clone(),
                 dispatcher_only.clone(),
             )
@@ -586,11 +591,7 @@ impl BoundExecutor {
         }
 
         info!(executor_id, grace_ms = grace.as_millis() as u64, "draining");
-        for name in ["", EXECUTOR_HEALTH_SERVICE] {
-            health
-                .set_service_status(name, ServingStatus::NotServing)
-                .await;
-        }
+        control.drain().await;
         if let Some(lease) = lease {
             lease.stop(DEREGISTER_TIMEOUT).await;
         }

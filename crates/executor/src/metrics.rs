@@ -1,13 +1,15 @@
 //! The executor SDK's Prometheus metrics: executions, durations, calls in
 //! flight, cancellations and panics, with each tool's handles resolved
-//! once at start (the tools of an executor are fixed).
+//! once, when the tool is added (at start, or when the set is replaced).
 
+use arc_swap::ArcSwap;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::Histogram;
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use toolmesh::ErrorCodeExt;
 use toolmesh::pb::ErrorCode;
 use toolmesh_telemetry::metrics::duration_histogram;
@@ -32,7 +34,9 @@ struct ToolHandles {
 /// Every executor metric.
 pub(crate) struct Metrics {
     executions: Family<ExecutionLabels, Counter>,
-    tools: BTreeMap<String, ToolHandles>,
+    durations: Family<ToolLabels, Histogram>,
+    /// Handles by tool name; replaced whole when tools are added.
+    tools: ArcSwap<BTreeMap<String, Arc<ToolHandles>>>,
     pub(crate) in_flight: Gauge,
     pub(crate) cancellations: Counter,
     pub(crate) panics: Counter,
@@ -44,30 +48,15 @@ impl Metrics {
         registry: &MetricsRegistry,
         tools: impl IntoIterator<Item = (&'a str, &'a str)>,
     ) -> Metrics {
-        let durations = Family::<ToolLabels, Histogram>::new_with_constructor(duration_histogram);
-        let executions = Family::<ExecutionLabels, Counter>::default();
-        let tools = tools
-            .into_iter()
-            .map(|(tool, version)| {
-                let labels = ToolLabels {
-                    tool: tool.to_owned(),
-                    version: version.to_owned(),
-                };
-                let handles = ToolHandles {
-                    duration: durations.get_or_create_owned(&labels),
-                    ok: executions.get_or_create_owned(&execution_labels(&labels, "OK")),
-                    labels,
-                };
-                (tool.to_owned(), handles)
-            })
-            .collect();
         let metrics = Metrics {
-            executions,
-            tools,
+            executions: Family::default(),
+            durations: Family::new_with_constructor(duration_histogram),
+            tools: ArcSwap::default(),
             in_flight: Gauge::default(),
             cancellations: Counter::default(),
             panics: Counter::default(),
         };
+        metrics.track(tools);
         let r = registry;
         r.register(
             "executor_executions",
@@ -77,7 +66,7 @@ impl Metrics {
         r.register(
             "executor_execution_duration_seconds",
             "Execution duration.",
-            durations,
+            metrics.durations.clone(),
         );
         r.register(
             "executor_in_flight",
@@ -97,9 +86,41 @@ impl Metrics {
         metrics
     }
 
+    /// Resolves the handles of `tools` (name, version) not tracked yet, so
+    /// their executions are counted from the first. Names and versions
+    /// already tracked keep their handles.
+    pub(crate) fn track<'a>(&self, tools: impl IntoIterator<Item = (&'a str, &'a str)>) {
+        let tools: Vec<(&str, &str)> = tools.into_iter().collect();
+        self.tools.rcu(|current| {
+            let mut next = (**current).clone();
+            for &(tool, version) in &tools {
+                if next
+                    .get(tool)
+                    .is_some_and(|handles| handles.labels.version == version)
+                {
+                    continue;
+                }
+                let labels = ToolLabels {
+                    tool: tool.to_owned(),
+                    version: version.to_owned(),
+                };
+                let handles = ToolHandles {
+                    duration: self.durations.get_or_create_owned(&labels),
+                    ok: self
+                        .executions
+                        .get_or_create_owned(&execution_labels(&labels, "OK")),
+                    labels,
+                };
+                next.insert(tool.to_owned(), Arc::new(handles));
+            }
+            next
+        });
+    }
+
     /// Counts a finished execution of `tool` (unknown names are not labels).
     pub(crate) fn executed(&self, tool: &str, code: ErrorCode, seconds: f64) {
-        let Some(handles) = self.tools.get(tool) else {
+        let tools = self.tools.load();
+        let Some(handles) = tools.get(tool) else {
             return;
         };
         handles.duration.observe(seconds);

@@ -5,8 +5,9 @@ use crate::metrics::Metrics;
 use crate::{
     CallCx, ProgressHandle,
     erased::{Arguments, CallFuture, ErasedTool, Outcome},
-    tool::{ToolOutput, duration_ms_ceil},
+    tool::{FailureKind, ToolOutput, duration_ms_ceil},
 };
+use arc_swap::ArcSwap;
 use std::panic::AssertUnwindSafe;
 use std::task::Poll;
 use std::{any::Any, collections::BTreeMap, sync::Arc, time::Duration};
@@ -39,13 +40,27 @@ pub(crate) struct Slot {
     pub(crate) tool: Arc<dyn ErasedTool>,
 }
 
+impl Slot {
+    /// `tool`, described by `spec`, validated now (a problem is reported
+    /// when the set is bound or swapped in).
+    pub(crate) fn new(spec: pb::ToolSpec, tool: Arc<dyn ErasedTool>) -> Self {
+        Slot {
+            def: ToolDef::new(spec.clone()).map(Arc::new),
+            spec,
+            tool,
+        }
+    }
+}
+
 /// The tools of one executor, by name.
 pub(crate) type Tools = BTreeMap<String, Slot>;
 
 /// Everything a call needs: the tools, who we are, and the token that
 /// cancels every call when the executor stops.
 pub(crate) struct Core {
-    pub(crate) tools: Arc<Tools>,
+    /// The tools served now; [`crate::ExecutorControl::replace_tools`]
+    /// swaps the whole set while calls of the old one finish.
+    pub(crate) tools: ArcSwap<Tools>,
     pub(crate) executor_id: String,
     pub(crate) stop: CancellationToken,
     pub(crate) metrics: Metrics,
@@ -60,11 +75,15 @@ impl Core {
         caller_timeout: Option<Duration>,
         progress: ProgressHandle,
     ) -> ToolResult {
-        let Some(slot) = self.tools.get(&request.tool) else {
-            return not_found(&self.tools, &self.executor_id, &request.tool);
+        let (def, tool) = {
+            let tools = self.tools.load();
+            let Some(slot) = tools.get(&request.tool) else {
+                return not_found(&tools, &self.executor_id, &request.tool);
+            };
+            (slot.def.clone(), Arc::clone(&slot.tool))
         };
-        let def = match &slot.def {
-            Ok(def) => Arc::clone(def),
+        let def = match def {
+            Ok(def) => def,
             Err(reason) => {
                 return failure(
                     ErrorCode::ExecutorFailed,
@@ -112,7 +131,7 @@ impl Core {
             budget_ms = budget.as_millis() as u64,
             "call started"
         );
-        let mut call = slot.tool.start(args, cx);
+        let mut call = tool.start(args, cx);
         // Most tools answer without waiting: their first poll runs here, in
         // the request's task, with no task to spawn and schedule. A call
         // that waits moves to a task of its own, which can outlive this
@@ -150,10 +169,10 @@ impl Core {
         match ended {
             Ended::Finished(Outcome::Ran(Ok(output))) => success(&def, output),
             Ended::Finished(Outcome::Ran(Err(fail))) => {
-                let code = if fail.unavailable {
-                    ErrorCode::Unavailable
-                } else {
-                    ErrorCode::ToolError
+                let code = match fail.kind {
+                    FailureKind::Tool => ErrorCode::ToolError,
+                    FailureKind::Unavailable => ErrorCode::Unavailable,
+                    FailureKind::Executor => ErrorCode::ExecutorFailed,
                 };
                 let mut error = ToolError::new(code, fail.message).with_retryable(fail.retryable);
                 if let Some(after) = fail.retry_after {

@@ -288,9 +288,19 @@ pub struct ToolFailure {
     pub(crate) message: String,
     pub(crate) retryable: bool,
     pub(crate) retry_after: Option<Duration>,
-    /// The tool could not run here now (UNAVAILABLE), rather than a
-    /// business error (TOOL_ERROR).
-    pub(crate) unavailable: bool,
+    /// Which error code the failure reaches the caller with.
+    pub(crate) kind: FailureKind,
+}
+
+/// The error code a [`ToolFailure`] reaches the caller with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum FailureKind {
+    /// A business error the tool reported: TOOL_ERROR.
+    Tool,
+    /// The tool could not run here now: UNAVAILABLE.
+    Unavailable,
+    /// Something under the tool broke: EXECUTOR_FAILED.
+    Executor,
 }
 
 impl ToolFailure {
@@ -301,7 +311,7 @@ impl ToolFailure {
             message: message.into(),
             retryable: false,
             retry_after: None,
-            unavailable: false,
+            kind: FailureKind::Tool,
         }
     }
 
@@ -311,8 +321,19 @@ impl ToolFailure {
     /// tool here (not the whole instance).
     pub fn unavailable(message: impl Into<String>) -> Self {
         ToolFailure {
-            unavailable: true,
+            kind: FailureKind::Unavailable,
             ..ToolFailure::new(message).retryable()
+        }
+    }
+
+    /// Something the tool depends on broke while it ran (a process it
+    /// drives died mid-call, a protocol error): EXECUTOR_FAILED, not a
+    /// business error. Not retryable unless marked; the dispatcher then
+    /// retries only what its rules allow (idempotent tools).
+    pub fn executor_failed(message: impl Into<String>) -> Self {
+        ToolFailure {
+            kind: FailureKind::Executor,
+            ..ToolFailure::new(message)
         }
     }
 

@@ -444,3 +444,147 @@ async fn registers_the_advertised_endpoint() {
     assert_eq!(log.registers()[0].endpoint, "10.1.2.3:9001");
     running.stop().await;
 }
+
+/// Echoes its arguments back as data; one handler for every dynamic tool.
+struct EchoJson;
+
+impl toolmesh_executor::JsonTool for EchoJson {
+    async fn call(
+        &self,
+        arguments: serde_json::Value,
+        cx: CallCx,
+    ) -> Result<ToolOutput, ToolFailure> {
+        if arguments["fail"] == true {
+            return Err(ToolFailure::executor_failed(format!("{} broke", cx.tool())));
+        }
+        Ok(ToolOutput::text(cx.tool().to_owned()).with_data(arguments))
+    }
+}
+
+fn dynamic(name: &str) -> toolmesh_executor::DynamicTool {
+    let spec = toolmesh::pb::ToolSpec {
+        name: name.into(),
+        version: "1.0.0".into(),
+        description: format!("The dynamic tool {name}."),
+        input_schema: r#"{"type":"object","properties":{"text":{"type":"string"},"fail":{"type":"boolean"}},"required":["text"]}"#.into(),
+        ..Default::default()
+    };
+    toolmesh_executor::DynamicTool::new(spec, Arc::new(EchoJson))
+}
+
+/// A served Execute of `tool` with `arguments` at `addr`.
+async fn execute(addr: SocketAddr, tool: &str, arguments: &str) -> toolmesh::pb::ToolResult {
+    let channel = toolmesh::grpc::channel(&addr.to_string(), &toolmesh::grpc::Tls::none()).unwrap();
+    toolmesh::pb::executor_client::ExecutorClient::new(channel)
+        .execute(toolmesh::pb::ExecuteRequest {
+            call_id: "c-1".into(),
+            tool: tool.into(),
+            arguments: arguments.into(),
+            attempt: 1,
+            ..Default::default()
+        })
+        .await
+        .expect("Execute")
+        .into_inner()
+        .result
+        .expect("a result")
+}
+
+/// The health status of the whole server at `addr`.
+async fn serving(addr: SocketAddr) -> i32 {
+    let channel = toolmesh::grpc::channel(&addr.to_string(), &toolmesh::grpc::Tls::none()).unwrap();
+    tonic_health::pb::health_client::HealthClient::new(channel)
+        .check(tonic_health::pb::HealthCheckRequest::default())
+        .await
+        .expect("health check")
+        .into_inner()
+        .status
+}
+
+/// Dynamic tools are checked and run like typed ones (arguments against
+/// the spec's schema, the handler sees them as JSON, `executor_failed` is
+/// EXECUTOR_FAILED); replacing the set serves the new tools and registers
+/// them at once under the same executor id, an invalid set changes
+/// nothing, and `set_serving` drives the health the registry watches.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dynamic_tools_are_served_replaced_and_registered_again() {
+    use toolmesh::pb::ErrorCode;
+    // Heartbeats would come every 200 s: a Register sooner is the change.
+    let (registry_addr, log, _registry) = fake_registry(600_000).await;
+    let opts = ServeOptions {
+        executor_id: Some("bridge-1".into()),
+        lease_ttl: Duration::from_secs(600),
+        ..ServeOptions::new(registry_addr)
+    };
+    let bound = Executor::new("bridge")
+        .dynamic_tool(dynamic("first"))
+        .bind(opts)
+        .await
+        .unwrap();
+    let addr = bound.local_addr();
+    let control = bound.control();
+    let running = Running::start(bound);
+    until("the first Register", Duration::from_secs(5), || {
+        !log.registers().is_empty()
+    })
+    .await;
+
+    let ok = execute(addr, "first", r#"{"text":"hi"}"#).await;
+    assert!(ok.error.is_none(), "{ok:?}");
+    assert_eq!(ok.output, "first");
+    assert_eq!(
+        serde_json::from_str::<serde_json::Value>(&ok.data).unwrap(),
+        serde_json::json!({"text": "hi"})
+    );
+    let invalid = execute(addr, "first", r#"{"text":5}"#).await;
+    assert_eq!(
+        invalid.error.unwrap().code,
+        ErrorCode::InvalidArguments as i32
+    );
+    let broke = execute(addr, "first", r#"{"text":"x","fail":true}"#).await;
+    let broke = broke.error.unwrap();
+    assert_eq!(broke.code, ErrorCode::ExecutorFailed as i32, "{broke:?}");
+    assert_eq!(broke.message, "first broke");
+
+    control
+        .replace_tools(vec![dynamic("second"), dynamic("third")])
+        .unwrap();
+    until(
+        "a Register with the new set",
+        Duration::from_secs(5),
+        || log.registers().len() >= 2,
+    )
+    .await;
+    let again = log.registers().pop().unwrap();
+    assert_eq!(again.executor_id, "bridge-1");
+    let names: Vec<&str> = again.tools.iter().map(|t| t.name.as_str()).collect();
+    assert_eq!(names, ["second", "third"]);
+    let gone = execute(addr, "first", r#"{"text":"hi"}"#).await;
+    assert_eq!(gone.error.unwrap().code, ErrorCode::NotFound as i32);
+    assert_eq!(
+        execute(addr, "third", r#"{"text":"hi"}"#).await.output,
+        "third"
+    );
+
+    let refused = control
+        .replace_tools(vec![dynamic("fourth"), dynamic("not a name")])
+        .unwrap_err();
+    assert!(refused.to_string().contains("not a name"), "{refused}");
+    assert_eq!(
+        execute(addr, "third", r#"{"text":"hi"}"#).await.output,
+        "third"
+    );
+    let names: Vec<String> = control.specs().into_iter().map(|s| s.name).collect();
+    assert_eq!(names, ["second", "third"]);
+
+    control.set_serving(false).await;
+    assert_eq!(serving(addr).await, 2, "NOT_SERVING");
+    control.set_serving(true).await;
+    assert_eq!(serving(addr).await, 1, "SERVING");
+    running.stop().await;
+    assert_eq!(
+        log.registers().len(),
+        2,
+        "an unchanged set is not registered again"
+    );
+}

@@ -1,0 +1,107 @@
+//! Why a bridge could not start or stopped: every error names the upstream or the flag at fault and what to do.
+
+use crate::mapping::ToolProblem;
+use toolmesh_executor::ExecutorError;
+
+/// Why a bridge could not start or stopped with an error.
+#[derive(Debug, thiserror::Error)]
+pub enum BridgeError {
+    /// No command after `--`.
+    #[error(
+        "no upstream MCP server: give its command after `--` (e.g. `-- npx -y @modelcontextprotocol/server-everything`) or its address with --url"
+    )]
+    NoCommand,
+    /// The URL is not one the bridge can reach.
+    #[error("--url {0:?} is not an MCP server address: {1}")]
+    BadUrl(String, String),
+    /// An `https://` URL.
+    #[error(
+        "--url {0:?}: this bridge speaks plain HTTP only; reach the server at an http:// address on its own network, or put a TLS-terminating proxy on this host in front of it"
+    )]
+    HttpsUrl(String),
+    /// A `--header` that does not parse.
+    #[error("--header {0:?}: {1}")]
+    BadHeader(String, String),
+    /// The command could not be started.
+    #[error(
+        "cannot start the MCP server {command}: {source}; check the command after `--` (is it installed and on PATH?)"
+    )]
+    Spawn {
+        /// The command line.
+        command: String,
+        /// What the OS said.
+        source: std::io::Error,
+    },
+    /// The upstream did not open a session.
+    #[error("the MCP server {upstream} did not open a session: {reason}")]
+    Connect {
+        /// The command line or URL.
+        upstream: String,
+        /// What went wrong.
+        reason: String,
+    },
+    /// The upstream did not list its tools.
+    #[error("the MCP server {upstream} did not list its tools: {reason}")]
+    List {
+        /// The command line or URL.
+        upstream: String,
+        /// What went wrong.
+        reason: String,
+    },
+    /// Selected tools that cannot join the mesh.
+    #[error("{}", problems(.0))]
+    Tools(Vec<ToolProblem>),
+    /// Nothing to expose.
+    #[error("the MCP server {upstream} offers no tool to expose{selected}; it offers: {offered}")]
+    NoTools {
+        /// The command line or URL.
+        upstream: String,
+        /// ` matching --tools …`, when `--tools` was given.
+        selected: String,
+        /// The upstream's tool names, or "nothing".
+        offered: String,
+    },
+    /// The task that follows the upstream stopped unexpectedly.
+    #[error(
+        "the bridge stopped following the upstream MCP server ({0}); it drained and exits so it can be started again"
+    )]
+    Supervisor(String),
+    /// The executor could not start or failed.
+    #[error(transparent)]
+    Executor(#[from] ExecutorError),
+}
+
+impl BridgeError {
+    /// Whether the command line is at fault (a flag or the upstream's
+    /// tools as the flags select them), rather than the environment.
+    pub fn is_usage(&self) -> bool {
+        match self {
+            BridgeError::NoCommand
+            | BridgeError::BadUrl(..)
+            | BridgeError::HttpsUrl(_)
+            | BridgeError::BadHeader(..)
+            | BridgeError::Spawn { .. }
+            | BridgeError::Tools(_)
+            | BridgeError::NoTools { .. } => true,
+            BridgeError::Executor(e) => matches!(
+                e,
+                ExecutorError::Unroutable { .. } | ExecutorError::BadRegistry(_)
+            ),
+            BridgeError::Connect { .. } | BridgeError::List { .. } | BridgeError::Supervisor(_) => {
+                false
+            }
+        }
+    }
+}
+
+fn problems(problems: &[ToolProblem]) -> String {
+    let mut text = format!(
+        "{} of the upstream's tools cannot join the mesh:",
+        problems.len()
+    );
+    for problem in problems {
+        text.push_str("\n  - ");
+        text.push_str(&problem.to_string());
+    }
+    text
+}

@@ -1,0 +1,211 @@
+//! `toolmesh bridge mcp`: reads the flags into `toolmesh-bridge`'s options, prints the line scripts wait for, and serves until SIGTERM.
+
+use crate::Failure;
+use crate::args::{BridgeArgs, BridgeMcpArgs};
+use std::time::Duration;
+use toolmesh::pb::RiskLevel;
+use toolmesh_bridge::{Bridge, BridgeError, BridgeOptions, ToolSelection, Upstream};
+use toolmesh_governance::ToolPattern;
+
+/// Longest `--timeout-ms` a tool may declare.
+const MAX_TIMEOUT_MS: u64 = toolmesh::spec::MAX_TIMEOUT.as_millis() as u64;
+
+/// Starts the bridge, prints `toolmesh bridge mcp NAME (ID) listening on
+/// ADDR` (and the health and admin addresses when asked for), and serves
+/// until SIGTERM or ctrl-c.
+pub(crate) async fn run(args: BridgeArgs, tls: &toolmesh::grpc::Tls) -> Result<(), Failure> {
+    let options = options(args.mcp(), tls).map_err(Failure::Usage)?;
+    let bridge = Bridge::start(options).await.map_err(failure)?;
+    println!(
+        "toolmesh bridge mcp {} ({}) listening on {}",
+        bridge.service(),
+        bridge.executor_id(),
+        bridge.local_addr()
+    );
+    println!(
+        "toolmesh bridge mcp {} serves {} tools: {}",
+        bridge.service(),
+        bridge.tools().len(),
+        bridge.tools().join(", ")
+    );
+    if let Some(addr) = bridge.health_addr() {
+        println!(
+            "toolmesh bridge mcp {} health checks on {addr}",
+            bridge.service()
+        );
+    }
+    if let Some(admin) = bridge.admin_url() {
+        println!("toolmesh admin listening on {admin}");
+    }
+    bridge
+        .run(toolmesh::grpc::shutdown_signal())
+        .await
+        .map_err(failure)
+}
+
+/// Bad flags and tools the flags select that cannot join are usage (64);
+/// an upstream that does not answer is unavailable (69).
+fn failure(error: BridgeError) -> Failure {
+    match error {
+        e if e.is_usage() => Failure::Usage(e.to_string()),
+        e @ (BridgeError::Connect { .. } | BridgeError::List { .. }) => {
+            Failure::Unavailable(e.to_string())
+        }
+        e => Failure::Failed(e.to_string()),
+    }
+}
+
+/// The bridge options the flags ask for, or what is wrong with a flag.
+fn options(args: &BridgeMcpArgs, tls: &toolmesh::grpc::Tls) -> Result<BridgeOptions, String> {
+    let upstream = match &args.url {
+        Some(url) => {
+            let bearer = match &args.bearer_env {
+                Some(var) => Some(std::env::var(var).ok().filter(|v| !v.is_empty()).ok_or_else(
+                    || {
+                        format!(
+                            "--bearer-env {var}: the variable is not set; export it with the token the MCP server expects"
+                        )
+                    },
+                )?),
+                None => None,
+            };
+            Upstream::http(url, &args.header, bearer)
+        }
+        None => Upstream::stdio(&args.command),
+    }
+    .map_err(|e| e.to_string())?;
+    let serve = args
+        .serve
+        .serve_options(tls.clone())
+        .map_err(|e| e.to_string())?;
+    Ok(BridgeOptions {
+        upstream,
+        name: args.name.clone(),
+        selection: selection(args)?,
+        serve,
+    })
+}
+
+/// `--tools`, `--rename`, `--risk`, `--idempotent`, `--timeout-ms`,
+/// `--owner` and `--tag` as a [`ToolSelection`].
+fn selection(args: &BridgeMcpArgs) -> Result<ToolSelection, String> {
+    let tools = args
+        .tools
+        .iter()
+        .map(|glob| ToolPattern::parse(glob).map_err(|reason| format!("--tools: {reason}")))
+        .collect::<Result<_, _>>()?;
+    let mut renames = std::collections::BTreeMap::new();
+    for pair in &args.rename {
+        let (old, new) = split_pair("--rename", pair, "OLD=NEW")?;
+        renames.insert(old, new);
+    }
+    let mut risk = std::collections::BTreeMap::new();
+    for pair in &args.risk {
+        let (tool, level) = split_pair("--risk", pair, "TOOL=LEVEL")?;
+        let level = match level.to_ascii_lowercase().as_str() {
+            "low" => RiskLevel::Low,
+            "medium" => RiskLevel::Medium,
+            "high" => RiskLevel::High,
+            _ => {
+                return Err(format!(
+                    "--risk {pair}: {level:?} is not a risk level; use low, medium or high"
+                ));
+            }
+        };
+        risk.insert(tool, level);
+    }
+    let timeout_ms = args.timeout_ms.unwrap_or(0);
+    if timeout_ms > MAX_TIMEOUT_MS {
+        return Err(format!(
+            "--timeout-ms {timeout_ms} is longer than a tool may run ({MAX_TIMEOUT_MS} ms)"
+        ));
+    }
+    Ok(ToolSelection {
+        tools,
+        renames,
+        risk,
+        idempotent: args.idempotent.iter().cloned().collect(),
+        timeout: Duration::from_millis(timeout_ms),
+        owner: args.owner.clone().unwrap_or_default(),
+        tags: args.tags.clone(),
+    })
+}
+
+/// `KEY=VALUE` with both sides non-empty, or an error showing `shape`.
+fn split_pair(flag: &str, pair: &str, shape: &str) -> Result<(String, String), String> {
+    match pair.split_once('=') {
+        Some((key, value)) if !key.trim().is_empty() && !value.trim().is_empty() => {
+            Ok((key.trim().to_owned(), value.trim().to_owned()))
+        }
+        _ => Err(format!("{flag} {pair:?}: write it as {shape}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    fn args(line: &[&str]) -> BridgeMcpArgs {
+        let cli = crate::args::Cli::try_parse_from(
+            ["toolmesh", "bridge", "mcp"].iter().chain(line.iter()),
+        )
+        .unwrap();
+        match cli.command {
+            crate::args::Command::Bridge(args) => args.mcp().clone(),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    /// The flags become the selection; a bad glob, pair, level or timeout
+    /// and a missing command are refused naming the flag and the fix.
+    #[test]
+    fn flags_become_options() {
+        let tls = toolmesh::grpc::Tls::none();
+        let parsed = args(&[
+            "--tools",
+            "get_*,echo",
+            "--rename",
+            "a.b=a_b",
+            "--risk",
+            "wipe=HIGH",
+            "--idempotent",
+            "echo",
+            "--timeout-ms",
+            "30000",
+            "--tag",
+            "mcp,x",
+            "--",
+            "srv",
+        ]);
+        let built = options(&parsed, &tls).unwrap();
+        let selection = built.selection;
+        assert!(selection.exposes("get_sum") && selection.exposes("echo"));
+        assert!(!selection.exposes("wipe"));
+        assert_eq!(selection.renames["a.b"], "a_b");
+        assert_eq!(selection.risk["wipe"], RiskLevel::High);
+        assert!(selection.idempotent.contains("echo"));
+        assert_eq!(selection.timeout, Duration::from_secs(30));
+        assert_eq!(selection.tags, ["mcp", "x"]);
+        assert!(built.upstream.is_child());
+
+        let refused = |line: &[&str], needle: &str| {
+            let error = options(&args(line), &tls).unwrap_err();
+            assert!(error.contains(needle), "{line:?}: {error}");
+        };
+        refused(&["--tools", "a[b]", "--", "srv"], "--tools");
+        refused(&["--rename", "ab", "--", "srv"], "OLD=NEW");
+        refused(&["--risk", "x=extreme", "--", "srv"], "low, medium or high");
+        refused(&["--timeout-ms", "700000", "--", "srv"], "600000");
+        refused(&[], "after `--`");
+        refused(
+            &[
+                "--url",
+                "http://h/mcp",
+                "--bearer-env",
+                "TOOLMESH_TEST_NO_SUCH_VAR",
+            ],
+            "TOOLMESH_TEST_NO_SUCH_VAR",
+        );
+    }
+}

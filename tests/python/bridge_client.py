@@ -1,0 +1,103 @@
+"""The official Python MCP client against toolmesh's MCP door, calling tools
+that `toolmesh bridge mcp` brought in from other MCP servers.
+
+Run by tests/bridge.rs as `python bridge_client.py SCENARIO` with MCP_URL
+set (and DIR for "filesystem"). Prints "PASS <check>" per check; any
+failure raises, so the exit status is non-zero.
+"""
+
+import asyncio
+import os
+import sys
+
+import anyio
+from mcp import Client
+from mcp.shared.exceptions import MCPError
+
+URL = os.environ["MCP_URL"]
+
+
+def passed(check):
+    print(f"PASS {check}", flush=True)
+
+
+def text(result):
+    return result.content[0].text
+
+
+async def names(client):
+    tools, cursor = [], None
+    while True:
+        page = await client.list_tools(cursor=cursor)
+        tools.extend(t.name for t in page.tools)
+        cursor = page.next_cursor
+        if cursor is None:
+            return tools
+
+
+async def everything(client):
+    listed = await names(client)
+    assert {"echo", "get-sum", "trigger-long-running-operation"} <= set(listed), listed
+    passed("listed")
+    summed = await client.call_tool("get-sum", {"a": 2, "b": 3})
+    assert not summed.is_error and "5" in text(summed), summed
+    passed("call")
+    weather = await client.call_tool("get-structured-content", {"location": "Chicago"})
+    assert not weather.is_error and "temperature" in weather.structured_content, weather
+    passed("structured content")
+    reports = []
+
+    async def on_progress(progress, total, message):
+        reports.append((progress, total))
+
+    done = await client.call_tool(
+        "trigger-long-running-operation", {"duration": 1, "steps": 3}, progress_callback=on_progress
+    )
+    assert not done.is_error, done
+    assert [p for p, _ in reports] == [1, 2, 3] and all(t == 3 for _, t in reports), reports
+    passed("progress")
+
+
+async def filesystem(client):
+    root = os.environ["DIR"]
+    listed = await client.call_tool("list_directory", {"path": root})
+    assert not listed.is_error and "hello.txt" in text(listed), listed
+    passed("call")
+    missing = await client.call_tool("read_text_file", {"path": os.path.join(root, "nope.txt")})
+    assert missing.is_error and text(missing).startswith("TOOL_ERROR: ") and "ENOENT" in text(missing), missing
+    passed("tool error")
+    target = os.path.join(root, "from-the-door.txt")
+    asked = await client.call_tool("write_file", {"path": target, "content": "x"})
+    assert asked.is_error and text(asked).startswith("APPROVAL_REQUIRED: "), asked
+    assert not os.path.exists(target)
+    passed("approval")
+
+
+async def python(client):
+    listed = await names(client)
+    assert "greet" in listed and "secret" not in listed, listed
+    try:
+        await client.call_tool("secret", {})
+        raise AssertionError("a hidden tool must be unknown")
+    except MCPError as e:
+        assert e.error.code == -32602, e.error
+    passed("hidden")
+    async with client.listen(tools_list_changed=True) as subscription:
+        added = await client.call_tool("add_tool", {"name": "added_by_door"})
+        assert not added.is_error, added
+        with anyio.fail_after(20):
+            async for _event in subscription:
+                if "added_by_door" in await names(client):
+                    break
+    called = await client.call_tool("added_by_door", {"text": "hi"})
+    assert not called.is_error and text(called) == "added_by_door: hi", called
+    passed("list_changed")
+
+
+async def main():
+    scenario = {"everything": everything, "filesystem": filesystem, "python": python}[sys.argv[1]]
+    async with Client(URL, cache=None) as client:
+        await scenario(client)
+
+
+asyncio.run(main())

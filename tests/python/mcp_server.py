@@ -1,0 +1,145 @@
+"""An MCP server written with the official Python SDK (MCPServer), bridged by tests/bridge.rs.
+
+    python mcp_server.py stdio
+    python mcp_server.py http PORT    (0 picks a free port)
+
+Over HTTP it prints "listening on 127.0.0.1:PORT" once it accepts
+connections. Every event a test waits for is appended, one per line, to the
+file named by $EVENTS (when set): "started PID", "slow started",
+"slow cancelled", "added NAME". $EXTRA_TOOL names one more tool (say, a
+name the mesh cannot carry); $PAGE_SIZE makes tools/list answer in pages
+of that many.
+"""
+
+import json
+import os
+import socket
+import sys
+
+import anyio
+from mcp.server.mcpserver import Context, MCPServer
+from mcp.server.mcpserver.exceptions import ToolError
+from mcp.shared.exceptions import MCPError
+from mcp.types import ListToolsResult, PaginatedRequestParams, ToolAnnotations
+
+server = MCPServer(name="py-tools", version="3.1.0")
+
+
+def event(line):
+    path = os.environ.get("EVENTS")
+    if path:
+        with open(path, "a") as events:
+            events.write(line + "\n")
+
+
+@server.tool()
+def greet(name: str) -> str:
+    """Greet someone by name."""
+    return f"hello, {name}"
+
+
+@server.tool(annotations=ToolAnnotations(destructive_hint=True))
+def wipe(target: str) -> str:
+    """Erase a target for good."""
+    return f"wiped {target}"
+
+
+@server.tool(annotations=ToolAnnotations(read_only_hint=True))
+def secret() -> str:
+    """Never to be exposed through the bridge."""
+    return "the secret"
+
+
+@server.tool()
+def fail(why: str) -> str:
+    """Fails with the reason given."""
+    raise ToolError(f"failed on purpose: {why}")
+
+
+@server.tool()
+def broken() -> str:
+    """Answers with a JSON-RPC error rather than a result."""
+    raise MCPError(code=-32603, message="internal trouble")
+
+
+@server.tool()
+def whoami(ctx: Context) -> str:
+    """What the server sees of its caller: request headers, and TOOLMESH_* variables in its environment."""
+    headers = {k.lower(): v for k, v in (ctx.headers or {}).items()}
+    env = {k: v for k, v in os.environ.items() if k.startswith("TOOLMESH")}
+    return json.dumps({"headers": headers, "env": env, "pid": os.getpid()})
+
+
+@server.tool()
+async def slow(seconds: float, ctx: Context) -> str:
+    """Reports progress every 0.1 s for `seconds`; records its cancellation."""
+    event("slow started")
+    steps = max(1, int(seconds * 10))
+    try:
+        for step in range(1, steps + 1):
+            await ctx.report_progress(step, steps, f"step {step} of {steps}")
+            await anyio.sleep(0.1)
+    except anyio.get_cancelled_exc_class():
+        event("slow cancelled")
+        raise
+    return f"slept {seconds}"
+
+
+@server.tool()
+async def die(ctx: Context) -> str:
+    """Exits the whole server in the middle of the call."""
+    await ctx.report_progress(1, 2, "about to die")
+    os._exit(3)
+
+
+@server.tool()
+async def add_tool(name: str, ctx: Context) -> str:
+    """Adds a tool `name` at runtime and announces tools/list_changed."""
+
+    def added(text: str) -> str:
+        return f"{name}: {text}"
+
+    server.add_tool(added, name=name, description=f"A tool added at runtime: {name}.")
+    await ctx.session.send_tool_list_changed()
+    event(f"added {name}")
+    return f"added {name}"
+
+
+async def list_in_pages(ctx, params):
+    """tools/list a few tools at a time ($PAGE_SIZE), the cursor an offset."""
+    size = int(os.environ["PAGE_SIZE"])
+    tools = await server.list_tools()
+    start = int(params.cursor or 0)
+    after = start + size
+    return ListToolsResult(tools=tools[start:after], next_cursor=str(after) if after < len(tools) else None)
+
+
+def main():
+    if os.environ.get("PAGE_SIZE"):
+        server._lowlevel_server.add_request_handler("tools/list", PaginatedRequestParams, list_in_pages)
+    extra = os.environ.get("EXTRA_TOOL")
+    if extra:
+        server.add_tool(lambda: "extra", name=extra, description=f"A tool named {extra}.")
+    event(f"started {os.getpid()}")
+    if sys.argv[1] == "stdio":
+        server.run("stdio")
+        return
+    import uvicorn
+
+    port = int(sys.argv[2])
+    listener = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    listener.bind(("127.0.0.1", port))
+    app = server.streamable_http_app(host="127.0.0.1")
+    config = uvicorn.Config(app, log_level="warning")
+    uv = uvicorn.Server(config)
+
+    async def serve():
+        listener.listen(128)
+        print(f"listening on 127.0.0.1:{listener.getsockname()[1]}", flush=True)
+        await uv.serve(sockets=[listener])
+
+    anyio.run(serve)
+
+
+main()
