@@ -16,28 +16,8 @@ use toolmesh::pb::{
     governance_client::GovernanceClient,
 };
 
-const POLICY: &str = r#"
-[auth]
-allow_anonymous = false
-
-[[callers]]
-token = "tok-agent"
-principal = "support-bot"
-tenant = "acme"
-roles = ["agent"]
-
-[[callers]]
-token = "tok-approver"
-principal = "alice"
-tenant = "acme"
-roles = ["approver", "admin"]
-
-[[callers]]
-token = "tok-exec"
-principal = "acceptance-team"
-tenant = "acme"
-roles = ["executor"]
-
+const POLICY: &str = acme_policy!(
+    r#"
 [[grants]]
 name = "agents: echo, charge and the file tools"
 roles = ["agent"]
@@ -54,7 +34,8 @@ tool = "acc_echo"
 per = "caller"
 rate_per_sec = 0.5
 burst = 3
-"#;
+"#
+);
 
 struct Governed {
     serve: Proc,

@@ -620,28 +620,8 @@ async fn a_real_prometheus_scrapes_a_mesh_and_fires_an_alert() {
 }
 
 /// A policy in which every call of `acc_charge` needs an approval.
-const APPROVAL_POLICY: &str = r#"
-[auth]
-allow_anonymous = false
-
-[[callers]]
-token = "tok-agent"
-principal = "support-bot"
-tenant = "acme"
-roles = ["agent"]
-
-[[callers]]
-token = "tok-approver"
-principal = "alice"
-tenant = "acme"
-roles = ["approver", "admin"]
-
-[[callers]]
-token = "tok-exec"
-principal = "acceptance-team"
-tenant = "acme"
-roles = ["executor"]
-
+const APPROVAL_POLICY: &str = acme_policy!(
+    r#"
 [[grants]]
 name = "agents charge"
 roles = ["agent"]
@@ -650,7 +630,8 @@ tools = ["acc_charge"]
 [approval]
 approver_roles = ["approver"]
 require_for_tools = ["acc_charge"]
-"#;
+"#
+);
 
 /// The approval backlog, end to end: none at first; a call that needs an
 /// approval makes one pending ticket whose wait grows; approved, none.

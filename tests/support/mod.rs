@@ -73,6 +73,40 @@ impl TestProc for Proc {
     }
 }
 
+/// A policy with no anonymous caller and the tenant acme's agent
+/// (`tok-agent`), approver and admin (`tok-approver`, alice) and executor
+/// (`tok-exec`, acceptance-team), then `rest` (grants, approvals, …).
+#[macro_export]
+macro_rules! acme_policy {
+    ($rest:literal) => {
+        concat!(
+            r#"
+[auth]
+allow_anonymous = false
+
+[[callers]]
+token = "tok-agent"
+principal = "support-bot"
+tenant = "acme"
+roles = ["agent"]
+
+[[callers]]
+token = "tok-approver"
+principal = "alice"
+tenant = "acme"
+roles = ["approver", "admin"]
+
+[[callers]]
+token = "tok-exec"
+principal = "acceptance-team"
+tenant = "acme"
+roles = ["executor"]
+"#,
+            $rest
+        )
+    };
+}
+
 /// The environment variables that would stand in for client flags: what
 /// `up` prints must work without them.
 pub const CLIENT_ENV: [&str; 6] = [
