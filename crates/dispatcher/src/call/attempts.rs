@@ -77,7 +77,7 @@ impl Attempts {
                 execute: &execute,
                 arguments: &request.arguments,
                 number: trail.attempts,
-                streams: def.streams_progress(),
+                streams: def.streams_progress() && relay.listening(),
             };
             let failure = match self.send_one(&pick, this, slice, trail, relay).await {
                 Ok(result) => return self.answered(entry, &pick, result, trail),

@@ -28,6 +28,13 @@ impl Relay {
         }
     }
 
+    /// Whether a caller reads what the tool reports (`InvokeStream`): only
+    /// then is a tool that streams its progress called by `ExecuteStream`;
+    /// otherwise its plain `Execute` answers with less work on both ends.
+    pub(crate) fn listening(&self) -> bool {
+        self.caller.is_some()
+    }
+
     /// Whether anything reached the caller.
     pub(crate) fn delivered(&self) -> bool {
         self.delivered.load(Ordering::Relaxed)
