@@ -19,6 +19,7 @@ use toolmesh::pb::{
     ApproveRequest, ErrorCode, InvokeRequest, ListToolsRequest, RiskLevel, ToolFormat, ToolSpec,
     governance_client::GovernanceClient, invoke_event,
 };
+use toolmesh_testkit::pki;
 
 /// Generous: a Node or Python server takes a moment to start on a loaded box.
 const READY: Duration = Duration::from_secs(30);
@@ -115,11 +116,18 @@ fn python_server() -> String {
 /// The Python SDK server over HTTP on `port` (0: a free one), writing its
 /// events to `events`; and the port it listens on.
 fn python_http(port: u16, events: &Path) -> (Proc, u16) {
+    python_listening("http", port, events, &[])
+}
+
+/// [`python_http`] over `scheme` (`http`, or `https` with the TLS_CERT and
+/// TLS_KEY files `env` names).
+fn python_listening(scheme: &str, port: u16, events: &Path, env: &[(&str, &Path)]) -> (Proc, u16) {
     let mut command = Command::new(test_python());
     command
         .arg(python_server())
-        .args(["http", &port.to_string()])
-        .env("EVENTS", events);
+        .args([scheme, &port.to_string()])
+        .env("EVENTS", events)
+        .envs(env.iter().copied());
     let proc = Proc::spawn("python mcp server", command);
     let addr = proc.listen_addr();
     let port = addr
@@ -504,6 +512,68 @@ async fn python_sdk_server_over_streamable_http() {
     let greeted = invoke(&mut client, "greet", r#"{"name": "again"}"#, None).await;
     assert_eq!(output(&greeted), "hello, again", "{}", message(&greeted));
     assert_eq!(health_status(&bridge_addr, "").await, 1, "SERVING");
+}
+
+/// An MCP server over HTTPS with a private CA: the bridge started without
+/// `--url-ca` refuses its certificate, saying so, and exits UNAVAILABLE;
+/// with `--url-ca` it bridges the tools, the bridge's credentials passing
+/// over TLS, and a call goes through.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn python_sdk_server_over_https() {
+    let dir = temp_dir("bridge-python-https");
+    let (ca, cert, key) = pki(&dir, "upstream");
+    let events_file = dir.join("events");
+    let (_server, port) = python_listening(
+        "https",
+        0,
+        &events_file,
+        &[("TLS_CERT", &cert), ("TLS_KEY", &key)],
+    );
+    let url = format!("https://localhost:{port}/mcp");
+    let mesh = Mesh::start();
+
+    let untrusted = Command::new(toolmesh_bin())
+        .args(["bridge", "mcp", "--registry", &mesh.addr, "--url", &url])
+        .output()
+        .expect("run the bridge");
+    let stderr = String::from_utf8_lossy(&untrusted.stderr);
+    assert_eq!(untrusted.status.code(), Some(69), "{stderr}");
+    let said = stderr
+        .lines()
+        .find(|line| line.starts_with("error:"))
+        .unwrap_or_else(|| panic!("no error line in {stderr}"));
+    assert!(
+        said.contains(&url)
+            && said.contains("invalid peer certificate")
+            && said.contains("--url-ca"),
+        "{said}"
+    );
+
+    let ca = ca.display().to_string();
+    let _bridge = bridge(
+        &mesh.addr,
+        &[
+            "--url",
+            &url,
+            "--url-ca",
+            &ca,
+            "--bearer-env",
+            "PY_MCP_TOKEN",
+            "--tools",
+            "greet,whoami",
+        ],
+        &[("PY_MCP_TOKEN", "bridge-secret")],
+    );
+    let mut client = mesh.client();
+    until_listed(&mut client, &["greet", "whoami"], READY).await;
+    let greeted = invoke(&mut client, "greet", r#"{"name": "tls"}"#, None).await;
+    assert_eq!(output(&greeted), "hello, tls", "{}", message(&greeted));
+    let seen = invoke(&mut client, "whoami", "{}", None).await;
+    let seen: serde_json::Value = serde_json::from_str(&output(&seen)).unwrap();
+    assert_eq!(
+        seen["headers"]["authorization"], "Bearer bridge-secret",
+        "{seen}"
+    );
 }
 
 /// A Python SDK server over stdio that lists its tools two per page: every

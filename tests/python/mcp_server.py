@@ -131,7 +131,11 @@ def main():
     listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     listener.bind(("127.0.0.1", port))
     app = server.streamable_http_app(host="127.0.0.1")
-    config = uvicorn.Config(app, log_level="warning")
+    # `https PORT`: TLS with the certificate and key TLS_CERT and TLS_KEY name.
+    tls = {}
+    if sys.argv[1] == "https":
+        tls = {"ssl_certfile": os.environ["TLS_CERT"], "ssl_keyfile": os.environ["TLS_KEY"]}
+    config = uvicorn.Config(app, log_level="warning", **tls)
     uv = uvicorn.Server(config)
 
     async def serve():

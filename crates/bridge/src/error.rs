@@ -14,11 +14,16 @@ pub enum BridgeError {
     /// The URL is not one the bridge can reach.
     #[error("--url {0:?} is not an MCP server address: {1}")]
     BadUrl(String, String),
-    /// An `https://` URL.
+    /// A `--url-ca` file that holds no usable certificate.
     #[error(
-        "--url {0:?}: this bridge speaks plain HTTP only; reach the server at an http:// address on its own network, or put a TLS-terminating proxy on this host in front of it"
+        "--url-ca {path}: {reason}; give a PEM file with the certificate of the CA that signed the server's certificate"
     )]
-    HttpsUrl(String),
+    BadCa {
+        /// The file.
+        path: String,
+        /// What was wrong with it.
+        reason: String,
+    },
     /// A `--header` that does not parse.
     #[error("--header {0:?}: {1}")]
     BadHeader(String, String),
@@ -78,7 +83,7 @@ impl BridgeError {
         match self {
             BridgeError::NoCommand
             | BridgeError::BadUrl(..)
-            | BridgeError::HttpsUrl(_)
+            | BridgeError::BadCa { .. }
             | BridgeError::BadHeader(..)
             | BridgeError::Spawn { .. }
             | BridgeError::Tools(_)

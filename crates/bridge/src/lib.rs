@@ -18,6 +18,7 @@
 mod call;
 mod client;
 mod error;
+mod http;
 mod mapping;
 mod supervisor;
 mod upstream;

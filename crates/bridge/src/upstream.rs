@@ -8,6 +8,7 @@ use rmcp::service::{RoleClient, RunningService};
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
 use std::collections::HashMap;
+use std::path::Path;
 use std::time::Duration;
 
 /// Longest the upstream may take to answer `initialize`.
@@ -38,13 +39,15 @@ pub enum Upstream {
     },
     /// A server reached over Streamable HTTP.
     Http {
-        /// `http://host:port/path`.
+        /// `http://host:port/path` or `https://…`.
         url: String,
         /// Headers sent with every request (the bridge's own credentials;
         /// never a caller's).
         headers: HashMap<HeaderName, HeaderValue>,
         /// Sent as `Authorization: Bearer …`.
         bearer: Option<String>,
+        /// Certificates trusted besides the system's roots (`--url-ca`).
+        roots: Vec<reqwest::Certificate>,
     },
 }
 
@@ -67,26 +70,31 @@ impl Upstream {
         })
     }
 
-    /// A Streamable HTTP endpoint with `headers` (each `Name: value`) and
-    /// an optional bearer token.
+    /// A Streamable HTTP endpoint with `headers` (each `Name: value`), an
+    /// optional bearer token and, for `https://`, a CA file to trust besides
+    /// the system's roots.
     pub fn http(
         url: &str,
         headers: &[String],
         bearer: Option<String>,
+        ca: Option<&Path>,
     ) -> Result<Upstream, BridgeError> {
         let parsed: http::Uri = url.parse().map_err(|e: http::uri::InvalidUri| {
             BridgeError::BadUrl(url.to_owned(), e.to_string())
         })?;
         match parsed.scheme_str() {
-            Some("http") if parsed.host().is_some() => {}
-            Some("https") => return Err(BridgeError::HttpsUrl(url.to_owned())),
+            Some("http" | "https") if parsed.host().is_some() => {}
             _ => {
                 return Err(BridgeError::BadUrl(
                     url.to_owned(),
-                    "write it as http://HOST:PORT/PATH".to_owned(),
+                    "write it as http://HOST:PORT/PATH or https://HOST:PORT/PATH".to_owned(),
                 ));
             }
         }
+        let roots = match ca {
+            Some(path) => crate::http::trusted_roots(path)?,
+            None => Vec::new(),
+        };
         let mut parsed_headers = HashMap::new();
         for header in headers {
             let (name, value) = parse_header(header)?;
@@ -96,6 +104,7 @@ impl Upstream {
             url: url.to_owned(),
             headers: parsed_headers,
             bearer: bearer.filter(|b| !b.is_empty()),
+            roots,
         })
     }
 
@@ -149,14 +158,20 @@ impl Upstream {
                     url,
                     headers,
                     bearer,
+                    roots,
                 } => {
+                    let http =
+                        crate::http::client(roots).map_err(|reason| BridgeError::Connect {
+                            upstream: self.describe(),
+                            reason,
+                        })?;
                     let mut config = StreamableHttpClientTransportConfig::with_uri(url.as_str())
                         .custom_headers(headers.clone())
                         .max_concurrent_requests(HTTP_CONCURRENT_REQUESTS);
                     if let Some(token) = bearer {
                         config = config.auth_header(token.clone());
                     }
-                    let transport = StreamableHttpClientTransport::from_config(config);
+                    let transport = StreamableHttpClientTransport::with_client(http, config);
                     client
                         .serve(transport)
                         .await
@@ -174,9 +189,29 @@ impl Upstream {
     }
 
     fn connect_error(&self, error: rmcp::service::ClientInitializeError) -> BridgeError {
+        use rmcp::service::ClientInitializeError::TransportError;
+        // What the transport met, with its causes: that is where TLS or the
+        // connection says what it refused (rmcp's wrapper names the
+        // transport's type instead, and does not chain to it).
+        let reason = match &error {
+            TransportError { error, context } => {
+                format!(
+                    "{} ({context})",
+                    crate::http::transport_error(&*error.error)
+                )
+            }
+            other => crate::http::error_chain(other),
+        };
+        let reason = if matches!(self, Upstream::Http { .. }) && reason.contains("certificate") {
+            format!(
+                "{reason}; if the server's certificate comes from a private CA, give that CA's PEM file with --url-ca"
+            )
+        } else {
+            reason
+        };
         BridgeError::Connect {
             upstream: self.describe(),
-            reason: error.to_string(),
+            reason,
         }
     }
 }
@@ -198,14 +233,16 @@ fn parse_header(text: &str) -> Result<(HeaderName, HeaderValue), BridgeError> {
 mod tests {
     use super::*;
 
-    /// Headers parse as `Name: value`; anything else, an https URL and a
-    /// URL that is not http are refused saying how to write them.
+    /// Headers parse as `Name: value`; anything else, a URL that is not
+    /// http(s) and a CA file without a certificate are refused saying how
+    /// to write them.
     #[test]
     fn urls_and_headers_are_checked() {
         let upstream = Upstream::http(
             "http://127.0.0.1:9/mcp",
             &["X-Team: blue".into(), "authorization:Bearer abc".into()],
             Some("t".into()),
+            None,
         )
         .unwrap();
         let Upstream::Http { headers, .. } = &upstream else {
@@ -216,14 +253,31 @@ mod tests {
         assert_eq!(header("authorization"), "Bearer abc");
         assert!(!format!("{upstream:?}").contains("abc"));
 
-        let bad = Upstream::http("http://h/mcp", &["no colon".into()], None).unwrap_err();
+        let bad = Upstream::http("http://h/mcp", &["no colon".into()], None, None).unwrap_err();
         assert!(bad.to_string().contains("'Name: value'"), "{bad}");
-        let https = Upstream::http("https://h/mcp", &[], None).unwrap_err();
-        assert!(https.to_string().contains("https"), "{https}");
-        let relative = Upstream::http("/mcp", &[], None).unwrap_err();
+        assert!(Upstream::http("https://h/mcp", &[], None, None).is_ok());
+        let relative = Upstream::http("/mcp", &[], None, None).unwrap_err();
         assert!(
             relative.to_string().contains("http://HOST:PORT/PATH"),
             "{relative}"
+        );
+        let not_pem = std::env::temp_dir().join(format!("bridge-ca-{}.pem", std::process::id()));
+        std::fs::write(&not_pem, "not a certificate").unwrap();
+        let ca = Upstream::http("https://h/mcp", &[], None, Some(&not_pem)).unwrap_err();
+        std::fs::remove_file(&not_pem).unwrap();
+        assert!(
+            ca.to_string().contains("--url-ca") && ca.to_string().contains("PEM"),
+            "{ca}"
+        );
+        let missing = Upstream::http(
+            "https://h/mcp",
+            &[],
+            None,
+            Some(Path::new("/nonexistent/ca.pem")),
+        );
+        assert!(
+            matches!(missing, Err(BridgeError::BadCa { .. })),
+            "{missing:?}"
         );
         assert!(matches!(Upstream::stdio(&[]), Err(BridgeError::NoCommand)));
     }

@@ -590,8 +590,8 @@ pub(crate) struct BridgeMcpArgs {
     /// 10000, at most 600000).
     #[arg(long, value_name = "MS")]
     pub(crate) timeout_ms: Option<u64>,
-    /// The server's Streamable HTTP endpoint, http://HOST:PORT/PATH
-    /// (instead of a command).
+    /// The server's Streamable HTTP endpoint, http://HOST:PORT/PATH or
+    /// https://… (instead of a command).
     #[arg(long, conflicts_with = "command")]
     pub(crate) url: Option<String>,
     /// A header sent with every request to --url, 'Name: value'
@@ -602,6 +602,10 @@ pub(crate) struct BridgeMcpArgs {
     /// environment variable holds.
     #[arg(long, requires = "url", value_name = "VAR")]
     pub(crate) bearer_env: Option<String>,
+    /// Trust the CA certificates in this PEM file for an https:// --url,
+    /// besides the system's roots (a server with a private CA).
+    #[arg(long, requires = "url", value_name = "PEM")]
+    pub(crate) url_ca: Option<std::path::PathBuf>,
     /// The command that starts the server, after `--`; it is spoken to
     /// over stdio and does not inherit TOOLMESH_* variables.
     #[arg(last = true, value_name = "COMMAND")]

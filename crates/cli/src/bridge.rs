@@ -69,7 +69,7 @@ fn options(args: &BridgeMcpArgs, tls: &toolmesh::grpc::Tls) -> Result<BridgeOpti
                 )?),
                 None => None,
             };
-            Upstream::http(url, &args.header, bearer)
+            Upstream::http(url, &args.header, bearer, args.url_ca.as_deref())
         }
         None => Upstream::stdio(&args.command),
     }

@@ -36,6 +36,9 @@ async fn client_with<H: ClientHandler>(
     url: &str,
     token: Option<&str>,
 ) -> Result<RunningService<RoleClient, H>, String> {
+    // reqwest's rustls (built with the bridge's features) runs on the
+    // process's crypto provider: ring, as everywhere in the mesh.
+    let _ = tokio_rustls::rustls::crypto::ring::default_provider().install_default();
     let mut config = StreamableHttpClientTransportConfig::with_uri(url.to_owned());
     if let Some(token) = token {
         config = config.auth_header(token);
