@@ -493,3 +493,73 @@ async fn sdk_executor_registers_again_and_drains() {
     assert!(status.success(), "{status:?}");
     exec.wait_for_line("drained", wait);
 }
+
+/// With mutual TLS everywhere, the SDK executor (its certificate, CA and
+/// client CA from the `TOOLMESH_TLS_*` variables, as every toolmesh
+/// process reads them) registers over TLS, is called by the dispatcher over
+/// TLS, and refuses a caller without a client certificate.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sdk_executor_over_mutual_tls() {
+    let dir = temp_dir("python-sdk-tls");
+    let (ca, cert, key) = toolmesh_testkit::pki(&dir, "mesh");
+    let policy = dir.join("policy.toml");
+    std::fs::write(&policy, POLICY).unwrap();
+    let mut serve_cmd = Command::new(toolmesh_bin());
+    serve_cmd
+        .args(["serve", "--listen", "127.0.0.1:0", "--policy"])
+        .arg(&policy);
+    tls_env(&mut serve_cmd, &ca, Some((&cert, &key)), Some(&ca));
+    let serve = Proc::spawn("serve", serve_cmd);
+    let addr = serve.listen_addr();
+
+    let mut exec_cmd = Command::new(sdk_python());
+    exec_cmd
+        .arg(root().join("tests/python/sdk_tools.py"))
+        .current_dir(dir.path())
+        .env("TOOLMESH_REGISTRY", &addr)
+        .env("TOOLMESH_TOKEN", "tok-orders")
+        .env_remove("TOOLMESH_ADVERTISE")
+        .env("PYTHONUNBUFFERED", "1");
+    tls_env(&mut exec_cmd, &ca, Some((&cert, &key)), Some(&ca));
+    let exec = Proc::spawn("python sdk executor", exec_cmd);
+    let exec_addr = exec.listen_addr();
+    exec.wait_for_line("registered as orders-py-", patient(Duration::from_secs(10)));
+
+    let call = |args: &[&str]| {
+        let mut command = Command::new(toolmesh_bin());
+        command.args(args).args(["--server", &addr]);
+        tls_env(&mut command, &ca, Some((&cert, &key)), None);
+        command.output().expect("run toolmesh")
+    };
+    let answered = eventually("get_order called over TLS", Duration::from_secs(10), || {
+        let out = call(&["call", "get_order", r#"{"order_id": "o_1001"}"#]);
+        async move {
+            out.status
+                .success()
+                .then(|| String::from_utf8_lossy(&out.stdout).into_owned())
+        }
+    })
+    .await;
+    assert!(answered.contains("shipped"), "{answered}");
+
+    // The executor itself requires a client certificate.
+    let channel = tonic::transport::Endpoint::from_shared(format!("https://{exec_addr}"))
+        .unwrap()
+        .tls_config(tonic::transport::ClientTlsConfig::new().ca_certificate(
+            tonic::transport::Certificate::from_pem(std::fs::read(&ca).unwrap()),
+        ))
+        .unwrap()
+        .connect()
+        .await;
+    // Refused by TLS itself, before the execute-token check could answer.
+    if let Ok(channel) = channel {
+        let mut executor = ExecutorClient::new(channel);
+        match executor.execute(ExecuteRequest::default()).await {
+            Ok(answer) => panic!("answered without a client certificate: {answer:?}"),
+            Err(status) => assert!(
+                status.code() == tonic::Code::Unknown && status.message() == "transport error",
+                "{status:?}"
+            ),
+        }
+    }
+}

@@ -10,23 +10,6 @@ use std::time::Duration;
 use support::*;
 use toolmesh_testkit::pki;
 
-fn tls_env(
-    command: &mut Command,
-    ca: &Path,
-    cert: Option<(&Path, &Path)>,
-    client_ca: Option<&Path>,
-) {
-    command.env("TOOLMESH_TLS_CA", ca);
-    if let Some((cert, key)) = cert {
-        command
-            .env("TOOLMESH_TLS_CERT", cert)
-            .env("TOOLMESH_TLS_KEY", key);
-    }
-    if let Some(client_ca) = client_ca {
-        command.env("TOOLMESH_TLS_CLIENT_CA", client_ca);
-    }
-}
-
 /// With mTLS everywhere, registration, listing and calls work; a plaintext
 /// client, a client without a certificate and one with a certificate from
 /// another CA are all refused.

@@ -500,3 +500,23 @@ pub async fn stream(
     }
     seen
 }
+
+/// Sets the `TOOLMESH_TLS_*` variables every toolmesh process (and the
+/// Python SDK) reads: `ca` to check servers, this process' `cert` and key,
+/// and `client_ca` to require client certificates.
+pub fn tls_env(
+    command: &mut Command,
+    ca: &Path,
+    cert: Option<(&Path, &Path)>,
+    client_ca: Option<&Path>,
+) {
+    command.env("TOOLMESH_TLS_CA", ca);
+    if let Some((cert, key)) = cert {
+        command
+            .env("TOOLMESH_TLS_CERT", cert)
+            .env("TOOLMESH_TLS_KEY", key);
+    }
+    if let Some(client_ca) = client_ca {
+        command.env("TOOLMESH_TLS_CLIENT_CA", client_ca);
+    }
+}

@@ -115,6 +115,10 @@ class ServeRefuses(unittest.TestCase):
         self.refused("advertise a routable host:port", get_order, advertise="[::]:9001")
         self.refused("port 0", get_order, advertise="10.0.0.7:0")
         self.refused("is not host:port", get_order, listen="nonsense")
+        self.refused("both a certificate and its key", get_order, tls=toolmesh.TLS(cert=__file__))
+        self.refused("give the executor's own cert= and key=", get_order, tls=toolmesh.TLS(client_ca=__file__))
+        self.refused("holds no PEM block", get_order, tls=toolmesh.TLS(cert=__file__, key=__file__))
+        self.refused("ca='/nonexistent/ca.pem'", get_order, tls=toolmesh.TLS(ca="/nonexistent/ca.pem"))
 
 
 if __name__ == "__main__":

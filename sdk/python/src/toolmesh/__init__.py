@@ -16,6 +16,7 @@ accepts Execute calls from dispatchers only, and drains on SIGTERM.
 
 from toolmesh._context import Context
 from toolmesh._serve import ServeError, serve, serve_async
+from toolmesh._tls import TLS
 from toolmesh._tools import Output, Risk, Tool, ToolDefinitionError, ToolError, tool
 
 __version__ = "0.1.0"
@@ -25,6 +26,7 @@ __all__ = [
     "Output",
     "Risk",
     "ServeError",
+    "TLS",
     "Tool",
     "ToolDefinitionError",
     "ToolError",

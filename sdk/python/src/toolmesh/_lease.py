@@ -63,13 +63,24 @@ class Outage:
 class Lease:
     """Keeps one executor registered while running; `stop` deregisters."""
 
-    def __init__(self, registry: str, request: registry_pb2.RegisterRequest, token: str | None, gate: DispatcherOnly):
+    def __init__(
+        self,
+        registry: str,
+        request: registry_pb2.RegisterRequest,
+        token: str | None,
+        gate: DispatcherOnly,
+        credentials: grpc.ChannelCredentials | None = None,
+    ):
         self.registry = registry
         self.request = request
         self.metadata = (("authorization", f"Bearer {token}"),) if token else ()
         self.gate = gate
         self.lease_id: str | None = None
-        self.channel = grpc.aio.insecure_channel(registry)
+        self.channel = (
+            grpc.aio.insecure_channel(registry)
+            if credentials is None
+            else grpc.aio.secure_channel(registry, credentials)
+        )
         self.client = registry_pb2_grpc.RegistryStub(self.channel)
         self.task: asyncio.Task[None] | None = None
         self.stopping = asyncio.Event()

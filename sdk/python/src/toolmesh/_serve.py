@@ -20,6 +20,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
 from toolmesh._execute import Calls, DispatcherOnly, ExecutorService
 from toolmesh._lease import Lease
+from toolmesh._tls import TLS, TLSError
 from toolmesh._tools import Tool
 from toolmesh.v1 import executor_pb2_grpc, registry_pb2
 
@@ -50,6 +51,7 @@ def serve(
     advertise: str | None = None,
     lease_ttl: float = 10.0,
     grace: float = 10.0,
+    tls: TLS | None = None,
 ) -> None:
     """Serves `tools` until SIGTERM or SIGINT, then drains; returns when done.
 
@@ -59,8 +61,10 @@ def serve(
     (default: the script's name). `listen` is where to bind (port 0 picks
     one); `advertise` the host:port dispatchers dial (default
     `TOOLMESH_ADVERTISE`, else the bound address, which must then not be a
-    wildcard such as 0.0.0.0). A configuration it cannot serve with exits
-    with status 64 and says why.
+    wildcard such as 0.0.0.0). `tls` gives the PEM files to serve and dial
+    with (default `TOOLMESH_TLS_*`, as every toolmesh process reads them;
+    none: plaintext). A configuration it cannot serve with exits with status
+    64 and says why.
     """
     if not logging.getLogger().handlers:
         logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -75,6 +79,7 @@ def serve(
                 advertise=advertise,
                 lease_ttl=lease_ttl,
                 grace=grace,
+                tls=tls,
             )
         )
     except ServeError as e:
@@ -91,6 +96,7 @@ async def serve_async(
     advertise: str | None = None,
     lease_ttl: float = 10.0,
     grace: float = 10.0,
+    tls: TLS | None = None,
     shutdown: Awaitable[object] | None = None,
 ) -> None:
     """`serve` inside a running event loop: serves until `shutdown` completes
@@ -101,6 +107,12 @@ async def serve_async(
     registry = os.environ.get("TOOLMESH_REGISTRY", DEFAULT_REGISTRY) if registry is None else registry
     token = os.environ.get("TOOLMESH_TOKEN") if token is None else token
     advertise = os.environ.get("TOOLMESH_ADVERTISE") if advertise is None else advertise
+    tls = TLS.from_env() if tls is None else tls
+    try:
+        server_credentials = tls.server_credentials()
+        channel_credentials = tls.channel_credentials()
+    except TLSError as e:
+        raise ServeError(str(e)) from None
     host, _ = _split(listen, "listen")
     if registry:
         _check_advertised(advertise, listen)
@@ -121,7 +133,10 @@ async def serve_async(
     health_service = health.aio.HealthServicer()
     health_pb2_grpc.add_HealthServicer_to_server(health_service, server)
     try:
-        port = server.add_insecure_port(listen)
+        if server_credentials is None:
+            port = server.add_insecure_port(listen)
+        else:
+            port = server.add_secure_port(listen, server_credentials)
     except RuntimeError as e:
         raise ServeError(f"cannot listen on {listen} ({e}): is the port in use?") from None
     if not port:
@@ -143,7 +158,7 @@ async def serve_async(
             lease_ttl_ms=max(1, round(lease_ttl * 1000)),
             execute_token=gate.token,
         )
-        lease = Lease(registry, request, token or None, gate)
+        lease = Lease(registry, request, token or None, gate, channel_credentials)
         lease.start()
 
     await (shutdown if shutdown is not None else _signalled())
