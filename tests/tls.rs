@@ -4,7 +4,6 @@
 
 mod support;
 
-use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 use support::*;
