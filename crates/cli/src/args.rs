@@ -369,7 +369,7 @@ impl ServerArgs {
             dev_executor_token: None,
             dev_dispatcher_token: None,
             store: None,
-            etcd: toolmesh_registry::EtcdAccess::default(),
+            etcd: toolmesh_node::EtcdAccess::default(),
             tls: tls.clone(),
             admin_listen: self.ops.admin_listen.clone(),
             admin_allowed_hosts: self.ops.admin_allowed_hosts.clone(),

@@ -31,8 +31,8 @@ pub(crate) struct EtcdFlags {
 
 impl EtcdFlags {
     /// The settings these flags and the environment give.
-    pub(crate) fn access(&self) -> toolmesh_registry::EtcdAccess {
-        toolmesh_registry::EtcdAccess {
+    pub(crate) fn access(&self) -> toolmesh_node::EtcdAccess {
+        toolmesh_node::EtcdAccess {
             ca: self.etcd_ca.clone(),
             cert: self.etcd_cert.clone(),
             key: self.etcd_key.clone(),

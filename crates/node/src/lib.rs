@@ -24,3 +24,5 @@ pub use config::{NodeConfig, Role};
 pub use error::NodeError;
 pub use governance::{PolicyGate, PolicySetup, audit_sink, load_policy};
 pub use server::{Running, run, start};
+/// How a node reaches etcd (part of [`NodeConfig`]).
+pub use toolmesh_registry::EtcdAccess;
