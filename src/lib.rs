@@ -1,6 +1,6 @@
-//! The toolmesh.v1 gRPC contract and the domain types every component shares:
-//! validated tool definitions, immutable snapshots, tool references, argument
-//! checking and the error vocabulary a model reads.
+//! The domain types every component shares: validated tool definitions,
+//! immutable snapshots, tool references, argument checking and the error
+//! vocabulary a model reads; the generated toolmesh.v1 contract as [`pb`].
 #![forbid(unsafe_code)]
 
 pub mod error;
@@ -20,12 +20,6 @@ pub use rollout::Rollout;
 pub use snapshot::{Instance, Snapshot, ToolEntry};
 pub use spec::{SpecError, ToolDef};
 
-/// Code generated from `proto/toolmesh/v1/*.proto`.
-#[allow(missing_docs, unreachable_pub, clippy::all)]
-pub mod pb {
-    tonic::include_proto!("toolmesh.v1");
-
-    /// The encoded `FileDescriptorSet` of every toolmesh.v1 proto, for reflection.
-    pub const FILE_DESCRIPTOR_SET: &[u8] =
-        include_bytes!(concat!(env!("OUT_DIR"), "/toolmesh_descriptor.bin"));
-}
+/// The toolmesh.v1 contract: the code generated from
+/// `proto/toolmesh/v1/*.proto` (the `toolmesh-proto` crate).
+pub use toolmesh_proto as pb;
