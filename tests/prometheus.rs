@@ -2,7 +2,7 @@
 //! (deploy/monitoring, the chart's PrometheusRule) pass `promtool check
 //! rules` and their unit tests; a registry on etcd, a dispatcher and an
 //! executor answer `/metrics` in the format asked for, and their scrapes
-//! pass `promtool check metrics`; the README's table names every family
+//! pass `promtool check metrics`; docs/operations.md's table names every family
 //! they export and every metric the dashboard and the rules read; a real
 //! Prometheus on loopback scrapes the running mesh, answers every dashboard
 //! query, shows the called tool's rate, and fires an alert once the tool's
@@ -131,9 +131,10 @@ fn metric_names(expr: &str) -> BTreeSet<String> {
         .collect()
 }
 
-/// The metric names the README's metrics table lists.
+/// The metric names the metrics table of docs/operations.md lists.
 fn readme_metrics() -> BTreeSet<String> {
-    let readme = std::fs::read_to_string(root().join("README.md")).expect("read the README");
+    let readme = std::fs::read_to_string(root().join("docs/operations.md"))
+        .expect("read docs/operations.md");
     readme
         .lines()
         .filter_map(|line| line.strip_prefix("| `"))
@@ -433,7 +434,7 @@ fn families(text: &str) -> BTreeSet<String> {
 ///    Prometheus' `Accept`; each text scrape passes `promtool check
 ///    metrics` and carries the `process_*` families and
 ///    `toolmesh_build_info` with its role.
-/// 2. The README's table lists every toolmesh family scraped and every
+/// 2. The metrics table (docs/operations.md) lists every toolmesh family scraped and every
 ///    metric the dashboard and the rules read.
 /// 3. Prometheus, loading the rules (with `for:` cut to 1s), answers every
 ///    dashboard query; while `acc_echo` is called, the dashboard's per-tool
@@ -516,12 +517,12 @@ async fn a_real_prometheus_scrapes_a_mesh_and_fires_an_alert() {
         assert!(scraped.contains(wanted), "{wanted} in {scraped:?}");
     }
 
-    // 2. The README's table, against the scrapes, the dashboard and the rules.
+    // 2. The metrics table, against the scrapes, the dashboard and the rules.
     let listed = readme_metrics();
     for family in &scraped {
         assert!(
             listed.contains(family),
-            "the README's metrics table lacks {family}"
+            "the metrics table of docs/operations.md lacks {family}"
         );
     }
     let dashboard = dashboard();
@@ -539,7 +540,7 @@ async fn a_real_prometheus_scrapes_a_mesh_and_fires_an_alert() {
         for name in metric_names(expr) {
             assert!(
                 listed.contains(&name),
-                "{name} (read by {expr}) is not in the README's table"
+                "{name} (read by {expr}) is not in the metrics table of docs/operations.md"
             );
         }
     }
