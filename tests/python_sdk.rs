@@ -141,20 +141,27 @@ struct Mesh {
     _dir: TempDir,
 }
 
+/// The SDK executor tests/python/sdk_tools.py, run in `dir`, registering
+/// with `registry` by the orders team's token (both from the environment,
+/// as `serve` reads them).
+fn sdk_tools(dir: &TempDir, registry: &str) -> Command {
+    let mut command = Command::new(sdk_python());
+    command
+        .arg(root().join("tests/python/sdk_tools.py"))
+        .current_dir(dir.path())
+        .env("TOOLMESH_REGISTRY", registry)
+        .env("TOOLMESH_TOKEN", "tok-orders")
+        .env_remove("TOOLMESH_ADVERTISE")
+        .env("PYTHONUNBUFFERED", "1");
+    command
+}
+
 async fn mesh(label: &str) -> Mesh {
     let dir = temp_dir(label);
     let policy = dir.join("policy.toml");
     std::fs::write(&policy, POLICY).unwrap();
     let (serve, addr) = serve(&["--policy", policy.to_str().unwrap()]);
-    let mut command = Command::new(sdk_python());
-    command
-        .arg(root().join("tests/python/sdk_tools.py"))
-        .current_dir(dir.path())
-        .env("TOOLMESH_REGISTRY", &addr)
-        .env("TOOLMESH_TOKEN", "tok-orders")
-        .env_remove("TOOLMESH_ADVERTISE")
-        .env("PYTHONUNBUFFERED", "1");
-    let exec = Proc::spawn("python sdk executor", command);
+    let exec = Proc::spawn("python sdk executor", sdk_tools(&dir, &addr));
     let exec_addr = exec.listen_addr();
     exec.wait_for_line("registered as orders-py-", patient(Duration::from_secs(10)));
     let mut client = dispatcher(&addr);
@@ -512,14 +519,7 @@ async fn sdk_executor_over_mutual_tls() {
     let serve = Proc::spawn("serve", serve_cmd);
     let addr = serve.listen_addr();
 
-    let mut exec_cmd = Command::new(sdk_python());
-    exec_cmd
-        .arg(root().join("tests/python/sdk_tools.py"))
-        .current_dir(dir.path())
-        .env("TOOLMESH_REGISTRY", &addr)
-        .env("TOOLMESH_TOKEN", "tok-orders")
-        .env_remove("TOOLMESH_ADVERTISE")
-        .env("PYTHONUNBUFFERED", "1");
+    let mut exec_cmd = sdk_tools(&dir, &addr);
     tls_env(&mut exec_cmd, &ca, Some((&cert, &key)), Some(&ca));
     let exec = Proc::spawn("python sdk executor", exec_cmd);
     let exec_addr = exec.listen_addr();
