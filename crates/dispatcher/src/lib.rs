@@ -39,6 +39,7 @@ use endpoints::{EjectionPolicy, Endpoints};
 use metrics::Metrics;
 use result_cache::ResultCache;
 use std::collections::HashSet;
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, mpsc, watch};
@@ -277,16 +278,17 @@ impl Dispatcher {
 
     /// [`invoke_as`](Self::invoke_as) continuing the caller's trace
     /// (`parent`, from [`toolmesh_telemetry::trace::extract`]).
-    pub async fn invoke_traced(
+    pub fn invoke_traced(
         &self,
         who: &Principal,
         request: InvokeRequest,
         caller_timeout: Option<Duration>,
         parent: TraceContext,
-    ) -> Result<InvokeResponse, Refusal> {
+    ) -> impl Future<Output = Result<InvokeResponse, Refusal>> + Send {
+        // The future of `invoke_relayed` itself: a wrapping `async fn` would
+        // keep a second copy of the request in every call's state.
         let relay = Relay::default();
         self.invoke_relayed(who, request, caller_timeout, parent, relay)
-            .await
     }
 
     /// Runs one call like [`invoke_traced`](Self::invoke_traced), for a
@@ -295,17 +297,16 @@ impl Dispatcher {
     /// it comes, before the response; a tool that does not is called by
     /// plain `Execute`. The call runs in the caller's task (no stream, no
     /// task per call): dropping the future cancels it.
-    pub async fn invoke_with_progress(
+    pub fn invoke_with_progress(
         &self,
         who: &Principal,
         request: InvokeRequest,
         caller_timeout: Option<Duration>,
         parent: TraceContext,
         progress: mpsc::Sender<Progress>,
-    ) -> Result<InvokeResponse, Refusal> {
+    ) -> impl Future<Output = Result<InvokeResponse, Refusal>> + Send {
         let relay = Relay::progress_to(progress);
         self.invoke_relayed(who, request, caller_timeout, parent, relay)
-            .await
     }
 
     /// Takes a call on and runs it in this task, relaying to `relay`.

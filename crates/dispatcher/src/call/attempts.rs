@@ -5,7 +5,6 @@
 
 use super::admit::Admitted;
 use super::attempt::{self, AttemptFailure};
-use super::resolve::Resolved;
 use super::retry::{self, AttemptState, Next};
 use super::service::{Answered, Call, Outcome, Sent};
 use crate::endpoints::{Endpoints, Health, Scope};
@@ -41,13 +40,7 @@ impl Attempts {
     /// deadline leaves too little for one more; what a streaming tool
     /// reports goes to the call's relay.
     pub(crate) async fn run(&self, call: &Call<'_>, admitted: &Admitted) -> Answered {
-        let mut sent = Sent::default();
-        let outcome = self.attempt(call, admitted.resolved(), &mut sent).await;
-        Answered::new(outcome, sent)
-    }
-
-    /// The loop of [`run`](Self::run), counting in `sent`.
-    async fn attempt(&self, call: &Call<'_>, resolved: &Resolved, sent: &mut Sent) -> Outcome {
+        let resolved = admitted.resolved();
         let entry = &*resolved.entry;
         let (def, request, relay) = (&entry.def, call.request, call.relay);
         let execute = attempt::execute_request(def, request, call.who, call.id);
@@ -56,17 +49,18 @@ impl Attempts {
         let policy = def.retry();
         let mut tried: Vec<Arc<str>> = Vec::new();
         let mut last: Option<AttemptFailure> = None;
+        let mut sent = Sent::default();
         self.budget.deposit();
-        loop {
+        let outcome = loop {
             let made = call.attempts_made + sent.attempts;
             let remaining = deadline.saturating_duration_since(Instant::now());
             if remaining < self.min_attempt {
-                return out_of_time(last, budget, request, made);
+                break out_of_time(last, budget, request, made);
             }
             let pick = match route::pick(entry, &self.pool, &tried, self.max_in_flight_per_instance)
             {
                 Ok(pick) => pick,
-                Err(none) => return no_instance(entry, none, last, request, made),
+                Err(none) => break no_instance(entry, none, last, request, made),
             };
             sent.attempts += 1;
             sent.executor_id = pick.instance.executor_id.to_string();
@@ -86,7 +80,7 @@ impl Attempts {
             self.metrics.attempt(&resolved.handles);
             let sending = attempt::send(&pick, this, slice, &span, relay).instrument(span.clone());
             let failure = match sending.await {
-                Ok(result) => return self.answered(entry, &pick, result, call.id),
+                Ok(result) => break self.answered(entry, &pick, result, call.id),
                 Err(failure) => failure,
             };
             let caller_bound = slice == remaining && bound == Bound::Caller;
@@ -103,9 +97,10 @@ impl Attempts {
                     tokio::time::sleep(pause).await;
                     last = Some(failure);
                 }
-                None => return outcome(failure, request, number),
+                None => break outcome(failure, request, number),
             }
-        }
+        };
+        Answered::new(outcome, sent)
     }
 
     /// The executor answered: a result that breaks its own output contract

@@ -93,8 +93,8 @@ pub(crate) struct Cached<'p, S> {
 }
 
 impl<S: Service> Service for Cached<'_, S> {
-    async fn check(&self, call: &Call<'_>) -> Result<Admitted, Refused> {
-        self.inner.check(call).await
+    fn check(&self, call: &Call<'_>) -> impl Future<Output = Result<Admitted, Refused>> + Send {
+        self.inner.check(call)
     }
 
     async fn send(&self, call: &Call<'_>, admitted: &Admitted) -> Answered {
@@ -115,25 +115,24 @@ impl<S: Service> Service for Cached<'_, S> {
         };
         // What the tool's own run made of the call, when this caller ran it.
         let mut ran = None;
-        let tool = async {
-            let answered = self.inner.send(call, admitted).await;
-            ran = Some((answered.sent, answered.marks));
-            match answered.outcome {
-                Outcome::Answered(result) => result,
-                Outcome::Failed(error) => error.to_tool_error().into_result(),
-            }
-        };
         // Boxed: only cached tools take this path; unboxed, its state would
         // enlarge every call's future.
-        let cached = run(
+        let cached = Box::pin(run(
             self.cache,
             rule,
             key,
             policy.cache().max_bytes,
             caller,
-            tool,
-        );
-        let (outcome, used) = Box::pin(cached).await;
+            async {
+                let answered = self.inner.send(call, admitted).await;
+                ran = Some((answered.sent, answered.marks));
+                match answered.outcome {
+                    Outcome::Answered(result) => result,
+                    Outcome::Failed(error) => error.to_tool_error().into_result(),
+                }
+            },
+        ));
+        let (outcome, used) = cached.await;
         self.metrics.cache(used.name());
         let (sent, mut marks) = ran.unwrap_or_default();
         marks.push(Mark::Cache(used));

@@ -6,6 +6,7 @@ use super::admit::Admitted;
 use super::checks::Refused;
 use super::service::{Answer, Answered, Call, Service};
 use crate::canary::CanaryWatch;
+use std::future::Future;
 use toolmesh::SnapshotHistory;
 
 /// Counts what each call that ran became, against the version that ran
@@ -18,12 +19,12 @@ pub(crate) struct Canary<'p, S> {
 }
 
 impl<S: Service> Service for Canary<'_, S> {
-    async fn check(&self, call: &Call<'_>) -> Result<Admitted, Refused> {
-        self.inner.check(call).await
+    fn check(&self, call: &Call<'_>) -> impl Future<Output = Result<Admitted, Refused>> + Send {
+        self.inner.check(call)
     }
 
-    async fn send(&self, call: &Call<'_>, admitted: &Admitted) -> Answered {
-        self.inner.send(call, admitted).await
+    fn send(&self, call: &Call<'_>, admitted: &Admitted) -> impl Future<Output = Answered> + Send {
+        self.inner.send(call, admitted)
     }
 
     async fn call(&self, call: &Call<'_>) -> Answer {

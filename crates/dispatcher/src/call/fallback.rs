@@ -12,6 +12,7 @@ use super::service::{Answer, Answered, Call, Outcome, Service};
 use crate::error::CallError;
 use crate::metrics::Metrics;
 use std::collections::HashMap;
+use std::future::Future;
 use std::sync::Arc;
 use std::sync::{Mutex, PoisonError};
 use toolmesh::pb::{ErrorCode, InvokeRequest, ToolResult};
@@ -89,22 +90,27 @@ pub(crate) struct Fallback<'p, S> {
 }
 
 impl<S: Service> Service for Fallback<'_, S> {
-    async fn check(&self, call: &Call<'_>) -> Result<Admitted, Refused> {
-        self.inner.check(call).await
+    fn check(&self, call: &Call<'_>) -> impl Future<Output = Result<Admitted, Refused>> + Send {
+        self.inner.check(call)
     }
 
-    async fn send(&self, call: &Call<'_>, admitted: &Admitted) -> Answered {
-        self.inner.send(call, admitted).await
+    fn send(&self, call: &Call<'_>, admitted: &Admitted) -> impl Future<Output = Answered> + Send {
+        self.inner.send(call, admitted)
     }
 
     async fn call(&self, call: &Call<'_>) -> Answer {
-        let answer = self.inner.call(call).await;
-        match wanted(self.governance, &answer) {
-            None => answer,
-            // Boxed: rare, and its state would otherwise make every call's
-            // future larger (the state of one call is allocated per call).
-            Some(wanted) => Box::pin(self.fall_back(call, answer, wanted)).await,
-        }
+        // Boxed: rare, and its state would otherwise make every call's
+        // future larger (the state of one call is allocated per call). The
+        // tool's answer is moved in within this block, so no copy of it
+        // stays in this future while the stand-in runs.
+        let fall_back = {
+            let answer = self.inner.call(call).await;
+            match wanted(self.governance, &answer) {
+                None => return answer,
+                Some(wanted) => Box::pin(self.fall_back(call, answer, wanted)),
+            }
+        };
+        fall_back.await
     }
 }
 

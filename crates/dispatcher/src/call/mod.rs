@@ -33,6 +33,7 @@ use crate::result_cache::ResultCache;
 use admit::Admitted;
 use checks::{Checks, Refused};
 use service::{Answered, Call, Service};
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::time::Instant;
@@ -68,12 +69,12 @@ struct Core<'p> {
 }
 
 impl Service for Core<'_> {
-    async fn check(&self, call: &Call<'_>) -> Result<Admitted, Refused> {
-        self.checks.run(call).await
+    fn check(&self, call: &Call<'_>) -> impl Future<Output = Result<Admitted, Refused>> + Send {
+        self.checks.run(call)
     }
 
-    async fn send(&self, call: &Call<'_>, admitted: &Admitted) -> Answered {
-        self.attempts.run(call, admitted).await
+    fn send(&self, call: &Call<'_>, admitted: &Admitted) -> impl Future<Output = Answered> + Send {
+        self.attempts.run(call, admitted)
     }
 }
 
