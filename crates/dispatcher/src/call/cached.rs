@@ -126,10 +126,7 @@ impl<S: Service> Service for Cached<'_, S> {
             async {
                 let answered = self.inner.send(call, admitted).await;
                 ran = Some((answered.sent, answered.marks));
-                match answered.outcome {
-                    Outcome::Answered(result) => result,
-                    Outcome::Failed(error) => error.to_tool_error().into_result(),
-                }
+                answered.outcome.into_result()
             },
         ));
         let (outcome, used) = cached.await;

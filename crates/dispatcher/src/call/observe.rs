@@ -8,7 +8,7 @@ use crate::error::CallError;
 use crate::metrics::Metrics;
 use toolmesh::pb::ErrorCode;
 use toolmesh::pb::{InvokeResponse, ToolResult, ToolSpec};
-use toolmesh::{ErrorCodeExt, SnapshotHistory, ToolDef, ToolErrorExt};
+use toolmesh::{ErrorCodeExt, SnapshotHistory, ToolDef};
 use toolmesh_governance::Governance;
 use toolmesh_governance::audit::{AuditKind, AuditRecord, outcome_of};
 use tracing::Instrument;
@@ -44,20 +44,14 @@ impl<S: Service> Observe<'_, S> {
             &answered.outcome,
             Outcome::Failed(CallError::PermissionDenied { .. })
         );
-        let mut approval_id =
-            (!request.approval_id.is_empty()).then(|| request.approval_id.clone());
-        let mut result = match answered.outcome {
-            Outcome::Answered(result) => result,
-            Outcome::Failed(error) => {
-                if let CallError::ApprovalRequired {
-                    approval_id: asked, ..
-                } = &error
-                {
-                    approval_id = Some(asked.clone());
-                }
-                error.to_tool_error().into_result()
+        // The approval the call carried, or the one it was asked to get.
+        let approval_id = match &answered.outcome {
+            Outcome::Failed(CallError::ApprovalRequired { approval_id, .. }) => {
+                Some(approval_id.clone())
             }
+            _ => (!request.approval_id.is_empty()).then(|| request.approval_id.clone()),
         };
+        let mut result = answered.outcome.into_result();
         if result.error.as_ref().is_none_or(|e| e.code == 0) {
             self.record_session_facts(call, &reached).await;
         }

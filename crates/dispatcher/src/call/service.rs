@@ -43,6 +43,15 @@ pub(crate) enum Outcome {
 }
 
 impl Outcome {
+    /// The result the caller reads: the executor's, or the failure's
+    /// `ToolError`.
+    pub(crate) fn into_result(self) -> ToolResult {
+        match self {
+            Outcome::Answered(result) => result,
+            Outcome::Failed(error) => error.to_tool_error().into_result(),
+        }
+    }
+
     /// The error code the caller reads (UNSPECIFIED for a success).
     pub(crate) fn code(&self) -> ErrorCode {
         match self {
