@@ -37,8 +37,8 @@ pub trait Backend: Clone + Send + Sync + 'static {
         format: ToolFormat,
     ) -> impl Future<Output = Result<Arc<ListToolsResponse>, BackendError>> + Send;
 
-    /// `Invoke` for `who`, continuing the client's trace `parent` (from
-    /// the call's `_meta`). Dropping the future cancels the call end to end.
+    /// `Invoke` for `who` within the client's deadline `timeout`,
+    /// continuing the client's trace `parent` (from the call's `_meta`). Dropping the future cancels the call end to end.
     fn invoke(
         &self,
         who: &Self::Caller,
@@ -47,7 +47,8 @@ pub trait Backend: Clone + Send + Sync + 'static {
         parent: TraceContext,
     ) -> impl Future<Output = Result<InvokeResponse, BackendError>> + Send;
 
-    /// `InvokeStream` for `who`: each progress report of the tool goes to
+    /// A call for `who` that relays progress (`InvokeStream` over gRPC; in
+    /// process, the call itself): each progress report of the tool goes to
     /// `progress` as it comes (output chunks do not: the result carries the
     /// whole output), then the response is the answer. Dropping the future
     /// cancels the call end to end.
