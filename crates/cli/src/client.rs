@@ -489,7 +489,9 @@ fn print_switch(client: &Client, tool: &str, disabled_for: Option<&str>, snapsho
 /// at `--server` as the holder of `--token`.
 pub(crate) async fn mcp_bridge(client: &Client) -> Result<(), Failure> {
     let backend = toolmesh_mcp::GrpcBackend::new(client.channel(), client.args.token.clone());
-    toolmesh_mcp::serve_stdio(toolmesh_mcp::McpHandler::new(backend))
+    // --timeout-ms bounds each call whose `_meta` names no deadline.
+    let timeout = client.args.timeout_ms.map(Duration::from_millis);
+    toolmesh_mcp::serve_stdio(toolmesh_mcp::McpHandler::new(backend).with_timeout(timeout))
         .await
         .map_err(|e| Failure::Failed(e.to_string()))
 }

@@ -1,7 +1,8 @@
 //! The dispatcher: the gateway agent runtimes talk to. It lists the tools a
-//! caller can use and runs each call through one pipeline (`call`) —
-//! resolve, authorize, validate, admit, attempts, observe — whichever front
-//! door the call came in by.
+//! caller can use and runs each call through one pipeline (`call`) — typed
+//! stages (resolve, authorize, validate, admit, attempts) inside layers
+//! (cache, fallback, canary accounting, observation) — whichever front door
+//! the call came in by.
 #![forbid(unsafe_code)]
 
 mod call;
@@ -38,6 +39,7 @@ use endpoints::{EjectionPolicy, Endpoints};
 use metrics::Metrics;
 use result_cache::ResultCache;
 use std::collections::HashSet;
+use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::{Notify, OwnedSemaphorePermit, Semaphore, mpsc, watch};
@@ -48,7 +50,7 @@ use tonic_health::server::HealthReporter;
 use toolmesh::grpc::MAX_CALL_MESSAGE_BYTES;
 use toolmesh::grpc::{HealthGate, gated_health};
 use toolmesh::pb::{
-    InvokeEvent, InvokeRequest, InvokeResponse, ListToolsResponse, ToolFormat,
+    InvokeEvent, InvokeRequest, InvokeResponse, ListToolsResponse, Progress, ToolFormat,
     dispatcher_server::DispatcherServer, governance_server::GovernanceServer, invoke_event,
 };
 use toolmesh::{Snapshot, SnapshotHistory};
@@ -276,15 +278,47 @@ impl Dispatcher {
 
     /// [`invoke_as`](Self::invoke_as) continuing the caller's trace
     /// (`parent`, from [`toolmesh_telemetry::trace::extract`]).
-    pub async fn invoke_traced(
+    pub fn invoke_traced(
         &self,
         who: &Principal,
         request: InvokeRequest,
         caller_timeout: Option<Duration>,
         parent: TraceContext,
+    ) -> impl Future<Output = Result<InvokeResponse, Refusal>> + Send {
+        // The future of `invoke_relayed` itself: a wrapping `async fn` would
+        // keep a second copy of the request in every call's state.
+        let relay = Relay::default();
+        self.invoke_relayed(who, request, caller_timeout, parent, relay)
+    }
+
+    /// Runs one call like [`invoke_traced`](Self::invoke_traced), for a
+    /// caller that shows progress but not output chunks (the MCP door):
+    /// each progress report of a tool that streams it goes to `progress` as
+    /// it comes, before the response; a tool that does not is called by
+    /// plain `Execute`. The call runs in the caller's task (no stream, no
+    /// task per call): dropping the future cancels it.
+    pub fn invoke_with_progress(
+        &self,
+        who: &Principal,
+        request: InvokeRequest,
+        caller_timeout: Option<Duration>,
+        parent: TraceContext,
+        progress: mpsc::Sender<Progress>,
+    ) -> impl Future<Output = Result<InvokeResponse, Refusal>> + Send {
+        let relay = Relay::progress_to(progress);
+        self.invoke_relayed(who, request, caller_timeout, parent, relay)
+    }
+
+    /// Takes a call on and runs it in this task, relaying to `relay`.
+    async fn invoke_relayed(
+        &self,
+        who: &Principal,
+        request: InvokeRequest,
+        caller_timeout: Option<Duration>,
+        parent: TraceContext,
+        relay: Relay,
     ) -> Result<InvokeResponse, Refusal> {
         let admitted = self.admit(&request)?;
-        let relay = Relay::default();
         Ok(self
             .run(admitted, who, request, caller_timeout, parent, &relay)
             .await)

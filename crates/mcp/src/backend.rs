@@ -37,8 +37,8 @@ pub trait Backend: Clone + Send + Sync + 'static {
         format: ToolFormat,
     ) -> impl Future<Output = Result<Arc<ListToolsResponse>, BackendError>> + Send;
 
-    /// `Invoke` for `who`, continuing the client's trace `parent` (from
-    /// the call's `_meta`). Dropping the future cancels the call end to end.
+    /// `Invoke` for `who` within the client's deadline `timeout`,
+    /// continuing the client's trace `parent` (from the call's `_meta`). Dropping the future cancels the call end to end.
     fn invoke(
         &self,
         who: &Self::Caller,
@@ -47,7 +47,8 @@ pub trait Backend: Clone + Send + Sync + 'static {
         parent: TraceContext,
     ) -> impl Future<Output = Result<InvokeResponse, BackendError>> + Send;
 
-    /// `InvokeStream` for `who`: each progress report of the tool goes to
+    /// A call for `who` that relays progress (`InvokeStream` over gRPC; in
+    /// process, the call itself): each progress report of the tool goes to
     /// `progress` as it comes (output chunks do not: the result carries the
     /// whole output), then the response is the answer. Dropping the future
     /// cancels the call end to end.
@@ -105,34 +106,17 @@ impl Backend for Dispatcher {
         parent: TraceContext,
         progress: mpsc::Sender<Progress>,
     ) -> Result<InvokeResponse, BackendError> {
-        if !may_stream(&self.current_snapshot(), &request.tool) {
-            // Nothing to relay: the unary path, without InvokeStream's task
-            // and channel (MCP clients send a progressToken on every call).
-            return Ok(self.invoke_traced(who, request, timeout, parent).await?);
-        }
-        let mut events = self.invoke_stream(who.clone(), request, timeout, parent)?;
-        while let Some(event) = events.recv().await {
-            if let Some(response) = pass(event, &progress).await {
-                return Ok(response);
-            }
-        }
-        Err(ended_without_response())
+        // In this task, resolved once by the call itself: a tool that does
+        // not stream progress is called by plain Execute (MCP clients send
+        // a progressToken on every call).
+        Ok(self
+            .invoke_with_progress(who, request, timeout, parent, progress)
+            .await?)
     }
 
     fn watch_interval(&self) -> Duration {
         Duration::from_millis(200)
     }
-}
-
-/// Whether some version of the tool `reference` names reports progress
-/// (an unknown or malformed name: no, and the unary path says why).
-fn may_stream(snapshot: &toolmesh::Snapshot, reference: &str) -> bool {
-    toolmesh::ToolRef::parse(reference).is_ok_and(|r| {
-        snapshot
-            .versions(r.name)
-            .iter()
-            .any(|e| e.def.streams_progress())
-    })
 }
 
 /// Passes the progress `event` reports on to `progress`, or answers the

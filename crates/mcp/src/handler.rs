@@ -17,6 +17,7 @@ use std::collections::HashMap;
 use std::future::Future;
 use std::hash::{DefaultHasher, Hash, Hasher};
 use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
 use tokio::sync::mpsc;
 use toolmesh::pb::{
     CallContext, InvokeRequest, InvokeResponse, ListToolsResponse, Progress, ToolFormat,
@@ -27,6 +28,9 @@ use toolmesh_telemetry::trace::Context as TraceContext;
 pub const PAGE_SIZE: usize = 200;
 /// `_meta` key of `tools/call` naming the agent session (for preconditions).
 pub const SESSION_META: &str = "toolmesh/session_id";
+/// `_meta` key of `tools/call` giving the client's deadline for the whole
+/// call, in milliseconds (a positive whole number).
+pub const TIMEOUT_META: &str = "toolmesh/timeout_ms";
 /// How long a client may reuse a listing (`ttlMs`); changes within it are
 /// announced by `notifications/tools/list_changed` to subscribers.
 const LIST_TTL_MS: u64 = 5_000;
@@ -44,6 +48,8 @@ const PROGRESS_BUFFER: usize = 16;
 pub struct McpHandler<B> {
     backend: B,
     parsed: Arc<Mutex<Parsed>>,
+    /// The transport's deadline for a call whose `_meta` gives none.
+    timeout: Option<Duration>,
 }
 
 /// The caller the HTTP layer authenticated, in the request's extensions.
@@ -74,7 +80,14 @@ impl<B: Backend> McpHandler<B> {
         McpHandler {
             backend,
             parsed: Arc::default(),
+            timeout: None,
         }
+    }
+
+    /// The handler with the transport's deadline for every call (the
+    /// stdio bridge's `--timeout-ms`), for a call whose `_meta` names none.
+    pub fn with_timeout(self, timeout: Option<Duration>) -> Self {
+        McpHandler { timeout, ..self }
     }
 
     /// The caller of this request: over HTTP the one the HTTP layer
@@ -179,23 +192,24 @@ impl<B: Backend> McpHandler<B> {
         }
     }
 
-    /// Runs a `tools/call`: one Invoke, or with a progress `token` an
-    /// InvokeStream whose progress goes to `peer` as
-    /// `notifications/progress`, every one before the result.
+    /// Runs a `tools/call` within the client's `timeout`: one Invoke, or
+    /// with a progress `token` an InvokeStream whose progress goes to
+    /// `peer` as `notifications/progress`, every one before the result.
     async fn invoke(
         &self,
         who: &B::Caller,
         (invoke, parent): (InvokeRequest, TraceContext),
+        timeout: Option<Duration>,
         token: Option<ProgressToken>,
         peer: &Peer<RoleServer>,
     ) -> Result<InvokeResponse, BackendError> {
         let Some(token) = token else {
-            return self.backend.invoke(who, invoke, None, parent).await;
+            return self.backend.invoke(who, invoke, timeout, parent).await;
         };
         let (progress, mut reports) = mpsc::channel(PROGRESS_BUFFER);
         let call = self
             .backend
-            .invoke_streamed(who, invoke, None, parent, progress);
+            .invoke_streamed(who, invoke, timeout, parent, progress);
         let notify = async {
             while let Some(report) = reports.recv().await {
                 // A client that stops listening still gets its result.
@@ -259,15 +273,45 @@ fn page(tools: &[Tool], cursor: Option<&str>) -> Result<ListToolsResult, ErrorDa
     Ok(result)
 }
 
-/// A string under `key` in the request's `_meta` (rmcp hands it over in
-/// the context, `meta`; the params' own copy is read too), or empty.
-fn meta_text(params: &CallToolRequestParams, meta: &RequestMetaObject, key: &str) -> String {
+/// The value under `key` in the request's `_meta` (rmcp hands it over in
+/// the context, `meta`; the params' own copy is read too).
+fn meta_value<'a>(
+    params: &'a CallToolRequestParams,
+    meta: &'a RequestMetaObject,
+    key: &str,
+) -> Option<&'a Value> {
     [Some(meta), params.meta.as_ref()]
         .into_iter()
         .flatten()
-        .find_map(|meta| meta.get(key).and_then(Value::as_str))
+        .find_map(|meta| meta.get(key))
+}
+
+/// A string under `key` in the request's `_meta`, or empty.
+fn meta_text(params: &CallToolRequestParams, meta: &RequestMetaObject, key: &str) -> String {
+    meta_value(params, meta, key)
+        .and_then(Value::as_str)
         .unwrap_or_default()
         .to_owned()
+}
+
+/// The client's deadline for a `tools/call`, from its `_meta`
+/// ([`TIMEOUT_META`]), if it gives one.
+fn meta_timeout(
+    params: &CallToolRequestParams,
+    meta: &RequestMetaObject,
+) -> Result<Option<Duration>, ErrorData> {
+    let Some(value) = meta_value(params, meta, TIMEOUT_META) else {
+        return Ok(None);
+    };
+    match value.as_u64().filter(|ms| *ms > 0) {
+        Some(ms) => Ok(Some(Duration::from_millis(ms))),
+        None => Err(ErrorData::invalid_params(
+            format!(
+                "_meta.{TIMEOUT_META} is {value}; give the call's deadline as a positive whole number of milliseconds, or leave it out"
+            ),
+            None,
+        )),
+    }
 }
 
 /// The Invoke for a `tools/call`, and the client's trace context from its
@@ -338,11 +382,12 @@ impl<B: Backend> ServerHandler for McpHandler<B> {
     ) -> Result<CallToolResponse, ErrorData> {
         let who = self.caller(&context)?;
         let call = invocation(&request, &context.meta);
+        let timeout = meta_timeout(&request, &context.meta)?.or(self.timeout);
         let token = progress_token(&request, &context.meta);
         // Closing the request's stream cancels `ct`; dropping the call's
         // future resets the executor's stream, so the tool sees it too.
         let response = tokio::select! {
-            response = self.invoke(&who, call, token, &context.peer) => response?,
+            response = self.invoke(&who, call, timeout, token, &context.peer) => response?,
             () = context.ct.cancelled() => {
                 // A client that hangs up cancels its call: no one to answer.
                 tracing::debug!(tool = %request.name, "MCP call cancelled by its client");
@@ -549,5 +594,28 @@ mod tests {
                 .unwrap();
         let (invoke, _) = invocation(&bad, &RequestMetaObject::default());
         assert_eq!(invoke.context.unwrap().trace_id, "");
+    }
+
+    /// A call's deadline is read from `_meta` in whole milliseconds; none
+    /// is none, and anything but a positive whole number is refused.
+    #[test]
+    fn deadline_comes_from_meta() {
+        let with = |meta: Value| -> CallToolRequestParams {
+            serde_json::from_value(json!({"name": "t", "_meta": meta})).unwrap()
+        };
+        let none = RequestMetaObject::default();
+        assert_eq!(
+            meta_timeout(&with(json!({TIMEOUT_META: 1500})), &none).unwrap(),
+            Some(std::time::Duration::from_millis(1500))
+        );
+        assert_eq!(meta_timeout(&with(json!({})), &none).unwrap(), None);
+        for bad in [json!("1500"), json!(0), json!(1.5), json!(-1)] {
+            let refused = meta_timeout(&with(json!({TIMEOUT_META: bad})), &none).unwrap_err();
+            assert!(
+                refused.message.contains("positive whole number"),
+                "{}",
+                refused.message
+            );
+        }
     }
 }

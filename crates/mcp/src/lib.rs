@@ -23,7 +23,7 @@ mod stdio_gate;
 pub use backend::Backend;
 pub use error::BackendError;
 pub use grpc::GrpcBackend;
-pub use handler::{McpHandler, PAGE_SIZE, SESSION_META};
+pub use handler::{McpHandler, PAGE_SIZE, SESSION_META, TIMEOUT_META};
 pub use http::{McpHttpConfig, router};
 pub use result::APPROVAL_META;
 pub use rmcp_noise::QuietRmcp;

@@ -332,6 +332,49 @@ async fn cancelling_a_call_reaches_the_executor() {
     mesh.node.stop(Duration::from_secs(1)).await.unwrap();
 }
 
+/// A deadline the client gives in `_meta` (`toolmesh/timeout_ms`) bounds
+/// the whole call: a tool that takes longer ends with DEADLINE_EXCEEDED
+/// and is told to stop; a deadline that is no positive whole number of
+/// milliseconds is refused as invalid params.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deadline_in_meta_bounds_the_call() {
+    let mesh = Mesh::start().await;
+    let agent = client(&mesh.url, Some(AGENT)).await.unwrap();
+    let with_deadline = |deadline: Value| {
+        let mut params = CallToolRequestParams::new("wait");
+        params.arguments = Some(Default::default());
+        let mut meta = RequestMetaObject::new();
+        meta.insert(toolmesh_mcp::TIMEOUT_META.into(), deadline);
+        params.meta = Some(meta);
+        params
+    };
+    let cancelled = mesh.wait_cancelled.notified();
+    // The tool waits 30 s; the call's own deadline is 300 ms.
+    let answered = tokio::time::timeout(
+        toolmesh_testkit::patient(Duration::from_secs(10)),
+        agent.call_tool(with_deadline(json!(300))),
+    )
+    .await
+    .expect("the call ended at its deadline, not the tool's")
+    .unwrap();
+    tool_error(&answered, "DEADLINE_EXCEEDED");
+    tokio::time::timeout(
+        toolmesh_testkit::patient(Duration::from_secs(10)),
+        cancelled,
+    )
+    .await
+    .expect("the tool was told to stop");
+    for bad in [json!("soon"), json!(0), json!(-5)] {
+        let refused = agent.call_tool(with_deadline(bad.clone())).await;
+        let message = refused.expect_err("refused").to_string();
+        assert!(
+            message.contains("positive whole number"),
+            "{bad}: {message}"
+        );
+    }
+    mesh.node.stop(Duration::from_secs(1)).await.unwrap();
+}
+
 /// A client that keeps the progress notifications it hears.
 #[derive(Clone, Default)]
 struct Heard(Arc<Mutex<Vec<ProgressNotificationParam>>>);

@@ -1,7 +1,7 @@
 //! Admit: what must hold before a valid call may run — the session's
 //! preconditions, an approval for high-risk tools, and the rate limits.
 
-use super::validate::Arguments;
+use super::validate::{Arguments, Validated};
 use crate::error::CallError;
 use serde_json::Value;
 use toolmesh::ToolDef;
@@ -11,6 +11,13 @@ use toolmesh_governance::{
     ApprovalNeed, Governance, Permit, Policy, PreconditionError, Principal, approval_summary,
     value_digest,
 };
+
+/// A valid call admitted to run, holding its rate-limit slot until it
+/// ends.
+pub(crate) struct Admitted {
+    pub(crate) validated: Validated,
+    pub(crate) _permit: Permit,
+}
 
 /// Admits a call whose arguments are valid; the permit holds the caller's
 /// concurrency slot while the call runs. Only a call that needs an approval

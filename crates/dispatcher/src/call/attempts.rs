@@ -1,11 +1,12 @@
-//! The attempt loop: pick an instance, send, record what the outcome says
-//! about the instance, and ask the retry decision what next — all within
-//! one deadline and the dispatcher-wide retry budget.
+//! The attempt loop, the call service at the core of every layer: pick an
+//! instance, send, record what the outcome says about the instance, and
+//! ask the retry decision what next — all within one deadline and the
+//! dispatcher-wide retry budget.
 
+use super::admit::Admitted;
 use super::attempt::{self, AttemptFailure};
 use super::retry::{self, AttemptState, Next};
-use super::streamed::Relay;
-use super::{Outcome, Trail};
+use super::service::{Answered, Call, Outcome, Sent};
 use crate::endpoints::{Endpoints, Health, Scope};
 use crate::error::CallError;
 use crate::metrics::{Metrics, RetryLabels};
@@ -18,7 +19,6 @@ use toolmesh::ToolEntry;
 use toolmesh::grpc::{Bound, call_budget};
 use toolmesh::pb::{InvokeRequest, ToolResult};
 use toolmesh::spec::Retry;
-use toolmesh_governance::Principal;
 use tower::retry::budget::{Budget, TpsBudget};
 use tracing::{Instrument, debug, warn};
 
@@ -38,36 +38,33 @@ pub(crate) struct Attempts {
 impl Attempts {
     /// Sends attempts until one answers, the retry decision stops, or the
     /// deadline leaves too little for one more; what a streaming tool
-    /// reports goes to `relay`.
-    pub(crate) async fn run(
-        &self,
-        entry: &ToolEntry,
-        request: &InvokeRequest,
-        who: &Principal,
-        caller_timeout: Option<Duration>,
-        trail: &mut Trail,
-        relay: &Relay,
-    ) -> Outcome {
-        let def = &entry.def;
-        let execute = attempt::execute_request(def, request, who, &trail.call_id);
-        let (budget, bound) = call_budget(caller_timeout, def.timeout());
-        let deadline = trail.started + budget;
+    /// reports goes to the call's relay.
+    pub(crate) async fn run(&self, call: &Call<'_>, admitted: &Admitted) -> Answered {
+        let resolved = admitted.resolved();
+        let entry = &*resolved.entry;
+        let (def, request, relay) = (&entry.def, call.request, call.relay);
+        let execute = attempt::execute_request(def, request, call.who, call.id);
+        let (budget, bound) = call_budget(call.caller_timeout, def.timeout());
+        let deadline = call.started + budget;
         let policy = def.retry();
         let mut tried: Vec<Arc<str>> = Vec::new();
         let mut last: Option<AttemptFailure> = None;
+        let mut sent = Sent::default();
         self.budget.deposit();
-        loop {
+        let outcome = loop {
+            let made = call.attempts_made + sent.attempts;
             let remaining = deadline.saturating_duration_since(Instant::now());
             if remaining < self.min_attempt {
-                return out_of_time(last, budget, request, trail);
+                break out_of_time(last, budget, request, made);
             }
             let pick = match route::pick(entry, &self.pool, &tried, self.max_in_flight_per_instance)
             {
                 Ok(pick) => pick,
-                Err(none) => return no_instance(entry, none, last, request, trail),
+                Err(none) => break no_instance(entry, none, last, request, made),
             };
-            trail.attempts += 1;
-            trail.executor_id = pick.instance.executor_id.to_string();
+            sent.attempts += 1;
+            sent.executor_id = pick.instance.executor_id.to_string();
+            let number = made + 1;
             tried.push(pick.instance.endpoint.clone());
             // Envoy's per_try_timeout: a hung instance costs one slice.
             let slice = policy
@@ -76,59 +73,34 @@ impl Attempts {
             let this = attempt::Attempt {
                 execute: &execute,
                 arguments: &request.arguments,
-                number: trail.attempts,
+                number,
                 streams: def.streams_progress() && relay.listening(),
             };
-            let failure = match self.send_one(&pick, this, slice, trail, relay).await {
-                Ok(result) => return self.answered(entry, &pick, result, trail),
+            let span = attempt::span(call.span, number, &sent.executor_id);
+            self.metrics.attempt(&resolved.handles);
+            let sending = attempt::send(&pick, this, slice, &span, relay).instrument(span.clone());
+            let failure = match sending.await {
+                Ok(result) => break self.answered(entry, &pick, result, call.id),
                 Err(failure) => failure,
             };
             let caller_bound = slice == remaining && bound == Bound::Caller;
             self.record(entry, &pick, failure.health(caller_bound));
-            let state = self.state(entry, trail, deadline, relay);
-            match self.next_step(&policy, &state, &failure, trail, def.name()) {
+            let state = AttemptState {
+                made: number,
+                idempotent: def.idempotent(),
+                left: deadline.saturating_duration_since(Instant::now()),
+                min_attempt: self.min_attempt,
+                delivered: relay.delivered(),
+            };
+            match self.next_step(&policy, &state, &failure, call.id, def.name()) {
                 Some(pause) => {
                     tokio::time::sleep(pause).await;
                     last = Some(failure);
                 }
-                None => return outcome(failure, request, trail),
+                None => break outcome(failure, request, number),
             }
-        }
-    }
-
-    /// Where the call stands after a failed attempt, for the retry decision.
-    fn state(
-        &self,
-        entry: &ToolEntry,
-        trail: &Trail,
-        deadline: Instant,
-        relay: &Relay,
-    ) -> AttemptState {
-        AttemptState {
-            made: trail.attempts,
-            idempotent: entry.def.idempotent(),
-            left: deadline.saturating_duration_since(Instant::now()),
-            min_attempt: self.min_attempt,
-            delivered: relay.delivered(),
-        }
-    }
-
-    /// Sends `this` attempt to `pick` in its own span, counted.
-    async fn send_one(
-        &self,
-        pick: &Pick,
-        this: attempt::Attempt<'_>,
-        slice: Duration,
-        trail: &Trail,
-        relay: &Relay,
-    ) -> Result<ToolResult, AttemptFailure> {
-        if let Some(handles) = &trail.metrics {
-            self.metrics.attempt(handles);
-        }
-        let span = attempt::span(&trail.span, trail.attempts, &trail.executor_id);
-        attempt::send(pick, this, slice, &span, relay)
-            .instrument(span.clone())
-            .await
+        };
+        Answered::new(outcome, sent)
     }
 
     /// The executor answered: a result that breaks its own output contract
@@ -139,11 +111,11 @@ impl Attempts {
         entry: &ToolEntry,
         pick: &Pick,
         result: ToolResult,
-        trail: &Trail,
+        call_id: &str,
     ) -> Outcome {
         let def = &entry.def;
         if let Err(broken) = super::validate::output(def, &result.data) {
-            warn!(call_id = %trail.call_id, tool = def.name(), %broken, "result withheld");
+            warn!(call_id = %call_id, tool = def.name(), %broken, "result withheld");
             self.record(entry, pick, Health::Bad(Scope::Tool));
             return Outcome::Failed(broken);
         }
@@ -158,7 +130,7 @@ impl Attempts {
         policy: &Retry,
         state: &AttemptState,
         failure: &AttemptFailure,
-        trail: &Trail,
+        call_id: &str,
         tool: &str,
     ) -> Option<Duration> {
         match retry::decide(policy, state, failure, rand::random()) {
@@ -169,16 +141,16 @@ impl Attempts {
                         reason: failure.reason(),
                     })
                     .inc();
-                debug!(call_id = %trail.call_id, attempt = trail.attempts, ?failure, "attempt failed; retrying");
+                debug!(call_id = %call_id, attempt = state.made, ?failure, "attempt failed; retrying");
                 Some(after)
             }
             Next::Retry { .. } => {
                 self.metrics.budget_exhausted.inc();
-                warn!(call_id = %trail.call_id, tool, "retry budget exhausted; not retrying");
+                warn!(call_id = %call_id, tool, "retry budget exhausted; not retrying");
                 None
             }
             Next::Stop(reason) => {
-                debug!(call_id = %trail.call_id, attempt = trail.attempts, ?failure, ?reason, "attempt failed; stopping");
+                debug!(call_id = %call_id, attempt = state.made, ?failure, ?reason, "attempt failed; stopping");
                 None
             }
         }
@@ -208,9 +180,8 @@ impl Attempts {
 
 /// The outcome when the last attempt failed this way: the executor's own
 /// answer when it gave one, else what the dispatcher makes of the failure.
-fn outcome(failure: AttemptFailure, request: &InvokeRequest, trail: &Trail) -> Outcome {
+fn outcome(failure: AttemptFailure, request: &InvokeRequest, attempts: u32) -> Outcome {
     let tool = request.tool.clone();
-    let attempts = trail.attempts;
     Outcome::Failed(match failure {
         AttemptFailure::Reported(result) => return Outcome::Answered(*result),
         AttemptFailure::NotSent(detail)
@@ -231,10 +202,10 @@ fn out_of_time(
     last: Option<AttemptFailure>,
     budget: Duration,
     request: &InvokeRequest,
-    trail: &Trail,
+    attempts: u32,
 ) -> Outcome {
     match last {
-        Some(failure) if failure != AttemptFailure::Timeout => outcome(failure, request, trail),
+        Some(failure) if failure != AttemptFailure::Timeout => outcome(failure, request, attempts),
         _ => Outcome::Failed(CallError::DeadlineExceeded {
             tool: request.tool.clone(),
             budget,
@@ -249,10 +220,10 @@ fn no_instance(
     none: NoInstance,
     last: Option<AttemptFailure>,
     request: &InvokeRequest,
-    trail: &Trail,
+    attempts: u32,
 ) -> Outcome {
     match last {
-        Some(failure) => outcome(failure, request, trail),
+        Some(failure) => outcome(failure, request, attempts),
         None => Outcome::Failed(CallError::NoHealthyInstance {
             tool: entry.def.label(),
             registered: none.registered,

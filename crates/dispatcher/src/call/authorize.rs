@@ -1,11 +1,19 @@
 //! Authorize: whether the caller may use the tool under the policy in force
 //! now, and whether an operator has switched it off.
 
-use super::resolve;
+use super::resolve::{self, Resolved};
 use crate::error::CallError;
 use std::sync::Arc;
 use toolmesh::{Snapshot, ToolEntry};
 use toolmesh_governance::{ApprovalNeed, Decision, Narrowing, Policy, Principal};
+
+/// A resolved call the policy lets through: the policy in force for the
+/// rest of the call, and the grant.
+pub(crate) struct Authorized {
+    pub(crate) resolved: Resolved,
+    pub(crate) policy: Arc<Policy>,
+    pub(crate) grant: Grant,
+}
 
 /// The grant that lets a call through.
 #[derive(Debug)]

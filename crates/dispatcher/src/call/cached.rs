@@ -10,8 +10,12 @@
 //! time, and neither the hang-up nor the shorter deadline of the caller
 //! running the call fails it.
 
-use super::Outcome;
+use super::admit::Admitted;
+use super::checks::Refused;
+use super::mark::Mark;
+use super::service::{Answered, Call, Outcome, Service};
 use crate::error::CallError;
+use crate::metrics::Metrics;
 use crate::result_cache::{Deadline, Flown, Key, ResultCache};
 use serde_json::Value;
 use std::future::Future;
@@ -63,6 +67,76 @@ impl CacheUse {
         match self {
             CacheUse::Hit(age) | CacheUse::Stale(age) => Some(age),
             CacheUse::Miss | CacheUse::Coalesced => None,
+        }
+    }
+
+    /// Metadata `toolmesh.cache` (and `toolmesh.cache_age_ms` for an
+    /// answer from the cache) on a cached tool's result.
+    pub(crate) fn mark(self, result: &mut ToolResult) {
+        let metadata = &mut result.metadata;
+        metadata.insert("toolmesh.cache".into(), self.name().into());
+        if let Some(age) = self.age() {
+            metadata.insert("toolmesh.cache_age_ms".into(), age.as_millis().to_string());
+        }
+    }
+}
+
+/// The cache layer: an admitted call to a tool the policy caches goes
+/// through the result cache (an answer from the cache streams nothing);
+/// any other goes straight to the service within, with no cache work at
+/// all. It runs only after every check, so a cached answer never hides a
+/// refusal.
+pub(crate) struct Cached<'p, S> {
+    pub(crate) cache: &'p ResultCache,
+    pub(crate) metrics: &'p Metrics,
+    pub(crate) inner: S,
+}
+
+impl<S: Service> Service for Cached<'_, S> {
+    fn check(&self, call: &Call<'_>) -> impl Future<Output = Result<Admitted, Refused>> + Send {
+        self.inner.check(call)
+    }
+
+    async fn send(&self, call: &Call<'_>, admitted: &Admitted) -> Answered {
+        let policy = &admitted.authorized().policy;
+        let def = &admitted.resolved().entry.def;
+        let Some(rule) = rule(policy.cache().rule_for(def.name()), def) else {
+            return self.inner.send(call, admitted).await;
+        };
+        let request = call.request;
+        let key = match admitted.validated.arguments.tree(&request.arguments) {
+            Ok(tree) => key(def, rule.scope, call.who, tree),
+            Err(e) => return Answered::new(Outcome::Failed(e), Default::default()),
+        };
+        let caller = Caller {
+            tool: &request.tool,
+            started: call.started,
+            timeout: call.caller_timeout,
+        };
+        // What the tool's own run made of the call, when this caller ran it.
+        let mut ran = None;
+        // Boxed: only cached tools take this path; unboxed, its state would
+        // enlarge every call's future.
+        let cached = Box::pin(run(
+            self.cache,
+            rule,
+            key,
+            policy.cache().max_bytes,
+            caller,
+            async {
+                let answered = self.inner.send(call, admitted).await;
+                ran = Some((answered.sent, answered.marks));
+                answered.outcome.into_result()
+            },
+        ));
+        let (outcome, used) = cached.await;
+        self.metrics.cache(used.name());
+        let (sent, mut marks) = ran.unwrap_or_default();
+        marks.push(Mark::Cache(used));
+        Answered {
+            outcome,
+            sent,
+            marks,
         }
     }
 }

@@ -5,15 +5,21 @@
 //! contract, and for a tool that must not run twice only when the call
 //! provably never reached an executor.
 
-use super::{Outcome, Trail};
+use super::admit::Admitted;
+use super::checks::Refused;
+use super::mark::Mark;
+use super::service::{Answer, Answered, Call, Outcome, Service};
 use crate::error::CallError;
+use crate::metrics::Metrics;
 use std::collections::HashMap;
+use std::future::Future;
 use std::sync::Arc;
 use std::sync::{Mutex, PoisonError};
-use toolmesh::pb::{ErrorCode, ToolResult};
+use toolmesh::pb::{ErrorCode, InvokeRequest, ToolResult};
 use toolmesh::{Snapshot, ToolDef, ToolRef, ToolResultExt};
 use toolmesh_governance::fallback_policy::FallbackRule;
 use toolmesh_governance::{Governance, Policy};
+use tracing::{debug, warn};
 
 /// Pairings remembered at most (one per primary and stand-in version).
 const MAX_PAIRINGS: usize = 1024;
@@ -55,13 +61,14 @@ pub(crate) struct Wanted {
     pub(crate) why: String,
 }
 
-/// The stand-in the policy names for the call in `trail`, when its
-/// `outcome` calls for one (an answered call returns before the policy is
+/// The stand-in the policy names for the call `answer` answers, when its
+/// outcome calls for one (an answered call returns before the policy is
 /// read).
-pub(crate) fn wanted(governance: &Governance, trail: &Trail, outcome: &Outcome) -> Option<Wanted> {
-    let def = trail.def.as_ref()?;
+pub(crate) fn wanted(governance: &Governance, answer: &Answer) -> Option<Wanted> {
+    let def = answer.reached.def()?;
+    let answered = &answer.answered;
     // A call that needs no stand-in (most) reads no policy.
-    let why = reason(def, outcome, trail.attempts)?;
+    let why = reason(def, &answered.outcome, answered.sent.attempts)?;
     let policy = governance.policy();
     let rule = policy.fallbacks().for_tool(def.name())?;
     Some(Wanted {
@@ -69,6 +76,101 @@ pub(crate) fn wanted(governance: &Governance, trail: &Trail, outcome: &Outcome) 
         rule: rule.clone(),
         why,
     })
+}
+
+/// The fallback layer: when the policy names a stand-in for the tool and
+/// the tool's outcome calls for it, the stand-in's answer. The stand-in
+/// passes every check itself; when it cannot be used the tool's own
+/// failure stands.
+pub(crate) struct Fallback<'p, S> {
+    pub(crate) governance: &'p Governance,
+    pub(crate) pairings: &'p Pairings,
+    pub(crate) metrics: &'p Metrics,
+    pub(crate) inner: S,
+}
+
+impl<S: Service> Service for Fallback<'_, S> {
+    fn check(&self, call: &Call<'_>) -> impl Future<Output = Result<Admitted, Refused>> + Send {
+        self.inner.check(call)
+    }
+
+    fn send(&self, call: &Call<'_>, admitted: &Admitted) -> impl Future<Output = Answered> + Send {
+        self.inner.send(call, admitted)
+    }
+
+    async fn call(&self, call: &Call<'_>) -> Answer {
+        // Boxed: rare, and its state would otherwise make every call's
+        // future larger (the state of one call is allocated per call). The
+        // tool's answer is moved in within this block, so no copy of it
+        // stays in this future while the stand-in runs.
+        let fall_back = {
+            let answer = self.inner.call(call).await;
+            match wanted(self.governance, &answer) {
+                None => return answer,
+                Some(wanted) => Box::pin(self.fall_back(call, answer, wanted)),
+            }
+        };
+        fall_back.await
+    }
+}
+
+impl<S: Service> Fallback<'_, S> {
+    /// The stand-in's answer for `call`, whose `answer` calls for the
+    /// stand-in `wanted`; else `answer`.
+    async fn fall_back(&self, call: &Call<'_>, answer: Answer, wanted: Wanted) -> Answer {
+        let Wanted { def, rule, why } = wanted;
+        if call.relay.delivered() {
+            // Like a retry: a caller that saw part of one answer never gets another.
+            return answer;
+        }
+        let request = InvokeRequest {
+            tool: rule.fallback.clone(),
+            ..call.request.clone()
+        };
+        let stand_in = Call {
+            request: &request,
+            attempts_made: call.attempts_made + answer.answered.sent.attempts,
+            ..*call
+        };
+        let admitted = match self.inner.check(&stand_in).await {
+            Ok(admitted) => admitted,
+            Err(refused) => {
+                let refused = refused.error;
+                debug!(call_id = %call.id, fallback = %rule.fallback, %refused, "fallback not usable");
+                return answer;
+            }
+        };
+        let to = &admitted.resolved().entry.def;
+        if let Err(why_not) = self.pairings.check(&def, to) {
+            warn!(call_id = %call.id, %why_not, "fallback refused: not a safe stand-in");
+            return answer;
+        }
+        let to = to.label();
+        let stand_in = Call {
+            // The stand-in gets what is left of the caller's deadline.
+            caller_timeout: call
+                .caller_timeout
+                .map(|t| t.saturating_sub(call.started.elapsed())),
+            ..stand_in
+        };
+        let answered = self.inner.send(&stand_in, &admitted).await;
+        self.metrics.fallback(def.name());
+        let mut marks = answer.answered.marks;
+        marks.extend(answered.marks);
+        marks.push(Mark::FellBack(FellBack {
+            from: def.label(),
+            to,
+            why,
+        }));
+        Answer {
+            answered: Answered {
+                outcome: answered.outcome,
+                sent: answer.answered.sent.then(answered.sent),
+                marks,
+            },
+            reached: admitted.sent(),
+        }
+    }
 }
 
 /// Why `def`'s outcome calls for its stand-in, if it does: disabled, no

@@ -1,102 +1,158 @@
 //! Observe: how a call ended becomes the response, the session's facts and
 //! the audit record (and the place for metrics and spans).
 
+use super::checks::Reached;
 use super::resolve::Routed;
-use super::{CacheUse, Outcome, Trail};
+use super::service::{Answer, Call, Outcome, Service};
 use crate::error::CallError;
 use crate::metrics::Metrics;
 use toolmesh::pb::ErrorCode;
-use toolmesh::pb::{InvokeRequest, InvokeResponse, ToolResult, ToolSpec};
-use toolmesh::{ErrorCodeExt, Snapshot, ToolDef, ToolErrorExt};
+use toolmesh::pb::{InvokeResponse, ToolResult, ToolSpec};
+use toolmesh::{ErrorCodeExt, SnapshotHistory, ToolDef};
+use toolmesh_governance::Governance;
 use toolmesh_governance::audit::{AuditKind, AuditRecord, outcome_of};
-use toolmesh_governance::{Governance, Principal};
+use tracing::Instrument;
 use tracing::debug;
 
-/// Finishes a call: the response the front door returns.
-pub(crate) async fn finish(
-    governance: &Governance,
-    metrics: &Metrics,
-    snapshot: &Snapshot,
-    who: &Principal,
-    request: &InvokeRequest,
-    mut trail: Trail,
-    outcome: Outcome,
-) -> InvokeResponse {
-    let kind = audit_kind(&outcome);
-    // The caller reads a refusal of a hidden tool as NOT_FOUND; the audit
-    // log keeps what it was.
-    let denied = matches!(
-        &outcome,
-        Outcome::Failed(CallError::PermissionDenied { .. })
-    );
-    let mut result = match outcome {
-        Outcome::Answered(result) => result,
-        Outcome::Failed(error) => {
-            if let CallError::ApprovalRequired { approval_id, .. } = &error {
-                trail.approval_id = Some(approval_id.clone());
-            }
-            error.to_tool_error().into_result()
-        }
-    };
-    if result.error.as_ref().is_none_or(|e| e.code == 0) {
-        record_session_facts(governance, snapshot, who, request, &trail).await;
+/// The outermost layer: what the service within answers becomes the
+/// response, the session's facts, the audit record, metrics and the span.
+pub(crate) struct Observe<'p, S> {
+    pub(crate) governance: &'p Governance,
+    pub(crate) metrics: &'p Metrics,
+    /// What preconditions declare is read from the newest snapshot.
+    pub(crate) snapshots: &'p SnapshotHistory,
+    pub(crate) inner: S,
+}
+
+impl<S: Service> Observe<'_, S> {
+    /// Runs `call` through the service within, in the call's span, and
+    /// answers the response the front door returns (its `call_id` left to
+    /// the caller, who owns the id).
+    pub(crate) async fn respond(&self, call: &Call<'_>) -> InvokeResponse {
+        let answer = self.inner.call(call).instrument(call.span.clone()).await;
+        self.finish(call, answer).await
     }
-    if let Some(def) = &trail.def
-        && !def.spec().deprecated.is_empty()
-    {
-        result.metadata.insert(
-            toolmesh::error::DEPRECATED_METADATA.into(),
-            def.spec().deprecated.clone(),
+
+    /// Finishes a call: the response the front door returns.
+    async fn finish(&self, call: &Call<'_>, answer: Answer) -> InvokeResponse {
+        let Answer { answered, reached } = answer;
+        let request = call.request;
+        let kind = audit_kind(&answered.outcome);
+        // The caller reads a refusal of a hidden tool as NOT_FOUND; the audit
+        // log keeps what it was.
+        let denied = matches!(
+            &answered.outcome,
+            Outcome::Failed(CallError::PermissionDenied { .. })
         );
-    }
-    if let Some(used) = trail.cache {
-        mark_cache(&mut result, used);
-    }
-    if let Some(fell_back) = &trail.fell_back {
-        fell_back.mark(&mut result);
-    }
-    if let (Some(routed), Some(def)) = (&trail.rollout, &trail.def) {
-        mark_rollout(&mut result, routed, def);
-    }
-    let code = result.error.as_ref().map_or(ErrorCode::Unspecified, |e| {
-        ErrorCode::try_from(e.code).unwrap_or(ErrorCode::ExecutorFailed)
-    });
-    let elapsed = trail.started.elapsed();
-    metrics.call(trail.metrics.as_deref(), code, elapsed.as_secs_f64());
-    record_span(&trail, code);
-    debug!(
-        call_id = %trail.call_id,
-        tool = %request.tool,
-        attempts = trail.attempts,
-        code = result.error.as_ref().map_or(0, |e| e.code),
-        elapsed_us = elapsed.as_micros() as u64,
-        "invoke done"
-    );
-    governance.audit(|| {
-        let mut record = audit_record(who, request, &trail, kind, &result);
-        if denied {
-            record.outcome = ErrorCode::PermissionDenied.short_name().into();
+        // The approval the call carried, or the one it was asked to get.
+        let approval_id = match &answered.outcome {
+            Outcome::Failed(CallError::ApprovalRequired { approval_id, .. }) => {
+                Some(approval_id.clone())
+            }
+            _ => (!request.approval_id.is_empty()).then(|| request.approval_id.clone()),
+        };
+        let mut result = answered.outcome.into_result();
+        if result.error.as_ref().is_none_or(|e| e.code == 0) {
+            self.record_session_facts(call, &reached).await;
         }
-        record
-    });
-    InvokeResponse {
-        call_id: trail.call_id,
-        snapshot_version: trail.snapshot_version,
-        tool_version: trail.tool_version,
-        attempts: trail.attempts,
-        executor_id: trail.executor_id,
-        result: Some(result),
+        if let Some(def) = reached.def()
+            && !def.spec().deprecated.is_empty()
+        {
+            result.metadata.insert(
+                toolmesh::error::DEPRECATED_METADATA.into(),
+                def.spec().deprecated.clone(),
+            );
+        }
+        for mark in &answered.marks {
+            mark.on_result(&mut result);
+        }
+        if let (Some(routed), Some(def)) = (reached.routed(), reached.def()) {
+            mark_rollout(&mut result, routed, def);
+        }
+        let code = result.error.as_ref().map_or(ErrorCode::Unspecified, |e| {
+            ErrorCode::try_from(e.code).unwrap_or(ErrorCode::ExecutorFailed)
+        });
+        let tool_version = reached
+            .ran()
+            .map_or_else(String::new, |def| def.version().to_string());
+        let sent = answered.sent;
+        let elapsed = call.started.elapsed();
+        self.metrics
+            .call(reached.handles(), code, elapsed.as_secs_f64());
+        let seen = Seen {
+            call,
+            reached: &reached,
+            tool_version: &tool_version,
+            attempts: sent.attempts,
+            executor_id: &sent.executor_id,
+        };
+        record_span(&seen, code);
+        debug!(
+            call_id = %call.id,
+            tool = %request.tool,
+            attempts = sent.attempts,
+            code = result.error.as_ref().map_or(0, |e| e.code),
+            elapsed_us = elapsed.as_micros() as u64,
+            "invoke done"
+        );
+        self.governance.audit(|| {
+            let mut record = audit_record(&seen, kind, &result);
+            record.approval_id = approval_id;
+            for mark in &answered.marks {
+                mark.on_audit(&mut record);
+            }
+            if denied {
+                record.outcome = ErrorCode::PermissionDenied.short_name().into();
+            }
+            record
+        });
+        InvokeResponse {
+            call_id: String::new(),
+            snapshot_version: call.snapshot.version(),
+            tool_version,
+            attempts: sent.attempts,
+            executor_id: sent.executor_id,
+            result: Some(result),
+        }
+    }
+
+    /// A successful call is a fact later preconditions of its caller's
+    /// session can use (only what some precondition of the current snapshot
+    /// names is kept).
+    async fn record_session_facts(&self, call: &Call<'_>, reached: &Reached) {
+        let request = call.request;
+        let session = request
+            .context
+            .as_ref()
+            .map_or("", |c| c.session_id.as_str());
+        if session.is_empty() {
+            // Most calls name no session: nothing to record.
+            return;
+        }
+        // Read from the newest snapshot, so pinned calls do not make the
+        // per-snapshot memo flip back and forth.
+        let current = self.snapshots.current();
+        if let (Some(def), Some(arguments)) = (reached.def(), reached.arguments())
+            && self.governance.records_facts_of(&current, def.name())
+            && let Ok(tree) = arguments.tree(&request.arguments)
+        {
+            // Boxed: it may wait for the registry; most calls never get here.
+            Box::pin(
+                self.governance
+                    .record_session(&current, call.who, session, def.name(), tree),
+            )
+            .await;
+        }
     }
 }
 
-/// Metadata `toolmesh.cache` (and `toolmesh.cache_age_ms` for an answer
-/// from the cache) on a cached tool's result.
-fn mark_cache(result: &mut ToolResult, used: CacheUse) {
-    let metadata = &mut result.metadata;
-    metadata.insert("toolmesh.cache".into(), used.name().into());
-    if let Some(age) = used.age() {
-        metadata.insert("toolmesh.cache_age_ms".into(), age.as_millis().to_string());
-    }
+/// What observing a call reads of it.
+struct Seen<'a> {
+    call: &'a Call<'a>,
+    reached: &'a Reached,
+    tool_version: &'a str,
+    attempts: u32,
+    executor_id: &'a str,
 }
 
 /// Metadata `toolmesh.version`, `toolmesh.rollout` (`canary` or `stable`)
@@ -112,16 +168,16 @@ fn mark_rollout(result: &mut ToolResult, routed: &Routed, def: &ToolDef) {
 }
 
 /// The call's span gets what the call became (a no-op when not exported).
-fn record_span(trail: &Trail, code: ErrorCode) {
-    let span = &trail.span;
+fn record_span(seen: &Seen<'_>, code: ErrorCode) {
+    let span = seen.call.span;
     if span.is_disabled() {
         return;
     }
-    span.record("gen_ai.tool.call.id", trail.call_id.as_str());
-    span.record("toolmesh.tool.version", trail.tool_version.as_str());
-    span.record("toolmesh.snapshot", trail.snapshot_version);
-    span.record("toolmesh.attempts", trail.attempts);
-    span.record("toolmesh.executor", trail.executor_id.as_str());
+    span.record("gen_ai.tool.call.id", seen.call.id);
+    span.record("toolmesh.tool.version", seen.tool_version);
+    span.record("toolmesh.snapshot", seen.call.snapshot.version());
+    span.record("toolmesh.attempts", seen.attempts);
+    span.record("toolmesh.executor", seen.executor_id);
     if code != ErrorCode::Unspecified {
         span.record("error.type", code.short_name());
         span.record("otel.status_code", "ERROR");
@@ -139,46 +195,15 @@ fn audit_kind(outcome: &Outcome) -> AuditKind {
     }
 }
 
-/// A successful call is a fact later preconditions of its caller's session
-/// can use (only what some precondition of the current snapshot names is
-/// kept).
-async fn record_session_facts(
-    governance: &Governance,
-    snapshot: &Snapshot,
-    who: &Principal,
-    request: &InvokeRequest,
-    trail: &Trail,
-) {
-    let session = request
-        .context
-        .as_ref()
-        .map_or("", |c| c.session_id.as_str());
-    if session.is_empty() {
-        // Most calls name no session: nothing to record.
-        return;
-    }
-    if let (Some(def), Some(arguments)) = (&trail.def, &trail.arguments)
-        && governance.records_facts_of(snapshot, def.name())
-        && let Ok(tree) = arguments.tree(&request.arguments)
-    {
-        // Boxed: it may wait for the registry; most calls never get here.
-        Box::pin(governance.record_session(snapshot, who, session, def.name(), tree)).await;
-    }
-}
-
-/// The audit line of one call.
-fn audit_record(
-    who: &Principal,
-    request: &InvokeRequest,
-    trail: &Trail,
-    kind: AuditKind,
-    result: &ToolResult,
-) -> AuditRecord {
-    let mut record = match &trail.def {
+/// The audit line of one call (its approval and the layers' marks are
+/// added by the caller).
+fn audit_record(seen: &Seen<'_>, kind: AuditKind, result: &ToolResult) -> AuditRecord {
+    let (who, request, reached) = (seen.call.who, seen.call.request, seen.reached);
+    let mut record = match reached.def() {
         Some(def) => {
             // A tree another stage built saves redaction a parse; the
             // digest is taken by the audit writer, off this thread.
-            let tree = trail.arguments.as_ref().and_then(|a| a.built());
+            let tree = reached.arguments().and_then(|a| a.built());
             AuditRecord::for_def(kind, who, def, &request.arguments, tree)
         }
         None => {
@@ -190,19 +215,16 @@ fn audit_record(
         }
     };
     let context = request.context.clone().unwrap_or_default();
-    record.call_id = trail.call_id.clone();
+    record.call_id = seen.call.id.to_owned();
     record.trace_id = context.trace_id;
     record.session_id = context.session_id;
-    record.snapshot_version = trail.snapshot_version;
-    record.executor_id = trail.executor_id.clone();
-    record.attempts = trail.attempts;
+    record.snapshot_version = seen.call.snapshot.version();
+    record.executor_id = seen.executor_id.to_owned();
+    record.attempts = seen.attempts;
     record.outcome = outcome_of(result);
-    record.duration_ms = trail.started.elapsed().as_millis() as u64;
-    record.approval_id = trail.approval_id.clone();
-    record.rule = trail.rule.clone();
-    record.cache = trail.cache.map(|used| used.name().to_owned());
-    record.fallback_for = trail.fell_back.as_ref().map(|f| f.from.clone());
-    record.rollout = trail.rollout.as_ref().map(|routed| {
+    record.duration_ms = seen.call.started.elapsed().as_millis() as u64;
+    record.rule = reached.rule().map(str::to_owned);
+    record.rollout = reached.routed().map(|routed| {
         serde_json::json!({
             "side": routed.side(),
             "percent": routed.rollout.share.percent_number(),

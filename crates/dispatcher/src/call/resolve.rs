@@ -5,12 +5,21 @@
 //! Invoke and explain alike.
 
 use crate::error::CallError;
+use crate::metrics::ToolHandles;
 use std::sync::Arc;
 use toolmesh::reference::VersionPattern;
 use toolmesh::rollout::{Assignment, Audience, Caller, RolloutState, Sticky};
 use toolmesh::snapshot::ResolveError;
 use toolmesh::{Rollout, Snapshot, ToolEntry, ToolRef, suggest};
 use toolmesh_governance::{Policy, Principal};
+
+/// What resolving a call gives: the entry to send it to, how a rollout
+/// routed the caller (when one did) and the entry's metric handles.
+pub(crate) struct Resolved {
+    pub(crate) entry: Arc<ToolEntry>,
+    pub(crate) routed: Option<Routed>,
+    pub(crate) handles: Arc<ToolHandles>,
+}
 
 /// How a rollout routed a caller.
 #[derive(Debug, Clone)]

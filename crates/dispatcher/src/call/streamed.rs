@@ -6,31 +6,52 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 use tokio::sync::mpsc;
 use toolmesh::pb::{
-    ExecuteEvent, ExecuteRequest, InvokeEvent, ToolResult, execute_event, executor_client,
-    invoke_event,
+    ExecuteEvent, ExecuteRequest, InvokeEvent, Progress, ToolResult, execute_event,
+    executor_client, invoke_event,
 };
 
 /// Where a call's progress and output chunks go — to the caller of
-/// `InvokeStream`, or nowhere (`Invoke`, which waits for the result) — and
-/// whether any reached the caller: from then on the call is never retried.
+/// `InvokeStream`, to a caller that reads only progress (the MCP door), or
+/// nowhere (`Invoke`, which waits for the result) — and whether any
+/// reached the caller: from then on the call is never retried.
 #[derive(Debug, Default)]
 pub(crate) struct Relay {
-    caller: Option<mpsc::Sender<InvokeEvent>>,
+    caller: Option<Listener>,
     delivered: AtomicBool,
+}
+
+/// A caller that reads what the tool reports.
+#[derive(Debug)]
+enum Listener {
+    /// Every event (`InvokeStream`).
+    Events(mpsc::Sender<InvokeEvent>),
+    /// Progress reports only; output chunks are taken and dropped, since
+    /// the result carries the whole output.
+    Progress(mpsc::Sender<Progress>),
 }
 
 impl Relay {
     /// A relay to the caller reading `caller`.
     pub(crate) fn to(caller: mpsc::Sender<InvokeEvent>) -> Self {
+        Relay::listened(Listener::Events(caller))
+    }
+
+    /// A relay of progress reports to `caller`.
+    pub(crate) fn progress_to(caller: mpsc::Sender<Progress>) -> Self {
+        Relay::listened(Listener::Progress(caller))
+    }
+
+    fn listened(caller: Listener) -> Self {
         Relay {
             caller: Some(caller),
             delivered: AtomicBool::new(false),
         }
     }
 
-    /// Whether a caller reads what the tool reports (`InvokeStream`): only
-    /// then is a tool that streams its progress called by `ExecuteStream`;
-    /// otherwise its plain `Execute` answers with less work on both ends.
+    /// Whether a caller reads what the tool reports (`InvokeStream`, or
+    /// progress): only then is a tool that streams its progress called by
+    /// `ExecuteStream`; otherwise its plain `Execute` answers with less work
+    /// on both ends.
     pub(crate) fn listening(&self) -> bool {
         self.caller.is_some()
     }
@@ -43,20 +64,34 @@ impl Relay {
     /// Passes one event on (waiting while the caller is slow to read, so
     /// the executor's stream is held back too).
     async fn pass(&self, event: execute_event::Event) {
-        let Some(caller) = &self.caller else {
-            return;
+        use execute_event::Event;
+        let sent = match (&self.caller, event) {
+            // The result is never passed: it ends the attempt.
+            (None, _) | (_, Event::Result(_)) => return,
+            (Some(Listener::Events(caller)), Event::Progress(report)) => {
+                send(caller, invoke_event::Event::Progress(report)).await
+            }
+            (Some(Listener::Events(caller)), Event::Chunk(chunk)) => {
+                send(caller, invoke_event::Event::Chunk(chunk)).await
+            }
+            (Some(Listener::Progress(caller)), Event::Progress(report)) => {
+                caller.send(report).await.is_ok()
+            }
+            // Taken by a caller that shows only progress, as if passed.
+            (Some(Listener::Progress(caller)), Event::Chunk(_)) => !caller.is_closed(),
         };
-        let event = match event {
-            execute_event::Event::Progress(progress) => invoke_event::Event::Progress(progress),
-            execute_event::Event::Chunk(chunk) => invoke_event::Event::Chunk(chunk),
-            // Never passed: the result ends the attempt.
-            execute_event::Event::Result(_) => return,
-        };
-        let sent = caller.send(InvokeEvent { event: Some(event) }).await;
-        if sent.is_ok() {
+        if sent {
             self.delivered.store(true, Ordering::Relaxed);
         }
     }
+}
+
+/// Sends `event` to `caller`; whether it was taken.
+async fn send(caller: &mpsc::Sender<InvokeEvent>, event: invoke_event::Event) -> bool {
+    caller
+        .send(InvokeEvent { event: Some(event) })
+        .await
+        .is_ok()
 }
 
 /// Sends `rpc` by `ExecuteStream`, relaying each event as it comes, and

@@ -6,11 +6,18 @@
 //! tree; only what it does not accept takes the full check, which decides
 //! and names every violation.
 
+use super::authorize::Authorized;
 use crate::error::CallError;
 use serde_json::Value;
 use std::sync::OnceLock;
 use toolmesh::{ToolDef, schema};
 use toolmesh_governance::Narrowing;
+
+/// An authorized call whose arguments passed every check.
+pub(crate) struct Validated {
+    pub(crate) authorized: Authorized,
+    pub(crate) arguments: Arguments,
+}
 
 /// Arguments that passed every check. Their tree is built only when a
 /// stage needs one (preconditions, approvals, the cache key, session facts,

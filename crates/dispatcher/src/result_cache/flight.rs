@@ -1,7 +1,7 @@
 //! Identical calls in flight coalesced into one, every caller keeping its own deadline and cancellation: a leader that goes away, or whose own shorter deadline cut the call short, fails nobody else — the joiners with time left fly again.
 //!
 //! The first caller of a key leads a flight: it runs its own call (with its
-//! own deadline, relay and trail). Callers of the same key that arrive while
+//! own deadline and relay). Callers of the same key that arrive while
 //! it flies join it: they run nothing and wait for its answer, each only
 //! until its own deadline (then it is out of time, alone). A joiner that
 //! goes away just stops waiting. When the leader goes away (its caller hung
