@@ -144,6 +144,16 @@ impl From<toolmesh_etcd::EtcdError> for RegistryError {
     }
 }
 
+impl From<crate::kv::KvError> for RegistryError {
+    fn from(error: crate::kv::KvError) -> Self {
+        match error {
+            crate::kv::KvError::Etcd(error) => error.into(),
+            crate::kv::KvError::Durable(error) => error,
+            gone @ crate::kv::KvError::LeaseGone(_) => RegistryError::Internal(gone.to_string()),
+        }
+    }
+}
+
 impl From<RegistryError> for tonic::Status {
     fn from(error: RegistryError) -> Self {
         let message = error.to_string();

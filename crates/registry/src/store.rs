@@ -121,11 +121,11 @@ impl Store for Registry {
     }
 
     async fn shared_records(&self, prefix: &str) -> Result<Vec<SharedRecord>, RegistryError> {
-        Ok(self.shared().list(prefix, true))
+        crate::shared::list(self.kv(), prefix, false).await
     }
 
     async fn shared_keys(&self, prefix: &str) -> Result<Vec<SharedRecord>, RegistryError> {
-        Ok(self.shared().list(prefix, false))
+        crate::shared::list(self.kv(), prefix, true).await
     }
 
     async fn put_shared(
@@ -135,11 +135,10 @@ impl Store for Registry {
         revision: i64,
         ttl: Duration,
     ) -> Result<bool, RegistryError> {
-        Ok(self.shared().put(key, value, revision, ttl))
+        crate::shared::put(self.kv(), key, value, revision, ttl).await
     }
 
     async fn delete_shared(&self, key: &str) -> Result<(), RegistryError> {
-        self.shared().delete(key);
-        Ok(())
+        crate::shared::delete(self.kv(), key).await
     }
 }

@@ -4,9 +4,9 @@
 //! the replica dies and another takes it over), and its verdicts are written
 //! to the store so every replica's snapshot agrees.
 
-use super::keys::{HealthRecord, Slot};
 use super::{Inner, absent, put_op};
 use crate::health_watch;
+use crate::keys::{HealthRecord, Slot};
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;

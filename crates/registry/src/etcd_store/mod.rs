@@ -7,22 +7,23 @@
 
 mod access;
 mod claims;
-mod keys;
 mod model;
-mod rollout_writes;
 mod sync;
 
 use crate::config::RegistryConfig;
 use crate::error::RegistryError;
 use crate::gate::Gate;
+use crate::keys::{ExecRecord, PREFIX, Slot, content_hash, lease_label, parse_lease};
+use crate::kv::{self, EtcdKv, compare_of, request_of};
+use crate::owners::{self, MAX_TXN_OPS};
 use crate::published::Published;
 use crate::registry::{Checked, check_request, validate_tools};
-use crate::rollouts::RolloutRequest;
-use crate::shared::SharedRecord;
+use crate::rollouts::{self, RolloutRequest};
+use crate::shared::{self, SharedRecord};
 use crate::state::{check_conflict, check_executor_slot, check_lease_holder, owned_elsewhere};
 use crate::store::Store;
+use crate::switches;
 use crate::txn::key_of;
-use keys::{ExecRecord, PREFIX, Slot, content_hash, lease_label, parse_lease};
 use model::Model;
 use prost::Message;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -32,13 +33,11 @@ use tokio_util::sync::{CancellationToken, DropGuard};
 use toolmesh::pb::{self, RejectedTool};
 use toolmesh::{Rollout, Snapshot, ToolDef};
 use toolmesh_etcd::Client;
-use toolmesh_etcd::pb::{Compare, RequestOp, TxnRequest, compare, request_op::Request as Op};
+use toolmesh_etcd::pb::{Compare, RequestOp, TxnRequest};
 use tracing::info;
 
 pub use access::{EtcdAccess, EtcdAccessError};
 
-/// Most operations in one etcd transaction (etcd's default limit is 128).
-const MAX_TXN_OPS: usize = 100;
 /// Most bytes in one etcd transaction (etcd's default limit is 1.5 MiB).
 const MAX_TXN_BYTES: usize = 1024 * 1024;
 /// How long a write waits for this replica's snapshot to include it.
@@ -58,6 +57,8 @@ pub struct EtcdStore {
 
 pub(crate) struct Inner {
     client: Client,
+    /// The same cluster behind the key-value seam the shared rules use.
+    kv: EtcdKv,
     config: RegistryConfig,
     gate: Arc<dyn Gate>,
     /// This replica's id (the value of the health claims it holds).
@@ -113,6 +114,7 @@ impl EtcdStore {
         let client = Client::connect(url, options).map_err(|e| bad(&e))?;
         let shutdown = CancellationToken::new();
         let inner = Arc::new(Inner {
+            kv: EtcdKv::new(client.clone()),
             client,
             published: Published::new(Snapshot::empty(""), config.history),
             config,
@@ -140,7 +142,7 @@ impl EtcdStore {
         // a handshake can miss its timeout), so that settings etcd refuses
         // stop the registry rather than pass for an outage.
         loop {
-            let check = inner.client.check(keys::PREFIX.as_bytes());
+            let check = inner.client.check(PREFIX.as_bytes());
             match tokio::time::timeout_at(deadline, check).await {
                 Ok(Err(error)) if error.is_misconfigured() => {
                     shutdown.cancel();
@@ -171,35 +173,6 @@ impl EtcdStore {
     /// The etcd revision this replica's snapshot reflects.
     pub fn applied_revision(&self) -> i64 {
         *self.inner.applied.borrow()
-    }
-
-    /// The shared records under `prefix`, their values left out when `keys_only`.
-    async fn shared_range(
-        &self,
-        prefix: &str,
-        keys_only: bool,
-    ) -> Result<Vec<SharedRecord>, RegistryError> {
-        let full = Slot::Shared(prefix).key();
-        let response = self
-            .inner
-            .client
-            .range(toolmesh_etcd::pb::RangeRequest {
-                range_end: toolmesh_etcd::prefix_end(&full),
-                key: full,
-                keys_only,
-                ..Default::default()
-            })
-            .await?;
-        let base = Slot::Shared("").key().len();
-        Ok(response
-            .kvs
-            .into_iter()
-            .map(|kv| SharedRecord {
-                key: String::from_utf8_lossy(&kv.key[base..]).into_owned(),
-                value: kv.value,
-                revision: kv.mod_revision,
-            })
-            .collect())
     }
 }
 
@@ -281,61 +254,6 @@ impl Inner {
         lease.ok_or_else(|| RegistryError::UnknownLease(lease_id.to_owned()))
     }
 
-    /// Claims the unowned `names` for `owner`; returns those another owner
-    /// took first. One transaction per batch; a batch that loses a race is
-    /// claimed name by name.
-    async fn claim_names(
-        &self,
-        owner: &str,
-        names: &[String],
-    ) -> Result<Vec<String>, RegistryError> {
-        let mut lost = Vec::new();
-        for batch in names.chunks(MAX_TXN_OPS) {
-            let txn = TxnRequest {
-                compare: batch.iter().map(|n| absent(Slot::Owner(n).key())).collect(),
-                success: batch
-                    .iter()
-                    .map(|n| put_op(Slot::Owner(n).key(), owner.as_bytes().to_vec(), 0))
-                    .collect(),
-                failure: vec![],
-            };
-            if self.client.txn(txn).await?.succeeded {
-                continue;
-            }
-            for name in batch {
-                let key = Slot::Owner(name).key();
-                let txn = TxnRequest {
-                    compare: vec![absent(key.clone())],
-                    success: vec![put_op(key.clone(), owner.as_bytes().to_vec(), 0)],
-                    failure: vec![RequestOp {
-                        request: Some(Op::RequestRange(toolmesh_etcd::pb::RangeRequest {
-                            key,
-                            ..Default::default()
-                        })),
-                    }],
-                };
-                let response = self.client.txn(txn).await?;
-                if response.succeeded {
-                    continue;
-                }
-                let holder = response
-                    .responses
-                    .into_iter()
-                    .find_map(|r| match r.response {
-                        Some(toolmesh_etcd::pb::response_op::Response::ResponseRange(r)) => {
-                            r.kvs.into_iter().next()
-                        }
-                        _ => None,
-                    })
-                    .map(|kv| String::from_utf8_lossy(&kv.value).into_owned());
-                if holder.as_deref() != Some(owner) {
-                    lost.push(name.clone());
-                }
-            }
-        }
-        Ok(lost)
-    }
-
     /// Stores the definitions etcd does not hold yet, in transactions that
     /// stay under etcd's operation and size limits.
     async fn put_defs(&self, defs: Vec<(String, Vec<u8>)>) -> Result<(), RegistryError> {
@@ -383,49 +301,20 @@ async fn wait_for(counter: &watch::Sender<i64>, revision: i64) -> Result<(), Reg
 /// A compare that holds while `key` was last written at `revision` (0:
 /// while it does not exist).
 fn unchanged(key: Vec<u8>, revision: i64) -> Compare {
-    if revision == 0 {
-        return absent(key);
-    }
-    Compare {
-        result: compare::CompareResult::Equal as i32,
-        target: compare::CompareTarget::Mod as i32,
-        key,
-        target_union: Some(compare::TargetUnion::ModRevision(revision)),
-        range_end: vec![],
-    }
+    compare_of(kv::Compare::Revision(key, revision))
 }
 
 /// A compare that holds while `key` does not exist.
 fn absent(key: Vec<u8>) -> Compare {
-    Compare {
-        result: compare::CompareResult::Equal as i32,
-        target: compare::CompareTarget::Create as i32,
-        key,
-        target_union: Some(compare::TargetUnion::CreateRevision(0)),
-        range_end: vec![],
-    }
+    unchanged(key, 0)
 }
 
 fn put_op(key: Vec<u8>, value: Vec<u8>, lease: i64) -> RequestOp {
-    RequestOp {
-        request: Some(Op::RequestPut(toolmesh_etcd::pb::PutRequest {
-            key,
-            value,
-            lease,
-            ..Default::default()
-        })),
-    }
+    request_of(kv::Op::Put { key, value, lease })
 }
 
 fn delete_op(key: Vec<u8>) -> RequestOp {
-    RequestOp {
-        request: Some(Op::RequestDeleteRange(
-            toolmesh_etcd::pb::DeleteRangeRequest {
-                key,
-                ..Default::default()
-            },
-        )),
-    }
+    request_of(kv::Op::Delete { key })
 }
 
 /// What a registration will write, decided against this replica's view.
@@ -555,7 +444,7 @@ impl Inner {
     ) -> Result<Option<Written>, RegistryError> {
         self.catch_up().await?;
         let mut plan = self.plan(executor_id, &template.owner, tools)?;
-        let lost = self.claim_names(&template.owner, &plan.unowned).await?;
+        let lost = owners::claim(&self.kv, &template.owner, &plan.unowned).await?;
         let mut hashes = Vec::with_capacity(plan.hashes.len());
         for (name, hash) in plan.names.iter().zip(plan.hashes) {
             if lost.contains(name) {
@@ -750,32 +639,10 @@ impl Store for EtcdStore {
         let inner = &self.inner;
         inner.check_writable()?;
         inner.catch_up().await?;
-        let was_disabled = inner.model().disabled.contains_key(tool);
-        let known = !inner.published.current().versions(tool).is_empty() || was_disabled;
-        if !known {
-            return Err(RegistryError::UnknownTool(tool.to_owned()));
-        }
-        let key = Slot::Disabled(tool).key();
-        let revision = match &reason {
-            Some(reason) => {
-                inner
-                    .client
-                    .put(&key, reason.clone().into_bytes(), 0)
-                    .await?
-            }
-            None => {
-                let response = inner
-                    .client
-                    .txn(TxnRequest {
-                        compare: vec![],
-                        success: vec![delete_op(key)],
-                        failure: vec![],
-                    })
-                    .await?;
-                response.header.map_or(0, |h| h.revision)
-            }
-        };
-        if reason.is_some() || was_disabled {
+        let snapshot = inner.published.current();
+        let switched = switches::write(&inner.kv, &snapshot, tool, reason.as_deref()).await?;
+        let revision = switched.revision;
+        if switched.changed {
             inner.reflect(revision).await?;
         } else {
             // Enabling an enabled tool deletes nothing: no event comes.
@@ -800,21 +667,20 @@ impl Store for EtcdStore {
         let inner = &self.inner;
         inner.check_writable()?;
         // Another replica (or a dispatcher's abort) may write the same
-        // rollout: write only over the version this replica decided on.
-        for _ in 0..3 {
-            if let Some(written) = inner.try_rollout(request).await? {
-                return Ok(written);
-            }
-        }
-        Err(RegistryError::Contended("the rollout"))
+        // rollout: it is written only over the version decided on.
+        inner.catch_up().await?;
+        let snapshot = inner.published.current();
+        let (written, rollout) = rollouts::write(&inner.kv, &snapshot, request).await?;
+        inner.reflect(written).await?;
+        Ok((u64::try_from(written).unwrap_or(0), rollout))
     }
 
     async fn shared_records(&self, prefix: &str) -> Result<Vec<SharedRecord>, RegistryError> {
-        self.shared_range(prefix, false).await
+        shared::list(&self.inner.kv, prefix, false).await
     }
 
     async fn shared_keys(&self, prefix: &str) -> Result<Vec<SharedRecord>, RegistryError> {
-        self.shared_range(prefix, true).await
+        shared::list(&self.inner.kv, prefix, true).await
     }
 
     async fn put_shared(
@@ -824,32 +690,10 @@ impl Store for EtcdStore {
         revision: i64,
         ttl: Duration,
     ) -> Result<bool, RegistryError> {
-        let client = &self.inner.client;
-        let key = Slot::Shared(key).key();
-        let secs = i64::try_from(ttl.as_secs().max(1)).unwrap_or(i64::MAX);
-        let (lease, _) = client.grant(secs).await?;
-        let response = client
-            .txn(TxnRequest {
-                compare: vec![unchanged(key.clone(), revision)],
-                success: vec![put_op(key, value, lease)],
-                failure: vec![],
-            })
-            .await?;
-        if !response.succeeded {
-            let _ = client.revoke(lease).await;
-        }
-        Ok(response.succeeded)
+        shared::put(&self.inner.kv, key, value, revision, ttl).await
     }
 
     async fn delete_shared(&self, key: &str) -> Result<(), RegistryError> {
-        self.inner
-            .client
-            .txn(TxnRequest {
-                compare: vec![],
-                success: vec![delete_op(Slot::Shared(key).key())],
-                failure: vec![],
-            })
-            .await?;
-        Ok(())
+        shared::delete(&self.inner.kv, key).await
     }
 }

@@ -2,8 +2,7 @@
 //! function of the keys at one revision, so every replica publishes the same
 //! content under the same (epoch, version).
 
-use super::keys::{ExecRecord, HealthRecord, Slot};
-use crate::rollouts::RolloutRecord;
+use crate::keys::{ExecRecord, HealthRecord, Slot};
 use crate::state::instance;
 use crate::txn::{Key, key_of};
 use prost::Message;
@@ -166,10 +165,7 @@ impl Model {
                 touched.names.insert(name.to_owned());
             }
             Slot::Rollout(name) => {
-                match serde_json::from_slice::<RolloutRecord>(&kv.value)
-                    .map_err(|e| e.to_string())
-                    .and_then(Rollout::try_from)
-                {
+                match crate::rollouts::decode(&kv.value) {
                     Ok(rollout) => {
                         self.rollouts
                             .insert(name.to_owned(), (rollout, kv.mod_revision));

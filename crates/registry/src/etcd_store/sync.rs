@@ -4,8 +4,8 @@
 //! quorum and turns the replica not writable after a few seconds.
 
 use super::Inner;
-use super::keys::{PREFIX, Slot};
 use super::model::Model;
+use crate::keys::{PREFIX, Slot};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::time::{Instant, sleep};

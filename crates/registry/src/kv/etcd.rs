@@ -1,0 +1,119 @@
+//! The etcd backend of the key-value seam, over the generated client.
+
+use super::{Compare, Entry, Kv, KvError, LeaseId, Op, Outcome, Txn};
+use std::time::Duration;
+use toolmesh_etcd::Client;
+use toolmesh_etcd::pb::{self, compare, request_op::Request};
+
+/// Keys in an etcd cluster. Cheap to clone.
+#[derive(Debug, Clone)]
+pub(crate) struct EtcdKv {
+    client: Client,
+}
+
+impl EtcdKv {
+    /// The backend over `client`.
+    pub(crate) fn new(client: Client) -> EtcdKv {
+        EtcdKv { client }
+    }
+}
+
+fn entry(kv: pb::mvccpb::KeyValue) -> Entry {
+    Entry {
+        key: kv.key,
+        value: kv.value,
+        create_revision: kv.create_revision,
+        mod_revision: kv.mod_revision,
+        lease: kv.lease,
+    }
+}
+
+/// The etcd compare for one of ours.
+pub(crate) fn compare_of(compare: Compare) -> pb::Compare {
+    let Compare::Revision(key, revision) = compare;
+    let (target, union) = if revision == 0 {
+        (
+            compare::CompareTarget::Create,
+            compare::TargetUnion::CreateRevision(0),
+        )
+    } else {
+        (
+            compare::CompareTarget::Mod,
+            compare::TargetUnion::ModRevision(revision),
+        )
+    };
+    pb::Compare {
+        result: compare::CompareResult::Equal as i32,
+        target: target as i32,
+        key,
+        target_union: Some(union),
+        range_end: vec![],
+    }
+}
+
+/// The etcd request for one of our writes.
+pub(crate) fn request_of(op: Op) -> pb::RequestOp {
+    let request = match op {
+        Op::Put { key, value, lease } => Request::RequestPut(pb::PutRequest {
+            key,
+            value,
+            lease,
+            ..Default::default()
+        }),
+        Op::Delete { key } => Request::RequestDeleteRange(pb::DeleteRangeRequest {
+            key,
+            ..Default::default()
+        }),
+    };
+    pb::RequestOp {
+        request: Some(request),
+    }
+}
+
+#[tonic::async_trait]
+impl Kv for EtcdKv {
+    async fn get(&self, key: &[u8]) -> Result<Option<Entry>, KvError> {
+        Ok(self.client.get(key).await?.map(entry))
+    }
+
+    async fn range(&self, prefix: &[u8], keys_only: bool) -> Result<Vec<Entry>, KvError> {
+        let response = self
+            .client
+            .range(pb::RangeRequest {
+                key: prefix.to_vec(),
+                range_end: toolmesh_etcd::prefix_end(prefix),
+                keys_only,
+                ..Default::default()
+            })
+            .await?;
+        Ok(response.kvs.into_iter().map(entry).collect())
+    }
+
+    async fn txn(&self, txn: Txn) -> Result<Outcome, KvError> {
+        let response = self
+            .client
+            .txn(pb::TxnRequest {
+                compare: txn.compare.into_iter().map(compare_of).collect(),
+                success: txn.success.into_iter().map(request_of).collect(),
+                failure: vec![],
+            })
+            .await?;
+        Ok(Outcome {
+            succeeded: response.succeeded,
+            revision: response.header.map_or(0, |h| h.revision),
+        })
+    }
+
+    async fn grant(&self, ttl: Duration) -> Result<(LeaseId, Duration), KvError> {
+        let secs = i64::try_from(ttl.as_millis().div_ceil(1000).max(1)).unwrap_or(i64::MAX);
+        let (lease, granted) = self.client.grant(secs).await?;
+        Ok((
+            lease,
+            Duration::from_secs(u64::try_from(granted).unwrap_or(0)),
+        ))
+    }
+
+    async fn revoke(&self, lease: LeaseId) -> Result<(), KvError> {
+        Ok(self.client.revoke(lease).await?)
+    }
+}
