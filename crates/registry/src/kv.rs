@@ -7,7 +7,7 @@ mod memory;
 
 use std::time::Duration;
 
-pub(crate) use etcd::{EtcdKv, compare_of, request_of};
+pub(crate) use etcd::EtcdKv;
 pub(crate) use memory::{MemoryKv, at_once};
 
 /// A lease id (0: no lease).
@@ -32,6 +32,8 @@ pub(crate) struct Entry {
 pub(crate) enum Compare {
     /// `key` was last written at this revision (0: it does not exist).
     Revision(Vec<u8>, i64),
+    /// `key` holds this value.
+    Value(Vec<u8>, Vec<u8>),
 }
 
 impl Compare {
@@ -115,6 +117,9 @@ pub(crate) trait Kv: Send + Sync + 'static {
     /// A lease of at least `ttl` (etcd counts whole seconds and may raise a
     /// short one to its minimum); its id and the TTL granted.
     async fn grant(&self, ttl: Duration) -> Result<(LeaseId, Duration), KvError>;
+    /// Renews `lease` once; the TTL it has again, `None` when it has
+    /// expired (or was revoked).
+    async fn keep_alive(&self, lease: LeaseId) -> Result<Option<Duration>, KvError>;
     /// Revokes `lease`: its keys go with it.
     async fn revoke(&self, lease: LeaseId) -> Result<(), KvError>;
 }

@@ -14,7 +14,7 @@ use crate::config::RegistryConfig;
 use crate::error::RegistryError;
 use crate::gate::Gate;
 use crate::keys::{ExecRecord, PREFIX, Slot, content_hash, lease_label, parse_lease};
-use crate::kv::{self, EtcdKv, compare_of, request_of};
+use crate::kv::{EtcdKv, Kv, Op, Txn};
 use crate::owners::{self, MAX_TXN_OPS};
 use crate::published::Published;
 use crate::registry::{Checked, check_request, validate_tools};
@@ -33,7 +33,6 @@ use tokio_util::sync::{CancellationToken, DropGuard};
 use toolmesh::pb::{self, RejectedTool};
 use toolmesh::{Rollout, Snapshot, ToolDef};
 use toolmesh_etcd::Client;
-use toolmesh_etcd::pb::{Compare, RequestOp, TxnRequest};
 use tracing::info;
 
 pub use access::{EtcdAccess, EtcdAccessError};
@@ -257,32 +256,25 @@ impl Inner {
     /// Stores the definitions etcd does not hold yet, in transactions that
     /// stay under etcd's operation and size limits.
     async fn put_defs(&self, defs: Vec<(String, Vec<u8>)>) -> Result<(), RegistryError> {
-        let mut batch: Vec<RequestOp> = Vec::new();
+        let mut batch = Txn::default();
         let mut bytes = 0;
         for (hash, encoded) in defs {
-            if !batch.is_empty()
-                && (batch.len() >= MAX_TXN_OPS || bytes + encoded.len() > MAX_TXN_BYTES)
+            if !batch.success.is_empty()
+                && (batch.success.len() >= MAX_TXN_OPS || bytes + encoded.len() > MAX_TXN_BYTES)
             {
-                self.put_batch(std::mem::take(&mut batch)).await?;
+                self.kv.txn(std::mem::take(&mut batch)).await?;
                 bytes = 0;
             }
             bytes += encoded.len() + hash.len() + PREFIX.len() + 8;
-            batch.push(put_op(Slot::Def(&hash).key(), encoded, 0));
+            batch.success.push(Op::Put {
+                key: Slot::Def(&hash).key(),
+                value: encoded,
+                lease: 0,
+            });
         }
-        if !batch.is_empty() {
-            self.put_batch(batch).await?;
+        if !batch.success.is_empty() {
+            self.kv.txn(batch).await?;
         }
-        Ok(())
-    }
-
-    async fn put_batch(&self, success: Vec<RequestOp>) -> Result<(), RegistryError> {
-        self.client
-            .txn(TxnRequest {
-                compare: vec![],
-                success,
-                failure: vec![],
-            })
-            .await?;
         Ok(())
     }
 }
@@ -296,25 +288,6 @@ async fn wait_for(counter: &watch::Sender<i64>, revision: i64) -> Result<(), Reg
             "this replica has not seen etcd revision {revision} within {READ_YOUR_WRITE:?} (its watch of etcd is behind)"
         ))),
     }
-}
-
-/// A compare that holds while `key` was last written at `revision` (0:
-/// while it does not exist).
-fn unchanged(key: Vec<u8>, revision: i64) -> Compare {
-    compare_of(kv::Compare::Revision(key, revision))
-}
-
-/// A compare that holds while `key` does not exist.
-fn absent(key: Vec<u8>) -> Compare {
-    unchanged(key, 0)
-}
-
-fn put_op(key: Vec<u8>, value: Vec<u8>, lease: i64) -> RequestOp {
-    request_of(kv::Op::Put { key, value, lease })
-}
-
-fn delete_op(key: Vec<u8>) -> RequestOp {
-    request_of(kv::Op::Delete { key })
 }
 
 /// What a registration will write, decided against this replica's view.
@@ -409,20 +382,17 @@ impl Inner {
     }
 
     /// Writes the registration `template` (with the kept tools) on a new
-    /// lease of `ttl_secs`, planning again once when another write to the
+    /// lease of `ttl`, planning again once when another write to the
     /// executor's key came between this replica's view and its transaction.
     async fn write_registration(
         &self,
         executor_id: &str,
         template: &ExecRecord,
         tools: &[ToolDef],
-        ttl_secs: i64,
+        ttl: Duration,
     ) -> Result<Written, RegistryError> {
         for _ in 0..2 {
-            if let Some(written) = self
-                .try_register(executor_id, template, tools, ttl_secs)
-                .await?
-            {
+            if let Some(written) = self.try_register(executor_id, template, tools, ttl).await? {
                 return Ok(written);
             }
         }
@@ -440,7 +410,7 @@ impl Inner {
         executor_id: &str,
         template: &ExecRecord,
         tools: &[ToolDef],
-        ttl_secs: i64,
+        ttl: Duration,
     ) -> Result<Option<Written>, RegistryError> {
         self.catch_up().await?;
         let mut plan = self.plan(executor_id, &template.owner, tools)?;
@@ -461,35 +431,34 @@ impl Inner {
         }
         self.put_defs(plan.new_defs).await?;
         // etcd counts whole seconds and may raise a short lease to its minimum.
-        let (lease, granted) = self.client.grant(ttl_secs).await?;
+        let (lease, granted) = self.kv.grant(ttl).await?;
         let record = ExecRecord {
             tools: hashes,
-            ttl_ms: u64::try_from(granted).unwrap_or(0) * 1000,
+            ttl_ms: u64::try_from(granted.as_millis()).unwrap_or(u64::MAX),
             ..template.clone()
         };
         let value = serde_json::to_vec(&record)
             .map_err(|e| RegistryError::Internal(format!("registration not encoded ({e})")))?;
         let key = Slot::Exec(executor_id).key();
-        let response = self
-            .client
-            .txn(TxnRequest {
-                compare: vec![unchanged(key.clone(), plan.exec_revision)],
-                success: vec![
-                    put_op(key, value, lease),
-                    delete_op(Slot::Health(executor_id).key()),
-                ],
-                failure: vec![],
-            })
-            .await?;
-        if !response.succeeded {
+        let put = Op::Put {
+            key: key.clone(),
+            value,
+            lease,
+        };
+        let mut txn = Txn::if_unchanged(&key, plan.exec_revision, put);
+        txn.success.push(Op::Delete {
+            key: Slot::Health(executor_id).key(),
+        });
+        let outcome = self.kv.txn(txn).await?;
+        if !outcome.succeeded {
             // Nothing was written on it.
-            let _ = self.client.revoke(lease).await;
+            let _ = self.kv.revoke(lease).await;
             return Ok(None);
         }
         Ok(Some(Written {
             record,
             lease,
-            revision: response.header.map_or(0, |h| h.revision),
+            revision: outcome.revision,
             replaced: plan.replaced,
             rejected: plan.rejected,
         }))
@@ -497,13 +466,13 @@ impl Inner {
 }
 
 /// Renews `lease` every third of its `ttl_ms` until the guard is dropped.
-fn renew_until_dropped(client: Client, lease: i64, ttl_ms: u64) -> DropGuard {
+fn renew_until_dropped(kv: EtcdKv, lease: i64, ttl_ms: u64) -> DropGuard {
     let period = Duration::from_millis((ttl_ms / 3).max(100));
     let stop = CancellationToken::new();
     let renew = async move {
         loop {
             tokio::time::sleep(period).await;
-            if let Err(error) = client.keep_alive(lease).await {
+            if let Err(error) = kv.keep_alive(lease).await {
                 tracing::debug!(%error, "registration lease not renewed while answering");
             }
         }
@@ -564,7 +533,6 @@ impl Store for EtcdStore {
             tokio::task::spawn_blocking(move || validate_tools(request.tools))
                 .await
                 .map_err(|e| RegistryError::Internal(format!("registration task failed ({e})")))?;
-        let asked = i64::try_from(ttl.as_millis().div_ceil(1000).max(1)).unwrap_or(i64::MAX);
         let template = ExecRecord {
             owner: owner.clone(),
             service: service.to_string(),
@@ -574,16 +542,16 @@ impl Store for EtcdStore {
             tools: Vec::new(),
         };
         let written = inner
-            .write_registration(&executor_id, &template, &tools, asked)
+            .write_registration(&executor_id, &template, &tools, ttl)
             .await?;
         rejected.extend(written.rejected);
         let (record, revision, lease) = (written.record, written.revision, written.lease);
         // Until the answer, the registry keeps the lease alive: catching up
         // on a large registration can outlast a short lease.
-        let _renewing = renew_until_dropped(inner.client.clone(), lease, record.ttl_ms);
+        let _renewing = renew_until_dropped(inner.kv.clone(), lease, record.ttl_ms);
         if let Some(old) = written.replaced.filter(|old| *old != lease) {
             // Its keys moved to the new lease; what is left goes with it.
-            if let Err(error) = inner.client.revoke(old).await {
+            if let Err(error) = inner.kv.revoke(old).await {
                 tracing::warn!(%error, "replaced lease not revoked; it expires by itself");
             }
         }
@@ -591,7 +559,7 @@ impl Store for EtcdStore {
         // Renewed once more as it is answered, so the executor has a whole
         // lease before its first heartbeat (or hears at once that it must
         // ask for a longer one).
-        if inner.client.keep_alive(lease).await? <= 0 {
+        if inner.kv.keep_alive(lease).await?.is_none() {
             return Err(RegistryError::LeaseOutlived {
                 ttl_ms: record.ttl_ms,
             });
@@ -621,7 +589,7 @@ impl Store for EtcdStore {
 
     async fn heartbeat(&self, lease_id: &str, owner: &str) -> Result<u64, RegistryError> {
         let lease = self.inner.held_lease(lease_id, owner).await?;
-        if self.inner.client.keep_alive(lease).await? <= 0 {
+        if self.inner.kv.keep_alive(lease).await?.is_none() {
             return Err(RegistryError::UnknownLease(lease_id.to_owned()));
         }
         Ok(self.current().version())
@@ -629,7 +597,7 @@ impl Store for EtcdStore {
 
     async fn deregister(&self, lease_id: &str, owner: &str) -> Result<u64, RegistryError> {
         let lease = self.inner.held_lease(lease_id, owner).await?;
-        self.inner.client.revoke(lease).await?;
+        self.inner.kv.revoke(lease).await?;
         self.inner.catch_up().await?;
         info!(lease = lease_id, "executor deregistered");
         Ok(self.current().version())

@@ -6,6 +6,7 @@
 use super::Inner;
 use super::model::Model;
 use crate::keys::{PREFIX, Slot};
+use crate::kv::{Kv, KvError, Op, Txn};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::time::{Instant, sleep};
@@ -43,7 +44,7 @@ impl Outage {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    fn failed(&self, error: &EtcdError) {
+    fn failed(&self, error: &dyn std::fmt::Display) {
         let mut since = self.since();
         if since.is_none() {
             warn!(%error, "etcd unavailable; serving the last snapshot");
@@ -120,7 +121,7 @@ pub(super) async fn follow(inner: Arc<Inner>) {
 }
 
 /// Reads the whole prefix and publishes it as one snapshot.
-async fn load(inner: &Inner) -> Result<(), EtcdError> {
+async fn load(inner: &Inner) -> Result<(), KvError> {
     ensure_epoch(inner).await?;
     let response = inner.client.range_prefix(PREFIX.as_bytes()).await?;
     let revision = response.header.map_or(0, |h| h.revision);
@@ -139,20 +140,18 @@ async fn load(inner: &Inner) -> Result<(), EtcdError> {
 }
 
 /// Creates the cluster id once; every replica uses it as its epoch.
-async fn ensure_epoch(inner: &Inner) -> Result<(), EtcdError> {
+async fn ensure_epoch(inner: &Inner) -> Result<(), KvError> {
     let key = Slot::Epoch.key();
-    if inner.client.get(&key).await?.is_some() {
+    if inner.kv.get(&key).await?.is_some() {
         return Ok(());
     }
     let id = uuid::Uuid::new_v4().to_string();
-    inner
-        .client
-        .txn(toolmesh_etcd::pb::TxnRequest {
-            compare: vec![super::absent(key.clone())],
-            success: vec![super::put_op(key, id.into_bytes(), 0)],
-            failure: vec![],
-        })
-        .await?;
+    let put = Op::Put {
+        key: key.clone(),
+        value: id.into_bytes(),
+        lease: 0,
+    };
+    inner.kv.txn(Txn::if_unchanged(&key, 0, put)).await?;
     Ok(())
 }
 

@@ -29,18 +29,23 @@ fn entry(kv: pb::mvccpb::KeyValue) -> Entry {
 }
 
 /// The etcd compare for one of ours.
-pub(crate) fn compare_of(compare: Compare) -> pb::Compare {
-    let Compare::Revision(key, revision) = compare;
-    let (target, union) = if revision == 0 {
-        (
+fn compare_of(compare: Compare) -> pb::Compare {
+    let (key, target, union) = match compare {
+        Compare::Revision(key, 0) => (
+            key,
             compare::CompareTarget::Create,
             compare::TargetUnion::CreateRevision(0),
-        )
-    } else {
-        (
+        ),
+        Compare::Revision(key, revision) => (
+            key,
             compare::CompareTarget::Mod,
             compare::TargetUnion::ModRevision(revision),
-        )
+        ),
+        Compare::Value(key, value) => (
+            key,
+            compare::CompareTarget::Value,
+            compare::TargetUnion::Value(value),
+        ),
     };
     pb::Compare {
         result: compare::CompareResult::Equal as i32,
@@ -52,7 +57,7 @@ pub(crate) fn compare_of(compare: Compare) -> pb::Compare {
 }
 
 /// The etcd request for one of our writes.
-pub(crate) fn request_of(op: Op) -> pb::RequestOp {
+fn request_of(op: Op) -> pb::RequestOp {
     let request = match op {
         Op::Put { key, value, lease } => Request::RequestPut(pb::PutRequest {
             key,
@@ -111,6 +116,14 @@ impl Kv for EtcdKv {
             lease,
             Duration::from_secs(u64::try_from(granted).unwrap_or(0)),
         ))
+    }
+
+    async fn keep_alive(&self, lease: LeaseId) -> Result<Option<Duration>, KvError> {
+        let ttl = self.client.keep_alive(lease).await?;
+        Ok(u64::try_from(ttl)
+            .ok()
+            .filter(|secs| *secs > 0)
+            .map(Duration::from_secs))
     }
 
     async fn revoke(&self, lease: LeaseId) -> Result<(), KvError> {

@@ -39,6 +39,7 @@ struct Stored {
 
 #[derive(Debug)]
 struct Lease {
+    ttl: Duration,
     deadline: Instant,
     keys: BTreeSet<Vec<u8>>,
 }
@@ -74,8 +75,12 @@ impl Space {
     }
 
     fn holds(&self, compare: &Compare) -> bool {
-        let Compare::Revision(key, revision) = compare;
-        self.keys.get(key).map_or(0, |s| s.mod_revision) == *revision
+        match compare {
+            Compare::Revision(key, revision) => {
+                self.keys.get(key).map_or(0, |s| s.mod_revision) == *revision
+            }
+            Compare::Value(key, value) => self.keys.get(key).is_some_and(|s| s.value == *value),
+        }
     }
 
     /// Detaches `key` from the lease it went with.
@@ -281,11 +286,25 @@ impl Kv for MemoryKv {
         space.leases.insert(
             id,
             Lease {
+                ttl,
                 deadline,
                 keys: BTreeSet::new(),
             },
         );
         Ok((id, ttl))
+    }
+
+    async fn keep_alive(&self, lease: LeaseId) -> Result<Option<Duration>, KvError> {
+        let mut space = self.space();
+        let Some(held) = space.leases.get_mut(&lease) else {
+            return Ok(None);
+        };
+        let (old, ttl) = (held.deadline, held.ttl);
+        held.deadline = Instant::now() + ttl;
+        let new = held.deadline;
+        space.deadlines.remove(&(old, lease));
+        space.deadlines.insert((new, lease));
+        Ok(Some(ttl))
     }
 
     async fn revoke(&self, lease: LeaseId) -> Result<(), KvError> {
@@ -302,5 +321,85 @@ impl Kv for MemoryKv {
             }
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn put(key: &str, value: &str, lease: LeaseId) -> Op {
+        Op::Put {
+            key: key.as_bytes().to_vec(),
+            value: value.as_bytes().to_vec(),
+            lease,
+        }
+    }
+
+    /// One revision per transaction that writes; create and mod revisions
+    /// per key; compares on revision, absence and value.
+    #[tokio::test]
+    async fn revisions_and_compares() {
+        let kv = MemoryKv::open(None).unwrap();
+        let first = Txn {
+            compare: vec![Compare::absent(b"a".to_vec())],
+            success: vec![put("a", "1", 0), put("b", "1", 0)],
+        };
+        assert_eq!(
+            kv.txn(first.clone()).await.unwrap(),
+            Outcome {
+                succeeded: true,
+                revision: 1
+            }
+        );
+        assert!(!kv.txn(first).await.unwrap().succeeded);
+        let a = kv.get(b"a").await.unwrap().unwrap();
+        assert_eq!((a.create_revision, a.mod_revision), (1, 1));
+        let again = Txn::if_unchanged(b"a", 1, put("a", "2", 0));
+        assert_eq!(kv.txn(again).await.unwrap().revision, 2);
+        let a = kv.get(b"a").await.unwrap().unwrap();
+        assert_eq!((a.create_revision, a.mod_revision), (1, 2));
+        let by_value = Txn {
+            compare: vec![Compare::Value(b"a".to_vec(), b"2".to_vec())],
+            success: vec![Op::Delete { key: b"a".to_vec() }],
+        };
+        assert_eq!(kv.txn(by_value).await.unwrap().revision, 3);
+        let nothing = Txn::write(Op::Delete { key: b"a".to_vec() });
+        assert_eq!(
+            kv.txn(nothing).await.unwrap().revision,
+            3,
+            "no write, no revision"
+        );
+        let keys: Vec<Vec<u8>> = kv
+            .range(b"", true)
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|e| e.key)
+            .collect();
+        assert_eq!(keys, [b"b".to_vec()]);
+    }
+
+    /// A lease's keys go when it expires or is revoked; keeping it alive
+    /// moves its deadline; a write on a gone lease is refused.
+    #[tokio::test(start_paused = true)]
+    async fn leases() {
+        let kv = MemoryKv::open(None).unwrap();
+        let ttl = Duration::from_secs(2);
+        let (short, granted) = kv.grant(ttl).await.unwrap();
+        assert_eq!(granted, ttl);
+        let (other, _) = kv.grant(ttl).await.unwrap();
+        kv.txn(Txn::write(put("s", "1", short))).await.unwrap();
+        kv.txn(Txn::write(put("o", "1", other))).await.unwrap();
+        tokio::time::advance(Duration::from_secs(1)).await;
+        assert_eq!(kv.keep_alive(other).await.unwrap(), Some(ttl));
+        tokio::time::advance(Duration::from_millis(1500)).await;
+        assert_eq!(kv.get(b"s").await.unwrap(), None, "expired with its lease");
+        assert!(kv.get(b"o").await.unwrap().is_some(), "kept alive");
+        assert_eq!(kv.keep_alive(short).await.unwrap(), None);
+        let refused = kv.txn(Txn::write(put("s", "2", short))).await;
+        assert!(matches!(refused, Err(KvError::LeaseGone(id)) if id == short));
+        kv.revoke(other).await.unwrap();
+        assert!(kv.range(b"", false).await.unwrap().is_empty());
     }
 }
