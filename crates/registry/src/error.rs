@@ -149,7 +149,9 @@ impl From<crate::kv::KvError> for RegistryError {
         match error {
             crate::kv::KvError::Etcd(error) => error.into(),
             crate::kv::KvError::Durable(error) => error,
-            gone @ crate::kv::KvError::LeaseGone(_) => RegistryError::Internal(gone.to_string()),
+            other @ (crate::kv::KvError::LeaseGone(_) | crate::kv::KvError::Compacted { .. }) => {
+                RegistryError::Internal(other.to_string())
+            }
         }
     }
 }

@@ -1,6 +1,7 @@
 //! The key-value seam under the registry's rules: what etcd offers and an
 //! in-memory store offers too — reads by key and by prefix, transactions
-//! that compare revisions, and leases that expire unless kept alive.
+//! that compare revisions, leases that expire unless kept alive, a watch
+//! from a revision, and the store's revision.
 
 mod etcd;
 mod memory;
@@ -25,6 +26,42 @@ pub(crate) struct Entry {
     pub(crate) mod_revision: i64,
     /// The lease it goes with (0: none).
     pub(crate) lease: LeaseId,
+}
+
+/// One change a watch reports.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Event {
+    /// `entry` was written.
+    Put(Entry),
+    /// The key was removed at `revision`.
+    Delete { key: Vec<u8>, revision: i64 },
+}
+
+impl Event {
+    /// The revision that made it.
+    pub(crate) fn revision(&self) -> i64 {
+        match self {
+            Event::Put(entry) => entry.mod_revision,
+            Event::Delete { revision, .. } => *revision,
+        }
+    }
+}
+
+/// What a watch reports at once: the changes of one or more revisions in
+/// order, or none (a progress notification: the store is at `revision`).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub(crate) struct Batch {
+    pub(crate) events: Vec<Event>,
+    pub(crate) revision: i64,
+}
+
+/// A watch of the keys under a prefix.
+#[tonic::async_trait]
+pub(crate) trait Watch: Send {
+    /// The next batch.
+    async fn next(&mut self) -> Result<Batch, KvError>;
+    /// Asks for a progress notification (an empty batch).
+    fn request_progress(&self);
 }
 
 /// A condition a transaction holds its writes to.
@@ -93,6 +130,10 @@ pub(crate) struct Outcome {
 /// Why a backend failed.
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum KvError {
+    /// The revision a watch was to start from is no longer held: read the
+    /// whole prefix again and watch from its revision.
+    #[error("the store no longer holds revisions before {compacted}")]
+    Compacted { compacted: i64 },
     /// etcd refused or could not be reached.
     #[error(transparent)]
     Etcd(#[from] toolmesh_etcd::EtcdError),
@@ -110,8 +151,13 @@ pub(crate) enum KvError {
 pub(crate) trait Kv: Send + Sync + 'static {
     /// One key, if present.
     async fn get(&self, key: &[u8]) -> Result<Option<Entry>, KvError>;
-    /// Every key under `prefix`, their values left empty when `keys_only`.
-    async fn range(&self, prefix: &[u8], keys_only: bool) -> Result<Vec<Entry>, KvError>;
+    /// Every key under `prefix`, their values left empty when `keys_only`,
+    /// and the revision read at.
+    async fn range(&self, prefix: &[u8], keys_only: bool) -> Result<(Vec<Entry>, i64), KvError>;
+    /// The store's revision now.
+    async fn revision(&self) -> Result<i64, KvError>;
+    /// Watches the keys under `prefix` from revision `from`.
+    async fn watch(&self, prefix: &[u8], from: i64) -> Result<Box<dyn Watch>, KvError>;
     /// Makes `txn`'s writes if its compares hold.
     async fn txn(&self, txn: Txn) -> Result<Outcome, KvError>;
     /// A lease of at least `ttl` (etcd counts whole seconds and may raise a

@@ -407,7 +407,8 @@ impl Inner {
 /// (one this build cannot read is left out, saying so).
 fn first_snapshot(epoch: String, kv: &dyn Kv) -> Result<Snapshot, RegistryError> {
     let mut first = Snapshot::empty(epoch).next();
-    for entry in at_once(kv.range(&Slot::Rollout("").key(), false))? {
+    let (kept, _) = at_once(kv.range(&Slot::Rollout("").key(), false))?;
+    for entry in kept {
         match rollouts::decode(&entry.value) {
             Ok(rollout) => {
                 first.put_rollout(rollout);

@@ -26,7 +26,7 @@ pub(crate) async fn list(
     keys_only: bool,
 ) -> Result<Vec<SharedRecord>, RegistryError> {
     let base = Slot::Shared("").key().len();
-    let entries = kv.range(&Slot::Shared(prefix).key(), keys_only).await?;
+    let (entries, _) = kv.range(&Slot::Shared(prefix).key(), keys_only).await?;
     Ok(entries
         .into_iter()
         .map(|entry| SharedRecord {

@@ -113,7 +113,7 @@ impl EtcdStore {
         let client = Client::connect(url, options).map_err(|e| bad(&e))?;
         let shutdown = CancellationToken::new();
         let inner = Arc::new(Inner {
-            kv: EtcdKv::new(client.clone()),
+            kv: EtcdKv::new(client.clone(), Slot::Epoch.key()),
             client,
             published: Published::new(Snapshot::empty(""), config.history),
             config,
@@ -210,15 +210,8 @@ impl Inner {
 
     /// Waits until the snapshot reflects everything etcd holds now.
     async fn catch_up(&self) -> Result<(), RegistryError> {
-        let response = self
-            .client
-            .range(toolmesh_etcd::pb::RangeRequest {
-                key: Slot::Epoch.key(),
-                count_only: true,
-                ..Default::default()
-            })
-            .await?;
-        self.settle(response.header.map_or(0, |h| h.revision)).await
+        let revision = self.kv.revision().await?;
+        self.settle(revision).await
     }
 
     /// The owner of the registration holding `lease`, catching up with etcd

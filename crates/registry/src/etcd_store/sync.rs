@@ -6,13 +6,12 @@
 use super::Inner;
 use super::model::Model;
 use crate::keys::{PREFIX, Slot};
-use crate::kv::{Kv, KvError, Op, Txn};
+use crate::kv::{Batch, Kv, KvError, Op, Txn};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::time::{Instant, sleep};
 use toolmesh::Snapshot;
-use toolmesh_etcd::pb::mvccpb::Event;
-use toolmesh_etcd::{EtcdError, WatchBatch};
+use toolmesh_etcd::EtcdError;
 use tracing::{info, warn};
 
 /// How often the watch is checked against etcd's revision.
@@ -99,7 +98,7 @@ pub(super) async fn follow(inner: Arc<Inner>) {
             loop {
                 let from = *inner.applied.borrow() + 1;
                 match watch(&inner, from).await {
-                    Err(EtcdError::Compacted { compacted }) => {
+                    Err(KvError::Compacted { compacted }) => {
                         warn!(
                             compacted,
                             from,
@@ -123,9 +122,8 @@ pub(super) async fn follow(inner: Arc<Inner>) {
 /// Reads the whole prefix and publishes it as one snapshot.
 async fn load(inner: &Inner) -> Result<(), KvError> {
     ensure_epoch(inner).await?;
-    let response = inner.client.range_prefix(PREFIX.as_bytes()).await?;
-    let revision = response.header.map_or(0, |h| h.revision);
-    let (model, touched) = Model::load(response.kvs);
+    let (entries, revision) = inner.kv.range(PREFIX.as_bytes(), false).await?;
+    let (model, touched) = Model::load(entries);
     let base = Snapshot::empty(model.epoch.clone());
     let snapshot = model.snapshot(&base, touched, u64::try_from(revision).unwrap_or(0));
     *inner.model() = model;
@@ -156,9 +154,9 @@ async fn ensure_epoch(inner: &Inner) -> Result<(), KvError> {
 }
 
 /// One watch from `from`; `Ok` when it should simply be opened again.
-async fn watch(inner: &Inner, from: i64) -> Result<(), EtcdError> {
+async fn watch(inner: &Inner, from: i64) -> Result<(), KvError> {
     let outage = &inner.outage;
-    let mut stream = inner.client.watch_prefix(PREFIX.as_bytes(), from).await?;
+    let mut stream = inner.kv.watch(PREFIX.as_bytes(), from).await?;
     outage.ok(inner);
     let mut probe = tokio::time::interval(PROBE);
     probe.tick().await;
@@ -173,26 +171,20 @@ async fn watch(inner: &Inner, from: i64) -> Result<(), EtcdError> {
             _ = probe.tick() => {
                 // A watch on a frozen or partitioned member stays silent:
                 // ask the cluster (linearizable) where it is.
-                let probe = inner.client.range(toolmesh_etcd::pb::RangeRequest {
-                    key: Slot::Epoch.key(),
-                    count_only: true,
-                    ..Default::default()
-                });
-                let answer = tokio::time::timeout(PROBE_TIMEOUT, probe)
+                let answer = tokio::time::timeout(PROBE_TIMEOUT, inner.kv.revision())
                     .await
-                    .unwrap_or_else(|_| Err(EtcdError::Unavailable {
+                    .unwrap_or_else(|_| Err(KvError::Etcd(EtcdError::Unavailable {
                         endpoints: inner.client.endpoints(),
                         last: format!("no answer to a read within {PROBE_TIMEOUT:?}"),
-                    }));
-                let response = match answer {
-                    Ok(response) => response,
+                    })));
+                let revision = match answer {
+                    Ok(revision) => revision,
                     Err(error) => {
                         outage.failed(&error);
                         return Err(error);
                     }
                 };
                 outage.ok(inner);
-                let revision = response.header.map_or(0, |h| h.revision);
                 if revision > *inner.progressed.borrow() {
                     // Changes to keys outside the prefix move etcd's
                     // revision too: a progress notification tells how far
@@ -212,7 +204,7 @@ async fn watch(inner: &Inner, from: i64) -> Result<(), EtcdError> {
 }
 
 /// Applies a watch batch, publishing one snapshot per revision.
-fn apply(inner: &Inner, batch: WatchBatch) {
+fn apply(inner: &Inner, batch: Batch) {
     if batch.events.is_empty() {
         // A progress notification: writes elsewhere in a shared etcd moved
         // its revision. It moves `progressed` only, never where the watch
@@ -224,10 +216,10 @@ fn apply(inner: &Inner, batch: WatchBatch) {
     let mut model = inner.model();
     let mut events = batch.events.as_slice();
     while let Some(first) = events.first() {
-        let revision = revision_of(first);
+        let revision = first.revision();
         let end = events
             .iter()
-            .position(|e| revision_of(e) != revision)
+            .position(|e| e.revision() != revision)
             .unwrap_or(events.len());
         let (this, rest) = events.split_at(end);
         events = rest;
@@ -252,8 +244,4 @@ pub(super) fn advance(counter: &tokio::sync::watch::Sender<i64>, revision: i64) 
         }
         newer
     });
-}
-
-fn revision_of(event: &Event) -> i64 {
-    event.kv.as_ref().map_or(0, |kv| kv.mod_revision)
 }

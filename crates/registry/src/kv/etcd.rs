@@ -1,20 +1,24 @@
 //! The etcd backend of the key-value seam, over the generated client.
 
-use super::{Compare, Entry, Kv, KvError, LeaseId, Op, Outcome, Txn};
+use super::{Batch, Compare, Entry, Event, Kv, KvError, LeaseId, Op, Outcome, Txn, Watch};
 use std::time::Duration;
-use toolmesh_etcd::Client;
+use toolmesh_etcd::pb::mvccpb::event::EventType;
 use toolmesh_etcd::pb::{self, compare, request_op::Request};
+use toolmesh_etcd::{Client, EtcdError, WatchStream};
 
 /// Keys in an etcd cluster. Cheap to clone.
 #[derive(Debug, Clone)]
 pub(crate) struct EtcdKv {
     client: Client,
+    /// A key this client may read (its user may be confined to a prefix):
+    /// what a read of the revision asks for.
+    probe: Vec<u8>,
 }
 
 impl EtcdKv {
-    /// The backend over `client`.
-    pub(crate) fn new(client: Client) -> EtcdKv {
-        EtcdKv { client }
+    /// The backend over `client`, reading the revision at `probe`.
+    pub(crate) fn new(client: Client, probe: Vec<u8>) -> EtcdKv {
+        EtcdKv { client, probe }
     }
 }
 
@@ -81,7 +85,7 @@ impl Kv for EtcdKv {
         Ok(self.client.get(key).await?.map(entry))
     }
 
-    async fn range(&self, prefix: &[u8], keys_only: bool) -> Result<Vec<Entry>, KvError> {
+    async fn range(&self, prefix: &[u8], keys_only: bool) -> Result<(Vec<Entry>, i64), KvError> {
         let response = self
             .client
             .range(pb::RangeRequest {
@@ -91,7 +95,28 @@ impl Kv for EtcdKv {
                 ..Default::default()
             })
             .await?;
-        Ok(response.kvs.into_iter().map(entry).collect())
+        let revision = response.header.map_or(0, |h| h.revision);
+        Ok((response.kvs.into_iter().map(entry).collect(), revision))
+    }
+
+    async fn revision(&self) -> Result<i64, KvError> {
+        // A linearizable count of one key: the cluster's revision now.
+        let response = self
+            .client
+            .range(pb::RangeRequest {
+                key: self.probe.clone(),
+                count_only: true,
+                ..Default::default()
+            })
+            .await?;
+        Ok(response.header.map_or(0, |h| h.revision))
+    }
+
+    async fn watch(&self, prefix: &[u8], from: i64) -> Result<Box<dyn Watch>, KvError> {
+        match self.client.watch_prefix(prefix, from).await {
+            Ok(stream) => Ok(Box::new(EtcdWatch { stream })),
+            Err(error) => Err(watch_error(error)),
+        }
     }
 
     async fn txn(&self, txn: Txn) -> Result<Outcome, KvError> {
@@ -128,5 +153,48 @@ impl Kv for EtcdKv {
 
     async fn revoke(&self, lease: LeaseId) -> Result<(), KvError> {
         Ok(self.client.revoke(lease).await?)
+    }
+}
+
+/// A watch on etcd.
+struct EtcdWatch {
+    stream: WatchStream,
+}
+
+/// Compaction is the caller's to handle (a full read); the rest is etcd's.
+fn watch_error(error: EtcdError) -> KvError {
+    match error {
+        EtcdError::Compacted { compacted } => KvError::Compacted { compacted },
+        error => KvError::Etcd(error),
+    }
+}
+
+#[tonic::async_trait]
+impl Watch for EtcdWatch {
+    async fn next(&mut self) -> Result<Batch, KvError> {
+        let batch = self.stream.next().await.map_err(watch_error)?;
+        let events = batch
+            .events
+            .into_iter()
+            .filter_map(|event| {
+                let kv = event.kv?;
+                Some(if event.r#type == EventType::Delete as i32 {
+                    Event::Delete {
+                        key: kv.key,
+                        revision: kv.mod_revision,
+                    }
+                } else {
+                    Event::Put(entry(kv))
+                })
+            })
+            .collect();
+        Ok(Batch {
+            events,
+            revision: batch.revision,
+        })
+    }
+
+    fn request_progress(&self) {
+        self.stream.request_progress();
     }
 }

@@ -1,20 +1,23 @@
 //! The in-memory backend of the key-value seam: etcd's revision semantics
 //! (one revision per transaction that writes, create and mod revisions per
-//! key) and leases on the tokio clock, in this process. Values are bytes,
+//! key), leases on the tokio clock (expired when the store is next used)
+//! and watches from the next revision (no history is kept: an older start
+//! is answered as compacted), in this process. Values are bytes,
 //! as in etcd; only rare writes (switches, rollouts, claims, shared
 //! records) go through it, so the registration path pays no encoding. Keys
 //! the durable file keeps (see [`crate::durable`]) are saved with each
 //! transaction that touches them, and a transaction the disk refused is
 //! undone.
 
-use super::{Compare, Entry, Kv, KvError, LeaseId, Op, Outcome, Txn};
+use super::{Batch, Compare, Entry, Event, Kv, KvError, LeaseId, Op, Outcome, Txn, Watch};
 use crate::durable::DurableFile;
 use crate::error::RegistryError;
 use futures_util::FutureExt;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::future::Future;
-use std::sync::{Mutex, MutexGuard, PoisonError};
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
+use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 /// Runs one call on the memory backend, which never waits: its futures
@@ -44,6 +47,14 @@ struct Lease {
     keys: BTreeSet<Vec<u8>>,
 }
 
+/// Where a watch's batches go.
+#[derive(Debug)]
+struct Watcher {
+    prefix: Vec<u8>,
+    from: i64,
+    tx: mpsc::UnboundedSender<Batch>,
+}
+
 #[derive(Debug, Default)]
 struct Space {
     revision: i64,
@@ -52,26 +63,57 @@ struct Space {
     /// Leases by deadline: expiry looks at the first only.
     deadlines: BTreeSet<(Instant, LeaseId)>,
     last_lease: LeaseId,
+    watchers: Vec<Watcher>,
 }
 
 impl Space {
     /// Drops every lease due at `now` with its keys (one revision for all).
     fn expire(&mut self, now: Instant) {
-        let mut bumped = false;
+        let mut gone = Vec::new();
         while let Some(&(deadline, id)) = self.deadlines.first() {
             if deadline > now {
                 break;
             }
             self.deadlines.pop_first();
             if let Some(lease) = self.leases.remove(&id) {
-                for key in lease.keys {
-                    if self.keys.remove(&key).is_some() && !bumped {
-                        self.revision += 1;
-                        bumped = true;
-                    }
-                }
+                gone.extend(lease.keys);
             }
         }
+        self.remove(gone);
+    }
+
+    /// Removes the keys of gone leases, in one revision when any existed.
+    fn remove(&mut self, keys: impl IntoIterator<Item = Vec<u8>>) {
+        let revision = self.revision + 1;
+        let events: Vec<Event> = keys
+            .into_iter()
+            .filter(|key| self.keys.remove(key).is_some())
+            .map(|key| Event::Delete { key, revision })
+            .collect();
+        if !events.is_empty() {
+            self.revision = revision;
+            self.notify(events);
+        }
+    }
+
+    /// Tells each watch the events under its prefix.
+    fn notify(&mut self, events: Vec<Event>) {
+        let revision = self.revision;
+        self.watchers.retain(|watcher| {
+            let mine: Vec<Event> = events
+                .iter()
+                .filter(|e| e.revision() >= watcher.from && key_of(e).starts_with(&watcher.prefix))
+                .cloned()
+                .collect();
+            mine.is_empty()
+                || watcher
+                    .tx
+                    .send(Batch {
+                        events: mine,
+                        revision,
+                    })
+                    .is_ok()
+        });
     }
 
     fn holds(&self, compare: &Compare) -> bool {
@@ -140,11 +182,18 @@ impl Space {
     }
 }
 
+fn key_of(event: &Event) -> &[u8] {
+    match event {
+        Event::Put(entry) => &entry.key,
+        Event::Delete { key, .. } => key,
+    }
+}
+
 /// Keys in this process, optionally kept in a durable file. Shared
 /// behind an `Arc`.
 #[derive(Debug)]
 pub(crate) struct MemoryKv {
-    space: Mutex<Space>,
+    space: Arc<Mutex<Space>>,
     file: Option<DurableFile>,
 }
 
@@ -168,15 +217,13 @@ impl MemoryKv {
             }
         }
         Ok(MemoryKv {
-            space: Mutex::new(space),
+            space: Arc::new(Mutex::new(space)),
             file,
         })
     }
 
     fn space(&self) -> MutexGuard<'_, Space> {
-        let mut space = self.space.lock().unwrap_or_else(PoisonError::into_inner);
-        space.expire(Instant::now());
-        space
+        lock(&self.space)
     }
 
     /// Saves the durable keys when `changed` touched one.
@@ -194,6 +241,13 @@ impl MemoryKv {
             .map(|(key, stored)| (key.as_slice(), stored.value.as_slice()));
         file.save(kept).map_err(KvError::Durable)
     }
+}
+
+/// The space, its due leases expired.
+fn lock(space: &Mutex<Space>) -> MutexGuard<'_, Space> {
+    let mut space = space.lock().unwrap_or_else(PoisonError::into_inner);
+    space.expire(Instant::now());
+    space
 }
 
 fn entry(key: &[u8], stored: &Stored, keys_only: bool) -> Entry {
@@ -216,14 +270,39 @@ impl Kv for MemoryKv {
         Ok(self.space().keys.get(key).map(|s| entry(key, s, false)))
     }
 
-    async fn range(&self, prefix: &[u8], keys_only: bool) -> Result<Vec<Entry>, KvError> {
+    async fn range(&self, prefix: &[u8], keys_only: bool) -> Result<(Vec<Entry>, i64), KvError> {
         let space = self.space();
-        Ok(space
+        let entries = space
             .keys
             .range(prefix.to_vec()..)
             .take_while(|(key, _)| key.starts_with(prefix))
             .map(|(key, stored)| entry(key, stored, keys_only))
-            .collect())
+            .collect();
+        Ok((entries, space.revision))
+    }
+
+    async fn revision(&self) -> Result<i64, KvError> {
+        Ok(self.space().revision)
+    }
+
+    async fn watch(&self, prefix: &[u8], from: i64) -> Result<Box<dyn Watch>, KvError> {
+        let mut space = self.space();
+        if from <= space.revision {
+            return Err(KvError::Compacted {
+                compacted: space.revision + 1,
+            });
+        }
+        let (tx, rx) = mpsc::unbounded_channel();
+        space.watchers.push(Watcher {
+            prefix: prefix.to_vec(),
+            from,
+            tx: tx.clone(),
+        });
+        Ok(Box::new(MemoryWatch {
+            rx,
+            tx,
+            space: self.space.clone(),
+        }))
     }
 
     async fn txn(&self, txn: Txn) -> Result<Outcome, KvError> {
@@ -271,6 +350,14 @@ impl Kv for MemoryKv {
             space.undo(changed, before);
             return Err(error);
         }
+        let events = changed
+            .into_iter()
+            .filter_map(|(key, old)| match space.keys.get(&key) {
+                Some(stored) => Some(Event::Put(entry(&key, stored, false))),
+                None => old.map(|_| Event::Delete { key, revision }),
+            })
+            .collect();
+        space.notify(events);
         Ok(Outcome {
             succeeded: true,
             revision,
@@ -313,14 +400,32 @@ impl Kv for MemoryKv {
             return Ok(());
         };
         space.deadlines.remove(&(held.deadline, lease));
-        let mut bumped = false;
-        for key in held.keys {
-            if space.keys.remove(&key).is_some() && !bumped {
-                space.revision += 1;
-                bumped = true;
-            }
-        }
+        space.remove(held.keys);
         Ok(())
+    }
+}
+
+/// A watch on the memory backend.
+struct MemoryWatch {
+    rx: mpsc::UnboundedReceiver<Batch>,
+    /// Its own sender, for progress notifications.
+    tx: mpsc::UnboundedSender<Batch>,
+    space: Arc<Mutex<Space>>,
+}
+
+#[tonic::async_trait]
+impl Watch for MemoryWatch {
+    async fn next(&mut self) -> Result<Batch, KvError> {
+        // The store keeps a sender of every watch: the channel stays open.
+        Ok(self.rx.recv().await.unwrap_or_default())
+    }
+
+    fn request_progress(&self) {
+        let revision = lock(&self.space).revision;
+        let _ = self.tx.send(Batch {
+            events: Vec::new(),
+            revision,
+        });
     }
 }
 
@@ -370,13 +475,9 @@ mod tests {
             3,
             "no write, no revision"
         );
-        let keys: Vec<Vec<u8>> = kv
-            .range(b"", true)
-            .await
-            .unwrap()
-            .into_iter()
-            .map(|e| e.key)
-            .collect();
+        let (entries, revision) = kv.range(b"", true).await.unwrap();
+        assert_eq!(revision, 3);
+        let keys: Vec<Vec<u8>> = entries.into_iter().map(|e| e.key).collect();
         assert_eq!(keys, [b"b".to_vec()]);
     }
 
@@ -400,6 +501,39 @@ mod tests {
         let refused = kv.txn(Txn::write(put("s", "2", short))).await;
         assert!(matches!(refused, Err(KvError::LeaseGone(id)) if id == short));
         kv.revoke(other).await.unwrap();
-        assert!(kv.range(b"", false).await.unwrap().is_empty());
+        assert!(kv.range(b"", false).await.unwrap().0.is_empty());
+    }
+
+    /// A watch reports each later revision under its prefix, in order, and
+    /// progress when asked; a start it no longer holds is compacted.
+    #[tokio::test(start_paused = true)]
+    async fn watches() {
+        let kv = MemoryKv::open(None).unwrap();
+        kv.txn(Txn::write(put("/p/a", "1", 0))).await.unwrap();
+        let stale = kv.watch(b"/p/", 1).await.err();
+        assert!(matches!(stale, Some(KvError::Compacted { compacted: 2 })));
+        let mut watch = kv.watch(b"/p/", 2).await.unwrap();
+        kv.txn(Txn::write(put("/other", "x", 0))).await.unwrap();
+        let (lease, _) = kv.grant(Duration::from_secs(1)).await.unwrap();
+        kv.txn(Txn::write(put("/p/b", "2", lease))).await.unwrap();
+        let batch = watch.next().await.unwrap();
+        assert_eq!(batch.revision, 3);
+        assert!(
+            matches!(&batch.events[..], [Event::Put(e)] if e.key == b"/p/b" && e.lease == lease)
+        );
+        tokio::time::advance(Duration::from_secs(2)).await;
+        assert_eq!(kv.revision().await.unwrap(), 4, "expiry is a revision");
+        let batch = watch.next().await.unwrap();
+        assert_eq!(
+            batch.events,
+            [Event::Delete {
+                key: b"/p/b".to_vec(),
+                revision: 4
+            }]
+        );
+        watch.request_progress();
+        let progress = watch.next().await.unwrap();
+        assert!(progress.events.is_empty());
+        assert_eq!(progress.revision, 4);
     }
 }
