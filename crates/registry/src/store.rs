@@ -1,8 +1,7 @@
-//! The Store seam: where a registry keeps what it must not lose
-//! (registrations and their leases, definitions, owners, disabled tools,
-//! rollouts, health verdicts) and publishes snapshots from. [`Registry`] keeps it in
-//! this process (the default); `EtcdStore` keeps it in etcd so that several
-//! replicas serve one mesh.
+//! The Store seam: what the gRPC edge asks of a registry, whichever keeps
+//! it — [`Registry`] in this process (the default), `EtcdStore` in etcd so
+//! that several replicas serve one mesh. Both run the switch, rollout,
+//! ownership and shared-record rules over the key-value seam (`crate::kv`).
 
 use crate::error::RegistryError;
 use crate::gate::Gate;

@@ -1,9 +1,10 @@
 //! The etcd store: registrations are etcd leases, snapshots are numbered by
-//! etcd's revision and made from a watch of the store's prefix, ownership
-//! claims are compare-and-create transactions, and each executor's health is
-//! watched by one replica at a time (claimed under that replica's session
-//! lease). Several replicas over one etcd publish the same (epoch, version)
-//! for the same state.
+//! etcd's revision and made from a watch of the store's prefix, and each
+//! executor's health is watched by one replica at a time (claimed under that
+//! replica's session lease). Several replicas over one etcd publish the same
+//! (epoch, version) for the same state. It reaches etcd through the
+//! key-value seam ([`EtcdKv`]); switches, rollouts, ownership and shared
+//! records are the seam's rules, not its own.
 
 mod access;
 mod claims;
