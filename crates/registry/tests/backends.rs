@@ -1,6 +1,8 @@
-//! The registry's rules that run over its key-value seam — tool switches,
-//! rollouts, tool-name ownership and shared records — each test body run
-//! against both backends: the embedded store and etcd (a real member).
+//! The registry's behaviour against both backends, each test body run on
+//! the embedded store and on etcd (a real member): the rules that run over
+//! the key-value seam (tool switches, rollouts, tool-name ownership, shared
+//! records) and those each store still keeps its own way (leases,
+//! replacement, conflicts, executor ids), so the two cannot drift apart.
 //! Needs an `etcd` binary (`scripts/test` installs it); without one the
 //! etcd half fails, never skips.
 
@@ -89,7 +91,12 @@ on_both_backends!(
     rollouts,
     ownership,
     shared_records,
-    expiring_shared_records
+    expiring_shared_records,
+    leases,
+    lease_expiry,
+    replacement,
+    conflicts,
+    executor_ids,
 );
 
 fn spec(name: &str, version: &str) -> ToolSpec {
@@ -102,20 +109,39 @@ fn spec(name: &str, version: &str) -> ToolSpec {
     }
 }
 
+fn request(executor_id: &str, tools: Vec<ToolSpec>) -> RegisterRequest {
+    RegisterRequest {
+        executor_id: executor_id.into(),
+        service: "kb".into(),
+        endpoint: "127.0.0.1:7070".into(),
+        tools,
+        ..RegisterRequest::default()
+    }
+}
+
 async fn register(
     store: &dyn Store,
     executor_id: &str,
     owner: &str,
     tools: Vec<ToolSpec>,
 ) -> RegisterResponse {
-    let request = RegisterRequest {
-        executor_id: executor_id.into(),
-        service: "kb".into(),
-        endpoint: "127.0.0.1:7070".into(),
-        tools,
-        ..RegisterRequest::default()
-    };
+    let request = request(executor_id, tools);
     store.register(request, owner.into()).await.unwrap()
+}
+
+/// The executors serving name@version in the newest snapshot (sorted;
+/// `None` when the entry is unknown).
+fn serving(store: &dyn Store, name: &str, version: &str) -> Option<Vec<String>> {
+    let version = semver::Version::parse(version).unwrap();
+    let snapshot = store.current();
+    let entry = snapshot.get(name, &version)?;
+    let mut ids: Vec<String> = entry
+        .instances
+        .iter()
+        .map(|i| i.executor_id.to_string())
+        .collect();
+    ids.sort();
+    Some(ids)
 }
 
 /// The disabled reason of every version of `tool` in the newest snapshot.
@@ -328,4 +354,127 @@ async fn expiring_shared_records(under: Under) {
             .then_some(())
     })
     .await;
+}
+
+/// Only the owner that registered may renew or end a lease; an empty or
+/// unknown lease is refused; a deregistered executor leaves the snapshot
+/// at once and its lease is unknown after.
+async fn leases(under: Under) {
+    let store = &*under.store;
+    let lease = register(store, "kb-1", "team-a", vec![spec("search_kb", "1.0.0")])
+        .await
+        .lease_id;
+    assert!(store.heartbeat(&lease, "team-a").await.is_ok());
+    assert_eq!(
+        store.heartbeat(&lease, "team-b").await,
+        Err(RegistryError::NotYourLease(lease.clone()))
+    );
+    assert_eq!(
+        store.deregister(&lease, "team-b").await,
+        Err(RegistryError::NotYourLease(lease.clone()))
+    );
+    assert_eq!(
+        store.heartbeat("", "team-a").await,
+        Err(RegistryError::EmptyLeaseId)
+    );
+    assert_eq!(
+        store.heartbeat("zz", "team-a").await,
+        Err(RegistryError::UnknownLease("zz".into()))
+    );
+    assert_eq!(
+        serving(store, "search_kb", "1.0.0"),
+        Some(vec!["kb-1".into()])
+    );
+    store.deregister(&lease, "team-a").await.unwrap();
+    assert_eq!(
+        serving(store, "search_kb", "1.0.0"),
+        Some(vec![]),
+        "the tool stays known with no instance"
+    );
+    assert_eq!(
+        store.heartbeat(&lease, "team-a").await,
+        Err(RegistryError::UnknownLease(lease.clone()))
+    );
+}
+
+/// A lease not renewed runs out and takes its executor's instances with it.
+async fn lease_expiry(under: Under) {
+    let store = &*under.store;
+    let mut short = request("kb-1", vec![spec("search_kb", "1.0.0")]);
+    short.lease_ttl_ms = 1000;
+    let lease = store.register(short, String::new()).await.unwrap().lease_id;
+    assert_eq!(
+        serving(store, "search_kb", "1.0.0"),
+        Some(vec!["kb-1".into()])
+    );
+    eventually("the lease to run out", Duration::from_secs(10), || async {
+        serving(store, "search_kb", "1.0.0")
+            .is_some_and(|ids| ids.is_empty())
+            .then_some(())
+    })
+    .await;
+    assert_eq!(
+        store.heartbeat(&lease, "").await,
+        Err(RegistryError::UnknownLease(lease.clone()))
+    );
+}
+
+/// Registering an executor again replaces its registration in one change:
+/// tools it no longer lists lose its instance, and its old lease is gone.
+async fn replacement(under: Under) {
+    let store = &*under.store;
+    let tools = vec![spec("search_kb", "1.0.0"), spec("get_user", "1.0.0")];
+    let old = register(store, "kb-1", "", tools).await.lease_id;
+    let new = register(store, "kb-1", "", vec![spec("get_user", "1.0.0")]).await;
+    assert_ne!(new.lease_id, old);
+    assert_eq!(serving(store, "search_kb", "1.0.0"), Some(vec![]));
+    assert_eq!(
+        serving(store, "get_user", "1.0.0"),
+        Some(vec!["kb-1".into()])
+    );
+    assert!(store.current().version() >= new.snapshot_version);
+    assert_eq!(
+        store.heartbeat(&old, "").await,
+        Err(RegistryError::UnknownLease(old.clone()))
+    );
+    assert!(store.heartbeat(&new.lease_id, "").await.is_ok());
+}
+
+/// Executors serving one name@version must agree on its definition: a
+/// differing one is refused naming the fields, the same one joins.
+async fn conflicts(under: Under) {
+    let store = &*under.store;
+    register(store, "kb-1", "", vec![spec("search_kb", "1.0.0")]).await;
+    let mut other = spec("search_kb", "1.0.0");
+    other.description = "Something else.".into();
+    let refused = register(store, "kb-2", "", vec![other]).await;
+    assert_eq!(refused.rejected.len(), 1);
+    let reason = &refused.rejected[0].reason;
+    assert!(
+        reason.contains("executor kb-1") && reason.contains("description"),
+        "{reason}"
+    );
+    let joined = register(store, "kb-3", "", vec![spec("search_kb", "1.0.0")]).await;
+    assert!(joined.rejected.is_empty(), "{:?}", joined.rejected);
+    assert_eq!(
+        serving(store, "search_kb", "1.0.0"),
+        Some(vec!["kb-1".into(), "kb-3".into()])
+    );
+}
+
+/// An executor id belongs to the owner that registered it while its lease
+/// lives.
+async fn executor_ids(under: Under) {
+    let store = &*under.store;
+    register(store, "kb-1", "team-a", vec![spec("search_kb", "1.0.0")]).await;
+    let taken = store
+        .register(
+            request("kb-1", vec![spec("other", "1.0.0")]),
+            "team-b".into(),
+        )
+        .await;
+    assert_eq!(
+        taken,
+        Err(RegistryError::ExecutorIdTaken { id: "kb-1".into() })
+    );
 }
