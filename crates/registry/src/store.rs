@@ -141,3 +141,6 @@ impl Store for Registry {
         crate::shared::delete(self.kv(), key).await
     }
 }
+
+#[cfg(test)]
+mod tests;

@@ -7,7 +7,7 @@
 use super::Inner;
 use crate::health_watch;
 use crate::keys::{HealthRecord, Slot};
-use crate::kv::{Compare, Kv, Op, Txn};
+use crate::kv::{Compare, Op, Txn};
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;

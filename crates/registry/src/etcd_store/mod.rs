@@ -56,9 +56,10 @@ pub struct EtcdStore {
 }
 
 pub(crate) struct Inner {
-    client: Client,
-    /// The same cluster behind the key-value seam the shared rules use.
-    kv: EtcdKv,
+    /// The store, behind the key-value seam (etcd, or memory in tests).
+    kv: Arc<dyn Kv>,
+    /// Where it is, for messages (etcd's endpoints).
+    origin: String,
     config: RegistryConfig,
     gate: Arc<dyn Gate>,
     /// This replica's id (the value of the health claims it holds).
@@ -86,7 +87,7 @@ pub(crate) struct Inner {
 impl std::fmt::Debug for EtcdStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("EtcdStore")
-            .field("etcd", &self.inner.client)
+            .field("etcd", &self.inner.origin)
             .field("replica", &self.inner.replica)
             .finish_non_exhaustive()
     }
@@ -112,40 +113,19 @@ impl EtcdStore {
         let bad = |e: &dyn std::fmt::Display| RegistryError::BadStore(e.to_string());
         let options = access.client_options().map_err(|e| bad(&e))?;
         let client = Client::connect(url, options).map_err(|e| bad(&e))?;
-        let shutdown = CancellationToken::new();
-        let inner = Arc::new(Inner {
-            kv: EtcdKv::new(client.clone(), Slot::Epoch.key()),
-            client,
-            published: Published::new(Snapshot::empty(""), config.history),
-            config,
-            gate,
-            replica: uuid::Uuid::new_v4().to_string(),
-            model: Mutex::new(Model::default()),
-            applied: watch::Sender::new(0),
-            progressed: watch::Sender::new(0),
-            progress: tokio::sync::Notify::new(),
-            writable: watch::Sender::new(false),
-            session: watch::Sender::new(0),
-            outage: sync::Outage::default(),
-            shutdown: shutdown.clone(),
-        });
-        crate::metrics::observe(&inner.config.metrics, Arc::downgrade(&inner) as _);
+        let kv = Arc::new(EtcdKv::new(client.clone(), Slot::Epoch.key()));
+        let store = EtcdStore::start(kv, client.endpoints(), config, gate);
+        let inner = &store.inner;
         let mut applied = inner.applied.subscribe();
-        tokio::spawn(sync::follow(inner.clone()));
-        tokio::spawn(sync::watchdog(inner.clone()));
-        tokio::spawn(claims::keep_session(inner.clone()));
-        if inner.config.watch_health {
-            tokio::spawn(claims::watch_claimed(inner.clone()));
-        }
         let deadline = tokio::time::Instant::now() + FIRST_LOAD;
         // Asked again while etcd is merely not reached (on a loaded machine
         // a handshake can miss its timeout), so that settings etcd refuses
         // stop the registry rather than pass for an outage.
         loop {
-            let check = inner.client.check(PREFIX.as_bytes());
+            let check = client.check(PREFIX.as_bytes());
             match tokio::time::timeout_at(deadline, check).await {
                 Ok(Err(error)) if error.is_misconfigured() => {
-                    shutdown.cancel();
+                    inner.shutdown.cancel();
                     return Err(bad(&error));
                 }
                 Ok(Err(error)) if tokio::time::Instant::now() < deadline => {
@@ -161,13 +141,58 @@ impl EtcdStore {
         }
         let loaded = tokio::time::timeout_at(deadline, applied.wait_for(|r| *r > 0)).await;
         if !matches!(loaded, Ok(Ok(_))) {
-            tracing::warn!(etcd = %inner.client.endpoints(), "etcd not reached yet; serving an empty snapshot until it is");
+            tracing::warn!(etcd = %inner.origin, "etcd not reached yet; serving an empty snapshot until it is");
         }
-        info!(etcd = %inner.client.endpoints(), replica = %inner.replica, "registry store: etcd");
-        Ok(EtcdStore {
+        info!(etcd = %inner.origin, replica = %inner.replica, "registry store: etcd");
+        Ok(store)
+    }
+
+    /// A replica over the memory backend, once it is writable: the same
+    /// rules and snapshot builder as over etcd.
+    #[cfg(test)]
+    pub(crate) async fn over_memory(config: RegistryConfig, gate: Arc<dyn Gate>) -> EtcdStore {
+        let kv = Arc::new(crate::kv::MemoryKv::open(None).expect("no file to read"));
+        let store = EtcdStore::start(kv, "memory".to_owned(), config, gate);
+        let mut writable = store.inner.writable.subscribe();
+        let _ = writable.wait_for(|w| *w).await;
+        store
+    }
+
+    /// A replica over `kv` (found at `origin`), its tasks started.
+    fn start(
+        kv: Arc<dyn Kv>,
+        origin: String,
+        config: RegistryConfig,
+        gate: Arc<dyn Gate>,
+    ) -> EtcdStore {
+        let shutdown = CancellationToken::new();
+        let inner = Arc::new(Inner {
+            kv,
+            origin,
+            published: Published::new(Snapshot::empty(""), config.history),
+            config,
+            gate,
+            replica: uuid::Uuid::new_v4().to_string(),
+            model: Mutex::new(Model::default()),
+            applied: watch::Sender::new(0),
+            progressed: watch::Sender::new(0),
+            progress: tokio::sync::Notify::new(),
+            writable: watch::Sender::new(false),
+            session: watch::Sender::new(0),
+            outage: sync::Outage::default(),
+            shutdown: shutdown.clone(),
+        });
+        crate::metrics::observe(&inner.config.metrics, Arc::downgrade(&inner) as _);
+        tokio::spawn(sync::follow(inner.clone()));
+        tokio::spawn(sync::watchdog(inner.clone()));
+        tokio::spawn(claims::keep_session(inner.clone()));
+        if inner.config.watch_health {
+            tokio::spawn(claims::watch_claimed(inner.clone()));
+        }
+        EtcdStore {
             inner,
             _stop: Arc::new(shutdown.drop_guard()),
-        })
+        }
     }
 
     /// The etcd revision this replica's snapshot reflects.
@@ -189,7 +214,7 @@ impl Inner {
         } else {
             Err(RegistryError::StoreUnavailable(format!(
                 "etcd at {} has had no leader for a while",
-                self.client.endpoints()
+                self.origin
             )))
         }
     }
@@ -408,7 +433,7 @@ impl Inner {
     ) -> Result<Option<Written>, RegistryError> {
         self.catch_up().await?;
         let mut plan = self.plan(executor_id, &template.owner, tools)?;
-        let lost = owners::claim(&self.kv, &template.owner, &plan.unowned).await?;
+        let lost = owners::claim(&*self.kv, &template.owner, &plan.unowned).await?;
         let mut hashes = Vec::with_capacity(plan.hashes.len());
         for (name, hash) in plan.names.iter().zip(plan.hashes) {
             if lost.contains(name) {
@@ -460,7 +485,7 @@ impl Inner {
 }
 
 /// Renews `lease` every third of its `ttl_ms` until the guard is dropped.
-fn renew_until_dropped(kv: EtcdKv, lease: i64, ttl_ms: u64) -> DropGuard {
+fn renew_until_dropped(kv: Arc<dyn Kv>, lease: i64, ttl_ms: u64) -> DropGuard {
     let period = Duration::from_millis((ttl_ms / 3).max(100));
     let stop = CancellationToken::new();
     let renew = async move {
@@ -602,7 +627,7 @@ impl Store for EtcdStore {
         inner.check_writable()?;
         inner.catch_up().await?;
         let snapshot = inner.published.current();
-        let switched = switches::write(&inner.kv, &snapshot, tool, reason.as_deref()).await?;
+        let switched = switches::write(&*inner.kv, &snapshot, tool, reason.as_deref()).await?;
         let revision = switched.revision;
         if switched.changed {
             inner.reflect(revision).await?;
@@ -632,17 +657,17 @@ impl Store for EtcdStore {
         // rollout: it is written only over the version decided on.
         inner.catch_up().await?;
         let snapshot = inner.published.current();
-        let (written, rollout) = rollouts::write(&inner.kv, &snapshot, request).await?;
+        let (written, rollout) = rollouts::write(&*inner.kv, &snapshot, request).await?;
         inner.reflect(written).await?;
         Ok((u64::try_from(written).unwrap_or(0), rollout))
     }
 
     async fn shared_records(&self, prefix: &str) -> Result<Vec<SharedRecord>, RegistryError> {
-        shared::list(&self.inner.kv, prefix, false).await
+        shared::list(&*self.inner.kv, prefix, false).await
     }
 
     async fn shared_keys(&self, prefix: &str) -> Result<Vec<SharedRecord>, RegistryError> {
-        shared::list(&self.inner.kv, prefix, true).await
+        shared::list(&*self.inner.kv, prefix, true).await
     }
 
     async fn put_shared(
@@ -652,10 +677,10 @@ impl Store for EtcdStore {
         revision: i64,
         ttl: Duration,
     ) -> Result<bool, RegistryError> {
-        shared::put(&self.inner.kv, key, value, revision, ttl).await
+        shared::put(&*self.inner.kv, key, value, revision, ttl).await
     }
 
     async fn delete_shared(&self, key: &str) -> Result<(), RegistryError> {
-        shared::delete(&self.inner.kv, key).await
+        shared::delete(&*self.inner.kv, key).await
     }
 }

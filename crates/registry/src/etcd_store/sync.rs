@@ -6,7 +6,7 @@
 use super::Inner;
 use super::model::Model;
 use crate::keys::{PREFIX, Slot};
-use crate::kv::{Batch, Kv, KvError, Op, Txn};
+use crate::kv::{Batch, KvError, Op, Txn};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::time::{Instant, sleep};
@@ -174,7 +174,7 @@ async fn watch(inner: &Inner, from: i64) -> Result<(), KvError> {
                 let answer = tokio::time::timeout(PROBE_TIMEOUT, inner.kv.revision())
                     .await
                     .unwrap_or_else(|_| Err(KvError::Etcd(EtcdError::Unavailable {
-                        endpoints: inner.client.endpoints(),
+                        endpoints: inner.origin.clone(),
                         last: format!("no answer to a read within {PROBE_TIMEOUT:?}"),
                     })));
                 let revision = match answer {

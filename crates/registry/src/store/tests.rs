@@ -1,20 +1,21 @@
-//! The registry's behaviour against both backends, each test body run on
-//! the embedded store and on etcd (a real member): the rules that run over
-//! the key-value seam (tool switches, rollouts, tool-name ownership, shared
-//! records) and those each store still keeps its own way (leases,
-//! replacement, conflicts, executor ids), so the two cannot drift apart.
+//! The registry's behaviour through the Store seam, each test body run on
+//! the embedded store, on the replica over etcd (a real member) and on the
+//! same replica over the memory backend: the rules that run over the
+//! key-value seam (tool switches, rollouts, tool-name ownership, shared
+//! records) and those the embedded store still keeps its own way (leases,
+//! replacement, conflicts, executor ids), so they cannot drift apart.
 //! Needs an `etcd` binary (`scripts/test` installs it); without one the
 //! etcd half fails, never skips.
 
+use crate::{
+    EtcdAccess, EtcdStore, OpenGate, Registry, RegistryConfig, RegistryError, RolloutChange,
+    RolloutError, RolloutRequest, Store,
+};
 use std::sync::Arc;
 use std::time::Duration;
 use toolmesh::pb::{RegisterRequest, RegisterResponse, ToolSpec};
 use toolmesh::rollout::{Guard, RolloutState, Share};
 use toolmesh_procs::EtcdCluster;
-use toolmesh_registry::{
-    EtcdAccess, EtcdStore, OpenGate, Registry, RegistryConfig, RegistryError, RolloutChange,
-    RolloutError, RolloutRequest, Store,
-};
 use toolmesh_testkit::eventually;
 
 /// A store under test, and the etcd member behind it (if any).
@@ -67,6 +68,14 @@ async fn etcd() -> Under {
     }
 }
 
+/// The replica over the memory backend.
+async fn replica_on_memory() -> Under {
+    Under {
+        store: Arc::new(EtcdStore::over_memory(config(), Arc::new(OpenGate)).await),
+        _etcd: None,
+    }
+}
+
 /// One test per backend for each body.
 macro_rules! on_both_backends {
     ($($body:ident),* $(,)?) => {
@@ -80,6 +89,11 @@ macro_rules! on_both_backends {
                 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
                 async fn etcd() {
                     super::$body(super::etcd().await).await;
+                }
+
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn replica_on_memory() {
+                    super::$body(super::replica_on_memory().await).await;
                 }
             }
         )*
