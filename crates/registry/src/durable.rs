@@ -132,7 +132,7 @@ fn write_atomically(path: &Path, contents: &Contents) -> Result<(), RegistryErro
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::kv::{Kv, MemoryKv, Op, Txn, at_once};
+    use crate::kv::{Kv, MemoryKv, Txn, at_once};
     use crate::{owners, switches};
     use toolmesh_testkit::TempDir;
 
@@ -140,19 +140,10 @@ mod tests {
         MemoryKv::open(dir.map(|d| DurableFile::in_dir(d.path()))).unwrap()
     }
 
-    /// Writes the switch of `tool` as the rule does (the rule itself is
-    /// tested with a registry in front).
+    /// Writes the switch of `tool` (the rule around it, which asks whether
+    /// the tool is known, is tested with a registry in front).
     fn disable(kv: &MemoryKv, tool: &str, reason: Option<&str>) {
-        let key = Slot::Disabled(tool).key();
-        let op = match reason {
-            Some(reason) => Op::Put {
-                key,
-                value: reason.as_bytes().to_vec(),
-                lease: 0,
-            },
-            None => Op::Delete { key },
-        };
-        at_once(kv.txn(Txn::write(op))).unwrap();
+        at_once(kv.txn(Txn::write(switches::switch(tool, reason)))).unwrap();
     }
 
     /// Disabled tools and owners survive a reopen; enabling removes the entry.

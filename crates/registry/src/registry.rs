@@ -587,4 +587,4 @@ fn check_endpoint(endpoint: &str) -> Result<(), RegistryError> {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

@@ -30,22 +30,26 @@ pub(crate) async fn write(
     tool: &str,
     reason: Option<&str>,
 ) -> Result<Switched, RegistryError> {
-    let key = Slot::Disabled(tool).key();
-    let was_disabled = kv.get(&key).await?.is_some();
+    let was_disabled = kv.get(&Slot::Disabled(tool).key()).await?.is_some();
     if snapshot.versions(tool).is_empty() && !was_disabled {
         return Err(RegistryError::UnknownTool(tool.to_owned()));
     }
-    let op = match reason {
+    let revision = kv.txn(Txn::write(switch(tool, reason))).await?.revision;
+    Ok(Switched {
+        revision,
+        changed: reason.is_some() || was_disabled,
+    })
+}
+
+/// The write that disables `tool` (`Some(reason)`) or enables it.
+pub(crate) fn switch(tool: &str, reason: Option<&str>) -> Op {
+    let key = Slot::Disabled(tool).key();
+    match reason {
         Some(reason) => Op::Put {
             key,
             value: reason.as_bytes().to_vec(),
             lease: 0,
         },
         None => Op::Delete { key },
-    };
-    let revision = kv.txn(Txn::write(op)).await?.revision;
-    Ok(Switched {
-        revision,
-        changed: reason.is_some() || was_disabled,
-    })
+    }
 }

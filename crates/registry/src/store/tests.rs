@@ -7,13 +7,14 @@
 //! Needs an `etcd` binary (`scripts/test` installs it); without one the
 //! etcd half fails, never skips.
 
+use crate::registry::tests::{request, spec};
 use crate::{
     EtcdAccess, EtcdStore, OpenGate, Registry, RegistryConfig, RegistryError, RolloutChange,
     RolloutError, RolloutRequest, Store,
 };
 use std::sync::Arc;
 use std::time::Duration;
-use toolmesh::pb::{RegisterRequest, RegisterResponse, ToolSpec};
+use toolmesh::pb::{RegisterResponse, ToolSpec};
 use toolmesh::rollout::{Guard, RolloutState, Share};
 use toolmesh_procs::EtcdCluster;
 use toolmesh_testkit::eventually;
@@ -112,26 +113,6 @@ on_both_backends!(
     conflicts,
     executor_ids,
 );
-
-fn spec(name: &str, version: &str) -> ToolSpec {
-    ToolSpec {
-        name: name.into(),
-        version: version.into(),
-        description: format!("The {name} tool."),
-        input_schema: r#"{"type":"object"}"#.into(),
-        ..ToolSpec::default()
-    }
-}
-
-fn request(executor_id: &str, tools: Vec<ToolSpec>) -> RegisterRequest {
-    RegisterRequest {
-        executor_id: executor_id.into(),
-        service: "kb".into(),
-        endpoint: "127.0.0.1:7070".into(),
-        tools,
-        ..RegisterRequest::default()
-    }
-}
 
 async fn register(
     store: &dyn Store,
