@@ -3,7 +3,6 @@
 //! kept as one small JSON file in the data directory, replaced atomically
 //! on every change to those keys of the memory backend.
 
-use crate::error::RegistryError;
 use crate::keys::Slot;
 use crate::rollouts::RolloutRecord;
 use serde::{Deserialize, Serialize};
@@ -26,6 +25,16 @@ struct Contents {
     /// Tool name → its rollout (canary), in whatever state.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     rollouts: BTreeMap<String, RolloutRecord>,
+}
+
+/// The state file could not be used.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("registry state file {path}: {problem}")]
+pub(crate) struct StateFileError {
+    /// The file.
+    pub(crate) path: PathBuf,
+    /// What is wrong and what to do.
+    pub(crate) problem: String,
 }
 
 /// A key and its value.
@@ -56,16 +65,16 @@ impl DurableFile {
     }
 
     /// The keys and values the file holds (none when there is no file).
-    pub(crate) fn load(&self) -> Result<Vec<KeyValue>, RegistryError> {
+    pub(crate) fn load(&self) -> Result<Vec<KeyValue>, StateFileError> {
         let path = &self.path;
         let contents: Contents = match std::fs::read_to_string(path) {
-            Ok(text) => serde_json::from_str(&text).map_err(|e| RegistryError::State {
+            Ok(text) => serde_json::from_str(&text).map_err(|e| StateFileError {
                 path: path.clone(),
                 problem: format!("is not a valid state file ({e}); fix or move it away"),
             })?,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Contents::default(),
             Err(e) => {
-                return Err(RegistryError::State {
+                return Err(StateFileError {
                     path: path.clone(),
                     problem: format!("cannot be read: {e}"),
                 });
@@ -89,7 +98,7 @@ impl DurableFile {
     pub(crate) fn save<'a>(
         &self,
         kept: impl Iterator<Item = (&'a [u8], &'a [u8])>,
-    ) -> Result<(), RegistryError> {
+    ) -> Result<(), StateFileError> {
         let mut contents = Contents::default();
         let text = |value: &[u8]| String::from_utf8_lossy(value).into_owned();
         for (key, value) in kept {
@@ -113,8 +122,8 @@ impl DurableFile {
     }
 }
 
-fn write_atomically(path: &Path, contents: &Contents) -> Result<(), RegistryError> {
-    let fail = |e: std::io::Error| RegistryError::State {
+fn write_atomically(path: &Path, contents: &Contents) -> Result<(), StateFileError> {
+    let fail = |e: std::io::Error| StateFileError {
         path: path.to_owned(),
         problem: format!("cannot be written: {e}"),
     };

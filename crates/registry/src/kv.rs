@@ -143,7 +143,7 @@ pub(crate) enum KvError {
     /// The memory backend's durable keys could not be saved (nothing was
     /// written).
     #[error(transparent)]
-    Durable(crate::error::RegistryError),
+    Durable(#[from] crate::durable::StateFileError),
 }
 
 /// A key-value backend: etcd ([`EtcdKv`]) or this process ([`MemoryKv`]).

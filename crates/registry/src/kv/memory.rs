@@ -10,8 +10,7 @@
 //! undone.
 
 use super::{Batch, Compare, Entry, Event, Kv, KvError, LeaseId, Op, Outcome, Txn, Watch};
-use crate::durable::DurableFile;
-use crate::error::RegistryError;
+use crate::durable::{DurableFile, StateFileError};
 use futures_util::FutureExt;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::future::Future;
@@ -200,7 +199,7 @@ pub(crate) struct MemoryKv {
 impl MemoryKv {
     /// A store holding what `file` keeps (nothing without one; loaded keys
     /// at revision 1).
-    pub(crate) fn open(file: Option<DurableFile>) -> Result<MemoryKv, RegistryError> {
+    pub(crate) fn open(file: Option<DurableFile>) -> Result<MemoryKv, StateFileError> {
         let mut space = Space::default();
         if let Some(file) = &file {
             for (key, value) in file.load()? {
