@@ -1,8 +1,9 @@
-//! Operator state that must survive a registry restart — disabled tools,
-//! rollouts and which owner each tool name belongs to — kept as one small
-//! JSON file in the data directory, replaced atomically on every change.
+//! Operator state that must survive an embedded registry's restart —
+//! disabled tools, rollouts and which owner each tool name belongs to —
+//! kept as one small JSON file in the data directory, replaced atomically
+//! on every change to those keys of the memory backend.
 
-use crate::error::RegistryError;
+use crate::keys::Slot;
 use crate::rollouts::RolloutRecord;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
@@ -26,131 +27,103 @@ struct Contents {
     rollouts: BTreeMap<String, RolloutRecord>,
 }
 
-/// Disabled tools and tool owners, in memory and (with a data dir) on disk.
-#[derive(Debug, Default)]
-pub(crate) struct Durable {
-    path: Option<PathBuf>,
-    contents: Contents,
+/// The state file could not be used.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("registry state file {path}: {problem}")]
+pub(crate) struct StateFileError {
+    /// The file.
+    pub(crate) path: PathBuf,
+    /// What is wrong and what to do.
+    pub(crate) problem: String,
 }
 
-impl Durable {
-    /// Loads the state file from `dir` (none yet is fine); without a
-    /// directory the state lives in memory only.
-    pub(crate) fn open(dir: Option<&Path>) -> Result<Self, RegistryError> {
-        let Some(dir) = dir else {
-            return Ok(Durable::default());
-        };
-        let path = dir.join(STATE_FILE);
-        let contents = match std::fs::read_to_string(&path) {
-            Ok(text) => serde_json::from_str(&text).map_err(|e| RegistryError::State {
+/// A key and its value.
+pub(crate) type KeyValue = (Vec<u8>, Vec<u8>);
+
+/// The state file of an embedded registry: where the memory backend keeps
+/// the keys that must survive a restart (tool owners, disabled tools,
+/// rollouts), in the file's own JSON layout.
+#[derive(Debug)]
+pub(crate) struct DurableFile {
+    path: PathBuf,
+}
+
+impl DurableFile {
+    /// The state file in `dir` (none yet is fine).
+    pub(crate) fn in_dir(dir: &Path) -> DurableFile {
+        DurableFile {
+            path: dir.join(STATE_FILE),
+        }
+    }
+
+    /// Whether the file keeps `key`.
+    pub(crate) fn keeps(key: &[u8]) -> bool {
+        matches!(
+            Slot::parse(key),
+            Some(Slot::Owner(_) | Slot::Disabled(_) | Slot::Rollout(_))
+        )
+    }
+
+    /// The keys and values the file holds (none when there is no file).
+    pub(crate) fn load(&self) -> Result<Vec<KeyValue>, StateFileError> {
+        let path = &self.path;
+        let contents: Contents = match std::fs::read_to_string(path) {
+            Ok(text) => serde_json::from_str(&text).map_err(|e| StateFileError {
                 path: path.clone(),
                 problem: format!("is not a valid state file ({e}); fix or move it away"),
             })?,
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Contents::default(),
             Err(e) => {
-                return Err(RegistryError::State {
-                    path,
+                return Err(StateFileError {
+                    path: path.clone(),
                     problem: format!("cannot be read: {e}"),
                 });
             }
         };
-        Ok(Durable {
-            path: Some(path),
-            contents,
-        })
+        let mut kept = Vec::new();
+        for (name, owner) in contents.owners {
+            kept.push((Slot::Owner(&name).key(), owner.into_bytes()));
+        }
+        for (name, reason) in contents.disabled {
+            kept.push((Slot::Disabled(&name).key(), reason.into_bytes()));
+        }
+        for (name, record) in contents.rollouts {
+            let value = serde_json::to_vec(&record).unwrap_or_default();
+            kept.push((Slot::Rollout(&name).key(), value));
+        }
+        Ok(kept)
     }
 
-    /// The operator's reason, if `tool` is disabled.
-    pub(crate) fn disabled(&self, tool: &str) -> Option<&str> {
-        self.contents.disabled.get(tool).map(String::as_str)
-    }
-
-    /// Switches `tool` off (`Some`) or on (`None`) and saves.
-    pub(crate) fn set_disabled(
-        &mut self,
-        tool: &str,
-        reason: Option<&str>,
-    ) -> Result<(), RegistryError> {
-        let before = self.contents.clone();
-        match reason {
-            Some(reason) => self
-                .contents
-                .disabled
-                .insert(tool.to_owned(), reason.to_owned()),
-            None => self.contents.disabled.remove(tool),
-        };
-        self.save_or_restore(before)
-    }
-
-    /// Every kept rollout; one the file holds but this build cannot read
-    /// is left out, saying so.
-    pub(crate) fn rollouts(&self) -> Vec<toolmesh::Rollout> {
-        self.contents
-            .rollouts
-            .iter()
-            .filter_map(|(tool, record)| match record.clone().try_into() {
-                Ok(rollout) => Some(rollout),
-                Err(problem) => {
-                    tracing::error!(tool, %problem, "stored rollout left out");
-                    None
+    /// Replaces the file with `kept` (temp file, fsync, rename).
+    pub(crate) fn save<'a>(
+        &self,
+        kept: impl Iterator<Item = (&'a [u8], &'a [u8])>,
+    ) -> Result<(), StateFileError> {
+        let mut contents = Contents::default();
+        let text = |value: &[u8]| String::from_utf8_lossy(value).into_owned();
+        for (key, value) in kept {
+            match Slot::parse(key) {
+                Some(Slot::Owner(name)) => {
+                    contents.owners.insert(name.to_owned(), text(value));
                 }
-            })
-            .collect()
-    }
-
-    /// Keeps `rollout` (replacing the tool's earlier one) and saves.
-    pub(crate) fn set_rollout(&mut self, rollout: &toolmesh::Rollout) -> Result<(), RegistryError> {
-        let before = self.contents.clone();
-        self.contents
-            .rollouts
-            .insert(rollout.tool.clone(), RolloutRecord::from(rollout));
-        self.save_or_restore(before)
-    }
-
-    /// The owner of `tool`, if some owner has claimed it.
-    pub(crate) fn owner(&self, tool: &str) -> Option<&str> {
-        self.contents.owners.get(tool).map(String::as_str)
-    }
-
-    /// Claims unowned `tools` for `owner` and saves when anything changed.
-    pub(crate) fn claim<'a>(
-        &mut self,
-        owner: &str,
-        tools: impl IntoIterator<Item = &'a str>,
-    ) -> Result<(), RegistryError> {
-        let before = self.contents.clone();
-        let mut changed = false;
-        for tool in tools {
-            if !self.contents.owners.contains_key(tool) {
-                self.contents
-                    .owners
-                    .insert(tool.to_owned(), owner.to_owned());
-                changed = true;
+                Some(Slot::Disabled(name)) => {
+                    contents.disabled.insert(name.to_owned(), text(value));
+                }
+                Some(Slot::Rollout(name)) => match serde_json::from_slice(value) {
+                    Ok(record) => {
+                        contents.rollouts.insert(name.to_owned(), record);
+                    }
+                    Err(error) => tracing::error!(tool = name, %error, "rollout not saved"),
+                },
+                _ => {}
             }
         }
-        if changed {
-            self.save_or_restore(before)
-        } else {
-            Ok(())
-        }
-    }
-
-    /// Writes the file (temp file, fsync, rename); on failure the memory
-    /// state goes back to `before`, so memory never claims what disk lost.
-    fn save_or_restore(&mut self, before: Contents) -> Result<(), RegistryError> {
-        let Some(path) = &self.path else {
-            return Ok(());
-        };
-        let result = write_atomically(path, &self.contents);
-        if result.is_err() {
-            self.contents = before;
-        }
-        result
+        write_atomically(&self.path, &contents)
     }
 }
 
-fn write_atomically(path: &Path, contents: &Contents) -> Result<(), RegistryError> {
-    let fail = |e: std::io::Error| RegistryError::State {
+fn write_atomically(path: &Path, contents: &Contents) -> Result<(), StateFileError> {
+    let fail = |e: std::io::Error| StateFileError {
         path: path.to_owned(),
         problem: format!("cannot be written: {e}"),
     };
@@ -168,27 +141,51 @@ fn write_atomically(path: &Path, contents: &Contents) -> Result<(), RegistryErro
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::kv::{Kv, MemoryKv, Txn, at_once};
+    use crate::{owners, switches};
     use toolmesh_testkit::TempDir;
+
+    fn open(dir: Option<&TempDir>) -> MemoryKv {
+        MemoryKv::open(dir.map(|d| DurableFile::in_dir(d.path()))).unwrap()
+    }
+
+    /// Writes the switch of `tool` (the rule around it, which asks whether
+    /// the tool is known, is tested with a registry in front).
+    fn disable(kv: &MemoryKv, tool: &str, reason: Option<&str>) {
+        at_once(kv.txn(Txn::write(switches::switch(tool, reason)))).unwrap();
+    }
 
     /// Disabled tools and owners survive a reopen; enabling removes the entry.
     #[test]
     fn survives_a_reopen() {
         let dir = TempDir::new("reopen").unwrap();
-        let mut state = Durable::open(Some(dir.path())).unwrap();
-        state
-            .set_disabled("send_email", Some("incident 7"))
-            .unwrap();
-        state.set_disabled("search_kb", Some("x")).unwrap();
-        state.set_disabled("search_kb", None).unwrap();
-        state
-            .claim("team-a", ["search_kb", "get_user_info"])
-            .unwrap();
-        state.claim("team-b", ["search_kb"]).unwrap();
-        let again = Durable::open(Some(dir.path())).unwrap();
-        assert_eq!(again.disabled("send_email"), Some("incident 7"));
-        assert_eq!(again.disabled("search_kb"), None);
+        let state = open(Some(&dir));
+        disable(&state, "send_email", Some("incident 7"));
+        disable(&state, "search_kb", Some("x"));
+        disable(&state, "search_kb", None);
+        let names = ["search_kb".to_owned(), "get_user_info".to_owned()];
+        assert!(
+            at_once(owners::claim(&state, "team-a", &names))
+                .unwrap()
+                .is_empty()
+        );
+        let lost = at_once(owners::claim(&state, "team-b", &names[..1])).unwrap();
+        assert_eq!(lost, ["search_kb"]);
+        let again = open(Some(&dir));
         assert_eq!(
-            again.owner("search_kb"),
+            at_once(switches::reason(&again, "send_email"))
+                .unwrap()
+                .as_deref(),
+            Some("incident 7")
+        );
+        assert_eq!(
+            at_once(switches::reason(&again, "search_kb")).unwrap(),
+            None
+        );
+        assert_eq!(
+            at_once(owners::holder(&again, "search_kb"))
+                .unwrap()
+                .as_deref(),
             Some("team-a"),
             "first owner keeps it"
         );
@@ -199,7 +196,9 @@ mod tests {
     fn corrupt_file_is_refused() {
         let dir = TempDir::new("corrupt").unwrap();
         std::fs::write(dir.join(STATE_FILE), "{not json").unwrap();
-        let err = Durable::open(Some(dir.path())).unwrap_err().to_string();
+        let err = MemoryKv::open(Some(DurableFile::in_dir(dir.path())))
+            .unwrap_err()
+            .to_string();
         assert!(
             err.contains(STATE_FILE) && err.contains("fix or move it away"),
             "{err}"
@@ -209,8 +208,11 @@ mod tests {
     /// Without a data dir the state lives in memory.
     #[test]
     fn memory_only() {
-        let mut state = Durable::open(None).unwrap();
-        state.set_disabled("t", Some("r")).unwrap();
-        assert_eq!(state.disabled("t"), Some("r"));
+        let state = open(None);
+        disable(&state, "t", Some("r"));
+        assert_eq!(
+            at_once(switches::reason(&state, "t")).unwrap().as_deref(),
+            Some("r")
+        );
     }
 }

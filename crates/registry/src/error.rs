@@ -144,6 +144,27 @@ impl From<toolmesh_etcd::EtcdError> for RegistryError {
     }
 }
 
+impl From<crate::durable::StateFileError> for RegistryError {
+    fn from(error: crate::durable::StateFileError) -> Self {
+        RegistryError::State {
+            path: error.path,
+            problem: error.problem,
+        }
+    }
+}
+
+impl From<crate::kv::KvError> for RegistryError {
+    fn from(error: crate::kv::KvError) -> Self {
+        match error {
+            crate::kv::KvError::Etcd(error) => error.into(),
+            crate::kv::KvError::Durable(error) => error.into(),
+            other @ (crate::kv::KvError::LeaseGone(_) | crate::kv::KvError::Compacted { .. }) => {
+                RegistryError::Internal(other.to_string())
+            }
+        }
+    }
+}
+
 impl From<RegistryError> for tonic::Status {
     fn from(error: RegistryError) -> Self {
         let message = error.to_string();

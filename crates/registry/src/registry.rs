@@ -3,10 +3,12 @@
 //! health watches.
 
 use crate::config::RegistryConfig;
-use crate::durable::Durable;
+use crate::durable::DurableFile;
 use crate::error::RegistryError;
 use crate::gate::{Gate, OpenGate};
 use crate::health_watch;
+use crate::keys::Slot;
+use crate::kv::{Kv, MemoryKv, at_once};
 use crate::metrics::Metrics;
 use crate::published::Published;
 use crate::rollouts::{self, RolloutRequest};
@@ -42,8 +44,9 @@ struct Inner {
     metrics: Metrics,
     /// Wakes the reaper when an earlier deadline may exist.
     reaper: Arc<Notify>,
-    /// Shared records (approval tickets) of this single registry.
-    shared: crate::shared::LocalRecords,
+    /// The memory backend: tool owners, switches, rollouts and shared
+    /// records (the rest of the state is in `state`).
+    kv: Arc<MemoryKv>,
     /// Cancelled when the last handle goes: stops the reaper and every watch.
     shutdown: CancellationToken,
     runtime: Handle,
@@ -94,10 +97,12 @@ impl Registry {
     ///
     /// When called outside a tokio runtime.
     pub fn open(config: RegistryConfig, gate: Arc<dyn Gate>) -> Result<Registry, RegistryError> {
-        let durable = Durable::open(config.data_dir.as_deref())?;
+        let kv = Arc::new(MemoryKv::open(
+            config.data_dir.as_deref().map(DurableFile::in_dir),
+        )?);
         let runtime = Handle::current();
         let epoch = uuid::Uuid::new_v4().to_string();
-        let first = first_snapshot(epoch, &durable);
+        let first = first_snapshot(epoch, &*kv)?;
         let store = Arc::new(Published::new(first, config.history));
         let metrics = Metrics::new(&config.metrics, Arc::downgrade(&store) as _);
         let inner = Arc::new(Inner {
@@ -105,9 +110,9 @@ impl Registry {
             metrics,
             config,
             gate,
-            state: Mutex::new(State::with_durable(durable)),
+            state: Mutex::new(State::over(kv.clone())),
             reaper: Arc::new(Notify::new()),
-            shared: crate::shared::LocalRecords::default(),
+            kv,
             shutdown: CancellationToken::new(),
             runtime,
         });
@@ -124,9 +129,9 @@ impl Registry {
         &*self.inner.gate
     }
 
-    /// Its shared records (approval tickets).
-    pub(crate) fn shared(&self) -> &crate::shared::LocalRecords {
-        &self.inner.shared
+    /// Its key-value backend (shared records).
+    pub(crate) fn kv(&self) -> &dyn Kv {
+        &*self.inner.kv
     }
 
     /// The settings this registry runs with.
@@ -319,9 +324,7 @@ impl Registry {
     ) -> Result<(u64, Rollout), RegistryError> {
         let mut state = self.inner.lock();
         let base = self.current();
-        let current = base.rollout(&request.tool).map(|r| &**r);
-        let rollout = rollouts::apply(current, request, &base, rollouts::now_ms())?;
-        let snapshot = state.set_rollout(&base, rollout.clone())?;
+        let (snapshot, rollout) = state.update_rollout(&base, request)?;
         Ok((self.inner.publish(Some(snapshot), &base), rollout))
     }
 
@@ -400,14 +403,25 @@ impl Inner {
     }
 }
 
-/// Snapshot 0 of a registry lifetime: no tools yet, the kept rollouts.
-fn first_snapshot(epoch: String, durable: &Durable) -> Snapshot {
+/// Snapshot 0 of a registry lifetime: no tools yet, the kept rollouts
+/// (one this build cannot read is left out, saying so).
+fn first_snapshot(epoch: String, kv: &dyn Kv) -> Result<Snapshot, RegistryError> {
     let mut first = Snapshot::empty(epoch).next();
-    for rollout in durable.rollouts() {
-        first.put_rollout(rollout);
+    let (kept, _) = at_once(kv.range(&Slot::Rollout("").key(), false))?;
+    for entry in kept {
+        match rollouts::decode(&entry.value) {
+            Ok(rollout) => {
+                first.put_rollout(rollout);
+            }
+            Err(problem) => tracing::error!(
+                key = %String::from_utf8_lossy(&entry.key),
+                %problem,
+                "stored rollout left out"
+            ),
+        }
     }
     first.at_version(0);
-    first.finish()
+    Ok(first.finish())
 }
 
 fn log_expiry(executor: &Executor, version: u64) {
@@ -573,4 +587,4 @@ fn check_endpoint(endpoint: &str) -> Result<(), RegistryError> {
 }
 
 #[cfg(test)]
-mod tests;
+pub(crate) mod tests;

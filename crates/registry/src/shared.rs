@@ -1,12 +1,12 @@
 //! Records every replica of a registry shares besides the snapshot (shared
-//! approval tickets): read all under a prefix, write one if nobody changed
-//! it since it was read (compare on its revision), expire after a TTL. The
-//! embedded store keeps them here, in this process.
+//! approval tickets, session facts) over the key-value seam: read all under
+//! a prefix, write one if nobody changed it since it was read (compare on
+//! its revision), expire after a TTL (the record goes with its lease).
 
-use std::collections::BTreeMap;
-use std::sync::{Mutex, PoisonError};
+use crate::error::RegistryError;
+use crate::keys::Slot;
+use crate::kv::{Kv, Op, Txn};
 use std::time::Duration;
-use tokio::time::Instant;
 
 /// One shared record.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -19,80 +19,100 @@ pub struct SharedRecord {
     pub revision: i64,
 }
 
-/// Shared records in this process.
-#[derive(Debug, Default)]
-pub(crate) struct LocalRecords {
-    inner: Mutex<Records>,
+/// Every live record under `prefix`, their values left empty when `keys_only`.
+pub(crate) async fn list(
+    kv: &dyn Kv,
+    prefix: &str,
+    keys_only: bool,
+) -> Result<Vec<SharedRecord>, RegistryError> {
+    let base = Slot::Shared("").key().len();
+    let (entries, _) = kv.range(&Slot::Shared(prefix).key(), keys_only).await?;
+    Ok(entries
+        .into_iter()
+        .map(|entry| SharedRecord {
+            key: String::from_utf8_lossy(&entry.key[base..]).into_owned(),
+            value: entry.value,
+            revision: entry.mod_revision,
+        })
+        .collect())
 }
 
-#[derive(Debug, Default)]
-struct Records {
+/// Writes `key` if its revision is still `revision` (0: it must not
+/// exist), expiring after `ttl`; false when another writer came first.
+pub(crate) async fn put(
+    kv: &dyn Kv,
+    key: &str,
+    value: Vec<u8>,
     revision: i64,
-    map: BTreeMap<String, (Vec<u8>, i64, Instant)>,
+    ttl: Duration,
+) -> Result<bool, RegistryError> {
+    let key = Slot::Shared(key).key();
+    let (lease, _) = kv.grant(ttl).await?;
+    let put = Op::Put {
+        key: key.clone(),
+        value,
+        lease,
+    };
+    let outcome = kv.txn(Txn::if_unchanged(&key, revision, put)).await?;
+    if !outcome.succeeded {
+        // Nothing went with it.
+        let _ = kv.revoke(lease).await;
+    }
+    Ok(outcome.succeeded)
 }
 
-impl LocalRecords {
-    /// Every live record under `prefix`, with its value when `values`.
-    pub(crate) fn list(&self, prefix: &str, values: bool) -> Vec<SharedRecord> {
-        let now = Instant::now();
-        let mut records = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
-        records.map.retain(|_, (_, _, expires)| *expires > now);
-        records
-            .map
-            .range(prefix.to_owned()..)
-            .take_while(|(k, _)| k.starts_with(prefix))
-            .map(|(key, (value, revision, _))| SharedRecord {
-                key: key.clone(),
-                value: if values { value.clone() } else { Vec::new() },
-                revision: *revision,
-            })
-            .collect()
-    }
-
-    /// Writes `key` if its revision is still `revision`; false when not.
-    pub(crate) fn put(&self, key: &str, value: Vec<u8>, revision: i64, ttl: Duration) -> bool {
-        let now = Instant::now();
-        let mut records = self.inner.lock().unwrap_or_else(PoisonError::into_inner);
-        let current = records
-            .map
-            .get(key)
-            .filter(|(_, _, expires)| *expires > now)
-            .map_or(0, |(_, r, _)| *r);
-        if current != revision {
-            return false;
-        }
-        records.revision += 1;
-        let next = records.revision;
-        records.map.insert(key.to_owned(), (value, next, now + ttl));
-        true
-    }
-
-    /// Removes `key`.
-    pub(crate) fn delete(&self, key: &str) {
-        self.inner
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .map
-            .remove(key);
-    }
+/// Removes `key`.
+pub(crate) async fn delete(kv: &dyn Kv, key: &str) -> Result<(), RegistryError> {
+    let key = Slot::Shared(key).key();
+    kv.txn(Txn::write(Op::Delete { key })).await?;
+    Ok(())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::kv::MemoryKv;
 
     /// A write compares revisions: the second writer from the same read loses.
     #[tokio::test]
     async fn compare_and_put() {
-        let records = LocalRecords::default();
+        let records = MemoryKv::open(None).unwrap();
         let ttl = Duration::from_secs(60);
-        assert!(records.put("approval/a-1", b"x".to_vec(), 0, ttl));
-        assert!(!records.put("approval/a-1", b"y".to_vec(), 0, ttl));
-        let read = records.list("approval/", true);
+        assert!(
+            put(&records, "approval/a-1", b"x".to_vec(), 0, ttl)
+                .await
+                .unwrap()
+        );
+        assert!(
+            !put(&records, "approval/a-1", b"y".to_vec(), 0, ttl)
+                .await
+                .unwrap()
+        );
+        let read = list(&records, "approval/", false).await.unwrap();
         assert_eq!(read.len(), 1);
-        assert!(records.put("approval/a-1", b"y".to_vec(), read[0].revision, ttl));
-        assert!(!records.put("approval/a-1", b"z".to_vec(), read[0].revision, ttl));
-        records.delete("approval/a-1");
-        assert!(records.list("approval/", true).is_empty());
+        assert!(
+            put(
+                &records,
+                "approval/a-1",
+                b"y".to_vec(),
+                read[0].revision,
+                ttl
+            )
+            .await
+            .unwrap()
+        );
+        assert!(
+            !put(
+                &records,
+                "approval/a-1",
+                b"z".to_vec(),
+                read[0].revision,
+                ttl
+            )
+            .await
+            .unwrap()
+        );
+        delete(&records, "approval/a-1").await.unwrap();
+        assert!(list(&records, "approval/", false).await.unwrap().is_empty());
     }
 }

@@ -2,10 +2,12 @@
 //! their leases and the tool keys each serves, and how each change turns into
 //! the next snapshot.
 
-use crate::durable::Durable;
 use crate::error::RegistryError;
+use crate::kv::{MemoryKv, at_once};
 use crate::leases::LeaseTable;
+use crate::rollouts::RolloutRequest;
 use crate::txn::{Key, Staged, Txn, key_of, label};
+use crate::{owners, rollouts, switches};
 use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
@@ -102,23 +104,26 @@ pub(crate) struct Registered {
 }
 
 /// Executors and leases; changed only under the registry's writer lock.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub(crate) struct State {
     executors: HashMap<Arc<str>, Executor>,
     /// Live executors per owner, kept with `executors` so that the
     /// per-owner cap costs one lookup per registration, not a scan.
     per_owner: HashMap<Arc<str>, usize>,
     leases: LeaseTable,
-    /// Disabled tools, rollouts and tool owners, kept across restarts.
-    durable: Durable,
+    /// Tool owners, disabled tools and rollouts (kept across restarts with
+    /// a data dir), and shared records.
+    kv: Arc<MemoryKv>,
 }
 
 impl State {
-    /// An empty state over loaded durable state.
-    pub(crate) fn with_durable(durable: Durable) -> Self {
+    /// An empty state over the memory backend `kv`.
+    pub(crate) fn over(kv: Arc<MemoryKv>) -> Self {
         State {
-            durable,
-            ..State::default()
+            executors: HashMap::new(),
+            per_owner: HashMap::new(),
+            leases: LeaseTable::default(),
+            kv,
         }
     }
 
@@ -153,20 +158,30 @@ impl State {
         };
         let mut keys = Vec::with_capacity(reg.tools.len());
         let mut rejected = Vec::new();
+        let mut unowned = Vec::new();
+        let kv = &*self.kv;
         for def in reg.tools {
-            if let Some(holder) = self.durable.owner(def.name()).filter(|h| *h != owner) {
+            let holder = at_once(owners::holder(kv, def.name()))?;
+            if let Some(holder) = holder.as_deref().filter(|h| *h != owner) {
                 rejected.push(owned_elsewhere(def.name(), holder, owner));
                 continue;
             }
-            let disabled = self.durable.disabled(def.name()).map(Arc::<str>::from);
+            let disabled = at_once(switches::reason(kv, def.name()))?.map(Arc::<str>::from);
+            let name = def.name().to_owned();
             match add_instance(&mut txn, def, &executor, disabled) {
-                Ok(key) => keys.push(key),
+                Ok(key) => {
+                    keys.push(key);
+                    if holder.is_none() {
+                        unowned.push(name);
+                    }
+                }
                 Err(reject) => rejected.push(reject),
             }
         }
         if !owner.is_empty() {
-            let names: Vec<&str> = keys.iter().map(|k| &*k.0).collect();
-            if let Err(e) = self.durable.claim(owner, names) {
+            unowned.sort();
+            unowned.dedup();
+            if let Err(e) = at_once(owners::claim(kv, owner, &unowned)) {
                 tracing::error!(error = %e, "tool ownership could not be saved");
             }
         }
@@ -295,14 +310,10 @@ impl State {
         tool: &str,
         reason: Option<Arc<str>>,
     ) -> Result<Option<Snapshot>, RegistryError> {
-        let versions = base.versions(tool);
-        if versions.is_empty() && self.durable.disabled(tool).is_none() {
-            return Err(RegistryError::UnknownTool(tool.to_owned()));
-        }
         // Saved first: a switch the disk lost must not seem to have worked.
-        self.durable.set_disabled(tool, reason.as_deref())?;
+        at_once(switches::write(&*self.kv, base, tool, reason.as_deref()))?;
         let mut txn = Txn::new(base);
-        for entry in versions {
+        for entry in base.versions(tool) {
             if let Some(staged) = txn.get(&key_of(&entry.def)) {
                 staged.disabled = reason.clone();
             }
@@ -310,16 +321,17 @@ impl State {
         Ok(txn.commit())
     }
 
-    /// Keeps `rollout` (saved first) and makes the snapshot that carries it.
-    pub(crate) fn set_rollout(
+    /// Applies `request` to the kept rollout (saved first); the rollout it
+    /// made and the snapshot that carries it.
+    pub(crate) fn update_rollout(
         &mut self,
         base: &Snapshot,
-        rollout: Rollout,
-    ) -> Result<Snapshot, RegistryError> {
-        self.durable.set_rollout(&rollout)?;
+        request: &RolloutRequest,
+    ) -> Result<(Snapshot, Rollout), RegistryError> {
+        let (_, rollout) = at_once(rollouts::write(&*self.kv, base, request))?;
         let mut next = base.next();
-        next.put_rollout(rollout);
-        Ok(next.finish())
+        next.put_rollout(rollout.clone());
+        Ok((next.finish(), rollout))
     }
 
     /// The registration of `executor_id`.

@@ -1,8 +1,7 @@
-//! The Store seam: where a registry keeps what it must not lose
-//! (registrations and their leases, definitions, owners, disabled tools,
-//! rollouts, health verdicts) and publishes snapshots from. [`Registry`] keeps it in
-//! this process (the default); `EtcdStore` keeps it in etcd so that several
-//! replicas serve one mesh.
+//! The Store seam: what the gRPC edge asks of a registry, whichever keeps
+//! it — [`Registry`] in this process (the default), `EtcdStore` in etcd so
+//! that several replicas serve one mesh. Both run the switch, rollout,
+//! ownership and shared-record rules over the key-value seam (`crate::kv`).
 
 use crate::error::RegistryError;
 use crate::gate::Gate;
@@ -121,11 +120,11 @@ impl Store for Registry {
     }
 
     async fn shared_records(&self, prefix: &str) -> Result<Vec<SharedRecord>, RegistryError> {
-        Ok(self.shared().list(prefix, true))
+        crate::shared::list(self.kv(), prefix, false).await
     }
 
     async fn shared_keys(&self, prefix: &str) -> Result<Vec<SharedRecord>, RegistryError> {
-        Ok(self.shared().list(prefix, false))
+        crate::shared::list(self.kv(), prefix, true).await
     }
 
     async fn put_shared(
@@ -135,11 +134,13 @@ impl Store for Registry {
         revision: i64,
         ttl: Duration,
     ) -> Result<bool, RegistryError> {
-        Ok(self.shared().put(key, value, revision, ttl))
+        crate::shared::put(self.kv(), key, value, revision, ttl).await
     }
 
     async fn delete_shared(&self, key: &str) -> Result<(), RegistryError> {
-        self.shared().delete(key);
-        Ok(())
+        crate::shared::delete(self.kv(), key).await
     }
 }
+
+#[cfg(test)]
+mod tests;

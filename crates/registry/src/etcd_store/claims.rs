@@ -4,20 +4,20 @@
 //! the replica dies and another takes it over), and its verdicts are written
 //! to the store so every replica's snapshot agrees.
 
-use super::keys::{HealthRecord, Slot};
-use super::{Inner, absent, put_op};
+use super::Inner;
 use crate::health_watch;
+use crate::keys::{HealthRecord, Slot};
+use crate::kv::{Compare, Op, Txn};
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
-use toolmesh_etcd::pb::{Compare, TxnRequest, compare};
 use tracing::{debug, info, warn};
 
 /// The session lease's TTL: how long a dead replica's health watches stay
 /// unwatched before another replica takes them over.
-const SESSION_TTL_SECS: i64 = 2;
+const SESSION_TTL: Duration = Duration::from_secs(2);
 /// How often the session lease is renewed.
 const SESSION_RENEW: Duration = Duration::from_millis(500);
 /// How often claims are looked at even without a change.
@@ -29,7 +29,7 @@ pub(super) async fn keep_session(inner: Arc<Inner>) {
         loop {
             let session = *inner.session.borrow();
             if session == 0 {
-                match inner.client.grant(SESSION_TTL_SECS).await {
+                match inner.kv.grant(SESSION_TTL).await {
                     Ok((id, _)) => {
                         debug!(session = id, "registry session lease granted");
                         inner.session.send_replace(id);
@@ -37,14 +37,14 @@ pub(super) async fn keep_session(inner: Arc<Inner>) {
                     Err(error) => debug!(%error, "no session lease yet"),
                 }
             } else {
-                match inner.client.keep_alive(session).await {
-                    Ok(ttl) if ttl <= 0 => {
+                match inner.kv.keep_alive(session).await {
+                    Ok(None) => {
                         warn!(
                             "registry session lease expired; its health watches go to other replicas"
                         );
                         inner.session.send_replace(0);
                     }
-                    Ok(_) => {}
+                    Ok(Some(_)) => {}
                     Err(error) => debug!(%error, "session lease not renewed"),
                 }
             }
@@ -133,31 +133,26 @@ pub(super) async fn watch_claimed(inner: Arc<Inner>) {
 /// Claims the health watch of `id` under session lease `session`.
 async fn claim(inner: &Inner, id: &str, session: i64) -> bool {
     let key = Slot::Watcher(id).key();
-    let txn = TxnRequest {
-        compare: vec![absent(key.clone())],
-        success: vec![put_op(key, inner.replica.clone().into_bytes(), session)],
-        failure: vec![],
+    let put = Op::Put {
+        key: key.clone(),
+        value: inner.replica.clone().into_bytes(),
+        lease: session,
     };
-    inner.client.txn(txn).await.is_ok_and(|r| r.succeeded)
+    let txn = Txn::if_unchanged(&key, 0, put);
+    inner.kv.txn(txn).await.is_ok_and(|r| r.succeeded)
 }
 
 /// Gives up the claim on a gone executor (only if still ours).
 async fn release(inner: &Inner, id: &str) {
     let key = Slot::Watcher(id).key();
-    let txn = TxnRequest {
-        compare: vec![Compare {
-            result: compare::CompareResult::Equal as i32,
-            target: compare::CompareTarget::Value as i32,
-            key: key.clone(),
-            target_union: Some(compare::TargetUnion::Value(
-                inner.replica.clone().into_bytes(),
-            )),
-            range_end: vec![],
-        }],
-        success: vec![super::delete_op(key)],
-        failure: vec![],
+    let txn = Txn {
+        compare: vec![Compare::Value(
+            key.clone(),
+            inner.replica.clone().into_bytes(),
+        )],
+        success: vec![Op::Delete { key }],
     };
-    if let Err(error) = inner.client.txn(txn).await {
+    if let Err(error) = inner.kv.txn(txn).await {
         debug!(%error, "health claim not released; it goes with the session lease");
     }
 }
@@ -193,11 +188,12 @@ fn start(inner: &Arc<Inner>, id: Arc<str>, lease: i64, endpoint: String, session
                 let Ok(value) = serde_json::to_vec(&record) else {
                     continue;
                 };
-                match writer
-                    .client
-                    .put(&Slot::Health(&id).key(), value, lease)
-                    .await
-                {
+                let put = Op::Put {
+                    key: Slot::Health(&id).key(),
+                    value,
+                    lease,
+                };
+                match writer.kv.txn(Txn::write(put)).await.map(|o| o.revision) {
                     Ok(version) => info!(
                         executor_id = &*id,
                         healthy, reason, version, "executor health changed"

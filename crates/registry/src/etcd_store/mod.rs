@@ -1,28 +1,30 @@
 //! The etcd store: registrations are etcd leases, snapshots are numbered by
-//! etcd's revision and made from a watch of the store's prefix, ownership
-//! claims are compare-and-create transactions, and each executor's health is
-//! watched by one replica at a time (claimed under that replica's session
-//! lease). Several replicas over one etcd publish the same (epoch, version)
-//! for the same state.
+//! etcd's revision and made from a watch of the store's prefix, and each
+//! executor's health is watched by one replica at a time (claimed under that
+//! replica's session lease). Several replicas over one etcd publish the same
+//! (epoch, version) for the same state. It reaches etcd through the
+//! key-value seam ([`EtcdKv`]); switches, rollouts, ownership and shared
+//! records are the seam's rules, not its own.
 
 mod access;
 mod claims;
-mod keys;
 mod model;
-mod rollout_writes;
 mod sync;
 
 use crate::config::RegistryConfig;
 use crate::error::RegistryError;
 use crate::gate::Gate;
+use crate::keys::{ExecRecord, PREFIX, Slot, content_hash, lease_label, parse_lease};
+use crate::kv::{EtcdKv, Kv, Op, Txn};
+use crate::owners::{self, MAX_TXN_OPS};
 use crate::published::Published;
 use crate::registry::{Checked, check_request, validate_tools};
-use crate::rollouts::RolloutRequest;
-use crate::shared::SharedRecord;
+use crate::rollouts::{self, RolloutRequest};
+use crate::shared::{self, SharedRecord};
 use crate::state::{check_conflict, check_executor_slot, check_lease_holder, owned_elsewhere};
 use crate::store::Store;
+use crate::switches;
 use crate::txn::key_of;
-use keys::{ExecRecord, PREFIX, Slot, content_hash, lease_label, parse_lease};
 use model::Model;
 use prost::Message;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -32,13 +34,10 @@ use tokio_util::sync::{CancellationToken, DropGuard};
 use toolmesh::pb::{self, RejectedTool};
 use toolmesh::{Rollout, Snapshot, ToolDef};
 use toolmesh_etcd::Client;
-use toolmesh_etcd::pb::{Compare, RequestOp, TxnRequest, compare, request_op::Request as Op};
 use tracing::info;
 
 pub use access::{EtcdAccess, EtcdAccessError};
 
-/// Most operations in one etcd transaction (etcd's default limit is 128).
-const MAX_TXN_OPS: usize = 100;
 /// Most bytes in one etcd transaction (etcd's default limit is 1.5 MiB).
 const MAX_TXN_BYTES: usize = 1024 * 1024;
 /// How long a write waits for this replica's snapshot to include it.
@@ -57,7 +56,10 @@ pub struct EtcdStore {
 }
 
 pub(crate) struct Inner {
-    client: Client,
+    /// The store, behind the key-value seam (etcd, or memory in tests).
+    kv: Arc<dyn Kv>,
+    /// Where it is, for messages (etcd's endpoints).
+    origin: String,
     config: RegistryConfig,
     gate: Arc<dyn Gate>,
     /// This replica's id (the value of the health claims it holds).
@@ -85,7 +87,7 @@ pub(crate) struct Inner {
 impl std::fmt::Debug for EtcdStore {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("EtcdStore")
-            .field("etcd", &self.inner.client)
+            .field("etcd", &self.inner.origin)
             .field("replica", &self.inner.replica)
             .finish_non_exhaustive()
     }
@@ -111,39 +113,19 @@ impl EtcdStore {
         let bad = |e: &dyn std::fmt::Display| RegistryError::BadStore(e.to_string());
         let options = access.client_options().map_err(|e| bad(&e))?;
         let client = Client::connect(url, options).map_err(|e| bad(&e))?;
-        let shutdown = CancellationToken::new();
-        let inner = Arc::new(Inner {
-            client,
-            published: Published::new(Snapshot::empty(""), config.history),
-            config,
-            gate,
-            replica: uuid::Uuid::new_v4().to_string(),
-            model: Mutex::new(Model::default()),
-            applied: watch::Sender::new(0),
-            progressed: watch::Sender::new(0),
-            progress: tokio::sync::Notify::new(),
-            writable: watch::Sender::new(false),
-            session: watch::Sender::new(0),
-            outage: sync::Outage::default(),
-            shutdown: shutdown.clone(),
-        });
-        crate::metrics::observe(&inner.config.metrics, Arc::downgrade(&inner) as _);
+        let kv = Arc::new(EtcdKv::new(client.clone(), Slot::Epoch.key()));
+        let store = EtcdStore::start(kv, client.endpoints(), config, gate);
+        let inner = &store.inner;
         let mut applied = inner.applied.subscribe();
-        tokio::spawn(sync::follow(inner.clone()));
-        tokio::spawn(sync::watchdog(inner.clone()));
-        tokio::spawn(claims::keep_session(inner.clone()));
-        if inner.config.watch_health {
-            tokio::spawn(claims::watch_claimed(inner.clone()));
-        }
         let deadline = tokio::time::Instant::now() + FIRST_LOAD;
         // Asked again while etcd is merely not reached (on a loaded machine
         // a handshake can miss its timeout), so that settings etcd refuses
         // stop the registry rather than pass for an outage.
         loop {
-            let check = inner.client.check(keys::PREFIX.as_bytes());
+            let check = client.check(PREFIX.as_bytes());
             match tokio::time::timeout_at(deadline, check).await {
                 Ok(Err(error)) if error.is_misconfigured() => {
-                    shutdown.cancel();
+                    inner.shutdown.cancel();
                     return Err(bad(&error));
                 }
                 Ok(Err(error)) if tokio::time::Instant::now() < deadline => {
@@ -159,47 +141,63 @@ impl EtcdStore {
         }
         let loaded = tokio::time::timeout_at(deadline, applied.wait_for(|r| *r > 0)).await;
         if !matches!(loaded, Ok(Ok(_))) {
-            tracing::warn!(etcd = %inner.client.endpoints(), "etcd not reached yet; serving an empty snapshot until it is");
+            tracing::warn!(etcd = %inner.origin, "etcd not reached yet; serving an empty snapshot until it is");
         }
-        info!(etcd = %inner.client.endpoints(), replica = %inner.replica, "registry store: etcd");
-        Ok(EtcdStore {
+        info!(etcd = %inner.origin, replica = %inner.replica, "registry store: etcd");
+        Ok(store)
+    }
+
+    /// A replica over the memory backend, once it is writable: the same
+    /// rules and snapshot builder as over etcd.
+    #[cfg(test)]
+    pub(crate) async fn over_memory(config: RegistryConfig, gate: Arc<dyn Gate>) -> EtcdStore {
+        let kv = Arc::new(crate::kv::MemoryKv::open(None).expect("no file to read"));
+        let store = EtcdStore::start(kv, "memory".to_owned(), config, gate);
+        let mut writable = store.inner.writable.subscribe();
+        let _ = writable.wait_for(|w| *w).await;
+        store
+    }
+
+    /// A replica over `kv` (found at `origin`), its tasks started.
+    fn start(
+        kv: Arc<dyn Kv>,
+        origin: String,
+        config: RegistryConfig,
+        gate: Arc<dyn Gate>,
+    ) -> EtcdStore {
+        let shutdown = CancellationToken::new();
+        let inner = Arc::new(Inner {
+            kv,
+            origin,
+            published: Published::new(Snapshot::empty(""), config.history),
+            config,
+            gate,
+            replica: uuid::Uuid::new_v4().to_string(),
+            model: Mutex::new(Model::default()),
+            applied: watch::Sender::new(0),
+            progressed: watch::Sender::new(0),
+            progress: tokio::sync::Notify::new(),
+            writable: watch::Sender::new(false),
+            session: watch::Sender::new(0),
+            outage: sync::Outage::default(),
+            shutdown: shutdown.clone(),
+        });
+        crate::metrics::observe(&inner.config.metrics, Arc::downgrade(&inner) as _);
+        tokio::spawn(sync::follow(inner.clone()));
+        tokio::spawn(sync::watchdog(inner.clone()));
+        tokio::spawn(claims::keep_session(inner.clone()));
+        if inner.config.watch_health {
+            tokio::spawn(claims::watch_claimed(inner.clone()));
+        }
+        EtcdStore {
             inner,
             _stop: Arc::new(shutdown.drop_guard()),
-        })
+        }
     }
 
     /// The etcd revision this replica's snapshot reflects.
     pub fn applied_revision(&self) -> i64 {
         *self.inner.applied.borrow()
-    }
-
-    /// The shared records under `prefix`, their values left out when `keys_only`.
-    async fn shared_range(
-        &self,
-        prefix: &str,
-        keys_only: bool,
-    ) -> Result<Vec<SharedRecord>, RegistryError> {
-        let full = Slot::Shared(prefix).key();
-        let response = self
-            .inner
-            .client
-            .range(toolmesh_etcd::pb::RangeRequest {
-                range_end: toolmesh_etcd::prefix_end(&full),
-                key: full,
-                keys_only,
-                ..Default::default()
-            })
-            .await?;
-        let base = Slot::Shared("").key().len();
-        Ok(response
-            .kvs
-            .into_iter()
-            .map(|kv| SharedRecord {
-                key: String::from_utf8_lossy(&kv.key[base..]).into_owned(),
-                value: kv.value,
-                revision: kv.mod_revision,
-            })
-            .collect())
     }
 }
 
@@ -216,7 +214,7 @@ impl Inner {
         } else {
             Err(RegistryError::StoreUnavailable(format!(
                 "etcd at {} has had no leader for a while",
-                self.client.endpoints()
+                self.origin
             )))
         }
     }
@@ -238,15 +236,8 @@ impl Inner {
 
     /// Waits until the snapshot reflects everything etcd holds now.
     async fn catch_up(&self) -> Result<(), RegistryError> {
-        let response = self
-            .client
-            .range(toolmesh_etcd::pb::RangeRequest {
-                key: Slot::Epoch.key(),
-                count_only: true,
-                ..Default::default()
-            })
-            .await?;
-        self.settle(response.header.map_or(0, |h| h.revision)).await
+        let revision = self.kv.revision().await?;
+        self.settle(revision).await
     }
 
     /// The owner of the registration holding `lease`, catching up with etcd
@@ -281,90 +272,28 @@ impl Inner {
         lease.ok_or_else(|| RegistryError::UnknownLease(lease_id.to_owned()))
     }
 
-    /// Claims the unowned `names` for `owner`; returns those another owner
-    /// took first. One transaction per batch; a batch that loses a race is
-    /// claimed name by name.
-    async fn claim_names(
-        &self,
-        owner: &str,
-        names: &[String],
-    ) -> Result<Vec<String>, RegistryError> {
-        let mut lost = Vec::new();
-        for batch in names.chunks(MAX_TXN_OPS) {
-            let txn = TxnRequest {
-                compare: batch.iter().map(|n| absent(Slot::Owner(n).key())).collect(),
-                success: batch
-                    .iter()
-                    .map(|n| put_op(Slot::Owner(n).key(), owner.as_bytes().to_vec(), 0))
-                    .collect(),
-                failure: vec![],
-            };
-            if self.client.txn(txn).await?.succeeded {
-                continue;
-            }
-            for name in batch {
-                let key = Slot::Owner(name).key();
-                let txn = TxnRequest {
-                    compare: vec![absent(key.clone())],
-                    success: vec![put_op(key.clone(), owner.as_bytes().to_vec(), 0)],
-                    failure: vec![RequestOp {
-                        request: Some(Op::RequestRange(toolmesh_etcd::pb::RangeRequest {
-                            key,
-                            ..Default::default()
-                        })),
-                    }],
-                };
-                let response = self.client.txn(txn).await?;
-                if response.succeeded {
-                    continue;
-                }
-                let holder = response
-                    .responses
-                    .into_iter()
-                    .find_map(|r| match r.response {
-                        Some(toolmesh_etcd::pb::response_op::Response::ResponseRange(r)) => {
-                            r.kvs.into_iter().next()
-                        }
-                        _ => None,
-                    })
-                    .map(|kv| String::from_utf8_lossy(&kv.value).into_owned());
-                if holder.as_deref() != Some(owner) {
-                    lost.push(name.clone());
-                }
-            }
-        }
-        Ok(lost)
-    }
-
     /// Stores the definitions etcd does not hold yet, in transactions that
     /// stay under etcd's operation and size limits.
     async fn put_defs(&self, defs: Vec<(String, Vec<u8>)>) -> Result<(), RegistryError> {
-        let mut batch: Vec<RequestOp> = Vec::new();
+        let mut batch = Txn::default();
         let mut bytes = 0;
         for (hash, encoded) in defs {
-            if !batch.is_empty()
-                && (batch.len() >= MAX_TXN_OPS || bytes + encoded.len() > MAX_TXN_BYTES)
+            if !batch.success.is_empty()
+                && (batch.success.len() >= MAX_TXN_OPS || bytes + encoded.len() > MAX_TXN_BYTES)
             {
-                self.put_batch(std::mem::take(&mut batch)).await?;
+                self.kv.txn(std::mem::take(&mut batch)).await?;
                 bytes = 0;
             }
             bytes += encoded.len() + hash.len() + PREFIX.len() + 8;
-            batch.push(put_op(Slot::Def(&hash).key(), encoded, 0));
+            batch.success.push(Op::Put {
+                key: Slot::Def(&hash).key(),
+                value: encoded,
+                lease: 0,
+            });
         }
-        if !batch.is_empty() {
-            self.put_batch(batch).await?;
+        if !batch.success.is_empty() {
+            self.kv.txn(batch).await?;
         }
-        Ok(())
-    }
-
-    async fn put_batch(&self, success: Vec<RequestOp>) -> Result<(), RegistryError> {
-        self.client
-            .txn(TxnRequest {
-                compare: vec![],
-                success,
-                failure: vec![],
-            })
-            .await?;
         Ok(())
     }
 }
@@ -377,54 +306,6 @@ async fn wait_for(counter: &watch::Sender<i64>, revision: i64) -> Result<(), Reg
         _ => Err(RegistryError::StoreUnavailable(format!(
             "this replica has not seen etcd revision {revision} within {READ_YOUR_WRITE:?} (its watch of etcd is behind)"
         ))),
-    }
-}
-
-/// A compare that holds while `key` was last written at `revision` (0:
-/// while it does not exist).
-fn unchanged(key: Vec<u8>, revision: i64) -> Compare {
-    if revision == 0 {
-        return absent(key);
-    }
-    Compare {
-        result: compare::CompareResult::Equal as i32,
-        target: compare::CompareTarget::Mod as i32,
-        key,
-        target_union: Some(compare::TargetUnion::ModRevision(revision)),
-        range_end: vec![],
-    }
-}
-
-/// A compare that holds while `key` does not exist.
-fn absent(key: Vec<u8>) -> Compare {
-    Compare {
-        result: compare::CompareResult::Equal as i32,
-        target: compare::CompareTarget::Create as i32,
-        key,
-        target_union: Some(compare::TargetUnion::CreateRevision(0)),
-        range_end: vec![],
-    }
-}
-
-fn put_op(key: Vec<u8>, value: Vec<u8>, lease: i64) -> RequestOp {
-    RequestOp {
-        request: Some(Op::RequestPut(toolmesh_etcd::pb::PutRequest {
-            key,
-            value,
-            lease,
-            ..Default::default()
-        })),
-    }
-}
-
-fn delete_op(key: Vec<u8>) -> RequestOp {
-    RequestOp {
-        request: Some(Op::RequestDeleteRange(
-            toolmesh_etcd::pb::DeleteRangeRequest {
-                key,
-                ..Default::default()
-            },
-        )),
     }
 }
 
@@ -520,20 +401,17 @@ impl Inner {
     }
 
     /// Writes the registration `template` (with the kept tools) on a new
-    /// lease of `ttl_secs`, planning again once when another write to the
+    /// lease of `ttl`, planning again once when another write to the
     /// executor's key came between this replica's view and its transaction.
     async fn write_registration(
         &self,
         executor_id: &str,
         template: &ExecRecord,
         tools: &[ToolDef],
-        ttl_secs: i64,
+        ttl: Duration,
     ) -> Result<Written, RegistryError> {
         for _ in 0..2 {
-            if let Some(written) = self
-                .try_register(executor_id, template, tools, ttl_secs)
-                .await?
-            {
+            if let Some(written) = self.try_register(executor_id, template, tools, ttl).await? {
                 return Ok(written);
             }
         }
@@ -551,11 +429,11 @@ impl Inner {
         executor_id: &str,
         template: &ExecRecord,
         tools: &[ToolDef],
-        ttl_secs: i64,
+        ttl: Duration,
     ) -> Result<Option<Written>, RegistryError> {
         self.catch_up().await?;
         let mut plan = self.plan(executor_id, &template.owner, tools)?;
-        let lost = self.claim_names(&template.owner, &plan.unowned).await?;
+        let lost = owners::claim(&*self.kv, &template.owner, &plan.unowned).await?;
         let mut hashes = Vec::with_capacity(plan.hashes.len());
         for (name, hash) in plan.names.iter().zip(plan.hashes) {
             if lost.contains(name) {
@@ -572,35 +450,34 @@ impl Inner {
         }
         self.put_defs(plan.new_defs).await?;
         // etcd counts whole seconds and may raise a short lease to its minimum.
-        let (lease, granted) = self.client.grant(ttl_secs).await?;
+        let (lease, granted) = self.kv.grant(ttl).await?;
         let record = ExecRecord {
             tools: hashes,
-            ttl_ms: u64::try_from(granted).unwrap_or(0) * 1000,
+            ttl_ms: u64::try_from(granted.as_millis()).unwrap_or(u64::MAX),
             ..template.clone()
         };
         let value = serde_json::to_vec(&record)
             .map_err(|e| RegistryError::Internal(format!("registration not encoded ({e})")))?;
         let key = Slot::Exec(executor_id).key();
-        let response = self
-            .client
-            .txn(TxnRequest {
-                compare: vec![unchanged(key.clone(), plan.exec_revision)],
-                success: vec![
-                    put_op(key, value, lease),
-                    delete_op(Slot::Health(executor_id).key()),
-                ],
-                failure: vec![],
-            })
-            .await?;
-        if !response.succeeded {
+        let put = Op::Put {
+            key: key.clone(),
+            value,
+            lease,
+        };
+        let mut txn = Txn::if_unchanged(&key, plan.exec_revision, put);
+        txn.success.push(Op::Delete {
+            key: Slot::Health(executor_id).key(),
+        });
+        let outcome = self.kv.txn(txn).await?;
+        if !outcome.succeeded {
             // Nothing was written on it.
-            let _ = self.client.revoke(lease).await;
+            let _ = self.kv.revoke(lease).await;
             return Ok(None);
         }
         Ok(Some(Written {
             record,
             lease,
-            revision: response.header.map_or(0, |h| h.revision),
+            revision: outcome.revision,
             replaced: plan.replaced,
             rejected: plan.rejected,
         }))
@@ -608,13 +485,13 @@ impl Inner {
 }
 
 /// Renews `lease` every third of its `ttl_ms` until the guard is dropped.
-fn renew_until_dropped(client: Client, lease: i64, ttl_ms: u64) -> DropGuard {
+fn renew_until_dropped(kv: Arc<dyn Kv>, lease: i64, ttl_ms: u64) -> DropGuard {
     let period = Duration::from_millis((ttl_ms / 3).max(100));
     let stop = CancellationToken::new();
     let renew = async move {
         loop {
             tokio::time::sleep(period).await;
-            if let Err(error) = client.keep_alive(lease).await {
+            if let Err(error) = kv.keep_alive(lease).await {
                 tracing::debug!(%error, "registration lease not renewed while answering");
             }
         }
@@ -675,7 +552,6 @@ impl Store for EtcdStore {
             tokio::task::spawn_blocking(move || validate_tools(request.tools))
                 .await
                 .map_err(|e| RegistryError::Internal(format!("registration task failed ({e})")))?;
-        let asked = i64::try_from(ttl.as_millis().div_ceil(1000).max(1)).unwrap_or(i64::MAX);
         let template = ExecRecord {
             owner: owner.clone(),
             service: service.to_string(),
@@ -685,16 +561,16 @@ impl Store for EtcdStore {
             tools: Vec::new(),
         };
         let written = inner
-            .write_registration(&executor_id, &template, &tools, asked)
+            .write_registration(&executor_id, &template, &tools, ttl)
             .await?;
         rejected.extend(written.rejected);
         let (record, revision, lease) = (written.record, written.revision, written.lease);
         // Until the answer, the registry keeps the lease alive: catching up
         // on a large registration can outlast a short lease.
-        let _renewing = renew_until_dropped(inner.client.clone(), lease, record.ttl_ms);
+        let _renewing = renew_until_dropped(inner.kv.clone(), lease, record.ttl_ms);
         if let Some(old) = written.replaced.filter(|old| *old != lease) {
             // Its keys moved to the new lease; what is left goes with it.
-            if let Err(error) = inner.client.revoke(old).await {
+            if let Err(error) = inner.kv.revoke(old).await {
                 tracing::warn!(%error, "replaced lease not revoked; it expires by itself");
             }
         }
@@ -702,7 +578,7 @@ impl Store for EtcdStore {
         // Renewed once more as it is answered, so the executor has a whole
         // lease before its first heartbeat (or hears at once that it must
         // ask for a longer one).
-        if inner.client.keep_alive(lease).await? <= 0 {
+        if inner.kv.keep_alive(lease).await?.is_none() {
             return Err(RegistryError::LeaseOutlived {
                 ttl_ms: record.ttl_ms,
             });
@@ -732,7 +608,7 @@ impl Store for EtcdStore {
 
     async fn heartbeat(&self, lease_id: &str, owner: &str) -> Result<u64, RegistryError> {
         let lease = self.inner.held_lease(lease_id, owner).await?;
-        if self.inner.client.keep_alive(lease).await? <= 0 {
+        if self.inner.kv.keep_alive(lease).await?.is_none() {
             return Err(RegistryError::UnknownLease(lease_id.to_owned()));
         }
         Ok(self.current().version())
@@ -740,7 +616,7 @@ impl Store for EtcdStore {
 
     async fn deregister(&self, lease_id: &str, owner: &str) -> Result<u64, RegistryError> {
         let lease = self.inner.held_lease(lease_id, owner).await?;
-        self.inner.client.revoke(lease).await?;
+        self.inner.kv.revoke(lease).await?;
         self.inner.catch_up().await?;
         info!(lease = lease_id, "executor deregistered");
         Ok(self.current().version())
@@ -750,32 +626,10 @@ impl Store for EtcdStore {
         let inner = &self.inner;
         inner.check_writable()?;
         inner.catch_up().await?;
-        let was_disabled = inner.model().disabled.contains_key(tool);
-        let known = !inner.published.current().versions(tool).is_empty() || was_disabled;
-        if !known {
-            return Err(RegistryError::UnknownTool(tool.to_owned()));
-        }
-        let key = Slot::Disabled(tool).key();
-        let revision = match &reason {
-            Some(reason) => {
-                inner
-                    .client
-                    .put(&key, reason.clone().into_bytes(), 0)
-                    .await?
-            }
-            None => {
-                let response = inner
-                    .client
-                    .txn(TxnRequest {
-                        compare: vec![],
-                        success: vec![delete_op(key)],
-                        failure: vec![],
-                    })
-                    .await?;
-                response.header.map_or(0, |h| h.revision)
-            }
-        };
-        if reason.is_some() || was_disabled {
+        let snapshot = inner.published.current();
+        let switched = switches::write(&*inner.kv, &snapshot, tool, reason.as_deref()).await?;
+        let revision = switched.revision;
+        if switched.changed {
             inner.reflect(revision).await?;
         } else {
             // Enabling an enabled tool deletes nothing: no event comes.
@@ -800,21 +654,20 @@ impl Store for EtcdStore {
         let inner = &self.inner;
         inner.check_writable()?;
         // Another replica (or a dispatcher's abort) may write the same
-        // rollout: write only over the version this replica decided on.
-        for _ in 0..3 {
-            if let Some(written) = inner.try_rollout(request).await? {
-                return Ok(written);
-            }
-        }
-        Err(RegistryError::Contended("the rollout"))
+        // rollout: it is written only over the version decided on.
+        inner.catch_up().await?;
+        let snapshot = inner.published.current();
+        let (written, rollout) = rollouts::write(&*inner.kv, &snapshot, request).await?;
+        inner.reflect(written).await?;
+        Ok((u64::try_from(written).unwrap_or(0), rollout))
     }
 
     async fn shared_records(&self, prefix: &str) -> Result<Vec<SharedRecord>, RegistryError> {
-        self.shared_range(prefix, false).await
+        shared::list(&*self.inner.kv, prefix, false).await
     }
 
     async fn shared_keys(&self, prefix: &str) -> Result<Vec<SharedRecord>, RegistryError> {
-        self.shared_range(prefix, true).await
+        shared::list(&*self.inner.kv, prefix, true).await
     }
 
     async fn put_shared(
@@ -824,32 +677,10 @@ impl Store for EtcdStore {
         revision: i64,
         ttl: Duration,
     ) -> Result<bool, RegistryError> {
-        let client = &self.inner.client;
-        let key = Slot::Shared(key).key();
-        let secs = i64::try_from(ttl.as_secs().max(1)).unwrap_or(i64::MAX);
-        let (lease, _) = client.grant(secs).await?;
-        let response = client
-            .txn(TxnRequest {
-                compare: vec![unchanged(key.clone(), revision)],
-                success: vec![put_op(key, value, lease)],
-                failure: vec![],
-            })
-            .await?;
-        if !response.succeeded {
-            let _ = client.revoke(lease).await;
-        }
-        Ok(response.succeeded)
+        shared::put(&*self.inner.kv, key, value, revision, ttl).await
     }
 
     async fn delete_shared(&self, key: &str) -> Result<(), RegistryError> {
-        self.inner
-            .client
-            .txn(TxnRequest {
-                compare: vec![],
-                success: vec![delete_op(Slot::Shared(key).key())],
-                failure: vec![],
-            })
-            .await?;
-        Ok(())
+        shared::delete(&*self.inner.kv, key).await
     }
 }

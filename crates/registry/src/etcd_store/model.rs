@@ -2,8 +2,8 @@
 //! function of the keys at one revision, so every replica publishes the same
 //! content under the same (epoch, version).
 
-use super::keys::{ExecRecord, HealthRecord, Slot};
-use crate::rollouts::RolloutRecord;
+use crate::keys::{ExecRecord, HealthRecord, Slot};
+use crate::kv::{Entry, Event};
 use crate::state::instance;
 use crate::txn::{Key, key_of};
 use prost::Message;
@@ -11,7 +11,6 @@ use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 use toolmesh::pb::ToolSpec;
 use toolmesh::{Instance, Rollout, Snapshot, ToolDef, ToolEntry};
-use toolmesh_etcd::pb::mvccpb::{Event, KeyValue, event::EventType};
 use tracing::warn;
 
 /// One executor as the store holds it.
@@ -77,7 +76,7 @@ impl Model {
 
     /// Applies one key as read by a full range (definitions must come
     /// before the executors that name them: see [`Model::load`]).
-    fn put(&mut self, kv: &KeyValue, touched: &mut Touched) {
+    fn put(&mut self, kv: &Entry, touched: &mut Touched) {
         let Some(slot) = Slot::parse(&kv.key) else {
             return;
         };
@@ -166,10 +165,7 @@ impl Model {
                 touched.names.insert(name.to_owned());
             }
             Slot::Rollout(name) => {
-                match serde_json::from_slice::<RolloutRecord>(&kv.value)
-                    .map_err(|e| e.to_string())
-                    .and_then(Rollout::try_from)
-                {
+                match crate::rollouts::decode(&kv.value) {
                     Ok(rollout) => {
                         self.rollouts
                             .insert(name.to_owned(), (rollout, kv.mod_revision));
@@ -250,18 +246,16 @@ impl Model {
     pub(crate) fn apply(&mut self, events: &[Event]) -> Touched {
         let mut touched = Touched::default();
         for event in events {
-            let Some(kv) = &event.kv else { continue };
-            if event.r#type == EventType::Delete as i32 {
-                self.delete(&kv.key, &mut touched);
-            } else {
-                self.put(kv, &mut touched);
+            match event {
+                Event::Put(entry) => self.put(entry, &mut touched),
+                Event::Delete { key, .. } => self.delete(key, &mut touched),
             }
         }
         touched
     }
 
     /// A model of every key a full range returned.
-    pub(crate) fn load(mut kvs: Vec<KeyValue>) -> (Model, Touched) {
+    pub(crate) fn load(mut kvs: Vec<Entry>) -> (Model, Touched) {
         // Definitions first: executors name them.
         kvs.sort_by_key(|kv| !matches!(Slot::parse(&kv.key), Some(Slot::Def(_))));
         let mut model = Model::default();

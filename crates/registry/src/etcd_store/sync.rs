@@ -4,14 +4,14 @@
 //! quorum and turns the replica not writable after a few seconds.
 
 use super::Inner;
-use super::keys::{PREFIX, Slot};
 use super::model::Model;
+use crate::keys::{PREFIX, Slot};
+use crate::kv::{Batch, KvError, Op, Txn};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::time::{Instant, sleep};
 use toolmesh::Snapshot;
-use toolmesh_etcd::pb::mvccpb::Event;
-use toolmesh_etcd::{EtcdError, WatchBatch};
+use toolmesh_etcd::EtcdError;
 use tracing::{info, warn};
 
 /// How often the watch is checked against etcd's revision.
@@ -43,7 +43,7 @@ impl Outage {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    fn failed(&self, error: &EtcdError) {
+    fn failed(&self, error: &dyn std::fmt::Display) {
         let mut since = self.since();
         if since.is_none() {
             warn!(%error, "etcd unavailable; serving the last snapshot");
@@ -98,7 +98,7 @@ pub(super) async fn follow(inner: Arc<Inner>) {
             loop {
                 let from = *inner.applied.borrow() + 1;
                 match watch(&inner, from).await {
-                    Err(EtcdError::Compacted { compacted }) => {
+                    Err(KvError::Compacted { compacted }) => {
                         warn!(
                             compacted,
                             from,
@@ -120,11 +120,10 @@ pub(super) async fn follow(inner: Arc<Inner>) {
 }
 
 /// Reads the whole prefix and publishes it as one snapshot.
-async fn load(inner: &Inner) -> Result<(), EtcdError> {
+async fn load(inner: &Inner) -> Result<(), KvError> {
     ensure_epoch(inner).await?;
-    let response = inner.client.range_prefix(PREFIX.as_bytes()).await?;
-    let revision = response.header.map_or(0, |h| h.revision);
-    let (model, touched) = Model::load(response.kvs);
+    let (entries, revision) = inner.kv.range(PREFIX.as_bytes(), false).await?;
+    let (model, touched) = Model::load(entries);
     let base = Snapshot::empty(model.epoch.clone());
     let snapshot = model.snapshot(&base, touched, u64::try_from(revision).unwrap_or(0));
     *inner.model() = model;
@@ -139,27 +138,25 @@ async fn load(inner: &Inner) -> Result<(), EtcdError> {
 }
 
 /// Creates the cluster id once; every replica uses it as its epoch.
-async fn ensure_epoch(inner: &Inner) -> Result<(), EtcdError> {
+async fn ensure_epoch(inner: &Inner) -> Result<(), KvError> {
     let key = Slot::Epoch.key();
-    if inner.client.get(&key).await?.is_some() {
+    if inner.kv.get(&key).await?.is_some() {
         return Ok(());
     }
     let id = uuid::Uuid::new_v4().to_string();
-    inner
-        .client
-        .txn(toolmesh_etcd::pb::TxnRequest {
-            compare: vec![super::absent(key.clone())],
-            success: vec![super::put_op(key, id.into_bytes(), 0)],
-            failure: vec![],
-        })
-        .await?;
+    let put = Op::Put {
+        key: key.clone(),
+        value: id.into_bytes(),
+        lease: 0,
+    };
+    inner.kv.txn(Txn::if_unchanged(&key, 0, put)).await?;
     Ok(())
 }
 
 /// One watch from `from`; `Ok` when it should simply be opened again.
-async fn watch(inner: &Inner, from: i64) -> Result<(), EtcdError> {
+async fn watch(inner: &Inner, from: i64) -> Result<(), KvError> {
     let outage = &inner.outage;
-    let mut stream = inner.client.watch_prefix(PREFIX.as_bytes(), from).await?;
+    let mut stream = inner.kv.watch(PREFIX.as_bytes(), from).await?;
     outage.ok(inner);
     let mut probe = tokio::time::interval(PROBE);
     probe.tick().await;
@@ -174,26 +171,20 @@ async fn watch(inner: &Inner, from: i64) -> Result<(), EtcdError> {
             _ = probe.tick() => {
                 // A watch on a frozen or partitioned member stays silent:
                 // ask the cluster (linearizable) where it is.
-                let probe = inner.client.range(toolmesh_etcd::pb::RangeRequest {
-                    key: Slot::Epoch.key(),
-                    count_only: true,
-                    ..Default::default()
-                });
-                let answer = tokio::time::timeout(PROBE_TIMEOUT, probe)
+                let answer = tokio::time::timeout(PROBE_TIMEOUT, inner.kv.revision())
                     .await
-                    .unwrap_or_else(|_| Err(EtcdError::Unavailable {
-                        endpoints: inner.client.endpoints(),
+                    .unwrap_or_else(|_| Err(KvError::Etcd(EtcdError::Unavailable {
+                        endpoints: inner.origin.clone(),
                         last: format!("no answer to a read within {PROBE_TIMEOUT:?}"),
-                    }));
-                let response = match answer {
-                    Ok(response) => response,
+                    })));
+                let revision = match answer {
+                    Ok(revision) => revision,
                     Err(error) => {
                         outage.failed(&error);
                         return Err(error);
                     }
                 };
                 outage.ok(inner);
-                let revision = response.header.map_or(0, |h| h.revision);
                 if revision > *inner.progressed.borrow() {
                     // Changes to keys outside the prefix move etcd's
                     // revision too: a progress notification tells how far
@@ -213,7 +204,7 @@ async fn watch(inner: &Inner, from: i64) -> Result<(), EtcdError> {
 }
 
 /// Applies a watch batch, publishing one snapshot per revision.
-fn apply(inner: &Inner, batch: WatchBatch) {
+fn apply(inner: &Inner, batch: Batch) {
     if batch.events.is_empty() {
         // A progress notification: writes elsewhere in a shared etcd moved
         // its revision. It moves `progressed` only, never where the watch
@@ -225,10 +216,10 @@ fn apply(inner: &Inner, batch: WatchBatch) {
     let mut model = inner.model();
     let mut events = batch.events.as_slice();
     while let Some(first) = events.first() {
-        let revision = revision_of(first);
+        let revision = first.revision();
         let end = events
             .iter()
-            .position(|e| revision_of(e) != revision)
+            .position(|e| e.revision() != revision)
             .unwrap_or(events.len());
         let (this, rest) = events.split_at(end);
         events = rest;
@@ -253,8 +244,4 @@ pub(super) fn advance(counter: &tokio::sync::watch::Sender<i64>, revision: i64) 
         }
         newer
     });
-}
-
-fn revision_of(event: &Event) -> i64 {
-    event.kv.as_ref().map_or(0, |kv| kv.mod_revision)
 }

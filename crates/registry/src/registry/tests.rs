@@ -12,7 +12,7 @@ fn config() -> RegistryConfig {
     }
 }
 
-fn spec(name: &str, version: &str) -> ToolSpec {
+pub(crate) fn spec(name: &str, version: &str) -> ToolSpec {
     ToolSpec {
         name: name.into(),
         version: version.into(),
@@ -22,7 +22,7 @@ fn spec(name: &str, version: &str) -> ToolSpec {
     }
 }
 
-fn request(executor_id: &str, tools: Vec<ToolSpec>) -> RegisterRequest {
+pub(crate) fn request(executor_id: &str, tools: Vec<ToolSpec>) -> RegisterRequest {
     RegisterRequest {
         executor_id: executor_id.into(),
         service: "kb-team".into(),

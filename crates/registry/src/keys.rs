@@ -1,4 +1,4 @@
-//! The key layout under the store's prefix and the records kept there.
+//! The key layout both key-value backends share, and the records kept under it.
 
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};

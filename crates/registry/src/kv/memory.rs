@@ -1,0 +1,538 @@
+//! The in-memory backend of the key-value seam: etcd's revision semantics
+//! (one revision per transaction that writes, create and mod revisions per
+//! key), leases on the tokio clock (expired when the store is next used)
+//! and watches from the next revision (no history is kept: an older start
+//! is answered as compacted), in this process. Values are bytes,
+//! as in etcd; only rare writes (switches, rollouts, claims, shared
+//! records) go through it, so the registration path pays no encoding. Keys
+//! the durable file keeps (see [`crate::durable`]) are saved with each
+//! transaction that touches them, and a transaction the disk refused is
+//! undone.
+
+use super::{Batch, Compare, Entry, Event, Kv, KvError, LeaseId, Op, Outcome, Txn, Watch};
+use crate::durable::{DurableFile, StateFileError};
+use futures_util::FutureExt;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::future::Future;
+use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::time::Duration;
+use tokio::sync::mpsc;
+use tokio::time::Instant;
+
+/// Runs one call on the memory backend, which never waits: its futures
+/// finish on their first poll. For the registry's synchronous paths.
+///
+/// # Panics
+///
+/// When `future` waits (it was not the memory backend's).
+pub(crate) fn at_once<T>(future: impl Future<Output = T>) -> T {
+    future
+        .now_or_never()
+        .expect("the memory backend answers without waiting")
+}
+
+#[derive(Debug, Clone)]
+struct Stored {
+    value: Vec<u8>,
+    create_revision: i64,
+    mod_revision: i64,
+    lease: LeaseId,
+}
+
+#[derive(Debug)]
+struct Lease {
+    ttl: Duration,
+    deadline: Instant,
+    keys: BTreeSet<Vec<u8>>,
+}
+
+/// Where a watch's batches go.
+#[derive(Debug)]
+struct Watcher {
+    prefix: Vec<u8>,
+    from: i64,
+    tx: mpsc::UnboundedSender<Batch>,
+}
+
+#[derive(Debug, Default)]
+struct Space {
+    revision: i64,
+    keys: BTreeMap<Vec<u8>, Stored>,
+    leases: HashMap<LeaseId, Lease>,
+    /// Leases by deadline: expiry looks at the first only.
+    deadlines: BTreeSet<(Instant, LeaseId)>,
+    last_lease: LeaseId,
+    watchers: Vec<Watcher>,
+}
+
+impl Space {
+    /// Drops every lease due at `now` with its keys (one revision for all).
+    fn expire(&mut self, now: Instant) {
+        let mut gone = Vec::new();
+        while let Some(&(deadline, id)) = self.deadlines.first() {
+            if deadline > now {
+                break;
+            }
+            self.deadlines.pop_first();
+            if let Some(lease) = self.leases.remove(&id) {
+                gone.extend(lease.keys);
+            }
+        }
+        self.remove(gone);
+    }
+
+    /// Removes the keys of gone leases, in one revision when any existed.
+    fn remove(&mut self, keys: impl IntoIterator<Item = Vec<u8>>) {
+        let revision = self.revision + 1;
+        let events: Vec<Event> = keys
+            .into_iter()
+            .filter(|key| self.keys.remove(key).is_some())
+            .map(|key| Event::Delete { key, revision })
+            .collect();
+        if !events.is_empty() {
+            self.revision = revision;
+            self.notify(events);
+        }
+    }
+
+    /// Tells each watch the events under its prefix.
+    fn notify(&mut self, events: Vec<Event>) {
+        let revision = self.revision;
+        self.watchers.retain(|watcher| {
+            let mine: Vec<Event> = events
+                .iter()
+                .filter(|e| e.revision() >= watcher.from && key_of(e).starts_with(&watcher.prefix))
+                .cloned()
+                .collect();
+            mine.is_empty()
+                || watcher
+                    .tx
+                    .send(Batch {
+                        events: mine,
+                        revision,
+                    })
+                    .is_ok()
+        });
+    }
+
+    fn holds(&self, compare: &Compare) -> bool {
+        match compare {
+            Compare::Revision(key, revision) => {
+                self.keys.get(key).map_or(0, |s| s.mod_revision) == *revision
+            }
+            Compare::Value(key, value) => self.keys.get(key).is_some_and(|s| s.value == *value),
+        }
+    }
+
+    /// Detaches `key` from the lease it went with.
+    fn detach(&mut self, key: &[u8], lease: LeaseId) {
+        if let Some(lease) = self.leases.get_mut(&lease) {
+            lease.keys.remove(key);
+        }
+    }
+
+    /// Makes one write at `revision`; what `key` held before.
+    fn apply(&mut self, op: Op, revision: i64) -> (Vec<u8>, Option<Stored>) {
+        match op {
+            Op::Put { key, value, lease } => {
+                let before = self.keys.get(&key).cloned();
+                if let Some(old) = &before {
+                    self.detach(&key, old.lease);
+                }
+                if let Some(held) = self.leases.get_mut(&lease) {
+                    held.keys.insert(key.clone());
+                }
+                let create_revision = before.as_ref().map_or(revision, |s| s.create_revision);
+                self.keys.insert(
+                    key.clone(),
+                    Stored {
+                        value,
+                        create_revision,
+                        mod_revision: revision,
+                        lease,
+                    },
+                );
+                (key, before)
+            }
+            Op::Delete { key } => {
+                let before = self.keys.remove(&key);
+                if let Some(old) = &before {
+                    self.detach(&key, old.lease);
+                }
+                (key, before)
+            }
+        }
+    }
+
+    /// Puts back what `apply` changed, newest first.
+    fn undo(&mut self, changed: Vec<(Vec<u8>, Option<Stored>)>, revision: i64) {
+        for (key, before) in changed.into_iter().rev() {
+            if let Some(now) = self.keys.remove(&key) {
+                self.detach(&key, now.lease);
+            }
+            if let Some(before) = before {
+                if let Some(held) = self.leases.get_mut(&before.lease) {
+                    held.keys.insert(key.clone());
+                }
+                self.keys.insert(key, before);
+            }
+        }
+        self.revision = revision;
+    }
+}
+
+fn key_of(event: &Event) -> &[u8] {
+    match event {
+        Event::Put(entry) => &entry.key,
+        Event::Delete { key, .. } => key,
+    }
+}
+
+/// Keys in this process, optionally kept in a durable file. Shared
+/// behind an `Arc`.
+#[derive(Debug)]
+pub(crate) struct MemoryKv {
+    space: Arc<Mutex<Space>>,
+    file: Option<DurableFile>,
+}
+
+impl MemoryKv {
+    /// A store holding what `file` keeps (nothing without one; loaded keys
+    /// at revision 1).
+    pub(crate) fn open(file: Option<DurableFile>) -> Result<MemoryKv, StateFileError> {
+        let mut space = Space::default();
+        if let Some(file) = &file {
+            for (key, value) in file.load()? {
+                space.revision = 1;
+                space.keys.insert(
+                    key,
+                    Stored {
+                        value,
+                        create_revision: 1,
+                        mod_revision: 1,
+                        lease: 0,
+                    },
+                );
+            }
+        }
+        Ok(MemoryKv {
+            space: Arc::new(Mutex::new(space)),
+            file,
+        })
+    }
+
+    fn space(&self) -> MutexGuard<'_, Space> {
+        lock(&self.space)
+    }
+
+    /// Saves the durable keys when `changed` touched one.
+    fn save(&self, space: &Space, changed: &[(Vec<u8>, Option<Stored>)]) -> Result<(), KvError> {
+        let Some(file) = &self.file else {
+            return Ok(());
+        };
+        if !changed.iter().any(|(key, _)| DurableFile::keeps(key)) {
+            return Ok(());
+        }
+        let kept = space
+            .keys
+            .iter()
+            .filter(|(key, _)| DurableFile::keeps(key))
+            .map(|(key, stored)| (key.as_slice(), stored.value.as_slice()));
+        file.save(kept).map_err(KvError::Durable)
+    }
+}
+
+/// The space, its due leases expired.
+fn lock(space: &Mutex<Space>) -> MutexGuard<'_, Space> {
+    let mut space = space.lock().unwrap_or_else(PoisonError::into_inner);
+    space.expire(Instant::now());
+    space
+}
+
+fn entry(key: &[u8], stored: &Stored, keys_only: bool) -> Entry {
+    Entry {
+        key: key.to_vec(),
+        value: if keys_only {
+            Vec::new()
+        } else {
+            stored.value.clone()
+        },
+        create_revision: stored.create_revision,
+        mod_revision: stored.mod_revision,
+        lease: stored.lease,
+    }
+}
+
+#[tonic::async_trait]
+impl Kv for MemoryKv {
+    async fn get(&self, key: &[u8]) -> Result<Option<Entry>, KvError> {
+        Ok(self.space().keys.get(key).map(|s| entry(key, s, false)))
+    }
+
+    async fn range(&self, prefix: &[u8], keys_only: bool) -> Result<(Vec<Entry>, i64), KvError> {
+        let space = self.space();
+        let entries = space
+            .keys
+            .range(prefix.to_vec()..)
+            .take_while(|(key, _)| key.starts_with(prefix))
+            .map(|(key, stored)| entry(key, stored, keys_only))
+            .collect();
+        Ok((entries, space.revision))
+    }
+
+    async fn revision(&self) -> Result<i64, KvError> {
+        Ok(self.space().revision)
+    }
+
+    async fn watch(&self, prefix: &[u8], from: i64) -> Result<Box<dyn Watch>, KvError> {
+        let mut space = self.space();
+        if from <= space.revision {
+            return Err(KvError::Compacted {
+                compacted: space.revision + 1,
+            });
+        }
+        let (tx, rx) = mpsc::unbounded_channel();
+        space.watchers.push(Watcher {
+            prefix: prefix.to_vec(),
+            from,
+            tx: tx.clone(),
+        });
+        Ok(Box::new(MemoryWatch {
+            rx,
+            tx,
+            space: self.space.clone(),
+        }))
+    }
+
+    async fn txn(&self, txn: Txn) -> Result<Outcome, KvError> {
+        let mut space = self.space();
+        let before = space.revision;
+        let gone = txn.success.iter().find_map(|op| match op {
+            Op::Put { lease, .. } if *lease != 0 && !space.leases.contains_key(lease) => {
+                Some(*lease)
+            }
+            _ => None,
+        });
+        if let Some(lease) = gone {
+            return Err(KvError::LeaseGone(lease));
+        }
+        if !txn.compare.iter().all(|c| space.holds(c)) {
+            return Ok(Outcome {
+                succeeded: false,
+                revision: before,
+            });
+        }
+        if txn.success.is_empty() {
+            return Ok(Outcome {
+                succeeded: true,
+                revision: before,
+            });
+        }
+        let revision = before + 1;
+        let changed: Vec<_> = txn
+            .success
+            .into_iter()
+            .map(|op| space.apply(op, revision))
+            .collect();
+        // etcd moves its revision only when something was written.
+        let wrote = changed
+            .iter()
+            .any(|(key, old)| old.is_some() || space.keys.contains_key(key));
+        if !wrote {
+            return Ok(Outcome {
+                succeeded: true,
+                revision: before,
+            });
+        }
+        space.revision = revision;
+        if let Err(error) = self.save(&space, &changed) {
+            space.undo(changed, before);
+            return Err(error);
+        }
+        let events = changed
+            .into_iter()
+            .filter_map(|(key, old)| match space.keys.get(&key) {
+                Some(stored) => Some(Event::Put(entry(&key, stored, false))),
+                None => old.map(|_| Event::Delete { key, revision }),
+            })
+            .collect();
+        space.notify(events);
+        Ok(Outcome {
+            succeeded: true,
+            revision,
+        })
+    }
+
+    async fn grant(&self, ttl: Duration) -> Result<(LeaseId, Duration), KvError> {
+        let mut space = self.space();
+        space.last_lease += 1;
+        let id = space.last_lease;
+        let deadline = Instant::now() + ttl;
+        space.deadlines.insert((deadline, id));
+        space.leases.insert(
+            id,
+            Lease {
+                ttl,
+                deadline,
+                keys: BTreeSet::new(),
+            },
+        );
+        Ok((id, ttl))
+    }
+
+    async fn keep_alive(&self, lease: LeaseId) -> Result<Option<Duration>, KvError> {
+        let mut space = self.space();
+        let Some(held) = space.leases.get_mut(&lease) else {
+            return Ok(None);
+        };
+        let (old, ttl) = (held.deadline, held.ttl);
+        held.deadline = Instant::now() + ttl;
+        let new = held.deadline;
+        space.deadlines.remove(&(old, lease));
+        space.deadlines.insert((new, lease));
+        Ok(Some(ttl))
+    }
+
+    async fn revoke(&self, lease: LeaseId) -> Result<(), KvError> {
+        let mut space = self.space();
+        let Some(held) = space.leases.remove(&lease) else {
+            return Ok(());
+        };
+        space.deadlines.remove(&(held.deadline, lease));
+        space.remove(held.keys);
+        Ok(())
+    }
+}
+
+/// A watch on the memory backend.
+struct MemoryWatch {
+    rx: mpsc::UnboundedReceiver<Batch>,
+    /// Its own sender, for progress notifications.
+    tx: mpsc::UnboundedSender<Batch>,
+    space: Arc<Mutex<Space>>,
+}
+
+#[tonic::async_trait]
+impl Watch for MemoryWatch {
+    async fn next(&mut self) -> Result<Batch, KvError> {
+        // The store keeps a sender of every watch: the channel stays open.
+        Ok(self.rx.recv().await.unwrap_or_default())
+    }
+
+    fn request_progress(&self) {
+        let revision = lock(&self.space).revision;
+        let _ = self.tx.send(Batch {
+            events: Vec::new(),
+            revision,
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn put(key: &str, value: &str, lease: LeaseId) -> Op {
+        Op::Put {
+            key: key.as_bytes().to_vec(),
+            value: value.as_bytes().to_vec(),
+            lease,
+        }
+    }
+
+    /// One revision per transaction that writes; create and mod revisions
+    /// per key; compares on revision, absence and value.
+    #[tokio::test]
+    async fn revisions_and_compares() {
+        let kv = MemoryKv::open(None).unwrap();
+        let first = Txn {
+            compare: vec![Compare::absent(b"a".to_vec())],
+            success: vec![put("a", "1", 0), put("b", "1", 0)],
+        };
+        assert_eq!(
+            kv.txn(first.clone()).await.unwrap(),
+            Outcome {
+                succeeded: true,
+                revision: 1
+            }
+        );
+        assert!(!kv.txn(first).await.unwrap().succeeded);
+        let a = kv.get(b"a").await.unwrap().unwrap();
+        assert_eq!((a.create_revision, a.mod_revision), (1, 1));
+        let again = Txn::if_unchanged(b"a", 1, put("a", "2", 0));
+        assert_eq!(kv.txn(again).await.unwrap().revision, 2);
+        let a = kv.get(b"a").await.unwrap().unwrap();
+        assert_eq!((a.create_revision, a.mod_revision), (1, 2));
+        let by_value = Txn {
+            compare: vec![Compare::Value(b"a".to_vec(), b"2".to_vec())],
+            success: vec![Op::Delete { key: b"a".to_vec() }],
+        };
+        assert_eq!(kv.txn(by_value).await.unwrap().revision, 3);
+        let nothing = Txn::write(Op::Delete { key: b"a".to_vec() });
+        assert_eq!(
+            kv.txn(nothing).await.unwrap().revision,
+            3,
+            "no write, no revision"
+        );
+        let (entries, revision) = kv.range(b"", true).await.unwrap();
+        assert_eq!(revision, 3);
+        let keys: Vec<Vec<u8>> = entries.into_iter().map(|e| e.key).collect();
+        assert_eq!(keys, [b"b".to_vec()]);
+    }
+
+    /// A lease's keys go when it expires or is revoked; keeping it alive
+    /// moves its deadline; a write on a gone lease is refused.
+    #[tokio::test(start_paused = true)]
+    async fn leases() {
+        let kv = MemoryKv::open(None).unwrap();
+        let ttl = Duration::from_secs(2);
+        let (short, granted) = kv.grant(ttl).await.unwrap();
+        assert_eq!(granted, ttl);
+        let (other, _) = kv.grant(ttl).await.unwrap();
+        kv.txn(Txn::write(put("s", "1", short))).await.unwrap();
+        kv.txn(Txn::write(put("o", "1", other))).await.unwrap();
+        tokio::time::advance(Duration::from_secs(1)).await;
+        assert_eq!(kv.keep_alive(other).await.unwrap(), Some(ttl));
+        tokio::time::advance(Duration::from_millis(1500)).await;
+        assert_eq!(kv.get(b"s").await.unwrap(), None, "expired with its lease");
+        assert!(kv.get(b"o").await.unwrap().is_some(), "kept alive");
+        assert_eq!(kv.keep_alive(short).await.unwrap(), None);
+        let refused = kv.txn(Txn::write(put("s", "2", short))).await;
+        assert!(matches!(refused, Err(KvError::LeaseGone(id)) if id == short));
+        kv.revoke(other).await.unwrap();
+        assert!(kv.range(b"", false).await.unwrap().0.is_empty());
+    }
+
+    /// A watch reports each later revision under its prefix, in order, and
+    /// progress when asked; a start it no longer holds is compacted.
+    #[tokio::test(start_paused = true)]
+    async fn watches() {
+        let kv = MemoryKv::open(None).unwrap();
+        kv.txn(Txn::write(put("/p/a", "1", 0))).await.unwrap();
+        let stale = kv.watch(b"/p/", 1).await.err();
+        assert!(matches!(stale, Some(KvError::Compacted { compacted: 2 })));
+        let mut watch = kv.watch(b"/p/", 2).await.unwrap();
+        kv.txn(Txn::write(put("/other", "x", 0))).await.unwrap();
+        let (lease, _) = kv.grant(Duration::from_secs(1)).await.unwrap();
+        kv.txn(Txn::write(put("/p/b", "2", lease))).await.unwrap();
+        let batch = watch.next().await.unwrap();
+        assert_eq!(batch.revision, 3);
+        assert!(
+            matches!(&batch.events[..], [Event::Put(e)] if e.key == b"/p/b" && e.lease == lease)
+        );
+        tokio::time::advance(Duration::from_secs(2)).await;
+        assert_eq!(kv.revision().await.unwrap(), 4, "expiry is a revision");
+        let batch = watch.next().await.unwrap();
+        assert_eq!(
+            batch.events,
+            [Event::Delete {
+                key: b"/p/b".to_vec(),
+                revision: 4
+            }]
+        );
+        watch.request_progress();
+        let progress = watch.next().await.unwrap();
+        assert!(progress.events.is_empty());
+        assert_eq!(progress.revision, 4);
+    }
+}
