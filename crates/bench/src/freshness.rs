@@ -16,6 +16,7 @@ use tokio::time::Instant;
 use tonic::transport::{Channel, Server};
 use tonic::{Request, Response, Status};
 use tonic_health::ServingStatus;
+use toolmesh::grpc::Tls;
 use toolmesh::grpc::incoming;
 use toolmesh::pb::{
     CallContext, DeregisterRequest, ExecuteEvent, ExecuteRequest, ExecuteResponse,
@@ -120,7 +121,7 @@ pub(crate) async fn run(
         SpawnOptions::default(),
     )?;
     let dispatcher_addr = dispatcher.listen_addr().await?;
-    let mut lister = mesh::dispatcher_client(&dispatcher_addr)?;
+    let mut lister = mesh::dispatcher_client(&dispatcher_addr, &Tls::none())?;
 
     let mut killed = Vec::new();
     for rep in 0..plan.freshness_reps {

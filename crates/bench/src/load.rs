@@ -18,6 +18,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::time::Instant;
 use tonic::transport::Channel;
+use toolmesh::grpc::Tls;
 use toolmesh::pb::{
     CallContext, ExecuteRequest, InvokeRequest, ToolResult, dispatcher_client::DispatcherClient,
     executor_client::ExecutorClient,
@@ -119,19 +120,20 @@ impl McpClient {
 }
 
 impl Client {
-    /// An Execute client over one lazily connecting channel to `addr`,
-    /// sending `token` (see [`crate::mesh::execute_token`]).
-    pub(crate) fn executor(addr: &str, token: &str) -> Result<Client, BenchError> {
+    /// An Execute client over one lazily connecting channel to `addr`
+    /// speaking `tls`, sending `token` (see [`crate::mesh::execute_token`]).
+    pub(crate) fn executor(addr: &str, token: &str, tls: &Tls) -> Result<Client, BenchError> {
         Ok(Client::Executor(
-            ExecutorClient::new(toolmesh::grpc::channel(addr, &toolmesh::grpc::Tls::none())?),
+            ExecutorClient::new(toolmesh::grpc::channel(addr, tls)?),
             token.into(),
         ))
     }
 
-    /// An Invoke client over one lazily connecting channel to `addr`.
-    pub(crate) fn dispatcher(addr: &str) -> Result<Client, BenchError> {
+    /// An Invoke client over one lazily connecting channel to `addr`
+    /// speaking `tls`.
+    pub(crate) fn dispatcher(addr: &str, tls: &Tls) -> Result<Client, BenchError> {
         Ok(Client::Dispatcher(DispatcherClient::new(
-            toolmesh::grpc::channel(addr, &toolmesh::grpc::Tls::none())?,
+            toolmesh::grpc::channel(addr, tls)?,
         )))
     }
 

@@ -11,7 +11,6 @@ mod endpoints;
 mod error;
 mod follow;
 mod governance_service;
-pub mod lane;
 mod list;
 mod metrics;
 mod recent;
@@ -132,7 +131,7 @@ impl Dispatcher {
                 base: config.base_ejection,
                 max: config.max_ejection,
             })
-            .with_transport(config.tls.clone(), config.serve_threads),
+            .with_tls(config.tls.clone()),
         );
         let metrics = Arc::new(Metrics::new(&config.metrics, pool.clone()));
         metrics.snapshot_installed(snapshots.current().version());

@@ -1,4 +1,4 @@
-//! Thread per core for the gRPC listener: one accept loop hands each new connection in turn to a lane, a thread running a current-thread runtime that serves it start to end, its connections to executors included, so a call never changes threads.
+//! Thread per core for the gRPC listener: one accept loop hands each new connection in turn to a lane, a thread running a current-thread runtime that serves it start to end, its connections to executors included (the connector keeps one per runtime), so a call never changes threads.
 //!
 //! The port is bound once, as without lanes: a second process asking for
 //! it is refused ("address in use") instead of quietly sharing it, as
@@ -80,7 +80,6 @@ fn start_lane(
     std::thread::Builder::new()
         .name(format!("serve-lane-{lane}"))
         .spawn(move || {
-            toolmesh_dispatcher::lane::enter(lane);
             let _ = running.send(());
             // Registered with this lane's runtime, which polls the stream.
             let incoming = ReceiverStream::new(accepted)

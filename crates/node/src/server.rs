@@ -203,7 +203,6 @@ pub async fn start(role: Role, config: &NodeConfig) -> Result<Running, NodeError
         Some(snapshots) => Some(Dispatcher::with_governance(
             DispatcherConfig {
                 max_in_flight: config.max_in_flight,
-                serve_threads: config.serve_threads,
                 snapshot_history: config.snapshot_history,
                 tls: config.tls.clone(),
                 metrics: metrics.clone(),
