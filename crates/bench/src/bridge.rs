@@ -11,7 +11,7 @@ use crate::stats::Latency;
 use serde::Serialize;
 use std::path::Path;
 use std::time::Duration;
-use toolmesh::grpc::Tls;
+use toolmesh_transport::Tls;
 
 /// What the bridged copies of `acc_echo` are called in the mesh.
 const OVER_STDIO: &str = "acc_echo_stdio";

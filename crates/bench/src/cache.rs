@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
-use toolmesh::grpc::Tls;
+use toolmesh_transport::Tls;
 
 /// The cached tool: the acceptance fixture's read-only, idempotent lookup.
 const TOOL: &str = "acc_lookup";

@@ -18,11 +18,11 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::time::Instant;
 use tonic::transport::Channel;
-use toolmesh::grpc::Tls;
 use toolmesh::pb::{
     CallContext, ExecuteRequest, InvokeRequest, ToolResult, dispatcher_client::DispatcherClient,
     executor_client::ExecutorClient,
 };
+use toolmesh_transport::Tls;
 
 /// Deadline sent with every measured call.
 const CALL_DEADLINE: Duration = Duration::from_secs(10);
@@ -124,7 +124,7 @@ impl Client {
     /// speaking `tls`, sending `token` (see [`crate::mesh::execute_token`]).
     pub(crate) fn executor(addr: &str, token: &str, tls: &Tls) -> Result<Client, BenchError> {
         Ok(Client::Executor(
-            ExecutorClient::new(toolmesh::grpc::channel(addr, tls)?),
+            ExecutorClient::new(toolmesh_transport::channel(addr, tls)?),
             token.into(),
         ))
     }
@@ -133,7 +133,7 @@ impl Client {
     /// speaking `tls`.
     pub(crate) fn dispatcher(addr: &str, tls: &Tls) -> Result<Client, BenchError> {
         Ok(Client::Dispatcher(DispatcherClient::new(
-            toolmesh::grpc::channel(addr, tls)?,
+            toolmesh_transport::channel(addr, tls)?,
         )))
     }
 
@@ -169,7 +169,7 @@ impl Client {
                 });
                 request.set_timeout(CALL_DEADLINE);
                 if !token.is_empty() {
-                    toolmesh::grpc::set_bearer(request.metadata_mut(), token);
+                    toolmesh_transport::set_bearer(request.metadata_mut(), token);
                 }
                 client.execute(request).await.map(|r| r.into_inner().result)
             }

@@ -5,11 +5,11 @@ use crate::error::BenchError;
 use std::time::Duration;
 use tokio::time::Instant;
 use tonic::transport::Channel;
-use toolmesh::grpc::{MAX_SNAPSHOT_MESSAGE_BYTES, Tls};
 use toolmesh::pb::{
     GetSnapshotRequest, ListToolsRequest, ToolFormat, dispatcher_client::DispatcherClient,
     registry_client::RegistryClient,
 };
+use toolmesh_transport::{MAX_SNAPSHOT_MESSAGE_BYTES, Tls};
 
 /// A Dispatcher client for `addr` speaking `tls` that accepts tool lists
 /// of any size.
@@ -17,8 +17,10 @@ pub(crate) fn dispatcher_client(
     addr: &str,
     tls: &Tls,
 ) -> Result<DispatcherClient<Channel>, BenchError> {
-    Ok(DispatcherClient::new(toolmesh::grpc::channel(addr, tls)?)
-        .max_decoding_message_size(MAX_SNAPSHOT_MESSAGE_BYTES))
+    Ok(
+        DispatcherClient::new(toolmesh_transport::channel(addr, tls)?)
+            .max_decoding_message_size(MAX_SNAPSHOT_MESSAGE_BYTES),
+    )
 }
 
 /// The token the bench's registries admit dispatchers with: under the
@@ -35,7 +37,7 @@ pub(crate) async fn execute_token(
     endpoint: &str,
     tls: &Tls,
 ) -> Result<String, BenchError> {
-    let channel = toolmesh::grpc::channel(registry, tls)?;
+    let channel = toolmesh_transport::channel(registry, tls)?;
     let mut request = tonic::Request::new(GetSnapshotRequest::default());
     let bearer = format!("Bearer {DISPATCHER_TOKEN}")
         .parse()

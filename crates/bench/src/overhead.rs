@@ -18,8 +18,8 @@ use serde::Serialize;
 use std::path::Path;
 use std::time::Duration;
 use tokio::time::Instant;
-use toolmesh::grpc::{Tls, TlsFiles};
 use toolmesh_dispatcher::{Dispatcher, DispatcherConfig};
+use toolmesh_transport::{Tls, TlsFiles};
 
 /// The echo tool every target serves.
 const TOOL: &str = "acc_echo";

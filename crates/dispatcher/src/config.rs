@@ -29,7 +29,7 @@ pub struct DispatcherConfig {
     pub snapshot_history: usize,
     /// TLS of the connections to executors (each serve thread of the node
     /// keeps its own, plaintext or TLS alike).
-    pub tls: toolmesh::grpc::Tls,
+    pub tls: toolmesh_transport::Tls,
     /// Where the dispatcher's metrics are registered (the process' registry).
     pub metrics: toolmesh_telemetry::MetricsRegistry,
     /// Who aborts a rollout whose canary fails (the registry); without it
@@ -51,7 +51,7 @@ impl Default for DispatcherConfig {
             base_ejection: Duration::from_secs(30),
             max_ejection: Duration::from_secs(300),
             snapshot_history: 64,
-            tls: toolmesh::grpc::Tls::none(),
+            tls: toolmesh_transport::Tls::none(),
             metrics: toolmesh_telemetry::MetricsRegistry::default(),
             rollout_control: None,
         }

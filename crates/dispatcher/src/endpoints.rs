@@ -155,7 +155,7 @@ pub(crate) struct Endpoints {
     /// When the latest-ending ejection ends (ms after `origin`; 0 = none yet).
     last_ejection_end_ms: AtomicU64,
     /// TLS of the connections to executors.
-    tls: toolmesh::grpc::Tls,
+    tls: toolmesh_transport::Tls,
 }
 
 impl Endpoints {
@@ -165,12 +165,12 @@ impl Endpoints {
             origin: Instant::now(),
             policy,
             last_ejection_end_ms: AtomicU64::new(0),
-            tls: toolmesh::grpc::Tls::none(),
+            tls: toolmesh_transport::Tls::none(),
         }
     }
 
     /// The same pool, connecting to executors with `tls`.
-    pub(crate) fn with_tls(self, tls: toolmesh::grpc::Tls) -> Self {
+    pub(crate) fn with_tls(self, tls: toolmesh_transport::Tls) -> Self {
         Endpoints { tls, ..self }
     }
 

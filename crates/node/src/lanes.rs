@@ -28,7 +28,7 @@ pub(crate) async fn serve(
     stop: CancellationToken,
 ) -> Result<JoinHandle<Result<(), NodeError>>, NodeError> {
     if threads == 0 {
-        let incoming = toolmesh::grpc::incoming(listener);
+        let incoming = toolmesh_transport::incoming(listener);
         return Ok(tokio::spawn(serve_on(router, incoming, stop)));
     }
     let mut feeds = Vec::new();
@@ -83,7 +83,7 @@ fn start_lane(
             let _ = running.send(());
             // Registered with this lane's runtime, which polls the stream.
             let incoming = ReceiverStream::new(accepted)
-                .map(|stream| TcpStream::from_std(stream).and_then(toolmesh::grpc::accepted));
+                .map(|stream| TcpStream::from_std(stream).and_then(toolmesh_transport::accepted));
             let _ = done.send(runtime.block_on(serve_on(router, incoming, stop)));
         })
         .map_err(|source| NodeError::Lane { lane, source })?;

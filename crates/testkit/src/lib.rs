@@ -299,17 +299,23 @@ fn dechunk(mut body: &[u8]) -> Vec<u8> {
 /// Writes a CA and a certificate it signs (for localhost and 127.0.0.1)
 /// under `dir/name-*.pem`; returns (ca, cert, key).
 pub fn pki(dir: &TempDir, name: &str) -> (PathBuf, PathBuf, PathBuf) {
-    use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
+    use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
     let ca_key = KeyPair::generate().expect("a CA key");
     let mut ca_params = CertificateParams::new(Vec::<String>::new()).expect("CA params");
     ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    // A subject of its own: with rcgen's default name on both, OpenSSL
+    // (nginx) takes the certificate for a self-signed one and refuses it.
+    ca_params
+        .distinguished_name
+        .push(DnType::CommonName, format!("{name} CA"));
     let ca_cert = ca_params.self_signed(&ca_key).expect("a CA certificate");
     let issuer = Issuer::new(ca_params, ca_key);
     let node_key = KeyPair::generate().expect("a key");
-    let node = CertificateParams::new(vec!["localhost".to_owned(), "127.0.0.1".to_owned()])
-        .expect("certificate params")
-        .signed_by(&node_key, &issuer)
-        .expect("a certificate");
+    let mut node = CertificateParams::new(vec!["localhost".to_owned(), "127.0.0.1".to_owned()])
+        .expect("certificate params");
+    node.distinguished_name
+        .push(DnType::CommonName, "localhost");
+    let node = node.signed_by(&node_key, &issuer).expect("a certificate");
     let paths = (
         dir.join(format!("{name}-ca.pem")),
         dir.join(format!("{name}-cert.pem")),

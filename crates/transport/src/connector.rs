@@ -243,7 +243,7 @@ impl tower::Service<http::Request<Body>> for Connector {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::grpc::TlsFiles;
+    use crate::TlsFiles;
     use tonic_health::ServingStatus;
     use tonic_health::pb::{HealthCheckRequest, health_client::HealthClient};
 
@@ -256,10 +256,8 @@ mod tests {
         reporter
             .set_service_status("probe", ServingStatus::Serving)
             .await;
-        let router = crate::grpc::server_builder(tls)
-            .unwrap()
-            .add_service(service);
-        tokio::spawn(router.serve_with_incoming(crate::grpc::incoming(listener)));
+        let router = crate::server_builder(tls).unwrap().add_service(service);
+        tokio::spawn(router.serve_with_incoming(crate::incoming(listener)));
         addr.to_string()
     }
 

@@ -1,5 +1,7 @@
-//! What every gRPC server and client of the mesh shares: message limits and
-//! health service names here, the rest one concern per module.
+//! The transport runtime every gRPC server and client of the mesh shares:
+//! message limits and health service names here, the rest one concern per
+//! module (TLS, the upstream connector, channels, serving, deadlines, auth).
+#![forbid(unsafe_code)]
 
 mod advertise;
 mod auth;
