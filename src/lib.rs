@@ -4,7 +4,6 @@
 #![forbid(unsafe_code)]
 
 pub mod error;
-pub mod grpc;
 pub mod history;
 pub mod reference;
 pub mod rollout;

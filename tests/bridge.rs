@@ -367,7 +367,7 @@ async fn reference_filesystem_server_over_stdio() {
     );
     let id = asked.result.unwrap().error.unwrap().approval_id;
     GovernanceClient::new(
-        toolmesh::grpc::channel(&mesh.addr, &toolmesh::grpc::Tls::none()).unwrap(),
+        toolmesh_transport::channel(&mesh.addr, &toolmesh_transport::Tls::none()).unwrap(),
     )
     .approve(with_token(
         ApproveRequest { id: id.clone() },

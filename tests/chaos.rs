@@ -201,8 +201,9 @@ async fn all_healthy(registry: &str, executors: &[String], within: Duration) {
 }
 
 async fn instance_healthy(registry: &str, executor: &str) -> Option<bool> {
-    let mut client =
-        RegistryClient::new(toolmesh::grpc::channel(registry, &toolmesh::grpc::Tls::none()).ok()?);
+    let mut client = RegistryClient::new(
+        toolmesh_transport::channel(registry, &toolmesh_transport::Tls::none()).ok()?,
+    );
     let snapshot = client
         .get_snapshot(GetSnapshotRequest { version: 0 })
         .await
@@ -474,7 +475,7 @@ async fn tool_level_fault_failover() {
         let addr = addr.clone();
         async move {
             let snapshot = RegistryClient::new(
-                toolmesh::grpc::channel(&addr, &toolmesh::grpc::Tls::none()).ok()?,
+                toolmesh_transport::channel(&addr, &toolmesh_transport::Tls::none()).ok()?,
             )
             .get_snapshot(GetSnapshotRequest::default())
             .await

@@ -288,7 +288,7 @@ async fn counted_registry(
     // What a dispatcher publishes for a tool it exposes.
     reporter
         .set_service_status(
-            toolmesh::grpc::tool_health_service("tool_00001"),
+            toolmesh_transport::tool_health_service("tool_00001"),
             tonic_health::ServingStatus::Serving,
         )
         .await;

@@ -5,7 +5,7 @@
 //! them), then checked: every flag a container passes is one its subcommand
 //! takes and every `TOOLMESH_*` variable one it reads (`toolmesh SUB
 //! --help`), probes are native gRPC probes on the port `--health-listen`
-//! opens asking the service names the servers report (`toolmesh::grpc`
+//! opens asking the service names the servers report (`toolmesh_transport`
 //! constants), the termination grace period is above `--grace-ms`,
 //! executors advertise their pod IP on the port they listen on, Services
 //! target declared ports, dispatchers are replicated, spread, budgeted and
@@ -31,7 +31,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 use support::*;
-use toolmesh::grpc::{
+use toolmesh_transport::{
     DISPATCHER_LIVENESS_SERVICE, EXECUTOR_HEALTH_SERVICE, REGISTRY_HEALTH_SERVICE,
 };
 

@@ -11,11 +11,12 @@ use tonic_health::pb::{
 use toolmesh::pb::{ErrorCode, ListToolsRequest, ToolFormat};
 
 async fn tool_status(addr: &str, tool: &str) -> Result<i32, tonic::Code> {
-    let mut health =
-        HealthClient::new(toolmesh::grpc::channel(addr, &toolmesh::grpc::Tls::none()).unwrap());
+    let mut health = HealthClient::new(
+        toolmesh_transport::channel(addr, &toolmesh_transport::Tls::none()).unwrap(),
+    );
     health
         .check(HealthCheckRequest {
-            service: toolmesh::grpc::tool_health_service(tool),
+            service: toolmesh_transport::tool_health_service(tool),
         })
         .await
         .map(|r| r.into_inner().status)
@@ -369,7 +370,8 @@ async fn serve_drains_on_sigterm() {
             async move {
                 let mut late = tonic::Request::new(toolmesh::pb::ListToolsRequest::default());
                 late.set_timeout(Duration::from_millis(200));
-                let channel = toolmesh::grpc::channel(&addr, &toolmesh::grpc::Tls::none()).ok()?;
+                let channel =
+                    toolmesh_transport::channel(&addr, &toolmesh_transport::Tls::none()).ok()?;
                 toolmesh::pb::dispatcher_client::DispatcherClient::new(channel)
                     .list_tools(late)
                     .await

@@ -73,9 +73,9 @@ fn replica_id(proc: &Proc) -> String {
 
 fn registry_client(addr: &str) -> RegistryClient<Channel> {
     RegistryClient::new(
-        toolmesh::grpc::channel(addr, &toolmesh::grpc::Tls::none()).expect("valid address"),
+        toolmesh_transport::channel(addr, &toolmesh_transport::Tls::none()).expect("valid address"),
     )
-    .max_decoding_message_size(toolmesh::grpc::MAX_SNAPSHOT_MESSAGE_BYTES)
+    .max_decoding_message_size(toolmesh_transport::MAX_SNAPSHOT_MESSAGE_BYTES)
 }
 
 /// The newest snapshot of the replica at `addr`, if it answers.
@@ -186,7 +186,7 @@ async fn two_replicas_agree_and_serve() {
         .expect("an instance of acc_echo");
     assert_eq!(instance.execute_token.len(), 64, "{instance:?}");
     let mut direct = pb::executor_client::ExecutorClient::new(
-        toolmesh::grpc::channel(&instance.endpoint, &toolmesh::grpc::Tls::none()).unwrap(),
+        toolmesh_transport::channel(&instance.endpoint, &toolmesh_transport::Tls::none()).unwrap(),
     );
     let execute = pb::ExecuteRequest {
         tool: "acc_echo".into(),
@@ -284,7 +284,7 @@ impl FakeExecutor {
             toolmesh_testkit::serve_router(tonic::transport::Server::builder().add_service(health))
                 .await;
         let mut client = registry_client(registries)
-            .max_encoding_message_size(toolmesh::grpc::MAX_SNAPSHOT_MESSAGE_BYTES);
+            .max_encoding_message_size(toolmesh_transport::MAX_SNAPSHOT_MESSAGE_BYTES);
         let registered = client
             .register(RegisterRequest {
                 executor_id: id.to_owned(),
@@ -492,7 +492,7 @@ async fn approval_across_dispatchers() {
         .unwrap_or_default();
     assert!(!id.is_empty());
     let mut governance = pb::governance_client::GovernanceClient::new(
-        toolmesh::grpc::channel(&d2, &toolmesh::grpc::Tls::none()).expect("address"),
+        toolmesh_transport::channel(&d2, &toolmesh_transport::Tls::none()).expect("address"),
     );
     let listed = governance
         .list_approvals(with_token(
@@ -612,7 +612,7 @@ async fn register_once(registries: &str, id: &str) -> Result<(), tonic::Status> 
 
 /// The health the replica at `addr` reports for toolmesh.v1.Registry.
 async fn registry_health(addr: &str) -> Option<i32> {
-    let channel = toolmesh::grpc::channel(addr, &toolmesh::grpc::Tls::none()).ok()?;
+    let channel = toolmesh_transport::channel(addr, &toolmesh_transport::Tls::none()).ok()?;
     let mut client = tonic_health::pb::health_client::HealthClient::new(channel);
     let request = tonic_health::pb::HealthCheckRequest {
         service: "toolmesh.v1.Registry".to_owned(),

@@ -68,13 +68,13 @@ impl SecureEtcd {
 
     /// A client with the CA and client certificate, as `credentials`.
     fn client(&self, credentials: Option<Credentials>) -> Client {
-        let files = toolmesh::grpc::TlsFiles {
+        let files = toolmesh_transport::TlsFiles {
             ca: Some(self.ca.clone()),
             cert: Some(self.cert.clone()),
             key: Some(self.key.clone()),
             client_ca: None,
         };
-        let tls = toolmesh::grpc::Tls::from_files(&files).expect("TLS files");
+        let tls = toolmesh_transport::Tls::from_files(&files).expect("TLS files");
         let options = ClientOptions {
             tls: tls.client().cloned(),
             credentials,
@@ -127,9 +127,9 @@ fn registry_with(store: &str, flags: &[String], password_env: Option<&str>) -> P
 
 /// The newest snapshot of the registry at `addr`, if it answers.
 async fn snapshot(addr: &str) -> Option<pb::Snapshot> {
-    let channel = toolmesh::grpc::channel(addr, &toolmesh::grpc::Tls::none()).ok()?;
+    let channel = toolmesh_transport::channel(addr, &toolmesh_transport::Tls::none()).ok()?;
     let mut client = pb::registry_client::RegistryClient::new(channel)
-        .max_decoding_message_size(toolmesh::grpc::MAX_SNAPSHOT_MESSAGE_BYTES);
+        .max_decoding_message_size(toolmesh_transport::MAX_SNAPSHOT_MESSAGE_BYTES);
     let request = GetSnapshotRequest { version: 0 };
     match tokio::time::timeout(
         patient(Duration::from_secs(2)),
@@ -152,7 +152,8 @@ fn lists(snapshot: &pb::Snapshot, tool: &str) -> bool {
 /// Registers an executor with one tool named `tool` (no health service:
 /// assumed healthy) through the registry at `addr`.
 async fn register(addr: &str, tool: &str) -> Result<(), tonic::Status> {
-    let channel = toolmesh::grpc::channel(addr, &toolmesh::grpc::Tls::none()).expect("address");
+    let channel =
+        toolmesh_transport::channel(addr, &toolmesh_transport::Tls::none()).expect("address");
     let spec = ToolSpec {
         name: tool.to_owned(),
         version: "1.0.0".to_owned(),

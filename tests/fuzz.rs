@@ -241,7 +241,7 @@ proptest! {
     /// well-formed value means exactly its amount.
     #[test]
     fn grpc_timeouts(text in "\\PC{0,12}", n in 0u64..100_000_000, unit in 0usize..6) {
-        let _ = toolmesh::grpc::parse_grpc_timeout(&text);
+        let _ = toolmesh_transport::parse_grpc_timeout(&text);
         let (suffix, expected) = [
             ("H", n.checked_mul(3600).map(Duration::from_secs)),
             ("M", n.checked_mul(60).map(Duration::from_secs)),
@@ -250,8 +250,8 @@ proptest! {
             ("u", Some(Duration::from_micros(n))),
             ("n", Some(Duration::from_nanos(n))),
         ][unit];
-        prop_assert_eq!(toolmesh::grpc::parse_grpc_timeout(&format!("{n}{suffix}")), expected);
-        prop_assert_eq!(toolmesh::grpc::parse_grpc_timeout(&format!("{n}0000000000{suffix}")), None);
+        prop_assert_eq!(toolmesh_transport::parse_grpc_timeout(&format!("{n}{suffix}")), expected);
+        prop_assert_eq!(toolmesh_transport::parse_grpc_timeout(&format!("{n}0000000000{suffix}")), None);
     }
 }
 

@@ -173,7 +173,7 @@ async fn projection_and_forged_calls() {
     // Per-tool health tells a caller only about tools it may see: a hidden
     // tool answers exactly like a name that does not exist.
     let mut health = tonic_health::pb::health_client::HealthClient::new(
-        toolmesh::grpc::channel(&mesh.addr, &toolmesh::grpc::Tls::none()).unwrap(),
+        toolmesh_transport::channel(&mesh.addr, &toolmesh_transport::Tls::none()).unwrap(),
     );
     for (token, tool, serving) in [
         (Some("tok-agent"), "acc_echo", true),
@@ -182,7 +182,7 @@ async fn projection_and_forged_calls() {
         (None, "acc_echo", false),
     ] {
         let request = tonic_health::pb::HealthCheckRequest {
-            service: toolmesh::grpc::tool_health_service(tool),
+            service: toolmesh_transport::tool_health_service(tool),
         };
         let answer = health.check(with_token(request, token)).await;
         match answer {
@@ -298,7 +298,7 @@ async fn approval_flow() {
     let mut client = dispatcher(&mesh.addr);
     wait_registered(&mut client).await;
     let mut governance = GovernanceClient::new(
-        toolmesh::grpc::channel(&mesh.addr, &toolmesh::grpc::Tls::none()).unwrap(),
+        toolmesh_transport::channel(&mesh.addr, &toolmesh_transport::Tls::none()).unwrap(),
     );
     let args = r#"{"account": "acme-1", "cents": 500}"#;
 
@@ -717,7 +717,7 @@ async fn pinned_snapshots() {
 async fn executors_accept_calls_from_dispatchers_only() {
     let mesh = acceptance(&[], &[]).await;
     let mut registry = toolmesh::pb::registry_client::RegistryClient::new(
-        toolmesh::grpc::channel(&mesh.addr, &toolmesh::grpc::Tls::none()).unwrap(),
+        toolmesh_transport::channel(&mesh.addr, &toolmesh_transport::Tls::none()).unwrap(),
     );
     let echo = |snapshot: toolmesh::pb::Snapshot| {
         snapshot
@@ -763,7 +763,7 @@ async fn executors_accept_calls_from_dispatchers_only() {
     );
     assert_eq!(instance.execute_token.len(), 64);
     let mut executor = toolmesh::pb::executor_client::ExecutorClient::new(
-        toolmesh::grpc::channel(&instance.endpoint, &toolmesh::grpc::Tls::none()).unwrap(),
+        toolmesh_transport::channel(&instance.endpoint, &toolmesh_transport::Tls::none()).unwrap(),
     );
     let execute = toolmesh::pb::ExecuteRequest {
         tool: "acc_echo".into(),
@@ -838,7 +838,7 @@ async fn policy_reloads_on_change() {
 async fn decisions_hold_once_answered() {
     let mesh = acceptance(&[], &[]).await;
     let mut registry = toolmesh::pb::registry_client::RegistryClient::new(
-        toolmesh::grpc::channel(&mesh.addr, &toolmesh::grpc::Tls::none()).unwrap(),
+        toolmesh_transport::channel(&mesh.addr, &toolmesh_transport::Tls::none()).unwrap(),
     );
     let mut client = mesh.client.clone();
     for round in 0..40 {

@@ -695,7 +695,7 @@ async fn the_approval_backlog_is_counted() {
     })
     .await;
     let mut governance = toolmesh::pb::governance_client::GovernanceClient::new(
-        toolmesh::grpc::channel(&addr, &toolmesh::grpc::Tls::none()).unwrap(),
+        toolmesh_transport::channel(&addr, &toolmesh_transport::Tls::none()).unwrap(),
     );
     governance
         .approve(with_token(ApproveRequest { id }, Some("tok-approver")))

@@ -157,7 +157,8 @@ async fn python_executor_serves_through_the_mesh_and_drains() {
         message(&late)
     );
 
-    let channel = toolmesh::grpc::channel(&exec_addr, &toolmesh::grpc::Tls::none()).unwrap();
+    let channel =
+        toolmesh_transport::channel(&exec_addr, &toolmesh_transport::Tls::none()).unwrap();
     // Only dispatchers (holding the token it registered) may call it.
     let direct = toolmesh::pb::executor_client::ExecutorClient::new(channel.clone())
         .execute(toolmesh::pb::ExecuteRequest {
@@ -169,7 +170,7 @@ async fn python_executor_serves_through_the_mesh_and_drains() {
         .unwrap_err();
     assert_eq!(direct.code(), tonic::Code::Unauthenticated, "{direct:?}");
     let mut health = tonic_health::pb::health_client::HealthClient::new(channel);
-    for service in ["", toolmesh::grpc::EXECUTOR_HEALTH_SERVICE] {
+    for service in ["", toolmesh_transport::EXECUTOR_HEALTH_SERVICE] {
         let request = tonic_health::pb::HealthCheckRequest {
             service: service.into(),
         };

@@ -413,14 +413,14 @@ async fn sdk_executor_serves_through_the_mesh() {
     );
 
     // Health, and Execute for dispatchers only.
-    for service in ["", toolmesh::grpc::EXECUTOR_HEALTH_SERVICE] {
+    for service in ["", toolmesh_transport::EXECUTOR_HEALTH_SERVICE] {
         assert_eq!(
             health_status(exec_addr, service).await,
             tonic_health::ServingStatus::Serving as i32,
             "{service:?}"
         );
     }
-    let channel = toolmesh::grpc::channel(exec_addr, &toolmesh::grpc::Tls::none()).unwrap();
+    let channel = toolmesh_transport::channel(exec_addr, &toolmesh_transport::Tls::none()).unwrap();
     for token in [None, Some("tok-orders")] {
         let direct = ExecutorClient::new(channel.clone())
             .execute(with_token(

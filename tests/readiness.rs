@@ -9,7 +9,7 @@ mod support;
 use std::time::Duration;
 use support::*;
 use tonic_health::pb::health_check_response::ServingStatus;
-use toolmesh::grpc::{DISPATCHER_HEALTH_SERVICE, DISPATCHER_LIVENESS_SERVICE};
+use toolmesh_transport::{DISPATCHER_HEALTH_SERVICE, DISPATCHER_LIVENESS_SERVICE};
 
 /// Agents and dispatchers each have their own token; no anonymous caller
 /// may read snapshots.

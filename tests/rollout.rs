@@ -275,7 +275,7 @@ async fn a_share_of_callers_gets_the_canary() {
     assert_eq!(metadata["toolmesh.rollout"], "canary");
     assert_eq!(metadata["toolmesh.rollout_percent"], "50");
     let explained = GovernanceClient::new(
-        toolmesh::grpc::channel(&addr, &toolmesh::grpc::Tls::none()).unwrap(),
+        toolmesh_transport::channel(&addr, &toolmesh_transport::Tls::none()).unwrap(),
     )
     .explain(with_token(
         ExplainRequest {
@@ -564,7 +564,7 @@ async fn explain_keeps_rollout_filters_from_callers() {
             );
             request.set_timeout(Duration::from_secs(30));
             GovernanceClient::new(
-                toolmesh::grpc::channel(&addr, &toolmesh::grpc::Tls::none()).unwrap(),
+                toolmesh_transport::channel(&addr, &toolmesh_transport::Tls::none()).unwrap(),
             )
             .explain(request)
             .await

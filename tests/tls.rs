@@ -160,7 +160,7 @@ tools = ["acc_echo"]
 
 /// `grpc.health.v1` statuses of `services` asked in plaintext at `addr`.
 async fn plaintext_health(addr: &str, services: &[&str]) -> Vec<i32> {
-    let channel = toolmesh::grpc::channel(addr, &toolmesh::grpc::Tls::none()).unwrap();
+    let channel = toolmesh_transport::channel(addr, &toolmesh_transport::Tls::none()).unwrap();
     let mut health = tonic_health::pb::health_client::HealthClient::new(channel);
     let mut statuses = Vec::new();
     for service in services {
@@ -222,14 +222,15 @@ async fn health_port_is_plaintext_and_health_only() {
 
     let names = [
         "",
-        toolmesh::grpc::REGISTRY_HEALTH_SERVICE,
-        toolmesh::grpc::DISPATCHER_HEALTH_SERVICE,
+        toolmesh_transport::REGISTRY_HEALTH_SERVICE,
+        toolmesh_transport::DISPATCHER_HEALTH_SERVICE,
     ];
     assert_eq!(plaintext_health(&serve_health, &names).await, [serving; 3]);
-    let names = ["", toolmesh::grpc::EXECUTOR_HEALTH_SERVICE];
+    let names = ["", toolmesh_transport::EXECUTOR_HEALTH_SERVICE];
     assert_eq!(plaintext_health(&exec_health, &names).await, [serving; 2]);
 
-    let plain = |addr: &str| toolmesh::grpc::channel(addr, &toolmesh::grpc::Tls::none()).unwrap();
+    let plain =
+        |addr: &str| toolmesh_transport::channel(addr, &toolmesh_transport::Tls::none()).unwrap();
     let invoke = toolmesh::pb::dispatcher_client::DispatcherClient::new(plain(&serve_health))
         .invoke(InvokeRequest::default())
         .await

@@ -281,7 +281,7 @@ pub fn cli_as(addr: &str, token: &str, args: &[&str]) -> std::process::Output {
 /// A client for the dispatcher at `addr`.
 pub fn dispatcher(addr: &str) -> DispatcherClient<Channel> {
     DispatcherClient::new(
-        toolmesh::grpc::channel(addr, &toolmesh::grpc::Tls::none()).expect("valid address"),
+        toolmesh_transport::channel(addr, &toolmesh_transport::Tls::none()).expect("valid address"),
     )
 }
 
@@ -397,7 +397,7 @@ pub fn message(response: &InvokeResponse) -> String {
 /// panics if the check fails.
 pub async fn health_status(addr: &str, service: &str) -> i32 {
     let channel =
-        toolmesh::grpc::channel(addr, &toolmesh::grpc::Tls::none()).expect("valid address");
+        toolmesh_transport::channel(addr, &toolmesh_transport::Tls::none()).expect("valid address");
     let request = tonic_health::pb::HealthCheckRequest {
         service: service.to_owned(),
     };

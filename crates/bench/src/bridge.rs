@@ -11,6 +11,7 @@ use crate::stats::Latency;
 use serde::Serialize;
 use std::path::Path;
 use std::time::Duration;
+use toolmesh_transport::Tls;
 
 /// What the bridged copies of `acc_echo` are called in the mesh.
 const OVER_STDIO: &str = "acc_echo_stdio";
@@ -106,7 +107,7 @@ pub(crate) async fn measure(
         for bridge in [&mut over_stdio, &mut over_http] {
             bridge.listen_addr().await?;
         }
-        let mut dispatcher = mesh::dispatcher_client(serve)?;
+        let mut dispatcher = mesh::dispatcher_client(serve, &Tls::none())?;
         for tool in [OVER_STDIO, OVER_HTTP] {
             mesh::wait_listed(&mut dispatcher, tool, true, Duration::from_secs(15)).await?;
         }

@@ -13,6 +13,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Duration;
+use toolmesh_transport::Tls;
 
 /// The cached tool: the acceptance fixture's read-only, idempotent lookup.
 const TOOL: &str = "acc_lookup";
@@ -164,14 +165,14 @@ impl Mesh {
         let args = [&args[..], &["--ledger", &*ledger_arg]].concat();
         let mut fixture = spawn(bins, logs, "fixture (cache)", &bins.fixture, &args)?;
         let executor_addr = fixture.listen_addr().await?;
-        let mut lister = mesh::dispatcher_client(&serve_addr)?;
+        let mut lister = mesh::dispatcher_client(&serve_addr, &Tls::none())?;
         mesh::wait_listed(&mut lister, TOOL, true, Duration::from_secs(15)).await?;
-        let token = mesh::execute_token(&serve_addr, &executor_addr).await?;
+        let token = mesh::execute_token(&serve_addr, &executor_addr, &Tls::none()).await?;
         Ok(Mesh {
             serve,
             fixture,
-            dispatcher: Client::dispatcher(&serve_addr)?,
-            direct: Client::executor(&executor_addr, &token)?,
+            dispatcher: Client::dispatcher(&serve_addr, &Tls::none())?,
+            direct: Client::executor(&executor_addr, &token, &Tls::none())?,
             ledger: Ledger::new(ledger),
         })
     }

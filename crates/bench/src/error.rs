@@ -46,7 +46,7 @@ pub enum BenchError {
     },
     /// An address printed by a process could not be used.
     #[error(transparent)]
-    BadAddress(#[from] toolmesh::grpc::BadAddress),
+    BadAddress(#[from] toolmesh_transport::BadAddress),
     /// A step answered, but not as it must for the bench to go on (for
     /// example the echo tool answered an error, or a registration was
     /// refused).

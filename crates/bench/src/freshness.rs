@@ -16,7 +16,6 @@ use tokio::time::Instant;
 use tonic::transport::{Channel, Server};
 use tonic::{Request, Response, Status};
 use tonic_health::ServingStatus;
-use toolmesh::grpc::incoming;
 use toolmesh::pb::{
     CallContext, DeregisterRequest, ExecuteEvent, ExecuteRequest, ExecuteResponse,
     HeartbeatRequest, InvokeRequest, RegisterRequest, RiskLevel, ToolResult, ToolSpec,
@@ -24,6 +23,8 @@ use toolmesh::pb::{
     executor_server::{Executor, ExecutorServer},
     registry_client::RegistryClient,
 };
+use toolmesh_transport::Tls;
+use toolmesh_transport::incoming;
 
 /// How often ListTools (or Invoke) is polled while waiting.
 const POLL: Duration = Duration::from_millis(1);
@@ -120,7 +121,7 @@ pub(crate) async fn run(
         SpawnOptions::default(),
     )?;
     let dispatcher_addr = dispatcher.listen_addr().await?;
-    let mut lister = mesh::dispatcher_client(&dispatcher_addr)?;
+    let mut lister = mesh::dispatcher_client(&dispatcher_addr, &Tls::none())?;
 
     let mut killed = Vec::new();
     for rep in 0..plan.freshness_reps {
@@ -128,13 +129,13 @@ pub(crate) async fn run(
     }
 
     let executor = InProcessExecutor::start().await?;
-    let mut registrar = RegistryClient::new(toolmesh::grpc::channel(
+    let mut registrar = RegistryClient::new(toolmesh_transport::channel(
         &registry_addr,
-        &toolmesh::grpc::Tls::none(),
+        &toolmesh_transport::Tls::none(),
     )?);
-    let mut invoker = DispatcherClient::new(toolmesh::grpc::channel(
+    let mut invoker = DispatcherClient::new(toolmesh_transport::channel(
         &dispatcher_addr,
-        &toolmesh::grpc::Tls::none(),
+        &toolmesh_transport::Tls::none(),
     )?);
     let (mut not_serving, mut invocable) = (Vec::new(), Vec::new());
     for rep in 0..plan.freshness_reps {

@@ -53,7 +53,7 @@ pub use error::BenchError;
 pub use freshness::{Freshness, Series};
 pub use load::Throughput;
 pub use machine::{Build, Machine};
-pub use overhead::{Allocations, ByTarget, NginxStatus, Overhead, SdkRow, SizeResult};
+pub use overhead::{Allocations, ByTarget, MtlsRow, NginxStatus, Overhead, SdkRow, SizeResult};
 pub use report::{Report, Target, Verdict};
 pub use scale::{AtSize, ListTools, Propagation, Publish, Scale};
 pub use stats::Latency;
@@ -108,7 +108,9 @@ pub async fn run(options: BenchOptions) -> Result<Report, BenchError> {
     let logs = procs::TempDir::new("bench-logs")
         .map_err(|e| BenchError::io("create a temp dir for the logs", e))?;
 
-    progress("1/5 per-call overhead: direct, nginx grpc_pass, toolmesh; MCP door, SDK, MCP bridge");
+    progress(
+        "1/5 per-call overhead: direct, nginx grpc_pass, toolmesh; MCP door, SDK, MCP bridge; mTLS",
+    );
     let overhead = overhead::run(&plan, &bins, logs.path()).await?;
     // Freshness before scale: scale leaves in-process dispatcher tasks
     // behind that would add noise to the timings.

@@ -22,6 +22,7 @@ use toolmesh::pb::{
     CallContext, ExecuteRequest, InvokeRequest, ToolResult, dispatcher_client::DispatcherClient,
     executor_client::ExecutorClient,
 };
+use toolmesh_transport::Tls;
 
 /// Deadline sent with every measured call.
 const CALL_DEADLINE: Duration = Duration::from_secs(10);
@@ -119,19 +120,20 @@ impl McpClient {
 }
 
 impl Client {
-    /// An Execute client over one lazily connecting channel to `addr`,
-    /// sending `token` (see [`crate::mesh::execute_token`]).
-    pub(crate) fn executor(addr: &str, token: &str) -> Result<Client, BenchError> {
+    /// An Execute client over one lazily connecting channel to `addr`
+    /// speaking `tls`, sending `token` (see [`crate::mesh::execute_token`]).
+    pub(crate) fn executor(addr: &str, token: &str, tls: &Tls) -> Result<Client, BenchError> {
         Ok(Client::Executor(
-            ExecutorClient::new(toolmesh::grpc::channel(addr, &toolmesh::grpc::Tls::none())?),
+            ExecutorClient::new(toolmesh_transport::channel(addr, tls)?),
             token.into(),
         ))
     }
 
-    /// An Invoke client over one lazily connecting channel to `addr`.
-    pub(crate) fn dispatcher(addr: &str) -> Result<Client, BenchError> {
+    /// An Invoke client over one lazily connecting channel to `addr`
+    /// speaking `tls`.
+    pub(crate) fn dispatcher(addr: &str, tls: &Tls) -> Result<Client, BenchError> {
         Ok(Client::Dispatcher(DispatcherClient::new(
-            toolmesh::grpc::channel(addr, &toolmesh::grpc::Tls::none())?,
+            toolmesh_transport::channel(addr, tls)?,
         )))
     }
 
@@ -167,7 +169,7 @@ impl Client {
                 });
                 request.set_timeout(CALL_DEADLINE);
                 if !token.is_empty() {
-                    toolmesh::grpc::set_bearer(request.metadata_mut(), token);
+                    toolmesh_transport::set_bearer(request.metadata_mut(), token);
                 }
                 client.execute(request).await.map(|r| r.into_inner().result)
             }

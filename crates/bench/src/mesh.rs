@@ -5,16 +5,20 @@ use crate::error::BenchError;
 use std::time::Duration;
 use tokio::time::Instant;
 use tonic::transport::Channel;
-use toolmesh::grpc::MAX_SNAPSHOT_MESSAGE_BYTES;
 use toolmesh::pb::{
     GetSnapshotRequest, ListToolsRequest, ToolFormat, dispatcher_client::DispatcherClient,
     registry_client::RegistryClient,
 };
+use toolmesh_transport::{MAX_SNAPSHOT_MESSAGE_BYTES, Tls};
 
-/// A Dispatcher client for `addr` that accepts tool lists of any size.
-pub(crate) fn dispatcher_client(addr: &str) -> Result<DispatcherClient<Channel>, BenchError> {
+/// A Dispatcher client for `addr` speaking `tls` that accepts tool lists
+/// of any size.
+pub(crate) fn dispatcher_client(
+    addr: &str,
+    tls: &Tls,
+) -> Result<DispatcherClient<Channel>, BenchError> {
     Ok(
-        DispatcherClient::new(toolmesh::grpc::channel(addr, &toolmesh::grpc::Tls::none())?)
+        DispatcherClient::new(toolmesh_transport::channel(addr, tls)?)
             .max_decoding_message_size(MAX_SNAPSHOT_MESSAGE_BYTES),
     )
 }
@@ -26,10 +30,14 @@ pub(crate) const DISPATCHER_TOKEN: &str = "bench-dispatcher";
 
 /// The token the executor at `endpoint` accepts Execute calls with, read
 /// from the snapshot of the registry at `registry` (as a dispatcher would,
-/// with [`DISPATCHER_TOKEN`]; empty when it asked for none). A direct call
-/// needs it.
-pub(crate) async fn execute_token(registry: &str, endpoint: &str) -> Result<String, BenchError> {
-    let channel = toolmesh::grpc::channel(registry, &toolmesh::grpc::Tls::none())?;
+/// with [`DISPATCHER_TOKEN`], speaking `tls`; empty when it asked for
+/// none). A direct call needs it.
+pub(crate) async fn execute_token(
+    registry: &str,
+    endpoint: &str,
+    tls: &Tls,
+) -> Result<String, BenchError> {
+    let channel = toolmesh_transport::channel(registry, tls)?;
     let mut request = tonic::Request::new(GetSnapshotRequest::default());
     let bearer = format!("Bearer {DISPATCHER_TOKEN}")
         .parse()

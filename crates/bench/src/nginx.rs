@@ -1,5 +1,6 @@
 //! nginx as the baseline gateway: found on PATH, given a minimal
-//! `grpc_pass` config in a temporary prefix, started and stopped by the bench.
+//! `grpc_pass` config (plaintext, or mutual TLS on both hops) in a
+//! temporary prefix, started and stopped by the bench.
 
 use crate::error::BenchError;
 use crate::procs::{self, ArmParentDeath, OnParentDeath, Proc, SpawnOptions, free_port};
@@ -54,15 +55,59 @@ fn find_in(path: &std::ffi::OsStr) -> Option<PathBuf> {
         })
 }
 
+/// The files nginx speaks mutual TLS with, on both hops: its listener
+/// presents `cert` and requires client certificates signed by `ca`; its
+/// upstream connections verify the executor against `ca` (as `localhost`)
+/// and present `cert`.
+#[derive(Debug, Clone, Copy)]
+pub(crate) struct NginxTls<'a> {
+    pub(crate) ca: &'a Path,
+    pub(crate) cert: &'a Path,
+    pub(crate) key: &'a Path,
+}
+
 /// The whole nginx.conf: one worker, an h2c listener on `listen_port`
-/// that `grpc_pass`es everything to `upstream`, every path inside `prefix`.
+/// that `grpc_pass`es everything to `upstream`, every path inside `prefix`;
+/// with `tls`, mutual TLS on both hops instead (`grpc_pass grpcs://`, TLS
+/// sessions reused on the kept-alive upstream connections).
 ///
 /// Upstream connections are kept alive (nginx does not multiplex gRPC
 /// upstream streams, so it needs one connection per call in flight), and
 /// neither side closes a connection after 1000 requests as nginx does by
 /// default: the comparison is with nginx at its best on this path.
-pub(crate) fn render_config(prefix: &Path, listen_port: u16, upstream: &str) -> String {
+pub(crate) fn render_config(
+    prefix: &Path,
+    listen_port: u16,
+    upstream: &str,
+    tls: Option<NginxTls<'_>>,
+) -> String {
     let p = prefix.display();
+    // The listener's `ssl` flag and TLS lines, and the pass with its own.
+    let (ssl, server_tls, pass) = match tls {
+        None => ("", String::new(), "grpc_pass grpc://executor;".to_owned()),
+        Some(NginxTls { ca, cert, key }) => {
+            let (ca, cert, key) = (ca.display(), cert.display(), key.display());
+            (
+                " ssl",
+                format!(
+                    "
+        ssl_certificate {cert};
+        ssl_certificate_key {key};
+        ssl_client_certificate {ca};
+        ssl_verify_client on;"
+                ),
+                format!(
+                    "grpc_pass grpcs://executor;
+            grpc_ssl_certificate {cert};
+            grpc_ssl_certificate_key {key};
+            grpc_ssl_trusted_certificate {ca};
+            grpc_ssl_verify on;
+            grpc_ssl_name localhost;
+            grpc_ssl_session_reuse on;"
+                ),
+            )
+        }
+    };
     format!(
         "# Written by `toolmesh bench`: nginx as a plain gRPC proxy.
 daemon off;
@@ -94,9 +139,9 @@ http {{
     }}
 
     server {{
-        listen 127.0.0.1:{listen_port} http2;
+        listen 127.0.0.1:{listen_port}{ssl} http2;{server_tls}
         location / {{
-            grpc_pass grpc://executor;
+            {pass}
         }}
     }}
 }}
@@ -117,16 +162,18 @@ async fn version(exe: &Path) -> String {
 }
 
 /// Writes the config under `prefix` and starts `nginx -p PREFIX -c CONF`
-/// proxying to `upstream`; returns once it accepts TCP connections.
+/// proxying to `upstream` (with mutual TLS on both hops when `tls` is
+/// given); returns once it accepts TCP connections.
 pub(crate) async fn start(
     arm: Option<ArmParentDeath>,
     exe: &Path,
     prefix: &Path,
     upstream: &str,
+    tls: Option<NginxTls<'_>>,
 ) -> Result<Nginx, BenchError> {
     let port = free_port()?;
     let conf = prefix.join("nginx.conf");
-    std::fs::write(&conf, render_config(prefix, port, upstream))
+    std::fs::write(&conf, render_config(prefix, port, upstream, tls))
         .map_err(|e| BenchError::io(format!("write {}", conf.display()), e))?;
     let version = version(exe).await;
     let prefix_arg = format!("{}/", prefix.display());
@@ -181,7 +228,7 @@ mod tests {
     /// loopback, grpc_pass to the upstream, no daemon, one worker, no access log.
     #[test]
     fn config_rendering() {
-        let conf = render_config(Path::new("/tmp/nx"), 4321, "127.0.0.1:9999");
+        let conf = render_config(Path::new("/tmp/nx"), 4321, "127.0.0.1:9999", None);
         for needle in [
             "daemon off;",
             "master_process on;",
@@ -206,6 +253,34 @@ mod tests {
         }
         let opens = conf.matches('{').count();
         assert_eq!(opens, conf.matches('}').count(), "balanced braces");
+    }
+
+    /// With TLS, the listener requires client certificates and the pass
+    /// is `grpcs://`, presenting the same certificate and verifying the
+    /// executor's.
+    #[test]
+    fn tls_config_rendering() {
+        let files = NginxTls {
+            ca: Path::new("/tmp/nx/ca.pem"),
+            cert: Path::new("/tmp/nx/cert.pem"),
+            key: Path::new("/tmp/nx/key.pem"),
+        };
+        let conf = render_config(Path::new("/tmp/nx"), 4321, "127.0.0.1:9999", Some(files));
+        for needle in [
+            "listen 127.0.0.1:4321 ssl http2;",
+            "ssl_certificate /tmp/nx/cert.pem;",
+            "ssl_certificate_key /tmp/nx/key.pem;",
+            "ssl_client_certificate /tmp/nx/ca.pem;",
+            "ssl_verify_client on;",
+            "grpc_pass grpcs://executor;",
+            "grpc_ssl_certificate /tmp/nx/cert.pem;",
+            "grpc_ssl_trusted_certificate /tmp/nx/ca.pem;",
+            "grpc_ssl_verify on;",
+            "keepalive 512;",
+        ] {
+            assert!(conf.contains(needle), "missing {needle:?} in\n{conf}");
+        }
+        assert!(!render_config(Path::new("/tmp/nx"), 4321, "x:1", None).contains("ssl"));
     }
 
     /// Only an executable file counts as found.

@@ -1,6 +1,7 @@
 //! Per-call overhead: the same `acc_echo` call straight to the executor,
 //! through nginx `grpc_pass`, and through the toolmesh dispatcher; then the
-//! MCP door, the executor SDK and the MCP bridge rows.
+//! MCP door, the executor SDK and the MCP bridge rows, and the three
+//! targets again with mutual TLS on every hop.
 
 use crate::Binaries;
 use crate::Plan;
@@ -17,8 +18,8 @@ use serde::Serialize;
 use std::path::Path;
 use std::time::Duration;
 use tokio::time::Instant;
-use toolmesh::grpc::Tls;
 use toolmesh_dispatcher::{Dispatcher, DispatcherConfig};
+use toolmesh_transport::{Tls, TlsFiles};
 
 /// The echo tool every target serves.
 const TOOL: &str = "acc_echo";
@@ -203,6 +204,8 @@ pub struct Overhead {
     /// An MCP server behind `toolmesh bridge mcp` beside the SDK executor,
     /// through the MCP door (small arguments).
     pub bridge: Option<BridgeRow>,
+    /// Every target again with mutual TLS on both hops (small arguments).
+    pub mtls: Option<MtlsRow>,
 }
 
 /// The executor SDK (the `acceptance` fixture, a process of its own)
@@ -235,76 +238,227 @@ struct Clients {
     toolmesh: Client,
 }
 
-/// Starts `toolmesh serve`, the acceptance example and (if installed)
-/// nginx in front of the example, measures, and stops them.
-pub(crate) async fn run(plan: &Plan, bins: &Binaries, logs: &Path) -> Result<Overhead, BenchError> {
-    let mut serve = procs::spawn(
-        bins.parent_death,
-        "toolmesh serve",
-        &bins.toolmesh,
-        &[
+/// What one set of targets runs on: `toolmesh serve`, the acceptance
+/// example registered with it and (if installed) nginx in front of the
+/// example, in plaintext or with mutual TLS on every hop; a client per
+/// target.
+pub(crate) struct Stand {
+    serve: procs::Proc,
+    example: procs::Proc,
+    nginx: Option<nginx::Nginx>,
+    /// Whether nginx took part, and why not.
+    nginx_status: NginxStatus,
+    /// Where `toolmesh serve` listens (gRPC).
+    pub(crate) serve_addr: String,
+    /// Its MCP door, when asked for.
+    pub(crate) mcp_url: Option<String>,
+    clients: Clients,
+    costs: Costs,
+    /// nginx's prefix.
+    _prefix: TempDir,
+}
+
+impl Stand {
+    /// Starts the processes (with `pki`'s files on every hop when given;
+    /// an MCP door too when `mcp`), once `toolmesh serve` lists the tool.
+    async fn start(
+        bins: &Binaries,
+        logs: &Path,
+        mcp: bool,
+        pki: Option<&Pki>,
+    ) -> Result<Stand, BenchError> {
+        let tls_flags = pki.map(Pki::flags).unwrap_or_default();
+        let tls_flags: Vec<&str> = tls_flags.iter().map(String::as_str).collect();
+        let client_tls = pki.map_or_else(|| Ok(Tls::none()), Pki::client)?;
+        let mut serve_args = vec![
             "serve",
             "--listen",
             "127.0.0.1:0",
-            "--mcp-listen",
-            "127.0.0.1:0",
             "--dev-dispatcher-token",
             mesh::DISPATCHER_TOKEN,
-        ],
-        logs,
-        SpawnOptions::default(),
-    )?;
-    let serve_addr = serve.listen_addr().await?;
-    let mcp_url = serve.mcp_url().await?;
-    let mut example = procs::spawn(
-        bins.parent_death,
-        "toolmesh example acceptance",
-        &bins.fixture,
-        &["example", "acceptance", "--registry", &serve_addr],
-        logs,
-        SpawnOptions::default(),
-    )?;
-    let executor_addr = example.listen_addr().await?;
-    mesh::wait_listed(
-        &mut mesh::dispatcher_client(&serve_addr)?,
-        TOOL,
-        true,
-        Duration::from_secs(15),
-    )
-    .await?;
-
-    let prefix = TempDir::new("bench-nginx")
-        .map_err(|e| BenchError::io("create a temp dir for nginx", e))?;
-    let (nginx, mut nginx_status) = match nginx::find() {
-        None => (None, NginxStatus::NotInstalled),
-        Some(path) => {
-            match nginx::start(bins.parent_death, &path, prefix.path(), &executor_addr).await {
-                Ok(running) => {
-                    let status = NginxStatus::Measured {
-                        path: path.display().to_string(),
-                        version: running.version.clone(),
-                    };
-                    (Some(running), status)
-                }
-                Err(e) => (
-                    None,
-                    NginxStatus::Failed {
-                        reason: e.to_string(),
-                    },
-                ),
-            }
+        ];
+        if mcp {
+            serve_args.extend(["--mcp-listen", "127.0.0.1:0"]);
         }
-    };
-    let token = mesh::execute_token(&serve_addr, &executor_addr).await?;
-    let mut clients = Clients {
-        direct: Client::executor(&executor_addr, &token)?,
-        nginx: nginx
-            .as_ref()
-            .map(|n| Client::executor(&n.addr, &token))
-            .transpose()?,
-        toolmesh: Client::dispatcher(&serve_addr)?,
-    };
+        serve_args.extend(&tls_flags);
+        let mut serve = procs::spawn(
+            bins.parent_death,
+            "toolmesh serve",
+            &bins.toolmesh,
+            &serve_args,
+            logs,
+            SpawnOptions::default(),
+        )?;
+        let serve_addr = serve.listen_addr().await?;
+        let mcp_url = if mcp {
+            Some(serve.mcp_url().await?)
+        } else {
+            None
+        };
+        let mut example_args = vec!["example", "acceptance", "--registry", &serve_addr];
+        example_args.extend(&tls_flags);
+        let mut example = procs::spawn(
+            bins.parent_death,
+            "toolmesh example acceptance",
+            &bins.fixture,
+            &example_args,
+            logs,
+            SpawnOptions::default(),
+        )?;
+        let executor_addr = example.listen_addr().await?;
+        mesh::wait_listed(
+            &mut mesh::dispatcher_client(&serve_addr, &client_tls)?,
+            TOOL,
+            true,
+            Duration::from_secs(15),
+        )
+        .await?;
 
+        let prefix = TempDir::new("bench-nginx")
+            .map_err(|e| BenchError::io("create a temp dir for nginx", e))?;
+        let (nginx, nginx_status) = match nginx::find() {
+            None => (None, NginxStatus::NotInstalled),
+            Some(path) => {
+                let tls = pki.map(Pki::nginx);
+                let started =
+                    nginx::start(bins.parent_death, &path, prefix.path(), &executor_addr, tls);
+                match started.await {
+                    Ok(running) => {
+                        let status = NginxStatus::Measured {
+                            path: path.display().to_string(),
+                            version: running.version.clone(),
+                        };
+                        (Some(running), status)
+                    }
+                    Err(e) => (
+                        None,
+                        NginxStatus::Failed {
+                            reason: e.to_string(),
+                        },
+                    ),
+                }
+            }
+        };
+        let token = mesh::execute_token(&serve_addr, &executor_addr, &client_tls).await?;
+        let clients = Clients {
+            direct: Client::executor(&executor_addr, &token, &client_tls)?,
+            nginx: nginx
+                .as_ref()
+                .map(|n| Client::executor(&n.addr, &token, &client_tls))
+                .transpose()?,
+            toolmesh: Client::dispatcher(&serve_addr, &client_tls)?,
+        };
+        let costs = Costs {
+            executor: example.pid(),
+            nginx: nginx.as_ref().map(nginx::Nginx::pid),
+            toolmesh: serve.pid(),
+        };
+        Ok(Stand {
+            serve,
+            example,
+            nginx,
+            nginx_status,
+            serve_addr,
+            mcp_url,
+            clients,
+            costs,
+            _prefix: prefix,
+        })
+    }
+
+    /// Checks that `work` goes through every target; nginx failing it
+    /// leaves the run (with the reason) instead of failing it.
+    async fn check_works(&mut self, work: &Workload) -> Result<(), BenchError> {
+        load::check_works(&self.clients.direct, work, "the executor").await?;
+        load::check_works(&self.clients.toolmesh, work, "the toolmesh dispatcher").await?;
+        if let Some(client) = &self.clients.nginx
+            && let Err(e) = load::check_works(client, work, "nginx").await
+        {
+            self.nginx_status = NginxStatus::Failed {
+                reason: e.to_string(),
+            };
+            self.clients.nginx = None;
+        }
+        Ok(())
+    }
+
+    /// Stops every process.
+    async fn stop(mut self) {
+        if let Some(nginx) = self.nginx.take() {
+            nginx.stop().await;
+        }
+        self.example.kill_and_reap().await;
+        self.serve.kill_and_reap().await;
+    }
+}
+
+/// A CA and one certificate signed by it (for `localhost` and 127.0.0.1)
+/// that every process of a TLS stand presents and verifies peers against.
+pub(crate) struct Pki {
+    ca: std::path::PathBuf,
+    cert: std::path::PathBuf,
+    key: std::path::PathBuf,
+    _dir: TempDir,
+}
+
+impl Pki {
+    /// Fresh files in a temporary directory.
+    pub(crate) fn new() -> Result<Pki, BenchError> {
+        let dir = TempDir::new("bench-pki")
+            .map_err(|e| BenchError::io("create a temp dir for certificates", e))?;
+        let (ca, cert, key) = toolmesh_testkit::pki(&dir, "mesh");
+        Ok(Pki {
+            ca,
+            cert,
+            key,
+            _dir: dir,
+        })
+    }
+
+    /// The `--tls-*` flags of a process with mutual TLS: its certificate,
+    /// peers verified against the CA, client certificates required.
+    fn flags(&self) -> Vec<String> {
+        let path = |p: &Path| p.display().to_string();
+        vec![
+            "--tls-ca".into(),
+            path(&self.ca),
+            "--tls-cert".into(),
+            path(&self.cert),
+            "--tls-key".into(),
+            path(&self.key),
+            "--tls-client-ca".into(),
+            path(&self.ca),
+        ]
+    }
+
+    /// The bench's clients: the CA and the certificate.
+    fn client(&self) -> Result<Tls, BenchError> {
+        Tls::from_files(&TlsFiles {
+            ca: Some(self.ca.clone()),
+            cert: Some(self.cert.clone()),
+            key: Some(self.key.clone()),
+            client_ca: None,
+        })
+        .map_err(|e| BenchError::failed("read the bench's certificates", e.to_string()))
+    }
+
+    /// nginx's files.
+    fn nginx(&self) -> nginx::NginxTls<'_> {
+        nginx::NginxTls {
+            ca: &self.ca,
+            cert: &self.cert,
+            key: &self.key,
+        }
+    }
+}
+
+/// Starts `toolmesh serve`, the acceptance example and (if installed)
+/// nginx in front of the example, measures, and stops them; then the same
+/// with mutual TLS.
+pub(crate) async fn run(plan: &Plan, bins: &Binaries, logs: &Path) -> Result<Overhead, BenchError> {
+    let mut stand = Stand::start(bins, logs, true, None).await?;
+    let serve_addr = stand.serve_addr.clone();
+    let mcp_url = stand.mcp_url.clone().unwrap_or_default();
     let sizes = [
         ("small", load::small_arguments(plan.small_bytes)),
         ("medium", load::medium_arguments(plan.medium_bytes)),
@@ -315,50 +469,38 @@ pub(crate) async fn run(plan: &Plan, bins: &Binaries, logs: &Path) -> Result<Ove
     let mut sdk = None;
     let mut bridge = None;
     let mut in_process = None;
-    let costs = Costs {
-        executor: example.pid(),
-        nginx: nginx.as_ref().map(nginx::Nginx::pid),
-        toolmesh: serve.pid(),
-    };
     for (label, arguments) in sizes {
         let work = Workload {
             tool: TOOL.into(),
             version: VERSION.into(),
             arguments: arguments.into(),
         };
-        load::check_works(&clients.direct, &work, "the executor").await?;
-        load::check_works(&clients.toolmesh, &work, "the toolmesh dispatcher").await?;
-        if let Some(client) = &clients.nginx
-            && let Err(e) = load::check_works(client, &work, "nginx").await
-        {
-            nginx_status = NginxStatus::Failed {
-                reason: e.to_string(),
-            };
-            clients.nginx = None;
-        }
-        let mut result = measure_size(plan, &clients, &costs, label, &work).await;
+        stand.check_works(&work).await?;
+        let mut result = measure_size(plan, &stand, label, &work).await;
         (result.json_work_us, result.json_full_us) = json_work_us(&echo, &work.arguments);
         let in_process = match &in_process {
             Some(client) => client,
             None => in_process.insert(in_process_dispatcher(&serve_addr, &work).await?),
         };
-        result.allocations = count_allocations(in_process, &clients.direct, &work).await;
+        result.allocations = count_allocations(in_process, &stand.clients.direct, &work).await;
         results.push(result);
         if mcp.is_none() {
-            mcp = Some(measure_mcp(plan, &clients.toolmesh, &mcp_url, &work).await?);
-            sdk = Some(measure_sdk(plan, &clients.direct, &work).await?);
+            mcp = Some(measure_mcp(plan, &stand.clients.toolmesh, &mcp_url, &work).await?);
+            sdk = Some(measure_sdk(plan, &stand.clients.direct, &work).await?);
             bridge =
                 Some(crate::bridge::measure(plan, bins, logs, &serve_addr, &mcp_url, &work).await?);
         }
     }
-
-    if let Some(nginx) = nginx {
-        nginx.stop().await;
-    }
-    example.kill_and_reap().await;
-    serve.kill_and_reap().await;
+    let nginx = stand.nginx_status.clone();
+    stand.stop().await;
+    let small = Workload {
+        tool: TOOL.into(),
+        version: VERSION.into(),
+        arguments: load::small_arguments(plan.small_bytes).into(),
+    };
+    let mtls = measure_mtls(plan, bins, logs, &small).await?;
     Ok(Overhead {
-        nginx: nginx_status,
+        nginx,
         rounds: plan.rounds.max(1),
         warmup_calls: plan.latency_warmup,
         latency_calls: plan.latency_calls.div_ceil(plan.rounds.max(1)) * plan.rounds.max(1),
@@ -368,31 +510,54 @@ pub(crate) async fn run(plan: &Plan, bins: &Binaries, logs: &Path) -> Result<Ove
         mcp,
         sdk,
         bridge,
+        mtls: Some(mtls),
     })
+}
+
+/// Calls kept in flight for the mTLS row's throughput.
+pub(crate) const MTLS_IN_FLIGHT: usize = 32;
+
+/// The same call with mutual TLS on both hops of every target: toolmesh
+/// (agent → dispatcher → executor), nginx (`grpc_pass grpcs://`), and the
+/// executor called directly over TLS.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct MtlsRow {
+    /// Whether nginx was measured with TLS.
+    pub nginx: NginxStatus,
+    /// Size of the JSON arguments.
+    pub argument_bytes: usize,
+    /// Latency at concurrency 1.
+    pub latency: ByTarget<Latency>,
+    /// Throughput at [`MTLS_IN_FLIGHT`] calls in flight.
+    pub throughput: Vec<ByTarget<Throughput>>,
+}
+
+/// The mTLS row for `work`, on a stand of its own.
+async fn measure_mtls(
+    plan: &Plan,
+    bins: &Binaries,
+    logs: &Path,
+    work: &Workload,
+) -> Result<MtlsRow, BenchError> {
+    let pki = Pki::new()?;
+    let mut stand = Stand::start(bins, logs, false, Some(&pki)).await?;
+    stand.check_works(work).await?;
+    let (latency, throughput) = measure_stand(plan, &stand, &[MTLS_IN_FLIGHT], work).await;
+    let row = MtlsRow {
+        nginx: stand.nginx_status.clone(),
+        argument_bytes: work.arguments.len(),
+        latency,
+        throughput,
+    };
+    stand.stop().await;
+    Ok(row)
 }
 
 /// Latency then throughput in `plan.rounds` rounds, the targets taking
 /// turns within each round so that drift on a shared machine hits them alike.
 /// Latency samples are pooled over the rounds; throughput is the median round.
-async fn measure_size(
-    plan: &Plan,
-    clients: &Clients,
-    costs: &Costs,
-    label: &str,
-    work: &Workload,
-) -> SizeResult {
-    let all: Vec<(&Client, &Workload)> = clients.all().map(|c| (c, work)).collect();
-    let meters = clients.meters(costs);
-    let (latency, throughput) = measure(plan, &all, &meters, &plan.in_flight).await;
-    let mut latency = latency.into_iter();
-    let latency = clients.each(|| latency.next().unwrap_or_default());
-    let throughput = throughput
-        .into_iter()
-        .map(|per_target| {
-            let mut per_target = per_target.into_iter();
-            clients.each(|| per_target.next().unwrap_or_default())
-        })
-        .collect();
+async fn measure_size(plan: &Plan, stand: &Stand, label: &str, work: &Workload) -> SizeResult {
+    let (latency, throughput) = measure_stand(plan, stand, &plan.in_flight, work).await;
     SizeResult {
         label: label.to_owned(),
         argument_bytes: work.arguments.len(),
@@ -402,6 +567,29 @@ async fn measure_size(
         json_full_us: 0.0,
         allocations: None,
     }
+}
+
+/// [`measure`] on every target of `stand`, by target.
+async fn measure_stand(
+    plan: &Plan,
+    stand: &Stand,
+    in_flight: &[usize],
+    work: &Workload,
+) -> (ByTarget<Latency>, Vec<ByTarget<Throughput>>) {
+    let clients = &stand.clients;
+    let all: Vec<(&Client, &Workload)> = clients.all().map(|c| (c, work)).collect();
+    let meters = clients.meters(&stand.costs);
+    let (latency, throughput) = measure(plan, &all, &meters, in_flight).await;
+    let mut latency = latency.into_iter();
+    let latency = clients.each(|| latency.next().unwrap_or_default());
+    let throughput = throughput
+        .into_iter()
+        .map(|per_target| {
+            let mut per_target = per_target.into_iter();
+            clients.each(|| per_target.next().unwrap_or_default())
+        })
+        .collect();
+    (latency, throughput)
 }
 
 /// Each target (a client and the call it makes) measured the same way,
@@ -517,7 +705,7 @@ async fn measure_mcp(
 /// The measured tool's definition as the dispatcher holds it (its schema
 /// compiled as the dispatcher compiles it).
 async fn echo_def(serve: &str) -> Result<toolmesh::ToolDef, BenchError> {
-    let listed = mesh::dispatcher_client(serve)?
+    let listed = mesh::dispatcher_client(serve, &Tls::none())?
         .list_tools(toolmesh::pb::ListToolsRequest::default())
         .await
         .map_err(|s| BenchError::rpc("ListTools", s))?
@@ -543,7 +731,7 @@ fn pair<T: Default>(values: Vec<T>) -> [T; 2] {
 /// The SDK executor beside the hand-written echo, taking turns.
 async fn measure_sdk(plan: &Plan, sdk: &Client, work: &Workload) -> Result<SdkRow, BenchError> {
     let raw = crate::raw_echo::RawEcho::start()?;
-    let raw_client = Client::executor(&raw.addr, "")?;
+    let raw_client = Client::executor(&raw.addr, "", &Tls::none())?;
     load::check_works(&raw_client, work, "the hand-written tonic echo").await?;
     let targets = [(sdk, work), (&raw_client, work)];
     let (latency, throughput) = measure(plan, &targets, &[], &plan.in_flight).await;

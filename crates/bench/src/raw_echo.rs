@@ -102,7 +102,7 @@ fn serve(listener: std::net::TcpListener, stopped: oneshot::Receiver<()>) {
         };
         let _ = tonic::transport::Server::builder()
             .add_service(ExecutorServer::new(Echo))
-            .serve_with_incoming_shutdown(toolmesh::grpc::incoming(listener), async {
+            .serve_with_incoming_shutdown(toolmesh_transport::incoming(listener), async {
                 let _ = stopped.await;
             })
             .await;

@@ -8,6 +8,7 @@ use crate::load::Throughput;
 use crate::machine::{Build, Machine};
 use crate::overhead::{ByDoor, ByTarget, McpRow, Overhead, SdkRow, SizeResult};
 use crate::scale::{AtSize, Scale};
+use crate::stats::Latency;
 use crate::stores::{StoreAtSize, Stores};
 use serde::Serialize;
 use std::fmt::{self, Write as _};
@@ -122,61 +123,21 @@ impl Report {
 pub(crate) fn targets(overhead: &Overhead, scale: &Scale, freshness: &Freshness) -> Vec<Target> {
     let mut out = Vec::new();
     let nginx_missing = overhead.nginx.describe();
-    type Pick = fn(&crate::stats::Latency) -> f64;
-    let percentiles: [(&str, Pick); 2] = [("p50", |l| l.p50_us), ("p99", |l| l.p99_us)];
     for size in &overhead.sizes {
-        for (which, pick) in percentiles {
-            let name = format!(
-                "toolmesh {which} at concurrency 1 <= nginx's ({})",
-                size.label
-            );
-            let tm = pick(&size.latency.toolmesh);
-            out.push(match &size.latency.nginx {
-                Some(nginx) => Target {
-                    name,
-                    verdict: Verdict::of(tm <= pick(nginx)),
-                    detail: format!(
-                        "{} vs {} ({})",
-                        fmt_us(tm),
-                        fmt_us(pick(nginx)),
-                        fmt_ratio(tm / pick(nginx))
-                    ),
-                },
-                None => Target {
-                    name,
-                    verdict: Verdict::NotMeasured,
-                    detail: nginx_missing.clone(),
-                },
-            });
-        }
+        out.extend(latency_targets(&size.label, &size.latency, &nginx_missing));
     }
     for size in &overhead.sizes {
-        // One call in flight is the latency targets' CPU figure, not a
-        // throughput target.
-        for row in size.throughput.iter().filter(|r| r.toolmesh.in_flight > 1) {
-            let name = format!(
-                "toolmesh calls/s at {} in flight >= nginx's ({})",
-                row.toolmesh.in_flight, size.label
-            );
-            let tm = row.toolmesh.calls_per_sec;
-            out.push(match &row.nginx {
-                Some(nginx) => Target {
-                    name,
-                    verdict: Verdict::of(tm >= nginx.calls_per_sec),
-                    detail: format!(
-                        "{} vs {} ({})",
-                        fmt_rate(tm),
-                        fmt_rate(nginx.calls_per_sec),
-                        fmt_ratio(tm / nginx.calls_per_sec)
-                    ),
-                },
-                None => Target {
-                    name,
-                    verdict: Verdict::NotMeasured,
-                    detail: nginx_missing.clone(),
-                },
-            });
-        }
+        out.extend(throughput_targets(
+            &size.label,
+            &size.throughput,
+            &nginx_missing,
+        ));
+    }
+    if let Some(mtls) = &overhead.mtls {
+        let label = "mTLS on both hops";
+        let nginx_missing = mtls.nginx.describe();
+        out.extend(latency_targets(label, &mtls.latency, &nginx_missing));
+        out.extend(throughput_targets(label, &mtls.throughput, &nginx_missing));
     }
     if let Some(sdk) = &overhead.sdk {
         out.extend(sdk_targets(sdk));
@@ -209,6 +170,75 @@ pub(crate) fn targets(overhead: &Overhead, scale: &Scale, freshness: &Freshness)
         100.0,
     ));
     out
+}
+
+/// toolmesh's p50 and p99 at concurrency 1 against nginx's (`label`
+/// names the row); not judged without nginx (`nginx_missing` says why).
+fn latency_targets(label: &str, latency: &ByTarget<Latency>, nginx_missing: &str) -> Vec<Target> {
+    type Pick = fn(&Latency) -> f64;
+    let percentiles: [(&str, Pick); 2] = [("p50", |l| l.p50_us), ("p99", |l| l.p99_us)];
+    percentiles
+        .into_iter()
+        .map(|(which, pick)| {
+            let name = format!("toolmesh {which} at concurrency 1 <= nginx's ({label})");
+            let tm = pick(&latency.toolmesh);
+            match &latency.nginx {
+                Some(nginx) => Target {
+                    name,
+                    verdict: Verdict::of(tm <= pick(nginx)),
+                    detail: format!(
+                        "{} vs {} ({})",
+                        fmt_us(tm),
+                        fmt_us(pick(nginx)),
+                        fmt_ratio(tm / pick(nginx))
+                    ),
+                },
+                None => Target {
+                    name,
+                    verdict: Verdict::NotMeasured,
+                    detail: nginx_missing.to_owned(),
+                },
+            }
+        })
+        .collect()
+}
+
+/// toolmesh's calls/s against nginx's at each number in flight above 1
+/// (one call in flight is the latency targets' CPU figure, not a
+/// throughput target).
+fn throughput_targets(
+    label: &str,
+    throughput: &[ByTarget<Throughput>],
+    nginx_missing: &str,
+) -> Vec<Target> {
+    throughput
+        .iter()
+        .filter(|r| r.toolmesh.in_flight > 1)
+        .map(|row| {
+            let name = format!(
+                "toolmesh calls/s at {} in flight >= nginx's ({label})",
+                row.toolmesh.in_flight
+            );
+            let tm = row.toolmesh.calls_per_sec;
+            match &row.nginx {
+                Some(nginx) => Target {
+                    name,
+                    verdict: Verdict::of(tm >= nginx.calls_per_sec),
+                    detail: format!(
+                        "{} vs {} ({})",
+                        fmt_rate(tm),
+                        fmt_rate(nginx.calls_per_sec),
+                        fmt_ratio(tm / nginx.calls_per_sec)
+                    ),
+                },
+                None => Target {
+                    name,
+                    verdict: Verdict::NotMeasured,
+                    detail: nginx_missing.to_owned(),
+                },
+            }
+        })
+        .collect()
 }
 
 /// The SDK may cost at most this much latency over a hand-written server…
@@ -525,6 +555,16 @@ fn write_overhead(f: &mut fmt::Formatter<'_>, o: &Overhead) -> fmt::Result {
         )?;
         write!(f, "{}", bridge_table(bridge))?;
     }
+    if let Some(mtls) = &o.mtls {
+        writeln!(f)?;
+        writeln!(
+            f,
+            "   mTLS: the same call with mutual TLS on both hops ({} arguments): toolmesh (agent -> dispatcher -> executor, client certificates required on each), nginx ({}: TLS listener requiring client certificates, grpc_pass grpcs:// presenting one), and the executor called directly over TLS",
+            fmt_bytes(mtls.argument_bytes as f64),
+            mtls.nginx.describe()
+        )?;
+        write!(f, "{}", figures_table(&mtls.latency, &mtls.throughput))?;
+    }
     writeln!(f)
 }
 
@@ -641,7 +681,16 @@ pub(crate) fn mcp_table(mcp: &McpRow) -> String {
 
 /// One size's table: a row per figure, a column per target and ratio.
 pub(crate) fn overhead_table(size: &SizeResult) -> String {
-    let with_nginx = size.latency.nginx.is_some();
+    figures_table(&size.latency, &size.throughput)
+}
+
+/// A row per figure (latency, calls/s and CPU per call at each number in
+/// flight), a column per target and ratio.
+pub(crate) fn figures_table(
+    latency: &ByTarget<Latency>,
+    throughput: &[ByTarget<Throughput>],
+) -> String {
+    let with_nginx = latency.nginx.is_some();
     let mut header = vec!["", "direct"];
     if with_nginx {
         header.extend(["nginx", "x direct"]);
@@ -651,7 +700,7 @@ pub(crate) fn overhead_table(size: &SizeResult) -> String {
         header.push("x nginx");
     }
     let mut table = Table::new(header);
-    let lat = &size.latency;
+    let lat = latency;
     let latency_row = |name: &str, pick: fn(&crate::stats::Latency) -> f64| {
         row(
             name,
@@ -666,7 +715,7 @@ pub(crate) fn overhead_table(size: &SizeResult) -> String {
     table.push(latency_row("p50 @1", |l| l.p50_us));
     table.push(latency_row("p90 @1", |l| l.p90_us));
     table.push(latency_row("p99 @1", |l| l.p99_us));
-    for t in &size.throughput {
+    for t in throughput {
         table.push(row(
             &format!("calls/s @{}", t.direct.in_flight),
             ByTarget {
@@ -677,7 +726,7 @@ pub(crate) fn overhead_table(size: &SizeResult) -> String {
             fmt_rate,
         ));
     }
-    for t in &size.throughput {
+    for t in throughput {
         let total = |t: &Throughput| t.cpu_us_per_call.iter().sum::<f64>();
         if t.direct.cpu_us_per_call.is_empty() {
             continue;

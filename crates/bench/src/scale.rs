@@ -14,14 +14,14 @@ use tokio::net::TcpListener;
 use tokio::sync::{oneshot, watch};
 use tonic::transport::Server;
 use toolmesh::Snapshot;
-use toolmesh::grpc::MAX_SNAPSHOT_MESSAGE_BYTES;
-use toolmesh::grpc::incoming;
 use toolmesh::pb::{
     ListToolsRequest, RegisterRequest, RiskLevel, ToolFormat, ToolSpec,
     dispatcher_client::DispatcherClient, registry_client::RegistryClient,
 };
 use toolmesh_dispatcher::{Dispatcher, DispatcherConfig};
 use toolmesh_registry::{Registry, RegistryConfig};
+use toolmesh_transport::MAX_SNAPSHOT_MESSAGE_BYTES;
+use toolmesh_transport::incoming;
 
 /// Longest wait for a change to reach a follower.
 const PROPAGATION_LIMIT: Duration = Duration::from_secs(30);
@@ -257,7 +257,7 @@ async fn measure(
         propagation_in_process(&world.registry, &dispatcher_view, plan.propagation_changes).await?;
 
     let follower =
-        toolmesh_dispatcher::follow_registry(&world.addr, &toolmesh::grpc::Tls::none(), None)?;
+        toolmesh_dispatcher::follow_registry(&world.addr, &toolmesh_transport::Tls::none(), None)?;
     let over_grpc =
         propagation_over_grpc(&world.registry, follower, plan.grpc_propagation_changes).await?;
 
@@ -462,9 +462,9 @@ async fn list_tools(dispatcher: &Dispatcher, calls: usize) -> Result<ListTools, 
             .serve_with_incoming_shutdown(incoming(listener), shutdown)
             .await
     });
-    let mut client = DispatcherClient::new(toolmesh::grpc::channel(
+    let mut client = DispatcherClient::new(toolmesh_transport::channel(
         &addr,
-        &toolmesh::grpc::Tls::none(),
+        &toolmesh_transport::Tls::none(),
     )?)
     .max_decoding_message_size(MAX_SNAPSHOT_MESSAGE_BYTES);
     let request = || ListToolsRequest {
@@ -533,8 +533,10 @@ pub(crate) async fn register_fleet(
     let clients = clients.clamp(1, executors.max(1));
     let mut tasks = Vec::with_capacity(clients);
     for task in 0..clients {
-        let mut client =
-            RegistryClient::new(toolmesh::grpc::channel(addr, &toolmesh::grpc::Tls::none())?);
+        let mut client = RegistryClient::new(toolmesh_transport::channel(
+            addr,
+            &toolmesh_transport::Tls::none(),
+        )?);
         let make = make.clone();
         tasks.push(AbortOnDrop(tokio::spawn(async move {
             for e in (task..executors).step_by(clients) {

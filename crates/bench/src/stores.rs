@@ -261,12 +261,15 @@ impl Run<'_> {
     }
 }
 
-fn none() -> toolmesh::grpc::Tls {
-    toolmesh::grpc::Tls::none()
+fn none() -> toolmesh_transport::Tls {
+    toolmesh_transport::Tls::none()
 }
 
 fn registry_client(addr: &str) -> Result<RegistryClient<Channel>, BenchError> {
-    Ok(RegistryClient::new(toolmesh::grpc::channel(addr, &none())?))
+    Ok(RegistryClient::new(toolmesh_transport::channel(
+        addr,
+        &none(),
+    )?))
 }
 
 /// The registry's newest snapshot version.
@@ -338,7 +341,7 @@ impl Sink {
         let server = AbortOnDrop(tokio::spawn(
             Server::builder()
                 .add_service(health)
-                .serve_with_incoming(toolmesh::grpc::incoming(listener)),
+                .serve_with_incoming(toolmesh_transport::incoming(listener)),
         ));
         Ok(Sink {
             addr,

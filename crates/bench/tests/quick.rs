@@ -77,9 +77,38 @@ async fn quick_run_end_to_end() {
         report.scale.large.tools
     );
     assert_eq!(report.freshness.sigkill_to_unlisted.samples_ms.len(), 2);
-    // p50 and p99 per size, throughput per size and setting, the SDK's
-    // three, the bridge's two, then publish and the two freshness targets.
-    assert_eq!(report.targets.len(), 4 + 4 + 3 + 2 + 3);
+    // p50 and p99 per size, throughput per size and setting, the mTLS
+    // row's p50, p99 and throughput, the SDK's three, the bridge's two,
+    // then publish and the two freshness targets.
+    assert_eq!(report.targets.len(), 4 + 4 + 3 + 3 + 2 + 3);
+    // The mTLS row: every target answered every call, nginx included.
+    let mtls = report.overhead.mtls.as_ref().expect("the mTLS row");
+    assert!(text.contains("mTLS: the same call with mutual TLS on both hops"));
+    assert!(
+        matches!(mtls.nginx, NginxStatus::Measured { .. }),
+        "nginx was not measured with TLS: {:?}",
+        mtls.nginx
+    );
+    let nginx = mtls
+        .latency
+        .nginx
+        .as_ref()
+        .expect("nginx measured over TLS");
+    for (target, l) in [
+        ("direct", &mtls.latency.direct),
+        ("nginx", nginx),
+        ("toolmesh", &mtls.latency.toolmesh),
+    ] {
+        assert!(l.calls > 0 && l.errors == 0, "mTLS {target}: {l:?}");
+    }
+    let at_32: Vec<usize> = mtls
+        .throughput
+        .iter()
+        .map(|r| r.toolmesh.in_flight)
+        .collect();
+    assert_eq!(at_32, [32]);
+    assert!(mtls.throughput[0].toolmesh.calls_per_sec > 0.0);
+    assert_eq!(mtls.throughput[0].toolmesh.errors, 0);
     let sdk = report.overhead.sdk.as_ref().expect("the SDK row");
     assert!(sdk.latency.iter().all(|l| l.calls > 0 && l.errors == 0));
     // Every path of the bridge row answered every call.

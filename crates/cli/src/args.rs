@@ -355,7 +355,7 @@ fn cores() -> usize {
 
 impl ServerArgs {
     /// The node settings these flags ask for.
-    pub(crate) fn node_config(&self, tls: &toolmesh::grpc::Tls) -> toolmesh_node::NodeConfig {
+    pub(crate) fn node_config(&self, tls: &toolmesh_transport::Tls) -> toolmesh_node::NodeConfig {
         toolmesh_node::NodeConfig {
             listen: self.listen.clone(),
             health_listen: self.health_listen.clone(),
@@ -408,7 +408,7 @@ pub(crate) struct ServeArgs {
 
 impl ServeArgs {
     /// The node settings these flags ask for.
-    pub(crate) fn node_config(&self, tls: &toolmesh::grpc::Tls) -> toolmesh_node::NodeConfig {
+    pub(crate) fn node_config(&self, tls: &toolmesh_transport::Tls) -> toolmesh_node::NodeConfig {
         toolmesh_node::NodeConfig {
             store: self.store.clone(),
             dev_dispatcher_token: self.dev_dispatcher_token.clone(),

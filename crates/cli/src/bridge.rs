@@ -13,7 +13,7 @@ const MAX_TIMEOUT_MS: u64 = toolmesh::spec::MAX_TIMEOUT.as_millis() as u64;
 /// Starts the bridge, prints `toolmesh bridge mcp NAME (ID) listening on
 /// ADDR` (and the health and admin addresses when asked for), and serves
 /// until SIGTERM or ctrl-c.
-pub(crate) async fn run(args: BridgeArgs, tls: &toolmesh::grpc::Tls) -> Result<(), Failure> {
+pub(crate) async fn run(args: BridgeArgs, tls: &toolmesh_transport::Tls) -> Result<(), Failure> {
     let options = options(args.mcp(), tls).map_err(Failure::Usage)?;
     let bridge = Bridge::start(options).await.map_err(failure)?;
     println!(
@@ -38,7 +38,7 @@ pub(crate) async fn run(args: BridgeArgs, tls: &toolmesh::grpc::Tls) -> Result<(
         println!("toolmesh admin listening on {admin}");
     }
     bridge
-        .run(toolmesh::grpc::shutdown_signal())
+        .run(toolmesh_transport::shutdown_signal())
         .await
         .map_err(failure)
 }
@@ -56,7 +56,7 @@ fn failure(error: BridgeError) -> Failure {
 }
 
 /// The bridge options the flags ask for, or what is wrong with a flag.
-fn options(args: &BridgeMcpArgs, tls: &toolmesh::grpc::Tls) -> Result<BridgeOptions, String> {
+fn options(args: &BridgeMcpArgs, tls: &toolmesh_transport::Tls) -> Result<BridgeOptions, String> {
     let upstream = match &args.url {
         Some(url) => {
             let bearer = match &args.bearer_env {
@@ -161,7 +161,7 @@ mod tests {
     /// and a missing command are refused naming the flag and the fix.
     #[test]
     fn flags_become_options() {
-        let tls = toolmesh::grpc::Tls::none();
+        let tls = toolmesh_transport::Tls::none();
         let parsed = args(&[
             "--tools",
             "get_*,echo",

@@ -15,7 +15,6 @@ use tonic::transport::Channel;
 use tonic_health::pb::{
     HealthCheckRequest, health_check_response::ServingStatus, health_client::HealthClient,
 };
-use toolmesh::grpc::{MAX_SNAPSHOT_MESSAGE_BYTES, Tls, tool_health_service};
 use toolmesh::pb::{
     ApproveRequest, CallContext, DenyRequest, DisableToolRequest, EnableToolRequest,
     ExplainRequest, GetSnapshotRequest, InvokeRequest, InvokeResponse, ListApprovalsRequest,
@@ -23,6 +22,7 @@ use toolmesh::pb::{
     governance_client::GovernanceClient, invoke_event, registry_client::RegistryClient,
 };
 use toolmesh::{ErrorCodeExt, ToolErrorExt};
+use toolmesh_transport::{MAX_SNAPSHOT_MESSAGE_BYTES, Tls, tool_health_service};
 
 /// The server the client flags name, and how every request to it is made.
 pub(crate) struct Client {
@@ -33,7 +33,7 @@ pub(crate) struct Client {
 impl Client {
     /// A connection to `--server`, made at the first request.
     pub(crate) fn connect(args: &ClientArgs, tls: &Tls) -> Result<Client, Failure> {
-        let channel = toolmesh::grpc::channel(&args.server, tls)
+        let channel = toolmesh_transport::channel(&args.server, tls)
             .map_err(|e| Failure::Usage(e.to_string()))?;
         Ok(Client {
             args: args.clone(),
@@ -54,7 +54,7 @@ impl Client {
     pub(crate) fn request<T>(&self, message: T) -> tonic::Request<T> {
         let mut request = tonic::Request::new(message);
         if let Some(token) = self.args.token.as_deref().filter(|t| !t.is_empty())
-            && !toolmesh::grpc::set_bearer(request.metadata_mut(), token)
+            && !toolmesh_transport::set_bearer(request.metadata_mut(), token)
         {
             eprintln!("warning: the token has characters a header cannot carry; sending none");
         }

@@ -98,7 +98,7 @@ pub fn main(hooks: Hooks) -> ExitCode {
         // command quietly, as it ends cat or ls.
         (hooks.quiet_broken_pipe)();
     }
-    let tls = match toolmesh::grpc::Tls::from_files(&cli.tls.files()) {
+    let tls = match toolmesh_transport::Tls::from_files(&cli.tls.files()) {
         Ok(tls) => tls,
         Err(e) => {
             eprintln!("error: {e}");
@@ -151,7 +151,7 @@ pub fn main(hooks: Hooks) -> ExitCode {
 async fn run(
     command: Command,
     client: &ClientArgs,
-    tls: &toolmesh::grpc::Tls,
+    tls: &toolmesh_transport::Tls,
     arm: toolmesh_procs::ArmParentDeath,
 ) -> Result<(), Failure> {
     let ttl = |ms: u64| Duration::from_millis(ms);
@@ -203,7 +203,7 @@ async fn run(
 
 /// `toolmesh serve|registry|dispatcher`: a node until SIGTERM or ctrl-c.
 async fn serve(role: Role, config: &toolmesh_node::NodeConfig) -> Result<(), Failure> {
-    toolmesh_node::run(role, config, toolmesh::grpc::shutdown_signal())
+    toolmesh_node::run(role, config, toolmesh_transport::shutdown_signal())
         .await
         .map_err(node_failure)
 }
@@ -238,7 +238,7 @@ async fn bench(args: args::BenchArgs, arm: toolmesh_procs::ArmParentDeath) -> Re
 }
 
 /// `toolmesh example NAME`: one example executor, registered with a registry.
-async fn example(args: ExampleArgs, tls: &toolmesh::grpc::Tls) -> Result<(), Failure> {
+async fn example(args: ExampleArgs, tls: &toolmesh_transport::Tls) -> Result<(), Failure> {
     let options = toolmesh_examples::ExampleOptions {
         files_root: args.files_root.clone(),
     };
@@ -262,7 +262,7 @@ async fn example(args: ExampleArgs, tls: &toolmesh::grpc::Tls) -> Result<(), Fai
         .serve
         .serve_options(tls.clone())
         .map_err(|e| Failure::Usage(e.to_string()))?;
-    let shutdown = toolmesh::grpc::shutdown_signal();
+    let shutdown = toolmesh_transport::shutdown_signal();
     toolmesh_examples::serve(&args.name, executor, options, shutdown)
         .await
         .map_err(|e| match e {

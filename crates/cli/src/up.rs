@@ -7,10 +7,10 @@ use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 use tokio::process::Command;
-use toolmesh::grpc::TlsFiles;
 use toolmesh_governance::DEV_APPROVER_TOKEN;
 use toolmesh_node::Role;
 use toolmesh_procs::{ArmParentDeath, ParentDeath, Proc, Spawn};
+use toolmesh_transport::TlsFiles;
 
 /// How often `up` looks for example executors that died.
 const RESTART_CHECK: Duration = Duration::from_secs(1);
@@ -20,7 +20,7 @@ const READY_TIMEOUT: Duration = Duration::from_secs(30);
 
 pub(crate) async fn run(
     args: UpArgs,
-    tls: &toolmesh::grpc::Tls,
+    tls: &toolmesh_transport::Tls,
     arm: ArmParentDeath,
 ) -> Result<(), Failure> {
     let started = Instant::now();
@@ -197,7 +197,7 @@ pub(crate) async fn run(
     println!("\nPress ctrl-c to stop.");
 
     // Until ctrl-c: an example that dies is started again.
-    let mut shutdown = std::pin::pin!(toolmesh::grpc::shutdown_signal());
+    let mut shutdown = std::pin::pin!(toolmesh_transport::shutdown_signal());
     loop {
         tokio::select! {
             _ = &mut shutdown => break,
@@ -344,7 +344,7 @@ fn shell_word(word: &str) -> String {
 /// so tests get free ports for everything): where `up` serves MCP (+1)
 /// and its admin page (+2) when not told.
 fn next_port(listen: &str, by: u16) -> Option<String> {
-    let addr = toolmesh::grpc::listen_address(listen).ok()?;
+    let addr = toolmesh_transport::listen_address(listen).ok()?;
     let port = match addr.port() {
         0 => 0,
         port => port.checked_add(by)?,
@@ -376,7 +376,7 @@ fn free_port_on(ip: IpAddr) -> std::io::Result<SocketAddr> {
 }
 
 /// `https` when admin listeners serve TLS (they do with a certificate).
-fn admin_scheme(tls: &toolmesh::grpc::Tls) -> &'static str {
+fn admin_scheme(tls: &toolmesh_transport::Tls) -> &'static str {
     if tls.files().cert.is_some() {
         "https"
     } else {

@@ -27,11 +27,9 @@ pub struct DispatcherConfig {
     pub max_ejection: Duration,
     /// Recent snapshots kept so callers can pin a version.
     pub snapshot_history: usize,
-    /// TLS of the channels to executors.
-    pub tls: toolmesh::grpc::Tls,
-    /// Serve threads the node runs (see [`lane`](crate::lane)); each keeps
-    /// its own plaintext connection to an executor. 0: the shared runtime only.
-    pub serve_threads: usize,
+    /// TLS of the connections to executors (each serve thread of the node
+    /// keeps its own, plaintext or TLS alike).
+    pub tls: toolmesh_transport::Tls,
     /// Where the dispatcher's metrics are registered (the process' registry).
     pub metrics: toolmesh_telemetry::MetricsRegistry,
     /// Who aborts a rollout whose canary fails (the registry); without it
@@ -53,8 +51,7 @@ impl Default for DispatcherConfig {
             base_ejection: Duration::from_secs(30),
             max_ejection: Duration::from_secs(300),
             snapshot_history: 64,
-            tls: toolmesh::grpc::Tls::none(),
-            serve_threads: 0,
+            tls: toolmesh_transport::Tls::none(),
             metrics: toolmesh_telemetry::MetricsRegistry::default(),
             rollout_control: None,
         }

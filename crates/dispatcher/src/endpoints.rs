@@ -1,4 +1,4 @@
-//! One pooled channel per executor endpoint, with its load (calls in flight)
+//! One pooled connection per executor endpoint, with its load (calls in flight)
 //! and its outlier state — for the instance as a whole, and for each tool on
 //! it — so a fault is ejected at the granularity the evidence supports.
 
@@ -154,10 +154,8 @@ pub(crate) struct Endpoints {
     policy: EjectionPolicy,
     /// When the latest-ending ejection ends (ms after `origin`; 0 = none yet).
     last_ejection_end_ms: AtomicU64,
-    /// TLS of the channels to executors.
-    tls: toolmesh::grpc::Tls,
-    /// Serve threads, each with connections of its own.
-    lanes: usize,
+    /// TLS of the connections to executors.
+    tls: toolmesh_transport::Tls,
 }
 
 impl Endpoints {
@@ -167,15 +165,13 @@ impl Endpoints {
             origin: Instant::now(),
             policy,
             last_ejection_end_ms: AtomicU64::new(0),
-            tls: toolmesh::grpc::Tls::none(),
-            lanes: 0,
+            tls: toolmesh_transport::Tls::none(),
         }
     }
 
-    /// The same pool, opening its channels with `tls`, one plaintext
-    /// connection per executor for each of `lanes` serve threads.
-    pub(crate) fn with_transport(self, tls: toolmesh::grpc::Tls, lanes: usize) -> Self {
-        Endpoints { tls, lanes, ..self }
+    /// The same pool, connecting to executors with `tls`.
+    pub(crate) fn with_tls(self, tls: toolmesh_transport::Tls) -> Self {
+        Endpoints { tls, ..self }
     }
 
     /// The endpoint for `address`, creating its (lazily connecting) channel
@@ -184,7 +180,7 @@ impl Endpoints {
         if let Some(found) = self.map.get(address) {
             return Some(found.clone());
         }
-        let upstream = Upstream::new(address, &self.tls, self.lanes).ok()?;
+        let upstream = Upstream::new(address, &self.tls).ok()?;
         let endpoint = self
             .map
             .entry(address.clone())

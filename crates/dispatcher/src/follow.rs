@@ -17,8 +17,8 @@ use tonic::transport::Channel;
 use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::{HealthCheckRequest, health_client::HealthClient};
 use toolmesh::Snapshot;
-use toolmesh::grpc::{BadAddress, MAX_SNAPSHOT_MESSAGE_BYTES, channel};
 use toolmesh::pb::{self, WatchSnapshotsRequest, registry_client::RegistryClient};
+use toolmesh_transport::{BadAddress, MAX_SNAPSHOT_MESSAGE_BYTES, channel};
 use tracing::{error, info, warn};
 
 const FIRST_BACKOFF: Duration = Duration::from_millis(50);
@@ -40,7 +40,7 @@ pub const EPOCH_GRACE: Duration = Duration::from_secs(5);
 /// are not for everyone to read).
 pub fn follow_registry(
     addresses: &str,
-    tls: &toolmesh::grpc::Tls,
+    tls: &toolmesh_transport::Tls,
     token: Option<&str>,
 ) -> Result<watch::Receiver<Arc<Snapshot>>, BadAddress> {
     let mut replicas = Vec::new();
@@ -145,7 +145,7 @@ impl Follower {
                 epoch: installed.epoch().to_owned(),
             });
             if let Some(token) = &self.token {
-                toolmesh::grpc::set_bearer(request.metadata_mut(), token);
+                toolmesh_transport::set_bearer(request.metadata_mut(), token);
             }
             match client.watch_snapshots(request).await {
                 Ok(stream) => {

@@ -12,7 +12,6 @@ mod endpoints;
 mod error;
 mod follow;
 mod governance_service;
-pub mod lane;
 mod list;
 mod metrics;
 mod recent;
@@ -47,14 +46,14 @@ use tokio::time::Instant;
 use tokio_util::sync::{CancellationToken, DropGuard};
 use tonic_health::pb::health_server::HealthServer;
 use tonic_health::server::HealthReporter;
-use toolmesh::grpc::MAX_CALL_MESSAGE_BYTES;
-use toolmesh::grpc::{HealthGate, gated_health};
 use toolmesh::pb::{
     InvokeEvent, InvokeRequest, InvokeResponse, ListToolsResponse, Progress, ToolFormat,
     dispatcher_server::DispatcherServer, governance_server::GovernanceServer, invoke_event,
 };
 use toolmesh::{Snapshot, SnapshotHistory};
 use toolmesh_telemetry::trace::Context as TraceContext;
+use toolmesh_transport::MAX_CALL_MESSAGE_BYTES;
+use toolmesh_transport::{HealthGate, gated_health};
 use tower::retry::budget::TpsBudget;
 
 /// Runs `f` when dropped (counts a call out of flight however it ends).
@@ -134,7 +133,7 @@ impl Dispatcher {
                 base: config.base_ejection,
                 max: config.max_ejection,
             })
-            .with_transport(config.tls.clone(), config.serve_threads),
+            .with_tls(config.tls.clone()),
         );
         let metrics = Arc::new(Metrics::new(&config.metrics, pool.clone()));
         metrics.snapshot_installed(snapshots.current().version());
@@ -443,11 +442,11 @@ impl Dispatcher {
     /// The caller of a gRPC request: bearer token, else verified client
     /// certificate, else the anonymous caller where the policy admits one.
     pub fn caller<T>(&self, request: &tonic::Request<T>) -> Result<Principal, Refusal> {
-        let bearer = toolmesh::grpc::bearer(request.metadata());
+        let bearer = toolmesh_transport::bearer(request.metadata());
         // The certificate (a copy of its DER) only when there is no token.
         let certificate = bearer
             .is_none()
-            .then(|| toolmesh::grpc::peer_certificate(request))
+            .then(|| toolmesh_transport::peer_certificate(request))
             .flatten();
         Ok(self
             .governance()
@@ -480,7 +479,7 @@ impl Dispatcher {
         gated_health(
             reporter,
             Arc::new(move |request| {
-                match toolmesh::grpc::tool_of_health_service(&request.get_ref().service) {
+                match toolmesh_transport::tool_of_health_service(&request.get_ref().service) {
                     None => true,
                     Some(tool) => dispatcher.may_see(request, tool),
                 }

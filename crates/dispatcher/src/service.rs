@@ -43,7 +43,7 @@ impl dispatcher_server::Dispatcher for DispatcherService {
         &self,
         request: Request<InvokeRequest>,
     ) -> Result<Response<InvokeResponse>, Status> {
-        let timeout = toolmesh::grpc::request_timeout(request.metadata());
+        let timeout = toolmesh_transport::request_timeout(request.metadata());
         let who = self.dispatcher.caller(&request)?;
         let parent = toolmesh_telemetry::trace::extract(request.metadata());
         let response = self
@@ -59,7 +59,7 @@ impl dispatcher_server::Dispatcher for DispatcherService {
         &self,
         request: Request<InvokeRequest>,
     ) -> Result<Response<Events>, Status> {
-        let timeout = toolmesh::grpc::request_timeout(request.metadata());
+        let timeout = toolmesh_transport::request_timeout(request.metadata());
         let who = self.dispatcher.caller(&request)?;
         let parent = toolmesh_telemetry::trace::extract(request.metadata());
         let events = self

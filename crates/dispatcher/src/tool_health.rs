@@ -12,7 +12,7 @@ use tokio_util::sync::CancellationToken;
 use tonic_health::{ServingStatus, server::HealthReporter};
 use toolmesh::Snapshot;
 use toolmesh::SnapshotHistory;
-use toolmesh::grpc::tool_health_service;
+use toolmesh_transport::tool_health_service;
 
 /// Ejections expire on their own: look at every tool again this often.
 const RECHECK: Duration = Duration::from_secs(1);

@@ -3,8 +3,8 @@
 
 use std::path::PathBuf;
 use std::time::Duration;
-use toolmesh::grpc::{BadAddress, Tls, listen_address};
 use toolmesh_executor::ServeOptions;
+use toolmesh_transport::{BadAddress, Tls, listen_address};
 
 /// Where an executor listens, what it advertises, and how it registers.
 #[derive(Debug, Clone, clap::Args)]
@@ -116,8 +116,8 @@ pub struct TlsFlags {
 
 impl TlsFlags {
     /// The files these flags name.
-    pub fn files(&self) -> toolmesh::grpc::TlsFiles {
-        toolmesh::grpc::TlsFiles {
+    pub fn files(&self) -> toolmesh_transport::TlsFiles {
+        toolmesh_transport::TlsFiles {
             ca: self.tls_ca.clone(),
             cert: self.tls_cert.clone(),
             key: self.tls_key.clone(),

@@ -6,7 +6,8 @@ use crate::server::{Core, Slot, Tools};
 use std::sync::Arc;
 use tokio::sync::{Mutex, watch};
 use tonic_health::{ServingStatus, server::HealthReporter};
-use toolmesh::{grpc::EXECUTOR_HEALTH_SERVICE, pb::ToolSpec};
+use toolmesh::pb::ToolSpec;
+use toolmesh_transport::EXECUTOR_HEALTH_SERVICE;
 
 /// A running executor's tool set and serving status, from
 /// [`BoundExecutor::control`](crate::BoundExecutor::control).

@@ -45,7 +45,7 @@ impl DispatcherOnly {
         if !self.enforced.load(Ordering::Relaxed) {
             return Ok(());
         }
-        let presented = toolmesh::grpc::bearer(metadata).unwrap_or_default();
+        let presented = toolmesh_transport::bearer(metadata).unwrap_or_default();
         if same(presented.as_bytes(), self.token.as_bytes()) {
             Ok(())
         } else {
@@ -67,7 +67,7 @@ mod tests {
 
     fn with_bearer(token: &str) -> MetadataMap {
         let mut metadata = MetadataMap::new();
-        toolmesh::grpc::set_bearer(&mut metadata, token);
+        toolmesh_transport::set_bearer(&mut metadata, token);
         metadata
     }
 

@@ -47,8 +47,8 @@ impl LeaseTask {
     ) -> Self {
         let auth = Auth::bearer(token.as_deref());
         let client = RegistryClient::new(channel)
-            .max_decoding_message_size(toolmesh::grpc::MAX_CALL_MESSAGE_BYTES)
-            .max_encoding_message_size(toolmesh::grpc::MAX_CALL_MESSAGE_BYTES);
+            .max_decoding_message_size(toolmesh_transport::MAX_CALL_MESSAGE_BYTES)
+            .max_encoding_message_size(toolmesh_transport::MAX_CALL_MESSAGE_BYTES);
         let lease_id = Arc::new(Mutex::new(None));
         let stop = CancellationToken::new();
         let task = tokio::spawn(keep_lease(
@@ -277,7 +277,7 @@ impl Auth {
     fn request<T>(&self, message: T) -> Request<T> {
         let mut request = Request::new(message);
         if let Some(token) = &self.0
-            && !toolmesh::grpc::set_bearer(request.metadata_mut(), token)
+            && !toolmesh_transport::set_bearer(request.metadata_mut(), token)
         {
             warn!(
                 "the registration token has characters a header cannot carry; registering without it"

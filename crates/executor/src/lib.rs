@@ -56,7 +56,7 @@
 //! let opts = ServeOptions { registry: String::new(), ..ServeOptions::default() };
 //! let bound = executor.bind(opts).await?;
 //! println!("serving on {}", bound.local_addr());
-//! bound.run(async { /* e.g. toolmesh::grpc::shutdown_signal() */ }).await?;
+//! bound.run(async { /* e.g. toolmesh_transport::shutdown_signal() */ }).await?;
 //! # Ok(())
 //! # }
 //! ```
@@ -97,10 +97,10 @@ use tonic_health::{
     server::{HealthReporter, HealthService},
 };
 use toolmesh::{
-    grpc::{HealthOnly, MAX_CALL_MESSAGE_BYTES, Unroutable},
     pb::{self, executor_server::ExecutorServer},
     spec::SpecError,
 };
+use toolmesh_transport::{HealthOnly, MAX_CALL_MESSAGE_BYTES, Unroutable};
 use tracing::{info, warn};
 
 /// Longest the drain waits for the registry to confirm a Deregister.
@@ -128,7 +128,7 @@ pub enum ExecutorError {
     },
     /// The registry address is not `host:port`.
     #[error("registry {0}")]
-    BadRegistry(#[from] toolmesh::grpc::BadAddress),
+    BadRegistry(#[from] toolmesh_transport::BadAddress),
     /// The listen address could not be bound.
     #[error("cannot listen on {addr}: {source}")]
     Bind {
@@ -138,7 +138,7 @@ pub enum ExecutorError {
         source: std::io::Error,
     },
     /// The endpoint to register cannot be dialled by a dispatcher.
-    #[error("this executor would register {endpoint:?}, which dispatchers cannot reach: {reason}; {hint}", hint = toolmesh::grpc::ADVERTISE_HINT)]
+    #[error("this executor would register {endpoint:?}, which dispatchers cannot reach: {reason}; {hint}", hint = toolmesh_transport::ADVERTISE_HINT)]
     Unroutable {
         /// The advertised endpoint, or the listen address when none is advertised.
         endpoint: String,
@@ -276,7 +276,7 @@ impl Executor {
         let registry = if opts.registry.trim().is_empty() {
             None
         } else {
-            Some(toolmesh::grpc::channel(&opts.registry, &opts.tls)?)
+            Some(toolmesh_transport::channel(&opts.registry, &opts.tls)?)
         };
         if registry.is_some() {
             check_advertised(&opts)?;
@@ -392,7 +392,7 @@ pub struct ServeOptions {
     /// executor to its owner; `None` registers without one.
     pub token: Option<String>,
     /// TLS of this executor's server and of its channel to the registry.
-    pub tls: toolmesh::grpc::Tls,
+    pub tls: toolmesh_transport::Tls,
     /// Serve `/metrics` on this `host:port` (`--admin-listen`), over HTTPS
     /// with `tls`' certificate; `None` serves none.
     pub admin_listen: Option<String>,
@@ -417,7 +417,7 @@ impl Default for ServeOptions {
             lease_ttl: Duration::from_secs(10),
             grace: Duration::from_secs(10),
             token: None,
-            tls: toolmesh::grpc::Tls::none(),
+            tls: toolmesh_transport::Tls::none(),
             admin_listen: None,
             admin_allowed_hosts: Vec::new(),
             otlp_endpoint: None,
@@ -452,7 +452,7 @@ pub struct BoundExecutor {
     lease_ttl: Duration,
     grace: Duration,
     token: Option<String>,
-    tls: toolmesh::grpc::Tls,
+    tls: toolmesh_transport::Tls,
 }
 
 impl std::fmt::Debug for BoundExecutor {
@@ -534,7 +534,7 @@ impl BoundExecutor {
         let dispatcher_only = registry
             .as_ref()
             .map(|_| Arc::new(dispatcher_only::DispatcherOnly::new()));
-        let router = toolmesh::grpc::server_builder(&tls)?
+        let router = toolmesh_transport::server_builder(&tls)?
             .add_service(InterceptedService::new(
                 ExecutorServer::new(ExecuteService {
                     core,
@@ -547,8 +547,8 @@ impl BoundExecutor {
             .add_service(HealthServer::new(HealthService::from_health_reporter(
                 health.clone(),
             )))
-            .add_service(toolmesh::grpc::reflection_service());
-        let incoming = toolmesh::grpc::incoming(listener);
+            .add_service(toolmesh_transport::reflection_service());
+        let incoming = toolmesh_transport::incoming(listener);
         let (stop_tx, stop_rx) = tokio::sync::oneshot::channel::<()>();
         let mut server = tokio::spawn(router.serve_with_incoming_shutdown(incoming, async {
             let _ = stop_rx.await;
@@ -624,7 +624,7 @@ impl BoundExecutor {
 fn check_advertised(opts: &ServeOptions) -> Result<(), ExecutorError> {
     let unroutable = |endpoint: String, reason| ExecutorError::Unroutable { endpoint, reason };
     match &opts.advertise {
-        Some(advertised) => toolmesh::grpc::check_advertised(advertised)
+        Some(advertised) => toolmesh_transport::check_advertised(advertised)
             .map_err(|reason| unroutable(advertised.clone(), reason)),
         None if opts.listen.ip().is_unspecified() => Err(unroutable(
             opts.listen.to_string(),

@@ -14,7 +14,6 @@ use std::{any::Any, collections::BTreeMap, sync::Arc, time::Duration};
 use tokio::{task::AbortHandle, time::Instant};
 use tokio_util::sync::CancellationToken;
 use tonic::{Request, Status};
-use toolmesh::grpc::{Bound, call_budget};
 use toolmesh::{
     ErrorCodeExt, ToolDef, ToolErrorExt,
     pb::{self, ErrorCode, ExecuteRequest, ToolError, ToolResult},
@@ -22,6 +21,7 @@ use toolmesh::{
     spec::SpecError,
     suggest,
 };
+use toolmesh_transport::{Bound, call_budget};
 use tracing::{Instrument, debug, error};
 
 /// How long a call that was cancelled (deadline passed, caller gone) may
@@ -387,10 +387,11 @@ impl ExecuteService {
             gate.admit(request.metadata())?;
         }
         let arrived = request.extensions().get::<Arrived>().map(|a| a.0);
-        let caller_timeout = toolmesh::grpc::request_timeout(request.metadata()).map(|timeout| {
-            // Time already spent since arrival is gone from the budget.
-            timeout.saturating_sub(arrived.map_or(Duration::ZERO, |at| at.elapsed()))
-        });
+        let caller_timeout =
+            toolmesh_transport::request_timeout(request.metadata()).map(|timeout| {
+                // Time already spent since arrival is gone from the budget.
+                timeout.saturating_sub(arrived.map_or(Duration::ZERO, |at| at.elapsed()))
+            });
         Ok(Accepted {
             caller_timeout,
             span: execute_span(request),

@@ -474,7 +474,8 @@ fn dynamic(name: &str) -> toolmesh_executor::DynamicTool {
 
 /// A served Execute of `tool` with `arguments` at `addr`.
 async fn execute(addr: SocketAddr, tool: &str, arguments: &str) -> toolmesh::pb::ToolResult {
-    let channel = toolmesh::grpc::channel(&addr.to_string(), &toolmesh::grpc::Tls::none()).unwrap();
+    let channel =
+        toolmesh_transport::channel(&addr.to_string(), &toolmesh_transport::Tls::none()).unwrap();
     toolmesh::pb::executor_client::ExecutorClient::new(channel)
         .execute(toolmesh::pb::ExecuteRequest {
             call_id: "c-1".into(),
@@ -492,7 +493,8 @@ async fn execute(addr: SocketAddr, tool: &str, arguments: &str) -> toolmesh::pb:
 
 /// The health status of the whole server at `addr`.
 async fn serving(addr: SocketAddr) -> i32 {
-    let channel = toolmesh::grpc::channel(&addr.to_string(), &toolmesh::grpc::Tls::none()).unwrap();
+    let channel =
+        toolmesh_transport::channel(&addr.to_string(), &toolmesh_transport::Tls::none()).unwrap();
     tonic_health::pb::health_client::HealthClient::new(channel)
         .check(tonic_health::pb::HealthCheckRequest::default())
         .await

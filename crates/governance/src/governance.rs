@@ -11,8 +11,8 @@ use serde_json::Value;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use toolmesh::Snapshot;
-use toolmesh::grpc::PeerCertificate;
 use toolmesh::pb::Precondition;
+use toolmesh_transport::PeerCertificate;
 
 /// The governance a dispatcher runs with.
 pub struct Governance {

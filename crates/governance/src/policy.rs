@@ -150,7 +150,7 @@ impl Policy {
     /// is the anonymous principal when the policy allows it; an unknown
     /// token is always an error, never anonymous.
     pub fn authenticate(&self, bearer: Option<&str>) -> Result<Principal, AuthError> {
-        let token = bearer.and_then(toolmesh::grpc::bearer_token);
+        let token = bearer.and_then(toolmesh_transport::bearer_token);
         let Some(token) = token else {
             return if self.allow_anonymous {
                 Ok(self.anonymous.clone())

@@ -126,7 +126,7 @@ pub fn admin_reader(policy: &Policy, bearer: Option<&str>) -> Result<Principal, 
     let needs = format!(
         "the admin page and its metrics are read with the token of a [[callers]] entry that has the role \"{ADMIN_ROLE}\" or \"{OPERATOR_ROLE}\""
     );
-    if bearer.and_then(toolmesh::grpc::bearer_token).is_none() {
+    if bearer.and_then(toolmesh_transport::bearer_token).is_none() {
         return Err(AccessError::Unauthenticated(format!(
             "no token was sent; {needs}"
         )));

@@ -6,13 +6,13 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::mpsc;
-use toolmesh::grpc::PeerCertificate;
 use toolmesh::pb::{
     InvokeEvent, InvokeRequest, InvokeResponse, ListToolsResponse, Progress, ToolFormat,
     invoke_event,
 };
 use toolmesh_dispatcher::{Dispatcher, Principal};
 use toolmesh_telemetry::trace::Context as TraceContext;
+use toolmesh_transport::PeerCertificate;
 
 /// A dispatcher as the MCP handler sees it: who is calling, their listing,
 /// their calls.

@@ -7,11 +7,11 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::mpsc;
 use tonic::transport::Channel;
-use toolmesh::grpc::{MAX_SNAPSHOT_MESSAGE_BYTES, PeerCertificate};
 use toolmesh::pb::{
     InvokeRequest, InvokeResponse, ListToolsRequest, ListToolsResponse, Progress, ToolFormat,
     dispatcher_client::DispatcherClient,
 };
+use toolmesh_transport::{MAX_SNAPSHOT_MESSAGE_BYTES, PeerCertificate};
 
 /// A dispatcher at the other end of a gRPC channel.
 #[derive(Clone)]
@@ -53,7 +53,7 @@ impl GrpcBackend {
         if let Some(token) = who {
             // A token no header can carry is sent as none; the dispatcher
             // then says what is missing.
-            toolmesh::grpc::set_bearer(request.metadata_mut(), token);
+            toolmesh_transport::set_bearer(request.metadata_mut(), token);
         }
         request
     }
@@ -71,7 +71,7 @@ impl Backend for GrpcBackend {
         _certificate: Option<&PeerCertificate>,
     ) -> Result<Option<String>, BackendError> {
         Ok(bearer
-            .and_then(toolmesh::grpc::bearer_token)
+            .and_then(toolmesh_transport::bearer_token)
             .map(str::to_owned)
             .or_else(|| self.token.clone()))
     }

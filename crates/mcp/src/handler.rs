@@ -512,7 +512,7 @@ mod tests {
         fn authenticate(
             &self,
             _: Option<&str>,
-            _: Option<&toolmesh::grpc::PeerCertificate>,
+            _: Option<&toolmesh_transport::PeerCertificate>,
         ) -> Result<(), BackendError> {
             Ok(())
         }

@@ -101,7 +101,7 @@ async fn admit<B: Backend>(
         .headers()
         .get(header::AUTHORIZATION)
         .and_then(|v| v.to_str().ok())
-        .and_then(toolmesh::grpc::bearer_token);
+        .and_then(toolmesh_transport::bearer_token);
     let certificate = request
         .extensions()
         .get::<ConnectInfo<ClientCertificate>>()

@@ -369,7 +369,7 @@ async fn decide(
             let token = bearer
                 .to_str()
                 .ok()
-                .and_then(toolmesh::grpc::bearer_token)
+                .and_then(toolmesh_transport::bearer_token)
                 .ok_or(AuthError::MissingToken)?;
             dispatcher.governance().authenticate(Some(token), None)?
         }

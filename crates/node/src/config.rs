@@ -81,7 +81,7 @@ pub struct NodeConfig {
     pub etcd: toolmesh_registry::EtcdAccess,
     /// TLS of the node's server and of its channels (to executors, and to
     /// the registry a dispatcher follows).
-    pub tls: toolmesh::grpc::Tls,
+    pub tls: toolmesh_transport::Tls,
     /// Serve `/metrics` and the admin page on this `host:port`
     /// (`--admin-listen`); `None` serves neither. Over HTTPS with `tls`'
     /// certificate (and client CA).
@@ -123,7 +123,7 @@ impl Default for NodeConfig {
             dev_dispatcher_token: None,
             store: None,
             etcd: toolmesh_registry::EtcdAccess::default(),
-            tls: toolmesh::grpc::Tls::none(),
+            tls: toolmesh_transport::Tls::none(),
             admin_listen: None,
             admin_allowed_hosts: Vec::new(),
             public_metrics: false,

@@ -7,7 +7,7 @@ use std::path::PathBuf;
 pub enum NodeError {
     /// A listen or registry address is not `host:port`.
     #[error(transparent)]
-    Address(#[from] toolmesh::grpc::BadAddress),
+    Address(#[from] toolmesh_transport::BadAddress),
     /// The listener could not be bound.
     #[error("cannot listen on {addr}: {source}")]
     Listen {

@@ -116,7 +116,7 @@ impl Gate for PolicyGate {
 
     fn executor_owner_by_certificate(
         &self,
-        certificate: &toolmesh::grpc::PeerCertificate,
+        certificate: &toolmesh_transport::PeerCertificate,
     ) -> Option<Result<String, GateError>> {
         registry_access::executor_owner_by_certificate(&self.0.current(), |name| {
             certificate.is_valid_for(name)
@@ -131,7 +131,7 @@ impl Gate for PolicyGate {
     fn snapshot_reader(
         &self,
         bearer: Option<&str>,
-        certificate: Option<&toolmesh::grpc::PeerCertificate>,
+        certificate: Option<&toolmesh_transport::PeerCertificate>,
     ) -> Result<SnapshotReader, GateError> {
         let valid_for = certificate.map(|c| move |name: &str| c.is_valid_for(name));
         let valid_for = valid_for.as_ref().map(|f| f as &dyn Fn(&str) -> bool);

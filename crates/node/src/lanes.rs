@@ -1,4 +1,4 @@
-//! Thread per core for the gRPC listener: one accept loop hands each new connection in turn to a lane, a thread running a current-thread runtime that serves it start to end, its connections to executors included, so a call never changes threads.
+//! Thread per core for the gRPC listener: one accept loop hands each new connection in turn to a lane, a thread running a current-thread runtime that serves it start to end, its connections to executors included (the connector keeps one per runtime), so a call never changes threads.
 //!
 //! The port is bound once, as without lanes: a second process asking for
 //! it is refused ("address in use") instead of quietly sharing it, as
@@ -28,7 +28,7 @@ pub(crate) async fn serve(
     stop: CancellationToken,
 ) -> Result<JoinHandle<Result<(), NodeError>>, NodeError> {
     if threads == 0 {
-        let incoming = toolmesh::grpc::incoming(listener);
+        let incoming = toolmesh_transport::incoming(listener);
         return Ok(tokio::spawn(serve_on(router, incoming, stop)));
     }
     let mut feeds = Vec::new();
@@ -80,11 +80,10 @@ fn start_lane(
     std::thread::Builder::new()
         .name(format!("serve-lane-{lane}"))
         .spawn(move || {
-            toolmesh_dispatcher::lane::enter(lane);
             let _ = running.send(());
             // Registered with this lane's runtime, which polls the stream.
             let incoming = ReceiverStream::new(accepted)
-                .map(|stream| TcpStream::from_std(stream).and_then(toolmesh::grpc::accepted));
+                .map(|stream| TcpStream::from_std(stream).and_then(toolmesh_transport::accepted));
             let _ = done.send(runtime.block_on(serve_on(router, incoming, stop)));
         })
         .map_err(|source| NodeError::Lane { lane, source })?;

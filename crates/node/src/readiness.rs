@@ -5,7 +5,7 @@ use tokio::sync::watch;
 use tokio::task::JoinHandle;
 use tonic_health::{ServingStatus, server::HealthReporter};
 use toolmesh::Snapshot;
-use toolmesh::grpc::{DISPATCHER_HEALTH_SERVICE, DISPATCHER_LIVENESS_SERVICE};
+use toolmesh_transport::{DISPATCHER_HEALTH_SERVICE, DISPATCHER_LIVENESS_SERVICE};
 
 /// Turns a dispatcher ready once it holds a snapshot; stop it with
 /// [`Readiness::stop`] before reporting the drain.

@@ -159,7 +159,7 @@ impl RolloutControl for RemoteAbort {
             ..Default::default()
         });
         if let Some(token) = &self.token {
-            toolmesh::grpc::set_bearer(request.metadata_mut(), token);
+            toolmesh_transport::set_bearer(request.metadata_mut(), token);
         }
         match RegistryClient::new(self.channel.clone())
             .update_rollout(request)

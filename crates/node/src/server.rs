@@ -15,7 +15,6 @@ use tokio::{net::TcpListener, task::JoinHandle};
 use tokio_util::sync::CancellationToken;
 use tonic_health::{ServingStatus, server::HealthReporter};
 use toolmesh::Snapshot;
-use toolmesh::grpc::{HealthOnly, REGISTRY_HEALTH_SERVICE};
 use toolmesh_dispatcher::{
     Dispatcher, DispatcherConfig, Governance, RolloutControl, follow_registry,
 };
@@ -28,6 +27,7 @@ use toolmesh_registry::{
     RolloutDesk, Store,
 };
 use toolmesh_telemetry::{AdminOptions, AdminServer, MetricsRegistry};
+use toolmesh_transport::{HealthOnly, REGISTRY_HEALTH_SERVICE};
 
 /// A node that is up.
 pub struct Running {
@@ -105,7 +105,7 @@ impl Running {
 
 /// A listener on `listen` (`host:port`; port 0 picks one) and where it is.
 async fn bind(listen: &str) -> Result<(SocketAddr, TcpListener), NodeError> {
-    let addr = toolmesh::grpc::listen_address(listen)?;
+    let addr = toolmesh_transport::listen_address(listen)?;
     let listener = TcpListener::bind(addr)
         .await
         .map_err(|source| NodeError::Listen { addr, source })?;
@@ -203,7 +203,6 @@ pub async fn start(role: Role, config: &NodeConfig) -> Result<Running, NodeError
         Some(snapshots) => Some(Dispatcher::with_governance(
             DispatcherConfig {
                 max_in_flight: config.max_in_flight,
-                serve_threads: config.serve_threads,
                 snapshot_history: config.snapshot_history,
                 tls: config.tls.clone(),
                 metrics: metrics.clone(),
@@ -253,14 +252,14 @@ pub async fn start(role: Role, config: &NodeConfig) -> Result<Running, NodeError
             side.admin_stop.child_token(),
         );
     }
-    let router = toolmesh::grpc::server_builder(&config.tls)
+    let router = toolmesh_transport::server_builder(&config.tls)
         .map_err(NodeError::Tls)?
         .add_service(match &dispatcher {
             // A dispatcher answers per-tool names only to callers that may see the tool.
             Some(dispatcher) => dispatcher.health_service(health.clone()),
-            None => toolmesh::grpc::gated_health(health.clone(), Arc::new(|_| true)),
+            None => toolmesh_transport::gated_health(health.clone(), Arc::new(|_| true)),
         })
-        .add_service(toolmesh::grpc::reflection_service())
+        .add_service(toolmesh_transport::reflection_service())
         .add_optional_service(registry_service.map(RegistryService::into_server))
         .add_optional_service(dispatcher.as_ref().map(Dispatcher::grpc_service))
         .add_optional_service(dispatcher.as_ref().map(Dispatcher::governance_service));
@@ -347,7 +346,7 @@ impl SideListeners {
         let dispatcher = page.dispatcher;
         let health_only = match &config.health_listen {
             Some(text) => {
-                let addr = toolmesh::grpc::listen_address(text)?;
+                let addr = toolmesh_transport::listen_address(text)?;
                 let bound = HealthOnly::bind(addr, health.clone())
                     .await
                     .map_err(|source| NodeError::HealthListen { addr, source })?;
@@ -407,7 +406,7 @@ async fn governance(
     let governance = Governance::new(policy.handle.clone(), audit);
     Ok(match role {
         Role::Dispatcher { registry, token } => {
-            let channel = toolmesh::grpc::channel(registry, &config.tls)?;
+            let channel = toolmesh_transport::channel(registry, &config.tls)?;
             governance
                 .with_approval_backend(Arc::new(ApprovalRelay::new(channel.clone(), token.clone())))
                 .with_session_backend(Arc::new(SessionRelay::new(channel, token.clone())))
@@ -437,7 +436,7 @@ fn rollout_control(
 ) -> Result<Option<Arc<dyn RolloutControl>>, NodeError> {
     Ok(match (role, registry) {
         (Role::Dispatcher { registry, token }, _) => Some(Arc::new(rollouts::RemoteAbort {
-            channel: toolmesh::grpc::channel(registry, &config.tls)?,
+            channel: toolmesh_transport::channel(registry, &config.tls)?,
             token: token.clone(),
         })),
         (_, Some(store)) => Some(Arc::new(rollouts::LocalAbort(RolloutDesk::new(

@@ -180,9 +180,11 @@ impl Mesh {
 
     /// Calls `tool` as the acme agent: the error code of its answer (0: OK).
     async fn call(&self, tool: &str) -> i32 {
-        let channel =
-            toolmesh::grpc::channel(&self.node.addr.to_string(), &toolmesh::grpc::Tls::none())
-                .unwrap();
+        let channel = toolmesh_transport::channel(
+            &self.node.addr.to_string(),
+            &toolmesh_transport::Tls::none(),
+        )
+        .unwrap();
         let request = InvokeRequest {
             tool: tool.into(),
             arguments: "{}".into(),
@@ -199,9 +201,11 @@ impl Mesh {
 
     /// Calls `wipe` as `token`'s agent: the id of the approval it asks for.
     async fn ask_approval(&self, token: &str) -> String {
-        let channel =
-            toolmesh::grpc::channel(&self.node.addr.to_string(), &toolmesh::grpc::Tls::none())
-                .unwrap();
+        let channel = toolmesh_transport::channel(
+            &self.node.addr.to_string(),
+            &toolmesh_transport::Tls::none(),
+        )
+        .unwrap();
         let request = InvokeRequest {
             tool: "wipe".into(),
             arguments: "{}".into(),
@@ -839,7 +843,7 @@ async fn a_node_without_registry_shows_where_to_act() {
 async fn admin_is_https_with_the_nodes_tls() {
     let dir = TempDir::new("admin-tls").unwrap();
     let (ca, cert, key) = toolmesh_testkit::pki(&dir, "node");
-    let files = toolmesh::grpc::TlsFiles {
+    let files = toolmesh_transport::TlsFiles {
         cert: Some(cert.clone()),
         key: Some(key.clone()),
         client_ca: Some(ca.clone()),
@@ -852,7 +856,7 @@ async fn admin_is_https_with_the_nodes_tls() {
         &NodeConfig {
             listen: "127.0.0.1:0".into(),
             admin_listen: Some("127.0.0.1:0".into()),
-            tls: toolmesh::grpc::Tls::from_files(&files).unwrap(),
+            tls: toolmesh_transport::Tls::from_files(&files).unwrap(),
             ..NodeConfig::default()
         },
     )

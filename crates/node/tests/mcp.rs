@@ -624,7 +624,7 @@ async fn official_python_client() {
 async fn mcp_over_tls_with_the_nodes_certificate() {
     let dir = toolmesh_testkit::TempDir::new("mcp-tls").unwrap();
     let (ca, cert, key) = toolmesh_testkit::pki(&dir, "node");
-    let files = toolmesh::grpc::TlsFiles {
+    let files = toolmesh_transport::TlsFiles {
         cert: Some(cert),
         key: Some(key),
         ..Default::default()
@@ -637,7 +637,7 @@ async fn mcp_over_tls_with_the_nodes_certificate() {
             listen: "127.0.0.1:0".into(),
             mcp_listen: Some("127.0.0.1:0".into()),
             mcp_allowed_hosts: vec!["*".into()],
-            tls: toolmesh::grpc::Tls::from_files(&files).unwrap(),
+            tls: toolmesh_transport::Tls::from_files(&files).unwrap(),
             ..toolmesh_node::NodeConfig::default()
         },
     )
@@ -665,7 +665,7 @@ async fn mcp_client_certificate_is_an_identity() {
         "[auth]\nallow_anonymous = false\n\n[[callers]]\ntls_name = \"localhost\"\nprincipal = \"cert-agent\"\nroles = [\"agent\"]\n",
     )
     .unwrap();
-    let files = toolmesh::grpc::TlsFiles {
+    let files = toolmesh_transport::TlsFiles {
         cert: Some(cert.clone()),
         key: Some(key.clone()),
         client_ca: Some(ca.clone()),
@@ -679,7 +679,7 @@ async fn mcp_client_certificate_is_an_identity() {
             listen: "127.0.0.1:0".into(),
             mcp_listen: Some("127.0.0.1:0".into()),
             mcp_allowed_hosts: vec!["*".into()],
-            tls: toolmesh::grpc::Tls::from_files(&files).unwrap(),
+            tls: toolmesh_transport::Tls::from_files(&files).unwrap(),
             policy: Some(policy),
             ..toolmesh_node::NodeConfig::default()
         },
@@ -759,14 +759,15 @@ async fn repeated_argument_keys_are_refused_alike_on_every_door() {
     let mesh = Mesh::start().await;
     let arguments = r#"{"text":"harmless","text":"harmful"}"#;
 
-    let channel = toolmesh::grpc::channel(&mesh.grpc, &toolmesh::grpc::Tls::none()).unwrap();
+    let channel =
+        toolmesh_transport::channel(&mesh.grpc, &toolmesh_transport::Tls::none()).unwrap();
     let mut grpc = toolmesh::pb::dispatcher_client::DispatcherClient::new(channel);
     let mut request = tonic::Request::new(toolmesh::pb::InvokeRequest {
         tool: "echo".into(),
         arguments: arguments.into(),
         ..Default::default()
     });
-    toolmesh::grpc::set_bearer(request.metadata_mut(), AGENT);
+    toolmesh_transport::set_bearer(request.metadata_mut(), AGENT);
     let refused = grpc.invoke(request).await.unwrap().into_inner();
     let grpc_words = refused.result.unwrap().error.unwrap().message;
     assert!(

@@ -5,9 +5,9 @@ use std::time::Duration;
 use tonic_health::pb::{
     HealthCheckRequest, health_check_response::ServingStatus, health_client::HealthClient,
 };
-use toolmesh::grpc::{Tls, channel};
 use toolmesh::pb::{RegisterRequest, ToolSpec, registry_client::RegistryClient};
 use toolmesh_node::{NodeConfig, Role};
+use toolmesh_transport::{Tls, channel};
 
 fn config() -> NodeConfig {
     NodeConfig {

@@ -26,7 +26,7 @@ pub struct RegistryConfig {
     /// health-watch connection); anonymous registrations are not counted.
     pub max_executors_per_owner: usize,
     /// TLS of the channels that watch executors' health.
-    pub tls: toolmesh::grpc::Tls,
+    pub tls: toolmesh_transport::Tls,
     /// Where the registry's metrics are registered (the process' registry).
     pub metrics: toolmesh_telemetry::MetricsRegistry,
 }
@@ -42,7 +42,7 @@ impl Default for RegistryConfig {
             data_dir: None,
             max_tools_per_executor: 1024,
             max_executors_per_owner: 1000,
-            tls: toolmesh::grpc::Tls::none(),
+            tls: toolmesh_transport::Tls::none(),
             metrics: toolmesh_telemetry::MetricsRegistry::default(),
         }
     }

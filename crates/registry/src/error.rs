@@ -24,12 +24,12 @@ pub enum RegistryError {
     /// `RegisterRequest.endpoint` is well formed but no dispatcher can dial
     /// it (a wildcard address or port 0: the executor registered what it
     /// bound instead of an address it is reachable on).
-    #[error("endpoint {endpoint:?} cannot be reached by dispatchers: {reason}; {hint}", hint = toolmesh::grpc::ADVERTISE_HINT)]
+    #[error("endpoint {endpoint:?} cannot be reached by dispatchers: {reason}; {hint}", hint = toolmesh_transport::ADVERTISE_HINT)]
     UnroutableEndpoint {
         /// The endpoint as registered.
         endpoint: String,
         /// Why it cannot be dialled.
-        reason: toolmesh::grpc::Unroutable,
+        reason: toolmesh_transport::Unroutable,
     },
     /// A heartbeat or deregistration named no lease.
     #[error("lease_id is empty: pass the lease_id that Register returned")]

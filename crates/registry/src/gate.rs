@@ -27,7 +27,7 @@ pub trait Gate: Send + Sync + 'static {
     /// certificate identifies no one (the token path then decides).
     fn executor_owner_by_certificate(
         &self,
-        _certificate: &toolmesh::grpc::PeerCertificate,
+        _certificate: &toolmesh_transport::PeerCertificate,
     ) -> Option<Result<String, GateError>> {
         None
     }
@@ -41,7 +41,7 @@ pub trait Gate: Send + Sync + 'static {
     fn snapshot_reader(
         &self,
         bearer: Option<&str>,
-        certificate: Option<&toolmesh::grpc::PeerCertificate>,
+        certificate: Option<&toolmesh_transport::PeerCertificate>,
     ) -> Result<SnapshotReader, GateError>;
 }
 
@@ -72,7 +72,7 @@ impl Gate for OpenGate {
     fn snapshot_reader(
         &self,
         _bearer: Option<&str>,
-        _certificate: Option<&toolmesh::grpc::PeerCertificate>,
+        _certificate: Option<&toolmesh_transport::PeerCertificate>,
     ) -> Result<SnapshotReader, GateError> {
         Ok(SnapshotReader {
             name: "anonymous".to_owned(),

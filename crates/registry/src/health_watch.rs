@@ -183,7 +183,7 @@ pub(crate) type Report = Box<dyn FnMut(bool, &str) + Send>;
 /// health service, reporting each change through `report`.
 pub(crate) async fn watch(
     endpoint: Arc<str>,
-    tls: toolmesh::grpc::Tls,
+    tls: toolmesh_transport::Tls,
     token: CancellationToken,
     report: Report,
     flap_holds: prometheus_client::metrics::counter::Counter,
@@ -195,11 +195,11 @@ pub(crate) async fn watch(
 
 async fn run(
     endpoint: Arc<str>,
-    tls: toolmesh::grpc::Tls,
+    tls: toolmesh_transport::Tls,
     mut report: Report,
     flap_holds: prometheus_client::metrics::counter::Counter,
 ) {
-    let channel = match toolmesh::grpc::channel(&endpoint, &tls) {
+    let channel = match toolmesh_transport::channel(&endpoint, &tls) {
         Ok(channel) => channel,
         Err(error) => {
             warn!(%endpoint, %error, "cannot watch executor health; assuming healthy");

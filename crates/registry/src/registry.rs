@@ -558,7 +558,7 @@ fn check_execute_token(token: &str) -> Result<Arc<str>, RegistryError> {
 /// Checks that `endpoint` is `host:port` that a dispatcher can dial: not a
 /// wildcard address, not port 0.
 fn check_endpoint(endpoint: &str) -> Result<(), RegistryError> {
-    toolmesh::grpc::check_advertised(endpoint).map_err(|reason| {
+    toolmesh_transport::check_advertised(endpoint).map_err(|reason| {
         RegistryError::UnroutableEndpoint {
             endpoint: endpoint.to_owned(),
             reason,

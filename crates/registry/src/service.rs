@@ -12,8 +12,8 @@ use std::sync::Arc;
 use tokio::sync::watch;
 use tonic::{Request, Response, Status};
 use toolmesh::Snapshot;
-use toolmesh::grpc::bearer;
 use toolmesh::pb;
+use toolmesh_transport::bearer;
 
 /// Serves `toolmesh.v1.Registry` for one [`Registry`]; build it with
 /// [`Registry::grpc_service`].
@@ -81,8 +81,8 @@ impl RegistryService {
     /// As a gRPC server, with the mesh's message size limits.
     pub fn into_server(self) -> pb::registry_server::RegistryServer<RegistryService> {
         pb::registry_server::RegistryServer::new(self)
-            .max_decoding_message_size(toolmesh::grpc::MAX_CALL_MESSAGE_BYTES)
-            .max_encoding_message_size(toolmesh::grpc::MAX_SNAPSHOT_MESSAGE_BYTES)
+            .max_decoding_message_size(toolmesh_transport::MAX_CALL_MESSAGE_BYTES)
+            .max_encoding_message_size(toolmesh_transport::MAX_SNAPSHOT_MESSAGE_BYTES)
     }
 
     /// `admin` (already allowed to) disables `tool` for `reason`: stored,
@@ -137,7 +137,7 @@ impl RegistryService {
     fn executor_owner<T>(&self, request: &Request<T>) -> Result<String, RegistryError> {
         let gate = self.registry.gate();
         let token = bearer(request.metadata());
-        let by_certificate = match (token, toolmesh::grpc::peer_certificate(request)) {
+        let by_certificate = match (token, toolmesh_transport::peer_certificate(request)) {
             (None, Some(cert)) => gate.executor_owner_by_certificate(&cert),
             _ => None,
         };
@@ -148,7 +148,7 @@ impl RegistryService {
 
     /// Who may read snapshots, and whether it sees executors' call tokens.
     fn reader<T>(&self, request: &Request<T>) -> Result<SnapshotReader, RegistryError> {
-        let certificate = toolmesh::grpc::peer_certificate(request);
+        let certificate = toolmesh_transport::peer_certificate(request);
         self.registry
             .gate()
             .snapshot_reader(bearer(request.metadata()), certificate.as_ref())

@@ -39,7 +39,7 @@ impl Gate for TestGate {
     fn snapshot_reader(
         &self,
         bearer: Option<&str>,
-        _certificate: Option<&toolmesh::grpc::PeerCertificate>,
+        _certificate: Option<&toolmesh_transport::PeerCertificate>,
     ) -> Result<SnapshotReader, GateError> {
         match bearer {
             Some("tok-dispatcher") => Ok(SnapshotReader {

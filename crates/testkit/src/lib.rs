@@ -304,7 +304,7 @@ pub fn pki(dir: &TempDir, name: &str) -> (PathBuf, PathBuf, PathBuf) {
     let mut ca_params = CertificateParams::new(Vec::<String>::new()).expect("CA params");
     ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
     // Distinct names: a certificate whose subject is its issuer's reads as
-    // self-signed to OpenSSL and BoringSSL (Python's grpc), which refuse it.
+    // self-signed to OpenSSL (nginx) and BoringSSL (Python's grpc), which refuse it.
     ca_params
         .distinguished_name
         .push(DnType::CommonName, format!("{name} test CA"));

@@ -139,8 +139,8 @@ impl Cluster {
 
 /// The `grpc.health.v1` status of `service` at `addr`, or why there is none.
 async fn health_check(addr: &str, service: &str) -> Result<i32, String> {
-    let channel =
-        toolmesh::grpc::channel(addr, &toolmesh::grpc::Tls::none()).map_err(|e| e.to_string())?;
+    let channel = toolmesh_transport::channel(addr, &toolmesh_transport::Tls::none())
+        .map_err(|e| e.to_string())?;
     let request = tonic_health::pb::HealthCheckRequest {
         service: service.to_owned(),
     };

@@ -7,9 +7,9 @@ use crate::route::Pick;
 use sha2::{Digest, Sha256};
 use std::time::Duration;
 use toolmesh::ToolDef;
-use toolmesh::grpc::MAX_CALL_MESSAGE_BYTES;
 use toolmesh::pb::{ExecuteRequest, InvokeRequest, ToolResult, executor_client::ExecutorClient};
 use toolmesh_governance::Principal;
+use toolmesh_transport::MAX_CALL_MESSAGE_BYTES;
 
 /// What the executor is sent for a call by `who`: the identity in the
 /// context is the authenticated one (the client's claim is kept apart), and
@@ -97,7 +97,7 @@ pub(crate) async fn send(
     if !pick.instance.execute_token.is_empty() {
         // The executor accepts calls from dispatchers only: its token
         // reached us through the registry.
-        toolmesh::grpc::set_bearer(rpc.metadata_mut(), &pick.instance.execute_token);
+        toolmesh_transport::set_bearer(rpc.metadata_mut(), &pick.instance.execute_token);
     }
     toolmesh_telemetry::trace::inject(span, rpc.metadata_mut());
     let _in_flight = pick.endpoint.start_call();

@@ -16,9 +16,9 @@ use std::time::Duration;
 use tokio::sync::Notify;
 use tokio::time::Instant;
 use toolmesh::ToolEntry;
-use toolmesh::grpc::{Bound, call_budget};
 use toolmesh::pb::{InvokeRequest, ToolResult};
 use toolmesh::spec::Retry;
+use toolmesh_transport::{Bound, call_budget};
 use tower::retry::budget::{Budget, TpsBudget};
 use tracing::{Instrument, debug, warn};
 

@@ -22,10 +22,10 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::time::Instant;
-use toolmesh::grpc::{Bound, call_budget};
 use toolmesh::pb::{ErrorCode, ToolResult};
 use toolmesh::{ToolDef, ToolErrorExt};
 use toolmesh_governance::{CacheRule, CacheScope, Principal, value_digest};
+use toolmesh_transport::{Bound, call_budget};
 
 /// The caller of a cached call, as far as the cache needs it.
 #[derive(Debug, Clone, Copy)]

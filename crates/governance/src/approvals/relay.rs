@@ -114,7 +114,7 @@ impl ApprovalBackend for ApprovalRelay {
         let mut request = tonic::Request::new(message);
         request.set_timeout(TIMEOUT);
         if let Some(token) = &self.token {
-            toolmesh::grpc::set_bearer(request.metadata_mut(), token);
+            toolmesh_transport::set_bearer(request.metadata_mut(), token);
         }
         let response = self
             .client

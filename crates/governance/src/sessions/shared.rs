@@ -55,7 +55,7 @@ impl SessionBackend for SessionRelay {
         let mut request = tonic::Request::new(message);
         request.set_timeout(TIMEOUT);
         if let Some(token) = &self.token {
-            toolmesh::grpc::set_bearer(request.metadata_mut(), token);
+            toolmesh_transport::set_bearer(request.metadata_mut(), token);
         }
         self.client
             .clone()

@@ -280,7 +280,8 @@ impl Mesh {
 
     /// Grants approval `id` as the admin, over gRPC.
     pub(crate) async fn approve(&self, id: &str) {
-        let channel = toolmesh::grpc::channel(&self.grpc, &toolmesh::grpc::Tls::none()).unwrap();
+        let channel =
+            toolmesh_transport::channel(&self.grpc, &toolmesh_transport::Tls::none()).unwrap();
         toolmesh::pb::governance_client::GovernanceClient::new(channel)
             .approve(toolmesh_testkit::with_token(
                 toolmesh::pb::ApproveRequest { id: id.into() },
@@ -292,7 +293,8 @@ impl Mesh {
 
     /// Switches `tool` off as the admin, over gRPC.
     pub(crate) async fn disable(&self, tool: &str) {
-        let channel = toolmesh::grpc::channel(&self.grpc, &toolmesh::grpc::Tls::none()).unwrap();
+        let channel =
+            toolmesh_transport::channel(&self.grpc, &toolmesh_transport::Tls::none()).unwrap();
         toolmesh::pb::registry_client::RegistryClient::new(channel)
             .disable_tool(toolmesh_testkit::with_token(
                 toolmesh::pb::DisableToolRequest {

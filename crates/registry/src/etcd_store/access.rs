@@ -2,8 +2,8 @@
 //! checked and read into the etcd client's options.
 
 use std::path::{Path, PathBuf};
-use toolmesh::grpc::{Tls, TlsError, TlsFiles};
 use toolmesh_etcd::{ClientOptions, Credentials};
+use toolmesh_transport::{Tls, TlsError, TlsFiles};
 
 /// How a registry reaches etcd: TLS (`https://`; a client certificate for
 /// etcd's `--client-cert-auth`) and the etcd user it authenticates as. The

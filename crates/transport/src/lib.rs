@@ -1,10 +1,13 @@
-//! What every gRPC server and client of the mesh shares: message limits and
-//! health service names here, the rest one concern per module.
+//! The transport runtime every gRPC server and client of the mesh shares:
+//! message limits and health service names here, the rest one concern per
+//! module (TLS, the upstream connector, channels, serving, deadlines, auth).
+#![forbid(unsafe_code)]
 
 mod advertise;
 mod auth;
 mod channel;
 mod coalesce;
+mod connector;
 mod deadline;
 mod health_gate;
 mod health_only;
@@ -16,6 +19,7 @@ pub use advertise::{ADVERTISE_HINT, Unroutable, check_advertised};
 pub use auth::{PeerCertificate, bearer, bearer_token, peer_certificate, set_bearer};
 pub use channel::{BadAddress, channel};
 pub use coalesce::Coalesced;
+pub use connector::{BoxError, Connector, Lane};
 pub use deadline::{Bound, call_budget, parse_grpc_timeout, request_timeout};
 pub use health_gate::{HealthGate, Visible, gated_health};
 pub use health_only::HealthOnly;
