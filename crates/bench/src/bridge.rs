@@ -5,9 +5,9 @@ use crate::Plan;
 use crate::error::BenchError;
 use crate::load::{self, Client, Throughput, Workload};
 use crate::mesh;
-use crate::overhead::{self, MCP_IN_FLIGHT};
 use crate::procs::{self, Proc, Ready, SpawnOptions};
 use crate::stats::Latency;
+use crate::turns::{self, MCP_IN_FLIGHT};
 use serde::Serialize;
 use std::path::Path;
 use std::time::Duration;
@@ -135,8 +135,7 @@ pub(crate) async fn measure(
         {
             load::check_works(client, work, name).await?;
         }
-        let (latency, mut throughput) =
-            overhead::measure(plan, &targets, &[], &[MCP_IN_FLIGHT]).await;
+        let (latency, mut throughput) = turns::measure(plan, &targets, &[], &[MCP_IN_FLIGHT]).await;
         Ok::<_, BenchError>(BridgeRow {
             argument_bytes: work.arguments.len(),
             latency: ByUpstream::from_vec(latency),

@@ -46,6 +46,7 @@ mod report;
 mod scale;
 mod stats;
 mod stores;
+mod turns;
 
 pub use bridge::{BridgeRow, ByUpstream};
 pub use cache::{AtHitRatio, ByPath, CacheSeries, ResultCache};

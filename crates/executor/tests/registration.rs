@@ -472,18 +472,28 @@ fn dynamic(name: &str) -> toolmesh_executor::DynamicTool {
     toolmesh_executor::DynamicTool::new(spec, Arc::new(EchoJson))
 }
 
-/// A served Execute of `tool` with `arguments` at `addr`.
-async fn execute(addr: SocketAddr, tool: &str, arguments: &str) -> toolmesh::pb::ToolResult {
+/// A served Execute of `tool` with `arguments` at `addr`, carrying the
+/// execute token the executor registered (as a dispatcher does: the
+/// executor enforces it until the registry answers, so a call sent before
+/// the answer arrives must carry it too).
+async fn execute(
+    addr: SocketAddr,
+    token: &str,
+    tool: &str,
+    arguments: &str,
+) -> toolmesh::pb::ToolResult {
     let channel =
         toolmesh_transport::channel(&addr.to_string(), &toolmesh_transport::Tls::none()).unwrap();
+    let mut request = tonic::Request::new(toolmesh::pb::ExecuteRequest {
+        call_id: "c-1".into(),
+        tool: tool.into(),
+        arguments: arguments.into(),
+        attempt: 1,
+        ..Default::default()
+    });
+    toolmesh_transport::set_bearer(request.metadata_mut(), token);
     toolmesh::pb::executor_client::ExecutorClient::new(channel)
-        .execute(toolmesh::pb::ExecuteRequest {
-            call_id: "c-1".into(),
-            tool: tool.into(),
-            arguments: arguments.into(),
-            attempt: 1,
-            ..Default::default()
-        })
+        .execute(request)
         .await
         .expect("Execute")
         .into_inner()
@@ -530,20 +540,23 @@ async fn dynamic_tools_are_served_replaced_and_registered_again() {
         !log.registers().is_empty()
     })
     .await;
+    let token = log.registers()[0].execute_token.clone();
+    let execute =
+        |tool: &'static str, arguments: &'static str| execute(addr, &token, tool, arguments);
 
-    let ok = execute(addr, "first", r#"{"text":"hi"}"#).await;
+    let ok = execute("first", r#"{"text":"hi"}"#).await;
     assert!(ok.error.is_none(), "{ok:?}");
     assert_eq!(ok.output, "first");
     assert_eq!(
         serde_json::from_str::<serde_json::Value>(&ok.data).unwrap(),
         serde_json::json!({"text": "hi"})
     );
-    let invalid = execute(addr, "first", r#"{"text":5}"#).await;
+    let invalid = execute("first", r#"{"text":5}"#).await;
     assert_eq!(
         invalid.error.unwrap().code,
         ErrorCode::InvalidArguments as i32
     );
-    let broke = execute(addr, "first", r#"{"text":"x","fail":true}"#).await;
+    let broke = execute("first", r#"{"text":"x","fail":true}"#).await;
     let broke = broke.error.unwrap();
     assert_eq!(broke.code, ErrorCode::ExecutorFailed as i32, "{broke:?}");
     assert_eq!(broke.message, "first broke");
@@ -561,21 +574,15 @@ async fn dynamic_tools_are_served_replaced_and_registered_again() {
     assert_eq!(again.executor_id, "bridge-1");
     let names: Vec<&str> = again.tools.iter().map(|t| t.name.as_str()).collect();
     assert_eq!(names, ["second", "third"]);
-    let gone = execute(addr, "first", r#"{"text":"hi"}"#).await;
+    let gone = execute("first", r#"{"text":"hi"}"#).await;
     assert_eq!(gone.error.unwrap().code, ErrorCode::NotFound as i32);
-    assert_eq!(
-        execute(addr, "third", r#"{"text":"hi"}"#).await.output,
-        "third"
-    );
+    assert_eq!(execute("third", r#"{"text":"hi"}"#).await.output, "third");
 
     let refused = control
         .replace_tools(vec![dynamic("fourth"), dynamic("not a name")])
         .unwrap_err();
     assert!(refused.to_string().contains("not a name"), "{refused}");
-    assert_eq!(
-        execute(addr, "third", r#"{"text":"hi"}"#).await.output,
-        "third"
-    );
+    assert_eq!(execute("third", r#"{"text":"hi"}"#).await.output, "third");
     let names: Vec<String> = control.specs().into_iter().map(|s| s.name).collect();
     assert_eq!(names, ["second", "third"]);
 

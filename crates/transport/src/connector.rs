@@ -162,8 +162,9 @@ impl Connector {
         if let Some(sender) = self.live(lane) {
             return Ok(sender);
         }
-        let sender = self
-            .connect()
+        // Boxed: a rare path whose TLS handshake state would otherwise
+        // make every call's future (boxed per call) kilobytes larger.
+        let sender = Box::pin(self.connect())
             .await
             .map_err(|e| -> BoxError { Box::new(tonic::ConnectError(e)) })?;
         // Closed connections go (those of lanes whose runtime has ended).

@@ -11,8 +11,8 @@
 //! running the call fails it.
 
 use super::admit::Admitted;
-use super::checks::Refused;
-use super::mark::Mark;
+use super::mark::{CacheUse, Mark};
+use super::reached::Refused;
 use super::service::{Answered, Call, Outcome, Service};
 use crate::error::CallError;
 use crate::metrics::Metrics;
@@ -36,49 +36,6 @@ pub(crate) struct Caller<'a> {
     pub(crate) started: Instant,
     /// The deadline it sent, if any.
     pub(crate) timeout: Option<Duration>,
-}
-
-/// How a call used the cache (metadata `toolmesh.cache`, the audit log, metrics).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum CacheUse {
-    /// No fresh answer: this call ran the tool (and stored its answer).
-    Miss,
-    /// A fresh answer this old was served; the tool did not run.
-    Hit(Duration),
-    /// The tool failed; an answer this old was served instead, marked stale.
-    Stale(Duration),
-    /// An identical call in flight ran the tool; its answer was shared.
-    Coalesced,
-}
-
-impl CacheUse {
-    /// The value of `toolmesh.cache`.
-    pub(crate) fn name(self) -> &'static str {
-        match self {
-            CacheUse::Miss => "miss",
-            CacheUse::Hit(_) => "hit",
-            CacheUse::Stale(_) => "stale",
-            CacheUse::Coalesced => "coalesced",
-        }
-    }
-
-    /// How old the answer served was, when it came from the cache.
-    pub(crate) fn age(self) -> Option<Duration> {
-        match self {
-            CacheUse::Hit(age) | CacheUse::Stale(age) => Some(age),
-            CacheUse::Miss | CacheUse::Coalesced => None,
-        }
-    }
-
-    /// Metadata `toolmesh.cache` (and `toolmesh.cache_age_ms` for an
-    /// answer from the cache) on a cached tool's result.
-    pub(crate) fn mark(self, result: &mut ToolResult) {
-        let metadata = &mut result.metadata;
-        metadata.insert("toolmesh.cache".into(), self.name().into());
-        if let Some(age) = self.age() {
-            metadata.insert("toolmesh.cache_age_ms".into(), age.as_millis().to_string());
-        }
-    }
 }
 
 /// The cache layer: an admitted call to a tool the policy caches goes

@@ -3,7 +3,7 @@
 //! failing canary.
 
 use super::admit::Admitted;
-use super::checks::Refused;
+use super::reached::Refused;
 use super::service::{Answer, Answered, Call, Service};
 use crate::canary::CanaryWatch;
 use std::future::Future;

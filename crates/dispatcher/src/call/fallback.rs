@@ -6,8 +6,8 @@
 //! provably never reached an executor.
 
 use super::admit::Admitted;
-use super::checks::Refused;
-use super::mark::Mark;
+use super::mark::{FellBack, Mark};
+use super::reached::Refused;
 use super::service::{Answer, Answered, Call, Outcome, Service};
 use crate::error::CallError;
 use crate::metrics::Metrics;
@@ -15,7 +15,7 @@ use std::collections::HashMap;
 use std::future::Future;
 use std::sync::Arc;
 use std::sync::{Mutex, PoisonError};
-use toolmesh::pb::{ErrorCode, InvokeRequest, ToolResult};
+use toolmesh::pb::{ErrorCode, InvokeRequest};
 use toolmesh::{Snapshot, ToolDef, ToolRef, ToolResultExt};
 use toolmesh_governance::fallback_policy::FallbackRule;
 use toolmesh_governance::{Governance, Policy};
@@ -23,33 +23,6 @@ use tracing::{debug, warn};
 
 /// Pairings remembered at most (one per primary and stand-in version).
 const MAX_PAIRINGS: usize = 1024;
-
-/// Which stand-in answered, and why the tool itself did not.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub(crate) struct FellBack {
-    /// The tool called, `name@version`.
-    pub(crate) from: String,
-    /// The stand-in that answered, `name@version`.
-    pub(crate) to: String,
-    /// Why the tool did not answer, e.g. `has no healthy executor`.
-    pub(crate) why: String,
-}
-
-impl FellBack {
-    /// Says so where the model reads and in the result's metadata.
-    pub(crate) fn mark(&self, result: &mut ToolResult) {
-        result
-            .metadata
-            .insert("toolmesh.fallback".into(), self.to.clone());
-        result
-            .metadata
-            .insert("toolmesh.fallback_for".into(), self.from.clone());
-        result.output = format!(
-            "[answered by {} standing in for {}, which {}]\n{}",
-            self.to, self.from, self.why, result.output
-        );
-    }
-}
 
 /// A stand-in the policy names for a call whose outcome calls for it.
 pub(crate) struct Wanted {
@@ -272,7 +245,7 @@ fn compatible(primary: &ToolDef, stand_in: &ToolDef) -> Result<(), String> {
 mod tests {
     use super::*;
     use toolmesh::ToolErrorExt;
-    use toolmesh::pb::{ToolError, ToolSpec};
+    use toolmesh::pb::{ToolError, ToolResult, ToolSpec};
 
     fn def(name: &str, idempotent: bool, input: &str, output: &str) -> ToolDef {
         ToolDef::new(ToolSpec {

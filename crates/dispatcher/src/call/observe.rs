@@ -1,7 +1,7 @@
 //! Observe: how a call ended becomes the response, the session's facts and
 //! the audit record (and the place for metrics and spans).
 
-use super::checks::Reached;
+use super::reached::Reached;
 use super::resolve::Routed;
 use super::service::{Answer, Call, Outcome, Service};
 use crate::error::CallError;

@@ -3,8 +3,8 @@
 //! ([`Answer`]), and the [`Service`] trait each layer implements.
 
 use super::admit::Admitted;
-use super::checks::{Reached, Refused};
 use super::mark::Mark;
+use super::reached::{Reached, Refused};
 use super::streamed::Relay;
 use crate::error::CallError;
 use std::future::Future;
