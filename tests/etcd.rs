@@ -411,6 +411,59 @@ async fn health_watch_moves_to_a_surviving_replica() {
     );
 }
 
+/// A replica on etcd counts what it sees happen: the registration it
+/// wrote, and the health changes of the executor whose health it watches.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_counts_registrations_and_health_changes() {
+    let (_turn, cluster) = shared_etcd(1).await;
+    let store = cluster.store_url();
+    let proc = Proc::toolmesh(
+        "registry",
+        &[
+            "registry",
+            "--listen",
+            "127.0.0.1:0",
+            "--store",
+            &store,
+            "--admin-listen",
+            "127.0.0.1:0",
+            "--public-metrics",
+        ],
+    );
+    let (addr, admin) = (proc.listen_addr(), admin_addr(&proc));
+    let (fake, _) = FakeExecutor::start(&addr, "counted-1", vec![spec("counted_tool", 100)]).await;
+    agreed(&[&addr], "counted_tool exposed", |s| {
+        exposed(s, "counted_tool")
+    })
+    .await;
+    fake.reporter
+        .set_service_status("", tonic_health::ServingStatus::NotServing)
+        .await;
+    let scrape = || {
+        let (status, body) = toolmesh_testkit::http(&admin, "GET", "/metrics", &[], "");
+        assert_eq!(status, 200, "{body}");
+        body
+    };
+    let unhealthy = "toolmesh_registry_health_transitions_total{to=\"unhealthy\"}";
+    eventually(
+        "the health change counted",
+        Duration::from_secs(10),
+        || async { (sample(&scrape(), unhealthy) == Some(1.0)).then_some(()) },
+    )
+    .await;
+    let metrics = scrape();
+    assert_eq!(
+        sample(&metrics, "toolmesh_registry_registrations_total"),
+        Some(1.0),
+        "{metrics}"
+    );
+    assert_eq!(
+        sample(&metrics, "toolmesh_registry_flap_holds_total"),
+        Some(0.0),
+        "{metrics}"
+    );
+}
+
 /// 8. A registration of 1,024 tools with large schemas succeeds with the
 ///    etcd store (split across keys and transactions under etcd's request
 ///    size and operation limits), and every replica agrees on it.

@@ -30,6 +30,14 @@ pub(crate) struct Metrics {
 impl Metrics {
     /// Registers the registry's metrics; `store` is read at scrape time.
     pub(crate) fn new(registry: &MetricsRegistry, store: Weak<dyn Observed>) -> Metrics {
+        let metrics = Metrics::events(registry);
+        observe(registry, store);
+        metrics
+    }
+
+    /// Registers the event counters only (a store that is not built yet
+    /// registers its scrape-time facts with [`observe`] once it is).
+    pub(crate) fn events(registry: &MetricsRegistry) -> Metrics {
         let metrics = Metrics::default();
         let r = registry;
         r.register(
@@ -52,7 +60,6 @@ impl Metrics {
             "Recoveries held out of rotation because the executor flaps.",
             metrics.flap_holds.clone(),
         );
-        observe(r, store);
         metrics
     }
 
@@ -82,8 +89,7 @@ impl Observed for Published {
     }
 }
 
-/// Registers the scrape-time facts of `store` (every store has them; the
-/// event counters of [`Metrics`] are the embedded store's).
+/// Registers the scrape-time facts of `store`.
 pub(crate) fn observe(registry: &MetricsRegistry, store: Weak<dyn Observed>) {
     registry.register_collector(Snapshot { store });
 }

@@ -171,9 +171,7 @@ fn start(inner: &Arc<Inner>, id: Arc<str>, lease: i64, endpoint: String, session
         inner.config.tls.clone(),
         stop.clone(),
         report,
-        // Registry metrics cover the embedded store; the etcd store's
-        // flap holds are not exported yet.
-        Default::default(),
+        inner.metrics.flap_holds.clone(),
     ));
     let writer = inner.clone();
     let writer_stop = stop.clone();
@@ -194,10 +192,13 @@ fn start(inner: &Arc<Inner>, id: Arc<str>, lease: i64, endpoint: String, session
                     lease,
                 };
                 match writer.kv.txn(Txn::write(put)).await.map(|o| o.revision) {
-                    Ok(version) => info!(
-                        executor_id = &*id,
-                        healthy, reason, version, "executor health changed"
-                    ),
+                    Ok(version) => {
+                        writer.metrics.transition(healthy);
+                        info!(
+                            executor_id = &*id,
+                            healthy, reason, version, "executor health changed"
+                        );
+                    }
                     Err(error) => warn!(executor_id = &*id, %error, "health verdict not stored"),
                 }
             }

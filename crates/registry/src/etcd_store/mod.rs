@@ -16,6 +16,7 @@ use crate::error::RegistryError;
 use crate::gate::Gate;
 use crate::keys::{ExecRecord, PREFIX, Slot, content_hash, lease_label, parse_lease};
 use crate::kv::{EtcdKv, Kv, Op, Txn};
+use crate::metrics::Metrics;
 use crate::owners::{self, MAX_TXN_OPS};
 use crate::published::Published;
 use crate::registry::{Checked, check_request, validate_tools};
@@ -81,6 +82,10 @@ pub(crate) struct Inner {
     session: watch::Sender<i64>,
     /// Since when etcd has been failing.
     outage: sync::Outage,
+    /// Events this replica saw happen: the registrations it wrote, the
+    /// health changes and flap holds of the executors it watches. Lease
+    /// expiries are etcd's own and are not counted here.
+    metrics: Metrics,
     shutdown: CancellationToken,
 }
 
@@ -170,6 +175,7 @@ impl EtcdStore {
             kv,
             origin,
             published: Published::new(Snapshot::empty(""), config.history),
+            metrics: Metrics::events(&config.metrics),
             config,
             gate,
             replica: uuid::Uuid::new_v4().to_string(),
@@ -584,6 +590,7 @@ impl Store for EtcdStore {
             });
         }
         let accepted = record.tools.len();
+        inner.metrics.registrations.inc();
         info!(
             executor_id = &*executor_id,
             service = &*service,
