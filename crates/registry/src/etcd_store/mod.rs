@@ -15,7 +15,7 @@ use crate::config::RegistryConfig;
 use crate::error::RegistryError;
 use crate::gate::Gate;
 use crate::keys::{ExecRecord, PREFIX, Slot, content_hash, lease_label, parse_lease};
-use crate::kv::{EtcdKv, Kv, Op, Txn};
+use crate::kv::{Compare, EtcdKv, Kv, Op, Txn};
 use crate::metrics::Metrics;
 use crate::owners::{self, MAX_TXN_OPS};
 use crate::published::Published;
@@ -39,8 +39,10 @@ use tracing::info;
 
 pub use access::{EtcdAccess, EtcdAccessError};
 
-/// Most bytes in one etcd transaction (etcd's default limit is 1.5 MiB).
-const MAX_TXN_BYTES: usize = 1024 * 1024;
+/// Most bytes of definitions in one etcd transaction (etcd's default limit
+/// is 1.5 MiB for a whole request; the rest is room for the registration's
+/// record).
+const MAX_DEFS_BYTES: usize = 1024 * 1024;
 /// How long a write waits for this replica's snapshot to include it.
 const READ_YOUR_WRITE: Duration = Duration::from_secs(5);
 /// How long `connect` waits for the first full read of the store.
@@ -279,28 +281,33 @@ impl Inner {
     }
 
     /// Stores the definitions etcd does not hold yet, in transactions that
-    /// stay under etcd's operation and size limits.
-    async fn put_defs(&self, defs: Vec<(String, Vec<u8>)>) -> Result<(), RegistryError> {
-        let mut batch = Txn::default();
+    /// stay under etcd's operation and size limits, all but the last batch;
+    /// that one (with room left for the registration's own record) is
+    /// returned, to be written with the registration in one revision.
+    async fn put_defs(&self, defs: Vec<(String, Vec<u8>)>) -> Result<Vec<Op>, RegistryError> {
+        let mut batch = Vec::new();
         let mut bytes = 0;
         for (hash, encoded) in defs {
-            if !batch.success.is_empty()
-                && (batch.success.len() >= MAX_TXN_OPS || bytes + encoded.len() > MAX_TXN_BYTES)
+            // Room is kept for the registration's record and health delete.
+            if !batch.is_empty()
+                && (batch.len() + 2 >= MAX_TXN_OPS || bytes + encoded.len() > MAX_DEFS_BYTES)
             {
-                self.kv.txn(std::mem::take(&mut batch)).await?;
+                self.kv
+                    .txn(Txn {
+                        compare: Vec::new(),
+                        success: std::mem::take(&mut batch),
+                    })
+                    .await?;
                 bytes = 0;
             }
             bytes += encoded.len() + hash.len() + PREFIX.len() + 8;
-            batch.success.push(Op::Put {
+            batch.push(Op::Put {
                 key: Slot::Def(&hash).key(),
                 value: encoded,
                 lease: 0,
             });
         }
-        if !batch.success.is_empty() {
-            self.kv.txn(batch).await?;
-        }
-        Ok(())
+        Ok(batch)
     }
 }
 
@@ -454,7 +461,7 @@ impl Inner {
                 hashes.push(hash);
             }
         }
-        self.put_defs(plan.new_defs).await?;
+        let defs = self.put_defs(plan.new_defs).await?;
         // etcd counts whole seconds and may raise a short lease to its minimum.
         let (lease, granted) = self.kv.grant(ttl).await?;
         let record = ExecRecord {
@@ -470,10 +477,19 @@ impl Inner {
             value,
             lease,
         };
-        let mut txn = Txn::if_unchanged(&key, plan.exec_revision, put);
-        txn.success.push(Op::Delete {
+        // Usually one revision for the whole registration: the last batch
+        // of definitions, the record and the end of any old health verdict.
+        // Definitions first: the record names them (a watch applies the
+        // events of one revision in order).
+        let mut success = defs;
+        success.push(put);
+        success.push(Op::Delete {
             key: Slot::Health(executor_id).key(),
         });
+        let txn = Txn {
+            compare: vec![Compare::Revision(key.clone(), plan.exec_revision)],
+            success,
+        };
         let outcome = self.kv.txn(txn).await?;
         if !outcome.succeeded {
             // Nothing was written on it.

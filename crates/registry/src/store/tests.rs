@@ -112,6 +112,7 @@ on_both_backends!(
     replacement,
     conflicts,
     executor_ids,
+    one_version_per_change,
 );
 
 async fn register(
@@ -174,6 +175,29 @@ async fn switches(under: Under) {
     assert_eq!(reasons(store, "search_kb"), [None, None]);
     let again = store.set_disabled("search_kb", None).await.unwrap();
     assert!(again >= on);
+}
+
+/// Each change an executor or operator makes is one new version: a
+/// registration with new definitions, a switch, a deregistration.
+async fn one_version_per_change(under: Under) {
+    let store = &*under.store;
+    let before = store.current().version();
+    let registered = register(
+        store,
+        "kb-1",
+        "",
+        vec![spec("search_kb", "1.0.0"), spec("fetch_doc", "1.0.0")],
+    )
+    .await;
+    assert_eq!(registered.snapshot_version, before + 1, "a registration");
+    let off = store
+        .set_disabled("search_kb", Some("x".into()))
+        .await
+        .unwrap();
+    assert_eq!(off, registered.snapshot_version + 1, "a switch");
+    let gone = store.deregister(&registered.lease_id, "").await.unwrap();
+    assert_eq!(gone, off + 1, "a deregistration");
+    assert_eq!(store.current().version(), gone);
 }
 
 fn rollout(change: RolloutChange) -> RolloutRequest {
