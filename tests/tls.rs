@@ -81,17 +81,32 @@ async fn mutual_tls_call_and_refusals() {
 /// projection then applies; a bearer token, when sent, takes precedence.
 #[tokio::test]
 async fn client_certificate_is_an_identity() {
-    let dir = temp_dir("tls-identity");
-    let (ca, cert, key) = pki(&dir, "mesh");
+    certificate_identity("tls-identity", "localhost", None).await;
+}
+
+/// The same with a workload's SPIFFE ID: the certificate carries it as a
+/// URI name, and the policy names only it (not the DNS name).
+#[tokio::test]
+async fn spiffe_id_is_an_identity() {
+    let id = "spiffe://mesh.test/ns/agents/sa/cert-agent";
+    certificate_identity("tls-spiffe", id, Some(id)).await;
+}
+
+/// A caller known by `tls_name` (its certificate also naming `uri`) sees
+/// its projection with no token; a bad token is still refused.
+async fn certificate_identity(dir: &str, tls_name: &str, uri: Option<&str>) {
+    let dir = temp_dir(dir);
+    let (ca, cert, key) = toolmesh_testkit::pki_with_uri(&dir, "mesh", uri);
     let policy = dir.join("policy.toml");
     std::fs::write(
         &policy,
-        r#"
+        format!(
+            r#"
 [auth]
 allow_anonymous = false
 
 [[callers]]
-tls_name = "localhost"
+tls_name = "{tls_name}"
 principal = "cert-agent"
 tenant = "acme"
 roles = ["agent", "executor"]
@@ -100,7 +115,8 @@ roles = ["agent", "executor"]
 name = "certificate agents: echo only"
 roles = ["agent"]
 tools = ["acc_echo"]
-"#,
+"#
+        ),
     )
     .unwrap();
     let mut serve_cmd = Command::new(toolmesh_bin());

@@ -388,17 +388,16 @@ impl Builder<'_> {
                     );
                     continue;
                 }
-                let dns = name.get_ref().trim().to_ascii_lowercase();
-                if dns.is_empty() || dns.contains(char::is_whitespace) {
+                let Some(tls_name) = tls_name(name.get_ref()) else {
                     self.problem(
                         Some(name.span()),
                         field("tls_name"),
-                        "must be the DNS name the caller's client certificate is issued for, e.g. \"support-bot.agents.internal\"",
+                        "must be the DNS name the caller's client certificate is issued for, e.g. \"support-bot.agents.internal\", or its SPIFFE ID, e.g. \"spiffe://example.org/ns/agents/sa/support-bot\"",
                     );
                     continue;
-                }
+                };
                 tls_callers.push((
-                    dns,
+                    tls_name,
                     Principal {
                         tenant: self.tenant(c.tenant, &span, &field("tenant")),
                         roles: self.names(c.roles, &span, &field("roles")),
@@ -758,4 +757,15 @@ impl Builder<'_> {
         }
         rules
     }
+}
+
+/// A `tls_name` as matched: a DNS name in lowercase, or a SPIFFE ID as
+/// written (its path is case-sensitive); `None` when it is neither.
+fn tls_name(written: &str) -> Option<String> {
+    let name = written.trim();
+    if name.starts_with("spiffe://") {
+        return toolmesh_transport::is_spiffe_id(name).then(|| name.to_owned());
+    }
+    let dns = name.to_ascii_lowercase();
+    (!dns.is_empty() && !dns.contains(char::is_whitespace)).then_some(dns)
 }

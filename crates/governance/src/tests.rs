@@ -616,6 +616,43 @@ principal = "bot"
     );
 }
 
+/// A `tls_name` may be the caller's SPIFFE ID: kept as written (its path
+/// is case-sensitive); a malformed one is refused at load, naming the line.
+#[test]
+fn spiffe_id_callers() {
+    let policy = Policy::from_toml(
+        r#"
+[[callers]]
+tls_name = "spiffe://example.org/ns/agents/sa/Support-Bot"
+principal = "support-bot"
+roles = ["agent"]
+"#,
+    )
+    .unwrap();
+    let who = policy
+        .authenticate_tls(|name| name == "spiffe://example.org/ns/agents/sa/Support-Bot")
+        .expect("matched as written");
+    assert_eq!(who.name, "support-bot");
+    assert!(
+        policy
+            .authenticate_tls(|name| name == "spiffe://example.org/ns/agents/sa/support-bot")
+            .is_none()
+    );
+    let bad = Policy::from_toml(
+        r#"
+[[callers]]
+principal = "x"
+tls_name = "spiffe://example.org/ns/../sa/x"
+"#,
+    )
+    .unwrap_err()
+    .to_string();
+    assert!(
+        bad.contains("line 4") && bad.contains("tls_name") && bad.contains("SPIFFE ID"),
+        "{bad}"
+    );
+}
+
 /// A grant's `[grants.arguments.TOOL]` narrows that tool for its callers
 /// only; explain lists the narrowing; other grants see the full schema.
 #[test]

@@ -299,7 +299,13 @@ fn dechunk(mut body: &[u8]) -> Vec<u8> {
 /// Writes a CA and a certificate it signs (for localhost and 127.0.0.1)
 /// under `dir/name-*.pem`; returns (ca, cert, key).
 pub fn pki(dir: &TempDir, name: &str) -> (PathBuf, PathBuf, PathBuf) {
-    use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair};
+    pki_with_uri(dir, name, None)
+}
+
+/// As [`pki`], the certificate also naming `uri` (a SPIFFE ID such as
+/// `spiffe://example.org/ns/tools/sa/kb`) as a URI subject alternative name.
+pub fn pki_with_uri(dir: &TempDir, name: &str, uri: Option<&str>) -> (PathBuf, PathBuf, PathBuf) {
+    use rcgen::{BasicConstraints, CertificateParams, DnType, IsCa, Issuer, KeyPair, SanType};
     let ca_key = KeyPair::generate().expect("a CA key");
     let mut ca_params = CertificateParams::new(Vec::<String>::new()).expect("CA params");
     ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
@@ -317,6 +323,10 @@ pub fn pki(dir: &TempDir, name: &str) -> (PathBuf, PathBuf, PathBuf) {
     node_params
         .distinguished_name
         .push(DnType::CommonName, name.to_owned());
+    if let Some(uri) = uri {
+        let uri = uri.try_into().expect("a URI an IA5 string holds");
+        node_params.subject_alt_names.push(SanType::URI(uri));
+    }
     let node = node_params
         .signed_by(&node_key, &issuer)
         .expect("a certificate");

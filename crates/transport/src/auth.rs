@@ -51,19 +51,129 @@ impl PeerCertificate {
         PeerCertificate(leaf)
     }
 
-    /// Whether the certificate is issued for `dns_name`.
-    pub fn is_valid_for(&self, dns_name: &str) -> bool {
+    /// Whether the certificate is issued for `name`: a DNS name, or a
+    /// SPIFFE ID (`spiffe://trust-domain/path`) that must be the
+    /// certificate's SPIFFE ID exactly (see [`PeerCertificate::spiffe_id`]).
+    pub fn is_valid_for(&self, name: &str) -> bool {
+        if is_spiffe_id(name) {
+            return self.spiffe_id().is_some_and(|id| id == name);
+        }
         let Ok(cert) = webpki::EndEntityCert::try_from(&self.0) else {
             return false;
         };
-        rustls_pki_types::ServerName::try_from(dns_name)
+        rustls_pki_types::ServerName::try_from(name)
             .is_ok_and(|name| cert.verify_is_valid_for_subject_name(&name).is_ok())
     }
+
+    /// The workload's SPIFFE ID: the certificate's one `spiffe://` URI
+    /// subject alternative name. `None` when it has none, or more than one
+    /// URI name (an X.509-SVID carries exactly one), or the ID is malformed.
+    pub fn spiffe_id(&self) -> Option<String> {
+        let cert = webpki::EndEntityCert::try_from(&self.0).ok()?;
+        let mut uris = cert.valid_uri_names();
+        let only = uris.next()?;
+        if uris.next().is_some() || !is_spiffe_id(only) {
+            return None;
+        }
+        Some(only.to_owned())
+    }
+}
+
+/// Whether `id` is a well-formed SPIFFE ID: `spiffe://`, a trust domain
+/// of lowercase letters, digits, `.`, `-` and `_`, then an optional path of
+/// non-empty segments of letters, digits, `.`, `-` and `_` (no `.` or `..`
+/// segment), with no query, fragment, port or user.
+pub fn is_spiffe_id(id: &str) -> bool {
+    let Some(rest) = id.strip_prefix("spiffe://") else {
+        return false;
+    };
+    let (domain, path) = rest
+        .split_once('/')
+        .map_or((rest, None), |(d, p)| (d, Some(p)));
+    let domain_ok = !domain.is_empty()
+        && domain.len() <= 255
+        && domain.bytes().all(|b| {
+            b.is_ascii_lowercase() || b.is_ascii_digit() || matches!(b, b'.' | b'-' | b'_')
+        });
+    let path_ok = path.is_none_or(|path| {
+        path.split('/').all(|segment| {
+            !segment.is_empty()
+                && segment != "."
+                && segment != ".."
+                && segment
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'.' | b'-' | b'_'))
+        })
+    });
+    domain_ok && path_ok && id.len() <= 2048
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A leaf for localhost naming `uris` as URI subject alternative names.
+    fn leaf(uris: &[&str]) -> PeerCertificate {
+        let key = rcgen::KeyPair::generate().unwrap();
+        let mut params = rcgen::CertificateParams::new(vec!["localhost".to_owned()]).unwrap();
+        for uri in uris {
+            params
+                .subject_alt_names
+                .push(rcgen::SanType::URI((*uri).try_into().unwrap()));
+        }
+        let cert = params.self_signed(&key).unwrap();
+        PeerCertificate::verified(cert.der().clone())
+    }
+
+    /// A certificate's SPIFFE ID is its one `spiffe://` URI name; it
+    /// matches exactly, and DNS names still match as before.
+    #[test]
+    fn spiffe_ids() {
+        let id = "spiffe://example.org/ns/tools/sa/kb";
+        let cert = leaf(&[id]);
+        assert_eq!(cert.spiffe_id().as_deref(), Some(id));
+        assert!(cert.is_valid_for(id));
+        assert!(cert.is_valid_for("localhost"));
+        assert!(!cert.is_valid_for("spiffe://example.org/ns/tools/sa/other"));
+        assert!(!cert.is_valid_for("spiffe://example.org/ns/tools"));
+        assert!(!cert.is_valid_for("spiffe://other.org/ns/tools/sa/kb"));
+        let plain = leaf(&[]);
+        assert_eq!(plain.spiffe_id(), None);
+        assert!(!plain.is_valid_for(id));
+        let two = leaf(&[id, "spiffe://example.org/ns/tools/sa/b"]);
+        assert_eq!(two.spiffe_id(), None, "an SVID carries exactly one URI");
+        assert!(!two.is_valid_for(id));
+        let web = leaf(&["https://example.org/kb"]);
+        assert_eq!(web.spiffe_id(), None);
+    }
+
+    /// Malformed SPIFFE IDs are not IDs.
+    #[test]
+    fn spiffe_id_syntax() {
+        for good in [
+            "spiffe://example.org",
+            "spiffe://example.org/ns/a/sa/b",
+            "spiffe://td-1.prod_x/a.b/c-d/e_f",
+        ] {
+            assert!(is_spiffe_id(good), "{good}");
+        }
+        for bad in [
+            "spiffe://",
+            "spiffe:///path",
+            "spiffe://Example.org/a",
+            "spiffe://example.org:8443/a",
+            "spiffe://user@example.org/a",
+            "spiffe://example.org/a//b",
+            "spiffe://example.org/a/../b",
+            "spiffe://example.org/a/",
+            "spiffe://example.org/a?x=1",
+            "spiffe://example.org/a#f",
+            "https://example.org/a",
+            "example.org",
+        ] {
+            assert!(!is_spiffe_id(bad), "{bad}");
+        }
+    }
 
     /// Bearer tokens round-trip through metadata, with or without the prefix.
     #[test]
