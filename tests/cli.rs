@@ -278,11 +278,13 @@ async fn counted_registry(
                 tools: specs.collect(),
                 ..RegisterRequest::default()
             })
+            .await
             .unwrap();
         assert!(answer.rejected.is_empty(), "{:?}", answer.rejected);
     }
     registry
         .set_disabled("tool_00000", Some("in this test".into()))
+        .await
         .unwrap();
     let (reporter, health) = tonic_health::server::health_reporter();
     // What a dispatcher publishes for a tool it exposes.

@@ -121,7 +121,7 @@ pub(crate) async fn run(plan: &Plan) -> Result<Scale, BenchError> {
     let small_executors = plan.baseline_tools.div_ceil(TOOLS_PER_EXECUTOR);
     let small = World::start().await?;
     for e in 0..small_executors {
-        register_in_process(&small.registry, executor_request("small", e))?;
+        register_in_process(&small.registry, executor_request("small", e)).await?;
     }
 
     let executors = plan.scale_tools.div_ceil(TOOLS_PER_EXECUTOR);
@@ -133,7 +133,7 @@ pub(crate) async fn run(plan: &Plan) -> Result<Scale, BenchError> {
     let rss_after = rss_bytes();
 
     let (small_publish, large_publish) =
-        publish_costs(&small.registry, &large.registry, plan.publish_changes)?;
+        publish_costs(&small.registry, &large.registry, plan.publish_changes).await?;
     let small_report = measure(plan, &small, small_executors, small_publish).await?;
     small.stop().await;
     let large_report = measure(plan, &large, executors, large_publish).await?;
@@ -278,7 +278,7 @@ const PUBLISH_BLOCKS: usize = 10;
 /// Median cost of registering and deregistering one extra executor with
 /// one tool, `changes` times per registry after a warm-up, with nobody
 /// following; the registries take turns, a block of changes at a time.
-fn publish_costs(
+async fn publish_costs(
     small: &Registry,
     large: &Registry,
     changes: usize,
@@ -286,7 +286,7 @@ fn publish_costs(
     let mut samples = [Samples::default(), Samples::default()];
     for (registry, into) in [small, large].into_iter().zip(samples.iter_mut()) {
         for i in 0..WARMUP_CHANGES {
-            into.change(registry, i, false)?;
+            into.change(registry, i, false).await?;
         }
     }
     let per_block = changes.div_ceil(PUBLISH_BLOCKS).max(1);
@@ -295,7 +295,7 @@ fn publish_costs(
         let n = per_block.min(changes - done);
         for (registry, into) in [small, large].into_iter().zip(samples.iter_mut()) {
             for i in done..done + n {
-                into.change(registry, WARMUP_CHANGES + i, true)?;
+                into.change(registry, WARMUP_CHANGES + i, true).await?;
             }
         }
         done += n;
@@ -314,13 +314,19 @@ struct Samples {
 
 impl Samples {
     /// Change `i`: register one extra executor, then deregister it.
-    fn change(&mut self, registry: &Registry, i: usize, keep: bool) -> Result<(), BenchError> {
+    async fn change(
+        &mut self,
+        registry: &Registry,
+        i: usize,
+        keep: bool,
+    ) -> Result<(), BenchError> {
         let request = change_request(i);
         let t0 = Instant::now();
-        let lease = register_in_process(registry, request)?;
+        let lease = register_in_process(registry, request).await?;
         let t1 = Instant::now();
         registry
             .deregister(&lease)
+            .await
             .map_err(|e| BenchError::failed("Registry::deregister", e.to_string()))?;
         let t2 = Instant::now();
         if keep {
@@ -353,12 +359,14 @@ async fn propagation_in_process(
         let t0 = Instant::now();
         let response = registry
             .register(change_request(i))
+            .await
             .map_err(|e| BenchError::failed("Registry::register", e.to_string()))?;
         spin_until(version, response.snapshot_version).await?;
         samples.push(t0.elapsed());
         let t1 = Instant::now();
         let v = registry
             .deregister(&response.lease_id)
+            .await
             .map_err(|e| BenchError::failed("Registry::deregister", e.to_string()))?;
         spin_until(version, v).await?;
         samples.push(t1.elapsed());
@@ -379,12 +387,14 @@ async fn propagation_over_grpc(
         let t0 = Instant::now();
         let response = registry
             .register(change_request(i))
+            .await
             .map_err(|e| BenchError::failed("Registry::register", e.to_string()))?;
         wait_follower(&mut follower, &epoch, response.snapshot_version).await?;
         samples.push(t0.elapsed());
         let t1 = Instant::now();
         let v = registry
             .deregister(&response.lease_id)
+            .await
             .map_err(|e| BenchError::failed("Registry::deregister", e.to_string()))?;
         wait_follower(&mut follower, &epoch, v).await?;
         samples.push(t1.elapsed());
@@ -496,12 +506,13 @@ async fn list_tools(dispatcher: &Dispatcher, calls: usize) -> Result<ListTools, 
 }
 
 /// Registers `request` in process; its lease id.
-fn register_in_process(
+async fn register_in_process(
     registry: &Registry,
     request: RegisterRequest,
 ) -> Result<String, BenchError> {
     let response = registry
         .register(request)
+        .await
         .map_err(|e| BenchError::failed("Registry::register", e.to_string()))?;
     match response.rejected.first() {
         None => Ok(response.lease_id),

@@ -23,8 +23,7 @@ use toolmesh_governance::PolicyHandle;
 use toolmesh_governance::approvals::ApprovalRelay;
 use toolmesh_governance::sessions::SessionRelay;
 use toolmesh_registry::{
-    ApprovalDesk, DecisionJournal, EtcdStore, Registry, RegistryConfig, RegistryService,
-    RolloutDesk, Store,
+    ApprovalDesk, DecisionJournal, Registry, RegistryConfig, RegistryService, RolloutDesk, Store,
 };
 use toolmesh_telemetry::{AdminOptions, AdminServer, MetricsRegistry};
 use toolmesh_transport::{HealthOnly, REGISTRY_HEALTH_SERVICE};
@@ -306,7 +305,7 @@ async fn open_registry(
     };
     let gate = Arc::new(PolicyGate(policy.handle.clone()));
     Ok(Some(match &config.store {
-        Some(url) => Arc::new(EtcdStore::connect(url, &config.etcd, registry_config, gate).await?),
+        Some(url) => Arc::new(Registry::connect(url, &config.etcd, registry_config, gate).await?),
         None if config.etcd.is_set() => return Err(NodeError::EtcdWithoutStore),
         None => {
             if registry_config.data_dir.is_none() {

@@ -2,6 +2,21 @@
 
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
+use std::sync::Arc;
+use toolmesh::ToolDef;
+
+/// A tool name and version: the identity of one `ToolEntry`.
+pub(crate) type Key = (Arc<str>, semver::Version);
+
+/// `name@version` for messages.
+pub(crate) fn label(key: &Key) -> String {
+    toolmesh::spec::label(&key.0, &key.1)
+}
+
+/// The key of a definition.
+pub(crate) fn key_of(def: &ToolDef) -> Key {
+    (def.name().into(), def.version().clone())
+}
 
 /// Every key toolmesh keeps in etcd starts with this.
 pub(crate) const PREFIX: &str = "/toolmesh/";

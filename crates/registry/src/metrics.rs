@@ -28,15 +28,8 @@ pub(crate) struct Metrics {
 }
 
 impl Metrics {
-    /// Registers the registry's metrics; `store` is read at scrape time.
-    pub(crate) fn new(registry: &MetricsRegistry, store: Weak<dyn Observed>) -> Metrics {
-        let metrics = Metrics::events(registry);
-        observe(registry, store);
-        metrics
-    }
-
-    /// Registers the event counters only (a store that is not built yet
-    /// registers its scrape-time facts with [`observe`] once it is).
+    /// Registers the event counters (the store registers its scrape-time
+    /// facts with [`observe`] once it is built).
     pub(crate) fn events(registry: &MetricsRegistry) -> Metrics {
         let metrics = Metrics::default();
         let r = registry;
@@ -80,12 +73,6 @@ pub(crate) trait Observed: Send + Sync + 'static {
     /// for a store in this process.
     fn etcd_leader(&self) -> Option<bool> {
         None
-    }
-}
-
-impl Observed for Published {
-    fn published(&self) -> &Published {
-        self
     }
 }
 

@@ -3,7 +3,7 @@
 use crate::error::RegistryError;
 use crate::gate::GateError;
 use crate::gate::SnapshotReader;
-use crate::registry::Registry;
+use crate::replica::Registry;
 use crate::rollouts::{DecisionJournal, RolloutDesk, RolloutRequest};
 use crate::store::Store;
 use futures_util::{Stream, StreamExt, stream};

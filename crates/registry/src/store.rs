@@ -1,11 +1,9 @@
-//! The Store seam: what the gRPC edge asks of a registry, whichever keeps
-//! it — [`Registry`] in this process (the default), `EtcdStore` in etcd so
-//! that several replicas serve one mesh. Both run the switch, rollout,
-//! ownership and shared-record rules over the key-value seam (`crate::kv`).
+//! The Store seam: what the gRPC edge asks of a registry. [`Registry`]
+//! implements it over either key-value backend; the seam lets the edge be
+//! tested and served without naming the backend.
 
 use crate::error::RegistryError;
 use crate::gate::Gate;
-use crate::registry::Registry;
 use crate::rollouts::RolloutRequest;
 use crate::shared::SharedRecord;
 use std::sync::Arc;
@@ -62,84 +60,6 @@ pub trait Store: Send + Sync + 'static {
     ) -> Result<bool, RegistryError>;
     /// Removes a shared record.
     async fn delete_shared(&self, key: &str) -> Result<(), RegistryError>;
-}
-
-#[tonic::async_trait]
-impl Store for Registry {
-    fn gate(&self) -> &dyn Gate {
-        Registry::gate(self)
-    }
-
-    fn current(&self) -> Arc<Snapshot> {
-        Registry::current(self)
-    }
-
-    fn subscribe(&self) -> watch::Receiver<Arc<Snapshot>> {
-        Registry::subscribe(self)
-    }
-
-    fn snapshot(&self, version: u64) -> Result<Arc<Snapshot>, RegistryError> {
-        Registry::snapshot(self, version)
-    }
-
-    fn writable(&self) -> watch::Receiver<bool> {
-        // In this process: writable while it runs.
-        watch::channel(true).1
-    }
-
-    async fn register(
-        &self,
-        request: pb::RegisterRequest,
-        owner: String,
-    ) -> Result<pb::RegisterResponse, RegistryError> {
-        // Schemas compile on the blocking pool: a costly one must not stall
-        // the async workers that serve every other RPC.
-        let registry = self.clone();
-        tokio::task::spawn_blocking(move || registry.register_as(request, &owner))
-            .await
-            .map_err(|e| RegistryError::Internal(format!("registration task failed ({e})")))?
-    }
-
-    async fn heartbeat(&self, lease_id: &str, owner: &str) -> Result<u64, RegistryError> {
-        self.heartbeat_as(lease_id, owner)
-    }
-
-    async fn deregister(&self, lease_id: &str, owner: &str) -> Result<u64, RegistryError> {
-        self.deregister_as(lease_id, owner)
-    }
-
-    async fn set_disabled(&self, tool: &str, reason: Option<String>) -> Result<u64, RegistryError> {
-        Registry::set_disabled(self, tool, reason)
-    }
-
-    async fn update_rollout(
-        &self,
-        request: &RolloutRequest,
-    ) -> Result<(u64, Rollout), RegistryError> {
-        Registry::update_rollout(self, request)
-    }
-
-    async fn shared_records(&self, prefix: &str) -> Result<Vec<SharedRecord>, RegistryError> {
-        crate::shared::list(self.kv(), prefix, false).await
-    }
-
-    async fn shared_keys(&self, prefix: &str) -> Result<Vec<SharedRecord>, RegistryError> {
-        crate::shared::list(self.kv(), prefix, true).await
-    }
-
-    async fn put_shared(
-        &self,
-        key: &str,
-        value: Vec<u8>,
-        revision: i64,
-        ttl: Duration,
-    ) -> Result<bool, RegistryError> {
-        crate::shared::put(self.kv(), key, value, revision, ttl).await
-    }
-
-    async fn delete_shared(&self, key: &str) -> Result<(), RegistryError> {
-        crate::shared::delete(self.kv(), key).await
-    }
 }
 
 #[cfg(test)]

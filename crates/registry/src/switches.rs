@@ -17,6 +17,7 @@ pub(crate) struct Switched {
 }
 
 /// The reason `tool` is disabled for, if it is.
+#[cfg(test)]
 pub(crate) async fn reason(kv: &dyn Kv, tool: &str) -> Result<Option<String>, RegistryError> {
     let entry = kv.get(&Slot::Disabled(tool).key()).await?;
     Ok(entry.map(|e| String::from_utf8_lossy(&e.value).into_owned()))
@@ -30,14 +31,22 @@ pub(crate) async fn write(
     tool: &str,
     reason: Option<&str>,
 ) -> Result<Switched, RegistryError> {
-    let was_disabled = kv.get(&Slot::Disabled(tool).key()).await?.is_some();
+    let entry = kv.get(&Slot::Disabled(tool).key()).await?;
+    let was_disabled = entry.is_some();
     if snapshot.versions(tool).is_empty() && !was_disabled {
         return Err(RegistryError::UnknownTool(tool.to_owned()));
+    }
+    if entry.map(|e| e.value).as_deref() == reason.map(str::as_bytes) {
+        // Already so: nothing is written, and no version is spent.
+        return Ok(Switched {
+            revision: kv.revision().await?,
+            changed: false,
+        });
     }
     let revision = kv.txn(Txn::write(switch(tool, reason))).await?.revision;
     Ok(Switched {
         revision,
-        changed: reason.is_some() || was_disabled,
+        changed: true,
     })
 }
 

@@ -367,26 +367,31 @@ async fn disabled_survives_restart() {
             Registry::open(config(Some(dir.path().to_owned())), Arc::new(TestGate)).unwrap();
         registry
             .register_as(registration("a-1", "send_email"), "team-a")
+            .await
             .unwrap();
         registry
             .set_disabled("send_email", Some("incident 42".into()))
+            .await
             .unwrap();
     }
     let registry = Registry::open(config(Some(dir.path().to_owned())), Arc::new(TestGate)).unwrap();
     let hijack = registry
         .register_as(registration("b-1", "send_email"), "team-b")
+        .await
         .unwrap();
     assert_eq!(hijack.rejected.len(), 1, "ownership survived the restart");
     registry
         .register_as(registration("a-1", "send_email"), "team-a")
+        .await
         .unwrap();
     let entry = registry.current().versions("send_email")[0].clone();
     assert_eq!(entry.disabled.as_deref(), Some("incident 42"));
-    registry.set_disabled("send_email", None).unwrap();
+    registry.set_disabled("send_email", None).await.unwrap();
     assert!(registry.current().versions("send_email")[0].exposed());
     let registry = Registry::open(config(Some(dir.path().to_owned())), Arc::new(TestGate)).unwrap();
     registry
         .register_as(registration("a-1", "send_email"), "team-a")
+        .await
         .unwrap();
     assert!(
         registry.current().versions("send_email")[0].exposed(),
@@ -413,7 +418,7 @@ async fn tool_count_limit() {
             ..extra.clone()
         });
     }
-    let err = registry.register_as(request, "team-a").unwrap_err();
+    let err = registry.register_as(request, "team-a").await.unwrap_err();
     assert!(err.to_string().contains("limit is 2"), "{err}");
 }
 

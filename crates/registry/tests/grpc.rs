@@ -177,6 +177,7 @@ async fn watch_sends_current_then_newer() {
     for i in 0..20 {
         registry
             .register(request(&format!("burst-{i}"), vec![spec("b")]))
+            .await
             .unwrap();
     }
     let newest = registry.current().version();
@@ -215,6 +216,7 @@ async fn watch_after_version() {
     assert_eq!(restarted.epoch, registry.current().epoch());
     registry
         .set_disabled("a", Some("maintenance".into()))
+        .await
         .unwrap();
     let next = tokio::time::timeout(toolmesh_testkit::patient(PATIENCE), caught_up.message())
         .await

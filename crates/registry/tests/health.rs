@@ -70,7 +70,7 @@ fn registry() -> Registry {
     Registry::new(RegistryConfig::default())
 }
 
-fn register(registry: &Registry, executor_id: &str, endpoint: &str) -> u64 {
+async fn register(registry: &Registry, executor_id: &str, endpoint: &str) -> u64 {
     let request = RegisterRequest {
         executor_id: executor_id.into(),
         service: "kb-team".into(),
@@ -85,7 +85,7 @@ fn register(registry: &Registry, executor_id: &str, endpoint: &str) -> u64 {
         lease_ttl_ms: 60_000,
         execute_token: String::new(),
     };
-    let response = registry.register(request).unwrap();
+    let response = registry.register(request).await.unwrap();
     assert!(response.rejected.is_empty());
     response.snapshot_version
 }
@@ -127,7 +127,7 @@ fn wait_for<'a>(
 async fn health_status_drives_instance_health() {
     let mut fake = FakeExecutor::start();
     let registry = registry();
-    let registered = register(&registry, "kb-1", &fake.addr);
+    let registered = register(&registry, "kb-1", &fake.addr).await;
     assert_eq!(
         healthy(&registry.current(), "kb-1"),
         Some(true),
@@ -165,7 +165,7 @@ async fn unreachable_executor_is_unhealthy() {
         listener.local_addr().unwrap().port()
     };
     let registry = registry();
-    register(&registry, "kb-1", &format!("127.0.0.1:{port}"));
+    register(&registry, "kb-1", &format!("127.0.0.1:{port}")).await;
     wait_for(&registry, "connection refused is seen", |s| {
         healthy(s, "kb-1") == Some(false)
     })
@@ -178,7 +178,7 @@ async fn unreachable_executor_is_unhealthy() {
 async fn flapping_executor_is_held_out() {
     let fake = FakeExecutor::start();
     let registry = registry();
-    register(&registry, "kb-1", &fake.addr);
+    register(&registry, "kb-1", &fake.addr).await;
     for round in 1..=3 {
         fake.set(ServingStatus::NotServing).await;
         wait_for(&registry, "down", |s| healthy(s, "kb-1") == Some(false)).await;

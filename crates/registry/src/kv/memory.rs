@@ -1,11 +1,11 @@
 //! The in-memory backend of the key-value seam: etcd's revision semantics
 //! (one revision per transaction that writes, create and mod revisions per
-//! key), leases on the tokio clock (expired when the store is next used)
-//! and watches from the next revision (no history is kept: an older start
-//! is answered as compacted), in this process. Values are bytes,
-//! as in etcd; only rare writes (switches, rollouts, claims, shared
-//! records) go through it, so the registration path pays no encoding. Keys
-//! the durable file keeps (see [`crate::durable`]) are saved with each
+//! key), leases on the tokio clock (expired when due by
+//! [`MemoryKv::expire_on_time`], and in any case before the store is next
+//! used) and watches from the next revision (no history is kept: an older
+//! start is answered as compacted), in this process. Values are bytes, as
+//! in etcd: the registry in this process writes the same records as over
+//! etcd. Keys the durable file keeps (see [`crate::durable`]) are saved with each
 //! transaction that touches them, and a transaction the disk refused is
 //! undone.
 
@@ -16,7 +16,7 @@ use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::future::Future;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
-use tokio::sync::mpsc;
+use tokio::sync::{Notify, mpsc};
 use tokio::time::Instant;
 
 /// Runs one call on the memory backend, which never waits: its futures
@@ -194,6 +194,9 @@ fn key_of(event: &Event) -> &[u8] {
 pub(crate) struct MemoryKv {
     space: Arc<Mutex<Space>>,
     file: Option<DurableFile>,
+    /// Wakes [`MemoryKv::expire_on_time`]: a lease was granted, and may be
+    /// due before any other.
+    granted: Arc<Notify>,
 }
 
 impl MemoryKv {
@@ -218,7 +221,34 @@ impl MemoryKv {
         Ok(MemoryKv {
             space: Arc::new(Mutex::new(space)),
             file,
+            granted: Arc::new(Notify::new()),
         })
+    }
+
+    /// Expires each lease when it is due, as etcd does, rather than when
+    /// the store is next used; runs until the store is dropped.
+    pub(crate) fn expire_on_time(&self) -> impl Future<Output = ()> + Send + 'static {
+        let space = Arc::downgrade(&self.space);
+        let granted = self.granted.clone();
+        async move {
+            loop {
+                let next = {
+                    let Some(space) = space.upgrade() else {
+                        return;
+                    };
+                    lock(&space).deadlines.first().map(|(at, _)| *at)
+                };
+                match next {
+                    Some(at) => {
+                        tokio::select! {
+                            () = tokio::time::sleep_until(at) => {}
+                            () = granted.notified() => {}
+                        }
+                    }
+                    None => granted.notified().await,
+                }
+            }
+        }
     }
 
     fn space(&self) -> MutexGuard<'_, Space> {
@@ -377,6 +407,7 @@ impl Kv for MemoryKv {
                 keys: BTreeSet::new(),
             },
         );
+        self.granted.notify_one();
         Ok((id, ttl))
     }
 

@@ -2,7 +2,7 @@
 //! and the embedded store keeping rollouts across a restart.
 
 use super::*;
-use crate::registry::Registry;
+use crate::replica::Registry;
 use crate::{OpenGate, RegistryConfig};
 use std::sync::Arc;
 use toolmesh::pb::{self, RegisterRequest, ToolSpec};
@@ -28,7 +28,7 @@ fn registry(data_dir: Option<&TempDir>) -> Registry {
     Registry::open(config, Arc::new(OpenGate)).unwrap()
 }
 
-fn register(registry: &Registry, versions: &[&str]) {
+async fn register(registry: &Registry, versions: &[&str]) {
     registry
         .register(RegisterRequest {
             executor_id: "kb-1".into(),
@@ -37,6 +37,7 @@ fn register(registry: &Registry, versions: &[&str]) {
             tools: versions.iter().map(|v| spec(v)).collect(),
             ..RegisterRequest::default()
         })
+        .await
         .unwrap();
 }
 
@@ -111,11 +112,13 @@ async fn rules_by_state() {
     let registry = registry(None);
     let unknown = registry
         .update_rollout(&request(pb::RolloutAction::Start, "search_kb@2.0.0", 500))
+        .await
         .unwrap_err();
     assert!(unknown.to_string().contains("no tool named"), "{unknown}");
-    register(&registry, &["1.0.0", "2.0.0"]);
+    register(&registry, &["1.0.0", "2.0.0"]).await;
     let no_rollout = registry
         .update_rollout(&request(pb::RolloutAction::Set, "search_kb", 500))
+        .await
         .unwrap_err();
     assert!(
         no_rollout.to_string().contains("rollout start"),
@@ -123,6 +126,7 @@ async fn rules_by_state() {
     );
     let (version, started) = registry
         .update_rollout(&request(pb::RolloutAction::Start, "search_kb@2.0.0", 500))
+        .await
         .unwrap();
     assert_eq!(registry.current().version(), version);
     assert_eq!(started.state, RolloutState::Active);
@@ -133,23 +137,28 @@ async fn rules_by_state() {
     );
     let again = registry
         .update_rollout(&request(pb::RolloutAction::Start, "search_kb@2.0.0", 500))
+        .await
         .unwrap_err();
     assert!(again.to_string().contains("rollout set"), "{again}");
     let (_, set) = registry
         .update_rollout(&request(pb::RolloutAction::Set, "search_kb", 5000))
+        .await
         .unwrap();
     assert_eq!(set.share.basis_points(), 5000);
     assert_eq!(set.started_at_ms, started.started_at_ms);
     let other = registry
         .update_rollout(&request(pb::RolloutAction::Abort, "search_kb@3.0.0", 0))
+        .await
         .unwrap_err();
     assert!(other.to_string().contains("not 3.0.0"), "{other}");
     let (_, promoted) = registry
         .update_rollout(&request(pb::RolloutAction::Promote, "search_kb", 0))
+        .await
         .unwrap();
     assert_eq!(promoted.state, RolloutState::Promoted);
     let ended = registry
         .update_rollout(&request(pb::RolloutAction::Abort, "search_kb", 0))
+        .await
         .unwrap_err();
     assert!(ended.to_string().contains("promoted already"), "{ended}");
     assert_eq!(
@@ -163,12 +172,14 @@ async fn rules_by_state() {
 #[tokio::test]
 async fn promote_needs_the_newest_version() {
     let registry = registry(None);
-    register(&registry, &["1.0.0", "1.5.0", "2.0.0"]);
+    register(&registry, &["1.0.0", "1.5.0", "2.0.0"]).await;
     registry
         .update_rollout(&request(pb::RolloutAction::Start, "search_kb@1.5.0", 500))
+        .await
         .unwrap();
     let refused = registry
         .update_rollout(&request(pb::RolloutAction::Promote, "search_kb", 0))
+        .await
         .unwrap_err();
     assert!(refused.to_string().contains("that is 2.0.0"), "{refused}");
     let current = registry.current();
@@ -184,15 +195,16 @@ async fn rollouts_survive_a_restart() {
     let dir = TempDir::new("rollouts").unwrap();
     {
         let registry = registry(Some(&dir));
-        register(&registry, &["1.0.0", "2.0.0"]);
+        register(&registry, &["1.0.0", "2.0.0"]).await;
         registry
             .update_rollout(&request(pb::RolloutAction::Start, "search_kb@2.0.0", 2000))
+            .await
             .unwrap();
         let mut abort = wire(pb::RolloutAction::Abort, "search_kb", 0);
         abort.reason = "errors up".into();
         abort.automatic = true;
         let abort = RolloutRequest::from_pb(abort, "dispatcher-1".into()).unwrap();
-        registry.update_rollout(&abort).unwrap();
+        registry.update_rollout(&abort).await.unwrap();
     }
     let again = registry(Some(&dir));
     let first = again.current();

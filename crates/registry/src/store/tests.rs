@@ -1,16 +1,13 @@
-//! The registry's behaviour through the Store seam, each test body run on
-//! the embedded store, on the replica over etcd (a real member) and on the
-//! same replica over the memory backend: the rules that run over the
-//! key-value seam (tool switches, rollouts, tool-name ownership, shared
-//! records) and those the embedded store still keeps its own way (leases,
-//! replacement, conflicts, executor ids), so they cannot drift apart.
+//! The registry's behaviour through the Store seam, each test body run over
+//! both key-value backends: the memory backend in this process and etcd (a
+//! real member).
 //! Needs an `etcd` binary (`scripts/test` installs it); without one the
 //! etcd half fails, never skips.
 
-use crate::registry::tests::{request, spec};
+use crate::replica::tests::{request, spec};
 use crate::{
-    EtcdAccess, EtcdStore, OpenGate, Registry, RegistryConfig, RegistryError, RolloutChange,
-    RolloutError, RolloutRequest, Store,
+    EtcdAccess, OpenGate, Registry, RegistryConfig, RegistryError, RolloutChange, RolloutError,
+    RolloutRequest, Store,
 };
 use std::sync::Arc;
 use std::time::Duration;
@@ -32,7 +29,7 @@ fn config() -> RegistryConfig {
     }
 }
 
-/// The embedded store.
+/// The registry in this process (the memory backend).
 async fn memory() -> Under {
     let registry = Registry::open(config(), Arc::new(OpenGate)).unwrap();
     Under {
@@ -41,12 +38,12 @@ async fn memory() -> Under {
     }
 }
 
-/// The etcd store over a fresh one-member cluster.
+/// The registry over a fresh one-member etcd cluster.
 async fn etcd() -> Under {
     let cluster = EtcdCluster::start(1)
         .await
         .unwrap_or_else(|e| panic!("the etcd half of these tests needs etcd: {e}"));
-    let store = EtcdStore::connect(
+    let store = Registry::connect(
         &cluster.store_url(),
         &EtcdAccess::default(),
         config(),
@@ -69,14 +66,6 @@ async fn etcd() -> Under {
     }
 }
 
-/// The replica over the memory backend.
-async fn replica_on_memory() -> Under {
-    Under {
-        store: Arc::new(EtcdStore::over_memory(config(), Arc::new(OpenGate)).await),
-        _etcd: None,
-    }
-}
-
 /// One test per backend for each body.
 macro_rules! on_both_backends {
     ($($body:ident),* $(,)?) => {
@@ -92,10 +81,6 @@ macro_rules! on_both_backends {
                     super::$body(super::etcd().await).await;
                 }
 
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn replica_on_memory() {
-                    super::$body(super::replica_on_memory().await).await;
-                }
             }
         )*
     };

@@ -3,9 +3,9 @@
 //! content under the same (epoch, version).
 
 use crate::keys::{ExecRecord, HealthRecord, Slot};
+use crate::keys::{Key, key_of};
 use crate::kv::{Entry, Event};
-use crate::state::instance;
-use crate::txn::{Key, key_of};
+use crate::rules::instance;
 use prost::Message;
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
@@ -61,6 +61,19 @@ pub(crate) struct Touched {
     names: BTreeSet<String>,
     /// Tools whose rollout changed.
     rollouts: BTreeSet<String>,
+    /// Executors whose key went: their id, lease and how many tools they served.
+    pub(crate) gone: Vec<(Arc<str>, i64, usize)>,
+}
+
+impl Touched {
+    /// Also every entry and rollout `snapshot` holds: a full read compared
+    /// with it removes what is gone.
+    pub(crate) fn with_all_of(mut self, snapshot: &Snapshot) -> Touched {
+        self.keys.extend(snapshot.entries().map(|e| key_of(&e.def)));
+        self.rollouts
+            .extend(snapshot.rollouts().map(|r| r.tool.clone()));
+        self
+    }
 }
 
 impl Model {
@@ -227,13 +240,14 @@ impl Model {
     }
 
     fn remove_exec(&mut self, id: &str, touched: &mut Touched) {
-        let Some(exec) = self.execs.remove(id) else {
+        let Some((id, exec)) = self.execs.remove_entry(id) else {
             return;
         };
         self.by_lease.remove(&exec.lease);
+        touched.gone.push((id.clone(), exec.lease, exec.keys.len()));
         for (key, _) in exec.keys {
             if let Some(set) = self.serving.get_mut(&key) {
-                set.remove(id);
+                set.remove(&id);
                 if set.is_empty() {
                     self.serving.remove(&key);
                 }
@@ -319,8 +333,14 @@ impl Model {
     }
 
     /// The snapshot numbered `version`: `base` with every touched entry
-    /// made again (unchanged ones stay shared).
-    pub(crate) fn snapshot(&self, base: &Snapshot, touched: Touched, version: u64) -> Snapshot {
+    /// made again (unchanged ones stay shared); `None` when no entry and no
+    /// rollout came out different, so there is nothing new to publish.
+    pub(crate) fn snapshot(
+        &self,
+        base: &Snapshot,
+        touched: Touched,
+        version: u64,
+    ) -> Option<Snapshot> {
         let mut keys = touched.keys;
         for name in &touched.names {
             keys.extend(base.versions(name).iter().map(|e| key_of(&e.def)));
@@ -328,9 +348,15 @@ impl Model {
         }
         let mut builder = base.next();
         builder.at_version(version);
+        let mut changed = false;
         for name in &touched.rollouts {
-            match self.rollouts.get(name) {
-                Some((rollout, _)) => builder.put_rollout(rollout.clone()),
+            let now = self.rollouts.get(name).map(|(rollout, _)| rollout);
+            if base.rollout(name).map(|r| &**r) == now {
+                continue;
+            }
+            changed = true;
+            match now {
+                Some(rollout) => builder.put_rollout(rollout.clone()),
                 None => builder.remove_rollout(name),
             };
         }
@@ -343,14 +369,18 @@ impl Model {
                             && old.instances == entry.instances
                     });
                     if !unchanged {
+                        changed = true;
                         builder.put(entry);
                     }
                 }
                 None => {
-                    builder.remove(&key.0, &key.1);
+                    if base.get(&key.0, &key.1).is_some() {
+                        changed = true;
+                        builder.remove(&key.0, &key.1);
+                    }
                 }
             }
         }
-        builder.finish()
+        changed.then(|| builder.finish())
     }
 }

@@ -1,10 +1,11 @@
-//! The etcd store: registrations are etcd leases, snapshots are numbered by
-//! etcd's revision and made from a watch of the store's prefix, and each
-//! executor's health is watched by one replica at a time (claimed under that
-//! replica's session lease). Several replicas over one etcd publish the same
-//! (epoch, version) for the same state. It reaches etcd through the
-//! key-value seam ([`EtcdKv`]); switches, rollouts, ownership and shared
-//! records are the seam's rules, not its own.
+//! The registry: its rules run over the key-value seam ([`Kv`]), either the
+//! memory backend in this process (the default, with `--data-dir`
+//! durability) or etcd, where several replicas serve one mesh.
+//! Registrations are leases, snapshots are numbered by the store's revision
+//! and made from a watch of its prefix, and each executor's health is
+//! watched by one replica at a time (claimed under that replica's session
+//! lease). Replicas over one etcd publish the same (epoch, version) for the
+//! same state.
 
 mod access;
 mod claims;
@@ -12,20 +13,21 @@ mod model;
 mod sync;
 
 use crate::config::RegistryConfig;
+use crate::durable::DurableFile;
 use crate::error::RegistryError;
-use crate::gate::Gate;
+use crate::gate::{Gate, OpenGate};
+use crate::keys::key_of;
 use crate::keys::{ExecRecord, PREFIX, Slot, content_hash, lease_label, parse_lease};
-use crate::kv::{Compare, EtcdKv, Kv, Op, Txn};
+use crate::kv::{Compare, EtcdKv, Kv, MemoryKv, Op, Txn, at_once};
 use crate::metrics::Metrics;
 use crate::owners::{self, MAX_TXN_OPS};
 use crate::published::Published;
-use crate::registry::{Checked, check_request, validate_tools};
+use crate::request::{Checked, check_request, validate_tools};
 use crate::rollouts::{self, RolloutRequest};
+use crate::rules::{check_conflict, check_executor_slot, check_lease_holder, owned_elsewhere};
 use crate::shared::{self, SharedRecord};
-use crate::state::{check_conflict, check_executor_slot, check_lease_holder, owned_elsewhere};
 use crate::store::Store;
 use crate::switches;
-use crate::txn::key_of;
 use model::Model;
 use prost::Message;
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
@@ -39,10 +41,15 @@ use tracing::info;
 
 pub use access::{EtcdAccess, EtcdAccessError};
 
+#[cfg(test)]
+pub(crate) mod tests;
+
 /// Most bytes of definitions in one etcd transaction (etcd's default limit
 /// is 1.5 MiB for a whole request; the rest is room for the registration's
 /// record).
 const MAX_DEFS_BYTES: usize = 1024 * 1024;
+/// The origin of the memory backend, for messages.
+const IN_PROCESS: &str = "this process";
 /// How long a write waits for this replica's snapshot to include it.
 const READ_YOUR_WRITE: Duration = Duration::from_secs(5);
 /// How long `connect` waits for the first full read of the store.
@@ -50,10 +57,12 @@ const FIRST_LOAD: Duration = Duration::from_secs(10);
 /// The pause between two startup checks of an etcd not reached yet.
 const CHECK_AGAIN: Duration = Duration::from_millis(250);
 
-/// A registry replica whose state lives in etcd. Cheap to clone; the last
-/// clone dropped stops its tasks.
+/// The registry: executors register tools and hold leases; every change
+/// publishes a new immutable snapshot. In this process ([`Registry::open`])
+/// or as one replica of a registry in etcd ([`Registry::connect`]). Cheap
+/// to clone; the last clone dropped stops its tasks.
 #[derive(Clone)]
-pub struct EtcdStore {
+pub struct Registry {
     inner: Arc<Inner>,
     _stop: Arc<DropGuard>,
 }
@@ -63,6 +72,11 @@ pub(crate) struct Inner {
     kv: Arc<dyn Kv>,
     /// Where it is, for messages (etcd's endpoints).
     origin: String,
+    /// Whether the store is the memory backend in this process.
+    in_process: bool,
+    /// Leases this replica is revoking on a Deregister: their executors'
+    /// going is no expiry.
+    deregistering: Mutex<std::collections::HashSet<i64>>,
     config: RegistryConfig,
     gate: Arc<dyn Gate>,
     /// This replica's id (the value of the health claims it holds).
@@ -91,16 +105,65 @@ pub(crate) struct Inner {
     shutdown: CancellationToken,
 }
 
-impl std::fmt::Debug for EtcdStore {
+impl std::fmt::Debug for Registry {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("EtcdStore")
-            .field("etcd", &self.inner.origin)
+        let current = self.current();
+        f.debug_struct("Registry")
+            .field("store", &self.inner.origin)
+            .field("epoch", &current.epoch())
+            .field("version", &current.version())
             .field("replica", &self.inner.replica)
             .finish_non_exhaustive()
     }
 }
 
-impl EtcdStore {
+impl Registry {
+    /// A registry in this process with a fresh epoch and no tools.
+    ///
+    /// # Panics
+    ///
+    /// When called outside a tokio runtime: the lease reaper and the health
+    /// watches run as tasks on the current runtime.
+    pub fn new(config: RegistryConfig) -> Registry {
+        // Every setting the caller passed is kept; only the unusable state
+        // file is left aside.
+        let in_memory = RegistryConfig {
+            data_dir: None,
+            ..config.clone()
+        };
+        Registry::open(config, Arc::new(OpenGate)).unwrap_or_else(|error| {
+            tracing::error!(%error, "registry state not loaded; keeping it in memory only");
+            Registry::open(in_memory, Arc::new(OpenGate)).expect("in-memory state always opens")
+        })
+    }
+
+    /// A registry in this process (the memory backend) whose disabled
+    /// tools, tool owners and rollouts are loaded from (and saved to)
+    /// `config.data_dir`, and whose edge asks `gate` who callers are.
+    /// Fails when the state file exists but cannot be used.
+    ///
+    /// # Panics
+    ///
+    /// When called outside a tokio runtime.
+    pub fn open(config: RegistryConfig, gate: Arc<dyn Gate>) -> Result<Registry, RegistryError> {
+        let kv = MemoryKv::open(config.data_dir.as_deref().map(DurableFile::in_dir))?;
+        let reaper = kv.expire_on_time();
+        let registry = Registry::start(Arc::new(kv), IN_PROCESS.to_owned(), config, gate);
+        tokio::spawn(
+            registry
+                .inner
+                .shutdown
+                .clone()
+                .run_until_cancelled_owned(reaper),
+        );
+        // The memory backend answers at once: the first snapshot is there
+        // before this returns, and the store is writable.
+        at_once(sync::load(&registry.inner))?;
+        registry.inner.writable.send_replace(true);
+        info!("registry store: in this process");
+        Ok(registry)
+    }
+
     /// A replica over the etcd cluster at `url` (`etcd://host:port[,…]`),
     /// reached as `access` says (TLS, credentials). Waits a few seconds for
     /// the first full read; when etcd is away it starts anyway (empty, not
@@ -116,12 +179,12 @@ impl EtcdStore {
         access: &EtcdAccess,
         config: RegistryConfig,
         gate: Arc<dyn Gate>,
-    ) -> Result<EtcdStore, RegistryError> {
+    ) -> Result<Registry, RegistryError> {
         let bad = |e: &dyn std::fmt::Display| RegistryError::BadStore(e.to_string());
         let options = access.client_options().map_err(|e| bad(&e))?;
         let client = Client::connect(url, options).map_err(|e| bad(&e))?;
         let kv = Arc::new(EtcdKv::new(client.clone(), Slot::Epoch.key()));
-        let store = EtcdStore::start(kv, client.endpoints(), config, gate);
+        let store = Registry::start(kv, client.endpoints(), config, gate);
         let inner = &store.inner;
         let mut applied = inner.applied.subscribe();
         let deadline = tokio::time::Instant::now() + FIRST_LOAD;
@@ -154,27 +217,18 @@ impl EtcdStore {
         Ok(store)
     }
 
-    /// A replica over the memory backend, once it is writable: the same
-    /// rules and snapshot builder as over etcd.
-    #[cfg(test)]
-    pub(crate) async fn over_memory(config: RegistryConfig, gate: Arc<dyn Gate>) -> EtcdStore {
-        let kv = Arc::new(crate::kv::MemoryKv::open(None).expect("no file to read"));
-        let store = EtcdStore::start(kv, "memory".to_owned(), config, gate);
-        let mut writable = store.inner.writable.subscribe();
-        let _ = writable.wait_for(|w| *w).await;
-        store
-    }
-
     /// A replica over `kv` (found at `origin`), its tasks started.
     fn start(
         kv: Arc<dyn Kv>,
         origin: String,
         config: RegistryConfig,
         gate: Arc<dyn Gate>,
-    ) -> EtcdStore {
+    ) -> Registry {
         let shutdown = CancellationToken::new();
         let inner = Arc::new(Inner {
             kv,
+            in_process: origin == IN_PROCESS,
+            deregistering: Mutex::default(),
             origin,
             published: Published::new(Snapshot::empty(""), config.history),
             metrics: Metrics::events(&config.metrics),
@@ -197,19 +251,101 @@ impl EtcdStore {
         if inner.config.watch_health {
             tokio::spawn(claims::watch_claimed(inner.clone()));
         }
-        EtcdStore {
+        Registry {
             inner,
             _stop: Arc::new(shutdown.drop_guard()),
         }
     }
 
-    /// The etcd revision this replica's snapshot reflects.
+    /// The store revision this replica's snapshot reflects.
     pub fn applied_revision(&self) -> i64 {
         *self.inner.applied.borrow()
+    }
+
+    /// The gate this registry asks at its gRPC edge.
+    pub fn gate(&self) -> &dyn Gate {
+        &*self.inner.gate
+    }
+
+    /// The settings this registry runs with.
+    pub fn config(&self) -> &RegistryConfig {
+        &self.inner.config
+    }
+
+    /// The newest snapshot (lock-free).
+    pub fn current(&self) -> Arc<Snapshot> {
+        self.inner.published.current()
+    }
+
+    /// A receiver holding the newest snapshot and notified of each new one.
+    pub fn subscribe(&self) -> watch::Receiver<Arc<Snapshot>> {
+        self.inner.published.subscribe()
+    }
+
+    /// Snapshot `version` if still held (0 means the newest).
+    pub fn snapshot(&self, version: u64) -> Result<Arc<Snapshot>, RegistryError> {
+        Ok(self.inner.published.get(version)?)
+    }
+
+    /// Registers an executor's tools anonymously (see [`Registry::register_as`]).
+    pub async fn register(
+        &self,
+        request: pb::RegisterRequest,
+    ) -> Result<pb::RegisterResponse, RegistryError> {
+        self.register_as(request, "").await
+    }
+
+    /// Renews a lease of an anonymous registration; the newest snapshot version.
+    pub async fn heartbeat(&self, lease_id: &str) -> Result<u64, RegistryError> {
+        self.heartbeat_as(lease_id, "").await
+    }
+
+    /// Removes the anonymous registration holding `lease_id` at once; the
+    /// snapshot version after the removal.
+    pub async fn deregister(&self, lease_id: &str) -> Result<u64, RegistryError> {
+        self.deregister_as(lease_id, "").await
     }
 }
 
 impl Inner {
+    /// The version of the next snapshot, made at the store's `revision`.
+    /// On etcd, the revision itself: every replica publishes the same
+    /// (epoch, version) for the same state. In this process, one more than
+    /// the last, from 0 at each start (a new epoch): keys no snapshot shows
+    /// (health claims) spend no version.
+    fn next_version(&self, revision: i64) -> u64 {
+        if self.in_process {
+            let current = self.published.current();
+            if current.epoch().is_empty() {
+                0
+            } else {
+                current.version() + 1
+            }
+        } else {
+            u64::try_from(revision).unwrap_or(0)
+        }
+    }
+
+    /// Counts and logs the executors of `gone` whose lease expired. Only
+    /// in this process is that known: etcd does not say why a key went, and
+    /// another replica may have revoked it.
+    fn count_expiries(&self, gone: Vec<(Arc<str>, i64, usize)>) {
+        if !self.in_process || gone.is_empty() {
+            return;
+        }
+        let version = self.published.current().version();
+        let mut deregistering = self
+            .deregistering
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        for (id, lease, tools) in gone {
+            if !deregistering.remove(&lease) {
+                self.metrics.lease_expiries.inc();
+                info!(executor_id = &*id, tools, version, "executor lease expired");
+            }
+        }
+    }
+
     fn model(&self) -> MutexGuard<'_, Model> {
         self.model.lock().unwrap_or_else(PoisonError::into_inner)
     }
@@ -529,36 +665,20 @@ impl crate::metrics::Observed for Inner {
     }
 
     fn etcd_leader(&self) -> Option<bool> {
-        Some(*self.writable.borrow())
+        (!self.in_process).then(|| *self.writable.borrow())
     }
 }
 
-#[tonic::async_trait]
-impl Store for EtcdStore {
-    fn gate(&self) -> &dyn Gate {
-        &*self.inner.gate
-    }
-
-    fn current(&self) -> Arc<Snapshot> {
-        self.inner.published.current()
-    }
-
-    fn subscribe(&self) -> watch::Receiver<Arc<Snapshot>> {
-        self.inner.published.subscribe()
-    }
-
-    fn snapshot(&self, version: u64) -> Result<Arc<Snapshot>, RegistryError> {
-        Ok(self.inner.published.get(version)?)
-    }
-
-    fn writable(&self) -> watch::Receiver<bool> {
-        self.inner.writable.subscribe()
-    }
-
-    async fn register(
+impl Registry {
+    /// Registers an executor's tools as `owner`, or replaces its previous
+    /// registration: each tool is validated on its own, invalid,
+    /// duplicated or conflicting ones come back in `rejected`, and tool
+    /// names another owner holds are refused (an empty owner claims none).
+    /// The lease is granted even when no tool was accepted.
+    pub async fn register_as(
         &self,
         request: pb::RegisterRequest,
-        owner: String,
+        owner: &str,
     ) -> Result<pb::RegisterResponse, RegistryError> {
         let inner = &self.inner;
         let Checked {
@@ -575,7 +695,7 @@ impl Store for EtcdStore {
                 .await
                 .map_err(|e| RegistryError::Internal(format!("registration task failed ({e})")))?;
         let template = ExecRecord {
-            owner: owner.clone(),
+            owner: owner.to_owned(),
             service: service.to_string(),
             endpoint: endpoint.to_string(),
             execute_token: execute_token.to_string(),
@@ -622,14 +742,17 @@ impl Store for EtcdStore {
         }
         Ok(pb::RegisterResponse {
             lease_id: lease_label(lease),
-            snapshot_version: u64::try_from(revision).unwrap_or(0),
+            // Where nothing a snapshot shows changed, none was published.
+            snapshot_version: self.current().version(),
             lease_ttl_ms: u32::try_from(record.ttl_ms).unwrap_or(u32::MAX),
             rejected,
             execute_token_accepted: !execute_token.is_empty(),
         })
     }
 
-    async fn heartbeat(&self, lease_id: &str, owner: &str) -> Result<u64, RegistryError> {
+    /// Renews a lease registered by `owner` (only its holder may); the
+    /// newest snapshot version.
+    pub async fn heartbeat_as(&self, lease_id: &str, owner: &str) -> Result<u64, RegistryError> {
         let lease = self.inner.held_lease(lease_id, owner).await?;
         if self.inner.kv.keep_alive(lease).await?.is_none() {
             return Err(RegistryError::UnknownLease(lease_id.to_owned()));
@@ -637,15 +760,30 @@ impl Store for EtcdStore {
         Ok(self.current().version())
     }
 
-    async fn deregister(&self, lease_id: &str, owner: &str) -> Result<u64, RegistryError> {
+    /// Removes the executor holding `lease_id`, registered by `owner`
+    /// (only its holder may), at once; the snapshot version after.
+    pub async fn deregister_as(&self, lease_id: &str, owner: &str) -> Result<u64, RegistryError> {
         let lease = self.inner.held_lease(lease_id, owner).await?;
+        if self.inner.in_process {
+            self.inner
+                .deregistering
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .insert(lease);
+        }
         self.inner.kv.revoke(lease).await?;
         self.inner.catch_up().await?;
         info!(lease = lease_id, "executor deregistered");
         Ok(self.current().version())
     }
 
-    async fn set_disabled(&self, tool: &str, reason: Option<String>) -> Result<u64, RegistryError> {
+    /// Disables every version of `tool` (`Some(reason)`) or enables it
+    /// again (`None`); the snapshot version after the change.
+    pub async fn set_disabled(
+        &self,
+        tool: &str,
+        reason: Option<String>,
+    ) -> Result<u64, RegistryError> {
         let inner = &self.inner;
         inner.check_writable()?;
         inner.catch_up().await?;
@@ -667,10 +805,12 @@ impl Store for EtcdStore {
             ),
             None => info!(tool, version = revision, "tool enabled"),
         }
-        Ok(u64::try_from(revision).unwrap_or(0))
+        Ok(self.current().version())
     }
 
-    async fn update_rollout(
+    /// Applies a rollout request (the rules of [`crate::rollouts`]) and
+    /// keeps the result; the snapshot version that holds it, and it.
+    pub async fn update_rollout(
         &self,
         request: &RolloutRequest,
     ) -> Result<(u64, Rollout), RegistryError> {
@@ -682,7 +822,57 @@ impl Store for EtcdStore {
         let snapshot = inner.published.current();
         let (written, rollout) = rollouts::write(&*inner.kv, &snapshot, request).await?;
         inner.reflect(written).await?;
-        Ok((u64::try_from(written).unwrap_or(0), rollout))
+        Ok((self.current().version(), rollout))
+    }
+}
+
+#[tonic::async_trait]
+impl Store for Registry {
+    fn gate(&self) -> &dyn Gate {
+        Registry::gate(self)
+    }
+
+    fn current(&self) -> Arc<Snapshot> {
+        Registry::current(self)
+    }
+
+    fn subscribe(&self) -> watch::Receiver<Arc<Snapshot>> {
+        Registry::subscribe(self)
+    }
+
+    fn snapshot(&self, version: u64) -> Result<Arc<Snapshot>, RegistryError> {
+        Registry::snapshot(self, version)
+    }
+
+    fn writable(&self) -> watch::Receiver<bool> {
+        self.inner.writable.subscribe()
+    }
+
+    async fn register(
+        &self,
+        request: pb::RegisterRequest,
+        owner: String,
+    ) -> Result<pb::RegisterResponse, RegistryError> {
+        self.register_as(request, &owner).await
+    }
+
+    async fn heartbeat(&self, lease_id: &str, owner: &str) -> Result<u64, RegistryError> {
+        self.heartbeat_as(lease_id, owner).await
+    }
+
+    async fn deregister(&self, lease_id: &str, owner: &str) -> Result<u64, RegistryError> {
+        self.deregister_as(lease_id, owner).await
+    }
+
+    async fn set_disabled(&self, tool: &str, reason: Option<String>) -> Result<u64, RegistryError> {
+        Registry::set_disabled(self, tool, reason).await
+    }
+
+    async fn update_rollout(
+        &self,
+        request: &RolloutRequest,
+    ) -> Result<(u64, Rollout), RegistryError> {
+        Registry::update_rollout(self, request).await
     }
 
     async fn shared_records(&self, prefix: &str) -> Result<Vec<SharedRecord>, RegistryError> {

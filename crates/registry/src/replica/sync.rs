@@ -120,16 +120,31 @@ pub(super) async fn follow(inner: Arc<Inner>) {
 }
 
 /// Reads the whole prefix and publishes it as one snapshot.
-async fn load(inner: &Inner) -> Result<(), KvError> {
+pub(super) async fn load(inner: &Inner) -> Result<(), KvError> {
     ensure_epoch(inner).await?;
     let (entries, revision) = inner.kv.range(PREFIX.as_bytes(), false).await?;
     let (model, touched) = Model::load(entries);
-    let base = Snapshot::empty(model.epoch.clone());
-    let snapshot = model.snapshot(&base, touched, u64::try_from(revision).unwrap_or(0));
-    *inner.model() = model;
     let current = inner.published.current();
-    if current.epoch() != snapshot.epoch() || current.version() < snapshot.version() {
-        inner.published.publish(snapshot);
+    if inner.in_process && current.epoch() == model.epoch {
+        // Read again in this process (a watch started late): the newest
+        // snapshot and what it missed, as one change.
+        let touched = touched.with_all_of(&current);
+        if let Some(snapshot) = model.snapshot(&current, touched, inner.next_version(revision)) {
+            inner.published.publish(snapshot);
+        }
+        *inner.model() = model;
+    } else {
+        let base = Snapshot::empty(model.epoch.clone());
+        let version = inner.next_version(revision);
+        let snapshot = model.snapshot(&base, touched, version).unwrap_or_else(|| {
+            let mut empty = base.next();
+            empty.at_version(version);
+            empty.finish()
+        });
+        *inner.model() = model;
+        if current.epoch() != snapshot.epoch() || current.version() < snapshot.version() {
+            inner.published.publish(snapshot);
+        }
     }
     inner.applied.send_replace(revision);
     advance(&inner.progressed, revision);
@@ -226,10 +241,15 @@ fn apply(inner: &Inner, batch: Batch) {
         if revision <= *inner.applied.borrow() {
             continue;
         }
-        let touched = model.apply(this);
+        let mut touched = model.apply(this);
+        let gone = std::mem::take(&mut touched.gone);
         let base = inner.published.current();
-        let snapshot = model.snapshot(&base, touched, u64::try_from(revision).unwrap_or(0));
-        inner.published.publish(snapshot);
+        // A revision that changed nothing a snapshot shows (a health claim,
+        // an identical registration) publishes nothing.
+        if let Some(snapshot) = model.snapshot(&base, touched, inner.next_version(revision)) {
+            inner.published.publish(snapshot);
+        }
+        inner.count_expiries(gone);
         inner.applied.send_replace(revision);
         advance(&inner.progressed, revision);
     }

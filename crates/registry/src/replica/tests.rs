@@ -1,6 +1,7 @@
 //! Unit tests of the registry's behaviour, driven through its public API.
 
 use super::*;
+use crate::keys::label;
 use std::time::Duration;
 use tonic::Code;
 use toolmesh::pb::{RegisterRequest, ToolSpec};
@@ -83,7 +84,7 @@ async fn register_accepts_and_rejects_each_tool() {
     let mut tools = vec![spec("search_kb", "1.0.0")];
     tools.extend(rejects.iter().cloned());
     tools.push(spec("get_user", "2.1.0"));
-    let response = registry.register(request("kb-1", tools)).unwrap();
+    let response = registry.register(request("kb-1", tools)).await.unwrap();
 
     assert_eq!(response.snapshot_version, 1);
     assert!(!response.lease_id.is_empty());
@@ -110,7 +111,7 @@ async fn register_accepts_and_rejects_each_tool() {
 #[tokio::test]
 async fn register_checks_executor_id_and_endpoint() {
     let registry = Registry::new(config());
-    let err = registry.register(request("  ", vec![])).unwrap_err();
+    let err = registry.register(request("  ", vec![])).await.unwrap_err();
     assert_eq!(err, RegistryError::EmptyExecutorId);
     assert_eq!(tonic::Status::from(err).code(), Code::InvalidArgument);
     let good = [
@@ -134,12 +135,15 @@ async fn register_checks_executor_id_and_endpoint() {
     for endpoint in good {
         let mut req = request(&format!("ex-{endpoint}"), vec![]);
         req.endpoint = endpoint.into();
-        assert!(registry.register(req).is_ok(), "{endpoint:?} should pass");
+        assert!(
+            registry.register(req).await.is_ok(),
+            "{endpoint:?} should pass"
+        );
     }
     for endpoint in bad {
         let mut req = request("ex", vec![]);
         req.endpoint = endpoint.into();
-        let err = registry.register(req).unwrap_err();
+        let err = registry.register(req).await.unwrap_err();
         assert_eq!(err, RegistryError::InvalidEndpoint(endpoint.into()));
         let status = tonic::Status::from(err);
         assert_eq!(status.code(), Code::InvalidArgument, "{endpoint:?}");
@@ -159,7 +163,7 @@ async fn register_refuses_unroutable_endpoints() {
     for endpoint in ["0.0.0.0:9001", "[::]:9001", "kb.internal:0", "0.0.0.0:0"] {
         let mut req = request("ex", vec![]);
         req.endpoint = endpoint.into();
-        let err = registry.register(req).unwrap_err();
+        let err = registry.register(req).await.unwrap_err();
         assert!(
             matches!(&err, RegistryError::UnroutableEndpoint { endpoint: e, .. } if e == endpoint),
             "{endpoint}: {err:?}"
@@ -178,12 +182,13 @@ async fn zero_accepted_tools_still_get_a_lease() {
     let registry = Registry::new(config());
     let response = registry
         .register(request("kb-1", vec![spec("", "1.0.0")]))
+        .await
         .unwrap();
     assert_eq!(response.rejected.len(), 1);
     assert_eq!(response.snapshot_version, 0, "nothing to publish");
     assert_eq!(response.lease_ttl_ms, 10_000);
-    assert_eq!(registry.heartbeat(&response.lease_id), Ok(0));
-    assert_eq!(registry.deregister(&response.lease_id), Ok(0));
+    assert_eq!(registry.heartbeat(&response.lease_id).await, Ok(0));
+    assert_eq!(registry.deregister(&response.lease_id).await, Ok(0));
 }
 
 /// The second of a duplicated name@version in one request is rejected; the
@@ -202,6 +207,7 @@ async fn duplicate_in_one_request() {
                 spec("search_kb", "1.1.0"),
             ],
         ))
+        .await
         .unwrap();
     assert_eq!(response.rejected.len(), 1);
     assert_eq!(response.rejected[0].name, "search_kb");
@@ -225,11 +231,15 @@ async fn replicas_that_agree_share_one_entry() {
     let registry = Registry::new(config());
     registry
         .register(request("kb-1", vec![spec("search_kb", "1.0.0")]))
+        .await
         .unwrap();
     let mut replica = spec("search_kb", "1.0.0");
     replica.owner = "someone-else".into();
     replica.input_schema = r#"{ "type" : "object" }"#.into();
-    let response = registry.register(request("kb-2", vec![replica])).unwrap();
+    let response = registry
+        .register(request("kb-2", vec![replica]))
+        .await
+        .unwrap();
     assert!(response.rejected.is_empty(), "{:?}", response.rejected);
     let snapshot = registry.current();
     assert_eq!(snapshot.entries().count(), 1);
@@ -246,12 +256,14 @@ async fn conflicting_replica_is_rejected_naming_fields_and_executors() {
     let registry = Registry::new(config());
     registry
         .register(request("kb-1", vec![spec("search_kb", "1.0.0")]))
+        .await
         .unwrap();
     let mut other = spec("search_kb", "1.0.0");
     other.description = "Search something else.".into();
     other.timeout_ms = 2_000;
     let response = registry
         .register(request("kb-2", vec![other.clone()]))
+        .await
         .unwrap();
     assert_eq!(response.snapshot_version, 1, "nothing changed");
     assert_eq!(response.rejected.len(), 1);
@@ -263,8 +275,12 @@ async fn conflicting_replica_is_rejected_naming_fields_and_executors() {
     // With two replicas serving it, both are named.
     registry
         .register(request("kb-3", vec![spec("search_kb", "1.0.0")]))
+        .await
         .unwrap();
-    let response = registry.register(request("kb-4", vec![other])).unwrap();
+    let response = registry
+        .register(request("kb-4", vec![other]))
+        .await
+        .unwrap();
     assert!(
         response.rejected[0]
             .reason
@@ -284,12 +300,16 @@ async fn new_definition_replaces_an_entry_without_instances() {
     let registry = Registry::new(config());
     let lease = registry
         .register(request("kb-1", vec![spec("search_kb", "1.0.0")]))
+        .await
         .unwrap()
         .lease_id;
-    registry.deregister(&lease).unwrap();
+    registry.deregister(&lease).await.unwrap();
     let mut changed = spec("search_kb", "1.0.0");
     changed.description = "A new description.".into();
-    let response = registry.register(request("kb-2", vec![changed])).unwrap();
+    let response = registry
+        .register(request("kb-2", vec![changed]))
+        .await
+        .unwrap();
     assert!(response.rejected.is_empty(), "{:?}", response.rejected);
     let snapshot = registry.current();
     let entry = snapshot.get("search_kb", &v("1.0.0")).unwrap();
@@ -311,10 +331,11 @@ async fn reregistration_replaces_in_one_snapshot() {
             "kb-1",
             vec![spec("a", "1.0.0"), spec("b", "1.0.0")],
         ))
+        .await
         .unwrap();
     let mut req = request("kb-1", vec![spec("b", "1.0.0"), spec("c", "1.0.0")]);
     req.endpoint = "127.0.0.1:7071".into();
-    let second = registry.register(req).unwrap();
+    let second = registry.register(req).await.unwrap();
     assert_eq!(second.snapshot_version, first.snapshot_version + 1);
     let snapshot = registry.current();
     assert_eq!(served(&snapshot, "a", "1.0.0"), Some(vec![]));
@@ -323,15 +344,22 @@ async fn reregistration_replaces_in_one_snapshot() {
     let b = snapshot.get("b", &v("1.0.0")).unwrap();
     assert_eq!(&*b.instances[0].endpoint, "127.0.0.1:7071");
     assert_eq!(
-        registry.heartbeat(&first.lease_id),
+        registry.heartbeat(&first.lease_id).await,
         Err(RegistryError::UnknownLease(first.lease_id.clone()))
     );
-    assert!(registry.heartbeat(&second.lease_id).is_ok());
-    registry.with_state(|state| {
-        let executor = state.executor("kb-1").unwrap();
-        let keys: Vec<String> = executor.keys.iter().map(label).collect();
-        assert_eq!(keys, ["b@1.0.0", "c@1.0.0"], "per-executor index");
-    });
+    assert!(registry.heartbeat(&second.lease_id).await.is_ok());
+    let mut keys: Vec<String> = registry
+        .inner
+        .model()
+        .execs
+        .get("kb-1")
+        .unwrap()
+        .keys
+        .iter()
+        .map(|(key, _)| label(key))
+        .collect();
+    keys.sort();
+    assert_eq!(keys, ["b@1.0.0", "c@1.0.0"], "per-executor index");
 }
 
 /// An identical re-registration renews the lease but publishes nothing, and
@@ -341,13 +369,16 @@ async fn identical_reregistration_publishes_nothing() {
     let registry = Registry::new(config());
     registry
         .register(request("kb-1", vec![spec("a", "1.0.0")]))
+        .await
         .unwrap();
     registry
         .register(request("kb-2", vec![spec("a", "1.0.0")]))
+        .await
         .unwrap();
     let before = registry.current();
     let again = registry
         .register(request("kb-1", vec![spec("a", "1.0.0")]))
+        .await
         .unwrap();
     assert_eq!(again.snapshot_version, before.version());
     assert!(Arc::ptr_eq(&before, &registry.current()));
@@ -364,11 +395,13 @@ async fn reregistration_with_a_changed_definition() {
     let registry = Registry::new(config());
     registry
         .register(request("kb-1", vec![spec("a", "1.0.0")]))
+        .await
         .unwrap();
     let mut changed = spec("a", "1.0.0");
     changed.idempotent = true;
     let response = registry
         .register(request("kb-1", vec![changed.clone()]))
+        .await
         .unwrap();
     assert!(response.rejected.is_empty());
     assert!(
@@ -382,9 +415,11 @@ async fn reregistration_with_a_changed_definition() {
 
     registry
         .register(request("kb-2", vec![changed.clone()]))
+        .await
         .unwrap();
     let response = registry
         .register(request("kb-1", vec![spec("a", "1.0.0")]))
+        .await
         .unwrap();
     assert_eq!(response.rejected.len(), 1);
     assert!(
@@ -406,10 +441,11 @@ async fn tool_stays_known_with_zero_instances() {
     let registry = Registry::new(config());
     let lease = registry
         .register(request("kb-1", vec![spec("search_kb", "1.0.0")]))
+        .await
         .unwrap()
         .lease_id;
     assert!(registry.current().entries().all(|e| e.exposed()));
-    let version = registry.deregister(&lease).unwrap();
+    let version = registry.deregister(&lease).await.unwrap();
     assert_eq!(version, 2);
     let snapshot = registry.current();
     let entry = snapshot.get("search_kb", &v("1.0.0")).expect("still known");
@@ -433,7 +469,7 @@ async fn lease_ttl_is_clamped() {
         let mut req = request("kb-1", vec![]);
         req.lease_ttl_ms = asked;
         assert_eq!(
-            registry.register(req).unwrap().lease_ttl_ms,
+            registry.register(req).await.unwrap().lease_ttl_ms,
             granted,
             "{asked}"
         );
@@ -447,7 +483,7 @@ async fn lease_expires_just_after_ttl() {
     let registry = Registry::new(config());
     let mut req = request("kb-1", vec![spec("a", "1.0.0"), spec("b", "1.0.0")]);
     req.lease_ttl_ms = 1_000;
-    let response = registry.register(req).unwrap();
+    let response = registry.register(req).await.unwrap();
     settle().await;
     tokio::time::advance(Duration::from_millis(999)).await;
     settle().await;
@@ -466,8 +502,13 @@ async fn lease_expires_just_after_ttl() {
     );
     assert_eq!(served(&snapshot, "a", "1.0.0"), Some(vec![]));
     assert_eq!(served(&snapshot, "b", "1.0.0"), Some(vec![]));
+    let metrics = registry.config().metrics.encode();
+    assert!(
+        metrics.contains("toolmesh_registry_lease_expiries_total 1\n"),
+        "{metrics}"
+    );
     assert_eq!(
-        registry.heartbeat(&response.lease_id),
+        registry.heartbeat(&response.lease_id).await,
         Err(RegistryError::UnknownLease(response.lease_id))
     );
 }
@@ -478,10 +519,10 @@ async fn heartbeat_extends_the_lease() {
     let registry = Registry::new(config());
     let mut req = request("kb-1", vec![spec("a", "1.0.0")]);
     req.lease_ttl_ms = 1_000;
-    let lease = registry.register(req).unwrap().lease_id;
+    let lease = registry.register(req).await.unwrap().lease_id;
     settle().await;
     tokio::time::advance(Duration::from_millis(800)).await;
-    assert_eq!(registry.heartbeat(&lease), Ok(1), "nothing published");
+    assert_eq!(registry.heartbeat(&lease).await, Ok(1), "nothing published");
     settle().await;
     tokio::time::advance(Duration::from_millis(999)).await;
     settle().await;
@@ -503,11 +544,11 @@ async fn simultaneous_expiries_make_one_snapshot() {
     for id in ["kb-1", "kb-2", "kb-3"] {
         let mut req = request(id, vec![spec("a", "1.0.0")]);
         req.lease_ttl_ms = 1_000;
-        leases.push(registry.register(req).unwrap().lease_id);
+        leases.push(registry.register(req).await.unwrap().lease_id);
     }
     settle().await;
     tokio::time::advance(Duration::from_millis(500)).await;
-    registry.heartbeat(&leases[2]).unwrap();
+    registry.heartbeat(&leases[2]).await.unwrap();
     tokio::time::advance(Duration::from_millis(501)).await;
     settle().await;
     assert_eq!(registry.current().version(), 4);
@@ -517,12 +558,32 @@ async fn simultaneous_expiries_make_one_snapshot() {
     );
 }
 
+/// A deregistration is no expiry.
+#[tokio::test]
+async fn deregistration_is_no_expiry() {
+    let registry = Registry::new(config());
+    let lease = registry
+        .register(request("kb-1", vec![spec("a", "1.0.0")]))
+        .await
+        .unwrap()
+        .lease_id;
+    registry.deregister(&lease).await.unwrap();
+    let metrics = registry.config().metrics.encode();
+    assert!(
+        metrics.contains("toolmesh_registry_lease_expiries_total 0\n"),
+        "{metrics}"
+    );
+}
+
 /// Unknown leases on Heartbeat and Deregister are NOT_FOUND, telling the
 /// executor to register again; an empty lease is INVALID_ARGUMENT.
 #[tokio::test]
 async fn unknown_lease_is_not_found() {
     let registry = Registry::new(config());
-    for result in [registry.heartbeat("L"), registry.deregister("L")] {
+    for result in [
+        registry.heartbeat("L").await,
+        registry.deregister("L").await,
+    ] {
         let err = result.unwrap_err();
         assert_eq!(err, RegistryError::UnknownLease("L".into()));
         let status = tonic::Status::from(err);
@@ -532,7 +593,7 @@ async fn unknown_lease_is_not_found() {
             "lease L is unknown (the registry may have restarted): register again"
         );
     }
-    let status = tonic::Status::from(registry.heartbeat("").unwrap_err());
+    let status = tonic::Status::from(registry.heartbeat("").await.unwrap_err());
     assert_eq!(status.code(), Code::InvalidArgument);
 }
 
@@ -549,10 +610,11 @@ async fn versions_history_and_eviction() {
     let mut versions = vec![registry.current().version()];
     let lease = registry
         .register(request("kb-1", vec![spec("a", "1.0.0")]))
+        .await
         .unwrap()
         .lease_id;
     versions.push(registry.current().version());
-    registry.heartbeat(&lease).unwrap();
+    registry.heartbeat(&lease).await.unwrap();
     assert_eq!(
         registry.current().version(),
         1,
@@ -560,12 +622,19 @@ async fn versions_history_and_eviction() {
     );
     registry
         .register(request("kb-2", vec![spec("b", "1.0.0")]))
+        .await
         .unwrap();
     versions.push(registry.current().version());
-    registry.set_disabled("a", Some("broken".into())).unwrap();
+    registry
+        .set_disabled("a", Some("broken".into()))
+        .await
+        .unwrap();
     versions.push(registry.current().version());
-    registry.set_disabled("a", Some("broken".into())).unwrap();
-    registry.deregister(&lease).unwrap();
+    registry
+        .set_disabled("a", Some("broken".into()))
+        .await
+        .unwrap();
+    registry.deregister(&lease).await.unwrap();
     versions.push(registry.current().version());
     assert_eq!(versions, [0, 1, 2, 3, 4]);
     assert!(rx.has_changed().unwrap());
@@ -612,13 +681,15 @@ async fn untouched_entries_are_shared() {
             "kb-1",
             vec![spec("a", "1.0.0"), spec("a", "2.0.0")],
         ))
+        .await
         .unwrap();
     let lease = registry
         .register(request("kb-2", vec![spec("b", "1.0.0")]))
+        .await
         .unwrap()
         .lease_id;
     let before = registry.current();
-    registry.deregister(&lease).unwrap();
+    registry.deregister(&lease).await.unwrap();
     let after = registry.current();
     for version in ["1.0.0", "2.0.0"] {
         let old = before.get("a", &v(version)).unwrap();
@@ -642,9 +713,11 @@ async fn set_disabled_covers_every_version() {
             "kb-1",
             vec![spec("a", "1.0.0"), spec("a", "1.1.0"), spec("b", "1.0.0")],
         ))
+        .await
         .unwrap();
     let version = registry
         .set_disabled("a", Some("leaks data".into()))
+        .await
         .unwrap();
     assert_eq!(version, 2);
     let snapshot = registry.current();
@@ -658,6 +731,7 @@ async fn set_disabled_covers_every_version() {
 
     registry
         .register(request("kb-2", vec![spec("a", "2.0.0")]))
+        .await
         .unwrap();
     let entry = registry.current().get("a", &v("2.0.0")).unwrap().clone();
     assert_eq!(
@@ -666,50 +740,53 @@ async fn set_disabled_covers_every_version() {
         "new version stays disabled"
     );
 
-    let version = registry.set_disabled("a", None).unwrap();
+    let version = registry.set_disabled("a", None).await.unwrap();
     assert_eq!(version, 4);
     assert!(registry.current().versions("a").iter().all(|e| e.exposed()));
     assert_eq!(
-        registry.set_disabled("a", None).unwrap(),
+        registry.set_disabled("a", None).await.unwrap(),
         4,
         "no change, no snapshot"
     );
 
-    let err = registry.set_disabled("nope", Some("x".into())).unwrap_err();
+    let err = registry
+        .set_disabled("nope", Some("x".into()))
+        .await
+        .unwrap_err();
     assert_eq!(err, RegistryError::UnknownTool("nope".into()));
     assert_eq!(tonic::Status::from(err).code(), Code::NotFound);
 }
 
-/// The health watch of a registration is cancelled when it is replaced,
-/// deregistered or expires.
+/// The health watch of a registration is claimed while it lives and let go
+/// when it is deregistered or expires.
 #[tokio::test]
 async fn health_watch_stops_with_its_registration() {
     let registry = Registry::new(RegistryConfig {
         min_ttl: Duration::from_millis(10),
         ..RegistryConfig::default()
     });
-    let token = |registry: &Registry| {
-        registry.with_state(|s| s.executor("kb-1").and_then(|e| e.watch.clone()))
+    let claimed = |registry: &Registry| registry.inner.model().watchers.contains_key("kb-1");
+    let until = |what: &'static str, want: bool| {
+        let registry = registry.clone();
+        toolmesh_testkit::eventually(what, Duration::from_secs(10), move || {
+            let registry = registry.clone();
+            async move { (claimed(&registry) == want).then_some(()) }
+        })
     };
     let mut req = request("kb-1", vec![spec("a", "1.0.0")]);
     // Nothing listens there; the watch would mark it unhealthy, which is fine.
     req.endpoint = "127.0.0.1:9".into();
-    registry.register(req.clone()).unwrap();
-    let first = token(&registry).expect("a watch runs");
-    let lease = registry.register(req.clone()).unwrap().lease_id;
-    assert!(first.is_cancelled(), "replaced");
-    let second = token(&registry).unwrap();
-    assert!(!second.is_cancelled());
-    registry.deregister(&lease).unwrap();
-    assert!(second.is_cancelled(), "deregistered");
+    registry.register(req.clone()).await.unwrap();
+    until("the watch claimed", true).await;
+    let lease = registry.register(req.clone()).await.unwrap().lease_id;
+    until("the replacement watched", true).await;
+    registry.deregister(&lease).await.unwrap();
+    until("deregistered: the watch let go", false).await;
 
     req.lease_ttl_ms = 20;
-    registry.register(req).unwrap();
-    let third = token(&registry).unwrap();
-    tokio::time::timeout(Duration::from_secs(5), third.cancelled())
-        .await
-        .expect("expired lease stops the watch");
-    assert!(token(&registry).is_none());
+    registry.register(req).await.unwrap();
+    until("the watch claimed again", true).await;
+    until("expired: the watch let go", false).await;
 }
 
 /// A state file that cannot be used leaves the registry in memory, but with
