@@ -1,7 +1,7 @@
 //! The records every dispatcher of a mesh shares (approval tickets, session facts), kept by the registry: the [`SharedBook`] seam, its gRPC client, and the retry-on-conflict loop the rules run in.
 
 use std::future::Future;
-use std::time::Duration;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tonic::transport::Channel;
 use toolmesh::pb::{self, shared_records_client::SharedRecordsClient};
 
@@ -123,6 +123,13 @@ impl SharedBook for SharedRecordsRelay {
         self.client.clone().delete(request).await?;
         Ok(())
     }
+}
+
+/// `time` as shared records hold it: milliseconds since the Unix epoch
+/// (another process cannot read an `Instant`).
+pub fn unix_ms(time: SystemTime) -> u64 {
+    time.duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
 /// Runs `attempt` (read the records, apply a rule, write back with a

@@ -7,10 +7,11 @@ use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
 use prometheus_client::metrics::gauge::ConstGauge;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime};
 use tokio_util::sync::CancellationToken;
 use toolmesh::pb::{self, shared_record::Value};
 use toolmesh_governance::approvals::PREFIX;
+use toolmesh_governance::shared_records::unix_ms;
 use toolmesh_registry::SharedRecordsService;
 use toolmesh_telemetry::MetricsRegistry;
 
@@ -42,7 +43,7 @@ pub(crate) fn export(
                         Some(Value::Ticket(ticket)) => Some(ticket),
                         _ => None,
                     });
-                    let (pending, oldest) = tally(tickets, unix_ms());
+                    let (pending, oldest) = tally(tickets, unix_ms(SystemTime::now()));
                     backlog.pending.store(pending, Ordering::Relaxed);
                     backlog
                         .oldest_requested_ms
@@ -68,12 +69,6 @@ fn tally(tickets: impl Iterator<Item = pb::ApprovalTicket>, now_ms: u64) -> (i64
         })
 }
 
-fn unix_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-}
-
 /// The backlog as scraped.
 #[derive(Debug)]
 struct Exported(Arc<Backlog>);
@@ -92,7 +87,7 @@ impl Collector for Exported {
         let waited_ms = if oldest == 0 {
             0
         } else {
-            unix_ms().saturating_sub(oldest)
+            unix_ms(SystemTime::now()).saturating_sub(oldest)
         };
         let waited = ConstGauge::new(waited_ms as f64 / 1000.0);
         let metric = encoder.encode_descriptor(

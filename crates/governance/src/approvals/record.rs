@@ -2,14 +2,10 @@
 
 use super::{ApprovalSettings, ApprovalState, ApprovalTicket, Approvals, id_number};
 use crate::Principal;
+use crate::shared_records::unix_ms;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tokio::time::Instant;
 use toolmesh::pb;
-
-fn unix_ms(time: SystemTime) -> u64 {
-    time.duration_since(UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-}
 
 impl From<&Principal> for pb::Principal {
     fn from(who: &Principal) -> Self {

@@ -1,18 +1,18 @@
-//! Session facts kept among the registry's shared records instead of this
-//! process, so that every dispatcher following it judges a precondition
-//! alike: the same facts and rules as the local store, kept as digests
-//! (the registry never sees a caller, a session id or an argument), one
-//! record per (caller, session), read for a check and written with a
-//! compare on its revision for a record, only for tools that preconditions
-//! involve. The oldest facts and sessions go first at the caps.
+//! Session facts kept among the registry's shared records, so that every dispatcher following it judges a precondition alike.
+//!
+//! The same facts and rules as the local store, kept as digests (the
+//! registry never sees a caller, a session id or an argument): one record
+//! per (caller, session), read for a check and written with a compare on
+//! its revision for a record, only for tools that preconditions involve.
+//! The oldest facts and sessions go first at the caps.
 
 use super::{Declared, Fact, PreconditionError, SessionLimits, facts_of, verdict, wanted};
 use crate::Principal;
 use crate::digest::{hex, sha256};
-use crate::shared_records::{SharedBook, SharedError, until_written};
+use crate::shared_records::{SharedBook, SharedError, unix_ms, until_written};
 use serde_json::Value;
 use std::sync::Arc;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime};
 use toolmesh::pb::{self, Precondition, shared_record};
 
 /// Where sessions live among the shared records.
@@ -152,7 +152,7 @@ impl SharedSessions {
         }
         let excess = stored.facts.len().saturating_sub(facts_per_session);
         stored.facts.drain(..excess);
-        let now = now_ms();
+        let now = unix_ms(SystemTime::now());
         // Refresh an unchanged record once per half idle time, not per call.
         let fresh = now.saturating_sub(stored.written_ms) < (idle / 2).as_millis() as u64;
         if !changed && fresh {
@@ -219,12 +219,6 @@ fn cap(limit: usize) -> usize {
         0 => DEFAULT_CAP,
         n => n.min(MAX_CAP),
     }
-}
-
-fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
 /// The digest a fact travels as: of its tool, argument name and value digest.
