@@ -6,7 +6,7 @@
 //! its revision for a record, only for tools that preconditions involve.
 //! The oldest facts and sessions go first at the caps.
 
-use super::{Declared, Fact, PreconditionError, SessionLimits, facts_of, verdict, wanted};
+use super::{Declared, Fact, PreconditionError, SessionLimits, facts_of, verdict};
 use crate::Principal;
 use crate::digest::{hex, sha256};
 use crate::shared_records::{SharedBook, SharedError, unix_ms, until_written};
@@ -60,23 +60,15 @@ impl SharedSessions {
         if preconditions.is_empty() || session_id.is_empty() {
             return verdict(tool, session_id, preconditions, arguments, |_| false);
         }
-        let check: Vec<String> = preconditions
-            .iter()
-            .filter_map(|p| wanted(p, arguments))
-            .map(|fact| fact_digest(&fact))
-            .collect();
-        let held = self
+        let (_, session) = self
             .read(&SessionKey::of(who, session_id).session)
             .await
             .map_err(|e| PreconditionError::Unavailable {
                 tool: tool.to_owned(),
                 reason: e.to_string(),
-            })?
-            .1
-            .facts;
-        let held: Vec<String> = check.into_iter().filter(|f| held.contains(f)).collect();
+            })?;
         verdict(tool, session_id, preconditions, arguments, |fact| {
-            held.contains(&fact_digest(fact))
+            session.facts.contains(&fact_digest(fact))
         })
     }
 
@@ -89,7 +81,7 @@ impl SharedSessions {
         tool: &str,
         arguments: &Value,
         declared: &Declared,
-    ) -> Result<(), String> {
+    ) -> Result<(), SharedError> {
         if session_id.is_empty() {
             return Ok(());
         }
@@ -102,7 +94,6 @@ impl SharedSessions {
         }
         self.record_facts(&SessionKey::of(who, session_id), facts)
             .await
-            .map_err(|e| e.to_string())
     }
 
     /// The session's record and its revision (0 and empty when there is none).
