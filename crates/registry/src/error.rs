@@ -266,6 +266,18 @@ mod tests {
                 RegistryError::SwitchRefused(GateError::Unauthenticated("u".into())),
                 Code::PermissionDenied,
             ),
+            (
+                RegistryError::BadSharedRecord("k".into()),
+                Code::InvalidArgument,
+            ),
+            (
+                RegistryError::SharedRefused(GateError::Forbidden("f".into())),
+                Code::PermissionDenied,
+            ),
+            (
+                RegistryError::SharedRefused(GateError::Unauthenticated("u".into())),
+                Code::Unauthenticated,
+            ),
         ];
         for (error, code) in cases {
             let text = error.to_string();
