@@ -737,11 +737,24 @@ async fn executors_accept_calls_from_dispatchers_only() {
             .into_inner(),
     );
     assert!(anonymous.execute_token.is_empty(), "{anonymous:?}");
-    let approve_own = registry
-        .approvals(toolmesh::pb::ApprovalsRequest {
-            op: "approve".into(),
-            principal_json: r#"{"name":"dev-approver","tenant":"dev","roles":["approver"]}"#.into(),
-            ..Default::default()
+    let mut shared = toolmesh::pb::shared_records_client::SharedRecordsClient::new(
+        toolmesh_transport::channel(&mesh.addr, &toolmesh_transport::Tls::none()).unwrap(),
+    );
+    let approve_own = shared
+        .compare_and_put(toolmesh::pb::CompareAndPutRequest {
+            record: Some(toolmesh::pb::SharedRecord {
+                key: "approval/a-1".into(),
+                revision: 0,
+                value: Some(toolmesh::pb::shared_record::Value::Ticket(
+                    toolmesh::pb::ApprovalTicket {
+                        id: "a-1".into(),
+                        state: toolmesh::pb::ApprovalState::Approved as i32,
+                        decided_by: "dev-approver".into(),
+                        ..Default::default()
+                    },
+                )),
+            }),
+            ttl_ms: 60_000,
         })
         .await
         .unwrap_err();
@@ -749,6 +762,18 @@ async fn executors_accept_calls_from_dispatchers_only() {
         approve_own.code(),
         tonic::Code::PermissionDenied,
         "{approve_own:?}"
+    );
+    let read_book = shared
+        .list(toolmesh::pb::ListSharedRecordsRequest {
+            prefix: "approval/".into(),
+            keys_only: false,
+        })
+        .await
+        .unwrap_err();
+    assert_eq!(
+        read_book.code(),
+        tonic::Code::PermissionDenied,
+        "{read_book:?}"
     );
     // The token made for the run's dispatchers reads it.
     let instance = echo(

@@ -128,20 +128,6 @@ impl Registry for FakeRegistry {
         Err(Status::unimplemented("not in this test"))
     }
 
-    async fn approvals(
-        &self,
-        _: Request<toolmesh::pb::ApprovalsRequest>,
-    ) -> Result<Response<toolmesh::pb::ApprovalsResponse>, Status> {
-        Err(Status::unimplemented("not in this test"))
-    }
-
-    async fn session_facts(
-        &self,
-        _: Request<toolmesh::pb::SessionFactsRequest>,
-    ) -> Result<Response<toolmesh::pb::SessionFactsResponse>, Status> {
-        Err(Status::unimplemented("not in this test"))
-    }
-
     async fn update_rollout(
         &self,
         _: Request<toolmesh::pb::UpdateRolloutRequest>,

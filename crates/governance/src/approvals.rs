@@ -6,12 +6,13 @@
 //! the agent's next identical call [`consume`](Approvals::consume)s it.
 //! Time is `tokio::time`, so tests can run with a paused clock.
 
-mod relay;
-mod stored;
+mod op;
+mod record;
+mod shared;
 mod summary;
 
-pub use relay::{ApprovalBackend, ApprovalFields, ApprovalOp, ApprovalRelay, encode_response};
-pub use stored::StoredTicket;
+pub use op::{ApprovalFields, ApprovalOp};
+pub use shared::{PREFIX, SharedApprovals};
 pub use summary::{MAX_NAME_CHARS, MAX_VALUE_CHARS, approval_summary};
 
 use crate::Principal;
@@ -36,7 +37,7 @@ pub const DEFAULT_TTL: Duration = Duration::from_secs(15 * 60);
 pub const DEFAULT_MAX_OPEN_PER_CALLER: usize = 100;
 
 /// Who may approve and how long a ticket lives; from the policy's `[approval]`.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ApprovalSettings {
     /// Holding any of these roles makes a principal an approver.
     pub approver_roles: Vec<String>,
@@ -57,8 +58,7 @@ impl Default for ApprovalSettings {
 }
 
 /// Where a ticket stands.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(tag = "state", rename_all = "snake_case")]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ApprovalState {
     /// Waiting for an approver.
     Pending,
@@ -140,7 +140,7 @@ impl ApprovalTicket {
 }
 
 /// Which part of a call differs from what an approval was for.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Mismatch {
     /// Another tool.
     Tool {
@@ -157,7 +157,7 @@ pub enum Mismatch {
 }
 
 /// Why an approval operation failed; every message says what to do next.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error, serde::Serialize, serde::Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ApprovalError {
     /// No ticket has this id (never issued, or purged long after expiry).
     #[error(

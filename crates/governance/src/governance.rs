@@ -2,10 +2,11 @@
 //! session facts and the audit sink, behind one handle every front door uses.
 
 use crate::approvals::{
-    ApprovalBackend, ApprovalError, ApprovalFields, ApprovalOp, ApprovalTicket, Approvals,
+    ApprovalError, ApprovalFields, ApprovalOp, ApprovalTicket, Approvals, SharedApprovals,
 };
 use crate::audit::{AuditKind, AuditRecord, AuditSink};
-use crate::sessions::{PreconditionError, SessionBackend, SharedSessions};
+use crate::sessions::{PreconditionError, SharedSessions};
+use crate::shared_records::SharedBook;
 use crate::{AuthError, Policy, PolicyHandle, Principal, Sessions};
 use serde_json::Value;
 use std::sync::Arc;
@@ -28,7 +29,7 @@ pub struct Governance {
     shared_sessions: Option<SharedSessions>,
     audit: Option<AuditSink>,
     /// The registry's shared book, used instead of `approvals` when set.
-    relay: Option<Arc<dyn ApprovalBackend>>,
+    shared_approvals: Option<SharedApprovals>,
 }
 
 impl Governance {
@@ -42,14 +43,17 @@ impl Governance {
             audit,
             sessions: Sessions::default(),
             shared_sessions: None,
-            relay: None,
+            shared_approvals: None,
         }
     }
 
-    /// Keeps session facts in the registry (every dispatcher following it
-    /// judges a precondition alike) instead of in this process.
-    pub fn with_session_backend(mut self, backend: Arc<dyn SessionBackend>) -> Self {
-        self.shared_sessions = Some(SharedSessions::new(backend, self.sessions.limits()));
+    /// Keeps approvals and session facts among the registry's shared
+    /// records (every dispatcher following that registry sees the same
+    /// tickets and judges a precondition alike) instead of in this
+    /// process; the rules still run here.
+    pub fn with_shared_records(mut self, book: Arc<dyn SharedBook>) -> Self {
+        self.shared_sessions = Some(SharedSessions::new(book.clone(), self.sessions.limits()));
+        self.shared_approvals = Some(SharedApprovals::new(book));
         self
     }
 
@@ -116,14 +120,6 @@ impl Governance {
         }
     }
 
-    /// Keeps approvals in the registry's shared book (every dispatcher
-    /// following that registry sees the same tickets) instead of in this
-    /// process.
-    pub fn with_approval_backend(mut self, relay: Arc<dyn ApprovalBackend>) -> Self {
-        self.relay = Some(relay);
-        self
-    }
-
     /// One approval operation, on the registry's shared book when there is
     /// one, else on this process' [`approvals`](Self::approvals).
     pub async fn approval(
@@ -132,10 +128,10 @@ impl Governance {
         who: &Principal,
         fields: ApprovalFields<'_>,
     ) -> Result<Vec<ApprovalTicket>, ApprovalError> {
-        match &self.relay {
-            Some(relay) => {
+        match &self.shared_approvals {
+            Some(shared) => {
                 let settings = self.policy.current().approval_settings();
-                relay.call(op, who, &settings, fields).await
+                shared.call(op, who, &settings, fields).await
             }
             None => self.approvals().apply(op, who, fields),
         }

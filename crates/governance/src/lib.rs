@@ -57,6 +57,7 @@ mod principal;
 pub mod registry_access;
 pub mod reload;
 pub mod sessions;
+pub mod shared_records;
 
 #[cfg(test)]
 mod tests;
@@ -83,6 +84,7 @@ pub use registry_access::{
 };
 pub use reload::{PolicyHandle, PolicyWatcher};
 pub use sessions::{Declared, PreconditionError, SessionLimits, SessionUsage, Sessions};
+pub use shared_records::{SharedBook, SharedError, SharedRecordsRelay};
 
 /// The full example policy shown in the crate docs (`policy.example.toml`).
 pub const EXAMPLE_POLICY_TOML: &str = include_str!("../policy.example.toml");

@@ -2,17 +2,17 @@
 //! store (shared by every dispatcher), counted every few seconds, and how
 //! long the oldest of them has waited for an approver.
 
-use crate::shared_approvals::PREFIX;
 use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeMetric};
 use prometheus_client::metrics::gauge::ConstGauge;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicI64, AtomicU64, Ordering};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime};
 use tokio_util::sync::CancellationToken;
-use toolmesh_governance::ApprovalState;
-use toolmesh_governance::approvals::StoredTicket;
-use toolmesh_registry::Store;
+use toolmesh::pb::{self, shared_record::Value};
+use toolmesh_governance::approvals::PREFIX;
+use toolmesh_governance::shared_records::unix_ms;
+use toolmesh_registry::SharedRecordsService;
 use toolmesh_telemetry::MetricsRegistry;
 
 /// How often the store's tickets are counted again.
@@ -26,19 +26,24 @@ struct Backlog {
     oldest_requested_ms: AtomicU64,
 }
 
-/// Counts the pending tickets in `store` until `stop`, and exports the
+/// Counts the pending tickets in `records` until `stop`, and exports the
 /// count in `metrics`.
-pub(crate) fn export(store: Arc<dyn Store>, metrics: &MetricsRegistry, stop: CancellationToken) {
+pub(crate) fn export(
+    records: SharedRecordsService,
+    metrics: &MetricsRegistry,
+    stop: CancellationToken,
+) {
     let backlog = Arc::new(Backlog::default());
     metrics.register_collector(Exported(backlog.clone()));
     tokio::spawn(stop.run_until_cancelled_owned(async move {
         loop {
-            match store.shared_records(PREFIX).await {
+            match records.list(PREFIX, false).await {
                 Ok(records) => {
-                    let tickets = records
-                        .iter()
-                        .filter_map(|r| serde_json::from_slice::<StoredTicket>(&r.value).ok());
-                    let (pending, oldest) = tally(tickets, unix_ms());
+                    let tickets = records.into_iter().filter_map(|r| match r.value {
+                        Some(Value::Ticket(ticket)) => Some(ticket),
+                        _ => None,
+                    });
+                    let (pending, oldest) = tally(tickets, unix_ms(SystemTime::now()));
                     backlog.pending.store(pending, Ordering::Relaxed);
                     backlog
                         .oldest_requested_ms
@@ -55,19 +60,13 @@ pub(crate) fn export(store: Arc<dyn Store>, metrics: &MetricsRegistry, stop: Can
 
 /// How many of `tickets` wait for an approver at `now_ms` (pending, not
 /// expired), and when the oldest of them was requested.
-fn tally(tickets: impl Iterator<Item = StoredTicket>, now_ms: u64) -> (i64, Option<u64>) {
+fn tally(tickets: impl Iterator<Item = pb::ApprovalTicket>, now_ms: u64) -> (i64, Option<u64>) {
     tickets
-        .filter(|t| t.state == ApprovalState::Pending && t.expires_at_ms > now_ms)
+        .filter(|t| t.state() == pb::ApprovalState::Pending && t.expires_at_ms > now_ms)
         .fold((0, None), |(count, oldest), t| {
             let oldest = Some(oldest.map_or(t.requested_at_ms, |o: u64| o.min(t.requested_at_ms)));
             (count + 1, oldest)
         })
-}
-
-fn unix_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
 /// The backlog as scraped.
@@ -88,7 +87,7 @@ impl Collector for Exported {
         let waited_ms = if oldest == 0 {
             0
         } else {
-            unix_ms().saturating_sub(oldest)
+            unix_ms(SystemTime::now()).saturating_sub(oldest)
         };
         let waited = ConstGauge::new(waited_ms as f64 / 1000.0);
         let metric = encoder.encode_descriptor(
@@ -104,29 +103,38 @@ impl Collector for Exported {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use toolmesh_governance::Principal;
+    use toolmesh_governance::{ApprovalState, Principal};
 
     fn ticket(
         id: &str,
         requested_at_ms: u64,
         expires_at_ms: u64,
         state: ApprovalState,
-    ) -> StoredTicket {
-        StoredTicket {
+    ) -> pb::ApprovalTicket {
+        let caller = Principal {
+            name: "bot".into(),
+            tenant: String::new(),
+            roles: vec![],
+            anonymous: false,
+        };
+        let (state, decided_by) = match state {
+            ApprovalState::Pending => (pb::ApprovalState::Pending, ""),
+            ApprovalState::Approved { .. } => (pb::ApprovalState::Approved, "ann"),
+            ApprovalState::Denied { .. } => (pb::ApprovalState::Denied, "ann"),
+            ApprovalState::Used => (pb::ApprovalState::Used, ""),
+        };
+        pb::ApprovalTicket {
             id: id.into(),
             tool: "t".into(),
             version: "1.0.0".into(),
-            args_sha256: "d".into(),
-            caller: Principal {
-                name: "bot".into(),
-                tenant: String::new(),
-                roles: vec![],
-                anonymous: false,
-            },
+            arguments_sha256: "d".into(),
+            caller: Some((&caller).into()),
             summary: String::new(),
             requested_at_ms,
             expires_at_ms,
-            state,
+            state: state as i32,
+            decided_by: decided_by.into(),
+            reason: String::new(),
         }
     }
 

@@ -14,8 +14,7 @@ mod lanes;
 mod readiness;
 mod rollouts;
 mod server;
-mod shared_approvals;
-mod shared_sessions;
+mod shared_book;
 
 pub use admin::{
     AdminState, ApprovalView, CallsView, ChangeView, InstanceView, RolloutView, ToolView,

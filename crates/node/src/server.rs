@@ -7,8 +7,7 @@ use crate::governance::{PolicyGate, PolicySetup, audit_sink, load_policy};
 use crate::lanes;
 use crate::readiness::Readiness;
 use crate::rollouts;
-use crate::shared_approvals::SharedApprovals;
-use crate::shared_sessions::StoreSessions;
+use crate::shared_book::StoreBook;
 use std::future::Future;
 use std::{net::SocketAddr, sync::Arc, time::Duration};
 use tokio::{net::TcpListener, task::JoinHandle};
@@ -20,10 +19,10 @@ use toolmesh_dispatcher::{
 };
 use toolmesh_governance::AuditSink;
 use toolmesh_governance::PolicyHandle;
-use toolmesh_governance::approvals::ApprovalRelay;
-use toolmesh_governance::sessions::SessionRelay;
+use toolmesh_governance::SharedRecordsRelay;
 use toolmesh_registry::{
-    ApprovalDesk, DecisionJournal, Registry, RegistryConfig, RegistryService, RolloutDesk, Store,
+    DecisionJournal, Registry, RegistryConfig, RegistryService, RolloutDesk, SharedRecordsService,
+    Store,
 };
 use toolmesh_telemetry::{AdminOptions, AdminServer, MetricsRegistry};
 use toolmesh_transport::{HealthOnly, REGISTRY_HEALTH_SERVICE};
@@ -176,11 +175,10 @@ pub async fn start(role: Role, config: &NodeConfig) -> Result<Running, NodeError
         (Some(registry), None) => registry.subscribe(),
         (None, None) => tokio::sync::watch::channel(Arc::new(Snapshot::empty(""))).1,
     };
-    // One approval book per mesh: the registry's, shared by its own
-    // dispatcher (serve) and by every dispatcher following it.
-    let shared = registry
-        .clone()
-        .map(|store| Arc::new(SharedApprovals { store }));
+    // One set of shared records (approvals, session facts) per mesh: the
+    // registry's, used by its own dispatcher (serve) and by every
+    // dispatcher following it.
+    let shared = registry.clone().map(SharedRecordsService::new);
     // One audit sink per process: calls and rollout decisions alike.
     let audit = audit_sink(config).await?;
     let journal = rollouts::journal(audit.as_ref());
@@ -221,14 +219,13 @@ pub async fn start(role: Role, config: &NodeConfig) -> Result<Running, NodeError
         .is_some()
         .then(|| Arc::new(crate::admin::Feed::default()));
     let registry_service = registry.clone().map(|store| {
-        let desk = shared.clone().map(|s| s as Arc<dyn ApprovalDesk>);
         let journal = rollouts::NodeJournal {
             audit: journal.clone(),
             feed: feed.clone(),
             // With its own dispatcher, a decision is answered once in force there.
             dispatcher: dispatcher.clone(),
         };
-        RegistryService::new(store, desk, Some(Arc::new(journal)))
+        RegistryService::new(store, Some(Arc::new(journal)))
     });
     let side = SideListeners::start(
         config,
@@ -245,11 +242,7 @@ pub async fn start(role: Role, config: &NodeConfig) -> Result<Running, NodeError
     .await?;
     if let (Some(shared), Some(_)) = (&shared, &side.admin) {
         // Scraped only there: counted only then, until the node stops.
-        crate::approval_backlog::export(
-            shared.store.clone(),
-            &metrics,
-            side.admin_stop.child_token(),
-        );
+        crate::approval_backlog::export(shared.clone(), &metrics, side.admin_stop.child_token());
     }
     let router = toolmesh_transport::server_builder(&config.tls)
         .map_err(NodeError::Tls)?
@@ -260,6 +253,7 @@ pub async fn start(role: Role, config: &NodeConfig) -> Result<Running, NodeError
         })
         .add_service(toolmesh_transport::reflection_service())
         .add_optional_service(registry_service.map(RegistryService::into_server))
+        .add_optional_service(shared.clone().map(SharedRecordsService::into_server))
         .add_optional_service(dispatcher.as_ref().map(Dispatcher::grpc_service))
         .add_optional_service(dispatcher.as_ref().map(Dispatcher::governance_service));
     let stop = CancellationToken::new();
@@ -399,7 +393,7 @@ async fn governance(
     role: &Role,
     config: &NodeConfig,
     policy: &PolicySetup,
-    shared: Option<Arc<SharedApprovals>>,
+    shared: Option<SharedRecordsService>,
     audit: Option<AuditSink>,
 ) -> Result<Governance, NodeError> {
     let governance = Governance::new(policy.handle.clone(), audit);
@@ -407,18 +401,10 @@ async fn governance(
         Role::Dispatcher { registry, token } => {
             let channel = toolmesh_transport::channel(registry, &config.tls)?;
             governance
-                .with_approval_backend(Arc::new(ApprovalRelay::new(channel.clone(), token.clone())))
-                .with_session_backend(Arc::new(SessionRelay::new(channel, token.clone())))
+                .with_shared_records(Arc::new(SharedRecordsRelay::new(channel, token.clone())))
         }
         _ => match shared {
-            Some(shared) => {
-                let sessions = Arc::new(StoreSessions {
-                    store: shared.store.clone(),
-                });
-                governance
-                    .with_approval_backend(shared)
-                    .with_session_backend(sessions)
-            }
+            Some(shared) => governance.with_shared_records(Arc::new(StoreBook(shared))),
             None => governance,
         },
     })

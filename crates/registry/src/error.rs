@@ -120,9 +120,13 @@ pub enum RegistryError {
     /// The `--store` value cannot be used.
     #[error("{0}")]
     BadStore(String),
-    /// A `SessionFacts` request the registry cannot use.
-    #[error("{0}; send what toolmesh_governance::sessions::SessionRelay sends")]
-    BadSessionFacts(String),
+    /// A shared record the registry cannot keep.
+    #[error("{0}; send what toolmesh_governance::SharedRecordsRelay sends")]
+    BadSharedRecord(String),
+    /// The gate refused access to the shared records (only dispatchers
+    /// may read or write them).
+    #[error(transparent)]
+    SharedRefused(GateError),
     /// Concurrent writers kept changing one shared record.
     #[error("{0} changed under several concurrent calls; call again")]
     Contended(&'static str),
@@ -177,17 +181,19 @@ impl From<RegistryError> for tonic::Status {
             | RegistryError::TooManyTools { .. }
             | RegistryError::NoReason
             | RegistryError::BadStore(_)
-            | RegistryError::BadSessionFacts(_) => tonic::Status::invalid_argument(message),
+            | RegistryError::BadSharedRecord(_) => tonic::Status::invalid_argument(message),
             RegistryError::Contended(_) => tonic::Status::aborted(message),
             RegistryError::RegistrationRefused(_) => tonic::Status::unauthenticated(message),
             RegistryError::TooManyExecutors { .. } => tonic::Status::resource_exhausted(message),
             RegistryError::SwitchRefused(_)
             | RegistryError::ExecutorIdTaken { .. }
             | RegistryError::NotYourLease(_)
-            | RegistryError::ReadRefused(GateError::Forbidden(_)) => {
+            | RegistryError::ReadRefused(GateError::Forbidden(_))
+            | RegistryError::SharedRefused(GateError::Forbidden(_)) => {
                 tonic::Status::permission_denied(message)
             }
-            RegistryError::ReadRefused(GateError::Unauthenticated(_)) => {
+            RegistryError::ReadRefused(GateError::Unauthenticated(_))
+            | RegistryError::SharedRefused(GateError::Unauthenticated(_)) => {
                 tonic::Status::unauthenticated(message)
             }
             RegistryError::State { .. }
@@ -259,6 +265,18 @@ mod tests {
             (
                 RegistryError::SwitchRefused(GateError::Unauthenticated("u".into())),
                 Code::PermissionDenied,
+            ),
+            (
+                RegistryError::BadSharedRecord("k".into()),
+                Code::InvalidArgument,
+            ),
+            (
+                RegistryError::SharedRefused(GateError::Forbidden("f".into())),
+                Code::PermissionDenied,
+            ),
+            (
+                RegistryError::SharedRefused(GateError::Unauthenticated("u".into())),
+                Code::Unauthenticated,
             ),
         ];
         for (error, code) in cases {

@@ -20,21 +20,9 @@ use toolmesh_transport::bearer;
 #[derive(Clone)]
 pub struct RegistryService {
     registry: Arc<dyn Store>,
-    desk: Option<Arc<dyn ApprovalDesk>>,
     rollouts: RolloutDesk,
     /// Hears of tools disabled and enabled (rollouts tell it through `rollouts`).
     journal: Option<Arc<dyn DecisionJournal>>,
-}
-
-/// Serves the `Approvals` RPC: the shared approval book (its rules live in
-/// governance, which the composition root plugs in).
-#[tonic::async_trait]
-pub trait ApprovalDesk: Send + Sync + 'static {
-    /// Runs one operation on the shared book.
-    async fn approvals(
-        &self,
-        request: pb::ApprovalsRequest,
-    ) -> Result<pb::ApprovalsResponse, Status>;
 }
 
 impl std::fmt::Debug for RegistryService {
@@ -47,7 +35,7 @@ impl Registry {
     /// The `toolmesh.v1.Registry` gRPC service over this registry, with the
     /// mesh's message size limits.
     pub fn grpc_service(&self) -> pb::registry_server::RegistryServer<RegistryService> {
-        grpc_service(Arc::new(self.clone()), None, None)
+        grpc_service(Arc::new(self.clone()), None)
     }
 }
 
@@ -55,25 +43,21 @@ impl Registry {
 /// mesh's message size limits (see [`RegistryService::new`]).
 pub fn grpc_service(
     store: Arc<dyn Store>,
-    desk: Option<Arc<dyn ApprovalDesk>>,
     journal: Option<Arc<dyn DecisionJournal>>,
 ) -> pb::registry_server::RegistryServer<RegistryService> {
-    RegistryService::new(store, desk, journal).into_server()
+    RegistryService::new(store, journal).into_server()
 }
 
 impl RegistryService {
-    /// The service over `store`: `desk` serves shared approvals (without
-    /// one, `Approvals` answers UNIMPLEMENTED); `journal` hears of every
-    /// rollout change and every tool disabled or enabled.
+    /// The service over `store`: `journal` hears of every rollout change
+    /// and every tool disabled or enabled.
     pub fn new(
         store: Arc<dyn Store>,
-        desk: Option<Arc<dyn ApprovalDesk>>,
         journal: Option<Arc<dyn DecisionJournal>>,
     ) -> RegistryService {
         RegistryService {
             rollouts: RolloutDesk::new(store.clone(), journal.clone()),
             registry: store,
-            desk,
             journal,
         }
     }
@@ -148,11 +132,7 @@ impl RegistryService {
 
     /// Who may read snapshots, and whether it sees executors' call tokens.
     fn reader<T>(&self, request: &Request<T>) -> Result<SnapshotReader, RegistryError> {
-        let certificate = toolmesh_transport::peer_certificate(request);
-        self.registry
-            .gate()
-            .snapshot_reader(bearer(request.metadata()), certificate.as_ref())
-            .map_err(RegistryError::ReadRefused)
+        reader(&*self.registry, request)
     }
 
     fn admin(&self, metadata: &tonic::metadata::MetadataMap) -> Result<String, RegistryError> {
@@ -210,6 +190,19 @@ impl RegistryService {
         tracing::info!(dispatcher = %reader.name, tool = %wire.tool, "automatic rollout abort");
         Ok(reader.name)
     }
+}
+
+/// Who may read `store`'s snapshots, and whether it sees executors' call
+/// tokens (a dispatcher does).
+pub(crate) fn reader<T>(
+    store: &dyn Store,
+    request: &Request<T>,
+) -> Result<SnapshotReader, RegistryError> {
+    let certificate = toolmesh_transport::peer_certificate(request);
+    store
+        .gate()
+        .snapshot_reader(bearer(request.metadata()), certificate.as_ref())
+        .map_err(RegistryError::ReadRefused)
 }
 
 /// The stream of snapshots `WatchSnapshots` answers with.
@@ -276,38 +269,6 @@ impl pb::registry_server::Registry for RegistryService {
         let reader = self.reader(&request)?;
         let snapshot = self.registry.snapshot(request.get_ref().version)?;
         Ok(Response::new(for_reader(snapshot.to_pb(), &reader)))
-    }
-
-    async fn approvals(
-        &self,
-        request: Request<pb::ApprovalsRequest>,
-    ) -> Result<Response<pb::ApprovalsResponse>, Status> {
-        // Dispatchers only: they vouch for the principal they send.
-        if !self.reader(&request)?.execute_tokens {
-            return Err(Status::permission_denied(
-                "shared approvals are for dispatchers: call with the token of a caller that has the role \"dispatcher\"",
-            ));
-        }
-        let desk = self.desk.as_ref().ok_or_else(|| {
-            Status::unimplemented(
-                "this registry keeps no shared approvals; run it with toolmesh registry (or serve)",
-            )
-        })?;
-        Ok(Response::new(desk.approvals(request.into_inner()).await?))
-    }
-
-    async fn session_facts(
-        &self,
-        request: Request<pb::SessionFactsRequest>,
-    ) -> Result<Response<pb::SessionFactsResponse>, Status> {
-        // Dispatchers only: they vouch for the caller whose session it is.
-        if !self.reader(&request)?.execute_tokens {
-            return Err(Status::permission_denied(
-                "shared session facts are for dispatchers: call with the token of a caller that has the role \"dispatcher\"",
-            ));
-        }
-        let answer = crate::session_facts::exchange(&*self.registry, request.into_inner()).await?;
-        Ok(Response::new(answer))
     }
 
     async fn update_rollout(

@@ -451,7 +451,7 @@ async fn switches_are_answered_once_in_force() {
         release: release.clone(),
     };
     let service =
-        toolmesh_registry::grpc_service(Arc::new(registry.clone()), None, Some(Arc::new(journal)));
+        toolmesh_registry::grpc_service(Arc::new(registry.clone()), Some(Arc::new(journal)));
     let addr = serve_router(Server::builder().add_service(service)).await;
     let mut client = RegistryClient::connect(format!("http://{addr}"))
         .await

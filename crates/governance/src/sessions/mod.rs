@@ -22,7 +22,7 @@ use toolmesh::Snapshot;
 use toolmesh::pb::{Precondition, ToolSpec};
 
 mod shared;
-pub use shared::{SessionBackend, SessionRelay, SharedSessions};
+pub use shared::SharedSessions;
 
 /// Longest value shown in a precondition message, in characters.
 const MAX_SHOWN_CHARS: usize = 80;

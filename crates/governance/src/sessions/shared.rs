@@ -1,75 +1,33 @@
-//! Session facts kept by the registry instead of this process, so that
-//! every dispatcher following it judges a precondition alike: the same
-//! facts and rules as the local store, sent as digests (the registry never
-//! sees a caller, a session id or an argument) in one `Registry.SessionFacts`
-//! call per check or record, made only for tools that preconditions involve.
+//! Session facts kept among the registry's shared records, so that every dispatcher following it judges a precondition alike.
+//!
+//! The same facts and rules as the local store, kept as digests (the
+//! registry never sees a caller, a session id or an argument): one record
+//! per (caller, session), read for a check and written with a compare on
+//! its revision for a record, only for tools that preconditions involve.
+//! The oldest facts and sessions go first at the caps.
 
-use super::{Declared, Fact, PreconditionError, SessionLimits, facts_of, verdict, wanted};
+use super::{Declared, Fact, PreconditionError, SessionLimits, facts_of, verdict};
 use crate::Principal;
 use crate::digest::{hex, sha256};
+use crate::shared_records::{SharedBook, SharedError, unix_ms, until_written};
 use serde_json::Value;
 use std::sync::Arc;
-use std::time::Duration;
-use tonic::transport::Channel;
-use toolmesh::pb::{self, Precondition, registry_client::RegistryClient};
+use std::time::{Duration, SystemTime};
+use toolmesh::pb::{self, Precondition, shared_record};
 
-/// How long one exchange may wait for the registry.
-const TIMEOUT: Duration = Duration::from_secs(3);
-
-/// Where shared session facts are kept: the registry, over gRPC
-/// ([`SessionRelay`]) or in the same process (a `serve` node).
-#[tonic::async_trait]
-pub trait SessionBackend: Send + Sync + 'static {
-    /// Records and looks up facts of one session; the error says why the
-    /// registry could not answer.
-    async fn exchange(
-        &self,
-        request: pb::SessionFactsRequest,
-    ) -> Result<pb::SessionFactsResponse, String>;
-}
-
-/// The registry's session facts, reached over gRPC.
-#[derive(Debug, Clone)]
-pub struct SessionRelay {
-    client: RegistryClient<Channel>,
-    token: Option<String>,
-}
-
-impl SessionRelay {
-    /// A relay to the registry behind `channel`, authenticated with
-    /// `token` (the dispatcher's registry token).
-    pub fn new(channel: Channel, token: Option<String>) -> Self {
-        SessionRelay {
-            client: RegistryClient::new(channel),
-            token,
-        }
-    }
-}
-
-#[tonic::async_trait]
-impl SessionBackend for SessionRelay {
-    async fn exchange(
-        &self,
-        message: pb::SessionFactsRequest,
-    ) -> Result<pb::SessionFactsResponse, String> {
-        let mut request = tonic::Request::new(message);
-        request.set_timeout(TIMEOUT);
-        if let Some(token) = &self.token {
-            toolmesh_transport::set_bearer(request.metadata_mut(), token);
-        }
-        self.client
-            .clone()
-            .session_facts(request)
-            .await
-            .map(tonic::Response::into_inner)
-            .map_err(|status| format!("{:?}: {}", status.code(), status.message()))
-    }
-}
+/// Where sessions live among the shared records.
+const PREFIX: &str = "session/";
+/// Defaults (for a limit of 0) and ceilings of the limits a session
+/// record is kept under.
+const DEFAULT_IDLE: Duration = Duration::from_secs(3600);
+const MAX_IDLE: Duration = Duration::from_secs(7 * 24 * 3600);
+const DEFAULT_CAP: usize = 1_000;
+const MAX_CAP: usize = 10_000;
 
 /// Session facts in a registry's store, under this dispatcher's limits.
 #[derive(Clone)]
 pub struct SharedSessions {
-    backend: Arc<dyn SessionBackend>,
+    book: Arc<dyn SharedBook>,
     limits: SessionLimits,
 }
 
@@ -82,11 +40,11 @@ impl std::fmt::Debug for SharedSessions {
 }
 
 impl SharedSessions {
-    /// Facts kept by `backend`, bounded by `limits` (idle time, sessions
+    /// Facts kept in `book`, bounded by `limits` (idle time, sessions
     /// per caller, facts per session; the byte bounds are the local
     /// store's alone).
-    pub fn new(backend: Arc<dyn SessionBackend>, limits: SessionLimits) -> Self {
-        SharedSessions { backend, limits }
+    pub fn new(book: Arc<dyn SharedBook>, limits: SessionLimits) -> Self {
+        SharedSessions { book, limits }
     }
 
     /// As [`Sessions::check`](super::Sessions::check), against the
@@ -102,21 +60,15 @@ impl SharedSessions {
         if preconditions.is_empty() || session_id.is_empty() {
             return verdict(tool, session_id, preconditions, arguments, |_| false);
         }
-        let check: Vec<String> = preconditions
-            .iter()
-            .filter_map(|p| wanted(p, arguments))
-            .map(|fact| fact_digest(&fact))
-            .collect();
-        let held = self
-            .exchange(who, session_id, Vec::new(), check)
+        let (_, session) = self
+            .read(&SessionKey::of(who, session_id).session)
             .await
-            .map_err(|reason| PreconditionError::Unavailable {
+            .map_err(|e| PreconditionError::Unavailable {
                 tool: tool.to_owned(),
-                reason,
-            })?
-            .held;
+                reason: e.to_string(),
+            })?;
         verdict(tool, session_id, preconditions, arguments, |fact| {
-            held.contains(&fact_digest(fact))
+            session.facts.contains(&fact_digest(fact))
         })
     }
 
@@ -129,7 +81,7 @@ impl SharedSessions {
         tool: &str,
         arguments: &Value,
         declared: &Declared,
-    ) -> Result<(), String> {
+    ) -> Result<(), SharedError> {
         if session_id.is_empty() {
             return Ok(());
         }
@@ -140,33 +92,123 @@ impl SharedSessions {
         if facts.is_empty() {
             return Ok(());
         }
-        self.exchange(who, session_id, facts, Vec::new())
+        self.record_facts(&SessionKey::of(who, session_id), facts)
             .await
-            .map(drop)
     }
 
-    async fn exchange(
-        &self,
-        who: &Principal,
-        session_id: &str,
-        record: Vec<String>,
-        check: Vec<String>,
-    ) -> Result<pb::SessionFactsResponse, String> {
-        let caller = who.key();
-        let clamp = |n: usize| u32::try_from(n).unwrap_or(u32::MAX);
-        self.backend
-            .exchange(pb::SessionFactsRequest {
-                caller: hex(&sha256(format!("caller\0{caller}").as_bytes())),
-                session: hex(&sha256(
-                    format!("session\0{caller}\0{session_id}").as_bytes(),
-                )),
-                record,
-                check,
-                idle_ms: clamp(self.limits.idle.as_millis() as usize),
-                facts_per_session: clamp(self.limits.facts_per_session),
-                sessions_per_caller: clamp(self.limits.sessions_per_caller),
+    /// The session's record and its revision (0 and empty when there is none).
+    async fn read(&self, key: &str) -> Result<(i64, pb::SessionRecord), SharedError> {
+        let records = self.book.list(key, false).await?;
+        Ok(records
+            .into_iter()
+            .find(|r| r.key == key)
+            .and_then(|r| match r.value {
+                Some(shared_record::Value::Session(session)) => Some((r.revision, session)),
+                _ => None,
             })
-            .await
+            .unwrap_or_default())
+    }
+
+    /// Adds the facts to the session (dropping its oldest beyond the cap)
+    /// and writes it back unless nothing changed and it was written
+    /// recently; runs again on the fresh record when another dispatcher
+    /// got there first.
+    async fn record_facts(&self, key: &SessionKey, facts: Vec<String>) -> Result<(), SharedError> {
+        let idle = match self.limits.idle {
+            Duration::ZERO => DEFAULT_IDLE,
+            idle => idle.min(MAX_IDLE),
+        };
+        let facts_per_session = cap(self.limits.facts_per_session);
+        until_written("the session's facts", || {
+            self.record_once(key, &facts, idle, facts_per_session)
+        })
+        .await
+    }
+
+    /// One try: `None` when another dispatcher wrote the session first.
+    async fn record_once(
+        &self,
+        key: &SessionKey,
+        facts: &[String],
+        idle: Duration,
+        facts_per_session: usize,
+    ) -> Result<Option<()>, SharedError> {
+        let (revision, mut stored) = self.read(&key.session).await?;
+        let mut changed = false;
+        for fact in facts {
+            if !stored.facts.contains(fact) {
+                stored.facts.push(fact.clone());
+                changed = true;
+            }
+        }
+        let excess = stored.facts.len().saturating_sub(facts_per_session);
+        stored.facts.drain(..excess);
+        let now = unix_ms(SystemTime::now());
+        // Refresh an unchanged record once per half idle time, not per call.
+        let fresh = now.saturating_sub(stored.written_ms) < (idle / 2).as_millis() as u64;
+        if !changed && fresh {
+            return Ok(Some(()));
+        }
+        if revision == 0 {
+            self.make_room(key).await?;
+        }
+        stored.written_ms = now;
+        let record = pb::SharedRecord {
+            key: key.session.clone(),
+            revision,
+            value: Some(shared_record::Value::Session(stored)),
+        };
+        Ok(self.book.compare_and_put(record, idle).await?.then_some(()))
+    }
+
+    /// Before a caller opens one more session: forgets its least recently
+    /// written sessions until it has room for one.
+    async fn make_room(&self, key: &SessionKey) -> Result<(), SharedError> {
+        let mut sessions = self.book.list(&key.caller, true).await?;
+        let over = (sessions.len() + 1).saturating_sub(cap(self.limits.sessions_per_caller));
+        if over == 0 {
+            return Ok(());
+        }
+        sessions.sort_by_key(|r| r.revision);
+        for victim in sessions.iter().take(over) {
+            self.book.delete(&victim.key).await?;
+        }
+        Ok(())
+    }
+}
+
+/// Where one session's record lives: under its caller's prefix, both
+/// named by digests.
+struct SessionKey {
+    /// `session/<caller digest>/`: every session of the caller.
+    caller: String,
+    /// `session/<caller digest>/<session digest>`.
+    session: String,
+}
+
+impl SessionKey {
+    fn of(who: &Principal, session_id: &str) -> SessionKey {
+        let caller = who.key();
+        let prefix = format!(
+            "{PREFIX}{}/",
+            hex(&sha256(format!("caller\0{caller}").as_bytes()))
+        );
+        SessionKey {
+            session: format!(
+                "{prefix}{}",
+                hex(&sha256(
+                    format!("session\0{caller}\0{session_id}").as_bytes()
+                ))
+            ),
+            caller: prefix,
+        }
+    }
+}
+
+fn cap(limit: usize) -> usize {
+    match limit {
+        0 => DEFAULT_CAP,
+        n => n.min(MAX_CAP),
     }
 }
 

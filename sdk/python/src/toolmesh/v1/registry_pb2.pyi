@@ -22,6 +22,14 @@ class RolloutAction(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     ROLLOUT_ACTION_SET: _ClassVar[RolloutAction]
     ROLLOUT_ACTION_PROMOTE: _ClassVar[RolloutAction]
     ROLLOUT_ACTION_ABORT: _ClassVar[RolloutAction]
+
+class ApprovalState(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    APPROVAL_STATE_UNSPECIFIED: _ClassVar[ApprovalState]
+    APPROVAL_STATE_PENDING: _ClassVar[ApprovalState]
+    APPROVAL_STATE_APPROVED: _ClassVar[ApprovalState]
+    APPROVAL_STATE_DENIED: _ClassVar[ApprovalState]
+    APPROVAL_STATE_USED: _ClassVar[ApprovalState]
 ROLLOUT_STATE_UNSPECIFIED: RolloutState
 ROLLOUT_STATE_ACTIVE: RolloutState
 ROLLOUT_STATE_PROMOTED: RolloutState
@@ -31,6 +39,11 @@ ROLLOUT_ACTION_START: RolloutAction
 ROLLOUT_ACTION_SET: RolloutAction
 ROLLOUT_ACTION_PROMOTE: RolloutAction
 ROLLOUT_ACTION_ABORT: RolloutAction
+APPROVAL_STATE_UNSPECIFIED: ApprovalState
+APPROVAL_STATE_PENDING: ApprovalState
+APPROVAL_STATE_APPROVED: ApprovalState
+APPROVAL_STATE_DENIED: ApprovalState
+APPROVAL_STATE_USED: ApprovalState
 
 class DisableToolRequest(_message.Message):
     __slots__ = ("tool", "reason")
@@ -281,55 +294,113 @@ class Instance(_message.Message):
     def __init__(self, executor_id: _Optional[str] = ..., endpoint: _Optional[str] = ..., healthy: _Optional[bool] = ..., service: _Optional[str] = ..., execute_token: _Optional[str] = ...) -> None: ...
 
 class ApprovalsRequest(_message.Message):
-    __slots__ = ("op", "principal_json", "settings_json", "id", "tool", "version", "arguments_sha256", "summary", "reason")
-    OP_FIELD_NUMBER: _ClassVar[int]
-    PRINCIPAL_JSON_FIELD_NUMBER: _ClassVar[int]
-    SETTINGS_JSON_FIELD_NUMBER: _ClassVar[int]
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ApprovalsResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class SessionFactsRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class SessionFactsResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class SharedRecord(_message.Message):
+    __slots__ = ("key", "revision", "ticket", "session")
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    REVISION_FIELD_NUMBER: _ClassVar[int]
+    TICKET_FIELD_NUMBER: _ClassVar[int]
+    SESSION_FIELD_NUMBER: _ClassVar[int]
+    key: str
+    revision: int
+    ticket: ApprovalTicket
+    session: SessionRecord
+    def __init__(self, key: _Optional[str] = ..., revision: _Optional[int] = ..., ticket: _Optional[_Union[ApprovalTicket, _Mapping]] = ..., session: _Optional[_Union[SessionRecord, _Mapping]] = ...) -> None: ...
+
+class ListSharedRecordsRequest(_message.Message):
+    __slots__ = ("prefix", "keys_only")
+    PREFIX_FIELD_NUMBER: _ClassVar[int]
+    KEYS_ONLY_FIELD_NUMBER: _ClassVar[int]
+    prefix: str
+    keys_only: bool
+    def __init__(self, prefix: _Optional[str] = ..., keys_only: _Optional[bool] = ...) -> None: ...
+
+class ListSharedRecordsResponse(_message.Message):
+    __slots__ = ("records",)
+    RECORDS_FIELD_NUMBER: _ClassVar[int]
+    records: _containers.RepeatedCompositeFieldContainer[SharedRecord]
+    def __init__(self, records: _Optional[_Iterable[_Union[SharedRecord, _Mapping]]] = ...) -> None: ...
+
+class CompareAndPutRequest(_message.Message):
+    __slots__ = ("record", "ttl_ms")
+    RECORD_FIELD_NUMBER: _ClassVar[int]
+    TTL_MS_FIELD_NUMBER: _ClassVar[int]
+    record: SharedRecord
+    ttl_ms: int
+    def __init__(self, record: _Optional[_Union[SharedRecord, _Mapping]] = ..., ttl_ms: _Optional[int] = ...) -> None: ...
+
+class CompareAndPutResponse(_message.Message):
+    __slots__ = ("ok",)
+    OK_FIELD_NUMBER: _ClassVar[int]
+    ok: bool
+    def __init__(self, ok: _Optional[bool] = ...) -> None: ...
+
+class DeleteSharedRecordRequest(_message.Message):
+    __slots__ = ("key",)
+    KEY_FIELD_NUMBER: _ClassVar[int]
+    key: str
+    def __init__(self, key: _Optional[str] = ...) -> None: ...
+
+class DeleteSharedRecordResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class Principal(_message.Message):
+    __slots__ = ("name", "tenant", "roles", "anonymous")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    TENANT_FIELD_NUMBER: _ClassVar[int]
+    ROLES_FIELD_NUMBER: _ClassVar[int]
+    ANONYMOUS_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    tenant: str
+    roles: _containers.RepeatedScalarFieldContainer[str]
+    anonymous: bool
+    def __init__(self, name: _Optional[str] = ..., tenant: _Optional[str] = ..., roles: _Optional[_Iterable[str]] = ..., anonymous: _Optional[bool] = ...) -> None: ...
+
+class ApprovalTicket(_message.Message):
+    __slots__ = ("id", "tool", "version", "arguments_sha256", "caller", "summary", "requested_at_ms", "expires_at_ms", "state", "decided_by", "reason")
     ID_FIELD_NUMBER: _ClassVar[int]
     TOOL_FIELD_NUMBER: _ClassVar[int]
     VERSION_FIELD_NUMBER: _ClassVar[int]
     ARGUMENTS_SHA256_FIELD_NUMBER: _ClassVar[int]
+    CALLER_FIELD_NUMBER: _ClassVar[int]
     SUMMARY_FIELD_NUMBER: _ClassVar[int]
+    REQUESTED_AT_MS_FIELD_NUMBER: _ClassVar[int]
+    EXPIRES_AT_MS_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    DECIDED_BY_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
-    op: str
-    principal_json: str
-    settings_json: str
     id: str
     tool: str
     version: str
     arguments_sha256: str
+    caller: Principal
     summary: str
+    requested_at_ms: int
+    expires_at_ms: int
+    state: ApprovalState
+    decided_by: str
     reason: str
-    def __init__(self, op: _Optional[str] = ..., principal_json: _Optional[str] = ..., settings_json: _Optional[str] = ..., id: _Optional[str] = ..., tool: _Optional[str] = ..., version: _Optional[str] = ..., arguments_sha256: _Optional[str] = ..., summary: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
+    def __init__(self, id: _Optional[str] = ..., tool: _Optional[str] = ..., version: _Optional[str] = ..., arguments_sha256: _Optional[str] = ..., caller: _Optional[_Union[Principal, _Mapping]] = ..., summary: _Optional[str] = ..., requested_at_ms: _Optional[int] = ..., expires_at_ms: _Optional[int] = ..., state: _Optional[_Union[ApprovalState, str]] = ..., decided_by: _Optional[str] = ..., reason: _Optional[str] = ...) -> None: ...
 
-class ApprovalsResponse(_message.Message):
-    __slots__ = ("tickets_json", "error_json")
-    TICKETS_JSON_FIELD_NUMBER: _ClassVar[int]
-    ERROR_JSON_FIELD_NUMBER: _ClassVar[int]
-    tickets_json: _containers.RepeatedScalarFieldContainer[str]
-    error_json: str
-    def __init__(self, tickets_json: _Optional[_Iterable[str]] = ..., error_json: _Optional[str] = ...) -> None: ...
-
-class SessionFactsRequest(_message.Message):
-    __slots__ = ("caller", "session", "record", "check", "idle_ms", "facts_per_session", "sessions_per_caller")
-    CALLER_FIELD_NUMBER: _ClassVar[int]
-    SESSION_FIELD_NUMBER: _ClassVar[int]
-    RECORD_FIELD_NUMBER: _ClassVar[int]
-    CHECK_FIELD_NUMBER: _ClassVar[int]
-    IDLE_MS_FIELD_NUMBER: _ClassVar[int]
-    FACTS_PER_SESSION_FIELD_NUMBER: _ClassVar[int]
-    SESSIONS_PER_CALLER_FIELD_NUMBER: _ClassVar[int]
-    caller: str
-    session: str
-    record: _containers.RepeatedScalarFieldContainer[str]
-    check: _containers.RepeatedScalarFieldContainer[str]
-    idle_ms: int
-    facts_per_session: int
-    sessions_per_caller: int
-    def __init__(self, caller: _Optional[str] = ..., session: _Optional[str] = ..., record: _Optional[_Iterable[str]] = ..., check: _Optional[_Iterable[str]] = ..., idle_ms: _Optional[int] = ..., facts_per_session: _Optional[int] = ..., sessions_per_caller: _Optional[int] = ...) -> None: ...
-
-class SessionFactsResponse(_message.Message):
-    __slots__ = ("held",)
-    HELD_FIELD_NUMBER: _ClassVar[int]
-    held: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, held: _Optional[_Iterable[str]] = ...) -> None: ...
+class SessionRecord(_message.Message):
+    __slots__ = ("facts", "written_ms")
+    FACTS_FIELD_NUMBER: _ClassVar[int]
+    WRITTEN_MS_FIELD_NUMBER: _ClassVar[int]
+    facts: _containers.RepeatedScalarFieldContainer[str]
+    written_ms: int
+    def __init__(self, facts: _Optional[_Iterable[str]] = ..., written_ms: _Optional[int] = ...) -> None: ...

@@ -69,16 +69,6 @@ class RegistryStub:
                 request_serializer=toolmesh_dot_v1_dot_registry__pb2.EnableToolRequest.SerializeToString,
                 response_deserializer=toolmesh_dot_v1_dot_registry__pb2.EnableToolResponse.FromString,
                 _registered_method=True)
-        self.Approvals = channel.unary_unary(
-                '/toolmesh.v1.Registry/Approvals',
-                request_serializer=toolmesh_dot_v1_dot_registry__pb2.ApprovalsRequest.SerializeToString,
-                response_deserializer=toolmesh_dot_v1_dot_registry__pb2.ApprovalsResponse.FromString,
-                _registered_method=True)
-        self.SessionFacts = channel.unary_unary(
-                '/toolmesh.v1.Registry/SessionFacts',
-                request_serializer=toolmesh_dot_v1_dot_registry__pb2.SessionFactsRequest.SerializeToString,
-                response_deserializer=toolmesh_dot_v1_dot_registry__pb2.SessionFactsResponse.FromString,
-                _registered_method=True)
         self.UpdateRollout = channel.unary_unary(
                 '/toolmesh.v1.Registry/UpdateRollout',
                 request_serializer=toolmesh_dot_v1_dot_registry__pb2.UpdateRolloutRequest.SerializeToString,
@@ -145,29 +135,11 @@ class RegistryServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
-    def Approvals(self, request, context):
-        """One operation on the approval book every dispatcher following this
-        registry shares (kept in the registry's store). For dispatchers (the
-        dispatcher role), which call it only for calls that need or carry an
-        approval and for the approval commands.
-        """
-        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
-        context.set_details('Method not implemented!')
-        raise NotImplementedError('Method not implemented!')
-
-    def SessionFacts(self, request, context):
-        """Records and looks up what agent sessions have done, as far as tools'
-        preconditions need it, so that every dispatcher following this
-        registry judges a precondition alike. For dispatchers (the dispatcher
-        role), which call it only for calls of tools that a precondition names
-        or that declare one, made with a session id.
-        """
-        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
-        context.set_details('Method not implemented!')
-        raise NotImplementedError('Method not implemented!')
-
     def UpdateRollout(self, request, context):
-        """Starts, changes, promotes or aborts the gradual release (canary) of one
+        """Retired: Approvals and SessionFacts carried JSON and ran governance's
+        rules in the registry; dispatchers now run the rules themselves over
+        the SharedRecords service below. Never reuse these method names.
+        Starts, changes, promotes or aborts the gradual release (canary) of one
         tool version (admin role; a dispatcher may only abort, automatically,
         a canary that fails more than its stable version). Survives restarts;
         every rollout travels in the Snapshot, so every dispatcher routes alike.
@@ -220,16 +192,6 @@ def add_RegistryServicer_to_server(servicer, server):
                     servicer.EnableTool,
                     request_deserializer=toolmesh_dot_v1_dot_registry__pb2.EnableToolRequest.FromString,
                     response_serializer=toolmesh_dot_v1_dot_registry__pb2.EnableToolResponse.SerializeToString,
-            ),
-            'Approvals': grpc.unary_unary_rpc_method_handler(
-                    servicer.Approvals,
-                    request_deserializer=toolmesh_dot_v1_dot_registry__pb2.ApprovalsRequest.FromString,
-                    response_serializer=toolmesh_dot_v1_dot_registry__pb2.ApprovalsResponse.SerializeToString,
-            ),
-            'SessionFacts': grpc.unary_unary_rpc_method_handler(
-                    servicer.SessionFacts,
-                    request_deserializer=toolmesh_dot_v1_dot_registry__pb2.SessionFactsRequest.FromString,
-                    response_serializer=toolmesh_dot_v1_dot_registry__pb2.SessionFactsResponse.SerializeToString,
             ),
             'UpdateRollout': grpc.unary_unary_rpc_method_handler(
                     servicer.UpdateRollout,
@@ -442,60 +404,6 @@ class Registry:
             _registered_method=True)
 
     @staticmethod
-    def Approvals(request,
-            target,
-            options=(),
-            channel_credentials=None,
-            call_credentials=None,
-            insecure=False,
-            compression=None,
-            wait_for_ready=None,
-            timeout=None,
-            metadata=None):
-        return grpc.experimental.unary_unary(
-            request,
-            target,
-            '/toolmesh.v1.Registry/Approvals',
-            toolmesh_dot_v1_dot_registry__pb2.ApprovalsRequest.SerializeToString,
-            toolmesh_dot_v1_dot_registry__pb2.ApprovalsResponse.FromString,
-            options,
-            channel_credentials,
-            insecure,
-            call_credentials,
-            compression,
-            wait_for_ready,
-            timeout,
-            metadata,
-            _registered_method=True)
-
-    @staticmethod
-    def SessionFacts(request,
-            target,
-            options=(),
-            channel_credentials=None,
-            call_credentials=None,
-            insecure=False,
-            compression=None,
-            wait_for_ready=None,
-            timeout=None,
-            metadata=None):
-        return grpc.experimental.unary_unary(
-            request,
-            target,
-            '/toolmesh.v1.Registry/SessionFacts',
-            toolmesh_dot_v1_dot_registry__pb2.SessionFactsRequest.SerializeToString,
-            toolmesh_dot_v1_dot_registry__pb2.SessionFactsResponse.FromString,
-            options,
-            channel_credentials,
-            insecure,
-            call_credentials,
-            compression,
-            wait_for_ready,
-            timeout,
-            metadata,
-            _registered_method=True)
-
-    @staticmethod
     def UpdateRollout(request,
             target,
             options=(),
@@ -539,6 +447,190 @@ class Registry:
             '/toolmesh.v1.Registry/ListRollouts',
             toolmesh_dot_v1_dot_registry__pb2.ListRolloutsRequest.SerializeToString,
             toolmesh_dot_v1_dot_registry__pb2.ListRolloutsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+
+class SharedRecordsStub:
+    """Records every dispatcher following this registry shares besides the
+    snapshot: approval tickets and agent sessions' facts. The registry only
+    stores them (in its store: in memory, or etcd shared by its replicas);
+    governance's rules that read and change them run in the dispatchers,
+    which write with a compare on the record's revision, so that two
+    dispatchers racing on one record cannot both win. For dispatchers (the
+    dispatcher role) only: they vouch for the callers the records name.
+    """
+
+    def __init__(self, channel):
+        """Constructor.
+
+        Args:
+            channel: A grpc.Channel.
+        """
+        self.List = channel.unary_unary(
+                '/toolmesh.v1.SharedRecords/List',
+                request_serializer=toolmesh_dot_v1_dot_registry__pb2.ListSharedRecordsRequest.SerializeToString,
+                response_deserializer=toolmesh_dot_v1_dot_registry__pb2.ListSharedRecordsResponse.FromString,
+                _registered_method=True)
+        self.CompareAndPut = channel.unary_unary(
+                '/toolmesh.v1.SharedRecords/CompareAndPut',
+                request_serializer=toolmesh_dot_v1_dot_registry__pb2.CompareAndPutRequest.SerializeToString,
+                response_deserializer=toolmesh_dot_v1_dot_registry__pb2.CompareAndPutResponse.FromString,
+                _registered_method=True)
+        self.Delete = channel.unary_unary(
+                '/toolmesh.v1.SharedRecords/Delete',
+                request_serializer=toolmesh_dot_v1_dot_registry__pb2.DeleteSharedRecordRequest.SerializeToString,
+                response_deserializer=toolmesh_dot_v1_dot_registry__pb2.DeleteSharedRecordResponse.FromString,
+                _registered_method=True)
+
+
+class SharedRecordsServicer:
+    """Records every dispatcher following this registry shares besides the
+    snapshot: approval tickets and agent sessions' facts. The registry only
+    stores them (in its store: in memory, or etcd shared by its replicas);
+    governance's rules that read and change them run in the dispatchers,
+    which write with a compare on the record's revision, so that two
+    dispatchers racing on one record cannot both win. For dispatchers (the
+    dispatcher role) only: they vouch for the callers the records name.
+    """
+
+    def List(self, request, context):
+        """The live records whose keys start with `prefix`.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CompareAndPut(self, request, context):
+        """Writes a record if nobody changed it since it was read, expiring
+        after ttl_ms. A lost race is an answer (ok = false: read it again),
+        not an error.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Delete(self, request, context):
+        """Removes a record (one already gone is no error).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+
+def add_SharedRecordsServicer_to_server(servicer, server):
+    rpc_method_handlers = {
+            'List': grpc.unary_unary_rpc_method_handler(
+                    servicer.List,
+                    request_deserializer=toolmesh_dot_v1_dot_registry__pb2.ListSharedRecordsRequest.FromString,
+                    response_serializer=toolmesh_dot_v1_dot_registry__pb2.ListSharedRecordsResponse.SerializeToString,
+            ),
+            'CompareAndPut': grpc.unary_unary_rpc_method_handler(
+                    servicer.CompareAndPut,
+                    request_deserializer=toolmesh_dot_v1_dot_registry__pb2.CompareAndPutRequest.FromString,
+                    response_serializer=toolmesh_dot_v1_dot_registry__pb2.CompareAndPutResponse.SerializeToString,
+            ),
+            'Delete': grpc.unary_unary_rpc_method_handler(
+                    servicer.Delete,
+                    request_deserializer=toolmesh_dot_v1_dot_registry__pb2.DeleteSharedRecordRequest.FromString,
+                    response_serializer=toolmesh_dot_v1_dot_registry__pb2.DeleteSharedRecordResponse.SerializeToString,
+            ),
+    }
+    generic_handler = grpc.method_handlers_generic_handler(
+            'toolmesh.v1.SharedRecords', rpc_method_handlers)
+    server.add_generic_rpc_handlers((generic_handler,))
+    server.add_registered_method_handlers('toolmesh.v1.SharedRecords', rpc_method_handlers)
+
+
+ # This class is part of an EXPERIMENTAL API.
+class SharedRecords:
+    """Records every dispatcher following this registry shares besides the
+    snapshot: approval tickets and agent sessions' facts. The registry only
+    stores them (in its store: in memory, or etcd shared by its replicas);
+    governance's rules that read and change them run in the dispatchers,
+    which write with a compare on the record's revision, so that two
+    dispatchers racing on one record cannot both win. For dispatchers (the
+    dispatcher role) only: they vouch for the callers the records name.
+    """
+
+    @staticmethod
+    def List(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/toolmesh.v1.SharedRecords/List',
+            toolmesh_dot_v1_dot_registry__pb2.ListSharedRecordsRequest.SerializeToString,
+            toolmesh_dot_v1_dot_registry__pb2.ListSharedRecordsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CompareAndPut(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/toolmesh.v1.SharedRecords/CompareAndPut',
+            toolmesh_dot_v1_dot_registry__pb2.CompareAndPutRequest.SerializeToString,
+            toolmesh_dot_v1_dot_registry__pb2.CompareAndPutResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Delete(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/toolmesh.v1.SharedRecords/Delete',
+            toolmesh_dot_v1_dot_registry__pb2.DeleteSharedRecordRequest.SerializeToString,
+            toolmesh_dot_v1_dot_registry__pb2.DeleteSharedRecordResponse.FromString,
             options,
             channel_credentials,
             insecure,

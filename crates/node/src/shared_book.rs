@@ -1,0 +1,202 @@
+//! The shared records of a `serve` node's own dispatcher: its registry's, without a gRPC hop (governance's rules run in the dispatcher either way).
+
+use std::time::Duration;
+use toolmesh::pb;
+use toolmesh_governance::{SharedBook, SharedError};
+use toolmesh_registry::{RegistryError, SharedRecordsService};
+
+/// The registry's shared records, in this process.
+pub(crate) struct StoreBook(pub(crate) SharedRecordsService);
+
+/// A store error as the dispatcher reads it: the status the registry's
+/// gRPC edge would answer with, so both paths say the same.
+fn refused(error: RegistryError) -> SharedError {
+    tonic::Status::from(error).into()
+}
+
+#[tonic::async_trait]
+impl SharedBook for StoreBook {
+    async fn list(
+        &self,
+        prefix: &str,
+        keys_only: bool,
+    ) -> Result<Vec<pb::SharedRecord>, SharedError> {
+        self.0.list(prefix, keys_only).await.map_err(refused)
+    }
+
+    async fn compare_and_put(
+        &self,
+        record: pb::SharedRecord,
+        ttl: Duration,
+    ) -> Result<bool, SharedError> {
+        self.0.compare_and_put(record, ttl).await.map_err(refused)
+    }
+
+    async fn delete(&self, key: &str) -> Result<(), SharedError> {
+        self.0.delete(key).await.map_err(refused)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+    use std::sync::Arc;
+    use toolmesh::pb::{Precondition, ToolSpec};
+    use toolmesh_governance::approvals::{ApprovalFields, ApprovalOp, SharedApprovals};
+    use toolmesh_governance::sessions::SharedSessions;
+    use toolmesh_governance::{
+        ApprovalError, ApprovalSettings, Declared, Principal, SessionLimits,
+    };
+    use toolmesh_registry::{Registry, RegistryConfig};
+
+    fn who() -> Principal {
+        Principal {
+            name: "bot".into(),
+            tenant: "acme".into(),
+            roles: vec![],
+            anonymous: false,
+        }
+    }
+
+    /// `edit` needs `read` of the same path first.
+    fn needs_read() -> Vec<Precondition> {
+        vec![Precondition {
+            tool: "read".into(),
+            same_argument: "path".into(),
+        }]
+    }
+
+    fn sessions() -> SharedSessions {
+        let registry = Arc::new(Registry::new(RegistryConfig::default()));
+        let book = StoreBook(SharedRecordsService::new(registry));
+        let limits = SessionLimits {
+            facts_per_session: 3,
+            sessions_per_caller: 2,
+            ..SessionLimits::default()
+        };
+        SharedSessions::new(Arc::new(book), limits)
+    }
+
+    /// Session `session` reads path `n`.
+    async fn read(sessions: &SharedSessions, session: u32, n: u32) {
+        let edit = ToolSpec {
+            name: "edit".into(),
+            preconditions: needs_read(),
+            ..ToolSpec::default()
+        };
+        let declared = Declared::from_specs([&edit]);
+        let path = json!({ "path": n });
+        sessions
+            .record(&who(), &format!("s{session}"), "read", &path, &declared)
+            .await
+            .expect("recorded");
+    }
+
+    /// Whether session `session` may edit path `n` (it read it).
+    async fn holds(sessions: &SharedSessions, session: u32, n: u32) -> bool {
+        let path = json!({ "path": n });
+        sessions
+            .check(&who(), &format!("s{session}"), "edit", &needs_read(), &path)
+            .await
+            .is_ok()
+    }
+
+    /// A recorded fact is held by its session only; a session keeps its
+    /// newest facts and a caller its newest sessions, in the registry's
+    /// shared records.
+    #[tokio::test]
+    async fn record_check_and_caps() {
+        let sessions = sessions();
+        assert!(!holds(&sessions, 1, 1).await);
+        read(&sessions, 1, 1).await;
+        assert!(holds(&sessions, 1, 1).await);
+        assert!(!holds(&sessions, 2, 1).await);
+        for n in [2, 3, 4] {
+            read(&sessions, 1, n).await;
+        }
+        assert!(
+            !holds(&sessions, 1, 1).await,
+            "the oldest fact goes at the cap"
+        );
+        for n in [2, 3, 4] {
+            assert!(holds(&sessions, 1, n).await);
+        }
+        read(&sessions, 2, 7).await;
+        read(&sessions, 3, 8).await;
+        assert!(
+            !holds(&sessions, 1, 2).await,
+            "the least recently written session goes at the caller's cap"
+        );
+        assert!(holds(&sessions, 3, 8).await);
+    }
+
+    /// Two dispatchers' books over one registry: a ticket requested through
+    /// one is approved through the other, and of two racing uses exactly
+    /// one wins.
+    #[tokio::test]
+    async fn approvals_shared_and_used_once() {
+        let registry: Arc<dyn toolmesh_registry::Store> =
+            Arc::new(Registry::new(RegistryConfig::default()));
+        let book = |registry: &Arc<dyn toolmesh_registry::Store>| {
+            SharedApprovals::new(Arc::new(StoreBook(SharedRecordsService::new(
+                registry.clone(),
+            ))))
+        };
+        let (first, second) = (book(&registry), book(&registry));
+        let settings = ApprovalSettings::default();
+        let approver = Principal {
+            name: "alice".into(),
+            roles: vec!["approver".into()],
+            ..who()
+        };
+        let call = ApprovalFields {
+            tool: "wipe",
+            version: "1.0.0",
+            args_sha256: "d",
+            summary: "wipe it",
+            ..ApprovalFields::default()
+        };
+        let asked = first
+            .call(ApprovalOp::Request, &who(), &settings, call)
+            .await
+            .unwrap();
+        let id = asked[0].id.clone();
+        let listed = second
+            .call(
+                ApprovalOp::List,
+                &approver,
+                &settings,
+                ApprovalFields::default(),
+            )
+            .await
+            .unwrap();
+        assert_eq!(listed.len(), 1);
+        let decide = ApprovalFields {
+            id: &id,
+            ..ApprovalFields::default()
+        };
+        second
+            .call(ApprovalOp::Approve, &approver, &settings, decide)
+            .await
+            .unwrap();
+        let use_it = ApprovalFields { id: &id, ..call };
+        let bot = who();
+        let (a, b) = tokio::join!(
+            first.call(ApprovalOp::Consume, &bot, &settings, use_it),
+            second.call(ApprovalOp::Consume, &bot, &settings, use_it),
+        );
+        let outcomes = [a, b];
+        assert_eq!(
+            outcomes.iter().filter(|o| o.is_ok()).count(),
+            1,
+            "{outcomes:?}"
+        );
+        assert!(
+            outcomes
+                .iter()
+                .any(|o| matches!(o, Err(ApprovalError::Used { .. }))),
+            "{outcomes:?}"
+        );
+    }
+}
