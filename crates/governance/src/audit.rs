@@ -228,6 +228,7 @@ impl AuditRecord {
             tenant: String::new(),
             roles: Vec::new(),
             anonymous: false,
+            issued_by: None,
         };
         let mut record = Self::build(kind, &who, &spec, "", None, None);
         record.set_arguments_sha256(String::new());
@@ -467,6 +468,7 @@ mod tests {
             tenant: "acme".into(),
             roles: vec!["agent".into()],
             anonymous: false,
+            issued_by: None,
         }
     }
 

@@ -313,6 +313,7 @@ impl Builder<'_> {
                     tenant: self.tenant(id.tenant, &span, "auth.anonymous.tenant"),
                     roles,
                     anonymous: true,
+                    issued_by: None,
                 }
             }
             None => Principal {
@@ -320,6 +321,7 @@ impl Builder<'_> {
                 tenant: DEFAULT_TENANT.into(),
                 roles: Vec::new(),
                 anonymous: true,
+                issued_by: None,
             },
         };
         let (callers, tls_callers) = self.callers(raw.callers);
@@ -404,6 +406,7 @@ impl Builder<'_> {
                         roles: self.names(c.roles, &span, &field("roles")),
                         name: c.principal,
                         anonymous: false,
+                        issued_by: None,
                     },
                 ));
                 continue;
@@ -457,6 +460,7 @@ impl Builder<'_> {
                 roles: self.names(c.roles, &span, &field("roles")),
                 name: c.principal,
                 anonymous: false,
+                issued_by: None,
             };
             let Some((digest, token_span)) = digest else {
                 continue;

@@ -122,6 +122,7 @@ mod tests {
                 tenant: String::new(),
                 roles: vec![],
                 anonymous: false,
+                issued_by: None,
             },
             summary: String::new(),
             requested_at_ms,
