@@ -50,6 +50,7 @@ mod error;
 pub mod fallback_policy;
 mod glob;
 mod governance;
+pub mod issuers;
 pub mod limits;
 pub mod narrowing;
 mod policy;
