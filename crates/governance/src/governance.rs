@@ -31,14 +31,14 @@ pub struct Governance {
     /// The registry's shared book, used instead of `approvals` when set.
     relay: Option<Arc<dyn ApprovalBackend>>,
     /// The keys of the policy's `[[issuers]]`, kept across reloads.
-    issuer_keys: IssuerKeys,
+    issuer_keys: Arc<IssuerKeys>,
 }
 
 impl Governance {
     /// Governance by `policy`, writing audit records to `audit` when set.
     pub fn new(policy: Arc<PolicyHandle>, audit: Option<AuditSink>) -> Self {
         let approvals = Approvals::new(policy.current().approval_settings());
-        let issuer_keys = IssuerKeys::default();
+        let issuer_keys = Arc::new(IssuerKeys::default());
         // Keys are fetched from the start, so the first JWT caller finds them.
         issuer_keys.follow(policy.generation(), policy.current().issuers());
         Governance {
@@ -205,8 +205,8 @@ impl Governance {
     }
 
     /// How the keys of each `[[issuers]]` entry stand (for health and metrics).
-    pub fn issuer_keys(&self) -> &IssuerKeys {
-        &self.issuer_keys
+    pub fn issuer_keys(&self) -> Arc<IssuerKeys> {
+        self.issuer_keys.clone()
     }
 
     /// Writes an audit record, built only when an audit sink is set.
