@@ -520,3 +520,36 @@ async fn a_reload_keeps_the_keys_of_an_unchanged_issuer() {
         Err(AuthError::UnknownToken { .. })
     ));
 }
+
+/// The policy reference documents an issuer with every key, and it loads.
+#[test]
+fn the_example_policy_documents_an_issuer() {
+    let policy = Policy::from_toml(crate::EXAMPLE_POLICY_TOML).unwrap();
+    let issuer = &policy.issuers()[0];
+    assert_eq!(issuer.principal_claim, "preferred_username");
+    assert_eq!(issuer.role_map.len(), 2);
+    assert!(matches!(issuer.keys, super::KeySource::Uri(_)));
+    for key in [
+        "issuer",
+        "audiences",
+        "jwks_uri",
+        "jwks_file",
+        "algorithms",
+        "clock_skew_secs",
+        "refresh_secs",
+        "min_refresh_secs",
+        "max_stale_secs",
+        "principal_claim",
+        "tenant",
+        "tenant_claim",
+        "roles",
+        "roles_claim",
+        "role_map",
+    ] {
+        assert!(
+            crate::EXAMPLE_POLICY_TOML.contains(&format!("{key} ="))
+                || crate::EXAMPLE_POLICY_TOML.contains(&format!("`{key}`")),
+            "{key} is not documented"
+        );
+    }
+}
