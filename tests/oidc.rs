@@ -231,6 +231,19 @@ async fn jwt_callers_at_every_door() {
     );
     assert!(status != 200, "a 1 MB token at the MCP door: {status}");
 
+    // The door's protected-resource metadata names the issuer as its
+    // authorization server.
+    let (status, metadata) = toolmesh_testkit::http(
+        &door,
+        "GET",
+        "/.well-known/oauth-protected-resource/mcp",
+        &[],
+        "",
+    );
+    let metadata: Value = serde_json::from_str(&metadata).unwrap();
+    assert_eq!(status, 200);
+    assert_eq!(metadata["authorization_servers"], json!([provider.issuer]));
+
     // The MCP door lists for the JWT caller.
     let (status, tools) = mcp(
         &door,

@@ -186,9 +186,11 @@ impl Governance {
         bearer: Option<&str>,
         certificate: Option<&PeerCertificate>,
     ) -> Result<Principal, AuthError> {
+        // The generation before the policy: a reload in between is seen
+        // again on the next call (the handle stores, then counts).
+        let generation = self.policy.generation();
         let policy = self.policy.current();
-        self.issuer_keys
-            .follow(self.policy.generation(), policy.issuers());
+        self.issuer_keys.follow(generation, policy.issuers());
         let valid_for = certificate.map(|cert| move |name: &str| cert.is_valid_for(name));
         let found = policy.identify(
             bearer,
