@@ -553,3 +553,29 @@ fn the_example_policy_documents_an_issuer() {
         );
     }
 }
+
+/// OAuth scopes as roles: `roles_claim = "scope"` reads the space-separated
+/// string (or an `scp` list), so grants can require a scope such as
+/// `tools:call` through the role it maps to.
+#[test]
+fn scopes_map_to_roles() {
+    let dir = toolmesh_testkit::TempDir::new("jwt-scopes").unwrap();
+    let key = SigningKey::es256("es");
+    let path = dir.join("jwks.json");
+    std::fs::write(&path, oidc::jwks(&[&key])).unwrap();
+    let policy = Policy::from_toml(&format!(
+        "[[issuers]]\nissuer = \"{ISSUER}\"\naudiences = [\"toolmesh\"]\njwks_file = \"{}\"\n\
+         roles_claim = \"scope\"\nrole_map = {{ \"tools:call\" = \"agent\" }}\n",
+        path.display()
+    ))
+    .unwrap();
+    let g = Governance::new(Arc::new(PolicyHandle::new(policy)), None);
+    let scoped = who(
+        &g,
+        &key.mint(&claims(json!({"scope": "openid tools:call"}))),
+    )
+    .unwrap();
+    assert_eq!(scoped.roles, ["agent"]);
+    let unscoped = who(&g, &key.mint(&claims(json!({"scope": "openid"})))).unwrap();
+    assert!(unscoped.roles.is_empty());
+}
