@@ -219,6 +219,20 @@ impl Check<'_> {
             }
             (None, None) => KeySource::Discovery,
         };
+        let fetched_from = match &keys {
+            KeySource::Uri(uri) => Some(("jwks_uri", uri.as_str())),
+            KeySource::Discovery => Some(("issuer", issuer.as_str())),
+            KeySource::File(_) => None,
+        };
+        if let Some((key, url)) = fetched_from
+            && plain_http_elsewhere(url)
+        {
+            self.problem(
+                span,
+                key,
+                "fetches keys over plain http:// from another host, where they could be swapped in transit: use https:// (http:// is for 127.0.0.1 and localhost only), or a jwks_file",
+            );
+        }
         let algorithms = self.algorithms(raw.algorithms, span);
         let clock_skew_secs = self.bounded(
             raw.clock_skew_secs,
@@ -410,6 +424,19 @@ fn parse_algorithm(name: &str) -> Result<Algorithm, String> {
             "{n:?} is not accepted: list only \"RS256\", \"ES256\" or \"EdDSA\""
         )),
     }
+}
+
+/// Whether `url` is plain `http://` to a host other than this machine.
+pub(crate) fn plain_http_elsewhere(url: &str) -> bool {
+    let Some(rest) = url.strip_prefix("http://") else {
+        return false;
+    };
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
+    let host = match authority.strip_prefix('[') {
+        Some(v6) => v6.split(']').next().unwrap_or_default(),
+        None => authority.split(':').next().unwrap_or_default(),
+    };
+    !matches!(host, "127.0.0.1" | "localhost" | "::1")
 }
 
 fn is_http_url(text: &str) -> bool {

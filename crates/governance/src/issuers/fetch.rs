@@ -36,7 +36,13 @@ pub(crate) async fn jwks(issuer: &str, source: &KeySource) -> Result<Vec<u8>, St
                 issuer.trim_end_matches('/')
             );
             let document = get(&url).await?;
-            get(&jwks_uri_of(issuer, &document)?).await
+            let jwks_uri = jwks_uri_of(issuer, &document)?;
+            if super::plain_http_elsewhere(&jwks_uri) {
+                return Err(format!(
+                    "the discovery document names {jwks_uri}, plain http:// to another host: keys are fetched only over https://"
+                ));
+            }
+            get(&jwks_uri).await
         }
     }
 }

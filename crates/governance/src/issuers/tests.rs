@@ -82,6 +82,18 @@ fn bad_issuer_sections_are_refused_with_their_line() {
             "[[issuers]] #2 issuer",
             "already",
         ),
+        (
+            "[[issuers]]\nissuer = \"http://idp.example\"\naudiences = [\"m\"]\n",
+            1,
+            "issuer",
+            "https://",
+        ),
+        (
+            "[[issuers]]\nissuer = \"https://a.test\"\naudiences = [\"m\"]\njwks_uri = \"http://a.test/keys\"\n",
+            1,
+            "jwks_uri",
+            "https://",
+        ),
     ];
     for (text, line, field, says) in cases {
         let found = problems(text);
