@@ -375,6 +375,7 @@ pub(crate) mod tests {
             tenant: "t".into(),
             roles: vec!["agent".into()],
             anonymous: false,
+            issued_by: None,
         };
         let renders = std::cell::Cell::new(0);
         let render = |version| {

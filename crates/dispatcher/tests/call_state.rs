@@ -22,6 +22,7 @@ async fn one_call_state_stays_small() {
         tenant: "t".into(),
         roles: vec![],
         anonymous: false,
+        issued_by: None,
     };
     let call = dispatcher.invoke_traced(
         &who,

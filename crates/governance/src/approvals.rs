@@ -647,6 +647,7 @@ mod tests {
             tenant: "acme".into(),
             roles: roles.iter().map(|r| r.to_string()).collect(),
             anonymous: false,
+            issued_by: None,
         }
     }
 

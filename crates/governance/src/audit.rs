@@ -124,6 +124,12 @@ pub struct AuditRecord {
     /// `tenants`, `principals`, `automatic`, the guard).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub rollout: Option<Value>,
+    /// For a caller known by a JWT: the token's issuer (`iss`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub issuer: Option<String>,
+    /// For a caller known by a JWT: the token's subject (`sub`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub subject: Option<String>,
     /// Arguments whose digest is still to be taken: by the writer, off the
     /// call's thread (see [`to_json_line`](Self::to_json_line)).
     #[serde(skip)]
@@ -204,6 +210,8 @@ impl AuditRecord {
             cache: None,
             fallback_for: None,
             rollout: None,
+            issuer: who.issued_by.as_ref().map(|i| i.issuer.clone()),
+            subject: who.issued_by.as_ref().map(|i| i.subject.clone()),
             digest_of,
         }
     }
@@ -228,6 +236,7 @@ impl AuditRecord {
             tenant: String::new(),
             roles: Vec::new(),
             anonymous: false,
+            issued_by: None,
         };
         let mut record = Self::build(kind, &who, &spec, "", None, None);
         record.set_arguments_sha256(String::new());
@@ -467,6 +476,7 @@ mod tests {
             tenant: "acme".into(),
             roles: vec!["agent".into()],
             anonymous: false,
+            issued_by: None,
         }
     }
 
@@ -506,6 +516,32 @@ mod tests {
         "keys":[{"id":1,"secret":"s1"},{"id":2,"secret":"s2"}],
         "pair":["label","hidden"],
         "either":{"pin":"0000"}}"#;
+
+    /// A caller known by a JWT is recorded with its issuer and subject;
+    /// a static-token caller's record has neither key.
+    #[test]
+    fn token_issuer_and_subject_are_recorded() {
+        let plain = serde_json::to_value(AuditRecord::new(
+            AuditKind::Invoke,
+            &who(),
+            &spec(&[]),
+            "{}",
+        ))
+        .unwrap();
+        assert!(plain.get("issuer").is_none() && plain.get("subject").is_none());
+        let jwt = Principal {
+            issued_by: Some(crate::IssuedBy {
+                issuer: "https://idp.example".into(),
+                subject: "user-42".into(),
+            }),
+            ..who()
+        };
+        let record =
+            serde_json::to_value(AuditRecord::new(AuditKind::Invoke, &jwt, &spec(&[]), "{}"))
+                .unwrap();
+        assert_eq!(record["issuer"], "https://idp.example");
+        assert_eq!(record["subject"], "user-42");
+    }
 
     /// Sensitive values are redacted at any depth: nested objects, additionalProperties, $ref'd array items, prefixItems, anyOf.
     #[test]

@@ -24,6 +24,8 @@ pub(crate) struct RawPolicy {
     pub(crate) cache: crate::cache_policy::RawCache,
     #[serde(default)]
     pub(crate) fallbacks: Vec<Spanned<crate::fallback_policy::RawFallback>>,
+    #[serde(default)]
+    pub(crate) issuers: Vec<Spanned<crate::issuers::RawIssuer>>,
 }
 
 /// `[auth]`.

@@ -102,6 +102,70 @@ pub enum AuthError {
         /// The first 12 hex digits of the token's SHA-256, to find it in logs without revealing it.
         digest_prefix: String,
     },
+    /// A token longer than any identity provider's JWT; not parsed.
+    #[error(
+        "the bearer token is longer than {max} bytes, far beyond any JWT: send the token your identity provider issued"
+    )]
+    TokenTooLarge {
+        /// The most bytes read.
+        max: usize,
+    },
+    /// A JWT-shaped token that is not a well-formed JWT.
+    #[error("the bearer token is not a well-formed JWT: {why}")]
+    MalformedToken {
+        /// What is missing or malformed.
+        why: String,
+    },
+    /// A JWT from an issuer no `[[issuers]]` entry trusts.
+    #[error(
+        "the token's issuer {issuer:?} is not trusted by this mesh: use a token from a trusted identity provider, \
+         or ask an operator to add that issuer under [[issuers]]"
+    )]
+    UnknownIssuer {
+        /// The token's `iss`, shortened.
+        issuer: String,
+    },
+    /// A JWT signed with an algorithm its issuer's entry (or its key) does not allow.
+    #[error(
+        "the token is signed with an algorithm{} this mesh does not accept from its issuer: \
+         tokens must be signed with RS256, ES256 or EdDSA by the issuer's published keys",
+        if algorithm.is_empty() { String::new() } else { format!(" ({algorithm})") }
+    )]
+    AlgorithmNotAllowed {
+        /// The header's `alg`, when known.
+        algorithm: String,
+    },
+    /// A JWT whose `kid` names no key its issuer publishes.
+    #[error(
+        "the token is signed with a key its issuer does not publish: get a fresh token; \
+         if the issuer has just rotated its keys, retry in a minute"
+    )]
+    UnknownKey,
+    /// The issuer's keys could not be fetched (yet, or for too long).
+    #[error(
+        "the keys of the token's issuer are not available to this mesh right now: retry shortly; \
+         if it persists, an operator should check that the issuer's JWKS can be fetched"
+    )]
+    IssuerKeysUnavailable,
+    /// A JWT whose signature does not verify.
+    #[error(
+        "the token's signature does not verify against its issuer's key: it was altered or not issued by that issuer"
+    )]
+    BadSignature,
+    /// A JWT past its `exp`.
+    #[error("the token has expired: get a fresh one from your identity provider")]
+    TokenExpired,
+    /// A JWT before its `nbf`.
+    #[error(
+        "the token is not valid yet (its `nbf` is in the future): check the clocks, or retry later"
+    )]
+    TokenNotYetValid,
+    /// A JWT minted for another service.
+    #[error(
+        "the token was not issued for this mesh: its `aud` names none of the audiences this mesh accepts; \
+         request a token for this mesh's audience"
+    )]
+    WrongAudience,
 }
 
 /// 1-based line of byte offset `at` in `text`.

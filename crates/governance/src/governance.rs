@@ -5,6 +5,7 @@ use crate::approvals::{
     ApprovalError, ApprovalFields, ApprovalOp, ApprovalTicket, Approvals, SharedApprovals,
 };
 use crate::audit::{AuditKind, AuditRecord, AuditSink};
+use crate::issuers::{self, IssuerKeys};
 use crate::sessions::{PreconditionError, SharedSessions};
 use crate::shared_records::SharedBook;
 use crate::{AuthError, Policy, PolicyHandle, Principal, Sessions};
@@ -30,13 +31,19 @@ pub struct Governance {
     audit: Option<AuditSink>,
     /// The registry's shared book, used instead of `approvals` when set.
     shared_approvals: Option<SharedApprovals>,
+    /// The keys of the policy's `[[issuers]]`, kept across reloads.
+    issuer_keys: Arc<IssuerKeys>,
 }
 
 impl Governance {
     /// Governance by `policy`, writing audit records to `audit` when set.
     pub fn new(policy: Arc<PolicyHandle>, audit: Option<AuditSink>) -> Self {
         let approvals = Approvals::new(policy.current().approval_settings());
+        let issuer_keys = Arc::new(IssuerKeys::default());
+        // Keys are fetched from the start, so the first JWT caller finds them.
+        issuer_keys.follow(policy.generation(), policy.current().issuers());
         Governance {
+            issuer_keys,
             approvals_generation: AtomicU64::new(policy.generation()),
             policy,
             approvals,
@@ -164,19 +171,40 @@ impl Governance {
         &self.approvals
     }
 
-    /// The caller: its bearer token, else the verified mTLS client
+    /// The caller: its bearer token (a `[[callers]]` token, else a JWT of
+    /// one of the policy's `[[issuers]]`), else the verified mTLS client
     /// certificate matched against the policy's `tls_name`s, else the
-    /// anonymous caller where the policy admits one.
+    /// anonymous caller where the policy admits one. Static tokens are
+    /// looked up first, as fast as without issuers; a JWT is verified
+    /// against cached keys (an unknown `kid` asks for a bounded refresh).
     pub fn authenticate(
         &self,
         bearer: Option<&str>,
         certificate: Option<&PeerCertificate>,
     ) -> Result<Principal, AuthError> {
+        // The generation before the policy: a reload in between is seen
+        // again on the next call (the handle stores, then counts).
+        let generation = self.policy.generation();
+        let policy = self.policy.current();
+        self.issuer_keys.follow(generation, policy.issuers());
         let valid_for = certificate.map(|cert| move |name: &str| cert.is_valid_for(name));
-        self.policy.current().identify(
+        let found = policy.identify(
             bearer,
             valid_for.as_ref().map(|f| f as &dyn Fn(&str) -> bool),
-        )
+        );
+        match (found, bearer.and_then(toolmesh_transport::bearer_token)) {
+            (Err(AuthError::UnknownToken { .. }), Some(token))
+                if !policy.issuers().is_empty() && issuers::looks_like_jwt(token) =>
+            {
+                issuers::verify(token, policy.issuers(), &self.issuer_keys)
+            }
+            (found, _) => found,
+        }
+    }
+
+    /// How the keys of each `[[issuers]]` entry stand (for health and metrics).
+    pub fn issuer_keys(&self) -> Arc<IssuerKeys> {
+        self.issuer_keys.clone()
     }
 
     /// Writes an audit record, built only when an audit sink is set.

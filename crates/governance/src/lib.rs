@@ -50,6 +50,7 @@ mod error;
 pub mod fallback_policy;
 mod glob;
 mod governance;
+pub mod issuers;
 pub mod limits;
 pub mod narrowing;
 mod policy;
@@ -78,7 +79,7 @@ pub use narrowing::{FieldLimit, Narrowing};
 pub use policy::{
     DEFAULT_TENANT, DEV_APPROVER_TOKEN, DEV_POLICY_TOML, MAX_RATE_PER_SEC, MAX_TTL_SECS, Policy,
 };
-pub use principal::Principal;
+pub use principal::{IssuedBy, Principal};
 pub use registry_access::{
     ADMIN_ROLE, AccessError, DISPATCHER_ROLE, EXECUTOR_ROLE, OPERATOR_ROLE, SnapshotAccess,
 };

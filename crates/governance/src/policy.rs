@@ -10,6 +10,7 @@ use crate::{
     error::line_of,
     fallback_policy::{self, FallbackPolicy},
     glob::ToolPattern,
+    issuers::{self, Issuer},
     limits::{LimitRule, Limits},
     narrowing::{FieldLimit, Narrowing},
     registry_access::DISPATCHER_ROLE,
@@ -97,6 +98,8 @@ pub struct Policy {
     narrowed: bool,
     cache: CachePolicy,
     fallbacks: FallbackPolicy,
+    /// Identity providers whose JWTs name callers (`[[issuers]]`).
+    issuers: Vec<Issuer>,
 }
 
 impl fmt::Debug for Policy {
@@ -191,6 +194,11 @@ impl Policy {
             return Ok(who);
         }
         self.authenticate(bearer)
+    }
+
+    /// The identity providers whose JWTs name callers (`[[issuers]]`).
+    pub fn issuers(&self) -> &[Issuer] {
+        &self.issuers
     }
 
     /// Whether anonymous callers are accepted.
@@ -313,6 +321,7 @@ impl Builder<'_> {
                     tenant: self.tenant(id.tenant, &span, "auth.anonymous.tenant"),
                     roles,
                     anonymous: true,
+                    issued_by: None,
                 }
             }
             None => Principal {
@@ -320,6 +329,7 @@ impl Builder<'_> {
                 tenant: DEFAULT_TENANT.into(),
                 roles: Vec::new(),
                 anonymous: true,
+                issued_by: None,
             },
         };
         let (callers, tls_callers) = self.callers(raw.callers);
@@ -328,6 +338,7 @@ impl Builder<'_> {
         let limits = self.limits(raw.limits);
         let cache = cache_policy::validate(raw.cache, self.text, &mut self.problems);
         let fallbacks = fallback_policy::validate(raw.fallbacks, self.text, &mut self.problems);
+        let issuers = issuers::validate(raw.issuers, self.text, &mut self.problems);
         if !self.problems.is_empty() {
             return Err(PolicyError::Invalid {
                 origin: "(inline)".into(),
@@ -338,6 +349,7 @@ impl Builder<'_> {
             narrowed: grants.iter().any(|g| !g.narrowings.is_empty()),
             cache,
             fallbacks,
+            issuers,
             allow_anonymous: raw.auth.allow_anonymous,
             anonymous,
             callers,
@@ -403,6 +415,7 @@ impl Builder<'_> {
                         roles: self.names(c.roles, &span, &field("roles")),
                         name: c.principal,
                         anonymous: false,
+                        issued_by: None,
                     },
                 ));
                 continue;
@@ -456,6 +469,7 @@ impl Builder<'_> {
                 roles: self.names(c.roles, &span, &field("roles")),
                 name: c.principal,
                 anonymous: false,
+                issued_by: None,
             };
             let Some((digest, token_span)) = digest else {
                 continue;

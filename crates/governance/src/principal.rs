@@ -14,6 +14,19 @@ pub struct Principal {
     pub roles: Vec<String>,
     /// True when the caller sent no token and the policy allows anonymity.
     pub anonymous: bool,
+    /// For a caller known by a JWT of an `[[issuers]]` entry: that issuer
+    /// and the token's subject (audit records carry both).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub issued_by: Option<IssuedBy>,
+}
+
+/// The issuer and subject of the token a caller was identified by.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct IssuedBy {
+    /// The token's `iss`.
+    pub issuer: String,
+    /// The token's `sub`.
+    pub subject: String,
 }
 
 impl Principal {

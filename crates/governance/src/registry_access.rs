@@ -123,6 +123,16 @@ pub fn snapshot_reader(
 /// anonymous one, whatever roles the policy gives it) holding
 /// [`ADMIN_ROLE`] or [`OPERATOR_ROLE`].
 pub fn admin_reader(policy: &Policy, bearer: Option<&str>) -> Result<Principal, AccessError> {
+    admin_reader_by(bearer, |b| policy.authenticate(b))
+}
+
+/// [`admin_reader`] with the caller identified by `authenticate` (a
+/// node's [`Governance::authenticate`](crate::Governance::authenticate),
+/// which knows JWT callers of the policy's `[[issuers]]` too).
+pub fn admin_reader_by(
+    bearer: Option<&str>,
+    authenticate: impl FnOnce(Option<&str>) -> Result<Principal, crate::AuthError>,
+) -> Result<Principal, AccessError> {
     let needs = format!(
         "the admin page and its metrics are read with the token of a [[callers]] entry that has the role \"{ADMIN_ROLE}\" or \"{OPERATOR_ROLE}\""
     );
@@ -131,9 +141,8 @@ pub fn admin_reader(policy: &Policy, bearer: Option<&str>) -> Result<Principal, 
             "no token was sent; {needs}"
         )));
     }
-    let who = policy
-        .authenticate(bearer)
-        .map_err(|e| AccessError::Unauthenticated(format!("{e}; {needs}")))?;
+    let who =
+        authenticate(bearer).map_err(|e| AccessError::Unauthenticated(format!("{e}; {needs}")))?;
     if who.has_role(ADMIN_ROLE) || who.has_role(OPERATOR_ROLE) {
         Ok(who)
     } else {

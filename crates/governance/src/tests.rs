@@ -303,7 +303,8 @@ fn authentication_table() {
             name: "anon".into(),
             tenant: "public".into(),
             roles: vec!["agent".into()],
-            anonymous: true
+            anonymous: true,
+            issued_by: None,
         }
     );
     assert_eq!(ok(&open, Some("")), Ok("anon".into()));
@@ -525,6 +526,7 @@ fn rule_of(handle: &PolicyHandle) -> String {
         tenant: "t".into(),
         roles: vec![],
         anonymous: false,
+        issued_by: None,
     };
     match handle
         .current()
@@ -683,6 +685,7 @@ tools = ["charge"]
         tenant: "t".into(),
         roles: vec!["agent".into()],
         anonymous: false,
+        issued_by: None,
     };
     let explained = explain(&policy, &agent, &charge);
     assert_eq!(explained.argument_limits, ["cents: maximum 100"]);

@@ -65,10 +65,22 @@ pub trait Backend: Clone + Send + Sync + 'static {
     /// projection (in process a look is a cache hit and a pointer compare;
     /// over gRPC each look is a round trip and a digest of the listing).
     fn watch_interval(&self) -> Duration;
+
+    /// The issuers whose tokens the backend accepts (the policy's
+    /// `[[issuers]]`), named as authorization servers in the door's
+    /// protected-resource metadata; none unless the backend knows them.
+    fn authorization_servers(&self) -> Vec<String> {
+        Vec::new()
+    }
 }
 
 impl Backend for Dispatcher {
     type Caller = Principal;
+
+    fn authorization_servers(&self) -> Vec<String> {
+        let policy = self.governance().policy();
+        policy.issuers().iter().map(|i| i.issuer.clone()).collect()
+    }
 
     fn authenticate(
         &self,

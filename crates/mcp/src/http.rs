@@ -66,7 +66,11 @@ pub fn router<B: Backend>(
         http,
     );
     let https = config.https;
-    let metadata = move |headers: HeaderMap| async move { resource_metadata(&headers, https) };
+    let servers = backend.clone();
+    let metadata = move |headers: HeaderMap| {
+        let servers = servers.authorization_servers();
+        async move { resource_metadata(&headers, https, &servers) }
+    };
     let door = Router::new()
         .nest_service("/mcp", service)
         .route_layer(middleware::from_fn_with_state(
@@ -77,7 +81,7 @@ pub fn router<B: Backend>(
             Door { backend, https },
             admit::<B>,
         ))
-        .route(RESOURCE_METADATA, get(metadata))
+        .route(RESOURCE_METADATA, get(metadata.clone()))
         .route(&format!("{RESOURCE_METADATA}/mcp"), get(metadata));
     HostGuard::new(
         &config.allowed_hosts,
@@ -145,16 +149,19 @@ fn unauthorized(base: &str, sent_token: bool, why: &str) -> Response {
 }
 
 /// The RFC 9728 protected-resource metadata of `/mcp`: a bearer token in
-/// the `Authorization` header (tokens come from the policy's `[[callers]]`;
-/// no authorization server yet).
-fn resource_metadata(headers: &HeaderMap, https: bool) -> Response {
+/// the `Authorization` header (a `[[callers]]` token, or a JWT of one of
+/// the policy's `[[issuers]]`, named as `authorization_servers`).
+fn resource_metadata(headers: &HeaderMap, https: bool, servers: &[String]) -> Response {
     let base = base_url(headers, https);
-    axum::Json(json!({
+    let mut document = json!({
         "resource": format!("{base}/mcp"),
         "bearer_methods_supported": ["header"],
         "resource_name": "toolmesh",
-    }))
-    .into_response()
+    });
+    if !servers.is_empty() {
+        document["authorization_servers"] = json!(servers);
+    }
+    axum::Json(document).into_response()
 }
 
 /// `scheme://host` as the client addressed this server.

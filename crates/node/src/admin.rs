@@ -225,7 +225,7 @@ impl Page {
     fn reader(&self, headers: &HeaderMap) -> Result<Reader, AccessError> {
         if let Some(bearer) = headers.get(header::AUTHORIZATION) {
             let bearer = bearer.to_str().ok();
-            let who = registry_access::admin_reader(&self.policy.current(), bearer)?;
+            let who = self.admin_reader(bearer)?;
             return Ok(Reader::Bearer(who));
         }
         let id = sessions::cookie(headers, COOKIE).ok_or_else(|| {
@@ -246,6 +246,18 @@ impl Page {
             id: id.to_owned(),
             session,
         })
+    }
+
+    /// The admin or operator `bearer` names: through the dispatcher's
+    /// governance when this node has one (JWT callers of `[[issuers]]`
+    /// too), else by the policy's static tokens.
+    fn admin_reader(&self, bearer: Option<&str>) -> Result<Principal, AccessError> {
+        match &self.sources.dispatcher {
+            Some(dispatcher) => registry_access::admin_reader_by(bearer, |b| {
+                dispatcher.governance().authenticate(b, None)
+            }),
+            None => registry_access::admin_reader(&self.policy.current(), bearer),
+        }
     }
 
     /// The reader of a form post: a bearer token, or a session whose CSRF
@@ -299,9 +311,8 @@ struct Login {
 
 /// Checks the token and opens a session: the cookie holds only its random id.
 async fn login(State(page): State<Page>, Form(form): Form<Login>) -> Result<Response, Refused> {
-    let policy = page.policy.current();
     let generation = page.policy.generation();
-    let who = registry_access::admin_reader(&policy, Some(form.token.trim()))?;
+    let who = page.admin_reader(Some(form.token.trim()))?;
     tracing::info!(principal = %who.name, "admin page login");
     let id = page.sessions.open(who, generation);
     let secure = if page.https { "; Secure" } else { "" };

@@ -116,6 +116,7 @@ mod tests {
             tenant: String::new(),
             roles: vec![],
             anonymous: false,
+            issued_by: None,
         };
         let (state, decided_by) = match state {
             ApprovalState::Pending => (pb::ApprovalState::Pending, ""),

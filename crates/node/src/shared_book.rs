@@ -56,6 +56,7 @@ mod tests {
             tenant: "acme".into(),
             roles: vec![],
             anonymous: false,
+            issued_by: None,
         }
     }
 

@@ -1,7 +1,9 @@
 //! Helpers the toolmesh tests share, so each test says only what it pins:
 //! the `toolmesh` and `toolmesh-fixture` binaries, temporary directories that clean up, gRPC servers
-//! on 127.0.0.1 port 0, bearer tokens, test certificates, and polling instead of sleeps.
+//! on 127.0.0.1 port 0, bearer tokens, test certificates, a local OpenID provider, and polling instead of sleeps.
 #![forbid(unsafe_code)]
+
+pub mod oidc;
 
 use std::future::Future;
 use std::net::SocketAddr;

@@ -150,6 +150,7 @@ mod tests {
             tenant: "acme".into(),
             roles: vec!["agent".into()],
             anonymous: false,
+            issued_by: None,
         };
         let forged = InvokeRequest {
             tool: "t".into(),

@@ -223,6 +223,7 @@ mod tests {
             tenant: tenant.into(),
             roles: Vec::new(),
             anonymous: false,
+            issued_by: None,
         }
     }
 

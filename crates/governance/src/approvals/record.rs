@@ -2,6 +2,7 @@
 
 use super::{ApprovalSettings, ApprovalState, ApprovalTicket, Approvals, id_number};
 use crate::Principal;
+use crate::principal::IssuedBy;
 use crate::shared_records::unix_ms;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tokio::time::Instant;
@@ -14,6 +15,16 @@ impl From<&Principal> for pb::Principal {
             tenant: who.tenant.clone(),
             roles: who.roles.clone(),
             anonymous: who.anonymous,
+            issuer: who
+                .issued_by
+                .as_ref()
+                .map(|by| by.issuer.clone())
+                .unwrap_or_default(),
+            subject: who
+                .issued_by
+                .as_ref()
+                .map(|by| by.subject.clone())
+                .unwrap_or_default(),
         }
     }
 }
@@ -25,6 +36,10 @@ impl From<pb::Principal> for Principal {
             tenant: who.tenant,
             roles: who.roles,
             anonymous: who.anonymous,
+            issued_by: (!who.issuer.is_empty()).then_some(IssuedBy {
+                issuer: who.issuer,
+                subject: who.subject,
+            }),
         }
     }
 }
@@ -129,6 +144,10 @@ mod tests {
             tenant: "acme".into(),
             roles: vec![],
             anonymous: false,
+            issued_by: Some(IssuedBy {
+                issuer: "https://idp.example".into(),
+                subject: "u-42".into(),
+            }),
         }
     }
 
@@ -144,6 +163,11 @@ mod tests {
             ApprovalTicket::from_record(pb::ApprovalTicket::decode(bytes.as_slice()).unwrap())
                 .unwrap();
         assert_eq!(back.id, ticket.id);
+        assert_eq!(
+            back.caller,
+            caller(),
+            "the caller, its issuer and subject too"
+        );
         assert_eq!(back.state, ApprovalState::Pending);
         assert!(back.expires_in() > Duration::from_secs(60));
         let rebuilt = Approvals::from_tickets(ApprovalSettings::default(), vec![back]);

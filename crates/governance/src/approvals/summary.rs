@@ -84,6 +84,7 @@ mod tests {
             tenant: "acme".into(),
             roles: vec![],
             anonymous: false,
+            issued_by: None,
         }
     }
 

@@ -569,6 +569,7 @@ mod tests {
             tenant: tenant.into(),
             roles: vec![],
             anonymous: false,
+            issued_by: None,
         }
     }
 

@@ -124,6 +124,7 @@ mod tests {
             tenant: "t".into(),
             roles: vec!["operator".into()],
             anonymous: false,
+            issued_by: None,
         }
     }
 

@@ -44,6 +44,7 @@ fn who(name: &str) -> Principal {
         tenant: "acme".into(),
         roles: vec![],
         anonymous: false,
+        issued_by: None,
     }
 }
 

@@ -360,16 +360,20 @@ class DeleteSharedRecordResponse(_message.Message):
     def __init__(self) -> None: ...
 
 class Principal(_message.Message):
-    __slots__ = ("name", "tenant", "roles", "anonymous")
+    __slots__ = ("name", "tenant", "roles", "anonymous", "issuer", "subject")
     NAME_FIELD_NUMBER: _ClassVar[int]
     TENANT_FIELD_NUMBER: _ClassVar[int]
     ROLES_FIELD_NUMBER: _ClassVar[int]
     ANONYMOUS_FIELD_NUMBER: _ClassVar[int]
+    ISSUER_FIELD_NUMBER: _ClassVar[int]
+    SUBJECT_FIELD_NUMBER: _ClassVar[int]
     name: str
     tenant: str
     roles: _containers.RepeatedScalarFieldContainer[str]
     anonymous: bool
-    def __init__(self, name: _Optional[str] = ..., tenant: _Optional[str] = ..., roles: _Optional[_Iterable[str]] = ..., anonymous: _Optional[bool] = ...) -> None: ...
+    issuer: str
+    subject: str
+    def __init__(self, name: _Optional[str] = ..., tenant: _Optional[str] = ..., roles: _Optional[_Iterable[str]] = ..., anonymous: _Optional[bool] = ..., issuer: _Optional[str] = ..., subject: _Optional[str] = ...) -> None: ...
 
 class ApprovalTicket(_message.Message):
     __slots__ = ("id", "tool", "version", "arguments_sha256", "caller", "summary", "requested_at_ms", "expires_at_ms", "state", "decided_by", "reason")

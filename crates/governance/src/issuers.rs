@@ -1,0 +1,447 @@
+//! The `[[issuers]]` section: identity providers whose signed JWTs name callers, validated at load.
+
+mod fetch;
+mod keys;
+mod store;
+mod verify;
+
+pub use keys::KeySet;
+pub use store::{IssuerKeys, KeyStatus};
+pub use verify::MAX_TOKEN_BYTES;
+pub(crate) use verify::{looks_like_jwt, verify};
+
+#[cfg(test)]
+mod tests;
+
+use crate::{Problem, error::line_of, policy::DEFAULT_TENANT};
+use jsonwebtoken::Algorithm;
+use serde::Deserialize;
+use std::{collections::BTreeMap, ops::Range, path::PathBuf, time::Duration};
+use toml::Spanned;
+
+/// Algorithms an issuer accepts when `algorithms` is not set.
+pub const DEFAULT_ALGORITHMS: [&str; 3] = ["RS256", "ES256", "EdDSA"];
+/// Clock skew tolerated on `exp` and `nbf` when `clock_skew_secs` is not set.
+pub const DEFAULT_CLOCK_SKEW_SECS: u64 = 60;
+/// The largest `clock_skew_secs` accepted.
+pub const MAX_CLOCK_SKEW_SECS: u64 = 600;
+/// How often keys are fetched again when `refresh_secs` is not set.
+pub const DEFAULT_REFRESH_SECS: u64 = 300;
+/// The fewest seconds between two fetches prompted by unknown `kid`s, when
+/// `min_refresh_secs` is not set.
+pub const DEFAULT_MIN_REFRESH_SECS: u64 = 30;
+/// How long the last good keys serve while the JWKS cannot be fetched,
+/// when `max_stale_secs` is not set (six hours).
+pub const DEFAULT_MAX_STALE_SECS: u64 = 6 * 60 * 60;
+
+/// One `[[issuers]]` entry as written.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawIssuer {
+    issuer: Spanned<String>,
+    #[serde(default)]
+    audiences: Vec<Spanned<String>>,
+    jwks_uri: Option<Spanned<String>>,
+    jwks_file: Option<Spanned<String>>,
+    algorithms: Option<Vec<Spanned<String>>>,
+    clock_skew_secs: Option<Spanned<u64>>,
+    refresh_secs: Option<Spanned<u64>>,
+    min_refresh_secs: Option<Spanned<u64>>,
+    max_stale_secs: Option<Spanned<u64>>,
+    principal_claim: Option<Spanned<String>>,
+    tenant: Option<Spanned<String>>,
+    tenant_claim: Option<Spanned<String>>,
+    roles_claim: Option<Spanned<String>>,
+    #[serde(default)]
+    roles: Vec<String>,
+    #[serde(default)]
+    role_map: BTreeMap<String, String>,
+}
+
+/// Where an issuer's public keys come from.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub enum KeySource {
+    /// `jwks_uri` from the issuer's `/.well-known/openid-configuration`.
+    Discovery,
+    /// A JWKS URL.
+    Uri(String),
+    /// A local JWKS file (read at load and on each refresh).
+    File(PathBuf),
+}
+
+/// The tenant of an issuer's callers.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TenantFrom {
+    /// The same for every caller of the issuer.
+    Fixed(String),
+    /// A string claim of the token.
+    Claim(String),
+}
+
+/// One validated `[[issuers]]` entry.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Issuer {
+    /// The `iss` its tokens carry (also the discovery base).
+    pub issuer: String,
+    /// A token must name one of these in `aud`.
+    pub audiences: Vec<String>,
+    /// Where its keys come from.
+    pub keys: KeySource,
+    /// Signature algorithms accepted (never `none`, never HMAC).
+    pub algorithms: Vec<Algorithm>,
+    /// Seconds of clock skew tolerated on `exp` and `nbf`.
+    pub clock_skew_secs: u64,
+    /// How often keys are fetched again.
+    pub refresh: Duration,
+    /// The fewest seconds between two fetches prompted by unknown `kid`s.
+    pub min_refresh: Duration,
+    /// How long the last good keys serve while the source fails.
+    pub max_stale: Duration,
+    /// The claim naming the principal (`sub` unless set).
+    pub principal_claim: String,
+    /// The tenant of its callers.
+    pub tenant: TenantFrom,
+    /// The claim holding a list (or a space-separated string) of roles.
+    pub roles_claim: Option<String>,
+    /// Roles every caller of this issuer has.
+    pub roles: Vec<String>,
+    /// Claim values to role names; when set, values not in it give no role.
+    pub role_map: BTreeMap<String, String>,
+}
+
+impl Issuer {
+    /// The cache key of its keys: the same issuer and source keep their
+    /// cached keys across a policy reload.
+    pub fn key_id(&self) -> (String, KeySource) {
+        (self.issuer.clone(), self.keys.clone())
+    }
+}
+
+/// Validates every `[[issuers]]` entry, adding each problem (with its line) to `problems`.
+pub(crate) fn validate(
+    raw: Vec<Spanned<RawIssuer>>,
+    text: &str,
+    problems: &mut Vec<Problem>,
+) -> Vec<Issuer> {
+    let mut out: Vec<Issuer> = Vec::new();
+    for (i, entry) in raw.into_iter().enumerate() {
+        let mut check = Check {
+            text,
+            problems,
+            n: i + 1,
+        };
+        let span = entry.span();
+        if let Some(issuer) = check.issuer(entry.into_inner(), &span) {
+            if let Some(first) = out.iter().position(|o| o.issuer == issuer.issuer) {
+                check.problem(
+                    &span,
+                    "issuer",
+                    format!(
+                        "{:?} is already [[issuers]] #{}: list each issuer once (several audiences go in one entry)",
+                        issuer.issuer,
+                        first + 1
+                    ),
+                );
+                continue;
+            }
+            out.push(issuer);
+        }
+    }
+    out
+}
+
+/// The problems of one entry.
+struct Check<'a> {
+    text: &'a str,
+    problems: &'a mut Vec<Problem>,
+    n: usize,
+}
+
+impl Check<'_> {
+    fn problem(&mut self, span: &Range<usize>, key: &str, message: impl Into<String>) {
+        self.problems.push(Problem {
+            line: Some(line_of(self.text, span.start)),
+            field: format!("[[issuers]] #{} {key}", self.n),
+            message: message.into(),
+        });
+    }
+
+    fn issuer(&mut self, raw: RawIssuer, span: &Range<usize>) -> Option<Issuer> {
+        let before = self.problems.len();
+        let issuer = raw.issuer.get_ref().trim().to_owned();
+        if !is_http_url(&issuer) {
+            self.problem(
+                &raw.issuer.span(),
+                "issuer",
+                "must be the issuer's URL exactly as its tokens' `iss` claim names it, e.g. \"https://login.example.com/realms/agents\"",
+            );
+        }
+        if raw.audiences.is_empty() {
+            self.problem(
+                span,
+                "audiences",
+                "is missing: list the audience (`aud`) tokens must be minted for, e.g. [\"toolmesh\"], so a token for another service is refused",
+            );
+        }
+        for (i, aud) in raw.audiences.iter().enumerate() {
+            if aud.get_ref().trim().is_empty() {
+                self.problem(
+                    &aud.span(),
+                    &format!("audiences[{i}]"),
+                    "is empty: write an audience",
+                );
+            }
+        }
+        let keys = match (raw.jwks_uri, raw.jwks_file) {
+            (Some(uri), Some(file)) => {
+                self.problem(
+                    &file.span(),
+                    "jwks_file",
+                    "is set together with jwks_uri: keys come from one place; keep one (or neither, for discovery from the issuer)",
+                );
+                KeySource::Uri(uri.into_inner())
+            }
+            (Some(uri), None) => {
+                if !is_http_url(uri.get_ref()) {
+                    self.problem(
+                        &uri.span(),
+                        "jwks_uri",
+                        "must be an http:// or https:// URL serving the issuer's JSON Web Key Set",
+                    );
+                }
+                KeySource::Uri(uri.into_inner())
+            }
+            (None, Some(file)) => {
+                if file.get_ref().trim().is_empty() {
+                    self.problem(&file.span(), "jwks_file", "is empty: name a JWKS file");
+                }
+                KeySource::File(PathBuf::from(file.into_inner()))
+            }
+            (None, None) => KeySource::Discovery,
+        };
+        let fetched_from = match &keys {
+            KeySource::Uri(uri) => Some(("jwks_uri", uri.as_str())),
+            KeySource::Discovery => Some(("issuer", issuer.as_str())),
+            KeySource::File(_) => None,
+        };
+        if let Some((key, url)) = fetched_from
+            && plain_http_elsewhere(url)
+        {
+            self.problem(
+                span,
+                key,
+                "fetches keys over plain http:// from another host, where they could be swapped in transit: use https:// (http:// is for 127.0.0.1 and localhost only), or a jwks_file",
+            );
+        }
+        let algorithms = self.algorithms(raw.algorithms, span);
+        let clock_skew_secs = self.bounded(
+            raw.clock_skew_secs,
+            "clock_skew_secs",
+            0..=MAX_CLOCK_SKEW_SECS,
+            DEFAULT_CLOCK_SKEW_SECS,
+        );
+        let day = 24 * 60 * 60;
+        let refresh = self.bounded(
+            raw.refresh_secs,
+            "refresh_secs",
+            1..=day,
+            DEFAULT_REFRESH_SECS,
+        );
+        let min_refresh = self.bounded(
+            raw.min_refresh_secs,
+            "min_refresh_secs",
+            1..=day,
+            DEFAULT_MIN_REFRESH_SECS,
+        );
+        let max_stale = self.bounded(
+            raw.max_stale_secs,
+            "max_stale_secs",
+            0..=7 * day,
+            DEFAULT_MAX_STALE_SECS,
+        );
+        let principal_claim = self
+            .claim(raw.principal_claim, "principal_claim")
+            .unwrap_or("sub".into());
+        let tenant = match (raw.tenant, raw.tenant_claim) {
+            (Some(_), Some(claim)) => {
+                self.problem(
+                    &claim.span(),
+                    "tenant_claim",
+                    "is set together with tenant: the tenant is either fixed or read from a claim; keep one",
+                );
+                TenantFrom::Fixed(DEFAULT_TENANT.into())
+            }
+            (Some(t), None) if t.get_ref().trim().is_empty() => {
+                self.problem(
+                    &t.span(),
+                    "tenant",
+                    format!("is empty: name a tenant, or leave the key out for {DEFAULT_TENANT:?}"),
+                );
+                TenantFrom::Fixed(DEFAULT_TENANT.into())
+            }
+            (Some(t), None) => TenantFrom::Fixed(t.into_inner()),
+            (None, claim @ Some(_)) => {
+                TenantFrom::Claim(self.claim(claim, "tenant_claim").unwrap_or_default())
+            }
+            (None, None) => TenantFrom::Fixed(DEFAULT_TENANT.into()),
+        };
+        let roles_claim = self.claim(raw.roles_claim, "roles_claim");
+        if !raw.role_map.is_empty() && roles_claim.is_none() {
+            self.problem(
+                span,
+                "role_map",
+                "is set without roles_claim: name the claim whose values it maps, e.g. roles_claim = \"groups\"",
+            );
+        }
+        for (i, role) in raw.roles.iter().enumerate() {
+            if role.trim().is_empty() {
+                self.problem(
+                    span,
+                    &format!("roles[{i}]"),
+                    "is empty: remove it or write a name",
+                );
+            }
+        }
+        for (value, role) in &raw.role_map {
+            if role.trim().is_empty() {
+                self.problem(
+                    span,
+                    &format!("role_map.{value}"),
+                    "maps to an empty role: write a role name",
+                );
+            }
+        }
+        if raw
+            .roles
+            .iter()
+            .chain(raw.role_map.values())
+            .any(|r| r == crate::DISPATCHER_ROLE)
+        {
+            self.problem(
+                span,
+                "roles",
+                format!(
+                    "gives the role \"{}\" to callers of an identity provider: it reads the tokens executors accept; give it only to a [[callers]] entry that names your dispatchers",
+                    crate::DISPATCHER_ROLE
+                ),
+            );
+        }
+        (self.problems.len() == before).then(|| Issuer {
+            issuer,
+            audiences: raw.audiences.into_iter().map(Spanned::into_inner).collect(),
+            keys,
+            algorithms,
+            clock_skew_secs,
+            refresh: Duration::from_secs(refresh),
+            min_refresh: Duration::from_secs(min_refresh),
+            max_stale: Duration::from_secs(max_stale),
+            principal_claim,
+            tenant,
+            roles_claim,
+            roles: raw.roles,
+            role_map: raw.role_map,
+        })
+    }
+
+    fn algorithms(
+        &mut self,
+        raw: Option<Vec<Spanned<String>>>,
+        span: &Range<usize>,
+    ) -> Vec<Algorithm> {
+        let Some(raw) = raw else {
+            return vec![Algorithm::RS256, Algorithm::ES256, Algorithm::EdDSA];
+        };
+        if raw.is_empty() {
+            self.problem(
+                span,
+                "algorithms",
+                "is empty, so no token could be verified: list some of \"RS256\", \"ES256\", \"EdDSA\", or leave the key out for all three",
+            );
+        }
+        let mut out = Vec::new();
+        for (i, name) in raw.iter().enumerate() {
+            match parse_algorithm(name.get_ref()) {
+                Ok(alg) => out.push(alg),
+                Err(why) => self.problem(&name.span(), &format!("algorithms[{i}]"), why),
+            }
+        }
+        out
+    }
+
+    fn bounded(
+        &mut self,
+        raw: Option<Spanned<u64>>,
+        key: &str,
+        range: std::ops::RangeInclusive<u64>,
+        default: u64,
+    ) -> u64 {
+        let Some(value) = raw else { return default };
+        let n = *value.get_ref();
+        if !range.contains(&n) {
+            self.problem(
+                &value.span(),
+                key,
+                format!(
+                    "{n} is out of range: use {}..={} (default {default})",
+                    range.start(),
+                    range.end()
+                ),
+            );
+        }
+        n
+    }
+
+    fn claim(&mut self, raw: Option<Spanned<String>>, key: &str) -> Option<String> {
+        let claim = raw?;
+        let name = claim.get_ref().trim();
+        if name.is_empty() {
+            self.problem(
+                &claim.span(),
+                key,
+                "is empty: name a claim of the token, e.g. \"email\"",
+            );
+            return None;
+        }
+        Some(name.to_owned())
+    }
+}
+
+/// An accepted algorithm name; `none` and the HMAC family are refused,
+/// since a public key must never serve as a shared secret.
+fn parse_algorithm(name: &str) -> Result<Algorithm, String> {
+    match name {
+        "RS256" => Ok(Algorithm::RS256),
+        "ES256" => Ok(Algorithm::ES256),
+        "EdDSA" => Ok(Algorithm::EdDSA),
+        n if n.eq_ignore_ascii_case("none") => Err(
+            "\"none\" would accept unsigned tokens: list only \"RS256\", \"ES256\" or \"EdDSA\""
+                .into(),
+        ),
+        n if n.to_ascii_uppercase().starts_with("HS") => Err(format!(
+            "{n:?} is an HMAC (shared-secret) algorithm, which an identity provider's public keys must never verify: list only \"RS256\", \"ES256\" or \"EdDSA\""
+        )),
+        n => Err(format!(
+            "{n:?} is not accepted: list only \"RS256\", \"ES256\" or \"EdDSA\""
+        )),
+    }
+}
+
+/// Whether `url` is plain `http://` to a host other than this machine.
+pub(crate) fn plain_http_elsewhere(url: &str) -> bool {
+    let Some(rest) = url.strip_prefix("http://") else {
+        return false;
+    };
+    let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
+    let host = match authority.strip_prefix('[') {
+        Some(v6) => v6.split(']').next().unwrap_or_default(),
+        None => authority.split(':').next().unwrap_or_default(),
+    };
+    !matches!(host, "127.0.0.1" | "localhost" | "::1")
+}
+
+fn is_http_url(text: &str) -> bool {
+    let rest = text
+        .strip_prefix("https://")
+        .or_else(|| text.strip_prefix("http://"));
+    rest.is_some_and(|r| !r.is_empty() && !r.starts_with('/') && !r.contains(char::is_whitespace))
+}
