@@ -35,6 +35,65 @@ pub(crate) struct MisplacedFlag {
     hint: &'static str,
 }
 
+/// How an `up --bridge` value is written.
+const BRIDGE_SHAPE: &str = "write it as NAME=-- COMMAND ARGS…, e.g. 'everything=-- npx -y @modelcontextprotocol/server-everything'";
+
+/// A flag whose value cannot be used: the flag named, with the fix
+/// (exit 64, as every bad usage).
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum FlagError {
+    /// `up --bridge` not written as `NAME=-- COMMAND ARGS…`.
+    #[error("--bridge {0:?}: {shape}", shape = BRIDGE_SHAPE)]
+    BridgeShape(String),
+    /// `up --bridge` whose command is empty or does not split.
+    #[error(
+        "--bridge {0:?}: the command after `--` is empty or its quotes do not close; {shape}",
+        shape = BRIDGE_SHAPE
+    )]
+    BridgeCommand(String),
+    /// `bridge mcp --bearer-env VAR` with VAR unset or empty.
+    #[error(
+        "--bearer-env {0}: the variable is not set; export it with the token the MCP server expects"
+    )]
+    BearerUnset(String),
+    /// `bridge mcp --tools` with a pattern no tool name matches.
+    #[error("--tools: {0}")]
+    Tools(#[from] toolmesh_governance::PatternError),
+    /// A `KEY=VALUE` flag without both sides.
+    #[error("{flag} {pair:?}: write it as {shape}")]
+    Pair {
+        /// The flag, with its dashes.
+        flag: &'static str,
+        /// The value given.
+        pair: String,
+        /// How to write it.
+        shape: &'static str,
+    },
+    /// `bridge mcp --risk TOOL=LEVEL` with an unknown level.
+    #[error("--risk {pair}: {level:?} is not a risk level; use low, medium or high")]
+    Risk {
+        /// The value given.
+        pair: String,
+        /// The level in it.
+        level: String,
+    },
+    /// `bridge mcp --timeout-ms` beyond what a tool may run.
+    #[error("--timeout-ms {given} is longer than a tool may run ({max} ms)")]
+    Timeout {
+        /// The value given.
+        given: u64,
+        /// The longest a tool may run.
+        max: u64,
+    },
+    /// An executor's address flags.
+    #[error(transparent)]
+    Serve(#[from] toolmesh_examples::BadFlag),
+    /// The upstream flags of `bridge mcp` (`--url`, `--header`, `--url-ca`,
+    /// the command after `--`).
+    #[error(transparent)]
+    Upstream(#[from] toolmesh_bridge::BridgeError),
+}
+
 /// The client flags, by clap id and as typed.
 const CLIENT_FLAGS: [(&str, &str); 4] = [
     ("server", "server"),
@@ -465,22 +524,18 @@ pub(crate) struct UpBridge {
 impl UpBridge {
     /// Reads `NAME=-- COMMAND ARGS…`, the command split as a POSIX shell
     /// would (quotes and backslashes).
-    pub(crate) fn parse(text: &str) -> Result<UpBridge, String> {
-        let shape = "write it as NAME=-- COMMAND ARGS…, e.g. 'everything=-- npx -y @modelcontextprotocol/server-everything'";
-        let (name, rest) = text
-            .split_once('=')
-            .ok_or_else(|| format!("--bridge {text:?}: {shape}"))?;
+    pub(crate) fn parse(text: &str) -> Result<UpBridge, FlagError> {
+        let shape = || FlagError::BridgeShape(text.to_owned());
+        let (name, rest) = text.split_once('=').ok_or_else(shape)?;
         let name = name.trim();
         let command = rest
             .trim_start()
             .strip_prefix("--")
             .filter(|_| !name.is_empty())
-            .ok_or_else(|| format!("--bridge {text:?}: {shape}"))?;
+            .ok_or_else(shape)?;
         let command = shlex::split(command)
             .filter(|words| !words.is_empty())
-            .ok_or_else(|| {
-                format!("--bridge {text:?}: the command after `--` is empty or its quotes do not close; {shape}")
-            })?;
+            .ok_or_else(|| FlagError::BridgeCommand(text.to_owned()))?;
         Ok(UpBridge {
             name: name.to_owned(),
             command,
@@ -776,7 +831,7 @@ mod tests {
             ["npx", "-y", "server-filesystem", "/srv/my docs"]
         );
         for bad in ["fs", "=-- cmd", "fs=cmd", "fs=--", "fs=-- 'open"] {
-            let error = UpBridge::parse(bad).unwrap_err();
+            let error = UpBridge::parse(bad).unwrap_err().to_string();
             assert!(error.contains("NAME=-- COMMAND"), "{bad}: {error}");
         }
     }

@@ -55,6 +55,12 @@ impl From<arguments::ArgumentsError> for Failure {
     }
 }
 
+impl From<args::FlagError> for Failure {
+    fn from(error: args::FlagError) -> Self {
+        Failure::Usage(error.to_string())
+    }
+}
+
 impl From<anyhow::Error> for Failure {
     fn from(error: anyhow::Error) -> Self {
         Failure::Failed(format!("{error:#}"))

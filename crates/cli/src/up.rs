@@ -29,8 +29,7 @@ pub(crate) async fn run(
         .bridge
         .iter()
         .map(|text| UpBridge::parse(text))
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(Failure::Usage)?;
+        .collect::<Result<Vec<_>, _>>()?;
     if names.is_empty() && bridges.is_empty() {
         return Err(Failure::Usage(
             "--no-default-examples starts no example: name some with --examples, or bring an MCP server with --bridge".to_owned(),

@@ -69,7 +69,7 @@ pub use cache_policy::{CachePolicy, CacheRule, CacheScope};
 pub use config::Scope;
 pub use decision::{ApprovalNeed, Decision, Explanation, GrantCheck, GrantVerdict, explain};
 pub use digest::{arguments_digest, value_digest};
-pub use error::{AuthError, PolicyError, Problem};
+pub use error::{AuthError, PatternError, PolicyError, Problem, RiskError};
 pub use glob::ToolPattern;
 pub use governance::Governance;
 pub use limits::{LimitKind, Limited, Limits, Permit};
