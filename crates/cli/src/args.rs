@@ -2,7 +2,9 @@
 
 use clap::parser::ValueSource;
 use clap::{ArgMatches, Args, CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
+use std::net::SocketAddr;
 use std::path::PathBuf;
+use toolmesh_transport::{BadAddress, dial_address, listen_address};
 
 /// toolmesh: a gRPC runtime for the tools that LLM agents call.
 #[derive(Debug, Parser)]
@@ -85,9 +87,6 @@ pub(crate) enum FlagError {
         /// The longest a tool may run.
         max: u64,
     },
-    /// An executor's address flags.
-    #[error(transparent)]
-    Serve(#[from] toolmesh_examples::BadFlag),
     /// The upstream flags of `bridge mcp` (`--url`, `--header`, `--url-ca`,
     /// the command after `--`).
     #[error(transparent)]
@@ -351,12 +350,12 @@ pub(crate) struct ToolArg {
 #[derive(Debug, Args, Clone)]
 pub(crate) struct ServerArgs {
     /// Address to listen on (port 0 picks a free port).
-    #[arg(long, env = "TOOLMESH_LISTEN", default_value = "127.0.0.1:7070")]
-    pub(crate) listen: String,
+    #[arg(long, env = "TOOLMESH_LISTEN", default_value = "127.0.0.1:7070", value_parser = listen_address)]
+    pub(crate) listen: SocketAddr,
     /// Also serve grpc.health.v1 alone, in plaintext, on this address (for
     /// probes that cannot present a client certificate).
-    #[arg(long, env = "TOOLMESH_HEALTH_LISTEN")]
-    pub(crate) health_listen: Option<String>,
+    #[arg(long, env = "TOOLMESH_HEALTH_LISTEN", value_parser = listen_address)]
+    pub(crate) health_listen: Option<SocketAddr>,
     /// How long in-flight calls may take to finish on SIGTERM, in milliseconds.
     #[arg(long, default_value_t = 10_000)]
     pub(crate) grace_ms: u64,
@@ -389,8 +388,8 @@ pub(crate) struct ServerArgs {
     /// Also serve MCP over Streamable HTTP at http://ADDR/mcp (serve,
     /// dispatcher, up; `up` does by default on the --listen port + 1;
     /// "none" turns it off).
-    #[arg(long, env = "TOOLMESH_MCP_LISTEN")]
-    pub(crate) mcp_listen: Option<String>,
+    #[arg(long, env = "TOOLMESH_MCP_LISTEN", value_parser = McpListen::parse)]
+    pub(crate) mcp_listen: Option<McpListen>,
     /// Host header values the MCP endpoint accepts (comma-separated; `*`
     /// for any, as behind a Kubernetes Service); default loopback only.
     #[arg(long, env = "TOOLMESH_MCP_ALLOWED_HOSTS", value_delimiter = ',')]
@@ -407,6 +406,33 @@ pub(crate) struct ServerArgs {
     pub(crate) public_metrics: bool,
 }
 
+/// `--mcp-listen`: an address, or "none".
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum McpListen {
+    /// No MCP endpoint.
+    Off,
+    /// MCP at this address.
+    At(SocketAddr),
+}
+
+impl McpListen {
+    /// Reads "none" or a listen address.
+    fn parse(text: &str) -> Result<McpListen, BadAddress> {
+        match text {
+            "none" => Ok(McpListen::Off),
+            text => listen_address(text).map(McpListen::At),
+        }
+    }
+
+    /// The address, unless "none".
+    pub(crate) fn addr(self) -> Option<SocketAddr> {
+        match self {
+            McpListen::Off => None,
+            McpListen::At(addr) => Some(addr),
+        }
+    }
+}
+
 /// The cores this process may use (its CPU quota counted), at least one.
 fn cores() -> usize {
     std::thread::available_parallelism().map_or(1, usize::from)
@@ -416,8 +442,8 @@ impl ServerArgs {
     /// The node settings these flags ask for.
     pub(crate) fn node_config(&self, tls: &toolmesh_transport::Tls) -> toolmesh_node::NodeConfig {
         toolmesh_node::NodeConfig {
-            listen: self.listen.clone(),
-            health_listen: self.health_listen.clone(),
+            listen: self.listen,
+            health_listen: self.health_listen,
             grace: std::time::Duration::from_millis(self.grace_ms),
             max_in_flight: self.max_in_flight,
             serve_threads: self.serve_threads,
@@ -434,7 +460,7 @@ impl ServerArgs {
             admin_allowed_hosts: self.ops.admin_allowed_hosts.clone(),
             public_metrics: self.public_metrics,
             otlp_endpoint: self.ops.otlp_endpoint.clone(),
-            mcp_listen: self.mcp_listen.clone().filter(|a| a != "none"),
+            mcp_listen: self.mcp_listen.and_then(McpListen::addr),
             mcp_allowed_hosts: self.mcp_allowed_hosts.clone(),
             mcp_allowed_origins: self.mcp_allowed_origins.clone(),
         }
@@ -485,7 +511,7 @@ pub(crate) struct DispatcherArgs {
     pub(crate) server: ServerArgs,
     /// The registry to follow (host:port), or several replicas of it
     /// (host:port,host:port,…): one is followed at a time, with failover.
-    #[arg(long, env = "TOOLMESH_REGISTRY")]
+    #[arg(long, env = "TOOLMESH_REGISTRY", value_parser = dial_address)]
     pub(crate) registry: String,
     /// Bearer token to follow the registry with: a policy caller with the
     /// role "dispatcher" (snapshots are not for everyone to read).

@@ -75,7 +75,7 @@ fn options(
         }
         None => Upstream::stdio(&args.command),
     }?;
-    let serve = args.serve.serve_options(tls.clone())?;
+    let serve = args.serve.serve_options(tls.clone());
     Ok(BridgeOptions {
         upstream,
         name: args.name.clone(),

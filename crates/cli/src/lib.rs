@@ -264,10 +264,7 @@ async fn example(args: ExampleArgs, tls: &toolmesh_transport::Tls) -> Result<(),
             toolmesh_examples::EXAMPLE_NAMES.join(", ")
         ))
     })?;
-    let options = args
-        .serve
-        .serve_options(tls.clone())
-        .map_err(|e| Failure::Usage(e.to_string()))?;
+    let options = args.serve.serve_options(tls.clone());
     let shutdown = toolmesh_transport::shutdown_signal();
     toolmesh_examples::serve(&args.name, executor, options, shutdown)
         .await
