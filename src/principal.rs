@@ -27,8 +27,8 @@ impl Principal {
         roles.iter().any(|r| self.has_role(r))
     }
 
-    /// `tenant/name`: a key unique across tenants, e.g. for
-    /// [`Limits::check`](crate::Limits::check).
+    /// `tenant/name`: a key unique across tenants, e.g. for governance's
+    /// rate limits.
     pub fn key(&self) -> String {
         format!("{}/{}", self.tenant, self.name)
     }
