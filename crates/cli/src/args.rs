@@ -58,7 +58,7 @@ pub(crate) enum FlagError {
         "--bearer-env {0}: the variable is not set; export it with the token the MCP server expects"
     )]
     BearerUnset(String),
-    /// `bridge mcp --tools` with a pattern no tool name matches.
+    /// `bridge mcp --tools` with a pattern that is not a tool-name glob.
     #[error("--tools: {0}")]
     Tools(#[from] toolmesh_governance::PatternError),
     /// A `KEY=VALUE` flag without both sides.

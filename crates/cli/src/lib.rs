@@ -140,7 +140,8 @@ pub fn main(hooks: Hooks) -> ExitCode {
         )
     };
     if let Err(e) = logged {
-        eprintln!("error: {e}");
+        // The one way tracing fails to start: the endpoint it was given.
+        eprintln!("error: --otlp-endpoint: {e}");
         return ExitCode::from(64);
     }
     let outcome = runtime.block_on(run(cli.command, &cli.client, &tls, arm));

@@ -41,11 +41,11 @@ impl Role {
 /// Settings of one node (the CLI's server flags).
 #[derive(Debug, Clone)]
 pub struct NodeConfig {
-    /// Address to listen on (`host:port`; port 0 picks a free port).
+    /// Address to listen on (port 0 picks a free port).
     pub listen: SocketAddr,
     /// Where to serve `grpc.health.v1` alone, in plaintext, for probes that
-    /// cannot present a client certificate (`host:port`); `None` serves
-    /// health only on `listen`.
+    /// cannot present a client certificate; `None` serves health only on
+    /// `listen`.
     pub health_listen: Option<SocketAddr>,
     /// How long in-flight calls may take to finish on shutdown.
     pub grace: Duration,
