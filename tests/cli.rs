@@ -491,7 +491,7 @@ async fn usage_errors_exit_64() {
 /// 64, with the flag named.
 #[test]
 fn bad_flag_values_exit_64_naming_the_flag() {
-    let cases: [(&[&str], &str); 11] = [
+    let cases: [(&[&str], &str); 12] = [
         (
             &[
                 "dispatcher",
@@ -510,6 +510,7 @@ fn bad_flag_values_exit_64_naming_the_flag() {
             "--admin-listen",
         ),
         (&["serve", "--grace-ms", "soon"], "--grace-ms"),
+        (&["registry", "--store", "10.0.0.5:2379"], "--store"),
         (&["serve", "--otlp-endpoint", "nope"], "--otlp-endpoint"),
         (&["up", "--listen", "localhost"], "--listen"),
         (&["example", "knowledge", "--listen", "nope"], "--listen"),

@@ -479,7 +479,7 @@ pub(crate) struct ServeArgs {
     /// Where the registry keeps its state: in this process (the default) or
     /// `etcd://host:2379[,host:2379…]`, shared by every registry replica
     /// pointed at the same etcd cluster.
-    #[arg(long, env = "TOOLMESH_STORE")]
+    #[arg(long, env = "TOOLMESH_STORE", value_parser = crate::etcd_flags::store_url)]
     pub(crate) store: Option<String>,
     /// Without --policy: the token a separate dispatcher follows this
     /// registry with (its --registry-token); replicas of one registry take
