@@ -1,10 +1,13 @@
 //! The domain types every component shares: validated tool definitions,
-//! immutable snapshots, tool references, argument checking and the error
-//! vocabulary a model reads; the generated toolmesh.v1 contract as [`pb`].
+//! immutable snapshots, tool references, argument checking, callers and
+//! argument digests, and the error vocabulary a model reads; the generated
+//! toolmesh.v1 contract as [`pb`].
 #![forbid(unsafe_code)]
 
+pub mod digest;
 pub mod error;
 pub mod history;
+pub mod principal;
 pub mod reference;
 pub mod rollout;
 pub mod schema;
@@ -14,6 +17,7 @@ pub mod suggest;
 
 pub use error::{ErrorCodeExt, ToolErrorExt, ToolResultExt};
 pub use history::{NotHeld, SnapshotHistory};
+pub use principal::{IssuedBy, Principal};
 pub use reference::ToolRef;
 pub use rollout::Rollout;
 pub use snapshot::{Instance, Snapshot, ToolEntry};

@@ -7,7 +7,7 @@ mod covers;
 mod shape;
 
 pub use arguments::{ArgumentsError, parse_arguments};
-pub use covers::covers;
+pub use covers::{Difference, NotCovered, covers};
 pub use shape::Shape;
 
 use jsonschema::Validator;

@@ -488,6 +488,48 @@ async fn usage_errors_exit_64() {
     assert!(said.contains(&mesh.addr), "{said}");
 }
 
+/// A server or executor flag whose value is not what it must be (an
+/// address, a number) stops the process before it starts anything: exit
+/// 64, with the flag named.
+#[test]
+fn bad_flag_values_exit_64_naming_the_flag() {
+    let cases: [(&[&str], &str); 12] = [
+        (
+            &[
+                "dispatcher",
+                "--registry",
+                "127.0.0.1:1",
+                "--listen",
+                "nonsense",
+            ],
+            "--listen",
+        ),
+        (&["dispatcher", "--registry", "a b"], "--registry"),
+        (&["registry", "--health-listen", "nope"], "--health-listen"),
+        (&["serve", "--mcp-listen", "nope"], "--mcp-listen"),
+        (
+            &["serve", "--listen", "127.0.0.1:0", "--admin-listen", "nope"],
+            "--admin-listen",
+        ),
+        (&["serve", "--grace-ms", "soon"], "--grace-ms"),
+        (&["registry", "--store", "10.0.0.5:2379"], "--store"),
+        (&["serve", "--otlp-endpoint", "nope"], "--otlp-endpoint"),
+        (&["up", "--listen", "localhost"], "--listen"),
+        (&["example", "knowledge", "--listen", "nope"], "--listen"),
+        (&["example", "knowledge", "--registry", "a b"], "--registry"),
+        (
+            &["bridge", "mcp", "--health-listen", "nope", "--", "srv"],
+            "--health-listen",
+        ),
+    ];
+    for (args, flag) in cases {
+        let output = toolmesh(args, "");
+        assert_exit(&output, 64, &args.join(" "));
+        let said = text(&output.stderr);
+        assert!(said.contains(flag), "{args:?} does not name {flag}: {said}");
+    }
+}
+
 /// A reader that hangs up (`toolmesh tools | head -1`) ends a client
 /// command quietly: no panic, no error.
 #[tokio::test]

@@ -6,6 +6,92 @@
 
 use serde_json::{Map, Value};
 
+/// Why one schema does not cover another: the first place found and what
+/// differs there.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+#[error("at {place}: {why}")]
+pub struct NotCovered {
+    /// A JSON Schema path such as `/properties/query`, or "the top level".
+    pub place: String,
+    /// What differs there.
+    pub why: Difference,
+}
+
+/// What differs between the wider schema and the narrower one at a place.
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub enum Difference {
+    /// The wider schema accepts nothing.
+    #[error("nothing is accepted, the other accepts values")]
+    AcceptsNothing,
+    /// The narrower schema accepts anything.
+    #[error("any value is accepted, the other is bounded")]
+    AcceptsAnything,
+    /// A keyword this check does not model differs.
+    #[error("`{0}` differs and cannot be compared")]
+    Opaque(&'static str),
+    /// The wider schema's `pattern` is not the narrower's.
+    #[error("`pattern` differs")]
+    Pattern,
+    /// A value the narrower enum lists has a type the wider refuses.
+    #[error("value {value} is not of type {allowed:?}")]
+    EnumType {
+        /// The value.
+        value: Value,
+        /// The types the wider schema allows.
+        allowed: Vec<String>,
+    },
+    /// The narrower schema allows any type.
+    #[error("any type is accepted, the other allows only {0:?}")]
+    AnyType(Vec<String>),
+    /// The narrower schema allows a type the wider refuses.
+    #[error("type {given:?} is not accepted (only {allowed:?})")]
+    Type {
+        /// The type.
+        given: String,
+        /// The types the wider schema allows.
+        allowed: Vec<String>,
+    },
+    /// The wider schema lists values, the narrower does not.
+    #[error("only {0} listed values are accepted")]
+    Enumerated(usize),
+    /// The narrower enum lists a value the wider does not.
+    #[error("value {0} is not in the accepted enum")]
+    NotInEnum(Value),
+    /// A bound of the narrower schema is looser.
+    #[error("`{key}` is {wider}, the other allows {narrower}")]
+    Bound {
+        /// The keyword, e.g. `maxLength`.
+        key: &'static str,
+        /// The wider schema's bound.
+        wider: f64,
+        /// The narrower schema's bound.
+        narrower: f64,
+    },
+    /// The narrower schema lacks a bound the wider has.
+    #[error("`{key}` is {wider}, the other has no such bound")]
+    Unbounded {
+        /// The keyword, e.g. `maxLength`.
+        key: &'static str,
+        /// The wider schema's bound.
+        wider: f64,
+    },
+    /// The wider schema requires a property the narrower does not.
+    #[error("{0:?} is required, the other does not require it")]
+    Required(String),
+}
+
+/// `why` at `place`.
+fn differs(place: &str, why: Difference) -> NotCovered {
+    NotCovered {
+        place: place.to_owned(),
+        why,
+    }
+}
+
+fn owned(types: &[&str]) -> Vec<String> {
+    types.iter().map(|t| (*t).to_owned()).collect()
+}
+
 /// Keywords whose effect this check does not model: a schema using one of
 /// them on the narrower side is compared only if the wider side has the
 /// same keyword with the same value.
@@ -32,12 +118,12 @@ const OPAQUE: &[&str] = &[
 
 /// `Ok` when every value `narrower` accepts is accepted by `wider`; else
 /// the first place where that cannot be shown, as a path and a reason.
-pub fn covers(wider: &Value, narrower: &Value) -> Result<(), String> {
+pub fn covers(wider: &Value, narrower: &Value) -> Result<(), NotCovered> {
     check(wider, narrower, "")
 }
 
-fn check(wider: &Value, narrower: &Value, at: &str) -> Result<(), String> {
-    let place = if at.is_empty() { "the top level" } else { at };
+fn check(wider: &Value, narrower: &Value, at: &str) -> Result<(), NotCovered> {
+    let place = place_of(at);
     if narrower == &Value::Bool(false) {
         return Ok(());
     }
@@ -46,17 +132,13 @@ fn check(wider: &Value, narrower: &Value, at: &str) -> Result<(), String> {
         Value::Object(w) if w.is_empty() => return Ok(()),
         Value::Object(w) => w,
         _ => {
-            return Err(format!(
-                "at {place}: nothing is accepted, the other accepts values"
-            ));
+            return Err(differs(place, Difference::AcceptsNothing));
         }
     };
     let narrower = match narrower {
         Value::Object(n) => n,
         _ => {
-            return Err(format!(
-                "at {place}: any value is accepted, the other is bounded"
-            ));
+            return Err(differs(place, Difference::AcceptsAnything));
         }
     };
     if wider == narrower {
@@ -66,16 +148,14 @@ fn check(wider: &Value, narrower: &Value, at: &str) -> Result<(), String> {
         if (wider.get(*key).is_some() || narrower.get(*key).is_some())
             && wider.get(*key) != narrower.get(*key)
         {
-            return Err(format!(
-                "at {place}: `{key}` differs and cannot be compared"
-            ));
+            return Err(differs(place, Difference::Opaque(key)));
         }
     }
     types(wider, narrower, place)?;
     enums(wider, narrower, place)?;
     bounds(wider, narrower, place)?;
     if wider.get("pattern").is_some() && wider.get("pattern") != narrower.get("pattern") {
-        return Err(format!("at {place}: `pattern` differs"));
+        return Err(differs(place, Difference::Pattern));
     }
     objects(wider, narrower, at)?;
     match (wider.get("items"), narrower.get("items")) {
@@ -98,7 +178,7 @@ fn types(
     wider: &Map<String, Value>,
     narrower: &Map<String, Value>,
     place: &str,
-) -> Result<(), String> {
+) -> Result<(), NotCovered> {
     let Some(allowed) = type_set(wider) else {
         return Ok(());
     };
@@ -106,17 +186,25 @@ fn types(
     if let Some(Value::Array(values)) = narrower.get("enum") {
         return match values.iter().find(|v| !accepts(json_type(v))) {
             None => Ok(()),
-            Some(v) => Err(format!("at {place}: value {v} is not of type {allowed:?}")),
+            Some(v) => Err(differs(
+                place,
+                Difference::EnumType {
+                    value: v.clone(),
+                    allowed: owned(&allowed),
+                },
+            )),
         };
     }
     match type_set(narrower) {
-        None => Err(format!(
-            "at {place}: any type is accepted, the other allows only {allowed:?}"
-        )),
+        None => Err(differs(place, Difference::AnyType(owned(&allowed)))),
         Some(given) => match given.into_iter().find(|t| !accepts(t)) {
             None => Ok(()),
-            Some(t) => Err(format!(
-                "at {place}: type {t:?} is not accepted (only {allowed:?})"
+            Some(t) => Err(differs(
+                place,
+                Difference::Type {
+                    given: t.to_owned(),
+                    allowed: owned(&allowed),
+                },
             )),
         },
     }
@@ -139,19 +227,16 @@ fn enums(
     wider: &Map<String, Value>,
     narrower: &Map<String, Value>,
     place: &str,
-) -> Result<(), String> {
+) -> Result<(), NotCovered> {
     let Some(Value::Array(allowed)) = wider.get("enum") else {
         return Ok(());
     };
     let Some(Value::Array(given)) = narrower.get("enum") else {
-        return Err(format!(
-            "at {place}: only {} listed values are accepted",
-            allowed.len()
-        ));
+        return Err(differs(place, Difference::Enumerated(allowed.len())));
     };
     match given.iter().find(|v| !allowed.contains(v)) {
         None => Ok(()),
-        Some(v) => Err(format!("at {place}: value {v} is not in the accepted enum")),
+        Some(v) => Err(differs(place, Difference::NotInEnum(v.clone()))),
     }
 }
 
@@ -160,7 +245,7 @@ fn bounds(
     wider: &Map<String, Value>,
     narrower: &Map<String, Value>,
     place: &str,
-) -> Result<(), String> {
+) -> Result<(), NotCovered> {
     const LOWER: &[&str] = &[
         "minimum",
         "exclusiveMinimum",
@@ -182,11 +267,17 @@ fn bounds(
             };
             match narrower.get(*key).and_then(Value::as_f64) {
                 Some(n) if (w - n) * tighter <= 0.0 => {}
-                Some(n) => return Err(format!("at {place}: `{key}` is {w}, the other allows {n}")),
+                Some(n) => {
+                    let why = Difference::Bound {
+                        key,
+                        wider: w,
+                        narrower: n,
+                    };
+                    return Err(differs(place, why));
+                }
                 None => {
-                    return Err(format!(
-                        "at {place}: `{key}` is {w}, the other has no such bound"
-                    ));
+                    let why = Difference::Unbounded { key, wider: w };
+                    return Err(differs(place, why));
                 }
             }
         }
@@ -200,7 +291,7 @@ fn objects(
     wider: &Map<String, Value>,
     narrower: &Map<String, Value>,
     at: &str,
-) -> Result<(), String> {
+) -> Result<(), NotCovered> {
     let empty = Map::new();
     let wider_props = wider
         .get("properties")
@@ -232,10 +323,7 @@ fn objects(
         .into_iter()
         .find(|r| !narrower_required.contains(r))
     {
-        return Err(format!(
-            "at {}: {missing:?} is required, the other does not require it",
-            place_of(at)
-        ));
+        return Err(differs(place_of(at), Difference::Required(missing)));
     }
     for (name, schema) in narrower_props {
         let path = format!("{at}/properties/{name}");
@@ -280,12 +368,16 @@ mod tests {
     fn tighter_is_covered_looser_is_not() {
         assert_eq!(covers(&search(200, false), &search(200, false)), Ok(()));
         assert_eq!(covers(&search(500, false), &search(200, false)), Ok(()));
-        let looser = covers(&search(200, false), &search(500, false)).unwrap_err();
+        let looser = covers(&search(200, false), &search(500, false))
+            .unwrap_err()
+            .to_string();
         assert!(
             looser.contains("/properties/query") && looser.contains("maxLength"),
             "{looser}"
         );
-        let extra = covers(&search(200, false), &search(200, true)).unwrap_err();
+        let extra = covers(&search(200, false), &search(200, true))
+            .unwrap_err()
+            .to_string();
         assert!(extra.contains("additionalProperties"), "{extra}");
         assert_eq!(covers(&json!({}), &search(200, true)), Ok(()));
     }
@@ -296,7 +388,9 @@ mod tests {
     fn required_types_enums_and_opaque_keywords() {
         let mut strict = search(200, false);
         strict["required"] = json!(["query", "limit"]);
-        let why = covers(&strict, &search(200, false)).unwrap_err();
+        let why = covers(&strict, &search(200, false))
+            .unwrap_err()
+            .to_string();
         assert!(why.contains("\"limit\" is required"), "{why}");
         let number = json!({"type": "number"});
         assert_eq!(covers(&number, &json!({"type": "integer"})), Ok(()));

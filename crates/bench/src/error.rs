@@ -57,6 +57,15 @@ pub enum BenchError {
         /// What went wrong.
         detail: String,
     },
+    /// A call the bench needs to succeed failed.
+    #[error("{what}: {source}")]
+    Call {
+        /// Which call.
+        what: String,
+        /// How it failed.
+        #[source]
+        source: Box<CallFailed>,
+    },
     /// The JSON report could not be written.
     #[error("cannot encode the report as JSON: {0}")]
     Json(#[from] serde_json::Error),
@@ -79,6 +88,14 @@ impl BenchError {
         }
     }
 
+    /// A call the bench needs that failed.
+    pub(crate) fn call(what: impl Into<String>, failed: CallFailed) -> Self {
+        BenchError::Call {
+            what: what.into(),
+            source: Box::new(failed),
+        }
+    }
+
     /// A step that answered wrongly.
     pub(crate) fn failed(what: impl Into<String>, detail: impl Into<String>) -> Self {
         BenchError::Failed {
@@ -94,4 +111,60 @@ impl BenchError {
             timeout,
         }
     }
+}
+
+/// How one measured call failed (counted as an error in the figures, or
+/// fatal for the first call that checks a target works).
+#[derive(Debug, thiserror::Error)]
+pub enum CallFailed {
+    /// The HTTP request could not be built.
+    #[error(transparent)]
+    Request(#[from] hyper::http::Error),
+    /// No answer within the bench's deadline.
+    #[error("timed out")]
+    TimedOut,
+    /// The HTTP exchange failed.
+    #[error(transparent)]
+    Http(#[from] hyper_util::client::legacy::Error),
+    /// The answer's body could not be read.
+    #[error(transparent)]
+    Body(#[from] hyper::Error),
+    /// The answer is not JSON.
+    #[error("HTTP {status}: {source}")]
+    NotJson {
+        /// The HTTP status.
+        status: hyper::StatusCode,
+        /// What the JSON parser said.
+        source: serde_json::Error,
+    },
+    /// A JSON-RPC error answer.
+    #[error("JSON-RPC error {0}")]
+    JsonRpc(serde_json::Value),
+    /// An HTTP error status, or a tool result marked as an error.
+    #[error("HTTP {status}: {answer}")]
+    Answer {
+        /// The HTTP status.
+        status: hyper::StatusCode,
+        /// The whole answer.
+        answer: serde_json::Value,
+    },
+    /// A dispatcher in this process refused the call.
+    #[error(transparent)]
+    Refused(#[from] toolmesh_dispatcher::Refusal),
+    /// The RPC failed.
+    #[error("{code:?}: {message}")]
+    Status {
+        /// The gRPC code.
+        code: tonic::Code,
+        /// Its message.
+        message: String,
+    },
+    /// The tool answered an error.
+    #[error("tool error {code}: {message}")]
+    Tool {
+        /// The toolmesh error code.
+        code: i32,
+        /// Its message.
+        message: String,
+    },
 }

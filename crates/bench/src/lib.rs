@@ -50,7 +50,7 @@ mod turns;
 
 pub use bridge::{BridgeRow, ByUpstream};
 pub use cache::{AtHitRatio, ByPath, CacheSeries, ResultCache};
-pub use error::BenchError;
+pub use error::{BenchError, CallFailed};
 pub use freshness::{Freshness, Series};
 pub use load::Throughput;
 pub use machine::{Build, Machine};

@@ -5,7 +5,7 @@
 //! or one made per call ([`Calls`]).
 
 use crate::cpu::Meter;
-use crate::error::BenchError;
+use crate::error::{BenchError, CallFailed};
 use crate::stats::Latency;
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
@@ -81,7 +81,7 @@ const MCP_VERSION: &str = "2026-07-28";
 impl McpClient {
     /// One `tools/call` of `work`; `Err` with a description when the HTTP
     /// exchange, JSON-RPC or the tool failed.
-    async fn call(&self, work: &Workload) -> Result<(), String> {
+    async fn call(&self, work: &Workload) -> Result<(), CallFailed> {
         // The arguments are a JSON object already: spliced, not re-encoded.
         let body = format!(
             r#"{{"jsonrpc":"2.0","id":1,"method":"tools/call","params":{{"name":{name},"arguments":{args},"_meta":{{"io.modelcontextprotocol/protocolVersion":"{MCP_VERSION}","io.modelcontextprotocol/clientInfo":{{"name":"toolmesh-bench","version":"1"}},"io.modelcontextprotocol/clientCapabilities":{{}}}}}}}}"#,
@@ -94,27 +94,20 @@ impl McpClient {
             .header("mcp-protocol-version", MCP_VERSION)
             .header("mcp-method", "tools/call")
             .header("mcp-name", &*work.tool)
-            .body(Full::new(Bytes::from(body)))
-            .map_err(|e| e.to_string())?;
+            .body(Full::new(Bytes::from(body)))?;
         let response = tokio::time::timeout(CALL_DEADLINE, self.http.request(request))
             .await
-            .map_err(|_| "timed out".to_owned())?
-            .map_err(|e| e.to_string())?;
+            .map_err(|_| CallFailed::TimedOut)??;
         let status = response.status();
-        let body = response
-            .into_body()
-            .collect()
-            .await
-            .map_err(|e| e.to_string())?
-            .to_bytes();
-        let answer: serde_json::Value =
-            serde_json::from_slice(&body).map_err(|e| format!("HTTP {status}: {e}"))?;
+        let body = response.into_body().collect().await?.to_bytes();
+        let answer: serde_json::Value = serde_json::from_slice(&body)
+            .map_err(|source| CallFailed::NotJson { status, source })?;
         if let Some(error) = answer.get("error") {
-            return Err(format!("JSON-RPC error {error}"));
+            return Err(CallFailed::JsonRpc(error.clone()));
         }
         match answer["result"]["isError"].as_bool() {
             Some(false) | None if status.is_success() => Ok(()),
-            _ => Err(format!("HTTP {status}: {answer}")),
+            _ => Err(CallFailed::Answer { status, answer }),
         }
     }
 }
@@ -152,7 +145,7 @@ impl Client {
     }
 
     /// One call; `Err` with a description when the RPC or the tool failed.
-    pub(crate) async fn call(&mut self, work: &Workload) -> Result<(), String> {
+    pub(crate) async fn call(&mut self, work: &Workload) -> Result<(), CallFailed> {
         let context = Some(CallContext {
             caller: "toolmesh-bench".into(),
             ..CallContext::default()
@@ -193,22 +186,28 @@ impl Client {
                 };
                 match dispatcher.invoke(request, Some(CALL_DEADLINE)).await {
                     Ok(response) => Ok(response.result),
-                    Err(refusal) => return Err(refusal.to_string()),
+                    Err(refusal) => return Err(refusal.into()),
                 }
             }
         };
         match result {
             Ok(result) => check(result),
-            Err(status) => Err(format!("{:?}: {}", status.code(), status.message())),
+            Err(status) => Err(CallFailed::Status {
+                code: status.code(),
+                message: status.message().to_owned(),
+            }),
         }
     }
 }
 
 /// A result counts when it has no error.
-fn check(result: Option<ToolResult>) -> Result<(), String> {
+fn check(result: Option<ToolResult>) -> Result<(), CallFailed> {
     match result.and_then(|r| r.error).filter(|e| e.code != 0) {
         None => Ok(()),
-        Some(e) => Err(format!("tool error {}: {}", e.code, e.message)),
+        Some(e) => Err(CallFailed::Tool {
+            code: e.code,
+            message: e.message,
+        }),
     }
 }
 
@@ -223,7 +222,7 @@ pub(crate) async fn check_works(
         .clone()
         .call(work)
         .await
-        .map_err(|e| BenchError::failed(format!("a first {} call through {target}", work.tool), e))
+        .map_err(|e| BenchError::call(format!("a first {} call through {target}", work.tool), e))
 }
 
 /// `calls` calls one after the other, untimed (warm-up).
@@ -486,6 +485,6 @@ mod tests {
             }),
             ..ToolResult::default()
         };
-        assert!(check(Some(failed)).unwrap_err().contains("bad"));
+        assert!(check(Some(failed)).unwrap_err().to_string().contains("bad"));
     }
 }

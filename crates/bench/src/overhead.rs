@@ -138,11 +138,11 @@ async fn in_process_dispatcher(registry: &str, work: &Workload) -> Result<Client
     let client = Client::InProcess(dispatcher);
     let deadline = Instant::now() + Duration::from_secs(15);
     // Its health check of the executor must pass before the tool is callable.
-    while let Err(e) = client.clone().call(work).await {
+    while let Err(source) = client.clone().call(work).await {
         if Instant::now() > deadline {
-            return Err(BenchError::failed(
+            return Err(BenchError::call(
                 "a call through a dispatcher in process",
-                e,
+                source,
             ));
         }
         tokio::time::sleep(Duration::from_millis(20)).await;

@@ -99,6 +99,11 @@ impl BridgeError {
     }
 }
 
+/// An upstream that did not answer a `ping`: it is gone.
+#[derive(Debug, thiserror::Error)]
+#[error("it did not answer ping ({0})")]
+pub(crate) struct NoPong(pub(crate) rmcp::service::ServiceError);
+
 fn problems(problems: &[ToolProblem]) -> String {
     let mut text = format!(
         "{} of the upstream's tools cannot join the mesh:",

@@ -24,7 +24,7 @@ pub(crate) fn trusted_roots(path: &Path) -> Result<Vec<reqwest::Certificate>, Br
 }
 
 /// A client for one upstream, trusting `roots` besides the system's.
-pub(crate) fn client(roots: &[reqwest::Certificate]) -> Result<reqwest::Client, String> {
+pub(crate) fn client(roots: &[reqwest::Certificate]) -> Result<reqwest::Client, reqwest::Error> {
     // reqwest's rustls runs on the process's provider: ring, which the rest
     // of the mesh's TLS uses too. Installed once; a second call finds it.
     let _ = tokio_rustls::rustls::crypto::ring::default_provider().install_default();
@@ -33,7 +33,6 @@ pub(crate) fn client(roots: &[reqwest::Certificate]) -> Result<reqwest::Client, 
         .tcp_nodelay(true)
         .tls_certs_merge(roots.iter().cloned())
         .build()
-        .map_err(|e| error_chain(&e))
 }
 
 /// Follows a 307 or 308 (which keep the method and the body) to the same

@@ -1,7 +1,7 @@
 //! Keeps the upstream and the mesh in step: lists the upstream's tools (every page) and registers them, again on each `tools/list_changed`; when the upstream goes away, NOT_SERVING at once, then reconnect (a stdio child started again) with backoff, and SERVING once it is back.
 
 use crate::call::{Link, UpstreamTool};
-use crate::error::BridgeError;
+use crate::error::{BridgeError, NoPong};
 use crate::mapping::{Mapped, ServerIdentity, ToolSelection, map_tools};
 use crate::upstream::{Session, Upstream};
 use rmcp::Peer;
@@ -245,12 +245,12 @@ impl Supervisor {
                 }
                 () = tokio::time::sleep(PROBE_EVERY) => {
                     if let Err(why) = probe(peer).await {
-                        return Ended::Gone(why);
+                        return Ended::Gone(why.to_string());
                     }
                 }
                 () = self.link.suspect.notified() => {
                     if let Err(why) = probe(peer).await {
-                        return Ended::Gone(why);
+                        return Ended::Gone(why.to_string());
                     }
                 }
             }
@@ -275,7 +275,7 @@ impl Supervisor {
 }
 
 /// Asks the upstream for a `ping`; why it is gone if it does not answer.
-async fn probe(peer: &Peer<RoleClient>) -> Result<(), String> {
+async fn probe(peer: &Peer<RoleClient>) -> Result<(), NoPong> {
     let request = ClientRequest::PingRequest(PingRequest::default());
     let sent = peer
         .send_request_with_option(request, PeerRequestOptions::with_timeout(REQUEST_TIMEOUT))
@@ -288,7 +288,7 @@ async fn probe(peer: &Peer<RoleClient>) -> Result<(), String> {
         Ok(_) => Ok(()),
         // A server that has no `ping` still answered.
         Err(rmcp::service::ServiceError::McpError(_)) => Ok(()),
-        Err(e) => Err(format!("it did not answer ping ({e})")),
+        Err(e) => Err(NoPong(e)),
     }
 }
 

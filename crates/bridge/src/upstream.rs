@@ -160,11 +160,10 @@ impl Upstream {
                     bearer,
                     roots,
                 } => {
-                    let http =
-                        crate::http::client(roots).map_err(|reason| BridgeError::Connect {
-                            upstream: self.describe(),
-                            reason,
-                        })?;
+                    let http = crate::http::client(roots).map_err(|e| BridgeError::Connect {
+                        upstream: self.describe(),
+                        reason: crate::http::error_chain(&e),
+                    })?;
                     let mut config = StreamableHttpClientTransportConfig::with_uri(url.as_str())
                         .custom_headers(headers.clone())
                         .max_concurrent_requests(HTTP_CONCURRENT_REQUESTS);

@@ -2,7 +2,9 @@
 
 use clap::parser::ValueSource;
 use clap::{ArgMatches, Args, CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
+use std::net::SocketAddr;
 use std::path::PathBuf;
+use toolmesh_transport::{BadAddress, dial_address, listen_address};
 
 /// toolmesh: a gRPC runtime for the tools that LLM agents call.
 #[derive(Debug, Parser)]
@@ -33,6 +35,62 @@ pub(crate) struct MisplacedFlag {
     flag: &'static str,
     command: String,
     hint: &'static str,
+}
+
+/// How an `up --bridge` value is written.
+const BRIDGE_SHAPE: &str = "write it as NAME=-- COMMAND ARGS…, e.g. 'everything=-- npx -y @modelcontextprotocol/server-everything'";
+
+/// A flag whose value cannot be used: the flag named, with the fix
+/// (exit 64, as every bad usage).
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum FlagError {
+    /// `up --bridge` not written as `NAME=-- COMMAND ARGS…`.
+    #[error("--bridge {0:?}: {shape}", shape = BRIDGE_SHAPE)]
+    BridgeShape(String),
+    /// `up --bridge` whose command is empty or does not split.
+    #[error(
+        "--bridge {0:?}: the command after `--` is empty or its quotes do not close; {shape}",
+        shape = BRIDGE_SHAPE
+    )]
+    BridgeCommand(String),
+    /// `bridge mcp --bearer-env VAR` with VAR unset or empty.
+    #[error(
+        "--bearer-env {0}: the variable is not set; export it with the token the MCP server expects"
+    )]
+    BearerUnset(String),
+    /// `bridge mcp --tools` with a pattern that is not a tool-name glob.
+    #[error("--tools: {0}")]
+    Tools(#[from] toolmesh_governance::PatternError),
+    /// A `KEY=VALUE` flag without both sides.
+    #[error("{flag} {pair:?}: write it as {shape}")]
+    Pair {
+        /// The flag, with its dashes.
+        flag: &'static str,
+        /// The value given.
+        pair: String,
+        /// How to write it.
+        shape: &'static str,
+    },
+    /// `bridge mcp --risk TOOL=LEVEL` with an unknown level.
+    #[error("--risk {pair}: {level:?} is not a risk level; use low, medium or high")]
+    Risk {
+        /// The value given.
+        pair: String,
+        /// The level in it.
+        level: String,
+    },
+    /// `bridge mcp --timeout-ms` beyond what a tool may run.
+    #[error("--timeout-ms {given} is longer than a tool may run ({max} ms)")]
+    Timeout {
+        /// The value given.
+        given: u64,
+        /// The longest a tool may run.
+        max: u64,
+    },
+    /// The upstream flags of `bridge mcp` (`--url`, `--header`, `--url-ca`,
+    /// the command after `--`).
+    #[error(transparent)]
+    Upstream(#[from] toolmesh_bridge::BridgeError),
 }
 
 /// The client flags, by clap id and as typed.
@@ -292,12 +350,12 @@ pub(crate) struct ToolArg {
 #[derive(Debug, Args, Clone)]
 pub(crate) struct ServerArgs {
     /// Address to listen on (port 0 picks a free port).
-    #[arg(long, env = "TOOLMESH_LISTEN", default_value = "127.0.0.1:7070")]
-    pub(crate) listen: String,
+    #[arg(long, env = "TOOLMESH_LISTEN", default_value = "127.0.0.1:7070", value_parser = listen_address)]
+    pub(crate) listen: SocketAddr,
     /// Also serve grpc.health.v1 alone, in plaintext, on this address (for
     /// probes that cannot present a client certificate).
-    #[arg(long, env = "TOOLMESH_HEALTH_LISTEN")]
-    pub(crate) health_listen: Option<String>,
+    #[arg(long, env = "TOOLMESH_HEALTH_LISTEN", value_parser = listen_address)]
+    pub(crate) health_listen: Option<SocketAddr>,
     /// How long in-flight calls may take to finish on SIGTERM, in milliseconds.
     #[arg(long, default_value_t = 10_000)]
     pub(crate) grace_ms: u64,
@@ -330,8 +388,8 @@ pub(crate) struct ServerArgs {
     /// Also serve MCP over Streamable HTTP at http://ADDR/mcp (serve,
     /// dispatcher, up; `up` does by default on the --listen port + 1;
     /// "none" turns it off).
-    #[arg(long, env = "TOOLMESH_MCP_LISTEN")]
-    pub(crate) mcp_listen: Option<String>,
+    #[arg(long, env = "TOOLMESH_MCP_LISTEN", value_parser = McpListen::parse)]
+    pub(crate) mcp_listen: Option<McpListen>,
     /// Host header values the MCP endpoint accepts (comma-separated; `*`
     /// for any, as behind a Kubernetes Service); default loopback only.
     #[arg(long, env = "TOOLMESH_MCP_ALLOWED_HOSTS", value_delimiter = ',')]
@@ -348,6 +406,33 @@ pub(crate) struct ServerArgs {
     pub(crate) public_metrics: bool,
 }
 
+/// `--mcp-listen`: an address, or "none".
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum McpListen {
+    /// No MCP endpoint.
+    Off,
+    /// MCP at this address.
+    At(SocketAddr),
+}
+
+impl McpListen {
+    /// Reads "none" or a listen address.
+    fn parse(text: &str) -> Result<McpListen, BadAddress> {
+        match text {
+            "none" => Ok(McpListen::Off),
+            text => listen_address(text).map(McpListen::At),
+        }
+    }
+
+    /// The address, unless "none".
+    pub(crate) fn addr(self) -> Option<SocketAddr> {
+        match self {
+            McpListen::Off => None,
+            McpListen::At(addr) => Some(addr),
+        }
+    }
+}
+
 /// The cores this process may use (its CPU quota counted), at least one.
 fn cores() -> usize {
     std::thread::available_parallelism().map_or(1, usize::from)
@@ -357,8 +442,8 @@ impl ServerArgs {
     /// The node settings these flags ask for.
     pub(crate) fn node_config(&self, tls: &toolmesh_transport::Tls) -> toolmesh_node::NodeConfig {
         toolmesh_node::NodeConfig {
-            listen: self.listen.clone(),
-            health_listen: self.health_listen.clone(),
+            listen: self.listen,
+            health_listen: self.health_listen,
             grace: std::time::Duration::from_millis(self.grace_ms),
             max_in_flight: self.max_in_flight,
             serve_threads: self.serve_threads,
@@ -375,7 +460,7 @@ impl ServerArgs {
             admin_allowed_hosts: self.ops.admin_allowed_hosts.clone(),
             public_metrics: self.public_metrics,
             otlp_endpoint: self.ops.otlp_endpoint.clone(),
-            mcp_listen: self.mcp_listen.clone().filter(|a| a != "none"),
+            mcp_listen: self.mcp_listen.and_then(McpListen::addr),
             mcp_allowed_hosts: self.mcp_allowed_hosts.clone(),
             mcp_allowed_origins: self.mcp_allowed_origins.clone(),
         }
@@ -394,7 +479,7 @@ pub(crate) struct ServeArgs {
     /// Where the registry keeps its state: in this process (the default) or
     /// `etcd://host:2379[,host:2379…]`, shared by every registry replica
     /// pointed at the same etcd cluster.
-    #[arg(long, env = "TOOLMESH_STORE")]
+    #[arg(long, env = "TOOLMESH_STORE", value_parser = crate::etcd_flags::store_url)]
     pub(crate) store: Option<String>,
     /// Without --policy: the token a separate dispatcher follows this
     /// registry with (its --registry-token); replicas of one registry take
@@ -426,7 +511,7 @@ pub(crate) struct DispatcherArgs {
     pub(crate) server: ServerArgs,
     /// The registry to follow (host:port), or several replicas of it
     /// (host:port,host:port,…): one is followed at a time, with failover.
-    #[arg(long, env = "TOOLMESH_REGISTRY")]
+    #[arg(long, env = "TOOLMESH_REGISTRY", value_parser = dial_address)]
     pub(crate) registry: String,
     /// Bearer token to follow the registry with: a policy caller with the
     /// role "dispatcher" (snapshots are not for everyone to read).
@@ -465,22 +550,18 @@ pub(crate) struct UpBridge {
 impl UpBridge {
     /// Reads `NAME=-- COMMAND ARGS…`, the command split as a POSIX shell
     /// would (quotes and backslashes).
-    pub(crate) fn parse(text: &str) -> Result<UpBridge, String> {
-        let shape = "write it as NAME=-- COMMAND ARGS…, e.g. 'everything=-- npx -y @modelcontextprotocol/server-everything'";
-        let (name, rest) = text
-            .split_once('=')
-            .ok_or_else(|| format!("--bridge {text:?}: {shape}"))?;
+    pub(crate) fn parse(text: &str) -> Result<UpBridge, FlagError> {
+        let shape = || FlagError::BridgeShape(text.to_owned());
+        let (name, rest) = text.split_once('=').ok_or_else(shape)?;
         let name = name.trim();
         let command = rest
             .trim_start()
             .strip_prefix("--")
             .filter(|_| !name.is_empty())
-            .ok_or_else(|| format!("--bridge {text:?}: {shape}"))?;
+            .ok_or_else(shape)?;
         let command = shlex::split(command)
             .filter(|words| !words.is_empty())
-            .ok_or_else(|| {
-                format!("--bridge {text:?}: the command after `--` is empty or its quotes do not close; {shape}")
-            })?;
+            .ok_or_else(|| FlagError::BridgeCommand(text.to_owned()))?;
         Ok(UpBridge {
             name: name.to_owned(),
             command,
@@ -776,7 +857,7 @@ mod tests {
             ["npx", "-y", "server-filesystem", "/srv/my docs"]
         );
         for bad in ["fs", "=-- cmd", "fs=cmd", "fs=--", "fs=-- 'open"] {
-            let error = UpBridge::parse(bad).unwrap_err();
+            let error = UpBridge::parse(bad).unwrap_err().to_string();
             assert!(error.contains("NAME=-- COMMAND"), "{bad}: {error}");
         }
     }

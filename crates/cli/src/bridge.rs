@@ -1,7 +1,7 @@
 //! `toolmesh bridge mcp`: reads the flags into `toolmesh-bridge`'s options, prints the line scripts wait for, and serves until SIGTERM.
 
 use crate::Failure;
-use crate::args::{BridgeArgs, BridgeMcpArgs};
+use crate::args::{BridgeArgs, BridgeMcpArgs, FlagError};
 use std::time::Duration;
 use toolmesh::pb::RiskLevel;
 use toolmesh_bridge::{Bridge, BridgeError, BridgeOptions, ToolSelection, Upstream};
@@ -14,7 +14,7 @@ const MAX_TIMEOUT_MS: u64 = toolmesh::spec::MAX_TIMEOUT.as_millis() as u64;
 /// ADDR` (and the health and admin addresses when asked for), and serves
 /// until SIGTERM or ctrl-c.
 pub(crate) async fn run(args: BridgeArgs, tls: &toolmesh_transport::Tls) -> Result<(), Failure> {
-    let options = options(args.mcp(), tls).map_err(Failure::Usage)?;
+    let options = options(args.mcp(), tls)?;
     let bridge = Bridge::start(options).await.map_err(failure)?;
     println!(
         "toolmesh bridge mcp {} ({}) listening on {}",
@@ -56,28 +56,26 @@ fn failure(error: BridgeError) -> Failure {
 }
 
 /// The bridge options the flags ask for, or what is wrong with a flag.
-fn options(args: &BridgeMcpArgs, tls: &toolmesh_transport::Tls) -> Result<BridgeOptions, String> {
+fn options(
+    args: &BridgeMcpArgs,
+    tls: &toolmesh_transport::Tls,
+) -> Result<BridgeOptions, FlagError> {
     let upstream = match &args.url {
         Some(url) => {
             let bearer = match &args.bearer_env {
-                Some(var) => Some(std::env::var(var).ok().filter(|v| !v.is_empty()).ok_or_else(
-                    || {
-                        format!(
-                            "--bearer-env {var}: the variable is not set; export it with the token the MCP server expects"
-                        )
-                    },
-                )?),
+                Some(var) => Some(
+                    std::env::var(var)
+                        .ok()
+                        .filter(|v| !v.is_empty())
+                        .ok_or_else(|| FlagError::BearerUnset(var.clone()))?,
+                ),
                 None => None,
             };
             Upstream::http(url, &args.header, bearer, args.url_ca.as_deref())
         }
         None => Upstream::stdio(&args.command),
-    }
-    .map_err(|e| e.to_string())?;
-    let serve = args
-        .serve
-        .serve_options(tls.clone())
-        .map_err(|e| e.to_string())?;
+    }?;
+    let serve = args.serve.serve_options(tls.clone());
     Ok(BridgeOptions {
         upstream,
         name: args.name.clone(),
@@ -88,11 +86,11 @@ fn options(args: &BridgeMcpArgs, tls: &toolmesh_transport::Tls) -> Result<Bridge
 
 /// `--tools`, `--rename`, `--risk`, `--idempotent`, `--timeout-ms`,
 /// `--owner` and `--tag` as a [`ToolSelection`].
-fn selection(args: &BridgeMcpArgs) -> Result<ToolSelection, String> {
+fn selection(args: &BridgeMcpArgs) -> Result<ToolSelection, FlagError> {
     let tools = args
         .tools
         .iter()
-        .map(|glob| ToolPattern::parse(glob).map_err(|reason| format!("--tools: {reason}")))
+        .map(|glob| ToolPattern::parse(glob))
         .collect::<Result<_, _>>()?;
     let mut renames = std::collections::BTreeMap::new();
     for pair in &args.rename {
@@ -107,18 +105,20 @@ fn selection(args: &BridgeMcpArgs) -> Result<ToolSelection, String> {
             "medium" => RiskLevel::Medium,
             "high" => RiskLevel::High,
             _ => {
-                return Err(format!(
-                    "--risk {pair}: {level:?} is not a risk level; use low, medium or high"
-                ));
+                return Err(FlagError::Risk {
+                    pair: pair.clone(),
+                    level,
+                });
             }
         };
         risk.insert(tool, level);
     }
     let timeout_ms = args.timeout_ms.unwrap_or(0);
     if timeout_ms > MAX_TIMEOUT_MS {
-        return Err(format!(
-            "--timeout-ms {timeout_ms} is longer than a tool may run ({MAX_TIMEOUT_MS} ms)"
-        ));
+        return Err(FlagError::Timeout {
+            given: timeout_ms,
+            max: MAX_TIMEOUT_MS,
+        });
     }
     Ok(ToolSelection {
         tools,
@@ -132,12 +132,20 @@ fn selection(args: &BridgeMcpArgs) -> Result<ToolSelection, String> {
 }
 
 /// `KEY=VALUE` with both sides non-empty, or an error showing `shape`.
-fn split_pair(flag: &str, pair: &str, shape: &str) -> Result<(String, String), String> {
+fn split_pair(
+    flag: &'static str,
+    pair: &str,
+    shape: &'static str,
+) -> Result<(String, String), FlagError> {
     match pair.split_once('=') {
         Some((key, value)) if !key.trim().is_empty() && !value.trim().is_empty() => {
             Ok((key.trim().to_owned(), value.trim().to_owned()))
         }
-        _ => Err(format!("{flag} {pair:?}: write it as {shape}")),
+        _ => Err(FlagError::Pair {
+            flag,
+            pair: pair.to_owned(),
+            shape,
+        }),
     }
 }
 
@@ -190,7 +198,7 @@ mod tests {
         assert!(built.upstream.is_child());
 
         let refused = |line: &[&str], needle: &str| {
-            let error = options(&args(line), &tls).unwrap_err();
+            let error = options(&args(line), &tls).unwrap_err().to_string();
             assert!(error.contains(needle), "{line:?}: {error}");
         };
         refused(&["--tools", "a[b]", "--", "srv"], "--tools");

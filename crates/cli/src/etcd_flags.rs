@@ -3,6 +3,12 @@
 
 use std::path::PathBuf;
 
+/// `--store`: `url` when it is an etcd URL list the registry can dial.
+pub(crate) fn store_url(url: &str) -> Result<String, toolmesh_etcd::EtcdError> {
+    toolmesh_etcd::parse_store_url(url)?;
+    Ok(url.to_owned())
+}
+
 /// The environment variable the etcd password may come from.
 pub(crate) const PASSWORD_ENV: &str = "TOOLMESH_ETCD_PASSWORD";
 

@@ -55,6 +55,12 @@ impl From<arguments::ArgumentsError> for Failure {
     }
 }
 
+impl From<args::FlagError> for Failure {
+    fn from(error: args::FlagError) -> Self {
+        Failure::Usage(error.to_string())
+    }
+}
+
 impl From<anyhow::Error> for Failure {
     fn from(error: anyhow::Error) -> Self {
         Failure::Failed(format!("{error:#}"))
@@ -134,7 +140,8 @@ pub fn main(hooks: Hooks) -> ExitCode {
         )
     };
     if let Err(e) = logged {
-        eprintln!("error: {e}");
+        // The one way tracing fails to start: the endpoint it was given.
+        eprintln!("error: --otlp-endpoint: {e}");
         return ExitCode::from(64);
     }
     let outcome = runtime.block_on(run(cli.command, &cli.client, &tls, arm));
@@ -258,10 +265,7 @@ async fn example(args: ExampleArgs, tls: &toolmesh_transport::Tls) -> Result<(),
             toolmesh_examples::EXAMPLE_NAMES.join(", ")
         ))
     })?;
-    let options = args
-        .serve
-        .serve_options(tls.clone())
-        .map_err(|e| Failure::Usage(e.to_string()))?;
+    let options = args.serve.serve_options(tls.clone());
     let shutdown = toolmesh_transport::shutdown_signal();
     toolmesh_examples::serve(&args.name, executor, options, shutdown)
         .await

@@ -29,8 +29,7 @@ pub(crate) async fn run(
         .bridge
         .iter()
         .map(|text| UpBridge::parse(text))
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(Failure::Usage)?;
+        .collect::<Result<Vec<_>, _>>()?;
     if names.is_empty() && bridges.is_empty() {
         return Err(Failure::Usage(
             "--no-default-examples starts no example: name some with --examples, or bring an MCP server with --bridge".to_owned(),
@@ -65,10 +64,10 @@ pub(crate) async fn run(
     };
     let server = &args.serve.server;
     if server.mcp_listen.is_none() {
-        config.mcp_listen = next_port(&config.listen, 1);
+        config.mcp_listen = next_port(config.listen, 1);
     }
     config.admin_listen = match server.ops.admin_listen.as_deref() {
-        None => next_port(&config.listen, 2).map(on_loopback),
+        None => next_port(config.listen, 2).map(|addr| on_loopback(addr.to_string())),
         Some("none") => None,
         Some(addr) => Some(addr.to_owned()),
     };
@@ -343,13 +342,12 @@ fn shell_word(word: &str) -> String {
 /// The --listen address with its port moved up by `by` (port 0 stays 0,
 /// so tests get free ports for everything): where `up` serves MCP (+1)
 /// and its admin page (+2) when not told.
-fn next_port(listen: &str, by: u16) -> Option<String> {
-    let addr = toolmesh_transport::listen_address(listen).ok()?;
-    let port = match addr.port() {
+fn next_port(listen: SocketAddr, by: u16) -> Option<SocketAddr> {
+    let port = match listen.port() {
         0 => 0,
         port => port.checked_add(by)?,
     };
-    Some(SocketAddr::new(addr.ip(), port).to_string())
+    Some(SocketAddr::new(listen.ip(), port))
 }
 
 /// `addr` with a loopback host when its host is a wildcard: the admin page
@@ -535,6 +533,9 @@ mod tests {
     /// port 0; the admin page `up` adds on its own stays on loopback.
     #[test]
     fn unasked_doors_take_the_next_ports() {
+        let next_port = |listen: &str, by| {
+            super::next_port(listen.parse().unwrap(), by).map(|addr| addr.to_string())
+        };
         assert_eq!(
             next_port("127.0.0.1:7070", 1).as_deref(),
             Some("127.0.0.1:7071")

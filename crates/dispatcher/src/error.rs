@@ -5,7 +5,7 @@
 use std::time::Duration;
 use toolmesh::ToolErrorExt;
 use toolmesh::pb::{ErrorCode, ToolError};
-use toolmesh::schema::{ArgumentsError, Violations};
+use toolmesh::schema::{ArgumentsError, NotCovered, Violations};
 use toolmesh::suggest::did_you_mean;
 
 /// A call the dispatcher could not complete, before or instead of an
@@ -165,6 +165,51 @@ pub enum CallError {
         /// The budget the call had.
         budget: Duration,
     },
+}
+
+/// Why a stand-in may not answer for a tool (`[[fallbacks]]`).
+#[derive(Debug, Clone, PartialEq, thiserror::Error)]
+pub(crate) enum Unpaired {
+    /// The stand-in may refuse arguments the tool accepts.
+    #[error("{to} may refuse arguments {from} accepts: input schema, {why}")]
+    Input {
+        /// The tool, name@version.
+        from: String,
+        /// The stand-in, name@version.
+        to: String,
+        /// Where the input schemas differ.
+        why: Box<NotCovered>,
+    },
+    /// The tool promises an output schema, the stand-in none.
+    #[error("{from} promises an output schema and {to} declares none")]
+    NoOutput {
+        /// The tool, name@version.
+        from: String,
+        /// The stand-in, name@version.
+        to: String,
+    },
+    /// The stand-in may answer outside the tool's output schema.
+    #[error("{to} may answer outside {from}'s output schema: {why}")]
+    Output {
+        /// The tool, name@version.
+        from: String,
+        /// The stand-in, name@version.
+        to: String,
+        /// Where the output schemas differ.
+        why: Box<NotCovered>,
+    },
+}
+
+/// Why the registry did not abort a failing canary's rollout
+/// ([`RolloutControl`](crate::RolloutControl)).
+#[derive(Debug, thiserror::Error)]
+pub enum AbortError {
+    /// The registry in this process refused.
+    #[error(transparent)]
+    Refused(Box<dyn std::error::Error + Send + Sync>),
+    /// The registry reached by gRPC answered with this status.
+    #[error("{}: {}", .0.code(), .0.message())]
+    Status(Box<tonic::Status>),
 }
 
 /// "1 attempt", "3 attempts".

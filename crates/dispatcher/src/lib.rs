@@ -26,7 +26,7 @@ mod window;
 
 pub use canary::RolloutControl;
 pub use config::DispatcherConfig;
-pub use error::CallError;
+pub use error::{AbortError, CallError};
 pub use follow::{EPOCH_GRACE, follow_registry};
 pub use governance_service::GovernanceService;
 pub use recent::{RECENT_WINDOW, RecentCalls};

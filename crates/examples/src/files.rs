@@ -76,7 +76,28 @@ pub fn default_root() -> PathBuf {
 /// The root directory, canonicalised on first use.
 struct Root {
     configured: Option<PathBuf>,
-    ready: OnceLock<Result<PathBuf, String>>,
+    ready: OnceLock<Result<PathBuf, RootError>>,
+}
+
+/// Why the files root cannot be used (every file tool then fails saying so).
+#[derive(Debug, Clone, thiserror::Error)]
+enum RootError {
+    /// The configured directory cannot be created or read.
+    #[error("the files root {} is not usable: {source}", dir.display())]
+    Unusable {
+        /// The directory.
+        dir: PathBuf,
+        /// What the OS said.
+        source: Arc<io::Error>,
+    },
+    /// The default directory cannot be made afresh.
+    #[error("cannot prepare the files root {}: {source}", dir.display())]
+    Unprepared {
+        /// The directory.
+        dir: PathBuf,
+        /// What the OS said.
+        source: Arc<io::Error>,
+    },
 }
 
 impl Root {
@@ -84,17 +105,20 @@ impl Root {
     fn get(&self) -> Result<&Path, ToolFailure> {
         let ready = self.ready.get_or_init(|| {
             let prepared = match &self.configured {
-                Some(dir) => prepare(dir)
-                    .map_err(|e| format!("the files root {} is not usable: {e}", dir.display())),
+                Some(dir) => prepare(dir).map_err(|e| RootError::Unusable {
+                    dir: dir.clone(),
+                    source: Arc::new(e),
+                }),
                 // One fresh default root per process, shared by every
                 // executor in it.
                 None => {
-                    static DEFAULT: OnceLock<Result<PathBuf, String>> = OnceLock::new();
+                    static DEFAULT: OnceLock<Result<PathBuf, RootError>> = OnceLock::new();
                     DEFAULT
                         .get_or_init(|| {
                             let dir = default_root();
-                            seed_default(&dir).map_err(|e| {
-                                format!("cannot prepare the files root {}: {e}", dir.display())
+                            seed_default(&dir).map_err(|e| RootError::Unprepared {
+                                dir: dir.clone(),
+                                source: Arc::new(e),
                             })
                         })
                         .clone()

@@ -1,28 +1,29 @@
 //! The flags of every executor process (`toolmesh example`,
 //! `toolmesh-fixture example`) and the [`ServeOptions`] they make.
 
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 use toolmesh_executor::ServeOptions;
-use toolmesh_transport::{BadAddress, Tls, listen_address};
+use toolmesh_transport::{Tls, dial_address, listen_address};
 
 /// Where an executor listens, what it advertises, and how it registers.
 #[derive(Debug, Clone, clap::Args)]
 pub struct ServeFlags {
     /// The registry to register with (host:port).
-    #[arg(long, env = "TOOLMESH_REGISTRY", default_value = "127.0.0.1:7070")]
+    #[arg(long, env = "TOOLMESH_REGISTRY", default_value = "127.0.0.1:7070", value_parser = dial_address)]
     pub registry: String,
     /// Address for the executor's own server.
-    #[arg(long, default_value = "127.0.0.1:0")]
-    pub listen: String,
+    #[arg(long, default_value = "127.0.0.1:0", value_parser = listen_address)]
+    pub listen: SocketAddr,
     /// The host:port to register, which dispatchers dial (for example the
     /// pod IP); required when --listen is a wildcard such as 0.0.0.0.
     #[arg(long, env = "TOOLMESH_ADVERTISE")]
     pub advertise: Option<String>,
     /// Also serve grpc.health.v1 alone, in plaintext, on this address (for
     /// probes that cannot present a client certificate).
-    #[arg(long, env = "TOOLMESH_HEALTH_LISTEN")]
-    pub health_listen: Option<String>,
+    #[arg(long, env = "TOOLMESH_HEALTH_LISTEN", value_parser = listen_address)]
+    pub health_listen: Option<SocketAddr>,
     /// Lease to ask for, in milliseconds.
     #[arg(long, default_value_t = 10_000)]
     pub ttl_ms: u64,
@@ -59,30 +60,15 @@ pub struct OpsFlags {
     pub otlp_endpoint: Option<String>,
 }
 
-/// A flag whose value is not a usable address.
-#[derive(Debug, thiserror::Error)]
-#[error("--{flag}: {source}")]
-pub struct BadFlag {
-    /// The flag, without dashes.
-    pub flag: &'static str,
-    /// What is wrong with its value.
-    pub source: BadAddress,
-}
-
 impl ServeFlags {
-    /// The serve options these flags ask for, with `tls`.
-    pub fn serve_options(&self, tls: Tls) -> Result<ServeOptions, BadFlag> {
-        let address =
-            |flag, text: &str| listen_address(text).map_err(|source| BadFlag { flag, source });
-        Ok(ServeOptions {
+    /// The serve options these flags ask for, with `tls` (the addresses
+    /// were checked as the flags were read).
+    pub fn serve_options(&self, tls: Tls) -> ServeOptions {
+        ServeOptions {
             registry: self.registry.clone(),
-            listen: address("listen", &self.listen)?,
+            listen: self.listen,
             advertise: self.advertise.clone(),
-            health_listen: self
-                .health_listen
-                .as_deref()
-                .map(|text| address("health-listen", text))
-                .transpose()?,
+            health_listen: self.health_listen,
             executor_id: self.executor_id.clone(),
             lease_ttl: Duration::from_millis(self.ttl_ms),
             grace: Duration::from_millis(self.grace_ms),
@@ -91,7 +77,7 @@ impl ServeFlags {
             admin_listen: self.ops.admin_listen.clone(),
             admin_allowed_hosts: self.ops.admin_allowed_hosts.clone(),
             otlp_endpoint: self.ops.otlp_endpoint.clone(),
-        })
+        }
     }
 }
 

@@ -22,7 +22,7 @@ mod flags;
 pub mod knowledge;
 pub mod support;
 
-pub use flags::{BadFlag, OpsFlags, ServeFlags, TlsFlags};
+pub use flags::{OpsFlags, ServeFlags, TlsFlags};
 use std::future::Future;
 use std::path::PathBuf;
 use toolmesh_executor::{Executor, ExecutorError, ServeOptions};

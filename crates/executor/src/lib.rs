@@ -67,6 +67,7 @@ mod control;
 mod dispatcher_only;
 mod dynamic;
 mod erased;
+mod error;
 mod lease;
 mod metrics;
 mod progress;
@@ -79,6 +80,7 @@ pub use context::CallCx;
 pub use control::ExecutorControl;
 pub use dynamic::{DynamicTool, JsonTool};
 pub use erased::{schema_text, schema_value};
+pub use error::ExecutorError;
 pub use lease::{BACKOFF_INITIAL, BACKOFF_MAX};
 pub use progress::ProgressHandle;
 pub use server::CANCEL_GRACE;
@@ -96,79 +98,12 @@ use tonic_health::{
     pb::health_server::HealthServer,
     server::{HealthReporter, HealthService},
 };
-use toolmesh::{
-    pb::{self, executor_server::ExecutorServer},
-    spec::SpecError,
-};
+use toolmesh::pb::{self, executor_server::ExecutorServer};
 use toolmesh_transport::{HealthOnly, MAX_CALL_MESSAGE_BYTES, Unroutable};
 use tracing::{info, warn};
 
 /// Longest the drain waits for the registry to confirm a Deregister.
 pub const DEREGISTER_TIMEOUT: Duration = Duration::from_secs(1);
-
-/// Why an executor could not start or stopped with an error.
-#[derive(Debug, thiserror::Error)]
-pub enum ExecutorError {
-    /// The service name is empty.
-    #[error("the executor's service name is empty; name the team or service that owns the tools")]
-    EmptyService,
-    /// No tool was added.
-    #[error("executor {0} has no tools; add at least one with Executor::tool")]
-    NoTools(String),
-    /// Two tools share a name.
-    #[error("tool {0:?} was added twice; every tool of an executor needs its own name")]
-    DuplicateTool(String),
-    /// A tool's spec does not validate.
-    #[error("tool {tool:?} has an invalid spec: {reason}")]
-    InvalidTool {
-        /// The tool's name.
-        tool: String,
-        /// What is wrong with its spec.
-        reason: SpecError,
-    },
-    /// The registry address is not `host:port`.
-    #[error("registry {0}")]
-    BadRegistry(#[from] toolmesh_transport::BadAddress),
-    /// The listen address could not be bound.
-    #[error("cannot listen on {addr}: {source}")]
-    Bind {
-        /// The address asked for.
-        addr: SocketAddr,
-        /// What the OS said.
-        source: std::io::Error,
-    },
-    /// The endpoint to register cannot be dialled by a dispatcher.
-    #[error("this executor would register {endpoint:?}, which dispatchers cannot reach: {reason}; {hint}", hint = toolmesh_transport::ADVERTISE_HINT)]
-    Unroutable {
-        /// The advertised endpoint, or the listen address when none is advertised.
-        endpoint: String,
-        /// Why it cannot be dialled.
-        reason: Unroutable,
-    },
-    /// The health-only listener could not be bound.
-    #[error("cannot listen for health checks on {addr} (--health-listen): {source}")]
-    HealthBind {
-        /// The address asked for.
-        addr: SocketAddr,
-        /// What the OS said.
-        source: std::io::Error,
-    },
-    /// The gRPC server failed.
-    #[error("gRPC server failed: {0}")]
-    Serve(#[from] tonic::transport::Error),
-    /// The server task ended abnormally.
-    #[error("gRPC server task ended abnormally: {0}")]
-    ServerTask(String),
-    /// The admin listener (`/metrics`) could not start.
-    #[error(transparent)]
-    Admin(#[from] toolmesh_telemetry::AdminError),
-    /// The TLS files cannot serve the admin listener over HTTPS.
-    #[error(transparent)]
-    Https(#[from] toolmesh_telemetry::HttpsError),
-    /// Traces could not be exported as asked.
-    #[error(transparent)]
-    Trace(#[from] toolmesh_telemetry::trace::TraceError),
-}
 
 /// A set of tools owned by one service, ready to be bound and served.
 pub struct Executor {

@@ -1,6 +1,7 @@
 //! The `toolmesh.v1.Executor` service: one call from request to `ToolResult`, with validation, deadline, cancellation and panic isolation.
 
 use crate::dispatcher_only::DispatcherOnly;
+use crate::error::BadArguments;
 use crate::metrics::Metrics;
 use crate::{
     CallCx, ProgressHandle,
@@ -108,7 +109,7 @@ impl Core {
         // Checked once here; the tool gets them typed.
         let args = match check_arguments(&def, std::mem::take(&mut request.arguments)) {
             Ok(args) => args,
-            Err(message) => return failure(ErrorCode::InvalidArguments, message),
+            Err(refused) => return failure(ErrorCode::InvalidArguments, refused.to_string()),
         };
 
         let (budget, bound) = call_budget(caller_timeout, def.timeout());
@@ -240,17 +241,18 @@ async fn poll_in_place(call: &mut CallFuture) -> Option<Ended> {
 /// straight into its type), else the tree the full check built, or what is
 /// wrong with them. Empty text reads as `{}`; a key repeated in one object
 /// is refused.
-fn check_arguments(def: &ToolDef, text: String) -> Result<Arguments, String> {
+fn check_arguments(def: &ToolDef, text: String) -> Result<Arguments, BadArguments> {
     if def.input().shape.accepts(&text) {
         return Ok(Arguments::Text(text));
     }
-    let args =
-        schema::parse_arguments(&text).map_err(|e| format!("calling {}: {e}", def.name()))?;
-    schema::check(def.validator(), &args).map_err(|violations| {
-        format!(
-            "arguments for {} do not match its input schema: {violations}",
-            def.name()
-        )
+    let tool = || def.name().to_owned();
+    let args = schema::parse_arguments(&text).map_err(|source| BadArguments::Unreadable {
+        tool: tool(),
+        source,
+    })?;
+    schema::check(def.validator(), &args).map_err(|violations| BadArguments::Invalid {
+        tool: tool(),
+        violations,
     })?;
     Ok(Arguments::Tree(args))
 }

@@ -134,7 +134,7 @@ pub(crate) fn validate(raw: RawCache, text: &str, problems: &mut Vec<Problem>) -
                 stale_if_error: Duration::from_millis(entry.stale_if_error_ms),
                 scope: entry.scope,
             }),
-            Err(e) => problem(entry.tool.span(), field("tool"), e),
+            Err(e) => problem(entry.tool.span(), field("tool"), e.to_string()),
         }
     }
     CachePolicy { max_bytes, rules }

@@ -1,5 +1,6 @@
 //! The policy file as written: serde structs mirroring the TOML, before validation.
 
+use crate::error::RiskError;
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use toml::Spanned;
@@ -137,11 +138,12 @@ pub enum Scope {
 pub(crate) struct RiskName(pub(crate) RiskLevel);
 
 impl TryFrom<String> for RiskName {
-    type Error = String;
-    fn try_from(text: String) -> Result<Self, String> {
-        parse_risk(&text)
-            .map(RiskName)
-            .ok_or_else(|| format!("unknown risk {text:?}: use \"LOW\", \"MEDIUM\" or \"HIGH\""))
+    type Error = RiskError;
+    fn try_from(text: String) -> Result<Self, RiskError> {
+        match parse_risk(&text) {
+            Some(risk) => Ok(RiskName(risk)),
+            None => Err(RiskError::Level(text)),
+        }
     }
 }
 
@@ -151,16 +153,15 @@ impl TryFrom<String> for RiskName {
 pub(crate) struct RiskThreshold(pub(crate) Option<RiskLevel>);
 
 impl TryFrom<String> for RiskThreshold {
-    type Error = String;
-    fn try_from(text: String) -> Result<Self, String> {
+    type Error = RiskError;
+    fn try_from(text: String) -> Result<Self, RiskError> {
         if text.eq_ignore_ascii_case("none") {
             return Ok(RiskThreshold(None));
         }
-        parse_risk(&text).map(|r| RiskThreshold(Some(r))).ok_or_else(|| {
-            format!(
-                "unknown risk {text:?}: use \"LOW\", \"MEDIUM\", \"HIGH\", or \"NONE\" to require approval by tool name only"
-            )
-        })
+        match parse_risk(&text) {
+            Some(risk) => Ok(RiskThreshold(Some(risk))),
+            None => Err(RiskError::Threshold(text)),
+        }
     }
 }
 

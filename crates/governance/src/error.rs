@@ -168,6 +168,38 @@ pub enum AuthError {
     WrongAudience,
 }
 
+/// Why a tool-name pattern is refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PatternError {
+    /// Nothing written.
+    #[error("is empty: write a tool name such as \"search_kb\" or a glob such as \"get_*\"")]
+    Empty,
+    /// A character no tool name holds.
+    #[error(
+        "{text:?} has {bad:?}, which no tool name holds: use letters, digits, '_', '.', '-', \
+         and the wildcards '*' (any characters) and '?' (one character)"
+    )]
+    BadCharacter {
+        /// The pattern as written.
+        text: String,
+        /// The first character refused.
+        bad: char,
+    },
+}
+
+/// A risk name in a policy file that is none of the levels.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum RiskError {
+    /// A tool's risk (`LOW`, `MEDIUM`, `HIGH`).
+    #[error("unknown risk {0:?}: use \"LOW\", \"MEDIUM\" or \"HIGH\"")]
+    Level(String),
+    /// `require_for_risk`, which also takes `NONE`.
+    #[error(
+        "unknown risk {0:?}: use \"LOW\", \"MEDIUM\", \"HIGH\", or \"NONE\" to require approval by tool name only"
+    )]
+    Threshold(String),
+}
+
 /// 1-based line of byte offset `at` in `text`.
 pub(crate) fn line_of(text: &str, at: usize) -> usize {
     let at = at.min(text.len());

@@ -1,5 +1,6 @@
 //! Tool-name patterns: exact names or globs with `*` (any run) and `?` (one character).
 
+use crate::error::PatternError;
 use std::fmt;
 
 /// A validated tool-name pattern such as `search_kb`, `get_*` or `*`.
@@ -27,21 +28,18 @@ impl fmt::Display for ToolPattern {
 
 impl ToolPattern {
     /// Parses a pattern; the error says which character is wrong and what is allowed.
-    pub fn parse(text: &str) -> Result<Self, String> {
+    pub fn parse(text: &str) -> Result<Self, PatternError> {
         if text.is_empty() {
-            return Err(
-                "is empty: write a tool name such as \"search_kb\" or a glob such as \"get_*\""
-                    .into(),
-            );
+            return Err(PatternError::Empty);
         }
         if let Some(bad) = text
             .chars()
             .find(|c| !(c.is_ascii_alphanumeric() || matches!(c, '_' | '.' | '-' | '*' | '?')))
         {
-            return Err(format!(
-                "{text:?} has {bad:?}, which no tool name holds: use letters, digits, '_', '.', '-', \
-                 and the wildcards '*' (any characters) and '?' (one character)"
-            ));
+            return Err(PatternError::BadCharacter {
+                text: text.to_owned(),
+                bad,
+            });
         }
         Ok(ToolPattern {
             text: text.to_owned(),
@@ -124,9 +122,10 @@ mod tests {
     /// Characters no tool name holds are rejected with a message naming them.
     #[test]
     fn bad_patterns_are_named() {
-        let err = ToolPattern::parse("get_[id]").unwrap_err();
+        let err = ToolPattern::parse("get_[id]").unwrap_err().to_string();
         assert!(err.contains("'['"), "{err}");
-        assert!(ToolPattern::parse("").unwrap_err().contains("is empty"));
+        let empty = ToolPattern::parse("").unwrap_err().to_string();
+        assert!(empty.contains("is empty"), "{empty}");
         assert!(ToolPattern::parse("send email").is_err());
     }
 }

@@ -1,4 +1,4 @@
-//! Governance for toolmesh: who a caller is, which tools it may see and call, what needs approval, how fast, what each session has done, and the audit trail.
+//! Governance for toolmesh: who a caller is, which tools it may see and call, what needs approval, how fast, and what each session has done; the audit trail it writes is `toolmesh-audit`'s.
 //!
 //! A registered tool is not thereby usable by everyone. The dispatcher asks
 //! this crate, for every `ListTools` entry and every `Invoke`:
@@ -12,7 +12,8 @@
 //!    [`arguments_digest`] and caller;
 //! 4. [`Limits::check`] (via [`Policy::limits`]) — rate limits and
 //!    concurrency quotas, with a [`Permit`] that frees its slot on drop;
-//! 5. [`AuditSink`] — one JSON [`AuditRecord`] line per call or decision.
+//! 5. [`AuditSink`] — one JSON [`AuditRecord`] line per call or decision
+//!    (from `toolmesh-audit`, re-exported here).
 //!
 //! [`PolicyHandle`] keeps the policy in force and reloads it on SIGHUP or
 //! when its file changes; a bad file leaves the previous policy in force.
@@ -41,11 +42,9 @@
 #![forbid(unsafe_code)]
 
 pub mod approvals;
-pub mod audit;
 pub mod cache_policy;
 mod config;
 mod decision;
-mod digest;
 mod error;
 pub mod fallback_policy;
 mod glob;
@@ -54,7 +53,6 @@ pub mod issuers;
 pub mod limits;
 pub mod narrowing;
 mod policy;
-mod principal;
 pub mod registry_access;
 pub mod reload;
 pub mod sessions;
@@ -63,15 +61,16 @@ pub mod shared_records;
 #[cfg(test)]
 mod tests;
 
+/// Token and argument digests, from the domain crate (audit records carry them too).
+use toolmesh::digest;
+
 pub use approvals::{
     ApprovalError, ApprovalSettings, ApprovalState, ApprovalTicket, Approvals, approval_summary,
 };
-pub use audit::{AuditKind, AuditRecord, AuditSink, RAW_ARGUMENTS_TAG};
 pub use cache_policy::{CachePolicy, CacheRule, CacheScope};
 pub use config::Scope;
 pub use decision::{ApprovalNeed, Decision, Explanation, GrantCheck, GrantVerdict, explain};
-pub use digest::{arguments_digest, value_digest};
-pub use error::{AuthError, PolicyError, Problem};
+pub use error::{AuthError, PatternError, PolicyError, Problem, RiskError};
 pub use glob::ToolPattern;
 pub use governance::Governance;
 pub use limits::{LimitKind, Limited, Limits, Permit};
@@ -79,13 +78,17 @@ pub use narrowing::{FieldLimit, Narrowing};
 pub use policy::{
     DEFAULT_TENANT, DEV_APPROVER_TOKEN, DEV_POLICY_TOML, MAX_RATE_PER_SEC, MAX_TTL_SECS, Policy,
 };
-pub use principal::{IssuedBy, Principal};
 pub use registry_access::{
     ADMIN_ROLE, AccessError, DISPATCHER_ROLE, EXECUTOR_ROLE, OPERATOR_ROLE, SnapshotAccess,
 };
 pub use reload::{PolicyHandle, PolicyWatcher};
 pub use sessions::{Declared, PreconditionError, SessionLimits, SessionUsage, Sessions};
 pub use shared_records::{SharedBook, SharedError, SharedRecordsRelay};
+pub use toolmesh::digest::{arguments_digest, value_digest};
+pub use toolmesh::{IssuedBy, Principal};
+/// The audit trail, from `toolmesh-audit` (its records name a [`Principal`]).
+pub use toolmesh_audit as audit;
+pub use toolmesh_audit::{AuditKind, AuditRecord, AuditSink, RAW_ARGUMENTS_TAG};
 
 /// The full example policy shown in the crate docs (`policy.example.toml`).
 pub const EXAMPLE_POLICY_TOML: &str = include_str!("../policy.example.toml");

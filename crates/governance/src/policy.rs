@@ -288,7 +288,7 @@ impl Builder<'_> {
             let span = item.span();
             match ToolPattern::parse(item.get_ref()) {
                 Ok(p) => out.push(p),
-                Err(e) => self.problem(Some(span), format!("{field}[{i}]"), e),
+                Err(e) => self.problem(Some(span), format!("{field}[{i}]"), e.to_string()),
             }
         }
         out
@@ -702,7 +702,7 @@ impl Builder<'_> {
                     match ToolPattern::parse(t.get_ref()) {
                         Ok(p) => Some(p),
                         Err(e) => {
-                            self.problem(Some(span), field("tool"), e);
+                            self.problem(Some(span), field("tool"), e.to_string());
                             None
                         }
                     }

@@ -1,5 +1,6 @@
 //! What a node runs and with which settings: plain values, no flag parsing.
 
+use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -40,12 +41,12 @@ impl Role {
 /// Settings of one node (the CLI's server flags).
 #[derive(Debug, Clone)]
 pub struct NodeConfig {
-    /// Address to listen on (`host:port`; port 0 picks a free port).
-    pub listen: String,
+    /// Address to listen on (port 0 picks a free port).
+    pub listen: SocketAddr,
     /// Where to serve `grpc.health.v1` alone, in plaintext, for probes that
-    /// cannot present a client certificate (`host:port`); `None` serves
-    /// health only on `listen`.
-    pub health_listen: Option<String>,
+    /// cannot present a client certificate; `None` serves health only on
+    /// `listen`.
+    pub health_listen: Option<SocketAddr>,
     /// How long in-flight calls may take to finish on shutdown.
     pub grace: Duration,
     /// Calls a dispatcher keeps in flight before it sheds load.
@@ -98,7 +99,7 @@ pub struct NodeConfig {
     pub otlp_endpoint: Option<String>,
     /// Where a dispatcher also serves MCP over Streamable HTTP (`/mcp`);
     /// `None` serves no MCP.
-    pub mcp_listen: Option<String>,
+    pub mcp_listen: Option<SocketAddr>,
     /// `Host` values the MCP endpoint accepts; empty is loopback only, `*`
     /// any (behind a Kubernetes Service or load balancer).
     pub mcp_allowed_hosts: Vec<String>,
@@ -110,7 +111,7 @@ pub struct NodeConfig {
 impl Default for NodeConfig {
     fn default() -> Self {
         NodeConfig {
-            listen: "127.0.0.1:7070".to_owned(),
+            listen: SocketAddr::from(([127, 0, 0, 1], 7070)),
             health_listen: None,
             grace: Duration::from_secs(10),
             max_in_flight: 4096,

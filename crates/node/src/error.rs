@@ -5,7 +5,7 @@ use std::path::PathBuf;
 /// Why a node could not start, or failed while serving.
 #[derive(Debug, thiserror::Error)]
 pub enum NodeError {
-    /// A listen or registry address is not `host:port`.
+    /// The registry address a dispatcher follows is not `host:port`.
     #[error(transparent)]
     Address(#[from] toolmesh_transport::BadAddress),
     /// The listener could not be bound.

@@ -7,7 +7,7 @@ use crate::admin::Feed;
 use std::sync::Arc;
 use tonic::transport::Channel;
 use toolmesh::pb::{self, registry_client::RegistryClient};
-use toolmesh_dispatcher::RolloutControl;
+use toolmesh_dispatcher::{AbortError, RolloutControl};
 use toolmesh_governance::{AuditKind, AuditRecord, AuditSink};
 use toolmesh_registry::{
     DecisionJournal, RegistryError, RolloutChange, RolloutDesk, RolloutError, RolloutRequest,
@@ -122,7 +122,7 @@ impl RolloutControl for LocalAbort {
         tool: &str,
         canary: &semver::Version,
         reason: String,
-    ) -> Result<(), String> {
+    ) -> Result<(), AbortError> {
         let request = abort_request(tool, canary, reason, "dispatcher");
         match self.0.update(request).await {
             // Already ended, or another version's rollout by now: nothing to do.
@@ -130,7 +130,7 @@ impl RolloutControl for LocalAbort {
             | Err(RegistryError::Rollout(
                 RolloutError::NotActive { .. } | RolloutError::OtherCanary { .. },
             )) => Ok(()),
-            Err(error) => Err(error.to_string()),
+            Err(error) => Err(AbortError::Refused(Box::new(error))),
         }
     }
 }
@@ -150,7 +150,7 @@ impl RolloutControl for RemoteAbort {
         tool: &str,
         canary: &semver::Version,
         reason: String,
-    ) -> Result<(), String> {
+    ) -> Result<(), AbortError> {
         let mut request = tonic::Request::new(pb::UpdateRolloutRequest {
             action: pb::RolloutAction::Abort as i32,
             tool: toolmesh::spec::label(tool, canary),
@@ -168,7 +168,7 @@ impl RolloutControl for RemoteAbort {
             Ok(_) => Ok(()),
             // Already ended (another dispatcher was first), or replaced.
             Err(status) if status.code() == tonic::Code::FailedPrecondition => Ok(()),
-            Err(status) => Err(format!("{}: {}", status.code(), status.message())),
+            Err(status) => Err(AbortError::Status(Box::new(status))),
         }
     }
 }

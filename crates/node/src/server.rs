@@ -101,9 +101,8 @@ impl Running {
     }
 }
 
-/// A listener on `listen` (`host:port`; port 0 picks one) and where it is.
-async fn bind(listen: &str) -> Result<(SocketAddr, TcpListener), NodeError> {
-    let addr = toolmesh_transport::listen_address(listen)?;
+/// A listener on `addr` (port 0 picks one) and where it is.
+async fn bind(addr: SocketAddr) -> Result<(SocketAddr, TcpListener), NodeError> {
     let listener = TcpListener::bind(addr)
         .await
         .map_err(|source| NodeError::Listen { addr, source })?;
@@ -123,7 +122,7 @@ struct Mcp {
 
 /// Binds `/mcp` for `dispatcher` on `listen`.
 async fn start_mcp(
-    listen: &str,
+    listen: SocketAddr,
     config: &NodeConfig,
     dispatcher: &Dispatcher,
 ) -> Result<(SocketAddr, Mcp), NodeError> {
@@ -160,7 +159,7 @@ pub async fn start(role: Role, config: &NodeConfig) -> Result<Running, NodeError
     let policy = load_policy(config)?;
     toolmesh_telemetry::trace::install_default(role.label(), config.otlp_endpoint.as_deref())?;
     let metrics = MetricsRegistry::for_process(role.label());
-    let (addr, listener) = bind(&config.listen).await?;
+    let (addr, listener) = bind(config.listen).await?;
     let health = tonic_health::server::HealthReporter::new();
     let registry = open_registry(&role, config, &policy, &metrics).await?;
     let snapshots: Option<tokio::sync::watch::Receiver<Arc<Snapshot>>> = match (&role, &registry) {
@@ -337,9 +336,8 @@ impl SideListeners {
         page: AdminParts<'_>,
     ) -> Result<SideListeners, NodeError> {
         let dispatcher = page.dispatcher;
-        let health_only = match &config.health_listen {
-            Some(text) => {
-                let addr = toolmesh_transport::listen_address(text)?;
+        let health_only = match config.health_listen {
+            Some(addr) => {
                 let bound = HealthOnly::bind(addr, health.clone())
                     .await
                     .map_err(|source| NodeError::HealthListen { addr, source })?;
@@ -373,7 +371,7 @@ impl SideListeners {
             }
             None => None,
         };
-        let mcp = match (&config.mcp_listen, dispatcher) {
+        let mcp = match (config.mcp_listen, dispatcher) {
             (Some(listen), Some(dispatcher)) => Some(start_mcp(listen, config, dispatcher).await?),
             _ => None,
         };

@@ -140,7 +140,7 @@ impl Mesh {
                 default_ttl: Duration::from_secs(10),
             },
             &NodeConfig {
-                listen: "127.0.0.1:0".into(),
+                listen: ([127, 0, 0, 1], 0).into(),
                 admin_listen: Some("127.0.0.1:0".into()),
                 policy: Some(policy),
                 ..NodeConfig::default()
@@ -804,7 +804,7 @@ async fn a_node_without_registry_shows_where_to_act() {
             token: Some("tok-dispatcher".into()),
         },
         &NodeConfig {
-            listen: "127.0.0.1:0".into(),
+            listen: ([127, 0, 0, 1], 0).into(),
             admin_listen: Some("127.0.0.1:0".into()),
             policy: Some(policy),
             ..NodeConfig::default()
@@ -854,7 +854,7 @@ async fn admin_is_https_with_the_nodes_tls() {
             default_ttl: Duration::from_secs(10),
         },
         &NodeConfig {
-            listen: "127.0.0.1:0".into(),
+            listen: ([127, 0, 0, 1], 0).into(),
             admin_listen: Some("127.0.0.1:0".into()),
             tls: toolmesh_transport::Tls::from_files(&files).unwrap(),
             ..NodeConfig::default()

@@ -634,8 +634,8 @@ async fn mcp_over_tls_with_the_nodes_certificate() {
             default_ttl: Duration::from_secs(10),
         },
         &toolmesh_node::NodeConfig {
-            listen: "127.0.0.1:0".into(),
-            mcp_listen: Some("127.0.0.1:0".into()),
+            listen: ([127, 0, 0, 1], 0).into(),
+            mcp_listen: Some(([127, 0, 0, 1], 0).into()),
             mcp_allowed_hosts: vec!["*".into()],
             tls: toolmesh_transport::Tls::from_files(&files).unwrap(),
             ..toolmesh_node::NodeConfig::default()
@@ -676,8 +676,8 @@ async fn mcp_client_certificate_is_an_identity() {
             default_ttl: Duration::from_secs(10),
         },
         &toolmesh_node::NodeConfig {
-            listen: "127.0.0.1:0".into(),
-            mcp_listen: Some("127.0.0.1:0".into()),
+            listen: ([127, 0, 0, 1], 0).into(),
+            mcp_listen: Some(([127, 0, 0, 1], 0).into()),
             mcp_allowed_hosts: vec!["*".into()],
             tls: toolmesh_transport::Tls::from_files(&files).unwrap(),
             policy: Some(policy),

@@ -11,7 +11,7 @@ use toolmesh_transport::{Tls, channel};
 
 fn config() -> NodeConfig {
     NodeConfig {
-        listen: "127.0.0.1:0".to_owned(),
+        listen: ([127, 0, 0, 1], 0).into(),
         ..NodeConfig::default()
     }
 }

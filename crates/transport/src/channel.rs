@@ -17,19 +17,35 @@ pub struct BadAddress(pub String);
 /// a registry) make one channel that spreads calls over the replicas it can
 /// reach, so a call retried after a failure finds a live one.
 pub fn channel(address: &str, tls: &Tls) -> Result<Channel, BadAddress> {
+    let mut endpoints = endpoints(address, tls)?;
     if address.contains(',') {
-        let endpoints = address
-            .split(',')
-            .map(str::trim)
-            .filter(|a| !a.is_empty())
-            .map(|a| endpoint(a, tls))
-            .collect::<Result<Vec<_>, _>>()?;
-        if endpoints.is_empty() {
-            return Err(BadAddress(address.to_owned()));
-        }
         return Ok(Channel::balance_list(endpoints.into_iter()));
     }
-    Ok(endpoint(address, tls)?.connect_lazy())
+    Ok(endpoints.remove(0).connect_lazy())
+}
+
+/// `address` if [`channel`] can dial it, checked without making a channel
+/// (a flag is read before the runtime that would run one starts).
+pub fn dial_address(address: &str) -> Result<String, BadAddress> {
+    endpoints(address, &Tls::none())?;
+    Ok(address.to_owned())
+}
+
+/// The endpoints of `address`: one, or the replicas separated by commas.
+fn endpoints(address: &str, tls: &Tls) -> Result<Vec<Endpoint>, BadAddress> {
+    if !address.contains(',') {
+        return Ok(vec![endpoint(address, tls)?]);
+    }
+    let endpoints = address
+        .split(',')
+        .map(str::trim)
+        .filter(|a| !a.is_empty())
+        .map(|a| endpoint(a, tls))
+        .collect::<Result<Vec<_>, _>>()?;
+    if endpoints.is_empty() {
+        return Err(BadAddress(address.to_owned()));
+    }
+    Ok(endpoints)
 }
 
 /// The endpoint of one `host:port` (or full URI) with the mesh's settings.

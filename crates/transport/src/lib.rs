@@ -17,7 +17,7 @@ mod tls;
 
 pub use advertise::{ADVERTISE_HINT, Unroutable, check_advertised};
 pub use auth::{PeerCertificate, bearer, bearer_token, is_spiffe_id, peer_certificate, set_bearer};
-pub use channel::{BadAddress, channel};
+pub use channel::{BadAddress, channel, dial_address};
 pub use coalesce::Coalesced;
 pub use connector::{BoxError, Connector, Lane};
 pub use deadline::{Bound, call_budget, parse_grpc_timeout, request_timeout};

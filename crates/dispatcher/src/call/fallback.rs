@@ -9,7 +9,7 @@ use super::admit::Admitted;
 use super::mark::{FellBack, Mark};
 use super::reached::Refused;
 use super::service::{Answer, Answered, Call, Outcome, Service};
-use crate::error::CallError;
+use crate::error::{CallError, Unpaired};
 use crate::metrics::Metrics;
 use std::collections::HashMap;
 use std::future::Future;
@@ -176,13 +176,13 @@ pub(crate) fn reason(def: &ToolDef, outcome: &Outcome, attempts: u32) -> Option<
 /// Whether a stand-in may answer for a tool, remembered per pair of versions.
 #[derive(Debug, Default)]
 pub(crate) struct Pairings {
-    checked: Mutex<HashMap<(String, String), Result<(), String>>>,
+    checked: Mutex<HashMap<(String, String), Result<(), Unpaired>>>,
 }
 
 impl Pairings {
     /// `Ok` when `stand_in` accepts every argument `primary` accepts and
     /// answers within `primary`'s output schema; else why not.
-    pub(crate) fn check(&self, primary: &ToolDef, stand_in: &ToolDef) -> Result<(), String> {
+    pub(crate) fn check(&self, primary: &ToolDef, stand_in: &ToolDef) -> Result<(), Unpaired> {
         let key = (primary.label(), stand_in.label());
         let mut checked = self.checked.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some(known) = checked.get(&key) {
@@ -225,20 +225,23 @@ pub(crate) fn describe(
     }
 }
 
-fn compatible(primary: &ToolDef, stand_in: &ToolDef) -> Result<(), String> {
+fn compatible(primary: &ToolDef, stand_in: &ToolDef) -> Result<(), Unpaired> {
     let (from, to) = (primary.label(), stand_in.label());
-    toolmesh::schema::covers(stand_in.input_schema(), primary.input_schema())
-        .map_err(|why| format!("{to} may refuse arguments {from} accepts: input schema, {why}"))?;
+    if let Err(why) = toolmesh::schema::covers(stand_in.input_schema(), primary.input_schema()) {
+        let why = Box::new(why);
+        return Err(Unpaired::Input { from, to, why });
+    }
     let Some(promised) = primary.output_schema() else {
         return Ok(());
     };
     let Some(given) = stand_in.output_schema() else {
-        return Err(format!(
-            "{from} promises an output schema and {to} declares none"
-        ));
+        return Err(Unpaired::NoOutput { from, to });
     };
-    toolmesh::schema::covers(promised, given)
-        .map_err(|why| format!("{to} may answer outside {from}'s output schema: {why}"))
+    toolmesh::schema::covers(promised, given).map_err(|why| Unpaired::Output {
+        from,
+        to,
+        why: Box::new(why),
+    })
 }
 
 #[cfg(test)]
@@ -306,10 +309,10 @@ mod tests {
         let primary = def("search", true, QUERY, "");
         let wider = def("mirror", true, ANY_QUERY, "");
         assert_eq!(pairings.check(&primary, &wider), Ok(()));
-        let why = pairings.check(&wider, &primary).unwrap_err();
+        let why = pairings.check(&wider, &primary).unwrap_err().to_string();
         assert!(why.contains("may refuse arguments"), "{why}");
         let promised = def("typed", true, QUERY, r#"{"type":"object"}"#);
-        let why = pairings.check(&promised, &wider).unwrap_err();
+        let why = pairings.check(&promised, &wider).unwrap_err().to_string();
         assert!(why.contains("declares none"), "{why}");
     }
 }

@@ -3,6 +3,7 @@
 //! rate exceeds the stable versions' by more than the rollout's margin, the
 //! registry is asked to abort the rollout (automatically, saying why).
 
+use crate::error::AbortError;
 use crate::window::{Counts, Window};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -28,7 +29,7 @@ pub trait RolloutControl: Send + Sync + std::fmt::Debug + 'static {
         tool: &str,
         canary: &semver::Version,
         reason: String,
-    ) -> Result<(), String>;
+    ) -> Result<(), AbortError>;
 }
 
 /// Whether an outcome counts against the version that produced it: the

@@ -55,7 +55,7 @@ impl RolloutControl for Arc<Asked> {
         tool: &str,
         canary: &semver::Version,
         reason: String,
-    ) -> Result<(), String> {
+    ) -> Result<(), crate::AbortError> {
         self.0.fetch_add(1, Ordering::SeqCst);
         self.1
             .lock()

@@ -1,48 +1,10 @@
 //! Approval tickets as shared records (`toolmesh.v1.ApprovalTicket`, kept by the registry for every dispatcher), and a book rebuilt from them: the rules stay those of [`Approvals`]; only where the tickets live changes.
 
 use super::{ApprovalSettings, ApprovalState, ApprovalTicket, Approvals, id_number};
-use crate::Principal;
-use crate::principal::IssuedBy;
 use crate::shared_records::unix_ms;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tokio::time::Instant;
 use toolmesh::pb;
-
-impl From<&Principal> for pb::Principal {
-    fn from(who: &Principal) -> Self {
-        pb::Principal {
-            name: who.name.clone(),
-            tenant: who.tenant.clone(),
-            roles: who.roles.clone(),
-            anonymous: who.anonymous,
-            issuer: who
-                .issued_by
-                .as_ref()
-                .map(|by| by.issuer.clone())
-                .unwrap_or_default(),
-            subject: who
-                .issued_by
-                .as_ref()
-                .map(|by| by.subject.clone())
-                .unwrap_or_default(),
-        }
-    }
-}
-
-impl From<pb::Principal> for Principal {
-    fn from(who: pb::Principal) -> Self {
-        Principal {
-            name: who.name,
-            tenant: who.tenant,
-            roles: who.roles,
-            anonymous: who.anonymous,
-            issued_by: (!who.issuer.is_empty()).then_some(IssuedBy {
-                issuer: who.issuer,
-                subject: who.subject,
-            }),
-        }
-    }
-}
 
 /// A ticket with wall-clock times (an `Instant` means nothing to another
 /// process) and its state as the contract's enum.
@@ -136,6 +98,7 @@ impl Approvals {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::{IssuedBy, Principal};
     use prost::Message;
 
     fn caller() -> Principal {

@@ -221,8 +221,8 @@ impl Mesh {
         let policy = dir.path().join("policy.toml");
         std::fs::write(&policy, POLICY).unwrap();
         let config = NodeConfig {
-            listen: "127.0.0.1:0".into(),
-            mcp_listen: Some("127.0.0.1:0".into()),
+            listen: ([127, 0, 0, 1], 0).into(),
+            mcp_listen: Some(([127, 0, 0, 1], 0).into()),
             policy: Some(policy),
             ..NodeConfig::default()
         };

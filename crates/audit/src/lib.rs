@@ -5,11 +5,12 @@
 //! with every input-schema property marked `"x-sensitive": true` replaced
 //! by [`REDACTED`].
 
+#![forbid(unsafe_code)]
+
 mod redact;
 
 pub use redact::redact;
 
-use crate::{Principal, arguments_digest, value_digest};
 use serde::Serialize;
 use serde_json::Value;
 use std::{
@@ -22,6 +23,8 @@ use std::{
     time::{SystemTime, UNIX_EPOCH},
 };
 use tokio::sync::{mpsc, oneshot};
+use toolmesh::Principal;
+use toolmesh::digest::{arguments_digest, value_digest};
 use toolmesh::{
     ErrorCodeExt, ToolDef, ToolErrorExt,
     pb::{ErrorCode, ToolResult, ToolSpec},
@@ -530,7 +533,7 @@ mod tests {
         .unwrap();
         assert!(plain.get("issuer").is_none() && plain.get("subject").is_none());
         let jwt = Principal {
-            issued_by: Some(crate::IssuedBy {
+            issued_by: Some(toolmesh::IssuedBy {
                 issuer: "https://idp.example".into(),
                 subject: "user-42".into(),
             }),

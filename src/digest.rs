@@ -4,12 +4,12 @@ use serde_json::Value;
 use sha2::{Digest, Sha256};
 
 /// The SHA-256 of `bytes`.
-pub(crate) fn sha256(bytes: &[u8]) -> [u8; 32] {
+pub fn sha256(bytes: &[u8]) -> [u8; 32] {
     Sha256::digest(bytes).into()
 }
 
 /// Lower-case hex of `bytes`.
-pub(crate) fn hex(bytes: &[u8]) -> String {
+pub fn hex(bytes: &[u8]) -> String {
     const DIGITS: &[u8; 16] = b"0123456789abcdef";
     let mut out = String::with_capacity(bytes.len() * 2);
     for &b in bytes {
@@ -20,7 +20,7 @@ pub(crate) fn hex(bytes: &[u8]) -> String {
 }
 
 /// Parses 64 hex digits (either case) into a SHA-256 digest.
-pub(crate) fn parse_sha256_hex(text: &str) -> Option<[u8; 32]> {
+pub fn parse_sha256_hex(text: &str) -> Option<[u8; 32]> {
     let bytes = text.as_bytes();
     if bytes.len() != 64 {
         return None;
@@ -56,7 +56,7 @@ pub fn value_digest(value: &Value) -> String {
 }
 
 /// The SHA-256 of `value`'s canonical JSON, as bytes.
-pub(crate) fn value_sha256(value: &Value) -> [u8; 32] {
+pub fn value_sha256(value: &Value) -> [u8; 32] {
     let mut canonical = String::new();
     write_canonical(value, &mut canonical);
     sha256(canonical.as_bytes())

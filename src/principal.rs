@@ -40,8 +40,8 @@ impl Principal {
         roles.iter().any(|r| self.has_role(r))
     }
 
-    /// `tenant/name`: a key unique across tenants, e.g. for
-    /// [`Limits::check`](crate::Limits::check).
+    /// `tenant/name`: a key unique across tenants, e.g. for governance's
+    /// rate limits.
     pub fn key(&self) -> String {
         format!("{}/{}", self.tenant, self.name)
     }
@@ -64,6 +64,43 @@ impl fmt::Display for Principal {
             f.write_str("no roles)")
         } else {
             write!(f, "roles {})", self.roles.join(", "))
+        }
+    }
+}
+
+/// A principal as shared records carry it (`toolmesh.v1.Principal`).
+impl From<&Principal> for crate::pb::Principal {
+    fn from(who: &Principal) -> Self {
+        crate::pb::Principal {
+            name: who.name.clone(),
+            tenant: who.tenant.clone(),
+            roles: who.roles.clone(),
+            anonymous: who.anonymous,
+            issuer: who
+                .issued_by
+                .as_ref()
+                .map(|by| by.issuer.clone())
+                .unwrap_or_default(),
+            subject: who
+                .issued_by
+                .as_ref()
+                .map(|by| by.subject.clone())
+                .unwrap_or_default(),
+        }
+    }
+}
+
+impl From<crate::pb::Principal> for Principal {
+    fn from(who: crate::pb::Principal) -> Self {
+        Principal {
+            name: who.name,
+            tenant: who.tenant,
+            roles: who.roles,
+            anonymous: who.anonymous,
+            issued_by: (!who.issuer.is_empty()).then_some(IssuedBy {
+                issuer: who.issuer,
+                subject: who.subject,
+            }),
         }
     }
 }
