@@ -339,3 +339,69 @@ async fn jwt_callers_at_every_door() {
         "{hits} JWKS fetches in {secs} s of random kids"
     );
 }
+
+/// Workloads known by a provider's tokens (Kubernetes service-account
+/// tokens are such JWTs): an executor registers with its token alone and
+/// owns its tool names under the token's subject; an operator's token
+/// disables a tool at the registry; a token without the role is refused
+/// there with a message naming the role.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn workload_tokens_at_the_registry() {
+    let key = SigningKey::es256("k1");
+    let provider = Provider::start(&[&key]).await;
+    let dir = temp_dir("oidc-registry");
+    let policy_path = dir.join("policy.toml");
+    std::fs::write(&policy_path, policy(&provider)).unwrap();
+    let (_serve, addr) = serve(&["--policy", policy_path.to_str().unwrap()]);
+    let workload = key.mint(&claims(
+        &provider,
+        "system:serviceaccount:tools:acceptance",
+        &["executor"],
+    ));
+    let _exec = example("acceptance", &addr, &["--token", &workload]);
+    eventually(
+        "the workload's tools registered",
+        Duration::from_secs(30),
+        || {
+            let addr = addr.clone();
+            async move {
+                let (_, names) = list_with(&addr, "tok-approver").await;
+                names.contains("acc_echo").then_some(())
+            }
+        },
+    )
+    .await;
+
+    let disable = |token: &str| {
+        std::process::Command::new(toolmesh_bin())
+            .args(["disable", "acc_echo", "--reason", "incident 7"])
+            .env("TOOLMESH_SERVER", &addr)
+            .env("TOOLMESH_TOKEN", token)
+            .output()
+            .unwrap()
+    };
+    let agent = key.mint(&claims(&provider, "user-7", &["agent"]));
+    let refused = disable(&agent);
+    let said = String::from_utf8_lossy(&refused.stderr);
+    assert!(!refused.status.success(), "an agent may not disable tools");
+    assert!(said.contains("\"admin\""), "{said}");
+    let admin = key.mint(&claims(&provider, "ops-1", &["admin"]));
+    let done = disable(&admin);
+    assert!(
+        done.status.success(),
+        "{}",
+        String::from_utf8_lossy(&done.stderr)
+    );
+    let mut client = dispatcher(&addr);
+    let call = InvokeRequest {
+        tool: "acc_echo".into(),
+        arguments: r#"{"message": "hi"}"#.into(),
+        ..Default::default()
+    };
+    let answered = invoke_with_token(&mut client, call, Some("tok-agent")).await;
+    assert!(
+        message(&answered).contains("incident 7"),
+        "{}",
+        message(&answered)
+    );
+}

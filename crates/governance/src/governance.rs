@@ -5,7 +5,8 @@ use crate::approvals::{
     ApprovalError, ApprovalFields, ApprovalOp, ApprovalTicket, Approvals, SharedApprovals,
 };
 use crate::audit::{AuditKind, AuditRecord, AuditSink};
-use crate::issuers::{self, IssuerKeys};
+use crate::identity::Identity;
+use crate::issuers::IssuerKeys;
 use crate::sessions::{PreconditionError, SharedSessions};
 use crate::shared_records::SharedBook;
 use crate::{AuthError, Policy, PolicyHandle, Principal, Sessions};
@@ -31,19 +32,23 @@ pub struct Governance {
     audit: Option<AuditSink>,
     /// The registry's shared book, used instead of `approvals` when set.
     shared_approvals: Option<SharedApprovals>,
-    /// The keys of the policy's `[[issuers]]`, kept across reloads.
-    issuer_keys: Arc<IssuerKeys>,
+    /// Who callers are (static tokens, certificates, issuers' JWTs).
+    identity: Identity,
 }
 
 impl Governance {
     /// Governance by `policy`, writing audit records to `audit` when set.
     pub fn new(policy: Arc<PolicyHandle>, audit: Option<AuditSink>) -> Self {
+        Governance::sharing(Identity::new(policy), audit)
+    }
+
+    /// Governance that identifies callers with `identity` (and shares its
+    /// issuers' keys, e.g. with the registry in the same process).
+    pub fn sharing(identity: Identity, audit: Option<AuditSink>) -> Self {
+        let policy = identity.policy().clone();
         let approvals = Approvals::new(policy.current().approval_settings());
-        let issuer_keys = Arc::new(IssuerKeys::default());
-        // Keys are fetched from the start, so the first JWT caller finds them.
-        issuer_keys.follow(policy.generation(), policy.current().issuers());
         Governance {
-            issuer_keys,
+            identity,
             approvals_generation: AtomicU64::new(policy.generation()),
             policy,
             approvals,
@@ -182,29 +187,17 @@ impl Governance {
         bearer: Option<&str>,
         certificate: Option<&PeerCertificate>,
     ) -> Result<Principal, AuthError> {
-        // The generation before the policy: a reload in between is seen
-        // again on the next call (the handle stores, then counts).
-        let generation = self.policy.generation();
-        let policy = self.policy.current();
-        self.issuer_keys.follow(generation, policy.issuers());
-        let valid_for = certificate.map(|cert| move |name: &str| cert.is_valid_for(name));
-        let found = policy.identify(
-            bearer,
-            valid_for.as_ref().map(|f| f as &dyn Fn(&str) -> bool),
-        );
-        match (found, bearer.and_then(toolmesh_transport::bearer_token)) {
-            (Err(AuthError::UnknownToken { .. }), Some(token))
-                if !policy.issuers().is_empty() && issuers::looks_like_jwt(token) =>
-            {
-                issuers::verify(token, policy.issuers(), &self.issuer_keys)
-            }
-            (found, _) => found,
-        }
+        self.identity.authenticate(bearer, certificate)
+    }
+
+    /// Who callers are, for the registry beside this dispatcher.
+    pub fn identity(&self) -> &Identity {
+        &self.identity
     }
 
     /// How the keys of each `[[issuers]]` entry stand (for health and metrics).
     pub fn issuer_keys(&self) -> Arc<IssuerKeys> {
-        self.issuer_keys.clone()
+        self.identity.issuer_keys()
     }
 
     /// Writes an audit record, built only when an audit sink is set.

@@ -49,6 +49,7 @@ mod error;
 pub mod fallback_policy;
 mod glob;
 mod governance;
+mod identity;
 pub mod issuers;
 pub mod limits;
 pub mod narrowing;
@@ -73,6 +74,7 @@ pub use decision::{ApprovalNeed, Decision, Explanation, GrantCheck, GrantVerdict
 pub use error::{AuthError, PatternError, PolicyError, Problem, RiskError};
 pub use glob::ToolPattern;
 pub use governance::Governance;
+pub use identity::{Identify, Identity};
 pub use limits::{LimitKind, Limited, Limits, Permit};
 pub use narrowing::{FieldLimit, Narrowing};
 pub use policy::{

@@ -1,6 +1,6 @@
 //! The registry's authorization rules: who may register executors and who may disable and enable tools.
 
-use crate::{Policy, Principal};
+use crate::{Identify, Policy, Principal};
 
 /// Role a caller needs to register executors.
 pub const EXECUTOR_ROLE: &str = "executor";
@@ -40,10 +40,13 @@ pub enum AccessError {
 /// must have [`EXECUTOR_ROLE`]. Anonymous registrations (where the policy
 /// admits them) claim no names, so ownership starts with the first
 /// authenticated owner: their owner is the empty string.
-pub fn executor_owner(policy: &Policy, bearer: Option<&str>) -> Result<String, AccessError> {
-    let who = policy.authenticate(bearer).map_err(|e| {
+pub fn executor_owner(
+    identity: &(impl Identify + ?Sized),
+    bearer: Option<&str>,
+) -> Result<String, AccessError> {
+    let who = identity.identify(bearer, None).map_err(|e| {
         AccessError::Unauthenticated(format!(
-            "{e}; executors register with the token of a [[callers]] entry that has the role \"{EXECUTOR_ROLE}\""
+            "{e}; executors register with the token of a [[callers]] entry (or of an [[issuers]] entry's provider) whose principal has the role \"{EXECUTOR_ROLE}\""
         ))
     })?;
     may_register(&who)?;
@@ -67,9 +70,12 @@ pub fn executor_owner_by_certificate(
 
 /// The principal allowed to disable and enable tools: it must have
 /// [`ADMIN_ROLE`].
-pub fn admin(policy: &Policy, bearer: Option<&str>) -> Result<String, AccessError> {
-    let who = policy
-        .authenticate(bearer)
+pub fn admin(
+    identity: &(impl Identify + ?Sized),
+    bearer: Option<&str>,
+) -> Result<String, AccessError> {
+    let who = identity
+        .identify(bearer, None)
         .map_err(|e| AccessError::Unauthenticated(e.to_string()))?;
     may_switch(&who)?;
     Ok(who.name)
@@ -93,11 +99,11 @@ pub fn may_switch(who: &Principal) -> Result<(), AccessError> {
 /// operators ([`ADMIN_ROLE`]); the caller is the bearer token's principal,
 /// else the one a verified client certificate names (`certificate_valid_for`).
 pub fn snapshot_reader(
-    policy: &Policy,
+    identity: &(impl Identify + ?Sized),
     bearer: Option<&str>,
     certificate_valid_for: Option<&dyn Fn(&str) -> bool>,
 ) -> Result<SnapshotAccess, AccessError> {
-    let who = policy
+    let who = identity
         .identify(bearer, certificate_valid_for)
         .map_err(|e| {
             AccessError::Unauthenticated(format!(
@@ -122,16 +128,9 @@ pub fn snapshot_reader(
 /// unless it is public): the principal of a bearer token (never the
 /// anonymous one, whatever roles the policy gives it) holding
 /// [`ADMIN_ROLE`] or [`OPERATOR_ROLE`].
-pub fn admin_reader(policy: &Policy, bearer: Option<&str>) -> Result<Principal, AccessError> {
-    admin_reader_by(bearer, |b| policy.authenticate(b))
-}
-
-/// [`admin_reader`] with the caller identified by `authenticate` (a
-/// node's [`Governance::authenticate`](crate::Governance::authenticate),
-/// which knows JWT callers of the policy's `[[issuers]]` too).
-pub fn admin_reader_by(
+pub fn admin_reader(
+    identity: &(impl Identify + ?Sized),
     bearer: Option<&str>,
-    authenticate: impl FnOnce(Option<&str>) -> Result<Principal, crate::AuthError>,
 ) -> Result<Principal, AccessError> {
     let needs = format!(
         "the admin page and its metrics are read with the token of a [[callers]] entry that has the role \"{ADMIN_ROLE}\" or \"{OPERATOR_ROLE}\""
@@ -141,8 +140,9 @@ pub fn admin_reader_by(
             "no token was sent; {needs}"
         )));
     }
-    let who =
-        authenticate(bearer).map_err(|e| AccessError::Unauthenticated(format!("{e}; {needs}")))?;
+    let who = identity
+        .identify(bearer, None)
+        .map_err(|e| AccessError::Unauthenticated(format!("{e}; {needs}")))?;
     if who.has_role(ADMIN_ROLE) || who.has_role(OPERATOR_ROLE) {
         Ok(who)
     } else {

@@ -31,7 +31,7 @@ use toolmesh::Snapshot;
 use toolmesh::pb;
 use toolmesh_dispatcher::Dispatcher;
 use toolmesh_governance::{
-    AccessError, ApprovalError, AuthError, PolicyHandle, Principal, registry_access,
+    AccessError, ApprovalError, AuthError, Identity, Principal, registry_access,
 };
 use toolmesh_registry::{RegistryError, RegistryService};
 use toolmesh_telemetry::MetricsRegistry;
@@ -53,8 +53,8 @@ pub(crate) struct AdminPage {
     /// The change feed (told by the node's decision journal who switched
     /// tools).
     pub(crate) feed: Arc<Feed>,
-    /// The policy readers are checked against.
-    pub(crate) policy: Arc<PolicyHandle>,
+    /// Who readers are (the policy's tokens and its issuers' JWTs).
+    pub(crate) identity: Identity,
     /// The metrics `/metrics` serves.
     pub(crate) metrics: MetricsRegistry,
     /// Serve `/metrics` to anyone (`--public-metrics`); else only to readers.
@@ -68,7 +68,7 @@ pub(crate) struct AdminPage {
 struct Page {
     sources: Sources,
     registry: Option<RegistryService>,
-    policy: Arc<PolicyHandle>,
+    identity: Identity,
     sessions: Arc<Sessions>,
     https: bool,
 }
@@ -198,7 +198,7 @@ pub(crate) fn routes(page: AdminPage, stop: CancellationToken) -> Router {
             registry: page.registry.is_some(),
         },
         registry: page.registry,
-        policy: page.policy,
+        identity: page.identity,
         sessions: Arc::default(),
         https: page.https,
     };
@@ -235,7 +235,7 @@ impl Page {
         })?;
         let session = self
             .sessions
-            .get(id, self.policy.generation())
+            .get(id, self.identity.policy().generation())
             .ok_or_else(|| {
                 AccessError::Unauthenticated(
                     "your session has ended (it expired, or the policy was reloaded); log in again"
@@ -248,16 +248,10 @@ impl Page {
         })
     }
 
-    /// The admin or operator `bearer` names: through the dispatcher's
-    /// governance when this node has one (JWT callers of `[[issuers]]`
-    /// too), else by the policy's static tokens.
+    /// The admin or operator `bearer` names (a static token or a JWT of
+    /// the policy's `[[issuers]]`).
     fn admin_reader(&self, bearer: Option<&str>) -> Result<Principal, AccessError> {
-        match &self.sources.dispatcher {
-            Some(dispatcher) => registry_access::admin_reader_by(bearer, |b| {
-                dispatcher.governance().authenticate(b, None)
-            }),
-            None => registry_access::admin_reader(&self.policy.current(), bearer),
-        }
+        registry_access::admin_reader(&self.identity, bearer)
     }
 
     /// The reader of a form post: a bearer token, or a session whose CSRF
@@ -311,7 +305,7 @@ struct Login {
 
 /// Checks the token and opens a session: the cookie holds only its random id.
 async fn login(State(page): State<Page>, Form(form): Form<Login>) -> Result<Response, Refused> {
-    let generation = page.policy.generation();
+    let generation = page.identity.policy().generation();
     let who = page.admin_reader(Some(form.token.trim()))?;
     tracing::info!(principal = %who.name, "admin page login");
     let id = page.sessions.open(who, generation);

@@ -5,8 +5,8 @@ use crate::config::NodeConfig;
 use crate::error::NodeError;
 use std::sync::Arc;
 use toolmesh_governance::{
-    AccessError, AuditSink, DEV_POLICY_TOML, DISPATCHER_ROLE, EXECUTOR_ROLE, Policy, PolicyHandle,
-    PolicyWatcher, registry_access,
+    AccessError, AuditSink, DEV_POLICY_TOML, DISPATCHER_ROLE, EXECUTOR_ROLE, Identity, Policy,
+    PolicyHandle, PolicyWatcher, registry_access,
 };
 use toolmesh_registry::{Gate, GateError, SnapshotReader};
 
@@ -17,6 +17,9 @@ const AUDIT_CAPACITY: usize = 4096;
 pub struct PolicySetup {
     /// The policy in force.
     pub handle: Arc<PolicyHandle>,
+    /// Who callers are by it: the registry's gate, the dispatcher's
+    /// governance and the admin page share it (and its issuers' keys).
+    pub identity: Identity,
     /// Under the development policy, the token made for this run that a
     /// separate dispatcher follows this registry with (no anonymous caller
     /// is a dispatcher).
@@ -43,6 +46,7 @@ pub fn load_policy(config: &NodeConfig) -> Result<PolicySetup, NodeError> {
                 })?;
             tracing::info!(path = %path.display(), "policy loaded; reloads on SIGHUP and on change");
             Ok(PolicySetup {
+                identity: Identity::new(handle.clone()),
                 handle,
                 dev_dispatcher_token: None,
                 _watcher: Some(watcher),
@@ -66,8 +70,10 @@ pub fn load_policy(config: &NodeConfig) -> Result<PolicySetup, NodeError> {
             tracing::warn!(
                 "no --policy given: development policy (anonymous callers may use every tool)"
             );
+            let handle = Arc::new(PolicyHandle::new(policy));
             Ok(PolicySetup {
-                handle: Arc::new(PolicyHandle::new(policy)),
+                identity: Identity::new(handle.clone()),
+                handle,
                 dev_dispatcher_token: Some(dispatcher_token),
                 _watcher: None,
             })
@@ -98,9 +104,10 @@ pub async fn audit_sink(config: &NodeConfig) -> Result<Option<AuditSink>, NodeEr
     })
 }
 
-/// The registry's gate over the policy in force: the rules themselves are
+/// The registry's gate over the policy in force (its tokens, certificate
+/// names and issuers' JWTs): the rules themselves are
 /// [`toolmesh_governance::registry_access`]'s.
-pub struct PolicyGate(pub Arc<PolicyHandle>);
+pub struct PolicyGate(pub Identity);
 
 fn gate_error(error: AccessError) -> GateError {
     match error {
@@ -111,21 +118,21 @@ fn gate_error(error: AccessError) -> GateError {
 
 impl Gate for PolicyGate {
     fn executor_owner(&self, bearer: Option<&str>) -> Result<String, GateError> {
-        registry_access::executor_owner(&self.0.current(), bearer).map_err(gate_error)
+        registry_access::executor_owner(&self.0, bearer).map_err(gate_error)
     }
 
     fn executor_owner_by_certificate(
         &self,
         certificate: &toolmesh_transport::PeerCertificate,
     ) -> Option<Result<String, GateError>> {
-        registry_access::executor_owner_by_certificate(&self.0.current(), |name| {
+        registry_access::executor_owner_by_certificate(&self.0.policy().current(), |name| {
             certificate.is_valid_for(name)
         })
         .map(|owner| owner.map_err(gate_error))
     }
 
     fn admin(&self, bearer: Option<&str>) -> Result<String, GateError> {
-        registry_access::admin(&self.0.current(), bearer).map_err(gate_error)
+        registry_access::admin(&self.0, bearer).map_err(gate_error)
     }
 
     fn snapshot_reader(
@@ -135,7 +142,7 @@ impl Gate for PolicyGate {
     ) -> Result<SnapshotReader, GateError> {
         let valid_for = certificate.map(|c| move |name: &str| c.is_valid_for(name));
         let valid_for = valid_for.as_ref().map(|f| f as &dyn Fn(&str) -> bool);
-        registry_access::snapshot_reader(&self.0.current(), bearer, valid_for)
+        registry_access::snapshot_reader(&self.0, bearer, valid_for)
             .map(|access| SnapshotReader {
                 name: access.reader,
                 execute_tokens: access.execute_tokens,

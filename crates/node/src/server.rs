@@ -18,7 +18,7 @@ use toolmesh_dispatcher::{
     Dispatcher, DispatcherConfig, Governance, RolloutControl, follow_registry,
 };
 use toolmesh_governance::AuditSink;
-use toolmesh_governance::PolicyHandle;
+use toolmesh_governance::Identity;
 use toolmesh_governance::SharedRecordsRelay;
 use toolmesh_registry::{
     DecisionJournal, Registry, RegistryConfig, RegistryService, RolloutDesk, SharedRecordsService,
@@ -235,7 +235,7 @@ pub async fn start(role: Role, config: &NodeConfig) -> Result<Running, NodeError
             registry: registry_service.as_ref(),
             feed,
             metrics: metrics.clone(),
-            policy: &policy.handle,
+            identity: &policy.identity,
         },
     )
     .await?;
@@ -296,7 +296,7 @@ async fn open_registry(
         metrics: metrics.clone(),
         ..RegistryConfig::default()
     };
-    let gate = Arc::new(PolicyGate(policy.handle.clone()));
+    let gate = Arc::new(PolicyGate(policy.identity.clone()));
     Ok(Some(match &config.store {
         Some(url) => Arc::new(Registry::connect(url, &config.etcd, registry_config, gate).await?),
         None if config.etcd.is_set() => return Err(NodeError::EtcdWithoutStore),
@@ -317,7 +317,7 @@ struct AdminParts<'a> {
     /// Present when the page is asked for.
     feed: Option<Arc<crate::admin::Feed>>,
     metrics: MetricsRegistry,
-    policy: &'a Arc<PolicyHandle>,
+    identity: &'a Identity,
 }
 
 /// The listeners beside the main one, each when asked for: health only
@@ -356,7 +356,7 @@ impl SideListeners {
                         dispatcher: dispatcher.cloned(),
                         registry: page.registry.cloned(),
                         feed: page.feed.unwrap_or_default(),
-                        policy: page.policy.clone(),
+                        identity: page.identity.clone(),
                         metrics: page.metrics,
                         public_metrics: config.public_metrics,
                         https: tls.is_some(),
@@ -394,7 +394,7 @@ async fn governance(
     shared: Option<SharedRecordsService>,
     audit: Option<AuditSink>,
 ) -> Result<Governance, NodeError> {
-    let governance = Governance::new(policy.handle.clone(), audit);
+    let governance = Governance::sharing(policy.identity.clone(), audit);
     Ok(match role {
         Role::Dispatcher { registry, token } => {
             let channel = toolmesh_transport::channel(registry, &config.tls)?;

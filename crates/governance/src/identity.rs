@@ -1,0 +1,106 @@
+//! Who a caller is, for every door and for the registry alike: the live
+//! policy's static tokens and certificate names, then the JWTs of its
+//! `[[issuers]]` against keys kept across reloads.
+
+use crate::issuers::{self, IssuerKeys};
+use crate::{AuthError, Policy, PolicyHandle, Principal};
+use std::sync::Arc;
+use toolmesh_transport::PeerCertificate;
+
+/// Identifies callers by the policy in force. Cheap to clone: every clone
+/// shares the issuers' key cache.
+#[derive(Clone)]
+pub struct Identity {
+    policy: Arc<PolicyHandle>,
+    keys: Arc<IssuerKeys>,
+}
+
+impl std::fmt::Debug for Identity {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Identity").finish_non_exhaustive()
+    }
+}
+
+impl Identity {
+    /// Identity by `policy`; the keys of its issuers are fetched from now,
+    /// so the first JWT caller finds them.
+    pub fn new(policy: Arc<PolicyHandle>) -> Identity {
+        let keys = Arc::new(IssuerKeys::default());
+        keys.follow(policy.generation(), policy.current().issuers());
+        Identity { policy, keys }
+    }
+
+    /// The policy it identifies by.
+    pub fn policy(&self) -> &Arc<PolicyHandle> {
+        &self.policy
+    }
+
+    /// How the keys of each `[[issuers]]` entry stand (health, metrics).
+    pub fn issuer_keys(&self) -> Arc<IssuerKeys> {
+        self.keys.clone()
+    }
+
+    /// The caller: its bearer token (a static `[[callers]]` token first, as
+    /// fast as without issuers; else a JWT of an issuer, verified against
+    /// cached keys), else the verified mTLS client certificate matched
+    /// against the policy's `tls_name`s, else the anonymous caller where
+    /// the policy admits one.
+    pub fn authenticate(
+        &self,
+        bearer: Option<&str>,
+        certificate: Option<&PeerCertificate>,
+    ) -> Result<Principal, AuthError> {
+        let valid_for = certificate.map(|cert| move |name: &str| cert.is_valid_for(name));
+        self.identify(
+            bearer,
+            valid_for.as_ref().map(|f| f as &dyn Fn(&str) -> bool),
+        )
+    }
+}
+
+/// Identifies a caller from its bearer token or certificate; the registry's
+/// access rules ([`crate::registry_access`]) ask it.
+pub trait Identify {
+    /// The caller: bearer token first, then the names a verified client
+    /// certificate is valid for (`certificate_valid_for`), else anonymous.
+    fn identify(
+        &self,
+        bearer: Option<&str>,
+        certificate_valid_for: Option<&dyn Fn(&str) -> bool>,
+    ) -> Result<Principal, AuthError>;
+}
+
+/// Static tokens and certificate names only.
+impl Identify for Policy {
+    fn identify(
+        &self,
+        bearer: Option<&str>,
+        certificate_valid_for: Option<&dyn Fn(&str) -> bool>,
+    ) -> Result<Principal, AuthError> {
+        Policy::identify(self, bearer, certificate_valid_for)
+    }
+}
+
+/// Static tokens, certificate names and the JWTs of the policy's issuers.
+impl Identify for Identity {
+    fn identify(
+        &self,
+        bearer: Option<&str>,
+        certificate_valid_for: Option<&dyn Fn(&str) -> bool>,
+    ) -> Result<Principal, AuthError> {
+        // The generation before the policy: a reload in between is seen
+        // again on the next call (the handle stores, then counts).
+        let generation = self.policy.generation();
+        let policy = self.policy.current();
+        self.keys.follow(generation, policy.issuers());
+        let found = policy.identify(bearer, certificate_valid_for);
+        match (found, bearer.and_then(toolmesh_transport::bearer_token)) {
+            (Err(AuthError::UnknownToken { .. }), Some(token))
+                if !policy.issuers().is_empty() && issuers::looks_like_jwt(token) =>
+            {
+                issuers::verify(token, policy.issuers(), &self.keys)
+            }
+            (found, _) => found,
+        }
+    }
+}
