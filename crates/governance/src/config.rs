@@ -6,6 +6,9 @@ use std::collections::BTreeMap;
 use toml::Spanned;
 use toolmesh::pb::RiskLevel;
 
+/// Tenant of a caller entry that names none.
+pub const DEFAULT_TENANT: &str = "default";
+
 /// The whole file. Unknown tables and keys are errors, so a typo such as
 /// `[[grant]]` or `rol = [...]` is reported instead of silently ignored.
 #[derive(Debug, Deserialize)]
@@ -26,7 +29,7 @@ pub(crate) struct RawPolicy {
     #[serde(default)]
     pub(crate) fallbacks: Vec<Spanned<crate::fallback_policy::RawFallback>>,
     #[serde(default)]
-    pub(crate) issuers: Vec<Spanned<crate::issuers::RawIssuer>>,
+    pub(crate) issuers: Vec<Spanned<RawIssuer>>,
 }
 
 /// `[auth]`.
@@ -181,4 +184,28 @@ pub(crate) fn risk_name(risk: RiskLevel) -> &'static str {
         RiskLevel::Medium => "MEDIUM",
         RiskLevel::High => "HIGH",
     }
+}
+
+/// One `[[issuers]]` entry as written.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(crate) struct RawIssuer {
+    pub(crate) issuer: Spanned<String>,
+    #[serde(default)]
+    pub(crate) audiences: Vec<Spanned<String>>,
+    pub(crate) jwks_uri: Option<Spanned<String>>,
+    pub(crate) jwks_file: Option<Spanned<String>>,
+    pub(crate) algorithms: Option<Vec<Spanned<String>>>,
+    pub(crate) clock_skew_secs: Option<Spanned<u64>>,
+    pub(crate) refresh_secs: Option<Spanned<u64>>,
+    pub(crate) min_refresh_secs: Option<Spanned<u64>>,
+    pub(crate) max_stale_secs: Option<Spanned<u64>>,
+    pub(crate) principal_claim: Option<Spanned<String>>,
+    pub(crate) tenant: Option<Spanned<String>>,
+    pub(crate) tenant_claim: Option<Spanned<String>>,
+    pub(crate) roles_claim: Option<Spanned<String>>,
+    #[serde(default)]
+    pub(crate) roles: Vec<String>,
+    #[serde(default)]
+    pub(crate) role_map: BTreeMap<String, String>,
 }

@@ -13,9 +13,9 @@ pub(crate) use verify::{looks_like_jwt, verify};
 #[cfg(test)]
 mod tests;
 
-use crate::{Problem, error::line_of, policy::DEFAULT_TENANT};
+use crate::config::{DEFAULT_TENANT, RawIssuer};
+use crate::{Problem, error::line_of};
 use jsonwebtoken::Algorithm;
-use serde::Deserialize;
 use std::{collections::BTreeMap, ops::Range, path::PathBuf, time::Duration};
 use toml::Spanned;
 
@@ -33,30 +33,6 @@ pub const DEFAULT_MIN_REFRESH_SECS: u64 = 30;
 /// How long the last good keys serve while the JWKS cannot be fetched,
 /// when `max_stale_secs` is not set (six hours).
 pub const DEFAULT_MAX_STALE_SECS: u64 = 6 * 60 * 60;
-
-/// One `[[issuers]]` entry as written.
-#[derive(Debug, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub(crate) struct RawIssuer {
-    issuer: Spanned<String>,
-    #[serde(default)]
-    audiences: Vec<Spanned<String>>,
-    jwks_uri: Option<Spanned<String>>,
-    jwks_file: Option<Spanned<String>>,
-    algorithms: Option<Vec<Spanned<String>>>,
-    clock_skew_secs: Option<Spanned<u64>>,
-    refresh_secs: Option<Spanned<u64>>,
-    min_refresh_secs: Option<Spanned<u64>>,
-    max_stale_secs: Option<Spanned<u64>>,
-    principal_claim: Option<Spanned<String>>,
-    tenant: Option<Spanned<String>>,
-    tenant_claim: Option<Spanned<String>>,
-    roles_claim: Option<Spanned<String>>,
-    #[serde(default)]
-    roles: Vec<String>,
-    #[serde(default)]
-    role_map: BTreeMap<String, String>,
-}
 
 /// Where an issuer's public keys come from.
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]

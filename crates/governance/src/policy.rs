@@ -20,8 +20,7 @@ use std::{collections::HashMap, fmt, num::NonZeroU32, ops::Range, path::Path, ti
 use toml::Spanned;
 use toolmesh::pb::RiskLevel;
 
-/// Tenant of a caller entry that names none.
-pub const DEFAULT_TENANT: &str = "default";
+pub use crate::config::DEFAULT_TENANT;
 /// Longest approval lifetime accepted (`ttl_secs`).
 pub const MAX_TTL_SECS: u64 = 24 * 60 * 60;
 /// Highest `rate_per_sec` accepted.
