@@ -203,7 +203,15 @@ impl MemoryKv {
     /// A store holding what `file` keeps (nothing without one; loaded keys
     /// at revision 1).
     pub(crate) fn open(file: Option<DurableFile>) -> Result<MemoryKv, StateFileError> {
-        let mut space = Space::default();
+        let mut space = Space {
+            // Lease ids start at a random point, as etcd's are unique across
+            // its lifetime: a lease id an executor kept from before a
+            // restart must not name a lease granted since (its heartbeat
+            // would keep another registration alive, and it would never
+            // register again).
+            last_lease: first_lease_id(),
+            ..Space::default()
+        };
         if let Some(file) = &file {
             for (key, value) in file.load()? {
                 space.revision = 1;
@@ -270,6 +278,13 @@ impl MemoryKv {
             .map(|(key, stored)| (key.as_slice(), stored.value.as_slice()));
         file.save(kept).map_err(KvError::Durable)
     }
+}
+
+/// A random lease id to count on from: 52 bits, so ids stay positive and
+/// exact in JSON numbers, and two runs' ranges practically never meet.
+fn first_lease_id() -> LeaseId {
+    let random = uuid::Uuid::new_v4().as_u128() as u64;
+    LeaseId::try_from(random >> 12).unwrap_or(1)
 }
 
 /// The space, its due leases expired.

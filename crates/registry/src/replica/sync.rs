@@ -148,7 +148,7 @@ pub(super) async fn load(inner: &Inner) -> Result<(), KvError> {
     }
     inner.applied.send_replace(revision);
     advance(&inner.progressed, revision);
-    info!(revision, "read the etcd store");
+    info!(revision, store = %inner.origin, "read the store");
     Ok(())
 }
 

@@ -558,6 +558,32 @@ async fn simultaneous_expiries_make_one_snapshot() {
     );
 }
 
+/// A lease id kept from before a restart names no lease granted since:
+/// the executor's heartbeat is refused, so it registers again (a restarted
+/// registry that reused lease ids would keep another executor's lease
+/// alive on its behalf, and it would never come back).
+#[tokio::test]
+async fn lease_ids_are_not_reused_across_restarts() {
+    let before = Registry::new(config());
+    let old = before
+        .register(request("kb-1", vec![spec("a", "1.0.0")]))
+        .await
+        .unwrap()
+        .lease_id;
+    drop(before);
+    let after = Registry::new(config());
+    let new = after
+        .register(request("kb-2", vec![spec("b", "1.0.0")]))
+        .await
+        .unwrap()
+        .lease_id;
+    assert_ne!(old, new);
+    assert_eq!(
+        after.heartbeat(&old).await,
+        Err(RegistryError::UnknownLease(old.clone()))
+    );
+}
+
 /// A deregistration is no expiry.
 #[tokio::test]
 async fn deregistration_is_no_expiry() {
