@@ -170,11 +170,13 @@ impl Browser {
     }
 
     /// The value `script` returns once it is neither null nor false, the
-    /// page reloaded from `url` before each try.
+    /// page reloaded from `url` before each try; a script that throws (an
+    /// element not rendered yet) counts as a try that did not see it.
     async fn until(&self, what: &str, url: &str, script: &str) -> Value {
         eventually(what, Duration::from_secs(30), || {
             self.open(url);
-            let value = self.eval(script);
+            // The page may not show the element yet: that is a "not yet".
+            let value = self.eval(&format!("try {{ {script} }} catch (_) {{ return null; }}"));
             std::future::ready((!value.is_null() && value != false).then_some(value))
         })
         .await

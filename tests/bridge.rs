@@ -476,7 +476,7 @@ async fn python_sdk_server_over_streamable_http() {
         &mut client,
         "slow",
         r#"{"seconds": 60}"#,
-        Some(Duration::from_millis(1500)),
+        Some(Duration::from_secs(5)),
     )
     .await;
     match &slow {
