@@ -405,3 +405,162 @@ async fn workload_tokens_at_the_registry() {
         message(&answered)
     );
 }
+
+/// Kubernetes workload identity as a cluster runs it. The issuer's keys
+/// come from the API server: HTTPS under the cluster's CA, and only to a
+/// caller presenting a token (`jwks_ca_file`, `jwks_bearer_file`, the
+/// registry's own mounted service-account files). An executor registers
+/// with the projected token its `--token-file` holds, read again at each
+/// try: it starts with an expired token, is refused, and registers once
+/// the kubelet (here, the test) writes a fresh one. A dispatcher follows
+/// the registry with a token whose subject a `[[callers]]` entry pins to
+/// the role "dispatcher"; another service account of the same cluster is
+/// refused the snapshots.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubernetes_service_account_tokens() {
+    let dir = temp_dir("oidc-k8s");
+    let (cluster_ca, api_cert, api_key) = toolmesh_testkit::pki(&dir, "apiserver");
+    let reader = dir.join("registry-sa-token");
+    std::fs::write(&reader, "registry-reads-keys\n").unwrap();
+    let signer = SigningKey::rs256("sa-1");
+    let api = Provider::start_api_server(
+        &[&signer],
+        oidc::ApiServer {
+            cert: &api_cert,
+            key: &api_key,
+            bearer: "registry-reads-keys",
+        },
+    )
+    .await;
+    let issuer = &api.issuer;
+    let policy = format!(
+        r#"{}
+[[issuers]]
+issuer = "{issuer}"
+audiences = ["toolmesh"]
+jwks_uri = "{issuer}/openid/v1/jwks"
+jwks_ca_file = "{}"
+jwks_bearer_file = "{}"
+tenant = "acme"
+clock_skew_secs = 0
+
+[[callers]]
+issuer = "{issuer}"
+subject = "system:serviceaccount:toolmesh:dispatcher"
+principal = "dispatcher"
+roles = ["dispatcher"]
+
+[[callers]]
+issuer = "{issuer}"
+subject = "system:serviceaccount:toolmesh:knowledge"
+principal = "knowledge"
+roles = ["executor"]
+"#,
+        acme_policy!(
+            r#"
+[[grants]]
+name = "agents: the knowledge base"
+roles = ["agent"]
+tools = ["search_kb"]
+"#
+        ),
+        cluster_ca.display(),
+        reader.display(),
+    );
+    let policy_path = dir.join("policy.toml");
+    std::fs::write(&policy_path, policy).unwrap();
+    let policy_arg = policy_path.to_str().unwrap();
+    let (_registry, addr) = serve(&["--policy", policy_arg]);
+    let sa_token = |account: &str, ttl: Duration| {
+        signer.mint(&api.claims(
+            "toolmesh",
+            &format!("system:serviceaccount:toolmesh:{account}"),
+            ttl,
+        ))
+    };
+
+    // The registry has fetched the API server's keys once a token of the
+    // cluster identifies its caller.
+    let probe = sa_token("probe", Duration::from_secs(600));
+    eventually(
+        "the cluster's keys fetched",
+        Duration::from_secs(30),
+        || {
+            let addr = addr.clone();
+            let probe = probe.clone();
+            async move {
+                let (code, _) = list_with(&addr, &probe).await;
+                (code != tonic::Code::Unauthenticated).then_some(())
+            }
+        },
+    )
+    .await;
+
+    // The projected token, expired at first: registration is refused.
+    let projected = dir.join("executor-token");
+    let mut expired = api.claims(
+        "toolmesh",
+        "system:serviceaccount:toolmesh:knowledge",
+        Duration::ZERO,
+    );
+    expired["exp"] = json!(oidc::now() - 120);
+    std::fs::write(&projected, signer.mint(&expired)).unwrap();
+    let exec = example(
+        "knowledge",
+        &addr,
+        &["--token-file", projected.to_str().unwrap()],
+    );
+    let refused = exec.wait_for_line("refused by the registry", Duration::from_secs(30));
+    assert!(refused.contains("expired"), "{refused}");
+    // Rotated in place, as the kubelet does: the next try registers.
+    std::fs::write(&projected, sa_token("knowledge", Duration::from_secs(600))).unwrap();
+    let listed = |addr: String| async move {
+        let (_, names) = list_with(&addr, "tok-agent").await;
+        names.contains("search_kb").then_some(())
+    };
+    eventually("the executor registered", Duration::from_secs(60), || {
+        listed(addr.clone())
+    })
+    .await;
+
+    // A dispatcher pinned by its subject follows the registry.
+    let dispatcher_token = dir.join("dispatcher-token");
+    std::fs::write(
+        &dispatcher_token,
+        sa_token("dispatcher", Duration::from_secs(600)),
+    )
+    .unwrap();
+    let (_dispatcher, follower) = dispatcher_for(
+        &addr,
+        &[
+            "--policy",
+            policy_arg,
+            "--registry-token-file",
+            dispatcher_token.to_str().unwrap(),
+        ],
+    );
+    eventually(
+        "the dispatcher serves the executor's tools",
+        Duration::from_secs(60),
+        || listed(follower.clone()),
+    )
+    .await;
+
+    // Another service account of the cluster reads no snapshot.
+    let other_token = dir.join("other-token");
+    std::fs::write(&other_token, sa_token("other", Duration::from_secs(600))).unwrap();
+    let (refused, _) = dispatcher_for(
+        &addr,
+        &[
+            "--policy",
+            policy_arg,
+            "--registry-token-file",
+            other_token.to_str().unwrap(),
+        ],
+    );
+    let said = refused.wait_for_line("registry refused", Duration::from_secs(30));
+    assert!(
+        said.contains("system:serviceaccount:toolmesh:other may not read snapshots"),
+        "{said}"
+    );
+}

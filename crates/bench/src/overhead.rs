@@ -131,8 +131,11 @@ async fn count_allocations(
 /// A dispatcher in this process following `registry` (as `toolmesh
 /// dispatcher` does), once it can call `work`'s tool.
 async fn in_process_dispatcher(registry: &str, work: &Workload) -> Result<Client, BenchError> {
-    let snapshots =
-        toolmesh_dispatcher::follow_registry(registry, &Tls::none(), Some(mesh::DISPATCHER_TOKEN))?;
+    let snapshots = toolmesh_dispatcher::follow_registry(
+        registry,
+        &Tls::none(),
+        Some(mesh::DISPATCHER_TOKEN.into()),
+    )?;
     let (health, _) = tonic_health::server::health_reporter();
     let dispatcher = Dispatcher::new(DispatcherConfig::default(), snapshots, health);
     let client = Client::InProcess(dispatcher);

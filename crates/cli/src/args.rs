@@ -517,6 +517,11 @@ pub(crate) struct DispatcherArgs {
     /// role "dispatcher" (snapshots are not for everyone to read).
     #[arg(long, env = "TOOLMESH_REGISTRY_TOKEN", hide_env_values = true)]
     pub(crate) registry_token: Option<String>,
+    /// A file holding that token, read again at each connection (a
+    /// projected service-account token the kubelet rotates); wins over
+    /// --registry-token.
+    #[arg(long, env = "TOOLMESH_REGISTRY_TOKEN_FILE")]
+    pub(crate) registry_token_file: Option<std::path::PathBuf>,
 }
 
 /// `toolmesh up`.

@@ -180,7 +180,10 @@ async fn run(
         Command::Dispatcher(args) => {
             let role = Role::Dispatcher {
                 registry: args.registry.clone(),
-                token: args.registry_token.clone(),
+                token: toolmesh_transport::Credential::from_flags(
+                    args.registry_token.clone(),
+                    args.registry_token_file.clone(),
+                ),
             };
             serve(role, &args.server.node_config(tls)).await
         }

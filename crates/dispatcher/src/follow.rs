@@ -41,7 +41,7 @@ pub const EPOCH_GRACE: Duration = Duration::from_secs(5);
 pub fn follow_registry(
     addresses: &str,
     tls: &toolmesh_transport::Tls,
-    token: Option<&str>,
+    token: Option<toolmesh_transport::Credential>,
 ) -> Result<watch::Receiver<Arc<Snapshot>>, BadAddress> {
     let mut replicas = Vec::new();
     for address in addresses
@@ -58,7 +58,7 @@ pub fn follow_registry(
     let (tx, rx) = watch::channel(Arc::new(Snapshot::empty("")));
     let follower = Follower {
         address: replicas[0].0.clone(),
-        token: token.map(str::to_owned),
+        token,
         tx,
         pending: None,
     };
@@ -102,7 +102,8 @@ enum Received {
 
 struct Follower {
     address: String,
-    token: Option<String>,
+    /// Read again on each (re)connection: a rotated token file is followed.
+    token: Option<toolmesh_transport::Credential>,
     tx: watch::Sender<Arc<Snapshot>>,
     /// A new epoch's snapshot held back, and since when.
     pending: Option<(Arc<Snapshot>, Instant)>,
@@ -144,9 +145,7 @@ impl Follower {
                 deltas: true,
                 epoch: installed.epoch().to_owned(),
             });
-            if let Some(token) = &self.token {
-                toolmesh_transport::set_bearer(request.metadata_mut(), token);
-            }
+            toolmesh_transport::attach_credential(self.token.as_ref(), request.metadata_mut());
             match client.watch_snapshots(request).await {
                 Ok(stream) => {
                     let mut stream = stream.into_inner();
@@ -297,7 +296,7 @@ impl Outage {
             Trouble::Refused => error!(
                 registry,
                 code = ?status.code(),
-                "registry refused: {reason}; this dispatcher reads no snapshot (and serves no tool) until --registry-token (TOOLMESH_REGISTRY_TOKEN) is the token of a [[callers]] entry the registry's policy gives the role \"dispatcher\""
+                "registry refused: {reason}; this dispatcher reads no snapshot (and serves no tool) until --registry-token (TOOLMESH_REGISTRY_TOKEN) or --registry-token-file (TOOLMESH_REGISTRY_TOKEN_FILE) holds the token of a [[callers]] entry the registry's policy gives the role \"dispatcher\" (a static token, or a JWT whose issuer and subject the entry names)"
             ),
             Trouble::Unreachable => {
                 warn!(registry, %status, "registry unreachable; serving the last snapshot")

@@ -34,8 +34,13 @@ pub struct ServeFlags {
     #[arg(long, default_value_t = 10_000)]
     pub grace_ms: u64,
     /// Registration token (binds the executor to its owner).
-    #[arg(long, env = "TOOLMESH_TOKEN")]
+    #[arg(long, env = "TOOLMESH_TOKEN", hide_env_values = true)]
     pub token: Option<String>,
+    /// A file holding the registration token, read again at each use (a
+    /// projected service-account token the kubelet rotates); wins over
+    /// --token.
+    #[arg(long, env = "TOOLMESH_TOKEN_FILE")]
+    pub token_file: Option<PathBuf>,
     /// Metrics and traces.
     #[command(flatten)]
     pub ops: OpsFlags,
@@ -72,7 +77,10 @@ impl ServeFlags {
             executor_id: self.executor_id.clone(),
             lease_ttl: Duration::from_millis(self.ttl_ms),
             grace: Duration::from_millis(self.grace_ms),
-            token: self.token.clone(),
+            token: toolmesh_transport::Credential::from_flags(
+                self.token.clone(),
+                self.token_file.clone(),
+            ),
             tls,
             admin_listen: self.ops.admin_listen.clone(),
             admin_allowed_hosts: self.ops.admin_allowed_hosts.clone(),

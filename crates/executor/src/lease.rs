@@ -13,6 +13,7 @@ use toolmesh::pb::{
     DeregisterRequest, HeartbeatRequest, RegisterRequest, RegisterResponse, ToolSpec,
     registry_client::RegistryClient,
 };
+use toolmesh_transport::Credential;
 use tracing::{debug, error, info, warn};
 
 /// First wait after a failed registry call.
@@ -42,10 +43,10 @@ impl LeaseTask {
         registry: String,
         request: RegisterRequest,
         tools: watch::Receiver<Vec<ToolSpec>>,
-        token: Option<String>,
+        credential: Option<Credential>,
         dispatcher_only: Option<Arc<DispatcherOnly>>,
     ) -> Self {
-        let auth = Auth::bearer(token.as_deref());
+        let auth = Auth(credential);
         let client = RegistryClient::new(channel)
             .max_decoding_message_size(toolmesh_transport::MAX_CALL_MESSAGE_BYTES)
             .max_encoding_message_size(toolmesh_transport::MAX_CALL_MESSAGE_BYTES);
@@ -265,24 +266,14 @@ async fn keep_lease(
 }
 
 /// The executor's registration token, sent as `authorization: Bearer …`
-/// on every registry call.
+/// on every registry call (a token file read again each time).
 #[derive(Debug, Clone, Default)]
-pub(crate) struct Auth(Option<String>);
+pub(crate) struct Auth(Option<Credential>);
 
 impl Auth {
-    fn bearer(token: Option<&str>) -> Self {
-        Auth(token.filter(|t| !t.is_empty()).map(str::to_owned))
-    }
-
     fn request<T>(&self, message: T) -> Request<T> {
         let mut request = Request::new(message);
-        if let Some(token) = &self.0
-            && !toolmesh_transport::set_bearer(request.metadata_mut(), token)
-        {
-            warn!(
-                "the registration token has characters a header cannot carry; registering without it"
-            );
-        }
+        toolmesh_transport::attach_credential(self.0.as_ref(), request.metadata_mut());
         request
     }
 

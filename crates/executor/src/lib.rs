@@ -324,8 +324,9 @@ pub struct ServeOptions {
     /// How long in-flight calls may take to finish once shutdown begins.
     pub grace: Duration,
     /// Registration token (sent as `authorization: Bearer …`), binding this
-    /// executor to its owner; `None` registers without one.
-    pub token: Option<String>,
+    /// executor to its owner: fixed, or a file read at each use; `None`
+    /// registers without one.
+    pub token: Option<toolmesh_transport::Credential>,
     /// TLS of this executor's server and of its channel to the registry.
     pub tls: toolmesh_transport::Tls,
     /// Serve `/metrics` on this `host:port` (`--admin-listen`), over HTTPS
@@ -386,7 +387,7 @@ pub struct BoundExecutor {
     health_only: Option<HealthOnly>,
     lease_ttl: Duration,
     grace: Duration,
-    token: Option<String>,
+    token: Option<toolmesh_transport::Credential>,
     tls: toolmesh_transport::Tls,
 }
 

@@ -59,6 +59,11 @@ pub(crate) struct RawCaller {
     pub(crate) token_sha256: Option<Spanned<String>>,
     /// A DNS name the caller's TLS client certificate is valid for (mTLS).
     pub(crate) tls_name: Option<Spanned<String>>,
+    /// With `subject`: the `[[issuers]]` entry whose JWT names this caller.
+    pub(crate) issuer: Option<Spanned<String>>,
+    /// With `issuer`: the token's exact `sub` (e.g. a Kubernetes service
+    /// account's `system:serviceaccount:NS:NAME`).
+    pub(crate) subject: Option<Spanned<String>>,
     pub(crate) principal: String,
     pub(crate) tenant: Option<String>,
     #[serde(default)]
@@ -195,6 +200,8 @@ pub(crate) struct RawIssuer {
     pub(crate) audiences: Vec<Spanned<String>>,
     pub(crate) jwks_uri: Option<Spanned<String>>,
     pub(crate) jwks_file: Option<Spanned<String>>,
+    pub(crate) jwks_ca_file: Option<Spanned<String>>,
+    pub(crate) jwks_bearer_file: Option<Spanned<String>>,
     pub(crate) algorithms: Option<Vec<Spanned<String>>>,
     pub(crate) clock_skew_secs: Option<Spanned<u64>>,
     pub(crate) refresh_secs: Option<Spanned<u64>>,

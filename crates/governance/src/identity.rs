@@ -98,7 +98,7 @@ impl Identify for Identity {
             (Err(AuthError::UnknownToken { .. }), Some(token))
                 if !policy.issuers().is_empty() && issuers::looks_like_jwt(token) =>
             {
-                issuers::verify(token, policy.issuers(), &self.keys)
+                issuers::verify(token, &policy, &self.keys)
             }
             (found, _) => found,
         }

@@ -45,6 +45,16 @@ pub enum KeySource {
     File(PathBuf),
 }
 
+/// How fetches of an issuer's keys authenticate (a cluster's API server
+/// serves its service-account JWKS under its own CA, to callers with a token).
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
+pub struct FetchAuth {
+    /// A PEM file of CA certificates trusted for the fetch, besides the system's.
+    pub ca_file: Option<PathBuf>,
+    /// A file holding a bearer token sent with the fetch, read at each fetch.
+    pub bearer_file: Option<PathBuf>,
+}
+
 /// The tenant of an issuer's callers.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum TenantFrom {
@@ -63,6 +73,8 @@ pub struct Issuer {
     pub audiences: Vec<String>,
     /// Where its keys come from.
     pub keys: KeySource,
+    /// How key fetches authenticate.
+    pub fetch: FetchAuth,
     /// Signature algorithms accepted (never `none`, never HMAC).
     pub algorithms: Vec<Algorithm>,
     /// Seconds of clock skew tolerated on `exp` and `nbf`.
@@ -88,8 +100,8 @@ pub struct Issuer {
 impl Issuer {
     /// The cache key of its keys: the same issuer and source keep their
     /// cached keys across a policy reload.
-    pub fn key_id(&self) -> (String, KeySource) {
-        (self.issuer.clone(), self.keys.clone())
+    pub fn key_id(&self) -> (String, KeySource, FetchAuth) {
+        (self.issuer.clone(), self.keys.clone(), self.fetch.clone())
     }
 }
 
@@ -209,6 +221,17 @@ impl Check<'_> {
                 "fetches keys over plain http:// from another host, where they could be swapped in transit: use https:// (http:// is for 127.0.0.1 and localhost only), or a jwks_file",
             );
         }
+        let fetch = FetchAuth {
+            ca_file: self.path(raw.jwks_ca_file, "jwks_ca_file"),
+            bearer_file: self.path(raw.jwks_bearer_file, "jwks_bearer_file"),
+        };
+        if matches!(keys, KeySource::File(_)) && fetch != FetchAuth::default() {
+            self.problem(
+                span,
+                "jwks_file",
+                "is read from disk, so jwks_ca_file and jwks_bearer_file (for fetching keys over HTTPS) have nothing to do: remove them or fetch from jwks_uri",
+            );
+        }
         let algorithms = self.algorithms(raw.algorithms, span);
         let clock_skew_secs = self.bounded(
             raw.clock_skew_secs,
@@ -297,7 +320,7 @@ impl Check<'_> {
                 span,
                 "roles",
                 format!(
-                    "gives the role \"{}\" to callers of an identity provider: it reads the tokens executors accept; give it only to a [[callers]] entry that names your dispatchers",
+                    "gives the role \"{}\" to every caller of an identity provider: it reads the tokens executors accept; give it only to a [[callers]] entry that names your dispatchers (with issuer and subject for a dispatcher known by its JWT)",
                     crate::DISPATCHER_ROLE
                 ),
             );
@@ -306,6 +329,7 @@ impl Check<'_> {
             issuer,
             audiences: raw.audiences.into_iter().map(Spanned::into_inner).collect(),
             keys,
+            fetch,
             algorithms,
             clock_skew_secs,
             refresh: Duration::from_secs(refresh),
@@ -365,6 +389,21 @@ impl Check<'_> {
             );
         }
         n
+    }
+
+    /// A file named by `key` (read when keys are fetched, so a failure
+    /// then names it).
+    fn path(&mut self, raw: Option<Spanned<String>>, key: &str) -> Option<PathBuf> {
+        let raw = raw?;
+        let path = raw.get_ref().trim();
+        if path.is_empty() {
+            self.problem(
+                &raw.span(),
+                key,
+                "is empty: name a file, or leave the key out",
+            );
+        }
+        Some(PathBuf::from(path))
     }
 
     fn claim(&mut self, raw: Option<Spanned<String>>, key: &str) -> Option<String> {

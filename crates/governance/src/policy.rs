@@ -57,6 +57,8 @@ require_for_risk = "HIGH"
 type TokenCallers = HashMap<[u8; 32], Principal>;
 /// Callers by the DNS name of their client certificate.
 type TlsCallers = Vec<(String, Principal)>;
+/// Callers by the issuer and exact subject (`sub`) of their JWT.
+type SubjectCallers = HashMap<(String, String), Principal>;
 
 /// One validated `[[grants]]` entry.
 #[derive(Debug, Clone)]
@@ -90,6 +92,8 @@ pub struct Policy {
     callers: TokenCallers,
     /// Callers identified by their mTLS client certificate: (DNS name, who).
     tls_callers: TlsCallers,
+    /// Callers pinned to one subject of an issuer's JWTs.
+    subject_callers: SubjectCallers,
     pub(crate) grants: Vec<Grant>,
     pub(crate) approval: ApprovalRules,
     limits: Limits,
@@ -198,6 +202,16 @@ impl Policy {
     /// The identity providers whose JWTs name callers (`[[issuers]]`).
     pub fn issuers(&self) -> &[Issuer] {
         &self.issuers
+    }
+
+    /// The `[[callers]]` entry pinned to `subject` of `issuer`'s tokens, if
+    /// any: it names that caller instead of the issuer's claim mapping.
+    pub fn subject_caller(&self, issuer: &str, subject: &str) -> Option<&Principal> {
+        if self.subject_callers.is_empty() {
+            return None;
+        }
+        self.subject_callers
+            .get(&(issuer.to_owned(), subject.to_owned()))
     }
 
     /// Whether anonymous callers are accepted.
@@ -331,13 +345,13 @@ impl Builder<'_> {
                 issued_by: None,
             },
         };
-        let (callers, tls_callers) = self.callers(raw.callers);
+        let issuers = issuers::validate(raw.issuers, self.text, &mut self.problems);
+        let (callers, tls_callers, subject_callers) = self.callers(raw.callers, &issuers);
         let grants = self.grants(raw.grants);
         let approval = self.approval(raw.approval);
         let limits = self.limits(raw.limits);
         let cache = cache_policy::validate(raw.cache, self.text, &mut self.problems);
         let fallbacks = fallback_policy::validate(raw.fallbacks, self.text, &mut self.problems);
-        let issuers = issuers::validate(raw.issuers, self.text, &mut self.problems);
         if !self.problems.is_empty() {
             return Err(PolicyError::Invalid {
                 origin: "(inline)".into(),
@@ -353,6 +367,7 @@ impl Builder<'_> {
             anonymous,
             callers,
             tls_callers,
+            subject_callers,
             grants,
             approval,
             limits: Limits::new(limits),
@@ -374,9 +389,15 @@ impl Builder<'_> {
         }
     }
 
-    fn callers(&mut self, raw: Vec<Spanned<config::RawCaller>>) -> (TokenCallers, TlsCallers) {
+    fn callers(
+        &mut self,
+        raw: Vec<Spanned<config::RawCaller>>,
+        issuers: &[Issuer],
+    ) -> (TokenCallers, TlsCallers, SubjectCallers) {
         let mut callers = HashMap::new();
         let mut tls_callers = Vec::new();
+        let mut subject_callers: SubjectCallers = HashMap::new();
+        let mut subject_lines: HashMap<(String, String), usize> = HashMap::new();
         let mut seen: HashMap<[u8; 32], (usize, usize, String)> = HashMap::new();
         for (i, entry) in raw.into_iter().enumerate() {
             let n = i + 1;
@@ -389,6 +410,62 @@ impl Builder<'_> {
                     field("principal"),
                     "is empty: name who holds this token, e.g. \"support-bot\"",
                 );
+            }
+            if c.issuer.is_some() || c.subject.is_some() {
+                let (Some(issuer), Some(subject)) = (&c.issuer, &c.subject) else {
+                    self.problem(
+                        Some(span.clone()),
+                        field(if c.issuer.is_some() { "subject" } else { "issuer" }),
+                        "is missing: a caller known by its JWT names both the issuer (an [[issuers]] entry's `issuer`) and the token's exact subject (`sub`)",
+                    );
+                    continue;
+                };
+                if c.token.is_some() || c.token_sha256.is_some() || c.tls_name.is_some() {
+                    self.problem(
+                        Some(subject.span()),
+                        field("subject"),
+                        "is set together with a token or tls_name: a caller is identified by one of them, so use several entries",
+                    );
+                    continue;
+                }
+                let key = (
+                    issuer.get_ref().trim().to_owned(),
+                    subject.get_ref().trim().to_owned(),
+                );
+                if !issuers.iter().any(|i| i.issuer == key.0) {
+                    self.problem(
+                        Some(issuer.span()),
+                        field("issuer"),
+                        format!(
+                            "{:?} is no [[issuers]] entry's issuer: add that entry (its tokens are verified by it) or correct the URL",
+                            key.0
+                        ),
+                    );
+                    continue;
+                }
+                if key.1.is_empty() {
+                    self.problem(
+                        Some(subject.span()),
+                        field("subject"),
+                        "is empty: write the token's exact `sub`, e.g. \"system:serviceaccount:toolmesh:dispatcher\"",
+                    );
+                    continue;
+                }
+                if let Some(first) = subject_lines.get(&key) {
+                    self.problem(
+                        Some(subject.span()),
+                        field("subject"),
+                        format!(
+                            "pins {:?} of {:?} a second time (first on line {first}): keep one entry",
+                            key.1, key.0
+                        ),
+                    );
+                    continue;
+                }
+                subject_lines.insert(key.clone(), self.line(&subject.span()));
+                let principal = self.caller_principal(c.principal, c.tenant, c.roles, &span, n);
+                subject_callers.insert(key, principal);
+                continue;
             }
             if let Some(name) = c.tls_name {
                 if c.token.is_some() || c.token_sha256.is_some() {
@@ -407,16 +484,8 @@ impl Builder<'_> {
                     );
                     continue;
                 };
-                tls_callers.push((
-                    tls_name,
-                    Principal {
-                        tenant: self.tenant(c.tenant, &span, &field("tenant")),
-                        roles: self.names(c.roles, &span, &field("roles")),
-                        name: c.principal,
-                        anonymous: false,
-                        issued_by: None,
-                    },
-                ));
+                let principal = self.caller_principal(c.principal, c.tenant, c.roles, &span, n);
+                tls_callers.push((tls_name, principal));
                 continue;
             }
             let digest = match (c.token, c.token_sha256) {
@@ -432,7 +501,7 @@ impl Builder<'_> {
                     self.problem(
                         Some(span.clone()),
                         field("token"),
-                        "is missing: add token = \"...\", token_sha256 = \"<hex SHA-256 of the token>\" or tls_name = \"<DNS name of its client certificate>\"",
+                        "is missing: add token = \"...\", token_sha256 = \"<hex SHA-256 of the token>\", tls_name = \"<DNS name of its client certificate>\", or issuer and subject (a JWT's `iss` and `sub`)",
                     );
                     None
                 }
@@ -463,13 +532,7 @@ impl Builder<'_> {
                     }
                 },
             };
-            let principal = Principal {
-                tenant: self.tenant(c.tenant, &span, &field("tenant")),
-                roles: self.names(c.roles, &span, &field("roles")),
-                name: c.principal,
-                anonymous: false,
-                issued_by: None,
-            };
+            let principal = self.caller_principal(c.principal, c.tenant, c.roles, &span, n);
             let Some((digest, token_span)) = digest else {
                 continue;
             };
@@ -484,7 +547,25 @@ impl Builder<'_> {
             seen.insert(digest, (n, self.line(&token_span), principal.name.clone()));
             callers.insert(digest, principal);
         }
-        (callers, tls_callers)
+        (callers, tls_callers, subject_callers)
+    }
+
+    /// The principal of `[[callers]]` entry `n`.
+    fn caller_principal(
+        &mut self,
+        name: String,
+        tenant: Option<String>,
+        roles: Vec<String>,
+        span: &Range<usize>,
+        n: usize,
+    ) -> Principal {
+        Principal {
+            tenant: self.tenant(tenant, span, &format!("[[callers]] #{n} tenant")),
+            roles: self.names(roles, span, &format!("[[callers]] #{n} roles")),
+            name,
+            anonymous: false,
+            issued_by: None,
+        }
     }
 
     fn grants(&mut self, raw: Vec<Spanned<config::RawGrant>>) -> Vec<Grant> {

@@ -55,13 +55,13 @@ pub trait SharedBook: Send + Sync + 'static {
 #[derive(Debug, Clone)]
 pub struct SharedRecordsRelay {
     client: SharedRecordsClient<Channel>,
-    token: Option<String>,
+    token: Option<toolmesh_transport::Credential>,
 }
 
 impl SharedRecordsRelay {
     /// A relay to the registry behind `channel`, authenticated with
     /// `token` (the dispatcher's registry token).
-    pub fn new(channel: Channel, token: Option<String>) -> Self {
+    pub fn new(channel: Channel, token: Option<toolmesh_transport::Credential>) -> Self {
         SharedRecordsRelay {
             client: SharedRecordsClient::new(channel),
             token,
@@ -71,9 +71,7 @@ impl SharedRecordsRelay {
     fn request<T>(&self, message: T) -> tonic::Request<T> {
         let mut request = tonic::Request::new(message);
         request.set_timeout(TIMEOUT);
-        if let Some(token) = &self.token {
-            toolmesh_transport::set_bearer(request.metadata_mut(), token);
-        }
+        toolmesh_transport::attach_credential(self.token.as_ref(), request.metadata_mut());
         request
     }
 }

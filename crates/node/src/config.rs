@@ -22,8 +22,9 @@ pub enum Role {
         /// host:port of the registry, or of several replicas separated by
         /// commas (followed one at a time, failing over).
         registry: String,
-        /// Bearer token to follow it with (a caller with the dispatcher role).
-        token: Option<String>,
+        /// Bearer token to follow it with (a caller with the dispatcher
+        /// role): fixed, or a file read at each use.
+        token: Option<toolmesh_transport::Credential>,
     },
 }
 

@@ -140,7 +140,7 @@ impl RolloutControl for LocalAbort {
 #[derive(Debug)]
 pub(crate) struct RemoteAbort {
     pub(crate) channel: Channel,
-    pub(crate) token: Option<String>,
+    pub(crate) token: Option<toolmesh_transport::Credential>,
 }
 
 #[tonic::async_trait]
@@ -158,9 +158,7 @@ impl RolloutControl for RemoteAbort {
             automatic: true,
             ..Default::default()
         });
-        if let Some(token) = &self.token {
-            toolmesh_transport::set_bearer(request.metadata_mut(), token);
-        }
+        toolmesh_transport::attach_credential(self.token.as_ref(), request.metadata_mut());
         match RegistryClient::new(self.channel.clone())
             .update_rollout(request)
             .await

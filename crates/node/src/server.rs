@@ -165,7 +165,7 @@ pub async fn start(role: Role, config: &NodeConfig) -> Result<Running, NodeError
     let snapshots: Option<tokio::sync::watch::Receiver<Arc<Snapshot>>> = match (&role, &registry) {
         (Role::Serve { .. }, Some(registry)) => Some(registry.subscribe()),
         (Role::Dispatcher { registry, token }, _) => {
-            Some(follow_registry(registry, &config.tls, token.as_deref())?)
+            Some(follow_registry(registry, &config.tls, token.clone())?)
         }
         _ => None,
     };

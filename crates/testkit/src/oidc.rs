@@ -142,6 +142,8 @@ pub enum Mode {
 
 struct Shared {
     issuer: String,
+    /// A bearer token every request must present (an API server's rule).
+    bearer: Option<String>,
     keys: Mutex<String>,
     mode: Mutex<Mode>,
     jwks_hits: AtomicUsize,
@@ -156,12 +158,44 @@ pub struct Provider {
     server: tokio::task::JoinHandle<()>,
 }
 
+/// How a cluster's API server serves its service-account keys: HTTPS
+/// under its own certificate, to callers presenting a bearer token.
+pub struct ApiServer<'a> {
+    /// Its certificate (PEM).
+    pub cert: &'a std::path::Path,
+    /// Its key (PEM).
+    pub key: &'a std::path::Path,
+    /// The token every request must carry as `Authorization: Bearer`.
+    pub bearer: &'a str,
+}
+
 impl Provider {
     /// Starts a provider publishing `keys`.
     pub async fn start(keys: &[&SigningKey]) -> Provider {
+        Provider::serve(keys, None).await
+    }
+
+    /// Starts a provider publishing `keys` as a cluster's API server does
+    /// (`https://127.0.0.1:PORT`); a request without its bearer gets 401.
+    pub async fn start_api_server(keys: &[&SigningKey], api: ApiServer<'_>) -> Provider {
+        Provider::serve(keys, Some(api)).await
+    }
+
+    async fn serve(keys: &[&SigningKey], api: Option<ApiServer<'_>>) -> Provider {
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-        let issuer = format!("http://{}", listener.local_addr().unwrap());
+        let scheme = if api.is_some() { "https" } else { "http" };
+        let issuer = format!("{scheme}://{}", listener.local_addr().unwrap());
+        let acceptor = api.as_ref().map(|api| {
+            toolmesh_telemetry::https::acceptor(&toolmesh_transport::TlsFiles {
+                cert: Some(api.cert.to_owned()),
+                key: Some(api.key.to_owned()),
+                ..Default::default()
+            })
+            .expect("the API server's certificate")
+            .expect("an acceptor")
+        });
         let shared = Arc::new(Shared {
+            bearer: api.map(|api| api.bearer.to_owned()),
             issuer: issuer.clone(),
             keys: Mutex::new(jwks(keys)),
             mode: Mutex::new(Mode::Serve),
@@ -171,9 +205,16 @@ impl Provider {
         let router = Router::new()
             .route("/.well-known/openid-configuration", get(discovery))
             .route("/jwks", get(keyset))
+            .route("/openid/v1/jwks", get(keyset))
+            .layer(axum::middleware::from_fn_with_state(
+                shared.clone(),
+                require_bearer,
+            ))
             .with_state(shared.clone());
         let server = tokio::spawn(async move {
-            axum::serve(listener, router).await.unwrap();
+            toolmesh_telemetry::https::serve(listener, acceptor, router, std::future::pending())
+                .await
+                .unwrap();
         });
         Provider {
             issuer,
@@ -220,6 +261,24 @@ impl Drop for Provider {
     fn drop(&mut self) {
         self.server.abort();
     }
+}
+
+/// 401 for a request without the provider's bearer token, when it has one.
+async fn require_bearer(
+    State(shared): State<Arc<Shared>>,
+    request: axum::extract::Request,
+    next: axum::middleware::Next,
+) -> axum::response::Response {
+    if let Some(bearer) = &shared.bearer {
+        let sent = request
+            .headers()
+            .get("authorization")
+            .and_then(|v| v.to_str().ok());
+        if sent != Some(&format!("Bearer {bearer}")) {
+            return (axum::http::StatusCode::UNAUTHORIZED, "no bearer token").into_response();
+        }
+    }
+    next.run(request).await
 }
 
 async fn discovery(State(shared): State<Arc<Shared>>) -> impl IntoResponse {

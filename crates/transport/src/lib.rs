@@ -8,6 +8,7 @@ mod auth;
 mod channel;
 mod coalesce;
 mod connector;
+mod credential;
 mod deadline;
 mod health_gate;
 mod health_only;
@@ -20,6 +21,7 @@ pub use auth::{PeerCertificate, bearer, bearer_token, is_spiffe_id, peer_certifi
 pub use channel::{BadAddress, channel, dial_address};
 pub use coalesce::Coalesced;
 pub use connector::{BoxError, Connector, Lane};
+pub use credential::{Credential, CredentialError, attach_credential};
 pub use deadline::{Bound, call_budget, parse_grpc_timeout, request_timeout};
 pub use health_gate::{HealthGate, Visible, gated_health};
 pub use health_only::HealthOnly;

@@ -1,48 +1,94 @@
 //! Fetching an issuer's JWKS: from its URL, through OIDC discovery, or from a local file; bounded in time and size.
 
-use super::{KeySource, keys::MAX_JWKS_BYTES};
+use super::{FetchAuth, KeySource, keys::MAX_JWKS_BYTES};
 use std::{sync::OnceLock, time::Duration};
 
 /// How long one HTTP request for discovery or keys may take.
 pub(crate) const FETCH_TIMEOUT: Duration = Duration::from_secs(5);
 
-/// The shared HTTP client: rustls on ring (the mesh's provider), short
+/// The HTTP client settings: rustls on ring (the mesh's provider), short
 /// timeouts, few redirects.
-fn client() -> Result<&'static reqwest::Client, String> {
-    static CLIENT: OnceLock<reqwest::Client> = OnceLock::new();
-    if let Some(client) = CLIENT.get() {
-        return Ok(client);
-    }
+fn builder() -> reqwest::ClientBuilder {
     let _ = tokio_rustls::rustls::crypto::ring::default_provider().install_default();
-    let client = reqwest::Client::builder()
+    reqwest::Client::builder()
         .timeout(FETCH_TIMEOUT)
         .connect_timeout(FETCH_TIMEOUT)
         .redirect(reqwest::redirect::Policy::limited(3))
-        .build()
-        .map_err(|e| format!("no HTTP client: {e}"))?;
-    Ok(CLIENT.get_or_init(|| client))
 }
 
-/// The JWKS document of `issuer` from `source`.
-pub(crate) async fn jwks(issuer: &str, source: &KeySource) -> Result<Vec<u8>, String> {
+/// The client for `auth`: one shared client trusting the system's roots,
+/// or (rarely: a fetch every few minutes) one that also trusts `ca_file`.
+fn client(auth: &FetchAuth) -> Result<reqwest::Client, String> {
+    static SHARED: OnceLock<reqwest::Client> = OnceLock::new();
+    let Some(ca_file) = &auth.ca_file else {
+        if let Some(client) = SHARED.get() {
+            return Ok(client.clone());
+        }
+        let client = builder()
+            .build()
+            .map_err(|e| format!("no HTTP client: {e}"))?;
+        return Ok(SHARED.get_or_init(|| client).clone());
+    };
+    let pem = std::fs::read(ca_file)
+        .map_err(|e| format!("cannot read jwks_ca_file {}: {e}", ca_file.display()))?;
+    let certificates = reqwest::Certificate::from_pem_bundle(&pem).map_err(|e| {
+        format!(
+            "jwks_ca_file {} holds no PEM certificate: {e}",
+            ca_file.display()
+        )
+    })?;
+    certificates
+        .into_iter()
+        .fold(builder(), reqwest::ClientBuilder::add_root_certificate)
+        .build()
+        .map_err(|e| {
+            format!(
+                "no HTTP client with jwks_ca_file {}: {e}",
+                ca_file.display()
+            )
+        })
+}
+
+/// The JWKS document of `issuer` from `source`, fetched as `auth` says.
+pub(crate) async fn jwks(
+    issuer: &str,
+    source: &KeySource,
+    auth: &FetchAuth,
+) -> Result<Vec<u8>, String> {
+    let fetch = Fetch {
+        client: match source {
+            KeySource::File(_) => None,
+            _ => Some(client(auth)?),
+        },
+        bearer: match &auth.bearer_file {
+            Some(path) => Some(
+                tokio::fs::read_to_string(path)
+                    .await
+                    .map_err(|e| format!("cannot read jwks_bearer_file {}: {e}", path.display()))?
+                    .trim()
+                    .to_owned(),
+            ),
+            None => None,
+        },
+    };
     match source {
         KeySource::File(path) => tokio::fs::read(path)
             .await
             .map_err(|e| format!("cannot read {}: {e}", path.display())),
-        KeySource::Uri(uri) => get(uri).await,
+        KeySource::Uri(uri) => fetch.get(uri).await,
         KeySource::Discovery => {
             let url = format!(
                 "{}/.well-known/openid-configuration",
                 issuer.trim_end_matches('/')
             );
-            let document = get(&url).await?;
+            let document = fetch.get(&url).await?;
             let jwks_uri = jwks_uri_of(issuer, &document)?;
             if super::plain_http_elsewhere(&jwks_uri) {
                 return Err(format!(
                     "the discovery document names {jwks_uri}, plain http:// to another host: keys are fetched only over https://"
                 ));
             }
-            get(&jwks_uri).await
+            fetch.get(&jwks_uri).await
         }
     }
 }
@@ -65,31 +111,42 @@ fn jwks_uri_of(issuer: &str, document: &[u8]) -> Result<String, String> {
     Ok(found.jwks_uri)
 }
 
-/// The body of a successful GET of `url`, at most [`MAX_JWKS_BYTES`].
-async fn get(url: &str) -> Result<Vec<u8>, String> {
-    let mut response = client()?
-        .get(url)
-        .header("accept", "application/json")
-        .send()
-        .await
-        .map_err(|e| format!("GET {url}: {}", chain(&e)))?;
-    if !response.status().is_success() {
-        return Err(format!("GET {url}: HTTP {}", response.status()));
-    }
-    let mut body = Vec::new();
-    while let Some(chunk) = response
-        .chunk()
-        .await
-        .map_err(|e| format!("GET {url}: {}", chain(&e)))?
-    {
-        if body.len() + chunk.len() > MAX_JWKS_BYTES {
-            return Err(format!(
-                "GET {url}: the answer is larger than {MAX_JWKS_BYTES} bytes"
-            ));
+/// One fetch of keys: its client and the bearer token it presents.
+struct Fetch {
+    client: Option<reqwest::Client>,
+    bearer: Option<String>,
+}
+
+impl Fetch {
+    /// The body of a successful GET of `url`, at most [`MAX_JWKS_BYTES`].
+    async fn get(&self, url: &str) -> Result<Vec<u8>, String> {
+        let client = self.client.as_ref().ok_or("no HTTP client for a file")?;
+        let mut request = client.get(url).header("accept", "application/json");
+        if let Some(token) = &self.bearer {
+            request = request.bearer_auth(token);
         }
-        body.extend_from_slice(&chunk);
+        let mut response = request
+            .send()
+            .await
+            .map_err(|e| format!("GET {url}: {}", chain(&e)))?;
+        if !response.status().is_success() {
+            return Err(format!("GET {url}: HTTP {}", response.status()));
+        }
+        let mut body = Vec::new();
+        while let Some(chunk) = response
+            .chunk()
+            .await
+            .map_err(|e| format!("GET {url}: {}", chain(&e)))?
+        {
+            if body.len() + chunk.len() > MAX_JWKS_BYTES {
+                return Err(format!(
+                    "GET {url}: the answer is larger than {MAX_JWKS_BYTES} bytes"
+                ));
+            }
+            body.extend_from_slice(&chunk);
+        }
+        Ok(body)
     }
-    Ok(body)
 }
 
 /// An error with its causes, which say what the connection refused.

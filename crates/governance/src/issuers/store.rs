@@ -1,6 +1,6 @@
 //! The cached keys of each issuer: fetched at start and on a schedule, refreshed on an unknown `kid` at a bounded rate, kept while the source fails for a bounded time.
 
-use super::{Issuer, KeySet, KeySource, fetch};
+use super::{FetchAuth, Issuer, KeySet, KeySource, fetch};
 use arc_swap::{ArcSwap, ArcSwapOption};
 use std::{
     collections::HashMap,
@@ -49,6 +49,7 @@ struct Fetching {
 pub(crate) struct KeyStore {
     issuer: String,
     source: KeySource,
+    fetch: FetchAuth,
     timing: Mutex<Timing>,
     current: ArcSwapOption<Loaded>,
     fetching: Mutex<Fetching>,
@@ -82,6 +83,7 @@ impl KeyStore {
         let store = Arc::new(KeyStore {
             issuer: issuer.issuer.clone(),
             source: issuer.keys.clone(),
+            fetch: issuer.fetch.clone(),
             timing: Mutex::new(Timing::from(issuer)),
             current: ArcSwapOption::empty(),
             fetching: Mutex::new(Fetching::default()),
@@ -146,7 +148,7 @@ impl KeyStore {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .last_attempt = Some(Instant::now());
-        let fetched = fetch::jwks(&self.issuer, &self.source).await;
+        let fetched = fetch::jwks(&self.issuer, &self.source, &self.fetch).await;
         self.settle(fetched.and_then(|doc| KeySet::parse(&doc)));
     }
 
@@ -229,7 +231,7 @@ async fn refresh_loop(store: Weak<KeyStore>, wake: Arc<Notify>) {
 /// issuer whose `issuer` and key source did not change.
 pub struct IssuerKeys {
     generation: AtomicU64,
-    stores: ArcSwap<HashMap<(String, KeySource), Arc<KeyStore>>>,
+    stores: ArcSwap<HashMap<(String, KeySource, FetchAuth), Arc<KeyStore>>>,
     sync: Mutex<()>,
 }
 

@@ -224,6 +224,86 @@ fn tokens_of_each_algorithm_map_to_principals() {
     ));
 }
 
+/// A `[[callers]]` entry pinned to one subject of an issuer names that
+/// caller, the dispatcher role included; the issuer's other subjects keep
+/// its claim mapping, which never gives that role.
+#[test]
+fn a_caller_pinned_to_a_subject_may_be_the_dispatcher() {
+    let f = with_file_keys(&format!(
+        "\n[[callers]]\nissuer = \"{ISSUER}\"\nsubject = \"system:serviceaccount:mesh:dispatcher\"\nprincipal = \"dispatcher\"\ntenant = \"ops\"\nroles = [\"dispatcher\"]\n"
+    ));
+    let sub = json!({"sub": "system:serviceaccount:mesh:dispatcher"});
+    let pinned = who(&f.governance, &f.es.mint(&claims(sub))).unwrap();
+    assert_eq!(
+        (pinned.name.as_str(), pinned.tenant.as_str()),
+        ("dispatcher", "ops")
+    );
+    assert_eq!(pinned.roles, ["dispatcher"]);
+    let issued = pinned.issued_by.unwrap();
+    assert_eq!(issued.subject, "system:serviceaccount:mesh:dispatcher");
+    // Another subject of the same issuer: the mapping, no dispatcher role.
+    let other = json!({"sub": "system:serviceaccount:mesh:other", "groups": ["dispatcher"]});
+    let other = who(&f.governance, &f.es.mint(&claims(other))).unwrap();
+    assert!(!other.has_role("dispatcher"), "{other}");
+    // A pinned subject's token still has to verify.
+    let stranger = SigningKey::es256("es-1");
+    let forged = stranger.mint(&claims(
+        json!({"sub": "system:serviceaccount:mesh:dispatcher"}),
+    ));
+    assert!(matches!(
+        who(&f.governance, &forged),
+        Err(AuthError::BadSignature)
+    ));
+}
+
+/// A subject entry names both halves, an issuer the policy trusts, and no
+/// token beside them.
+#[test]
+fn bad_subject_callers_are_refused_with_their_line() {
+    let issuer = format!("[[issuers]]\nissuer = \"{ISSUER}\"\naudiences = [\"m\"]\n");
+    let cases: Vec<(String, usize, &str, &str)> = vec![
+        (
+            format!(
+                "{issuer}[[callers]]\nissuer = \"https://other.test\"\nsubject = \"s\"\nprincipal = \"p\"\n"
+            ),
+            5,
+            "[[callers]] #1 issuer",
+            "no [[issuers]] entry",
+        ),
+        (
+            format!("{issuer}[[callers]]\nissuer = \"{ISSUER}\"\nprincipal = \"p\"\n"),
+            4,
+            "[[callers]] #1 subject",
+            "is missing",
+        ),
+        (
+            format!(
+                "{issuer}[[callers]]\nissuer = \"{ISSUER}\"\nsubject = \"s\"\ntoken = \"t\"\nprincipal = \"p\"\n"
+            ),
+            6,
+            "[[callers]] #1 subject",
+            "one of them",
+        ),
+        (
+            format!(
+                "{issuer}[[callers]]\nissuer = \"{ISSUER}\"\nsubject = \"s\"\nprincipal = \"p\"\n[[callers]]\nissuer = \"{ISSUER}\"\nsubject = \"s\"\nprincipal = \"q\"\n"
+            ),
+            10,
+            "[[callers]] #2 subject",
+            "second time (first on line 6)",
+        ),
+    ];
+    for (text, line, field, says) in cases {
+        let found = problems(&text);
+        assert!(
+            found
+                .iter()
+                .any(|(l, f, m)| *l == line && f == field && m.contains(says)),
+            "{text}\nexpected line {line} {field} saying {says:?}, got {found:?}"
+        );
+    }
+}
+
 /// `principal_claim` names the principal; a missing claim is refused.
 #[test]
 fn the_principal_claim_is_configurable() {

@@ -1,7 +1,7 @@
 //! Verifying a JWT against the policy's issuers and turning its claims into a principal.
 
 use super::{Issuer, IssuerKeys, TenantFrom};
-use crate::{AuthError, DISPATCHER_ROLE, IssuedBy, Principal};
+use crate::{AuthError, DISPATCHER_ROLE, IssuedBy, Policy, Principal};
 use base64::Engine;
 use jsonwebtoken::{Validation, errors::ErrorKind};
 use serde_json::{Map, Value};
@@ -22,9 +22,10 @@ pub(crate) fn looks_like_jwt(token: &str) -> bool {
 /// key's own), then signature, `exp`, `nbf` and `aud` are checked.
 pub(crate) fn verify(
     token: &str,
-    issuers: &[Issuer],
+    policy: &Policy,
     keys: &IssuerKeys,
 ) -> Result<Principal, AuthError> {
+    let issuers = policy.issuers();
     if token.len() > MAX_TOKEN_BYTES {
         return Err(AuthError::TokenTooLarge {
             max: MAX_TOKEN_BYTES,
@@ -64,6 +65,19 @@ pub(crate) fn verify(
     let claims = jsonwebtoken::decode::<Map<String, Value>>(token, &key.decoding, &validation)
         .map_err(|e| refusal(e.kind()))?
         .claims;
+    // A `[[callers]]` entry pinned to this exact subject names the caller
+    // (the only way a token holder gets the dispatcher role).
+    if let Some(Value::String(sub)) = claims.get("sub")
+        && let Some(pinned) = policy.subject_caller(&issuer.issuer, sub)
+    {
+        return Ok(Principal {
+            issued_by: Some(IssuedBy {
+                issuer: issuer.issuer.clone(),
+                subject: sub.clone(),
+            }),
+            ..pinned.clone()
+        });
+    }
     principal(issuer, &claims)
 }
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+from typing import Callable
 
 import grpc
 
@@ -67,13 +68,13 @@ class Lease:
         self,
         registry: str,
         request: registry_pb2.RegisterRequest,
-        token: str | None,
+        token: Callable[[], str | None],
         gate: DispatcherOnly,
         credentials: grpc.ChannelCredentials | None = None,
     ):
         self.registry = registry
         self.request = request
-        self.metadata = (("authorization", f"Bearer {token}"),) if token else ()
+        self.token = token
         self.gate = gate
         self.lease_id: str | None = None
         self.channel = (
@@ -84,6 +85,13 @@ class Lease:
         self.client = registry_pb2_grpc.RegistryStub(self.channel)
         self.task: asyncio.Task[None] | None = None
         self.stopping = asyncio.Event()
+
+    @property
+    def metadata(self) -> tuple[tuple[str, str], ...]:
+        """The registration token, read again for every call (a token file
+        the kubelet rotates is followed)."""
+        token = self.token()
+        return (("authorization", f"Bearer {token}"),) if token else ()
 
     def start(self) -> None:
         self.task = asyncio.ensure_future(self._keep())

@@ -13,7 +13,7 @@ import signal
 import sys
 import uuid
 from pathlib import Path
-from typing import Awaitable
+from typing import Awaitable, Callable
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -57,7 +57,9 @@ def serve(
 
     `registry` is the registry's host:port (default `TOOLMESH_REGISTRY`, else
     127.0.0.1:7070; "" serves without registering), `token` the registration
-    token (default `TOOLMESH_TOKEN`), `service` the team or service name
+    token (default `TOOLMESH_TOKEN`, or the file `TOOLMESH_TOKEN_FILE` names,
+    read again at each registry call as a rotated service-account token
+    must be), `service` the team or service name
     (default: the script's name). `listen` is where to bind (port 0 picks
     one); `advertise` the host:port dispatchers dial (default
     `TOOLMESH_ADVERTISE`, else the bound address, which must then not be a
@@ -105,7 +107,7 @@ async def serve_async(
     by_name = _tools_by_name(tools)
     service = service or _script_name()
     registry = os.environ.get("TOOLMESH_REGISTRY", DEFAULT_REGISTRY) if registry is None else registry
-    token = os.environ.get("TOOLMESH_TOKEN") if token is None else token
+    token_of = _token_source(token)
     advertise = os.environ.get("TOOLMESH_ADVERTISE") if advertise is None else advertise
     tls = TLS.from_env() if tls is None else tls
     try:
@@ -158,7 +160,7 @@ async def serve_async(
             lease_ttl_ms=max(1, round(lease_ttl * 1000)),
             execute_token=gate.token,
         )
-        lease = Lease(registry, request, token or None, gate, channel_credentials)
+        lease = Lease(registry, request, token_of, gate, channel_credentials)
         lease.start()
 
     await (shutdown if shutdown is not None else _signalled())
@@ -237,3 +239,25 @@ def _check_advertised(advertise: str | None, listen: str) -> None:
             f"would register {listen}, which dispatchers cannot dial: pass advertise=HOST:PORT "
             "(or set TOOLMESH_ADVERTISE) with an address they can reach"
         )
+
+
+def _token_source(token: str | None) -> Callable[[], str | None]:
+    """Where the registration token comes from: `token` when given, else the
+    file `TOOLMESH_TOKEN_FILE` names (read at each use), else
+    `TOOLMESH_TOKEN`. An unreadable file sends no token and says why."""
+    if token is not None:
+        return lambda: token or None
+    path = os.environ.get("TOOLMESH_TOKEN_FILE")
+    if not path:
+        fixed = os.environ.get("TOOLMESH_TOKEN") or None
+        return lambda: fixed
+
+    def read() -> str | None:
+        try:
+            with open(path, encoding="utf-8") as f:
+                return f.read().strip() or None
+        except OSError as e:
+            log.warning("cannot read the token file %s (%s); registering without a token", path, e)
+            return None
+
+    return read
