@@ -25,7 +25,7 @@ mod network_policy;
 mod render;
 mod support;
 
-use loopback_cluster::{Cluster, http};
+use loopback_cluster::{Cluster, ControlPlane, http};
 use render::*;
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
@@ -134,7 +134,13 @@ struct Installed {
 /// (fresh tokens), the install with its tokens' hashes, and the agent's
 /// side read from the NOTES.
 fn install_chart(values: &[PathBuf], sets: &[&str]) -> Installed {
-    let tokens = tokens_secret(&["dispatcher", "executor", "agent"]);
+    install_chart_with(values, sets, &["dispatcher", "executor", "agent"])
+}
+
+/// As [`install_chart`], the Secret holding the tokens `keys` (those the
+/// NOTES' command must create).
+fn install_chart_with(values: &[PathBuf], sets: &[&str], keys: &[&str]) -> Installed {
+    let tokens = tokens_secret(keys);
     let mut all: Vec<String> = tokens
         .iter()
         .map(|(key, token)| format!("auth.tokenSha256.{key}={}", sha256_hex(token)))
@@ -495,6 +501,45 @@ async fn chart_with_default_values_serves() {
         secrets,
     } = install_chart(&[], &[]);
     let mut cluster = Cluster::new(NAMESPACE, objects, secrets).await;
+    start_ready(&mut cluster, |_| true).await;
+    cluster.check_probes().await;
+    check_agent(&cluster, &agent, &service_hosts(&agent.mcp)).await;
+}
+
+/// Workload identity (auth.workloadIdentity): no pod reads an executor or
+/// dispatcher token from the Secret, which holds only the agents' token.
+/// Executors register and dispatchers follow the registry with the
+/// projected service-account tokens the kubelet mints for their accounts,
+/// which the rendered policy pins to their roles; the servers fetch the
+/// cluster's keys from the API server with their own account's token and
+/// the cluster CA. The mesh then serves agents as with static tokens.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn chart_with_workload_identity_serves() {
+    let plane = ControlPlane::start().await;
+    let issuer = format!("auth.workloadIdentity.issuer={}", plane.issuer);
+    let Installed {
+        objects,
+        agent,
+        secrets,
+    } = install_chart_with(
+        &[],
+        &["auth.workloadIdentity.enabled=true", &issuer],
+        &["agent"],
+    );
+    let secret_keys: Vec<&str> = objects
+        .iter()
+        .flat_map(|o| containers(o).iter())
+        .flat_map(|c| c["env"].as_array().into_iter().flatten())
+        .filter_map(|e| e["valueFrom"]["secretKeyRef"]["key"].as_str())
+        .collect();
+    assert!(
+        !secret_keys
+            .iter()
+            .any(|k| *k == "executor" || *k == "dispatcher"),
+        "pods read no static mesh token: {secret_keys:?}"
+    );
+    let mut cluster = Cluster::new(NAMESPACE, objects, secrets).await;
+    cluster.control_plane = Some(plane);
     start_ready(&mut cluster, |_| true).await;
     cluster.check_probes().await;
     check_agent(&cluster, &agent, &service_hosts(&agent.mcp)).await;

@@ -490,7 +490,7 @@ tools = ["search_kb"]
             let probe = probe.clone();
             async move {
                 let (code, _) = list_with(&addr, &probe).await;
-                (code != tonic::Code::Unauthenticated).then_some(())
+                (code == tonic::Code::Ok).then_some(())
             }
         },
     )

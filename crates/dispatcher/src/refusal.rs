@@ -50,6 +50,7 @@ impl From<Refusal> for Status {
             Refusal::Overloaded { .. } => Status::resource_exhausted(message),
             Refusal::Approval(ApprovalError::Unavailable { .. }) => Status::unavailable(message),
             Refusal::PinExpired(_) | Refusal::Approval(_) => Status::failed_precondition(message),
+            Refusal::Unauthenticated(e) if e.is_transient() => Status::unavailable(message),
             Refusal::Unauthenticated(_) => Status::unauthenticated(message),
             Refusal::UnknownFormat(_) | Refusal::BadCallerToken(_) | Refusal::BadReference(_) => {
                 Status::invalid_argument(message)

@@ -168,6 +168,14 @@ pub enum AuthError {
     WrongAudience,
 }
 
+impl AuthError {
+    /// Whether the caller may simply retry: its token could not be checked
+    /// yet (the issuer's keys are being fetched), not found wanting.
+    pub fn is_transient(&self) -> bool {
+        matches!(self, AuthError::IssuerKeysUnavailable)
+    }
+}
+
 /// Why a tool-name pattern is refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum PatternError {

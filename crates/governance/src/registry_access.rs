@@ -34,6 +34,19 @@ pub enum AccessError {
     /// The caller is known but lacks the role.
     #[error("{0}")]
     Forbidden(String),
+    /// The caller's token cannot be checked yet (its issuer's keys are
+    /// being fetched): retry.
+    #[error("{0}")]
+    Unavailable(String),
+}
+
+/// The refusal of a caller `identify` could not name; `needs` says who may.
+fn unidentified(error: crate::AuthError, needs: &str) -> AccessError {
+    if error.is_transient() {
+        AccessError::Unavailable(error.to_string())
+    } else {
+        AccessError::Unauthenticated(format!("{error}; {needs}"))
+    }
 }
 
 /// The owner an executor registers as, from its bearer token: its principal
@@ -45,8 +58,8 @@ pub fn executor_owner(
     bearer: Option<&str>,
 ) -> Result<String, AccessError> {
     let who = identity.identify(bearer, None).map_err(|e| {
-        AccessError::Unauthenticated(format!(
-            "{e}; executors register with the token of a [[callers]] entry (or of an [[issuers]] entry's provider) whose principal has the role \"{EXECUTOR_ROLE}\""
+        unidentified(e, &format!(
+            "executors register with the token of a [[callers]] entry (or of an [[issuers]] entry's provider) whose principal has the role \"{EXECUTOR_ROLE}\""
         ))
     })?;
     may_register(&who)?;
@@ -106,8 +119,8 @@ pub fn snapshot_reader(
     let who = identity
         .identify(bearer, certificate_valid_for)
         .map_err(|e| {
-            AccessError::Unauthenticated(format!(
-                "{e}; snapshots are read with the token of a [[callers]] entry that has the role \"{DISPATCHER_ROLE}\" or \"{ADMIN_ROLE}\""
+            unidentified(e, &format!(
+                "snapshots are read with the token of a [[callers]] entry that has the role \"{DISPATCHER_ROLE}\" or \"{ADMIN_ROLE}\""
             ))
         })?;
     let execute_tokens = who.has_role(DISPATCHER_ROLE);
@@ -142,7 +155,7 @@ pub fn admin_reader(
     }
     let who = identity
         .identify(bearer, None)
-        .map_err(|e| AccessError::Unauthenticated(format!("{e}; {needs}")))?;
+        .map_err(|e| unidentified(e, &needs))?;
     if who.has_role(ADMIN_ROLE) || who.has_role(OPERATOR_ROLE) {
         Ok(who)
     } else {

@@ -117,6 +117,8 @@ enum Refused {
 impl Refused {
     fn status(&self) -> StatusCode {
         match self {
+            Refused::Access(AccessError::Unavailable(_)) => StatusCode::SERVICE_UNAVAILABLE,
+            Refused::Auth(e) if e.is_transient() => StatusCode::SERVICE_UNAVAILABLE,
             Refused::Access(AccessError::Unauthenticated(_)) | Refused::Auth(_) => {
                 StatusCode::UNAUTHORIZED
             }

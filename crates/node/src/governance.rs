@@ -113,6 +113,7 @@ fn gate_error(error: AccessError) -> GateError {
     match error {
         AccessError::Unauthenticated(message) => GateError::Unauthenticated(message),
         AccessError::Forbidden(message) => GateError::Forbidden(message),
+        AccessError::Unavailable(message) => GateError::Unavailable(message),
     }
 }
 

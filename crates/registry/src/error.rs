@@ -183,6 +183,12 @@ impl From<RegistryError> for tonic::Status {
             | RegistryError::BadStore(_)
             | RegistryError::BadSharedRecord(_) => tonic::Status::invalid_argument(message),
             RegistryError::Contended(_) => tonic::Status::aborted(message),
+            RegistryError::RegistrationRefused(GateError::Unavailable(_))
+            | RegistryError::SwitchRefused(GateError::Unavailable(_))
+            | RegistryError::ReadRefused(GateError::Unavailable(_))
+            | RegistryError::SharedRefused(GateError::Unavailable(_)) => {
+                tonic::Status::unavailable(message)
+            }
             RegistryError::RegistrationRefused(_) => tonic::Status::unauthenticated(message),
             RegistryError::TooManyExecutors { .. } => tonic::Status::resource_exhausted(message),
             RegistryError::SwitchRefused(_)

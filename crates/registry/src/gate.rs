@@ -13,6 +13,9 @@ pub enum GateError {
     /// The caller is known but may not do this.
     #[error("{0}")]
     Forbidden(String),
+    /// The caller cannot be identified yet: retry.
+    #[error("{0}")]
+    Unavailable(String),
 }
 
 /// Decides identities at the registry's edge.

@@ -75,12 +75,14 @@ const ETCD_FLAGS: [(&str, Rewrite); 12] = [
 ];
 
 /// The variables the manifests may set, and how each is moved.
-const ENV: [(&str, Rewrite); 14] = [
+const ENV: [(&str, Rewrite); 16] = [
     ("POD_IP", Rewrite::Keep),
     ("POD_NAME", Rewrite::Keep),
     ("POD_NAMESPACE", Rewrite::Keep),
     ("TOOLMESH_TOKEN", Rewrite::Keep),
     ("TOOLMESH_REGISTRY_TOKEN", Rewrite::Keep),
+    ("TOOLMESH_TOKEN_FILE", Rewrite::File),
+    ("TOOLMESH_REGISTRY_TOKEN_FILE", Rewrite::File),
     ("TOOLMESH_TLS_CA", Rewrite::File),
     ("TOOLMESH_TLS_CERT", Rewrite::File),
     ("TOOLMESH_TLS_KEY", Rewrite::File),
@@ -163,35 +165,18 @@ impl Cluster {
             let dir = self.volume_dir(pod, volume_name);
             std::fs::create_dir_all(&dir).unwrap();
             let files: BTreeMap<String, Vec<u8>> = if let Some(config) = volume.get("configMap") {
-                let map_name = config["name"].as_str().expect("configMap name");
-                let map = kind(&self.objects, "ConfigMap")
-                    .find(|c| name(c) == map_name)
-                    .unwrap_or_else(|| panic!("no ConfigMap {map_name}"));
-                let data = map["data"].as_object().into_iter().flatten();
-                let data = data
-                    .map(|(k, v)| {
-                        (
-                            k.clone(),
-                            v.as_str().unwrap_or_default().as_bytes().to_vec(),
-                        )
-                    })
-                    .collect();
-                Self::projected(&config["items"], data, map_name)
+                self.config_map_files(pod, config)
             } else if let Some(secret) = volume.get("secret") {
-                let secret_name = secret["secretName"].as_str().expect("secretName");
-                let data = self
-                    .secrets
-                    .get(secret_name)
-                    .unwrap_or_else(|| panic!("no Secret {secret_name} for {volume_name}"))
-                    .clone();
-                Self::projected(&secret["items"], data, secret_name)
+                self.secret_files(secret, volume_name)
+            } else if let Some(projected) = volume.get("projected") {
+                self.projected_files(pod, projected)
             } else if volume.get("emptyDir").is_some()
                 || volume.get("persistentVolumeClaim").is_some()
             {
                 BTreeMap::new()
             } else {
                 panic!(
-                    "volume {volume}: the runner knows configMap, secret, emptyDir and persistentVolumeClaim volumes"
+                    "volume {volume}: the runner knows configMap, secret, projected, emptyDir and persistentVolumeClaim volumes"
                 )
             };
             for (file, content) in files {
@@ -206,6 +191,99 @@ impl Cluster {
             let claim = template["metadata"]["name"].as_str().expect("claim name");
             std::fs::create_dir_all(self.volume_dir(pod, claim)).unwrap();
         }
+    }
+
+    /// The files of a ConfigMap volume (or projected source). ConfigMaps
+    /// the cluster makes itself (`kube-root-ca.crt`) come from the control
+    /// plane. Paths inside the pod's volumes and the API server's name in
+    /// the files' text are carried over as in arguments: a policy naming a
+    /// mounted file, or `https://kubernetes.default.svc`, works here.
+    fn config_map_files(&self, pod: usize, config: &Value) -> BTreeMap<String, Vec<u8>> {
+        let map_name = config["name"].as_str().expect("configMap name");
+        if map_name == "kube-root-ca.crt" {
+            let plane = self
+                .control_plane
+                .as_ref()
+                .expect("kube-root-ca.crt is mounted: run the cluster with a control plane");
+            let data = BTreeMap::from([("ca.crt".to_owned(), plane.ca_pem.clone().into_bytes())]);
+            return Self::projected(&config["items"], data, map_name);
+        }
+        let map = kind(&self.objects, "ConfigMap")
+            .find(|c| name(c) == map_name)
+            .unwrap_or_else(|| panic!("no ConfigMap {map_name}"));
+        let mounts = self.pod_mounts(pod);
+        let data = map["data"].as_object().into_iter().flatten();
+        let data = data
+            .map(|(k, v)| {
+                let mut text = v.as_str().unwrap_or_default().to_owned();
+                for (mount, dir) in &mounts {
+                    text = text.replace(&format!("{mount}/"), &format!("{}/", dir.display()));
+                }
+                if let Some(plane) = &self.control_plane {
+                    text = text.replace(
+                        "https://kubernetes.default.svc/",
+                        &format!("{}/", plane.issuer),
+                    );
+                }
+                (k.clone(), text.into_bytes())
+            })
+            .collect();
+        Self::projected(&config["items"], data, map_name)
+    }
+
+    /// The files of a Secret volume (or projected source).
+    fn secret_files(&self, secret: &Value, volume_name: &str) -> BTreeMap<String, Vec<u8>> {
+        let secret_name = secret["secretName"]
+            .as_str()
+            .or(secret["name"].as_str())
+            .expect("secretName");
+        let data = self
+            .secrets
+            .get(secret_name)
+            .unwrap_or_else(|| panic!("no Secret {secret_name} for {volume_name}"))
+            .clone();
+        Self::projected(&secret["items"], data, secret_name)
+    }
+
+    /// The files of a projected volume: its ConfigMaps and Secrets, and the
+    /// service-account tokens the kubelet mints for the pod's account.
+    fn projected_files(&self, pod: usize, projected: &Value) -> BTreeMap<String, Vec<u8>> {
+        let mut files = BTreeMap::new();
+        for source in projected["sources"].as_array().into_iter().flatten() {
+            if let Some(config) = source.get("configMap") {
+                files.extend(self.config_map_files(pod, config));
+            } else if let Some(secret) = source.get("secret") {
+                files.extend(self.secret_files(secret, "a projected volume"));
+            } else if let Some(token) = source.get("serviceAccountToken") {
+                let plane = self.control_plane.as_ref().expect(
+                    "a serviceAccountToken is projected: run the cluster with a control plane",
+                );
+                let spec = &self.workload(pod)["spec"]["template"]["spec"];
+                let account = spec["serviceAccountName"].as_str().unwrap_or("default");
+                let ttl = token["expirationSeconds"].as_u64().unwrap_or(3600);
+                let minted = plane.projected_token(
+                    &self.namespace,
+                    account,
+                    token["audience"].as_str(),
+                    std::time::Duration::from_secs(ttl),
+                );
+                let path = token["path"].as_str().expect("serviceAccountToken path");
+                files.insert(path.to_owned(), minted.into_bytes());
+            } else {
+                panic!(
+                    "projected source {source}: the runner knows configMap, secret and serviceAccountToken"
+                );
+            }
+        }
+        files
+    }
+
+    /// The mounts of every container of `pod`.
+    fn pod_mounts(&self, pod: usize) -> Vec<(String, PathBuf)> {
+        self.containers(pod)
+            .iter()
+            .flat_map(|c| self.mounts(pod, c))
+            .collect()
     }
 
     /// The files of a ConfigMap or Secret volume: every key, or `items`.

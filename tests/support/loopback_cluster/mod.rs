@@ -17,6 +17,7 @@
 #![allow(dead_code, unreachable_pub, missing_docs)]
 
 mod container;
+mod control_plane;
 mod outside;
 mod probes;
 mod proxy;
@@ -32,6 +33,7 @@ use std::path::Path;
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
+pub use control_plane::ControlPlane;
 pub use probes::http;
 
 /// The IP every pod has.
@@ -76,6 +78,8 @@ pub struct Cluster {
     secrets: BTreeMap<String, BTreeMap<String, Vec<u8>>>,
     running: BTreeMap<usize, Vec<Proc>>,
     dir: TempDir,
+    /// The service-account issuer, when the manifests use workload identity.
+    pub control_plane: Option<ControlPlane>,
 }
 
 /// A free loopback port for a pod to listen on: below the kernel's
@@ -192,6 +196,7 @@ impl Cluster {
             secrets: all_secrets,
             running: BTreeMap::new(),
             dir,
+            control_plane: None,
         };
         cluster.services = cluster.plan_services().await;
         cluster

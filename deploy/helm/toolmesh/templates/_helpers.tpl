@@ -63,6 +63,36 @@ anonymous = { principal = "anonymous", tenant = "default", roles = ["agent"] }
 allow_anonymous = false
 {{- end }}
 
+{{- $wi := .Values.auth.workloadIdentity }}
+{{- if $wi.enabled }}
+
+# The cluster's service-account tokens (projected, audience {{ $wi.audience }}).
+# Only the accounts pinned below get a role.
+[[issuers]]
+issuer = {{ $wi.issuer | quote }}
+audiences = [{{ $wi.audience | quote }}]
+jwks_uri = {{ $wi.jwksUri | quote }}
+jwks_ca_file = "/var/run/secrets/toolmesh/kube-api/ca.crt"
+jwks_bearer_file = "/var/run/secrets/toolmesh/kube-api/token"
+algorithms = ["RS256", "ES256"]
+
+# Dispatchers read snapshots with their account's token.
+[[callers]]
+issuer = {{ $wi.issuer | quote }}
+subject = "system:serviceaccount:{{ .Release.Namespace }}:{{ include "toolmesh.name" (dict "root" . "name" "dispatcher") }}"
+principal = "toolmesh-dispatchers"
+roles = ["dispatcher"]
+{{- range $e := .Values.executors }}
+
+# Executor {{ $e.name }} registers with its account's token.
+[[callers]]
+issuer = {{ $wi.issuer | quote }}
+subject = "system:serviceaccount:{{ $.Release.Namespace }}:{{ include "toolmesh.name" (dict "root" $ "name" (printf "executor-%s" $e.name)) }}"
+principal = "executor-{{ $e.name }}"
+roles = ["executor"]
+{{- end }}
+{{- else }}
+
 # Dispatchers read snapshots with this token (--registry-token).
 [[callers]]
 token_sha256 = "{{ include "toolmesh.tokenSha256" (dict "root" . "key" "dispatcher" "required" true) }}"
@@ -74,6 +104,7 @@ roles = ["dispatcher"]
 token_sha256 = "{{ include "toolmesh.tokenSha256" (dict "root" . "key" "executor" "required" true) }}"
 principal = "toolmesh-executors"
 roles = ["executor"]
+{{- end }}
 {{- with include "toolmesh.tokenSha256" (dict "root" . "key" "agent" "required" false) }}
 
 # Agents list and call tools with this token.
@@ -185,7 +216,8 @@ capabilities:
   drop: ["ALL"]
 {{- end }}
 
-{{/* Mounts of the policy and TLS files. */}}
+{{/* Mounts of the servers: the policy and TLS files, and with workload
+identity what reading the cluster's keys takes. */}}
 {{- define "toolmesh.volumeMounts" -}}
 - name: policy
   mountPath: /etc/toolmesh/policy
@@ -193,6 +225,11 @@ capabilities:
 {{- if .Values.tls.enabled }}
 - name: tls
   mountPath: /etc/toolmesh/tls
+  readOnly: true
+{{- end }}
+{{- if .Values.auth.workloadIdentity.enabled }}
+- name: kube-api
+  mountPath: /var/run/secrets/toolmesh/kube-api
   readOnly: true
 {{- end }}
 {{- end }}
@@ -206,6 +243,38 @@ capabilities:
   secret:
     secretName: {{ .Values.tls.secretName }}
 {{- end }}
+{{- if .Values.auth.workloadIdentity.enabled }}
+# The pod's own token for the API server and the cluster's CA: the
+# servers fetch the service-account issuer's keys with them.
+- name: kube-api
+  projected:
+    sources:
+      - serviceAccountToken:
+          path: token
+          expirationSeconds: {{ .Values.auth.workloadIdentity.expirationSeconds }}
+      - configMap:
+          name: kube-root-ca.crt
+          items:
+            - key: ca.crt
+              path: ca.crt
+{{- end }}
+{{- end }}
+
+{{/* With workload identity: the projected token a pod presents to the mesh. */}}
+{{- define "toolmesh.identityVolume" -}}
+- name: identity
+  projected:
+    sources:
+      - serviceAccountToken:
+          path: token
+          audience: {{ .Values.auth.workloadIdentity.audience }}
+          expirationSeconds: {{ .Values.auth.workloadIdentity.expirationSeconds }}
+{{- end }}
+
+{{- define "toolmesh.identityMount" -}}
+- name: identity
+  mountPath: /var/run/secrets/toolmesh/identity
+  readOnly: true
 {{- end }}
 
 {{/* Spreads a component's pods over nodes and zones. */}}
