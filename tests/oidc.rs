@@ -564,3 +564,102 @@ tools = ["search_kb"]
         "{said}"
     );
 }
+
+/// The issuers' keys in health. `toolmesh.v1.Issuers` is NOT_SERVING while
+/// an issuer holds no keys (its JWKS cannot be fetched), and the admin
+/// JSON names that issuer with the reason; a good issuer's keys go stale
+/// when its provider starts failing, still verify its tokens, and the JSON
+/// says so; once the bad issuer is removed from the policy, SERVING.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn issuer_keys_in_health() {
+    let key = SigningKey::es256("k1");
+    let provider = Provider::start(&[&key]).await;
+    let unreachable = {
+        let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        format!("http://{}", closed.local_addr().unwrap())
+    };
+    let dir = temp_dir("oidc-health");
+    let policy_path = dir.join("policy.toml");
+    let good = format!("{}refresh_secs = 1\n", policy(&provider));
+    let bad = format!(
+        "{good}\n[[issuers]]\nissuer = \"{unreachable}\"\naudiences = [\"{AUDIENCE}\"]\nmin_refresh_secs = 1\n"
+    );
+    std::fs::write(&policy_path, &bad).unwrap();
+    let (serve, addr) = serve(&[
+        "--policy",
+        policy_path.to_str().unwrap(),
+        "--admin-listen",
+        "127.0.0.1:0",
+    ]);
+    let admin = admin_addr(&serve);
+    let issuers = || {
+        let (status, state) = toolmesh_testkit::http(
+            &admin,
+            "GET",
+            "/api/state",
+            &[("Authorization", "Bearer tok-approver")],
+            "",
+        );
+        assert_eq!(status, 200, "{state}");
+        serde_json::from_str::<Value>(&state).unwrap()["issuers"].clone()
+    };
+    let of = |all: &Value, issuer: &str| {
+        all.as_array()
+            .and_then(|list| list.iter().find(|i| i["issuer"] == issuer).cloned())
+            .unwrap_or(Value::Null)
+    };
+    const NOT_SERVING: i32 = 2;
+    const SERVING: i32 = 1;
+    eventually(
+        "the unreachable issuer named",
+        Duration::from_secs(30),
+        || {
+            let found = of(&issuers(), &unreachable);
+            std::future::ready(
+                (found["keys"] == 0 && found["last_error"].is_string()).then_some(found),
+            )
+        },
+    )
+    .await;
+    assert_eq!(
+        health_status(&addr, toolmesh_transport::ISSUERS_HEALTH_SERVICE).await,
+        NOT_SERVING
+    );
+    // The whole server still serves: only that issuer's callers are refused.
+    assert_eq!(health_status(&addr, "").await, SERVING);
+
+    // The good provider fails from now: its keys go stale and still serve.
+    eventually("the good issuer's keys", Duration::from_secs(30), || {
+        std::future::ready((of(&issuers(), &provider.issuer)["keys"] == 1).then_some(()))
+    })
+    .await;
+    provider.set_mode(oidc::Mode::Garbage);
+    let stale = eventually(
+        "the good issuer's keys stale",
+        Duration::from_secs(30),
+        || {
+            let found = of(&issuers(), &provider.issuer);
+            std::future::ready((found["stale"] == true).then_some(found))
+        },
+    )
+    .await;
+    assert_eq!(stale["keys"], 1, "{stale}");
+    let token = key.mint(&claims(&provider, "user-7", &["agent"]));
+    let (code, names) = list_with(&addr, &token).await;
+    assert_eq!(code, tonic::Code::Ok, "{names}");
+
+    // Without the unreachable issuer (a reload), health says SERVING.
+    std::fs::write(&policy_path, &good).unwrap();
+    eventually(
+        "toolmesh.v1.Issuers serving",
+        Duration::from_secs(30),
+        || {
+            let addr = addr.clone();
+            async move {
+                (health_status(&addr, toolmesh_transport::ISSUERS_HEALTH_SERVICE).await == SERVING)
+                    .then_some(())
+            }
+        },
+    )
+    .await;
+}

@@ -12,7 +12,6 @@ mod endpoints;
 mod error;
 mod follow;
 mod governance_service;
-mod issuer_metrics;
 mod list;
 mod metrics;
 mod recent;
@@ -137,9 +136,6 @@ impl Dispatcher {
             .with_tls(config.tls.clone()),
         );
         let metrics = Arc::new(Metrics::new(&config.metrics, pool.clone()));
-        config
-            .metrics
-            .register_collector(issuer_metrics::IssuerMetrics(governance.issuer_keys()));
         metrics.snapshot_installed(snapshots.current().version());
         let changed = Arc::new(Notify::new());
         let ejections = Arc::new(Notify::new());

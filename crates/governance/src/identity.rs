@@ -2,7 +2,7 @@
 //! policy's static tokens and certificate names, then the JWTs of its
 //! `[[issuers]]` against keys kept across reloads.
 
-use crate::issuers::{self, IssuerKeys};
+use crate::issuers::{self, IssuerKeys, KeyStatus};
 use crate::{AuthError, Policy, PolicyHandle, Principal};
 use std::sync::Arc;
 use toolmesh_transport::PeerCertificate;
@@ -38,6 +38,23 @@ impl Identity {
     /// How the keys of each `[[issuers]]` entry stand (health, metrics).
     pub fn issuer_keys(&self) -> Arc<IssuerKeys> {
         self.keys.clone()
+    }
+
+    /// How the keys of each `[[issuers]]` entry of the policy in force
+    /// stand (a reload is followed even before the next JWT arrives).
+    pub fn issuer_status(&self) -> Vec<KeyStatus> {
+        self.current();
+        self.keys.status()
+    }
+
+    /// The policy in force, its issuers' key stores following it.
+    fn current(&self) -> Arc<Policy> {
+        // The generation before the policy: a reload in between is seen
+        // again on the next call (the handle stores, then counts).
+        let generation = self.policy.generation();
+        let policy = self.policy.current();
+        self.keys.follow(generation, policy.issuers());
+        policy
     }
 
     /// The caller: its bearer token (a static `[[callers]]` token first, as
@@ -88,11 +105,7 @@ impl Identify for Identity {
         bearer: Option<&str>,
         certificate_valid_for: Option<&dyn Fn(&str) -> bool>,
     ) -> Result<Principal, AuthError> {
-        // The generation before the policy: a reload in between is seen
-        // again on the next call (the handle stores, then counts).
-        let generation = self.policy.generation();
-        let policy = self.policy.current();
-        self.keys.follow(generation, policy.issuers());
+        let policy = self.current();
         let found = policy.identify(bearer, certificate_valid_for);
         match (found, bearer.and_then(toolmesh_transport::bearer_token)) {
             (Err(AuthError::UnknownToken { .. }), Some(token))

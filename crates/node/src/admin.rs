@@ -198,6 +198,7 @@ pub(crate) fn routes(page: AdminPage, stop: CancellationToken) -> Router {
             dispatcher: page.dispatcher,
             feed: page.feed,
             registry: page.registry.is_some(),
+            identity: page.identity.clone(),
         },
         registry: page.registry,
         identity: page.identity,

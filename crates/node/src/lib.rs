@@ -10,6 +10,8 @@ mod approval_backlog;
 mod config;
 mod error;
 mod governance;
+mod issuer_health;
+mod issuer_metrics;
 mod lanes;
 mod readiness;
 mod rollouts;

@@ -188,6 +188,14 @@ pub async fn start(role: Role, config: &NodeConfig) -> Result<Running, NodeError
         set_writable(&health, *writable.borrow()).await;
         tokio::spawn(report_writable(writable, health.clone()));
     }
+    // Every role verifies the issuers' tokens: their keys in health and metrics.
+    metrics.register_collector(crate::issuer_metrics::IssuerMetrics(
+        policy.identity.clone(),
+    ));
+    tokio::spawn(crate::issuer_health::report(
+        policy.identity.clone(),
+        health.clone(),
+    ));
     let readiness = match &snapshots {
         Some(snapshots) => {
             let follows = matches!(role, Role::Dispatcher { .. });

@@ -47,6 +47,10 @@ pub const DISPATCHER_HEALTH_SERVICE: &str = "toolmesh.v1.Dispatcher";
 /// The name a dispatcher's liveness probe asks: SERVING while the process
 /// runs (draining included), whether or not it holds a snapshot yet.
 pub const DISPATCHER_LIVENESS_SERVICE: &str = "toolmesh.v1.Dispatcher.Liveness";
+/// The health service name that says whether every `[[issuers]]` entry of
+/// the policy holds verification keys: NOT_SERVING while one has none (its
+/// callers' tokens are refused); stale keys still serve.
+pub const ISSUERS_HEALTH_SERVICE: &str = "toolmesh.v1.Issuers";
 
 /// The `grpc.health.v1` service name that tracks whether a tool is exposed.
 pub fn tool_health_service(tool: &str) -> String {

@@ -1,7 +1,7 @@
 //! The admin page's HTML: the mesh view — per tool version its instances, last minute of calls, switch and rollout, with disable/enable and promote/abort forms for admins — recent changes, approvals with approve/deny forms (every form carrying the session's CSRF token), and the login form.
 
 use super::feed::ChangeView;
-use super::state::{AdminState, ApprovalView, CallsView, RolloutView, ToolView};
+use super::state::{AdminState, ApprovalView, CallsView, IssuerView, RolloutView, ToolView};
 use std::fmt::Write as _;
 
 /// The page's HTML; its forms carry `csrf`.
@@ -47,8 +47,39 @@ pub(super) fn render(state: &AdminState, who: &str, csrf: &str) -> String {
     for change in &state.changes {
         change_item(&mut out, change);
     }
-    out.push_str("</ul></body></html>");
+    out.push_str("</ul>");
+    issuers(&mut out, &state.issuers);
+    out.push_str("</body></html>");
     out
+}
+
+/// The identity providers' keys, when the policy trusts any.
+fn issuers(out: &mut String, issuers: &[IssuerView]) {
+    if issuers.is_empty() {
+        return;
+    }
+    out.push_str(
+        "<h2>Identity providers</h2><table id=issuers><tr><th>issuer</th><th>keys</th><th>state</th></tr>",
+    );
+    for issuer in issuers {
+        let state = match (issuer.keys, issuer.stale, &issuer.last_error) {
+            (0, _, Some(why)) => format!("NO KEYS: tokens refused ({})", escape(why)),
+            (0, _, None) => "fetching".to_owned(),
+            (_, true, why) => format!(
+                "STALE: last good keys serve ({})",
+                escape(why.as_deref().unwrap_or_default())
+            ),
+            (_, false, _) => format!("fresh ({} s old)", issuer.age_s.unwrap_or_default()),
+        };
+        let _ = write!(
+            out,
+            "<tr data-issuer=\"{issuer_url}\" data-keys={keys} data-stale={stale}><td>{issuer_url}</td><td>{keys}</td><td>{state}</td></tr>",
+            issuer_url = escape(&issuer.issuer),
+            keys = issuer.keys,
+            stale = issuer.stale,
+        );
+    }
+    out.push_str("</table>");
 }
 
 /// One tool version's row; `switch`: whether it has the switch column
@@ -352,6 +383,14 @@ mod tests {
             }],
             may_act,
             may_not_act_because: (!may_act).then(|| format!("{HOSTILE} is an operator")),
+            issuers: vec![IssuerView {
+                issuer: format!("https://idp.test/{HOSTILE}"),
+                keys: 2,
+                age_s: Some(400),
+                stale: true,
+                failures: 3,
+                last_error: Some(format!("GET {HOSTILE}: HTTP 500")),
+            }],
         }
     }
 
@@ -375,6 +414,11 @@ mod tests {
         );
         assert!(page.contains("<b>1/0 healthy</b>"), "{page}");
         assert!(page.contains("<time datetime=\"2026-12-01T10:00:00.000Z\">"));
+        assert!(page.contains("data-keys=2 data-stale=true"), "{page}");
+        assert!(
+            page.contains("STALE: last good keys serve (GET &lt;script"),
+            "{page}"
+        );
         assert!(!page.contains("id=read-only"));
     }
 

@@ -26,6 +26,25 @@ pub struct AdminState {
     pub may_act: bool,
     /// Why the reader may not, when it may not.
     pub may_not_act_because: Option<String>,
+    /// How the keys of each of the policy's `[[issuers]]` stand.
+    pub issuers: Vec<IssuerView>,
+}
+
+/// One identity provider's keys.
+#[derive(Debug, Serialize)]
+pub struct IssuerView {
+    /// Its issuer URL.
+    pub issuer: String,
+    /// Keys held (0: its callers' tokens are refused).
+    pub keys: usize,
+    /// Seconds since the keys held were fetched.
+    pub age_s: Option<u64>,
+    /// Whether the last fetch failed and older keys still serve.
+    pub stale: bool,
+    /// Fetches that failed, of all tried.
+    pub failures: u64,
+    /// Why the last fetch failed, when it did.
+    pub last_error: Option<String>,
 }
 
 /// One tool version.
@@ -129,6 +148,8 @@ pub(super) struct Sources {
     pub(super) feed: Arc<Feed>,
     /// Whether this node runs the registry (whose decisions the page can make).
     pub(super) registry: bool,
+    /// Who callers are, for how the issuers' keys stand.
+    pub(super) identity: toolmesh_governance::Identity,
 }
 
 impl Sources {
@@ -176,6 +197,19 @@ impl Sources {
             changes: self.feed.recent(),
             may_act: may_not_act_because.is_none(),
             may_not_act_because,
+            issuers: self
+                .identity
+                .issuer_status()
+                .into_iter()
+                .map(|s| IssuerView {
+                    issuer: s.issuer,
+                    keys: s.keys,
+                    age_s: s.age.map(|a| a.as_secs()),
+                    stale: s.stale,
+                    failures: s.failures,
+                    last_error: s.last_error,
+                })
+                .collect(),
         }
     }
 

@@ -5,8 +5,8 @@ use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetri
 use prometheus_client::metrics::MetricType;
 use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
-use std::sync::Arc;
-use toolmesh_governance::issuers::{IssuerKeys, KeyStatus};
+use toolmesh_governance::Identity;
+use toolmesh_governance::issuers::KeyStatus;
 
 /// A gauge: its name, its help and its value for one issuer.
 type Gauge = (&'static str, &'static str, fn(&KeyStatus) -> f64);
@@ -19,11 +19,11 @@ struct IssuerLabel {
 
 /// Scrape-time values of every issuer's keys.
 #[derive(Debug)]
-pub(crate) struct IssuerMetrics(pub(crate) Arc<IssuerKeys>);
+pub(crate) struct IssuerMetrics(pub(crate) Identity);
 
 impl Collector for IssuerMetrics {
     fn encode(&self, mut encoder: DescriptorEncoder<'_>) -> Result<(), std::fmt::Error> {
-        let status = self.0.status();
+        let status = self.0.issuer_status();
         if status.is_empty() {
             return Ok(());
         }
