@@ -311,6 +311,19 @@ async fn jwt_callers_at_every_door() {
         String::from_utf8_lossy(&out.stderr)
     );
 
+    // An operator explains a JWT caller's view (`--caller` takes a JWT).
+    let out = cli_as(
+        &addr,
+        "tok-approver",
+        &["explain", "acc_charge", "--caller", &agent],
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("user-7") && !text.contains("acc_charge is visible"),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+
     // Rotation: the provider publishes a new key and signs with it; the
     // first token under it asks for a refresh, and it is accepted soon.
     let second = SigningKey::ed25519("k2");

@@ -37,7 +37,7 @@ impl governance_server::Governance for GovernanceService {
         } else {
             Audience::Caller
         };
-        let who = subject(&policy, asker, &request.caller_token)?;
+        let who = subject(self.dispatcher.governance(), asker, &request.caller_token)?;
         let reference =
             ToolRef::parse(&request.tool).map_err(|e| Refusal::BadReference(e.to_string()))?;
         let snapshot = self.dispatcher.current_snapshot();
@@ -160,9 +160,9 @@ impl governance_server::Governance for GovernanceService {
 }
 
 /// Whose view `asker` asks about: its own, or — for an admin — that of
-/// the caller holding `caller_token`.
+/// the caller holding `caller_token` (a static token or an issuer's JWT).
 fn subject(
-    policy: &toolmesh_governance::Policy,
+    governance: &toolmesh_governance::Governance,
     asker: toolmesh_governance::Principal,
     caller_token: &str,
 ) -> Result<toolmesh_governance::Principal, Refusal> {
@@ -177,8 +177,8 @@ fn subject(
             toolmesh_governance::ADMIN_ROLE
         )));
     }
-    policy
-        .authenticate(Some(caller_token))
+    governance
+        .authenticate(Some(caller_token), None)
         .map_err(Refusal::BadCallerToken)
 }
 
