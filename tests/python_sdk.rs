@@ -161,7 +161,15 @@ async fn mesh(label: &str) -> Mesh {
     let policy = dir.join("policy.toml");
     std::fs::write(&policy, POLICY).unwrap();
     let (serve, addr) = serve(&["--policy", policy.to_str().unwrap()]);
-    let exec = Proc::spawn("python sdk executor", sdk_tools(&dir, &addr));
+    // The token from a file (read at each registry call), as a projected
+    // service-account token is mounted.
+    let token_file = dir.join("token");
+    std::fs::write(&token_file, "tok-orders\n").unwrap();
+    let mut command = sdk_tools(&dir, &addr);
+    command
+        .env_remove("TOOLMESH_TOKEN")
+        .env("TOOLMESH_TOKEN_FILE", &token_file);
+    let exec = Proc::spawn("python sdk executor", command);
     let exec_addr = exec.listen_addr();
     exec.wait_for_line("registered as orders-py-", patient(Duration::from_secs(10)));
     let mut client = dispatcher(&addr);
@@ -442,8 +450,9 @@ async fn sdk_executor_serves_through_the_mesh() {
 }
 
 /// Registers again when a restarted registry answers its heartbeat
-/// NOT_FOUND, and on SIGTERM finishes the call in flight, deregisters (its
-/// tools leave the listing) and exits 0.
+/// NOT_FOUND — with the token its token file holds by then (rotated while
+/// the registry was away) — and on SIGTERM finishes the call in flight,
+/// deregisters (its tools leave the listing) and exits 0.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn sdk_executor_registers_again_and_drains() {
     let Mesh {
@@ -457,6 +466,9 @@ async fn sdk_executor_registers_again_and_drains() {
     let wait = patient(Duration::from_secs(10));
 
     serve.kill9();
+    // The token is rotated: the restarted registry knows only the new one.
+    std::fs::write(&policy, POLICY.replace("tok-orders", "tok-orders-2")).unwrap();
+    std::fs::write(_dir.join("token"), "tok-orders-2").unwrap();
     let policy = policy.to_str().unwrap();
     let _serve = restart_on("serve", &["serve", "--listen", &addr, "--policy", policy]);
     exec.wait_for_line("registering again", wait);
