@@ -17,7 +17,7 @@ pub mod suggest;
 
 pub use error::{ErrorCodeExt, ToolErrorExt, ToolResultExt};
 pub use history::{NotHeld, SnapshotHistory};
-pub use principal::{IssuedBy, Principal};
+pub use principal::{IssuedBy, MissingScopes, Principal};
 pub use reference::ToolRef;
 pub use rollout::Rollout;
 pub use snapshot::{Instance, Snapshot, ToolEntry};

@@ -27,9 +27,49 @@ pub struct IssuedBy {
     pub issuer: String,
     /// The token's `sub`.
     pub subject: String,
+    /// The OAuth scopes its issuer requires that the token does not carry.
+    #[serde(default, skip_serializing_if = "MissingScopes::is_empty")]
+    pub missing_scopes: MissingScopes,
+}
+
+/// The scopes an issuer requires for listing and calling tools
+/// (`list_scope`, `call_scope`) that a token lacks.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+pub struct MissingScopes {
+    /// The scope listing tools needs, when the token lacks it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub list: Option<String>,
+    /// The scope calling tools needs, when the token lacks it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub call: Option<String>,
+}
+
+impl MissingScopes {
+    /// Whether the token carries every scope required.
+    pub fn is_empty(&self) -> bool {
+        self.list.is_none() && self.call.is_none()
+    }
+
+    /// What a caller whose token lacks `scope` for `action` (e.g. "calling
+    /// tools") is told, on every door.
+    pub fn refusal(action: &str, scope: &str) -> String {
+        format!(
+            "{action} needs the OAuth scope {scope:?}, which your token does not carry: ask your identity provider for a token with that scope"
+        )
+    }
 }
 
 impl Principal {
+    /// The scope listing tools needs that the caller's token lacks, if any.
+    pub fn missing_list_scope(&self) -> Option<&str> {
+        self.issued_by.as_ref()?.missing_scopes.list.as_deref()
+    }
+
+    /// The scope calling tools needs that the caller's token lacks, if any.
+    pub fn missing_call_scope(&self) -> Option<&str> {
+        self.issued_by.as_ref()?.missing_scopes.call.as_deref()
+    }
+
     /// Whether the principal holds `role`.
     pub fn has_role(&self, role: &str) -> bool {
         self.roles.iter().any(|r| r == role)
@@ -100,6 +140,7 @@ impl From<crate::pb::Principal> for Principal {
             issued_by: (!who.issuer.is_empty()).then_some(IssuedBy {
                 issuer: who.issuer,
                 subject: who.subject,
+                missing_scopes: MissingScopes::default(),
             }),
         }
     }

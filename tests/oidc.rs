@@ -676,3 +676,126 @@ async fn issuer_keys_in_health() {
     )
     .await;
 }
+
+/// The MCP door as an OAuth protected resource, against the official
+/// Python MCP client. The policy names the door's URL as the audience
+/// tokens must carry (RFC 8707) and requires the scopes `tools:read` to
+/// list and `tools:call` to call. The client finds the metadata from the
+/// 401's challenge (resource, authorization server, scopes_supported), a
+/// token for another service gets 401 `invalid_token`, a token without a
+/// scope gets 403 `insufficient_scope` naming it, and tokens with the
+/// scopes list and call. Over gRPC the same scopes hold.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn oauth_mcp_client() {
+    let key = SigningKey::es256("k1");
+    let provider = Provider::start(&[&key]).await;
+    let dir = temp_dir("oidc-oauth");
+    let policy_path = dir.join("policy.toml");
+    let policy_for = |audience: &str| {
+        format!(
+            r#"{}
+[[issuers]]
+issuer = "{}"
+audiences = ["{audience}"]
+tenant = "acme"
+roles = ["agent"]
+list_scope = "tools:read"
+call_scope = "tools:call"
+"#,
+            acme_policy!(
+                r#"
+[[grants]]
+name = "agents: echo"
+roles = ["agent"]
+tools = ["acc_echo"]
+"#
+            ),
+            provider.issuer
+        )
+    };
+    std::fs::write(&policy_path, policy_for("placeholder")).unwrap();
+    let (serve, addr) = serve(&[
+        "--policy",
+        policy_path.to_str().unwrap(),
+        "--mcp-listen",
+        "127.0.0.1:0",
+    ]);
+    let door = logged_url(&serve, "MCP listening on ");
+    // The door's URL is its audience (known once it listens): a reload.
+    std::fs::write(&policy_path, policy_for(&door)).unwrap();
+    let _exec = example("acceptance", &addr, &["--token", "tok-exec"]);
+    let token = |scope: Option<&str>, audience: &str| {
+        let mut claims = provider.claims(audience, "user-7", Duration::from_secs(600));
+        if let Some(scope) = scope {
+            claims["scope"] = json!(scope);
+        }
+        key.mint(&claims)
+    };
+    let full = token(Some("openid tools:read tools:call"), &door);
+    eventually(
+        "the door's URL is the audience and the tools registered",
+        Duration::from_secs(30),
+        || {
+            let (addr, full) = (addr.clone(), full.clone());
+            async move {
+                let (code, names) = list_with(&addr, &full).await;
+                (code == tonic::Code::Ok && names.contains("acc_echo")).then_some(())
+            }
+        },
+    )
+    .await;
+
+    // gRPC: listing needs tools:read, calling tools:call.
+    let none = token(None, &door);
+    let (status, said) = list_with(&addr, &none).await;
+    assert_eq!(status, tonic::Code::PermissionDenied, "{said}");
+    assert!(said.contains("\"tools:read\""), "{said}");
+    let read = token(Some("tools:read"), &door);
+    let mut client = dispatcher(&addr);
+    let call = InvokeRequest {
+        tool: "acc_echo".into(),
+        arguments: r#"{"message": "hi"}"#.into(),
+        ..Default::default()
+    };
+    let refused = invoke_with_token(&mut client, call.clone(), Some(&read)).await;
+    assert_eq!(
+        code(&refused),
+        toolmesh::pb::ErrorCode::PermissionDenied as i32
+    );
+    assert!(
+        message(&refused).contains("\"tools:call\""),
+        "{}",
+        message(&refused)
+    );
+    let answered = invoke_with_token(&mut client, call, Some(&full)).await;
+    assert_eq!(code(&answered), 0, "{}", message(&answered));
+
+    let output = std::process::Command::new(test_python())
+        .arg(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/python/oauth_client.py"))
+        .env("MCP_URL", &door)
+        .env("ISSUER", &provider.issuer)
+        .env("FULL", &full)
+        .env("READ", &read)
+        .env("NONE", &none)
+        .env(
+            "ELSEWHERE",
+            token(Some("tools:read tools:call"), "another-service"),
+        )
+        .output()
+        .expect("run the Python MCP client");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    for check in [
+        "metadata",
+        "wrong audience",
+        "insufficient scope",
+        "full token lists and calls",
+        "read token lists",
+    ] {
+        assert!(stdout.contains(&format!("PASS {check}")), "{stdout}");
+    }
+}

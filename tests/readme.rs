@@ -68,7 +68,11 @@ async fn mcp_client_snippets_run_as_printed() {
     let up = start_up("readme-mcp");
     let heading = "Use it from an MCP client";
     let configs = blocks_under(heading, "json");
-    assert_eq!(configs.len(), 2, "a stdio and a URL configuration");
+    assert_eq!(
+        configs.len(),
+        3,
+        "a stdio, a URL and an OAuth configuration"
+    );
 
     // stdio: the command and args as a client would start them.
     let config: serde_json::Value =
@@ -158,6 +162,28 @@ async fn mcp_client_snippets_run_as_printed() {
     );
     assert_eq!(status, 200, "{body}");
     assert!(body.contains("\"search_kb\""), "{body}");
+
+    // OAuth form: only the URL, whose protected-resource metadata names it
+    // as the resource a token must be minted for.
+    let config: serde_json::Value =
+        serde_json::from_str(&filled(&configs[2].text, &up)).expect("the OAuth config is JSON");
+    let server = &config["mcpServers"]["toolmesh"];
+    assert!(
+        server["headers"].is_null(),
+        "an OAuth client sends no fixed header"
+    );
+    let oauth_url = server["url"].as_str().expect("url");
+    assert_eq!(oauth_url, url, "the same door");
+    let (status, body) = toolmesh_testkit::http(
+        host,
+        "GET",
+        &format!("/.well-known/oauth-protected-resource/{path}"),
+        &[],
+        "",
+    );
+    assert_eq!(status, 200, "{body}");
+    let metadata: serde_json::Value = serde_json::from_str(&body).expect("RFC 9728 JSON");
+    assert_eq!(metadata["resource"], oauth_url, "{metadata}");
 
     // Python, with the official client, at the version the tests pin.
     let prose = std::fs::read_to_string(root().join("README.md")).unwrap();

@@ -536,6 +536,7 @@ mod tests {
             issued_by: Some(toolmesh::IssuedBy {
                 issuer: "https://idp.example".into(),
                 subject: "user-42".into(),
+                missing_scopes: Default::default(),
             }),
             ..who()
         };

@@ -81,6 +81,9 @@ pub enum CallError {
         /// Every failing path, with what the grant allows.
         violations: Violations,
     },
+    /// The caller's OAuth token lacks the scope calling tools needs.
+    #[error("{}", toolmesh::MissingScopes::refusal("calling tools", .0))]
+    MissingCallScope(String),
     /// The policy does not grant this tool to the caller. The reason is for
     /// the audit log and the operator; the caller is answered `seen_as`,
     /// as if no tool had the name, so hidden names stay hidden.
@@ -238,6 +241,9 @@ impl CallError {
                 format!("{self}; call {tool}@VERSION to name a version, or ask an operator"),
             ),
             CallError::PermissionDenied { seen_as, .. } => seen_as.to_tool_error(),
+            CallError::MissingCallScope(_) => {
+                ToolError::new(ErrorCode::PermissionDenied, self.to_string())
+            }
             CallError::ApprovalRequired { approval_id, .. } => {
                 let mut error = ToolError::new(
                     ErrorCode::ApprovalRequired,

@@ -222,6 +222,9 @@ impl Dispatcher {
         snapshot_version: u64,
         format: ToolFormat,
     ) -> Result<Arc<ListToolsResponse>, Refusal> {
+        if let Some(scope) = who.missing_list_scope() {
+            return Err(Refusal::MissingListScope(scope.to_owned()));
+        }
         let snapshot = self.pipeline.snapshots.get(snapshot_version)?;
         let current = self.pipeline.snapshots.current();
         let pinned = !Arc::ptr_eq(&snapshot, &current);

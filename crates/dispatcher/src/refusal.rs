@@ -38,6 +38,9 @@ pub enum Refusal {
     /// The caller may not ask this (for example another caller's view).
     #[error("{0}")]
     NotAllowed(String),
+    /// The caller's OAuth token lacks the scope listing tools needs.
+    #[error("{}", toolmesh::MissingScopes::refusal("listing tools", .0))]
+    MissingListScope(String),
     /// An approval that cannot be decided.
     #[error("{0}")]
     Approval(#[from] ApprovalError),
@@ -56,7 +59,9 @@ impl From<Refusal> for Status {
                 Status::invalid_argument(message)
             }
             Refusal::UnknownTool(_) => Status::not_found(message),
-            Refusal::NotAllowed(_) => Status::permission_denied(message),
+            Refusal::NotAllowed(_) | Refusal::MissingListScope(_) => {
+                Status::permission_denied(message)
+            }
         }
     }
 }

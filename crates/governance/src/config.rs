@@ -215,4 +215,6 @@ pub(crate) struct RawIssuer {
     pub(crate) roles: Vec<String>,
     #[serde(default)]
     pub(crate) role_map: BTreeMap<String, String>,
+    pub(crate) list_scope: Option<Spanned<String>>,
+    pub(crate) call_scope: Option<Spanned<String>>,
 }

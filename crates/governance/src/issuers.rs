@@ -95,6 +95,10 @@ pub struct Issuer {
     pub roles: Vec<String>,
     /// Claim values to role names; when set, values not in it give no role.
     pub role_map: BTreeMap<String, String>,
+    /// The OAuth scope (`scope`/`scp` claim) a token needs to list tools.
+    pub list_scope: Option<String>,
+    /// The OAuth scope a token needs to call tools.
+    pub call_scope: Option<String>,
 }
 
 impl Issuer {
@@ -285,6 +289,8 @@ impl Check<'_> {
             (None, None) => TenantFrom::Fixed(DEFAULT_TENANT.into()),
         };
         let roles_claim = self.claim(raw.roles_claim, "roles_claim");
+        let list_scope = self.scope(raw.list_scope, "list_scope");
+        let call_scope = self.scope(raw.call_scope, "call_scope");
         if !raw.role_map.is_empty() && roles_claim.is_none() {
             self.problem(
                 span,
@@ -340,6 +346,8 @@ impl Check<'_> {
             roles_claim,
             roles: raw.roles,
             role_map: raw.role_map,
+            list_scope,
+            call_scope,
         })
     }
 
@@ -404,6 +412,25 @@ impl Check<'_> {
             );
         }
         Some(PathBuf::from(path))
+    }
+
+    /// An OAuth scope a token must carry: one word.
+    fn scope(&mut self, raw: Option<Spanned<String>>, key: &str) -> Option<String> {
+        let raw = raw?;
+        let scope = raw.get_ref().trim();
+        if scope.is_empty()
+            || scope
+                .chars()
+                .any(|c| c.is_whitespace() || c == '"' || c == '\\')
+        {
+            self.problem(
+                &raw.span(),
+                key,
+                "must be one OAuth scope (no spaces or quotes), e.g. \"tools:call\"",
+            );
+            return None;
+        }
+        Some(scope.to_owned())
     }
 
     fn claim(&mut self, raw: Option<Spanned<String>>, key: &str) -> Option<String> {

@@ -72,6 +72,19 @@ pub trait Backend: Clone + Send + Sync + 'static {
     fn authorization_servers(&self) -> Vec<String> {
         Vec::new()
     }
+
+    /// The OAuth scopes the issuers require for listing and calling tools,
+    /// named as `scopes_supported` in the metadata; none unless known.
+    fn scopes_supported(&self) -> Vec<String> {
+        Vec::new()
+    }
+
+    /// The scope `caller`'s token lacks for JSON-RPC `method` (`tools/list`
+    /// or `tools/call`), if it lacks one; the door answers 403 then.
+    fn missing_scope(&self, caller: &Self::Caller, method: &str) -> Option<String> {
+        let _ = (caller, method);
+        None
+    }
 }
 
 impl Backend for Dispatcher {
@@ -80,6 +93,29 @@ impl Backend for Dispatcher {
     fn authorization_servers(&self) -> Vec<String> {
         let policy = self.governance().policy();
         policy.issuers().iter().map(|i| i.issuer.clone()).collect()
+    }
+
+    fn scopes_supported(&self) -> Vec<String> {
+        let policy = self.governance().policy();
+        let mut scopes: Vec<String> = policy
+            .issuers()
+            .iter()
+            .flat_map(|i| [&i.list_scope, &i.call_scope])
+            .flatten()
+            .cloned()
+            .collect();
+        scopes.sort();
+        scopes.dedup();
+        scopes
+    }
+
+    fn missing_scope(&self, who: &Principal, method: &str) -> Option<String> {
+        match method {
+            "tools/list" => who.missing_list_scope(),
+            "tools/call" => who.missing_call_scope(),
+            _ => None,
+        }
+        .map(str::to_owned)
     }
 
     fn authenticate(

@@ -41,6 +41,8 @@ pub struct McpHttpConfig {
 struct Door<B> {
     backend: B,
     https: bool,
+    /// The largest request body read (to see a scope-limited caller's method).
+    body_limit: usize,
 }
 
 /// The `/mcp` endpoint and the metadata document, for `handler`; stops
@@ -68,8 +70,8 @@ pub fn router<B: Backend>(
     let https = config.https;
     let servers = backend.clone();
     let metadata = move |headers: HeaderMap| {
-        let servers = servers.authorization_servers();
-        async move { resource_metadata(&headers, https, &servers) }
+        let (servers, scopes) = (servers.authorization_servers(), servers.scopes_supported());
+        async move { resource_metadata(&headers, https, &servers, &scopes) }
     };
     let door = Router::new()
         .nest_service("/mcp", service)
@@ -78,7 +80,11 @@ pub fn router<B: Backend>(
             crate::http_wire::normalise,
         ))
         .route_layer(middleware::from_fn_with_state(
-            Door { backend, https },
+            Door {
+                backend,
+                https,
+                body_limit: body_limit.0,
+            },
             admit::<B>,
         ))
         .route(RESOURCE_METADATA, get(metadata.clone()))
@@ -96,11 +102,7 @@ pub fn router<B: Backend>(
 /// certificate, and hands the caller to the handler in the request's
 /// extensions; a caller the policy does not admit gets 401 pointing at the
 /// metadata document.
-async fn admit<B: Backend>(
-    State(door): State<Door<B>>,
-    mut request: Request,
-    next: Next,
-) -> Response {
+async fn admit<B: Backend>(State(door): State<Door<B>>, request: Request, next: Next) -> Response {
     let bearer = request
         .headers()
         .get(header::AUTHORIZATION)
@@ -112,6 +114,10 @@ async fn admit<B: Backend>(
         .and_then(|ConnectInfo(c)| c.0.as_ref());
     match door.backend.authenticate(bearer, certificate) {
         Ok(who) => {
+            let mut request = match scope_check(&door, &who, request).await {
+                Ok(request) => request,
+                Err(refused) => return refused,
+            };
             request.extensions_mut().insert(Authenticated(who));
             next.run(request).await
         }
@@ -128,19 +134,85 @@ async fn admit<B: Backend>(
     }
 }
 
+/// The request again, or a 403 `insufficient_scope` answer when the
+/// caller's token lacks the scope its JSON-RPC method needs. Only a caller
+/// whose token lacks some scope has its body read here.
+async fn scope_check<B: Backend>(
+    door: &Door<B>,
+    who: &B::Caller,
+    request: Request,
+) -> Result<Request, Response> {
+    let lacks_any = door.backend.missing_scope(who, "tools/list").is_some()
+        || door.backend.missing_scope(who, "tools/call").is_some();
+    if !lacks_any || request.method() != axum::http::Method::POST {
+        return Ok(request);
+    }
+    let (parts, body) = request.into_parts();
+    let bytes = axum::body::to_bytes(body, door.body_limit)
+        .await
+        .map_err(|e| crate::http_wire::unreadable(e, door.body_limit))?;
+    let methods: Vec<String> = match serde_json::from_slice::<serde_json::Value>(&bytes) {
+        Ok(serde_json::Value::Array(batch)) => batch
+            .iter()
+            .filter_map(|m| m["method"].as_str().map(str::to_owned))
+            .collect(),
+        Ok(message) => message["method"]
+            .as_str()
+            .map(str::to_owned)
+            .into_iter()
+            .collect(),
+        Err(_) => Vec::new(),
+    };
+    if let Some(scope) = methods
+        .iter()
+        .find_map(|method| door.backend.missing_scope(who, method))
+    {
+        let action = if methods.iter().any(|m| m == "tools/call") {
+            "calling tools"
+        } else {
+            "listing tools"
+        };
+        return Err(insufficient_scope(
+            &base_url(&parts.headers, door.https),
+            &scope,
+            &toolmesh::MissingScopes::refusal(action, &scope),
+        ));
+    }
+    Ok(Request::from_parts(parts, axum::body::Body::from(bytes)))
+}
+
+/// 403 with `WWW-Authenticate: Bearer error="insufficient_scope",
+/// scope="…"`, as the MCP authorization spec asks for a scope challenge.
+fn insufficient_scope(base: &str, scope: &str, why: &str) -> Response {
+    challenge(
+        StatusCode::FORBIDDEN,
+        "insufficient_scope",
+        format!(
+            "Bearer error=\"insufficient_scope\", scope=\"{scope}\", resource_metadata=\"{base}{RESOURCE_METADATA}/mcp\""
+        ),
+        why,
+    )
+}
+
 /// 401 with `WWW-Authenticate: Bearer resource_metadata="…"` and the
 /// reason in the body.
 fn unauthorized(base: &str, sent_token: bool, why: &str) -> Response {
-    let mut challenge = format!("Bearer resource_metadata=\"{base}{RESOURCE_METADATA}/mcp\"");
+    let mut header = format!("Bearer resource_metadata=\"{base}{RESOURCE_METADATA}/mcp\"");
     if sent_token {
-        challenge.push_str(", error=\"invalid_token\"");
+        header.push_str(", error=\"invalid_token\"");
     }
+    challenge(StatusCode::UNAUTHORIZED, "unauthorized", header, why)
+}
+
+/// An error answer with a `WWW-Authenticate` challenge and the reason in
+/// the body.
+fn challenge(status: StatusCode, error: &str, header: String, why: &str) -> Response {
     let mut response = (
-        StatusCode::UNAUTHORIZED,
-        axum::Json(json!({ "error": "unauthorized", "error_description": why })),
+        status,
+        axum::Json(json!({ "error": error, "error_description": why })),
     )
         .into_response();
-    if let Ok(value) = HeaderValue::from_str(&challenge) {
+    if let Ok(value) = HeaderValue::from_str(&header) {
         response
             .headers_mut()
             .insert(header::WWW_AUTHENTICATE, value);
@@ -151,7 +223,12 @@ fn unauthorized(base: &str, sent_token: bool, why: &str) -> Response {
 /// The RFC 9728 protected-resource metadata of `/mcp`: a bearer token in
 /// the `Authorization` header (a `[[callers]]` token, or a JWT of one of
 /// the policy's `[[issuers]]`, named as `authorization_servers`).
-fn resource_metadata(headers: &HeaderMap, https: bool, servers: &[String]) -> Response {
+fn resource_metadata(
+    headers: &HeaderMap,
+    https: bool,
+    servers: &[String],
+    scopes: &[String],
+) -> Response {
     let base = base_url(headers, https);
     let mut document = json!({
         "resource": format!("{base}/mcp"),
@@ -160,6 +237,9 @@ fn resource_metadata(headers: &HeaderMap, https: bool, servers: &[String]) -> Re
     });
     if !servers.is_empty() {
         document["authorization_servers"] = json!(servers);
+    }
+    if !scopes.is_empty() {
+        document["scopes_supported"] = json!(scopes);
     }
     axum::Json(document).into_response()
 }

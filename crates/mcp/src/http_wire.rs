@@ -149,7 +149,7 @@ fn content_type_is(headers: &HeaderMap, media_type: &str) -> bool {
 }
 
 /// A body too large or cut short.
-fn unreadable(error: axum::Error, limit: usize) -> Response {
+pub(crate) fn unreadable(error: axum::Error, limit: usize) -> Response {
     let too_large = std::error::Error::source(&error)
         .is_some_and(|e| e.is::<http_body_util::LengthLimitError>());
     if too_large {

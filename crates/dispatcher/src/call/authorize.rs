@@ -34,6 +34,9 @@ pub(crate) fn grant(
     who: &Principal,
     entry: &ToolEntry,
 ) -> Result<Grant, CallError> {
+    if let Some(scope) = who.missing_call_scope() {
+        return Err(CallError::MissingCallScope(scope.to_owned()));
+    }
     let def = &entry.def;
     let (rule, approval) = match policy.decide(who, def.spec()) {
         Decision::Deny { reason } => {

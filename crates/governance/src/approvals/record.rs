@@ -110,6 +110,7 @@ mod tests {
             issued_by: Some(IssuedBy {
                 issuer: "https://idp.example".into(),
                 subject: "u-42".into(),
+                missing_scopes: Default::default(),
             }),
         }
     }

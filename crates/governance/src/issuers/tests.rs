@@ -304,6 +304,45 @@ fn bad_subject_callers_are_refused_with_their_line() {
     }
 }
 
+/// `list_scope` and `call_scope`: what a token's `scope` (words) or `scp`
+/// (a list) lacks is named on the principal; a scope of several words is
+/// refused at load.
+#[test]
+fn required_scopes_are_read_from_scope_or_scp() {
+    let f = with_file_keys("list_scope = \"tools:read\"\ncall_scope = \"tools:call\"");
+    let lacks = |extra: Value| {
+        let who = who(&f.governance, &f.es.mint(&claims(extra))).unwrap();
+        (
+            who.missing_list_scope().map(str::to_owned),
+            who.missing_call_scope().map(str::to_owned),
+        )
+    };
+    assert_eq!(
+        lacks(json!({})),
+        (Some("tools:read".into()), Some("tools:call".into()))
+    );
+    assert_eq!(
+        lacks(json!({"scope": "openid tools:read"})),
+        (None, Some("tools:call".into()))
+    );
+    assert_eq!(
+        lacks(json!({"scp": ["tools:read", "tools:call"]})),
+        (None, None)
+    );
+    // A static token's caller has no scopes to lack.
+    let stat = who(&f.governance, "tok-static").unwrap();
+    assert_eq!(stat.missing_call_scope(), None);
+    let found = problems(
+        "[[issuers]]\nissuer = \"https://a.test\"\naudiences = [\"m\"]\ncall_scope = \"tools:call tools:read\"\n",
+    );
+    assert!(
+        found
+            .iter()
+            .any(|(l, f, m)| *l == 4 && f.ends_with("call_scope") && m.contains("one OAuth scope")),
+        "{found:?}"
+    );
+}
+
 /// `principal_claim` names the principal; a missing claim is refused.
 #[test]
 fn the_principal_claim_is_configurable() {

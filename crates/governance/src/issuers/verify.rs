@@ -5,6 +5,7 @@ use crate::{AuthError, DISPATCHER_ROLE, IssuedBy, Policy, Principal};
 use base64::Engine;
 use jsonwebtoken::{Validation, errors::ErrorKind};
 use serde_json::{Map, Value};
+use toolmesh::MissingScopes;
 
 /// The longest token read (bytes); longer ones are refused unparsed.
 pub const MAX_TOKEN_BYTES: usize = 16 * 1024;
@@ -71,14 +72,37 @@ pub(crate) fn verify(
         && let Some(pinned) = policy.subject_caller(&issuer.issuer, sub)
     {
         return Ok(Principal {
-            issued_by: Some(IssuedBy {
-                issuer: issuer.issuer.clone(),
-                subject: sub.clone(),
-            }),
+            issued_by: Some(issued_by(issuer, sub.clone(), &claims)),
             ..pinned.clone()
         });
     }
     principal(issuer, &claims)
+}
+
+/// Who issued the token, and which of its issuer's required scopes it lacks.
+fn issued_by(issuer: &Issuer, subject: String, claims: &Map<String, Value>) -> IssuedBy {
+    let granted: Vec<&str> = ["scope", "scp"]
+        .iter()
+        .filter_map(|claim| claims.get(*claim))
+        .flat_map(|value| match value {
+            Value::String(words) => words.split_whitespace().collect::<Vec<_>>(),
+            Value::Array(list) => list.iter().filter_map(Value::as_str).collect(),
+            _ => Vec::new(),
+        })
+        .collect();
+    let lacking = |needed: &Option<String>| {
+        needed
+            .clone()
+            .filter(|scope| !granted.contains(&scope.as_str()))
+    };
+    IssuedBy {
+        issuer: issuer.issuer.clone(),
+        subject,
+        missing_scopes: MissingScopes {
+            list: lacking(&issuer.list_scope),
+            call: lacking(&issuer.call_scope),
+        },
+    }
 }
 
 /// The `iss` of a token before its signature is checked: only to pick
@@ -169,10 +193,7 @@ fn principal(issuer: &Issuer, claims: &Map<String, Value>) -> Result<Principal, 
         tenant,
         roles,
         anonymous: false,
-        issued_by: Some(IssuedBy {
-            issuer: issuer.issuer.clone(),
-            subject,
-        }),
+        issued_by: Some(issued_by(issuer, subject, claims)),
     })
 }
 
