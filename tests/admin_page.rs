@@ -159,14 +159,27 @@ impl Browser {
         );
     }
 
-    /// Clicks the element `css` selects.
-    fn click(&self, css: &str) {
+    /// Clicks the submit button `css` selects and waits until the page its
+    /// form posts to has loaded, so that no reload cuts the post short.
+    async fn submit(&self, css: &str) {
         let element = self.element(css);
+        self.eval("window.toolmeshOldPage = true; return null;");
         self.call(
             "POST",
             &format!("/element/{element}/click"),
             Some(json!({})),
         );
+        eventually(
+            &format!("the page after clicking {css}"),
+            Duration::from_secs(60),
+            || {
+                let loaded = self.eval(
+                    "return window.toolmeshOldPage === undefined && document.readyState === 'complete';",
+                );
+                std::future::ready((loaded == true).then_some(()))
+            },
+        )
+        .await;
     }
 
     /// The value `script` returns once it is neither null nor false, the
@@ -186,7 +199,7 @@ impl Browser {
     async fn log_in(&self, url: &str, token: &str, who: &str) {
         self.open(url);
         self.type_into("#login input[name=token]", token);
-        self.click("#login button");
+        self.submit("#login button").await;
         eventually(
             &format!("logged in as {who}"),
             Duration::from_secs(10),
@@ -380,7 +393,9 @@ async fn admin_page_in_headless_chromium() {
         "one argument per line"
     );
 
-    browser.click(&format!("{form} button[value=approve]"));
+    browser
+        .submit(&format!("{form} button[value=approve]"))
+        .await;
     eventually(
         "the approval leaves the page",
         Duration::from_secs(10),
@@ -405,7 +420,7 @@ async fn admin_page_in_headless_chromium() {
 
     operator_cannot_switch(&browser, &page, &mut client).await;
     browser.open(&page);
-    browser.click("#logout button");
+    browser.submit("#logout button").await;
     browser.log_in(&page, "tok-admin", "ops").await;
     admin_sees_the_last_minute(&browser, &page, &mut client).await;
     admin_switches_a_tool(&browser, &page, &mut client).await;
@@ -579,7 +594,7 @@ async fn admin_switches_a_tool(
         &format!("{echo} form.disable input[name=reason]"),
         "incident 7: wrong answers",
     );
-    browser.click(&format!("{echo} form.disable button"));
+    browser.submit(&format!("{echo} form.disable button")).await;
     browser
         .until(
             "acc_echo shown disabled",
@@ -604,7 +619,7 @@ async fn admin_switches_a_tool(
         .await;
     assert_timestamp(&entry);
 
-    browser.click(&format!("{echo} form.enable button"));
+    browser.submit(&format!("{echo} form.enable button")).await;
     browser
         .until(
             "acc_echo shown enabled",
@@ -693,9 +708,11 @@ async fn admin_decides_rollouts(browser: &Browser, page: &str, addr: &str) {
         &format!("{canary} form.rollout-decision input[name=reason]"),
         "latency doubled",
     );
-    browser.click(&format!(
-        "{canary} form.rollout-decision button[value=abort]"
-    ));
+    browser
+        .submit(&format!(
+            "{canary} form.rollout-decision button[value=abort]"
+        ))
+        .await;
     browser
         .until(
             "the rollout shown aborted",
@@ -728,9 +745,11 @@ async fn admin_decides_rollouts(browser: &Browser, page: &str, addr: &str) {
             ),
         )
         .await;
-    browser.click(&format!(
-        "{canary} form.rollout-decision button[value=promote]"
-    ));
+    browser
+        .submit(&format!(
+            "{canary} form.rollout-decision button[value=promote]"
+        ))
+        .await;
     browser
         .until(
             "the rollout shown promoted",
