@@ -75,7 +75,9 @@ async def main():
             assert answer.status_code == 403, (token, answer.status_code, answer.text)
             header = answer.headers["www-authenticate"]
             assert 'error="insufficient_scope"' in header and f'scope="{scope}"' in header, header
-            assert f'"{scope}"' in answer.json()["error_description"], answer.text
+            error = answer.json()["error"]
+            assert answer.json()["id"] == 1 and f'"{scope}"' in error["message"], answer.text
+            assert error["data"] == {"error": "insufficient_scope", "scope": scope}, answer.text
         passed("insufficient scope")
 
     # The official client with the full token lists and calls.

@@ -151,47 +151,38 @@ async fn scope_check<B: Backend>(
     let bytes = axum::body::to_bytes(body, door.body_limit)
         .await
         .map_err(|e| crate::http_wire::unreadable(e, door.body_limit))?;
-    let methods: Vec<String> = match serde_json::from_slice::<serde_json::Value>(&bytes) {
-        Ok(serde_json::Value::Array(batch)) => batch
-            .iter()
-            .filter_map(|m| m["method"].as_str().map(str::to_owned))
-            .collect(),
-        Ok(message) => message["method"]
-            .as_str()
-            .map(str::to_owned)
-            .into_iter()
-            .collect(),
+    let messages = match serde_json::from_slice::<serde_json::Value>(&bytes) {
+        Ok(serde_json::Value::Array(batch)) => batch,
+        Ok(message) => vec![message],
         Err(_) => Vec::new(),
     };
-    if let Some(scope) = methods
-        .iter()
-        .find_map(|method| door.backend.missing_scope(who, method))
-    {
-        let action = if methods.iter().any(|m| m == "tools/call") {
+    let refused = messages.iter().find_map(|message| {
+        let method = message["method"].as_str()?;
+        let scope = door.backend.missing_scope(who, method)?;
+        let action = if method == "tools/call" {
             "calling tools"
         } else {
             "listing tools"
         };
-        return Err(insufficient_scope(
-            &base_url(&parts.headers, door.https),
-            &scope,
-            &toolmesh::MissingScopes::refusal(action, &scope),
+        Some((message["id"].clone(), scope, action))
+    });
+    if let Some((id, scope, action)) = refused {
+        let why = toolmesh::MissingScopes::refusal(action, &scope);
+        let base = base_url(&parts.headers, door.https);
+        // The body is a JSON-RPC error answering the request: what clients show.
+        let error = rmcp::ErrorData::invalid_request(
+            why,
+            Some(json!({ "error": "insufficient_scope", "scope": scope })),
+        );
+        return Err(challenge(
+            StatusCode::FORBIDDEN,
+            format!(
+                "Bearer error=\"insufficient_scope\", scope=\"{scope}\", resource_metadata=\"{base}{RESOURCE_METADATA}/mcp\""
+            ),
+            json!({ "jsonrpc": "2.0", "id": id, "error": error }),
         ));
     }
     Ok(Request::from_parts(parts, axum::body::Body::from(bytes)))
-}
-
-/// 403 with `WWW-Authenticate: Bearer error="insufficient_scope",
-/// scope="…"`, as the MCP authorization spec asks for a scope challenge.
-fn insufficient_scope(base: &str, scope: &str, why: &str) -> Response {
-    challenge(
-        StatusCode::FORBIDDEN,
-        "insufficient_scope",
-        format!(
-            "Bearer error=\"insufficient_scope\", scope=\"{scope}\", resource_metadata=\"{base}{RESOURCE_METADATA}/mcp\""
-        ),
-        why,
-    )
 }
 
 /// 401 with `WWW-Authenticate: Bearer resource_metadata="…"` and the
@@ -201,17 +192,16 @@ fn unauthorized(base: &str, sent_token: bool, why: &str) -> Response {
     if sent_token {
         header.push_str(", error=\"invalid_token\"");
     }
-    challenge(StatusCode::UNAUTHORIZED, "unauthorized", header, why)
+    challenge(
+        StatusCode::UNAUTHORIZED,
+        header,
+        json!({ "error": "unauthorized", "error_description": why }),
+    )
 }
 
-/// An error answer with a `WWW-Authenticate` challenge and the reason in
-/// the body.
-fn challenge(status: StatusCode, error: &str, header: String, why: &str) -> Response {
-    let mut response = (
-        status,
-        axum::Json(json!({ "error": error, "error_description": why })),
-    )
-        .into_response();
+/// An error answer: `status`, a `WWW-Authenticate` challenge and `body`.
+fn challenge(status: StatusCode, header: String, body: serde_json::Value) -> Response {
+    let mut response = (status, axum::Json(body)).into_response();
     if let Ok(value) = HeaderValue::from_str(&header) {
         response
             .headers_mut()
