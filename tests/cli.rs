@@ -313,8 +313,8 @@ async fn counted_registry(
     (addr, requests, reporter)
 }
 
-/// Issue 15: `toolmesh health` answers for 5,000 tools with one Check (the
-/// server's) and one snapshot, not a Check per tool; `health TOOL` still
+/// Issue 15: `toolmesh health` answers for 5,000 tools with two Checks (the
+/// server's and its issuers') and one snapshot, not a Check per tool; `health TOOL` still
 /// asks the tool's own grpc.health.v1 service.
 #[tokio::test]
 async fn health_of_every_tool_takes_one_snapshot() {
@@ -336,7 +336,11 @@ async fn health_of_every_tool_takes_one_snapshot() {
         serde_json::json!({"tool": "tool_00000", "status": "NOT_SERVING"})
     );
     assert_eq!(tools[1]["status"], "SERVING");
-    assert_eq!(requests.of(CHECK), 1, "one Check in all");
+    assert_eq!(
+        requests.of(CHECK),
+        2,
+        "two Checks in all (the server's and its issuers'), none per tool"
+    );
     assert_eq!(requests.of(GET_SNAPSHOT), 1, "one snapshot");
 
     let output = tokio::task::spawn_blocking(move || {
@@ -345,7 +349,7 @@ async fn health_of_every_tool_takes_one_snapshot() {
     .await
     .unwrap();
     assert_exit(&output, 0, "health TOOL");
-    assert_eq!(requests.of(CHECK), 2, "one Check per tool asked");
+    assert_eq!(requests.of(CHECK), 3, "one Check for the tool asked");
     assert_eq!(requests.of(GET_SNAPSHOT), 1);
 }
 

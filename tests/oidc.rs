@@ -640,6 +640,16 @@ async fn issuer_keys_in_health() {
     );
     // The whole server still serves: only that issuer's callers are refused.
     assert_eq!(health_status(&addr, "").await, SERVING);
+    let out = cli_as(&addr, "tok-approver", &["health", "--json"]);
+    let health: Value = serde_json::from_slice(&out.stdout).expect("health --json");
+    assert_eq!(
+        (&health["server"], &health["issuers"]),
+        (&json!("SERVING"), &json!("NOT_SERVING")),
+        "{health}"
+    );
+    let out = cli_as(&addr, "tok-approver", &["health"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("identity providers: NOT_SERVING"), "{text}");
 
     // The good provider fails from now: its keys go stale and still serve.
     eventually("the good issuer's keys", Duration::from_secs(30), || {

@@ -22,7 +22,9 @@ use toolmesh::pb::{
     governance_client::GovernanceClient, invoke_event, registry_client::RegistryClient,
 };
 use toolmesh::{ErrorCodeExt, ToolErrorExt};
-use toolmesh_transport::{MAX_SNAPSHOT_MESSAGE_BYTES, Tls, tool_health_service};
+use toolmesh_transport::{
+    ISSUERS_HEALTH_SERVICE, MAX_SNAPSHOT_MESSAGE_BYTES, Tls, tool_health_service,
+};
 
 /// The server the client flags name, and how every request to it is made.
 pub(crate) struct Client {
@@ -280,11 +282,14 @@ async fn tool_health(tool: &str, client: &Client) -> Result<(), Failure> {
 async fn server_health(client: &Client) -> Result<(), Failure> {
     let mut registry =
         RegistryClient::new(client.channel()).max_decoding_message_size(MAX_SNAPSHOT_MESSAGE_BYTES);
-    let (overall, snapshot) = tokio::join!(
+    let (overall, issuers, snapshot) = tokio::join!(
         check(client, String::new()),
+        check(client, ISSUERS_HEALTH_SERVICE.to_owned()),
         registry.get_snapshot(client.request(GetSnapshotRequest { version: 0 })),
     );
     let overall = overall.map_err(|s| client.failure(s))?;
+    // A server of an older build does not know the name.
+    let issuers = issuers.ok();
     let tools = match snapshot {
         Ok(snapshot) => Some(output::tool_health(&snapshot.into_inner())),
         Err(status) => {
@@ -293,9 +298,9 @@ async fn server_health(client: &Client) -> Result<(), Failure> {
         }
     };
     if client.json() {
-        output::print_json(&output::health_json(overall, tools.as_deref()));
+        output::print_json(&output::health_json(overall, issuers, tools.as_deref()));
     } else {
-        print_health(&client.args.server, overall, tools.as_deref());
+        print_health(&client.args.server, overall, issuers, tools.as_deref());
     }
     serving(overall, || "the server is not serving".to_owned())
 }
@@ -315,8 +320,18 @@ fn no_tool_health(status: &tonic::Status) -> String {
     }
 }
 
-fn print_health(server: &str, overall: ServingStatus, tools: Option<&[ToolHealth]>) {
+fn print_health(
+    server: &str,
+    overall: ServingStatus,
+    issuers: Option<ServingStatus>,
+    tools: Option<&[ToolHealth]>,
+) {
     println!("server {server}: {}", overall.as_str_name());
+    if issuers == Some(ServingStatus::NotServing) {
+        println!(
+            "identity providers: NOT_SERVING (an [[issuers]] entry holds no keys, so its tokens are refused; the admin page and the toolmesh_issuer_keys metrics say which and why)"
+        );
+    }
     let Some(tools) = tools.filter(|t| !t.is_empty()) else {
         return;
     };

@@ -316,9 +316,14 @@ pub(crate) fn tool_health(snapshot: &Snapshot) -> Vec<ToolHealth> {
 
 /// `toolmesh health --json`: `tools` is null when the server has no tool
 /// list to give (a dispatcher alone, or a caller who may not read it).
-pub(crate) fn health_json(server: ServingStatus, tools: Option<&[ToolHealth]>) -> Value {
+pub(crate) fn health_json(
+    server: ServingStatus,
+    issuers: Option<ServingStatus>,
+    tools: Option<&[ToolHealth]>,
+) -> Value {
     json!({
         "server": server.as_str_name(),
+        "issuers": issuers.map(|s| s.as_str_name()),
         "tools": tools.map(|tools| tools
             .iter()
             .map(|(name, status)| json!({"tool": name, "status": status.as_str_name()}))
@@ -437,12 +442,18 @@ mod tests {
                 ("c_tool".to_owned(), ServingStatus::Serving),
             ]
         );
-        let value = health_json(ServingStatus::Serving, Some(&tool_health(&snapshot)));
+        let value = health_json(
+            ServingStatus::Serving,
+            Some(ServingStatus::NotServing),
+            Some(&tool_health(&snapshot)),
+        );
         assert_eq!(value["server"], "SERVING");
+        assert_eq!(value["issuers"], "NOT_SERVING");
         assert_eq!(
             value["tools"][1],
             json!({"tool": "b_tool", "status": "NOT_SERVING"})
         );
-        assert!(health_json(ServingStatus::NotServing, None)["tools"].is_null());
+        let unknown = health_json(ServingStatus::NotServing, None, None);
+        assert!(unknown["tools"].is_null() && unknown["issuers"].is_null());
     }
 }
