@@ -30,6 +30,10 @@ pub struct IssuedBy {
     /// The OAuth scopes its issuer requires that the token does not carry.
     #[serde(default, skip_serializing_if = "MissingScopes::is_empty")]
     pub missing_scopes: MissingScopes,
+    /// When the token expires (its `exp`, Unix seconds): a stream opened
+    /// with it ends then.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expires_at: Option<u64>,
 }
 
 /// The scopes an issuer requires for listing and calling tools
@@ -63,6 +67,12 @@ impl Principal {
     /// The scope listing tools needs that the caller's token lacks, if any.
     pub fn missing_list_scope(&self) -> Option<&str> {
         self.issued_by.as_ref()?.missing_scopes.list.as_deref()
+    }
+
+    /// When the token the caller was identified by expires, if it does.
+    pub fn expires_at(&self) -> Option<std::time::SystemTime> {
+        let secs = self.issued_by.as_ref()?.expires_at?;
+        std::time::UNIX_EPOCH.checked_add(std::time::Duration::from_secs(secs))
     }
 
     /// The scope calling tools needs that the caller's token lacks, if any.
@@ -141,6 +151,7 @@ impl From<crate::pb::Principal> for Principal {
                 issuer: who.issuer,
                 subject: who.subject,
                 missing_scopes: MissingScopes::default(),
+                expires_at: None,
             }),
         }
     }

@@ -809,3 +809,60 @@ tools = ["acc_echo"]
         assert!(stdout.contains(&format!("PASS {check}")), "{stdout}");
     }
 }
+
+/// A snapshot watch lasts no longer than the token it was opened with: a
+/// dispatcher following with a short-lived token has its watch ended at
+/// the token's `exp` and is refused on reconnecting ("expired"); once its
+/// token file holds a fresh token it follows again and sees what changed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watch_ends_when_its_token_expires() {
+    let key = SigningKey::es256("k1");
+    let provider = Provider::start(&[&key]).await;
+    let dir = temp_dir("oidc-watch");
+    let policy_path = dir.join("policy.toml");
+    std::fs::write(
+        &policy_path,
+        format!(
+            "{}clock_skew_secs = 0\n\n[[callers]]\nissuer = \"{}\"\nsubject = \"dispatcher-1\"\nprincipal = \"dispatcher\"\nroles = [\"dispatcher\"]\n",
+            policy(&provider),
+            provider.issuer
+        ),
+    )
+    .unwrap();
+    let policy_arg = policy_path.to_str().unwrap();
+    let (_registry, addr) = serve(&["--policy", policy_arg]);
+    let token_file = dir.join("token");
+    // Long enough for the dispatcher to start and connect on a busy box.
+    let short = key.mint(&provider.claims(AUDIENCE, "dispatcher-1", Duration::from_secs(15)));
+    std::fs::write(&token_file, short).unwrap();
+    let (follower, follower_addr) = dispatcher_for(
+        &addr,
+        &[
+            "--policy",
+            policy_arg,
+            "--registry-token-file",
+            token_file.to_str().unwrap(),
+        ],
+    );
+    follower.wait_for_line("ready", Duration::from_secs(30));
+    let ended = follower.wait_for_line("snapshot stream broke", Duration::from_secs(60));
+    assert!(ended.contains("has expired"), "{ended}");
+    let said = follower.wait_for_line("registry refused", Duration::from_secs(60));
+    assert!(said.contains("expired"), "{said}");
+
+    let fresh = key.mint(&provider.claims(AUDIENCE, "dispatcher-1", Duration::from_secs(600)));
+    std::fs::write(&token_file, fresh).unwrap();
+    let _exec = example("acceptance", &addr, &["--token", "tok-exec"]);
+    eventually(
+        "the follower sees the executor registered since",
+        Duration::from_secs(90),
+        || {
+            let follower_addr = follower_addr.clone();
+            async move {
+                let (_, names) = list_with(&follower_addr, "tok-approver").await;
+                names.contains("acc_echo").then_some(())
+            }
+        },
+    )
+    .await;
+}

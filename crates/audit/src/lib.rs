@@ -537,6 +537,7 @@ mod tests {
                 issuer: "https://idp.example".into(),
                 subject: "user-42".into(),
                 missing_scopes: Default::default(),
+                expires_at: None,
             }),
             ..who()
         };

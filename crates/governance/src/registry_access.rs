@@ -23,6 +23,8 @@ pub struct SnapshotAccess {
     /// only: an operator reading snapshots must not be able to call an
     /// executor past the dispatcher).
     pub execute_tokens: bool,
+    /// When the reader's token expires (a JWT): its streams end then.
+    pub until: Option<std::time::SystemTime>,
 }
 
 /// Why the registry refuses a caller; the message says what to change.
@@ -126,6 +128,7 @@ pub fn snapshot_reader(
     let execute_tokens = who.has_role(DISPATCHER_ROLE);
     if execute_tokens || who.has_role(ADMIN_ROLE) {
         Ok(SnapshotAccess {
+            until: who.expires_at(),
             reader: who.name,
             execute_tokens,
         })

@@ -147,6 +147,7 @@ impl Gate for PolicyGate {
             .map(|access| SnapshotReader {
                 name: access.reader,
                 execute_tokens: access.execute_tokens,
+                until: access.until,
             })
             .map_err(gate_error)
     }

@@ -55,6 +55,8 @@ pub struct SnapshotReader {
     pub name: String,
     /// Whether it sees executors' call tokens (dispatchers do).
     pub execute_tokens: bool,
+    /// When its credential expires: a watch it opened ends then.
+    pub until: Option<std::time::SystemTime>,
 }
 
 /// No authentication: every executor registers as the empty owner (no
@@ -80,6 +82,7 @@ impl Gate for OpenGate {
         Ok(SnapshotReader {
             name: "anonymous".to_owned(),
             execute_tokens: true,
+            until: None,
         })
     }
 }

@@ -45,10 +45,12 @@ impl Gate for TestGate {
             Some("tok-dispatcher") => Ok(SnapshotReader {
                 name: "d".into(),
                 execute_tokens: true,
+                until: None,
             }),
             Some("tok-admin") => Ok(SnapshotReader {
                 name: "ops".into(),
                 execute_tokens: false,
+                until: None,
             }),
             Some(_) => Err(GateError::Forbidden("not a reader".into())),
             None => Err(GateError::Unauthenticated("read with a token".into())),

@@ -111,6 +111,7 @@ mod tests {
                 issuer: "https://idp.example".into(),
                 subject: "u-42".into(),
                 missing_scopes: Default::default(),
+                expires_at: None,
             }),
         }
     }

@@ -102,6 +102,7 @@ fn issued_by(issuer: &Issuer, subject: String, claims: &Map<String, Value>) -> I
             list: lacking(&issuer.list_scope),
             call: lacking(&issuer.call_scope),
         },
+        expires_at: claims.get("exp").and_then(Value::as_u64),
     }
 }
 
