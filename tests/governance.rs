@@ -900,3 +900,26 @@ async fn decisions_hold_once_answered() {
         assert_eq!(code(&after), 0, "round {round}: {}", message(&after));
     }
 }
+
+/// An executor whose token the registry does not know is told so, with
+/// the fix, even when its first attempt met no registry at all (it used to
+/// log one transport error and then nothing, forever); the registry logs
+/// the refusals it answers, rate-limited.
+#[tokio::test]
+async fn an_executor_with_an_unknown_token_hears_why() {
+    let dir = temp_dir("unknown-executor-token");
+    let policy = dir.join("policy.toml");
+    std::fs::write(&policy, POLICY).unwrap();
+    let policy = policy.to_str().unwrap();
+    // A port with no registry on it yet.
+    let (mut gone, addr) = serve(&["--policy", policy]);
+    gone.kill9();
+    let exec = example("knowledge", &addr, &["--token", "tok-stale"]);
+    let patience = toolmesh_testkit::patient(Duration::from_secs(10));
+    exec.wait_for_line("until the registry answers", patience);
+    let serve = restart_on("serve", &["serve", "--listen", &addr, "--policy", policy]);
+    let told = exec.wait_for_line("does not accept this executor's token", patience);
+    assert!(told.contains("TOOLMESH_TOKEN"), "{told}");
+    let logged = serve.wait_for_line("refused an executor's registry call", patience);
+    assert!(logged.contains("127.0.0.1"), "{logged}");
+}

@@ -225,3 +225,39 @@ async fn python_executor_serves_through_the_mesh_and_drains() {
         .expect("the executor exits after draining");
     assert!(status.success(), "{status:?}");
 }
+
+/// An executor served by grpcio with its default settings (which refuse
+/// client pings more often than every 5 minutes while nothing is sent)
+/// stays in the mesh for 95 s of calls: the mesh's keepalive toward
+/// executors is what gRPC servers permit by default, so no health watch
+/// or call connection is closed with `too_many_pings`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_grpcio_executor_with_default_settings_stays_in_the_mesh() {
+    let python = python();
+    let dir = temp_dir("python-executor-keepalive");
+    let stubs = dir.join("stubs");
+    std::fs::create_dir_all(&stubs).unwrap();
+    generate_stubs(&python, &stubs);
+    let policy = dir.join("policy.toml");
+    std::fs::write(&policy, POLICY).unwrap();
+    let (serve, addr) = serve(&["--policy", policy.to_str().unwrap()]);
+    let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("examples/python/executor.py");
+    let mut command = Command::new(&python);
+    command
+        .arg(&script)
+        .args(["--registry", &addr, "--token", "tok-orders"])
+        .env("PYTHONPATH", &stubs)
+        .env("PYTHONUNBUFFERED", "1");
+    let exec = Proc::spawn("python executor", command);
+    exec.wait_for_line("registered as orders-py-", Duration::from_secs(10));
+    let mut client = listing_python_tools(&addr).await;
+    let args = r#"{"order_id": "o_1001"}"#;
+    stays_in_the_mesh(
+        &serve,
+        &mut client,
+        "get_order",
+        args,
+        Duration::from_secs(95),
+    )
+    .await;
+}

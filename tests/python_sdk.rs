@@ -578,3 +578,40 @@ async fn sdk_executor_over_mutual_tls() {
         }
     }
 }
+
+/// An SDK executor stays in the mesh for 95 s of calls with the real
+/// default settings on both sides: no health change, no new snapshot, no
+/// failed call (it used to drop out every ~40 s on grpcio's ping limit).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sdk_executor_stays_in_the_mesh() {
+    let mut mesh = mesh("python-sdk-keepalive").await;
+    let args = r#"{"order_id": "o_1001"}"#;
+    stays_in_the_mesh(
+        &mesh.serve,
+        &mut mesh.client,
+        "get_order",
+        args,
+        Duration::from_secs(95),
+    )
+    .await;
+}
+
+/// An SDK executor whose token the registry does not know is told so,
+/// with the fix, after a first attempt that met no registry at all.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sdk_executor_with_an_unknown_token_hears_why() {
+    let dir = temp_dir("python-sdk-unknown-token");
+    let policy = dir.join("policy.toml");
+    std::fs::write(&policy, POLICY).unwrap();
+    let policy = policy.to_str().unwrap();
+    let (mut gone, addr) = serve(&["--policy", policy]);
+    gone.kill9();
+    let mut command = sdk_tools(&dir, &addr);
+    command.env("TOOLMESH_TOKEN", "tok-stale");
+    let exec = Proc::spawn("python sdk executor", command);
+    let patience = patient(Duration::from_secs(10));
+    exec.wait_for_line("until it answers", patience);
+    let _serve = restart_on("serve", &["serve", "--listen", &addr, "--policy", policy]);
+    let told = exec.wait_for_line("does not accept this executor's token", patience);
+    assert!(told.contains("TOOLMESH_TOKEN"), "{told}");
+}

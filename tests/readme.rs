@@ -5,7 +5,7 @@
 //! `sdk/python` in a fresh virtualenv and serve the tool to it. The only
 //! substitutions are the placeholders a reader fills in: the address of
 //! this run's `up` for the default ones, and a real token for
-//! `YOUR-TOKEN` / `$TOKEN`.
+//! `YOUR-TOKEN`.
 
 mod support;
 
@@ -21,7 +21,6 @@ struct Up {
     _dir: TempDir,
     addr: String,
     mcp_url: String,
-    executor_token: String,
 }
 
 fn start_up(label: &str) -> Up {
@@ -34,15 +33,9 @@ fn start_up(label: &str) -> Up {
             .expect("a word after the label")
             .to_owned()
     };
-    let executor_token = banner_after(&printed, "another executor")
-        .split_whitespace()
-        .find_map(|word| word.strip_prefix("TOOLMESH_TOKEN="))
-        .unwrap_or_else(|| panic!("no executor token in {printed:#?}"))
-        .to_owned();
     Up {
         addr: first("registry + dispatcher"),
         mcp_url: first("MCP (Streamable HTTP)"),
-        executor_token,
         _proc: proc,
         _dir: dir,
     }
@@ -242,10 +235,8 @@ async fn python_sdk_snippets_run_as_printed() {
         .find(|w| w.ends_with(".py"))
         .unwrap();
     std::fs::write(dir.join(program_file), filled(&programs[0].text, &up)).unwrap();
-    let env = [
-        ("TOKEN", up.executor_token.as_str()),
-        ("TOOLMESH_SERVER", up.addr.as_str()),
-    ];
+    // No token: under `up` an executor needs none.
+    let env = [("TOOLMESH_SERVER", up.addr.as_str())];
     for line in &lines[..serving] {
         let output = shell(line, dir.path(), &path, &env);
         assert!(

@@ -520,3 +520,58 @@ pub fn tls_env(
         command.env("TOOLMESH_TLS_CLIENT_CA", client_ca);
     }
 }
+
+/// Calls `tool` with `arguments` every 20 ms for `period` while a
+/// non-Rust executor serves it, and checks that it stayed in the mesh:
+/// every call answered, no new snapshot (each health change makes one) and
+/// no "executor health changed" line from `serve`. The period spans several
+/// of the keepalive intervals a gRPC server polices (a grpcio executor
+/// dropped out every ~40 s on `too_many_pings`).
+pub async fn stays_in_the_mesh(
+    serve: &Proc,
+    client: &mut DispatcherClient<Channel>,
+    tool: &str,
+    arguments: &str,
+    period: Duration,
+) {
+    let lister = client.clone();
+    let version = || {
+        let mut client = lister.clone();
+        async move {
+            client
+                .list_tools(ListToolsRequest::default())
+                .await
+                .expect("ListTools")
+                .into_inner()
+                .snapshot_version
+        }
+    };
+    let health_changes = || -> Vec<String> {
+        serve
+            .lines_read()
+            .into_iter()
+            .filter(|l| l.contains("executor health changed"))
+            .collect()
+    };
+    let (before, changed_before) = (version().await, health_changes().len());
+    let started = std::time::Instant::now();
+    let mut tick = tokio::time::interval(Duration::from_millis(20));
+    let (mut calls, mut failed) = (0u32, Vec::new());
+    while started.elapsed() < period {
+        tick.tick().await;
+        calls += 1;
+        match try_invoke(client, tool, arguments, Some(Duration::from_secs(30))).await {
+            Ok(response) if code(&response) == 0 => {}
+            Ok(response) => failed.push(format!("{}: {}", code(&response), message(&response))),
+            Err(status) => failed.push(status.to_string()),
+        }
+    }
+    assert!(
+        failed.is_empty(),
+        "{} of {calls} calls of {tool} failed: {failed:?}",
+        failed.len()
+    );
+    let logged = &health_changes()[changed_before..];
+    assert!(logged.is_empty(), "{logged:#?}");
+    assert_eq!(version().await, before, "a snapshot was made meanwhile");
+}

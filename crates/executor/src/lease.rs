@@ -106,34 +106,40 @@ impl LeaseTask {
     }
 }
 
-/// Tracks one outage of the registry: one warning when it starts, one
-/// notice when it ends, and the backoff in between.
+/// Tracks one outage of the registry: a line when it starts and each time
+/// its kind changes (unreachable, refusing the token, refusing the
+/// request), one notice when it ends, and the backoff in between.
 struct Outage {
     registry: String,
-    down: bool,
+    /// The code of the last failure; `None` while the registry answers.
+    kind: Option<Code>,
     backoff: Duration,
 }
+
+/// What an executor refused for its token must change.
+const TOKEN_FIX: &str = "give the executor the token of a policy caller with the role `executor` (ServeOptions::token; `--token`, `--token-file`, TOOLMESH_TOKEN or TOOLMESH_TOKEN_FILE), or none under `toolmesh up`, whose development policy lets anyone register";
 
 impl Outage {
     fn new(registry: String) -> Self {
         Outage {
             registry,
-            down: false,
+            kind: None,
             backoff: BACKOFF_INITIAL,
         }
     }
 
-    /// Records a failure of `what`; gives the time to wait before trying again.
+    /// Records a failure of `what`; gives the time to wait before trying
+    /// again. The first failure of each kind is logged, repeats at DEBUG.
     fn failed(&mut self, what: &str, status: &Status) -> Duration {
-        if !self.down {
-            self.down = true;
-            if is_transient(status.code()) {
-                warn!(registry = %self.registry, %status, "{what} failed; retrying with backoff until the registry answers");
-            } else {
-                error!(registry = %self.registry, %status, "{what} refused by the registry; retrying with backoff");
-            }
-        } else {
+        let code = status.code();
+        if self.kind.replace(code) == Some(code) {
             debug!(registry = %self.registry, %status, "{what} failed again");
+        } else if matches!(code, Code::Unauthenticated | Code::PermissionDenied) {
+            error!(registry = %self.registry, %status, "{what} refused: the registry does not accept this executor's token; {TOKEN_FIX}; retrying with backoff");
+        } else if is_transient(code) {
+            warn!(registry = %self.registry, %status, "{what} failed; retrying with backoff until the registry answers");
+        } else {
+            error!(registry = %self.registry, %status, "{what} refused by the registry; retrying with backoff");
         }
         let wait = self.backoff;
         self.backoff = (self.backoff * 2).min(BACKOFF_MAX);
@@ -142,10 +148,9 @@ impl Outage {
 
     /// Records a success.
     fn recovered(&mut self) {
-        if self.down {
+        if self.kind.take().is_some() {
             info!(registry = %self.registry, "registry reachable again");
         }
-        self.down = false;
         self.backoff = BACKOFF_INITIAL;
     }
 }

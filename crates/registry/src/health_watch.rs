@@ -199,7 +199,7 @@ async fn run(
     mut report: Report,
     flap_holds: prometheus_client::metrics::counter::Counter,
 ) {
-    let channel = match toolmesh_transport::channel(&endpoint, &tls) {
+    let channel = match toolmesh_transport::executor_channel(&endpoint, &tls) {
         Ok(channel) => channel,
         Err(error) => {
             warn!(%endpoint, %error, "cannot watch executor health; assuming healthy");
@@ -219,6 +219,11 @@ async fn run(
         None => {}
     };
     loop {
+        // Whether this watch has delivered a status: a watch that did and
+        // then broke (a GOAWAY, a connection the peer recycled) is opened
+        // again once before the break counts, so an executor that is
+        // still SERVING does not leave rotation for a connection's sake.
+        let mut delivered = false;
         let ended = match client
             .watch(HealthCheckRequest {
                 service: String::new(),
@@ -233,6 +238,7 @@ async fn run(
                     tokio::select! {
                         message = stream.message() => match message {
                             Ok(Some(message)) => {
+                                delivered = true;
                                 backoff = INITIAL_BACKOFF;
                                 let observation = classify_status(message.status);
                                 debug!(%endpoint, ?observation, "health update");
@@ -255,6 +261,9 @@ async fn run(
                 debug!(%endpoint, "executor has no health service; assuming healthy");
                 emit(damped.force_healthy(), "no health service");
                 return;
+            }
+            Observation::Unhealthy(reason) if delivered => {
+                debug!(%endpoint, %reason, "health watch broke; watching again before it counts");
             }
             Observation::Unhealthy(reason) => emit(damped.observe(false, Instant::now()), &reason),
             Observation::Healthy => {}

@@ -23,6 +23,36 @@ pub struct RegistryService {
     rollouts: RolloutDesk,
     /// Hears of tools disabled and enabled (rollouts tell it through `rollouts`).
     journal: Option<Arc<dyn DecisionJournal>>,
+    /// Logs refused executor calls, at most one line per period.
+    refusals: Arc<RefusalLog>,
+}
+
+/// At most one line per [`RefusalLog::PERIOD`] for executors refused at
+/// the door (a token the policy does not know, a missing role), counting
+/// the refusals it did not log: an executor with a stale token retries
+/// forever, and the operator must hear of it without a flood.
+#[derive(Debug, Default)]
+struct RefusalLog {
+    last: std::sync::Mutex<Option<std::time::Instant>>,
+    unlogged: std::sync::atomic::AtomicU64,
+}
+
+impl RefusalLog {
+    const PERIOD: std::time::Duration = std::time::Duration::from_secs(10);
+
+    fn refused(&self, peer: Option<std::net::SocketAddr>, error: &GateError) {
+        use std::sync::atomic::Ordering;
+        let now = std::time::Instant::now();
+        let mut last = self.last.lock().unwrap_or_else(|p| p.into_inner());
+        if last.is_some_and(|at| now.duration_since(at) < Self::PERIOD) {
+            self.unlogged.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        *last = Some(now);
+        let unlogged = self.unlogged.swap(0, Ordering::Relaxed);
+        let peer = peer.map_or_else(|| "unknown".to_owned(), |p| p.to_string());
+        tracing::warn!(%peer, %error, unlogged, "refused an executor's registry call; it retries until its token is fixed");
+    }
 }
 
 impl std::fmt::Debug for RegistryService {
@@ -59,6 +89,7 @@ impl RegistryService {
             rollouts: RolloutDesk::new(store.clone(), journal.clone()),
             registry: store,
             journal,
+            refusals: Arc::default(),
         }
     }
 
@@ -127,7 +158,12 @@ impl RegistryService {
         };
         by_certificate
             .unwrap_or_else(|| gate.executor_owner(token))
-            .map_err(RegistryError::RegistrationRefused)
+            .map_err(|error| {
+                if !matches!(error, GateError::Unavailable(_)) {
+                    self.refusals.refused(request.remote_addr(), &error);
+                }
+                RegistryError::RegistrationRefused(error)
+            })
     }
 
     /// Who may read snapshots, and whether it sees executors' call tokens.

@@ -9,6 +9,8 @@ use tokio::time::Instant;
 use tokio_stream::wrappers::TcpListenerStream;
 use tonic::transport::Server;
 use tonic_health::ServingStatus;
+use tonic_health::pb::health_server::{Health, HealthServer};
+use tonic_health::pb::{HealthCheckRequest, HealthCheckResponse};
 use tonic_health::server::{HealthReporter, health_reporter};
 use toolmesh::Snapshot;
 use toolmesh::pb::{RegisterRequest, ToolSpec};
@@ -192,4 +194,105 @@ async fn flapping_executor_is_held_out() {
             assert!(took >= Duration::from_millis(900), "held out only {took:?}");
         }
     }
+}
+
+/// A health service whose watches answer SERVING and then break when told
+/// to, as a peer's GOAWAY or a recycled connection ends a watch; once
+/// `dead`, every new watch fails before answering.
+#[derive(Clone)]
+struct Breaking {
+    watches: Arc<std::sync::atomic::AtomicUsize>,
+    /// Each change breaks every watch open then.
+    breaks: Arc<tokio::sync::watch::Sender<u64>>,
+    dead: Arc<std::sync::atomic::AtomicBool>,
+}
+
+#[tonic::async_trait]
+impl Health for Breaking {
+    async fn check(
+        &self,
+        _: tonic::Request<HealthCheckRequest>,
+    ) -> Result<tonic::Response<HealthCheckResponse>, tonic::Status> {
+        Ok(tonic::Response::new(HealthCheckResponse { status: 1 }))
+    }
+
+    type WatchStream = std::pin::Pin<
+        Box<dyn tokio_stream::Stream<Item = Result<HealthCheckResponse, tonic::Status>> + Send>,
+    >;
+
+    async fn watch(
+        &self,
+        _: tonic::Request<HealthCheckRequest>,
+    ) -> Result<tonic::Response<Self::WatchStream>, tonic::Status> {
+        if self.dead.load(std::sync::atomic::Ordering::SeqCst) {
+            return Err(tonic::Status::unavailable("the executor is gone"));
+        }
+        let mut breaks = self.breaks.subscribe();
+        self.watches
+            .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let serving = HealthCheckResponse {
+            status: ServingStatus::Serving as i32,
+        };
+        let stream = async_stream_of(serving, async move {
+            let _ = breaks.changed().await;
+            tonic::Status::unavailable("connection recycled (GOAWAY)")
+        });
+        Ok(tonic::Response::new(stream))
+    }
+}
+
+/// One message, then the error `broken` resolves to.
+fn async_stream_of(
+    first: HealthCheckResponse,
+    broken: impl Future<Output = tonic::Status> + Send + 'static,
+) -> std::pin::Pin<
+    Box<dyn tokio_stream::Stream<Item = Result<HealthCheckResponse, tonic::Status>> + Send>,
+> {
+    use futures_util::StreamExt;
+    let then = futures_util::stream::once(broken).map(Err);
+    Box::pin(futures_util::stream::once(async move { Ok(first) }).chain(then))
+}
+
+/// A watch that delivered SERVING and then broke is opened again before
+/// the break counts: an executor whose watches break (a GOAWAY for too many
+/// pings, a maximum connection age) but which answers SERVING at once on a
+/// new one never leaves rotation, and no snapshot is made for it. A break
+/// after which nothing answers still counts.
+#[tokio::test]
+async fn a_broken_watch_of_a_serving_executor_changes_nothing() {
+    let health = Breaking {
+        watches: Arc::default(),
+        breaks: Arc::new(tokio::sync::watch::channel(0).0),
+        dead: Arc::default(),
+    };
+    let addr = toolmesh_testkit::serve_router(
+        Server::builder().add_service(HealthServer::new(health.clone())),
+    )
+    .await
+    .to_string();
+    let registry = registry();
+    let registered = register(&registry, "kb-1", &addr).await;
+    let patience = toolmesh_testkit::patient(PATIENCE);
+    let watches = || health.watches.load(std::sync::atomic::Ordering::SeqCst);
+    for round in 1..=5 {
+        toolmesh_testkit::until("the registry watches health", patience, || {
+            watches() >= round
+        })
+        .await;
+        health.breaks.send_modify(|n| *n += 1);
+    }
+    toolmesh_testkit::until("the registry watches again", patience, || watches() >= 6).await;
+    let snapshot = registry.subscribe().borrow().clone();
+    assert_eq!(
+        snapshot.version(),
+        registered,
+        "no snapshot was made for a watch that broke and was opened again"
+    );
+    assert_eq!(healthy(&snapshot, "kb-1"), Some(true));
+    health.dead.store(true, std::sync::atomic::Ordering::SeqCst);
+    health.breaks.send_modify(|n| *n += 1);
+    wait_for(&registry, "the dead executor is seen", |s| {
+        healthy(s, "kb-1") == Some(false)
+    })
+    .await;
 }

@@ -1,7 +1,6 @@
 //! Client channels to other servers of the mesh, and the addresses they take.
 
-use super::{CONNECT_TIMEOUT, Tls};
-use std::time::Duration;
+use super::{CONNECT_TIMEOUT, Keepalive, Tls};
 use tonic::transport::{Channel, Endpoint};
 
 /// A bad `host:port`.
@@ -9,38 +8,45 @@ use tonic::transport::{Channel, Endpoint};
 #[error("address {0:?} is not host:port (for example 127.0.0.1:7070)")]
 pub struct BadAddress(pub String);
 
-/// A lazily connecting channel to `host:port` (or a full URI): TCP_NODELAY,
-/// a connect timeout and HTTP/2 keepalives so a dead peer is noticed; TLS
-/// when `tls` has a CA ([`Tls::client`]).
+/// A lazily connecting channel to a server of the mesh at `host:port` (or
+/// a full URI): TCP_NODELAY, a connect timeout and HTTP/2 keepalives so a
+/// dead peer is noticed ([`Keepalive::MESH`]); TLS when `tls` has a CA
+/// ([`Tls::client`]).
 ///
 /// Several addresses separated by commas (`a:7070,b:7070`: the replicas of
 /// a registry) make one channel that spreads calls over the replicas it can
 /// reach, so a call retried after a failure finds a live one.
 pub fn channel(address: &str, tls: &Tls) -> Result<Channel, BadAddress> {
-    let mut endpoints = endpoints(address, tls)?;
+    let mut endpoints = endpoints(address, tls, Keepalive::MESH)?;
     if address.contains(',') {
         return Ok(Channel::balance_list(endpoints.into_iter()));
     }
     Ok(endpoints.remove(0).connect_lazy())
 }
 
+/// A lazily connecting channel to one executor: as [`channel`], with the
+/// pings every gRPC server permits by default ([`Keepalive::EXECUTOR`]).
+pub fn executor_channel(address: &str, tls: &Tls) -> Result<Channel, BadAddress> {
+    Ok(endpoint(address, tls, Keepalive::EXECUTOR)?.connect_lazy())
+}
+
 /// `address` if [`channel`] can dial it, checked without making a channel
 /// (a flag is read before the runtime that would run one starts).
 pub fn dial_address(address: &str) -> Result<String, BadAddress> {
-    endpoints(address, &Tls::none())?;
+    endpoints(address, &Tls::none(), Keepalive::MESH)?;
     Ok(address.to_owned())
 }
 
 /// The endpoints of `address`: one, or the replicas separated by commas.
-fn endpoints(address: &str, tls: &Tls) -> Result<Vec<Endpoint>, BadAddress> {
+fn endpoints(address: &str, tls: &Tls, keepalive: Keepalive) -> Result<Vec<Endpoint>, BadAddress> {
     if !address.contains(',') {
-        return Ok(vec![endpoint(address, tls)?]);
+        return Ok(vec![endpoint(address, tls, keepalive)?]);
     }
     let endpoints = address
         .split(',')
         .map(str::trim)
         .filter(|a| !a.is_empty())
-        .map(|a| endpoint(a, tls))
+        .map(|a| endpoint(a, tls, keepalive))
         .collect::<Result<Vec<_>, _>>()?;
     if endpoints.is_empty() {
         return Err(BadAddress(address.to_owned()));
@@ -49,7 +55,7 @@ fn endpoints(address: &str, tls: &Tls) -> Result<Vec<Endpoint>, BadAddress> {
 }
 
 /// The endpoint of one `host:port` (or full URI) with the mesh's settings.
-fn endpoint(address: &str, tls: &Tls) -> Result<Endpoint, BadAddress> {
+fn endpoint(address: &str, tls: &Tls, keepalive: Keepalive) -> Result<Endpoint, BadAddress> {
     let tls = tls.client().cloned();
     let scheme = if tls.is_some() { "https" } else { "http" };
     let uri = if address.contains("://") {
@@ -66,7 +72,7 @@ fn endpoint(address: &str, tls: &Tls) -> Result<Endpoint, BadAddress> {
     Ok(endpoint
         .connect_timeout(CONNECT_TIMEOUT)
         .tcp_nodelay(true)
-        .http2_keep_alive_interval(Duration::from_secs(10))
-        .keep_alive_timeout(Duration::from_secs(5))
-        .keep_alive_while_idle(true))
+        .http2_keep_alive_interval(keepalive.interval)
+        .keep_alive_timeout(keepalive.timeout)
+        .keep_alive_while_idle(keepalive.while_idle))
 }

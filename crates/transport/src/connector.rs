@@ -6,7 +6,7 @@
 //! own task — no `tower::Buffer` task between the call and the connection,
 //! as tonic's `Channel` has — and reconnects when the connection is gone.
 
-use super::{BadAddress, CONNECT_TIMEOUT, Coalesced, Tls};
+use super::{BadAddress, CONNECT_TIMEOUT, Coalesced, Keepalive, Tls};
 use arc_swap::ArcSwap;
 use hyper::client::conn::http2::{self, SendRequest};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
@@ -203,17 +203,18 @@ impl Connector {
     }
 }
 
-/// HTTP/2 over `io`, with keepalives so a dead peer is noticed; the
-/// connection is driven by a task on the calling runtime.
+/// HTTP/2 over `io`, with the keepalives executors permit
+/// ([`Keepalive::EXECUTOR`]); the connection is driven by a task on the
+/// calling runtime.
 async fn handshake<IO>(io: IO) -> Result<SendRequest<Body>, BoxError>
 where
     IO: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
     let (sender, connection) = http2::Builder::new(TokioExecutor::new())
         .timer(TokioTimer::new())
-        .keep_alive_interval(Duration::from_secs(10))
-        .keep_alive_timeout(Duration::from_secs(5))
-        .keep_alive_while_idle(true)
+        .keep_alive_interval(Keepalive::EXECUTOR.interval)
+        .keep_alive_timeout(Keepalive::EXECUTOR.timeout)
+        .keep_alive_while_idle(Keepalive::EXECUTOR.while_idle)
         .handshake(TokioIo::new(io))
         .await?;
     tokio::spawn(async move {

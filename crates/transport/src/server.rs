@@ -1,7 +1,7 @@
 //! Serving: listen addresses, the server builder, accepted connections and reflection.
 
-use super::{BadAddress, Coalesced, Tls};
-use std::{net::SocketAddr, time::Duration};
+use super::{BadAddress, Coalesced, Keepalive, Tls};
+use std::net::SocketAddr;
 use tokio::net::TcpStream;
 use tokio_stream::{Stream, StreamExt};
 use tonic::transport::Server;
@@ -32,8 +32,8 @@ pub fn accepted(stream: TcpStream) -> std::io::Result<Coalesced<TcpStream>> {
 /// keepalive settings; serve it with [`incoming`].
 pub fn server_builder(tls: &Tls) -> Result<Server, tonic::transport::Error> {
     let builder = Server::builder()
-        .http2_keepalive_interval(Some(Duration::from_secs(10)))
-        .http2_keepalive_timeout(Some(Duration::from_secs(5)));
+        .http2_keepalive_interval(Some(Keepalive::MESH.interval))
+        .http2_keepalive_timeout(Some(Keepalive::MESH.timeout));
     match tls.server().cloned() {
         Some(tls) => builder.tls_config(tls),
         None => Ok(builder),

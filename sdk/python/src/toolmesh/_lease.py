@@ -34,30 +34,45 @@ _TRANSIENT = {
 }
 
 
+# What an executor refused for its token must change.
+TOKEN_FIX = (
+    "give the executor the token of a policy caller with the role `executor` "
+    "(token=, TOOLMESH_TOKEN or TOOLMESH_TOKEN_FILE), or none under `toolmesh up`, "
+    "whose development policy lets anyone register"
+)
+
+
 class Outage:
-    """One warning when the registry stops answering, one notice when it is
-    back, and the backoff in between."""
+    """A line when the registry stops answering and each time the kind of
+    failure changes (unreachable, refusing the token, refusing the request),
+    one notice when it is back, and the backoff in between."""
 
     def __init__(self, registry: str):
         self.registry = registry
-        self.down = False
+        self.kind: grpc.StatusCode | None = None
         self.backoff = BACKOFF_INITIAL
 
     def failed(self, what: str, error: grpc.aio.AioRpcError) -> float:
-        if not self.down:
-            self.down = True
-            code = error.code()
-            if code in _TRANSIENT:
-                log.warning("%s with registry %s failed (%s: %s); retrying with backoff until it answers", what, self.registry, code.name, error.details())
-            else:
-                log.error("%s refused by registry %s (%s: %s); retrying with backoff", what, self.registry, code.name, error.details())
+        code = error.code()
+        if code == self.kind:
+            log.debug("%s with registry %s failed again (%s: %s)", what, self.registry, code.name, error.details())
+        elif code in (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED):
+            log.error(
+                "%s refused by registry %s (%s: %s): it does not accept this executor's token; %s; retrying with backoff",
+                what, self.registry, code.name, error.details(), TOKEN_FIX,
+            )
+        elif code in _TRANSIENT:
+            log.warning("%s with registry %s failed (%s: %s); retrying with backoff until it answers", what, self.registry, code.name, error.details())
+        else:
+            log.error("%s refused by registry %s (%s: %s); retrying with backoff", what, self.registry, code.name, error.details())
+        self.kind = code
         wait, self.backoff = self.backoff, min(self.backoff * 2, BACKOFF_MAX)
         return wait
 
     def recovered(self) -> None:
-        if self.down:
+        if self.kind is not None:
             log.info("registry %s reachable again", self.registry)
-        self.down = False
+        self.kind = None
         self.backoff = BACKOFF_INITIAL
 
 

@@ -32,6 +32,8 @@ EXECUTOR_HEALTH_SERVICE = "toolmesh.v1.Executor"
 MAX_CALL_MESSAGE_BYTES = 8 * 1024 * 1024
 # Longest the drain waits for the registry to confirm a Deregister.
 DEREGISTER_TIMEOUT = 1.0
+# Shortest interval between a client's pings the server accepts.
+KEEPALIVE_PERMIT_MS = 5_000
 # Sync tools run on this many threads at once.
 THREADS = 32
 # Exit status for a configuration the executor cannot serve with (EX_USAGE).
@@ -128,6 +130,12 @@ async def serve_async(
         options=[
             ("grpc.max_receive_message_length", MAX_CALL_MESSAGE_BYTES),
             ("grpc.max_send_message_length", MAX_CALL_MESSAGE_BYTES),
+            # The registry watches health over a stream that is silent while
+            # the status holds, and older dispatchers ping every 10 s: accept
+            # pings that often (grpcio's default refuses any within 5
+            # minutes and closes the connection with too_many_pings).
+            ("grpc.http2.min_ping_interval_without_data_ms", KEEPALIVE_PERMIT_MS),
+            ("grpc.keepalive_permit_without_calls", 1),
         ]
     )
     calls = Calls(by_name, executor_id, threads)
