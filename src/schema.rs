@@ -4,10 +4,12 @@
 
 mod arguments;
 mod covers;
+mod quote;
 mod shape;
 
 pub use arguments::{ArgumentsError, parse_arguments};
 pub use covers::{Difference, NotCovered, covers};
+pub use quote::{MAX_QUOTED_CHARS, cut_path, quote, quote_str};
 pub use shape::Shape;
 
 use jsonschema::Validator;
@@ -191,25 +193,72 @@ pub fn check(validator: &Validator, instance: &Value) -> Result<(), Violations> 
     let violations = validator
         .iter_errors(instance)
         .map(|e| Violation {
-            path: e.instance_path().to_string(),
-            message: match e.kind() {
-                // jsonschema abbreviates long enums; a model needs them all.
-                jsonschema::error::ValidationErrorKind::Enum { options } => {
-                    format!("{} is not one of {}", e.instance(), list_values(options))
-                }
-                _ => e.to_string(),
-            },
+            path: cut_path(&e.instance_path().to_string()),
+            message: describe(&e),
         })
         .collect();
     Err(Violations(violations))
 }
 
-/// `"a", "b" or "c"` for an enum's options.
+/// How many enum options or unexpected names a message lists.
+const MAX_LISTED_NAMES: usize = 20;
+
+/// What is wrong, for a model: jsonschema's sentence with the failing
+/// value quoted at most [`MAX_QUOTED_CHARS`] long ([`quote`]), every enum
+/// option (jsonschema abbreviates them) and the unexpected names, each
+/// list cut after [`MAX_LISTED_NAMES`].
+fn describe(e: &jsonschema::ValidationError<'_>) -> String {
+    use jsonschema::error::ValidationErrorKind as Kind;
+    match e.kind() {
+        Kind::Enum { options } => {
+            format!(
+                "{} is not one of {}",
+                quote(e.instance()),
+                list_values(options)
+            )
+        }
+        Kind::Constant { expected_value } => format!("{} was expected", quote(expected_value)),
+        Kind::AdditionalProperties { unexpected } | Kind::UnevaluatedProperties { unexpected } => {
+            format!("{} not allowed here", unexpected_properties(unexpected))
+        }
+        Kind::PropertyNames { error } => {
+            format!("property name {}", describe(error))
+        }
+        _ => e.masked_with(quote(e.instance())).to_string(),
+    }
+}
+
+/// `the property "a" is` or `the properties "a", "b" … (300 in all) are`.
+fn unexpected_properties(names: &[String]) -> String {
+    let quoted: Vec<String> = names
+        .iter()
+        .take(MAX_LISTED_NAMES)
+        .map(|n| quote_str(n))
+        .collect();
+    match names.len() {
+        1 => format!("the property {} is", quoted[0]),
+        n if n > MAX_LISTED_NAMES => {
+            format!("the properties {} … ({n} in all) are", quoted.join(", "))
+        }
+        _ => format!("the properties {} are", quoted.join(", ")),
+    }
+}
+
+/// `"a", "b" or "c"` for an enum's options (each quoted, the list cut
+/// after [`MAX_LISTED_NAMES`]).
 fn list_values(options: &Value) -> String {
     let Some(items) = options.as_array() else {
-        return options.to_string();
+        return quote(options);
     };
-    let texts: Vec<String> = items.iter().map(Value::to_string).collect();
+    let mut texts: Vec<String> = items.iter().take(MAX_LISTED_NAMES).map(quote).collect();
+    if items.len() > MAX_LISTED_NAMES {
+        let last = texts.pop().unwrap_or_default();
+        return format!(
+            "{}, {last} … ({} options in all; list the tool to see them)",
+            texts.join(", "),
+            items.len()
+        );
+    }
     match texts.as_slice() {
         [] => "nothing".to_owned(),
         [one] => one.clone(),
@@ -373,5 +422,120 @@ mod tests {
     fn remote_refs_are_not_fetched() {
         let schema = json!({"$ref": "https://example.com/schema.json"});
         assert!(matches!(compile(&schema), Err(SchemaError::Invalid(_))));
+    }
+
+    /// The message for `instance` against `schema`.
+    fn message(schema: Value, instance: Value) -> String {
+        check(&compile(&schema).unwrap(), &instance)
+            .unwrap_err()
+            .to_string()
+    }
+
+    /// Every kind of failure quotes a bad value in at most about 100
+    /// characters with its size, however large the value (a 120 KB query
+    /// once came back whole, into the model's context).
+    #[test]
+    fn messages_quote_large_values_briefly() {
+        let query = "reset ".repeat(20_000);
+        let items: Vec<u32> = (0..5_000).collect();
+        let members: serde_json::Map<String, Value> =
+            (0..300).map(|i| (format!("key{i}"), json!(i))).collect();
+        let cases = [
+            (
+                json!({"properties": {"q": {"type": "string", "maxLength": 500}}}),
+                json!({"q": query}),
+                "at /q: \"reset reset ",
+                " …\" (120,000 characters) is longer than 500 characters",
+            ),
+            (
+                json!({"properties": {"q": {"type": "string", "pattern": "^[a-z]+$"}}}),
+                json!({"q": query}),
+                "at /q: \"reset",
+                "(120,000 characters) does not match \"^[a-z]+$\"",
+            ),
+            (
+                json!({"properties": {"q": {"enum": ["low", "high"]}}}),
+                json!({"q": query}),
+                "at /q: \"reset",
+                "(120,000 characters) is not one of \"low\" or \"high\"",
+            ),
+            (
+                json!({"properties": {"n": {"type": "array", "maxItems": 3}}}),
+                json!({"n": items}),
+                "at /n: [0,1,2,",
+                " … (5,000 items) has more than 3 items",
+            ),
+            (
+                json!({"properties": {"o": {"type": "string"}}}),
+                json!({"o": Value::Object(members.clone())}),
+                "at /o: {",
+                " … (300 keys) is not of type \"string\"",
+            ),
+            (
+                json!({"properties": {"o": {"maxProperties": 2}}}),
+                json!({"o": Value::Object(members)}),
+                "at /o: {",
+                " … (300 keys) has more than 2 properties",
+            ),
+        ];
+        for (schema, instance, starts, contains) in cases {
+            let text = message(schema, instance);
+            assert!(text.starts_with(starts), "{text}");
+            assert!(text.contains(contains), "{text}");
+            assert!(
+                text.chars().count() < 250,
+                "{} characters: {text}",
+                text.len()
+            );
+        }
+    }
+
+    /// Unexpected names are quoted briefly and listed up to 20; a huge
+    /// enum lists its first options and how many there are; a long path is
+    /// cut in its middle.
+    #[test]
+    fn names_paths_and_options_are_bounded() {
+        let closed =
+            json!({"type": "object", "properties": {"a": {}}, "additionalProperties": false});
+        let one = message(closed.clone(), json!({"x".repeat(10_000): 1}));
+        assert!(one.starts_with("at /: the property \"xxx"), "{one}");
+        assert!(
+            one.ends_with("(10,000 characters) is not allowed here"),
+            "{one}"
+        );
+        let many: serde_json::Map<String, Value> =
+            (0..300).map(|i| (format!("k{i:03}"), json!(i))).collect();
+        let listed = message(closed, Value::Object(many));
+        assert!(
+            listed.contains("… (300 in all) are not allowed here"),
+            "{listed}"
+        );
+        assert!(listed.chars().count() < 400, "{listed}");
+
+        let options: Vec<String> = (0..1_000).map(|i| format!("option{i}")).collect();
+        let text = message(json!({"enum": options}), json!("nope"));
+        assert!(
+            text.contains("\"option19\" … (1000 options in all; list the tool to see them)"),
+            "{text}"
+        );
+        assert!(text.chars().count() < 500, "{text}");
+
+        let key = "k".repeat(5_000);
+        let deep = json!({"properties": {&key: {"type": "string"}}});
+        let text = message(deep, json!({&key: 1}));
+        assert!(text.contains('…') && text.chars().count() < 250, "{text}");
+    }
+
+    /// Short values are still quoted whole, as before.
+    #[test]
+    fn short_values_are_quoted_whole() {
+        let text = message(
+            json!({"properties": {"priority": {"enum": ["low", "normal"]}}}),
+            json!({"priority": "soon"}),
+        );
+        assert_eq!(
+            text,
+            "at /priority: \"soon\" is not one of \"low\" or \"normal\""
+        );
     }
 }

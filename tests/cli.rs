@@ -559,3 +559,75 @@ async fn a_closed_pipe_ends_a_client_command_quietly() {
         output.status
     );
 }
+
+/// A model reads at most ~100 characters of a bad value, with its size, on
+/// every door: a 120 KB query (search_kb takes at most 500 characters)
+/// sent by `call @FILE`, over gRPC and through the MCP door is answered in
+/// a short message that says what to fix (it used to quote all of it).
+#[tokio::test]
+async fn a_huge_bad_value_is_quoted_briefly_on_every_door() {
+    let dir = temp_dir("cli-huge-value");
+    let (_up, printed) = up(&dir, &["--listen", "127.0.0.1:0"]);
+    let first = |label: &str| {
+        banner_after(&printed, label)
+            .split_whitespace()
+            .next()
+            .unwrap()
+            .to_owned()
+    };
+    let (addr, mcp_url) = (
+        first("registry + dispatcher"),
+        first("MCP (Streamable HTTP)"),
+    );
+    let query = "reset ".repeat(20_000);
+    let arguments = serde_json::json!({ "query": query }).to_string();
+    let file = dir.join("mid.json");
+    std::fs::write(&file, &arguments).unwrap();
+    let brief = |door: &str, text: &str| {
+        assert!(
+            text.contains("at /query: \"reset reset")
+                && text.contains("(120,000 characters) is longer than 500 characters"),
+            "{door}: {}",
+            &text[..text.len().min(2_000)]
+        );
+        assert!(text.len() < 1_000, "{door}: {} bytes", text.len());
+    };
+
+    let output = toolmesh(
+        &[
+            "--server",
+            &addr,
+            "call",
+            "search_kb",
+            &format!("@{}", file.display()),
+        ],
+        "",
+    );
+    brief("call @FILE", &text(&output.stderr));
+
+    let answer = invoke(&mut dispatcher(&addr), "search_kb", &arguments, None).await;
+    brief("gRPC", &message(&answer));
+
+    let mcp = mcp_url
+        .trim_start_matches("http://")
+        .trim_end_matches("/mcp");
+    let body = serde_json::json!({
+        "jsonrpc": "2.0", "id": 1, "method": "tools/call",
+        "params": {"name": "search_kb", "arguments": {"query": query}},
+    })
+    .to_string();
+    let headers = [
+        ("Content-Type", "application/json"),
+        ("Accept", "application/json, text/event-stream"),
+    ];
+    let (status, answer) = toolmesh_testkit::http(mcp, "POST", "/mcp", &headers, &body);
+    assert_eq!(status, 200, "{answer}");
+    let answer: serde_json::Value = serde_json::from_str(&answer).expect("a JSON-RPC answer");
+    assert_eq!(answer["result"]["isError"], true, "{answer}");
+    brief(
+        "MCP",
+        answer["result"]["content"][0]["text"]
+            .as_str()
+            .unwrap_or_default(),
+    );
+}

@@ -15,8 +15,9 @@ pub enum ArgumentsError {
     NotJson(String),
     /// An object names the same key twice: a reader could take either value.
     #[error(
-        "arguments repeat the key {key:?} in the object at {}; send each key once per object",
-        if path.is_empty() { "/" } else { path.as_str() }
+        "arguments repeat the key {} in the object at {}; send each key once per object",
+        super::quote_str(key),
+        if path.is_empty() { "/".to_owned() } else { super::cut_path(path) }
     )]
     DuplicateKey {
         /// The repeated key.
