@@ -497,7 +497,7 @@ async fn usage_errors_exit_64() {
 /// 64, with the flag named.
 #[test]
 fn bad_flag_values_exit_64_naming_the_flag() {
-    let cases: [(&[&str], &str); 12] = [
+    let cases: [(&[&str], &str); 13] = [
         (
             &[
                 "dispatcher",
@@ -517,6 +517,10 @@ fn bad_flag_values_exit_64_naming_the_flag() {
         ),
         (&["serve", "--grace-ms", "soon"], "--grace-ms"),
         (&["registry", "--store", "10.0.0.5:2379"], "--store"),
+        (
+            &["serve", "--data-dir", "/proc/toolmesh-state"],
+            "--data-dir",
+        ),
         (&["serve", "--otlp-endpoint", "nope"], "--otlp-endpoint"),
         (&["up", "--listen", "localhost"], "--listen"),
         (&["example", "knowledge", "--listen", "nope"], "--listen"),
@@ -552,12 +556,53 @@ async fn a_closed_pipe_ends_a_client_command_quietly() {
         !said.contains("panicked") && !said.contains("Broken pipe"),
         "{said}"
     );
-    use std::os::unix::process::ExitStatusExt;
-    assert!(
-        output.status.success() || output.status.signal() == Some(libc::SIGPIPE),
-        "{:?}",
-        output.status
-    );
+    assert!(output.status.success(), "{:?}", output.status);
+}
+
+/// A client command pointed at a server that does not speak gRPC says so
+/// and exits 69, as for an unreachable one: the MCP door's port (it
+/// answered "grpc-status header missing, mapped from HTTP status code
+/// 404", exit 1) and a plain HTTP/1 server (it died of SIGPIPE, exit 141,
+/// saying nothing).
+#[tokio::test]
+async fn a_server_that_is_not_grpc_is_named() {
+    let (serve, _) = serve(&["--mcp-listen", "127.0.0.1:0"]);
+    let url = serve.wait_for_line("MCP listening on ", Duration::from_secs(30));
+    let door = url
+        .rsplit_once("http://")
+        .and_then(|(_, rest)| rest.split_whitespace().next())
+        .map(|rest| rest.trim_end_matches("/mcp").to_owned())
+        .unwrap_or_else(|| panic!("no MCP address in {url:?}"));
+    // An HTTP/1 server, as `python3 -m http.server` answers an HTTP/2 preface.
+    let http1 = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let plain = http1.local_addr().unwrap().to_string();
+    std::thread::spawn(move || {
+        for stream in http1.incoming().flatten() {
+            let mut stream = stream;
+            let mut buf = [0u8; 1024];
+            let _ = std::io::Read::read(&mut stream, &mut buf);
+            let _ = std::io::Write::write_all(
+                &mut stream,
+                b"HTTP/1.0 400 Bad request\r\nContent-Length: 0\r\n\r\n",
+            );
+        }
+    });
+    for (server, answered) in [
+        (door.as_str(), "it answered HTTP 404"),
+        (
+            plain.as_str(),
+            "it answered HTTP/1.0 400 Bad request, not HTTP/2",
+        ),
+    ] {
+        let output = toolmesh(&["--server", server, "tools"], "");
+        assert_exit(&output, 69, server);
+        let said = text(&output.stderr);
+        assert!(
+            said.contains(&format!("{server} is not a toolmesh gRPC server"))
+                && said.contains(answered),
+            "{said}"
+        );
+    }
 }
 
 /// A model reads at most ~100 characters of a bad value, with its size, on
@@ -629,5 +674,20 @@ async fn a_huge_bad_value_is_quoted_briefly_on_every_door() {
         answer["result"]["content"][0]["text"]
             .as_str()
             .unwrap_or_default(),
+    );
+}
+
+/// `toolmesh mcp` whose stdin closes before any MCP client spoke says
+/// that stdin closed and how it is meant to run (it blamed the
+/// dispatcher's connection: "toolmesh dispatcher: connection closed").
+#[test]
+fn mcp_with_stdin_closed_says_so() {
+    let output = toolmesh(&["--server", "127.0.0.1:1", "mcp"], "");
+    assert_exit(&output, 1, "mcp < /dev/null");
+    let said = text(&output.stderr);
+    assert!(
+        said.contains("stdin closed before an MCP client sent `initialize`")
+            && !said.contains("toolmesh dispatcher"),
+        "{said}"
     );
 }

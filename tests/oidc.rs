@@ -14,6 +14,8 @@ use toolmesh::pb::{InvokeRequest, ListToolsRequest};
 use toolmesh_testkit::oidc::{self, Provider, SigningKey};
 
 const AUDIENCE: &str = "toolmesh-test";
+/// The longest bearer token the mesh reads (its refusal names the number).
+const MAX_TOKEN_BYTES: usize = 16 * 1024;
 
 /// The acme policy plus the provider as an issuer: roles from `groups`,
 /// tenant acme, refreshes no closer than a second apart.
@@ -176,7 +178,27 @@ async fn jwt_callers_at_every_door() {
     let mut foreign = claims(&provider, "user-7", &["agent"]);
     foreign["iss"] = json!("https://other-idp.test");
     let other_service = provider.claims("another-service", "user-7", Duration::from_secs(600));
+    let mut future = claims(&provider, "user-7", &["agent"]);
+    future["iat"] = json!(now + 10 * 365 * 24 * 3600);
     let attacks = [
+        (
+            "a critical extension",
+            first.mint_with_header(
+                &json!({"crit": ["exp-ext"], "exp-ext": true}),
+                &claims(&provider, "user-7", &["agent"]),
+            ),
+            "marks extensions as critical",
+        ),
+        (
+            "issued ten years from now",
+            first.mint(&future),
+            "issued in the future",
+        ),
+        (
+            "Bearer Bearer TOKEN",
+            format!("Bearer {agent}"),
+            "`Bearer` followed by one token",
+        ),
         (
             "alg none",
             oidc::unsigned(&claims(&provider, "user-7", &["admin"])),
@@ -221,6 +243,46 @@ async fn jwt_callers_at_every_door() {
         assert_eq!(status, 401, "MCP {what}: {body}");
         assert!(body.contains(says), "MCP {what}: {body}");
     }
+    // The longest token accepted (16384 bytes) passes every door with the
+    // other headers beside it; one byte more is refused as too long, not
+    // by the transport (HTTP/2 answered 431 near the limit).
+    let sized = |bytes: usize| {
+        let mut padded = claims(&provider, "user-7", &["agent"]);
+        padded["pad"] = json!("");
+        let base = first.mint(&padded).len();
+        padded["pad"] = json!("p".repeat(bytes * 3 / 4 - base * 3 / 4));
+        let mut token = first.mint(&padded);
+        while token.len() < bytes {
+            padded["pad"] = json!(format!("{}p", padded["pad"].as_str().unwrap()));
+            token = first.mint(&padded);
+        }
+        token
+    };
+    let longest = sized(MAX_TOKEN_BYTES - 3);
+    assert!(longest.len() <= MAX_TOKEN_BYTES, "{}", longest.len());
+    let (code, names) = list_with(&addr, &longest).await;
+    assert_eq!((code, names.as_str()), (tonic::Code::Ok, "acc_echo"));
+    let (status, body) = mcp(
+        &door,
+        &longest,
+        json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}),
+    );
+    assert!(
+        status == 200 && body.contains("acc_echo"),
+        "{status} {body}"
+    );
+    let too_long = sized(MAX_TOKEN_BYTES + 1);
+    let (code, text) = list_with(&addr, &too_long).await;
+    assert_eq!(code, tonic::Code::Unauthenticated, "{text}");
+    assert!(text.contains("longer than 16384 bytes"), "{text}");
+    let (status, body) = mcp(
+        &door,
+        &too_long,
+        json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}),
+    );
+    assert_eq!(status, 401, "{body}");
+    assert!(body.contains("longer than 16384 bytes"), "{body}");
+
     // A 1 MB token is refused at both doors, never accepted.
     let huge = format!("{}.{}.sig", "e".repeat(1 << 19), "f".repeat(1 << 19));
     assert_ne!(list_with(&addr, &huge).await.0, tonic::Code::Ok);
@@ -603,8 +665,14 @@ async fn issuer_keys_in_health() {
         policy_path.to_str().unwrap(),
         "--admin-listen",
         "127.0.0.1:0",
+        "--mcp-listen",
+        "127.0.0.1:0",
     ]);
     let admin = admin_addr(&serve);
+    let mcp_url = logged_url(&serve, "MCP listening on ");
+    let door = mcp_url
+        .trim_start_matches("http://")
+        .trim_end_matches("/mcp");
     let issuers = || {
         let (status, state) = toolmesh_testkit::http(
             &admin,
@@ -638,6 +706,30 @@ async fn issuer_keys_in_health() {
         health_status(&addr, toolmesh_transport::ISSUERS_HEALTH_SERVICE).await,
         NOT_SERVING
     );
+    // A token of the issuer without keys cannot be checked yet: an outage
+    // to retry on every door, not a refusal (the MCP door answered 401,
+    // and an OAuth client signs in again instead of retrying).
+    let mut stranded = claims(&provider, "user-7", &["agent"]);
+    stranded["iss"] = json!(unreachable);
+    let stranded = key.mint(&stranded);
+    let (code, text) = list_with(&addr, &stranded).await;
+    assert_eq!(code, tonic::Code::Unavailable, "{text}");
+    let auth = format!("Bearer {stranded}");
+    let headers = [
+        ("Content-Type", "application/json"),
+        ("Accept", "application/json, text/event-stream"),
+        ("Authorization", auth.as_str()),
+    ];
+    let list = json!({"jsonrpc": "2.0", "id": 1, "method": "tools/list"}).to_string();
+    let (status, head, body) =
+        toolmesh_testkit::http_with_head(door, "POST", "/mcp", &headers, &list);
+    assert_eq!(status, 503, "{head}{body}");
+    assert!(
+        head.to_ascii_lowercase().contains("retry-after: 2"),
+        "{head}"
+    );
+    assert!(body.contains("retry shortly"), "{body}");
+
     // The whole server still serves: only that issuer's callers are refused.
     assert_eq!(health_status(&addr, "").await, SERVING);
     let out = cli_as(&addr, "tok-approver", &["health", "--json"]);

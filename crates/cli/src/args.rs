@@ -380,7 +380,7 @@ pub(crate) struct ServerArgs {
     pub(crate) audit: Option<String>,
     /// Directory for state that survives restarts (disabled tools, tool
     /// owners); without it that state lives in memory.
-    #[arg(long, env = "TOOLMESH_DATA_DIR")]
+    #[arg(long, env = "TOOLMESH_DATA_DIR", value_parser = writable_dir)]
     pub(crate) data_dir: Option<PathBuf>,
     /// Metrics, admin page and traces.
     #[command(flatten)]
@@ -1047,4 +1047,22 @@ pub(crate) struct AbortArgs {
 pub(crate) struct StatusArgs {
     /// One tool's rollout (default: every rollout).
     pub(crate) tool: Option<String>,
+}
+
+/// `--data-dir`: a directory this process can write in, made if missing,
+/// checked as the command line is read (not at the first write, after
+/// the registry has started and accepted registrations).
+fn writable_dir(text: &str) -> Result<PathBuf, String> {
+    let dir = PathBuf::from(text);
+    let probe = dir.join(format!(".toolmesh-write-check-{}", std::process::id()));
+    std::fs::create_dir_all(&dir)
+        .and_then(|()| std::fs::write(&probe, b""))
+        .and_then(|()| std::fs::remove_file(&probe))
+        .map_err(|e| {
+            format!(
+                "cannot write in {} ({e}); give a directory this user can write",
+                dir.display()
+            )
+        })?;
+    Ok(dir)
 }

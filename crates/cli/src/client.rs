@@ -68,6 +68,12 @@ impl Client {
 
     /// What a failed request means for the user.
     pub(crate) fn failure(&self, status: tonic::Status) -> Failure {
+        let server = &self.args.server;
+        if let Some(answered) = not_grpc(server, &status) {
+            return Failure::Unavailable(format!(
+                "{server} is not a toolmesh gRPC server ({answered}); give --server the gRPC address `toolmesh up` prints first (if this is toolmesh's MCP door, MCP clients reach it at http://{server}/mcp)"
+            ));
+        }
         match status.code() {
             Code::Unavailable => Failure::Unavailable(format!(
                 "cannot reach toolmesh at {}: {}; is `toolmesh up` running? (set --server or TOOLMESH_SERVER)",
@@ -85,6 +91,42 @@ impl Client {
             code => Failure::Failed(format!("{}: {}", code.description(), status.message())),
         }
     }
+}
+
+/// What a peer that does not speak gRPC answered: an HTTP status without
+/// `grpc-status` (an HTTP/2 server such as toolmesh's MCP door), or, when
+/// the HTTP/2 exchange broke off, what it answers to a plain HTTP/1
+/// request (an HTTP/1 server cannot take gRPC at all).
+fn not_grpc(server: &str, status: &tonic::Status) -> Option<String> {
+    let message = status.message();
+    if let Some((_, http)) = message.split_once("mapped from HTTP status code ") {
+        return Some(format!("it answered HTTP {}", http.trim()));
+    }
+    if !matches!(
+        status.code(),
+        Code::Internal | Code::Cancelled | Code::Unknown
+    ) {
+        return None;
+    }
+    http1_status_line(server).map(|line| format!("it answered {line}, not HTTP/2"))
+}
+
+/// The status line `server` answers a plain HTTP/1.0 request with, if it
+/// answers one within a second. Only asked after a request failed.
+fn http1_status_line(server: &str) -> Option<String> {
+    use std::io::{Read, Write};
+    let limit = Duration::from_secs(1);
+    let addr = std::net::ToSocketAddrs::to_socket_addrs(server)
+        .ok()?
+        .next()?;
+    let mut stream = std::net::TcpStream::connect_timeout(&addr, limit).ok()?;
+    stream.set_read_timeout(Some(limit)).ok()?;
+    stream.write_all(b"HEAD / HTTP/1.0\r\n\r\n").ok()?;
+    let mut head = [0u8; 64];
+    let read = stream.read(&mut head).ok()?;
+    let head = String::from_utf8_lossy(&head[..read]);
+    let line = head.lines().next()?.trim();
+    line.starts_with("HTTP/1.").then(|| line.to_owned())
 }
 
 /// `toolmesh tools`.

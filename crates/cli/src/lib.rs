@@ -8,6 +8,16 @@
 //! feature, `bench`. The binary's `main` only calls [`main`].
 #![forbid(unsafe_code)]
 
+/// `println!` for what a command prints: a reader that hangs up
+/// (`toolmesh tools | head -1`) ends the command quietly, as it ends `cat`.
+/// The process keeps ignoring SIGPIPE, so a peer closing a socket is an
+/// error the command reports, not a silent death by signal.
+macro_rules! println {
+    ($($arg:tt)*) => {
+        $crate::output::print_line(format_args!($($arg)*))
+    };
+}
+
 mod args;
 mod arguments;
 mod bridge;
@@ -73,9 +83,6 @@ impl From<anyhow::Error> for Failure {
 pub struct Hooks {
     /// Sets the parent-death signal of the processes `up` and `bench` start.
     pub arm_parent_death: toolmesh_procs::ArmParentDeath,
-    /// Lets a write to a closed pipe end the process (SIGPIPE's default),
-    /// for client commands whose output is read by another program.
-    pub quiet_broken_pipe: fn(),
 }
 
 /// Parses the command line, runs the command, and returns its exit code.
@@ -99,11 +106,6 @@ pub fn main(hooks: Hooks) -> ExitCode {
             return ExitCode::from(64);
         }
     };
-    if cli.command.is_client() {
-        // `toolmesh tools | head -1`: a reader that hangs up ends the
-        // command quietly, as it ends cat or ls.
-        (hooks.quiet_broken_pipe)();
-    }
     let tls = match toolmesh_transport::Tls::from_files(&cli.tls.files()) {
         Ok(tls) => tls,
         Err(e) => {

@@ -30,7 +30,13 @@ pub(crate) fn init(
         .add_directive(toolmesh_telemetry::trace::log_directive())
         // rmcp on a client hanging up or an error it answered: not news.
         .and(toolmesh_mcp::QuietRmcp);
-    let logs = tracing_subscriber::fmt::layer().with_writer(std::io::stderr);
+    // Colour only for a person at a terminal: a file, a pipe or a log
+    // collector gets plain text (and NO_COLOR turns it off everywhere).
+    let colour = std::io::IsTerminal::is_terminal(&std::io::stderr())
+        && std::env::var_os("NO_COLOR").is_none();
+    let logs = tracing_subscriber::fmt::layer()
+        .with_writer(std::io::stderr)
+        .with_ansi(colour);
     let logs = match format {
         LogFormat::Json => logs.json().with_filter(filter).boxed(),
         LogFormat::Text => logs.compact().with_filter(filter).boxed(),

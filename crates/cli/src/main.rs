@@ -48,21 +48,7 @@ mod counted {
 }
 
 fn main() -> std::process::ExitCode {
-    toolmesh_cli::main(toolmesh_cli::Hooks {
-        arm_parent_death,
-        quiet_broken_pipe,
-    })
-}
-
-/// Restores SIGPIPE's default action (Rust ignores it, so a write to a
-/// closed pipe fails and `println!` panics). Sockets are unaffected: the
-/// standard library sends with `MSG_NOSIGNAL`.
-fn quiet_broken_pipe() {
-    // SAFETY: signal(2) with a valid signal number and SIG_DFL; called
-    // before any thread that could be writing to a pipe starts its work.
-    unsafe {
-        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
-    }
+    toolmesh_cli::main(toolmesh_cli::Hooks { arm_parent_death })
 }
 
 /// Has the kernel send `signal` to the child `command` starts when the

@@ -31,7 +31,7 @@ pub use governance_service::GovernanceService;
 pub use recent::{RECENT_WINDOW, RecentCalls};
 pub use refusal::Refusal;
 pub use service::DispatcherService;
-pub use toolmesh_governance::{Governance, Principal};
+pub use toolmesh_governance::{AuthError, Governance, Principal};
 
 use call::{Attempts, Pipeline, Relay};
 use endpoints::{EjectionPolicy, Endpoints};

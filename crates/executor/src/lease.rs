@@ -135,7 +135,7 @@ impl Outage {
         if self.kind.replace(code) == Some(code) {
             debug!(registry = %self.registry, %status, "{what} failed again");
         } else if matches!(code, Code::Unauthenticated | Code::PermissionDenied) {
-            error!(registry = %self.registry, %status, "{what} refused: the registry does not accept this executor's token; {TOKEN_FIX}; retrying with backoff");
+            error!(registry = %self.registry, %status, "{what} refused by the registry: it does not accept this executor's token; {TOKEN_FIX}; retrying with backoff");
         } else if is_transient(code) {
             warn!(registry = %self.registry, %status, "{what} failed; retrying with backoff until the registry answers");
         } else {

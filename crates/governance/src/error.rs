@@ -102,6 +102,26 @@ pub enum AuthError {
         /// The first 12 hex digits of the token's SHA-256, to find it in logs without revealing it.
         digest_prefix: String,
     },
+    /// An `authorization` header that is not `Bearer` and one token
+    /// (`Bearer Bearer …`, two tokens, a token with spaces).
+    #[error(
+        "the authorization header must be `Bearer` followed by one token and nothing else: \
+         send `authorization: Bearer <token>`"
+    )]
+    MalformedHeader,
+    /// A JWT issued later than now, past the clock skew allowed.
+    #[error(
+        "the token says it was issued in the future (its `iat` is later than now, past the clock skew allowed): \
+         check the clocks of the issuer and of this mesh"
+    )]
+    IssuedInTheFuture,
+    /// A JWT whose header marks as critical an extension this mesh does not
+    /// implement (RFC 7515 §4.1.11: it must then be refused).
+    #[error(
+        "the token's header marks extensions as critical (`crit`) that this mesh does not implement: \
+         ask the identity provider for a token without them"
+    )]
+    CriticalExtension,
     /// A token longer than any identity provider's JWT; not parsed.
     #[error(
         "the bearer token is longer than {max} bytes, far beyond any JWT: send the token your identity provider issued"

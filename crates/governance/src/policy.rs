@@ -164,6 +164,9 @@ impl Policy {
                 Err(AuthError::MissingToken)
             };
         };
+        if token.contains(char::is_whitespace) {
+            return Err(AuthError::MalformedHeader);
+        }
         let digest = sha256(token.as_bytes());
         self.callers
             .get(&digest)

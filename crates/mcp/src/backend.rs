@@ -125,7 +125,7 @@ impl Backend for Dispatcher {
     ) -> Result<Principal, BackendError> {
         self.governance()
             .authenticate(bearer, certificate)
-            .map_err(|e| BackendError::Unauthenticated(e.to_string()))
+            .map_err(BackendError::from)
     }
 
     async fn list_tools(

@@ -10,9 +10,21 @@ pub enum BackendError {
     /// The caller could not be identified (HTTP answers 401).
     #[error("{0}")]
     Unauthenticated(String),
+    /// The caller's token cannot be checked yet (its issuer's keys are
+    /// being fetched): an outage to retry, not a refusal (HTTP answers 503
+    /// with `Retry-After`, so an OAuth client does not sign in again).
+    #[error("{0}")]
+    CannotCheckYet(String),
     /// The dispatcher would not take the request (overloaded, expired pin…).
     #[error("{0}")]
     Refused(String),
+    /// Stdin ended before an MCP client sent `initialize` (`toolmesh mcp`
+    /// run by hand, or with its input closed).
+    #[error(
+        "stdin closed before an MCP client sent `initialize`: `toolmesh mcp` speaks MCP on stdin and stdout; \
+         start it from an MCP client's configuration (command `toolmesh`, args `--server ADDR mcp`)"
+    )]
+    StdinClosed,
     /// The dispatcher could not be reached or answered garbage.
     #[error("toolmesh dispatcher: {0}")]
     Transport(String),
@@ -22,10 +34,10 @@ impl From<BackendError> for ErrorData {
     fn from(error: BackendError) -> ErrorData {
         let message = error.to_string();
         match error {
-            BackendError::Unauthenticated(_) | BackendError::Refused(_) => {
-                ErrorData::invalid_request(message, None)
-            }
-            BackendError::Transport(_) => {
+            BackendError::Unauthenticated(_)
+            | BackendError::CannotCheckYet(_)
+            | BackendError::Refused(_) => ErrorData::invalid_request(message, None),
+            BackendError::Transport(_) | BackendError::StdinClosed => {
                 // The server's own trouble (the client's mistakes it only answers).
                 tracing::warn!(error = %message, "MCP request failed");
                 ErrorData::internal_error(message, None)
@@ -37,10 +49,18 @@ impl From<BackendError> for ErrorData {
 impl From<toolmesh_dispatcher::Refusal> for BackendError {
     fn from(refusal: toolmesh_dispatcher::Refusal) -> BackendError {
         match refusal {
-            toolmesh_dispatcher::Refusal::Unauthenticated(e) => {
-                BackendError::Unauthenticated(e.to_string())
-            }
+            toolmesh_dispatcher::Refusal::Unauthenticated(e) => e.into(),
             other => BackendError::Refused(other.to_string()),
+        }
+    }
+}
+
+impl From<toolmesh_dispatcher::AuthError> for BackendError {
+    fn from(error: toolmesh_dispatcher::AuthError) -> BackendError {
+        if error.is_transient() {
+            BackendError::CannotCheckYet(error.to_string())
+        } else {
+            BackendError::Unauthenticated(error.to_string())
         }
     }
 }

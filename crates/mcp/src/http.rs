@@ -98,6 +98,10 @@ pub fn router<B: Backend>(
     .wrap(door)
 }
 
+/// Seconds a client waits before retrying a token that could not be
+/// checked yet (the issuer's keys are fetched in well under that).
+const RETRY_CHECK_AFTER: &str = "2";
+
 /// Authenticates a request once, from its bearer token or else its client
 /// certificate, and hands the caller to the handler in the request's
 /// extensions; a caller the policy does not admit gets 401 pointing at the
@@ -126,6 +130,18 @@ async fn admit<B: Backend>(State(door): State<Door<B>>, request: Request, next: 
             bearer.is_some(),
             &why,
         ),
+        Err(BackendError::CannotCheckYet(why)) => {
+            let mut response = (
+                StatusCode::SERVICE_UNAVAILABLE,
+                axum::Json(json!({ "error": "temporarily_unavailable", "error_description": why })),
+            )
+                .into_response();
+            response.headers_mut().insert(
+                header::RETRY_AFTER,
+                HeaderValue::from_static(RETRY_CHECK_AFTER),
+            );
+            response
+        }
         Err(e) => (
             StatusCode::BAD_GATEWAY,
             axum::Json(json!({ "error": "unavailable", "error_description": e.to_string() })),

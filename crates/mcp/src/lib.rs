@@ -34,7 +34,10 @@ pub async fn serve_stdio<B: Backend>(handler: McpHandler<B>) -> Result<(), Backe
     let running = handler
         .serve(stdio_gate::gated(tokio::io::stdin(), tokio::io::stdout()))
         .await
-        .map_err(|e| BackendError::Transport(e.to_string()))?;
+        .map_err(|e| match e {
+            rmcp::service::ServerInitializeError::ConnectionClosed(_) => BackendError::StdinClosed,
+            e => BackendError::Transport(e.to_string()),
+        })?;
     running
         .waiting()
         .await

@@ -92,6 +92,27 @@ impl SigningKey {
         jsonwebtoken::encode(&header, claims, &self.encoding).unwrap()
     }
 
+    /// A token with `claims` whose header also holds the members of
+    /// `extra` (e.g. `crit`, which the JWT library's header cannot carry).
+    pub fn mint_with_header(&self, extra: &Value, claims: &Value) -> String {
+        let mut header = serde_json::to_value(Header {
+            kid: Some(self.kid.clone()),
+            ..Header::new(self.algorithm)
+        })
+        .unwrap();
+        if let (Some(header), Some(extra)) = (header.as_object_mut(), extra.as_object()) {
+            header.extend(extra.clone());
+        }
+        let message = format!(
+            "{}.{}",
+            b64(header.to_string().as_bytes()),
+            b64(claims.to_string().as_bytes())
+        );
+        let signature =
+            jsonwebtoken::crypto::sign(message.as_bytes(), &self.encoding, self.algorithm).unwrap();
+        format!("{message}.{signature}")
+    }
+
     /// The public key's bytes as they appear in its JWK (`n` or `x`), the
     /// "secret" of an HS256 forgery.
     pub fn public_bytes(&self) -> Vec<u8> {

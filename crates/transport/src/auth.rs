@@ -7,7 +7,8 @@ pub fn bearer(metadata: &tonic::metadata::MetadataMap) -> Option<&str> {
 }
 
 /// The token of an `Authorization` header value: `Bearer TOKEN` (the
-/// prefix in any case) or a bare token; `None` when there is no token.
+/// prefix in any case) or a bare token; `None` when there is no token;
+/// the whole value when it holds more than one word after the prefix.
 /// Every front door (gRPC, `/mcp`, the admin page) reads headers with it.
 pub fn bearer_token(value: &str) -> Option<&str> {
     let value = value.trim();
@@ -16,6 +17,14 @@ pub fn bearer_token(value: &str) -> Option<&str> {
         // "Bearer" with nothing after it (the header's spaces trimmed).
         _ if value.eq_ignore_ascii_case("bearer") => "",
         _ => value,
+    };
+    // More than `Bearer` and one token (`Bearer Bearer T`, two tokens) is
+    // handed on whole, so that reading it again strips nothing more and
+    // the identity check refuses it by name.
+    let token = if token.contains(char::is_whitespace) {
+        value
+    } else {
+        token
     };
     (!token.is_empty()).then_some(token)
 }
@@ -192,7 +201,8 @@ mod tests {
     }
 
     /// Header values: the prefix in any case, spaces around, a bare token;
-    /// a prefix with no token is none.
+    /// a prefix with no token is none; more than one word after it is kept
+    /// whole, and reading that again strips nothing (it is refused later).
     #[test]
     fn bearer_token_values() {
         assert_eq!(bearer_token("Bearer tok"), Some("tok"));
@@ -201,5 +211,11 @@ mod tests {
         assert_eq!(bearer_token("tok"), Some("tok"));
         assert_eq!(bearer_token("Bearer"), None);
         assert_eq!(bearer_token("  "), None);
+        assert_eq!(bearer_token("Bearer Bearer tok"), Some("Bearer Bearer tok"));
+        assert_eq!(bearer_token("Bearer a b"), Some("Bearer a b"));
+        assert_eq!(
+            bearer_token("Bearer Bearer tok").and_then(bearer_token),
+            Some("Bearer Bearer tok")
+        );
     }
 }

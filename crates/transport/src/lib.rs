@@ -37,6 +37,14 @@ use std::time::Duration;
 pub const MAX_CALL_MESSAGE_BYTES: usize = 8 * 1024 * 1024;
 /// Largest snapshot message (GetSnapshot, WatchSnapshots).
 pub const MAX_SNAPSHOT_MESSAGE_BYTES: usize = 256 * 1024 * 1024;
+/// Largest header list a server reads (HTTP/2 `SETTINGS_MAX_HEADER_LIST_SIZE`):
+/// room for the longest bearer token accepted (16 KiB) and the other
+/// headers. hyper's default, 16 KiB, answered a valid token near that size
+/// with HTTP 431 before its reader saw it. A header list that needs more
+/// HTTP/2 frames than this allows (a 1 MiB token) still ends the whole
+/// connection: h2's guard against CONTINUATION floods cannot be told to
+/// refuse only the stream.
+pub const MAX_HEADER_LIST_BYTES: u32 = 64 * 1024;
 /// How long a client waits for a TCP connection to an endpoint.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
 /// The health service name of the whole executor service.

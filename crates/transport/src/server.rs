@@ -33,7 +33,8 @@ pub fn accepted(stream: TcpStream) -> std::io::Result<Coalesced<TcpStream>> {
 pub fn server_builder(tls: &Tls) -> Result<Server, tonic::transport::Error> {
     let builder = Server::builder()
         .http2_keepalive_interval(Some(Keepalive::MESH.interval))
-        .http2_keepalive_timeout(Some(Keepalive::MESH.timeout));
+        .http2_keepalive_timeout(Some(Keepalive::MESH.timeout))
+        .http2_max_header_list_size(super::MAX_HEADER_LIST_BYTES);
     match tls.server().cloned() {
         Some(tls) => builder.tls_config(tls),
         None => Ok(builder),

@@ -35,6 +35,10 @@ pub(crate) fn verify(
     let header = jsonwebtoken::decode_header(token).map_err(|_| AuthError::MalformedToken {
         why: "its header is not a JWT header of an RS256, ES256 or EdDSA token".into(),
     })?;
+    if segment(token, 0)?.contains_key("crit") {
+        // No extension is implemented here, so any critical one is unknown.
+        return Err(AuthError::CriticalExtension);
+    }
     let iss = unverified_issuer(token)?;
     let issuer = issuers
         .iter()
@@ -66,6 +70,11 @@ pub(crate) fn verify(
     let claims = jsonwebtoken::decode::<Map<String, Value>>(token, &key.decoding, &validation)
         .map_err(|e| refusal(e.kind()))?
         .claims;
+    if let Some(iat) = claims.get("iat").and_then(Value::as_f64)
+        && iat > jsonwebtoken::get_current_timestamp() as f64 + issuer.clock_skew_secs as f64
+    {
+        return Err(AuthError::IssuedInTheFuture);
+    }
     // A `[[callers]]` entry pinned to this exact subject names the caller
     // (the only way a token holder gets the dispatcher role).
     if let Some(Value::String(sub)) = claims.get("sub")
@@ -109,17 +118,25 @@ fn issued_by(issuer: &Issuer, subject: String, claims: &Map<String, Value>) -> I
 /// The `iss` of a token before its signature is checked: only to pick
 /// the issuer whose keys then verify it.
 fn unverified_issuer(token: &str) -> Result<String, AuthError> {
-    let malformed = |why: &str| AuthError::MalformedToken { why: why.into() };
-    let payload = token.split('.').nth(1).unwrap_or_default();
-    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
-        .decode(payload.trim_end_matches('='))
-        .map_err(|_| malformed("its claims are not base64url"))?;
-    let claims: Map<String, Value> = serde_json::from_slice(&bytes)
-        .map_err(|_| malformed("its claims are not a JSON object"))?;
-    match claims.get("iss") {
+    match segment(token, 1)?.get("iss") {
         Some(Value::String(iss)) => Ok(iss.clone()),
-        _ => Err(malformed("it names no issuer (`iss`)")),
+        _ => Err(AuthError::MalformedToken {
+            why: "it names no issuer (`iss`)".into(),
+        }),
     }
+}
+
+/// Part `index` of a token (0: the header, 1: the claims) as the JSON
+/// object it must be, before the signature is checked.
+fn segment(token: &str, index: usize) -> Result<Map<String, Value>, AuthError> {
+    let part = ["header", "claims segment"][index.min(1)];
+    let malformed = |why: String| AuthError::MalformedToken { why };
+    let text = token.split('.').nth(index).unwrap_or_default();
+    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(text.trim_end_matches('='))
+        .map_err(|_| malformed(format!("its {part} is not base64url")))?;
+    serde_json::from_slice(&bytes)
+        .map_err(|_| malformed(format!("its {part} is not a JSON object")))
 }
 
 /// The refusal for what the JWT library found wrong.
