@@ -142,6 +142,9 @@ async fn up_prints_commands_that_work_as_printed() {
             .is_some_and(|s| s.success()),
         "up stops cleanly on SIGTERM"
     );
+    // Its logs (and its executors') went to a file: no colour codes there.
+    let log = std::fs::read_to_string(dir.join("up.log")).unwrap();
+    assert!(log.contains(" INFO ") && !log.contains('\x1b'), "{log}");
 }
 
 /// The instances of `tool` in the snapshot of the server at `addr`.

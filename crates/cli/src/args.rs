@@ -101,6 +101,15 @@ const CLIENT_FLAGS: [(&str, &str); 4] = [
     ("timeout_ms", "timeout-ms"),
 ];
 
+/// What `toolmesh call --help` ends with.
+const CALL_EXAMPLES: &str = "Examples:
+  toolmesh call search_kb '{\"query\": \"reset password\"}'
+  toolmesh call get_user_info@1.0.0 '{\"user_id\": \"u_1001\"}'
+  toolmesh call create_ticket @ticket.json        arguments from a file
+  echo '{\"query\": \"vpn\"}' | toolmesh call search_kb -
+  toolmesh call export_report '{}' --stream        progress as it comes
+  toolmesh --server 10.0.0.5:7070 --token \"$TOKEN\" call search_kb '{\"query\": \"vpn\"}'";
+
 /// Parses the command line (printing help, or the error and exiting 2, as
 /// clap does) and refuses client flags given to a command they do nothing for.
 pub(crate) fn parse() -> Result<Cli, BadUsage> {
@@ -240,6 +249,7 @@ pub(crate) enum Command {
     /// List the tools you can call.
     Tools(ToolsArgs),
     /// Call a tool with JSON arguments.
+    #[command(after_help = CALL_EXAMPLES)]
     Call(CallArgs),
     /// Show health of the server, or of one tool.
     Health(HealthArgs),
