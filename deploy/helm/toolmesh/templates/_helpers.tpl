@@ -164,6 +164,36 @@ publicly; the chart's scrape sends none, so it asks for public metrics.
 {{- end }}
 {{- end }}
 
+{{/*
+How Prometheus reaches an admin listener: with tls.enabled it serves HTTPS
+and (tls.requireClientCertificates) asks for a client certificate, so the
+monitors scrape https, check the server against ca.crt and present
+tls.crt/tls.key, all from the TLS Secret (or
+metrics.serviceMonitor.tlsSecretName); serverName when the certificates do
+not name the pod IP Prometheus dials.
+*/}}
+{{- define "toolmesh.scrapeTls" -}}
+{{- if .Values.tls.enabled }}
+{{- $secret := .Values.metrics.serviceMonitor.tlsSecretName | default .Values.tls.secretName }}
+scheme: https
+tlsConfig:
+  ca:
+    secret:
+      name: {{ $secret }}
+      key: ca.crt
+  cert:
+    secret:
+      name: {{ $secret }}
+      key: tls.crt
+  keySecret:
+    name: {{ $secret }}
+    key: tls.key
+  {{- with .Values.metrics.serviceMonitor.tlsServerName }}
+  serverName: {{ . }}
+  {{- end }}
+{{- end }}
+{{- end }}
+
 {{/* Ports of a server: (dict "root" $ "port" 7070 "healthPort" 7071), and "mcpPort" 7082 for the MCP door. */}}
 {{- define "toolmesh.ports" -}}
 - name: grpc
