@@ -198,9 +198,24 @@ fn rules_pass_promtool_and_their_unit_tests() {
 
 /// With `metrics.prometheusRule.enabled` the chart renders exactly the rules
 /// file as a PrometheusRule's spec (with the labels asked for), which
-/// promtool accepts; without it, no PrometheusRule.
+/// promtool accepts; without it, no PrometheusRule; asked for without
+/// `metrics.enabled` (nothing would serve the metrics the rules read), the
+/// chart refuses to render and says to set both, rather than render
+/// nothing.
 #[test]
 fn the_chart_renders_the_rules_as_a_prometheus_rule() {
+    let mut alone = helm_template_command(&[
+        &format!("auth.tokenSha256.dispatcher={}", sha256_hex("dispatcher")),
+        &format!("auth.tokenSha256.executor={}", sha256_hex("executor")),
+        "metrics.prometheusRule.enabled=true",
+    ]);
+    let refused = alone.output().expect("run helm");
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        !refused.status.success() && stderr.contains("needs metrics.enabled=true"),
+        "the rule without metrics.enabled is refused: {stderr}{}",
+        String::from_utf8_lossy(&refused.stdout)
+    );
     let render = |extra: &[&str]| -> Vec<Value> {
         let mut sets = vec!["metrics.enabled=true"];
         sets.extend_from_slice(extra);
