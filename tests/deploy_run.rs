@@ -551,7 +551,7 @@ async fn chart_with_workload_identity_serves() {
 async fn kustomize_base_with_its_overlay_serves() {
     let tokens = tokens_secret(&["dispatcher", "executor", "agent"]);
     let overlay = temp_dir("kustomize-overlay");
-    let mut policy = std::fs::read_to_string(base_dir().join("policy.toml")).unwrap();
+    let mut policy = std::fs::read_to_string(base_dir().join("base/policy.toml")).unwrap();
     for (placeholder, key) in [("1", "dispatcher"), ("2", "executor"), ("3", "agent")] {
         let placeholder = format!("{}{placeholder}", "0".repeat(63));
         assert!(

@@ -307,18 +307,34 @@ identity what reading the cluster's keys takes. */}}
   readOnly: true
 {{- end }}
 
-{{/* Spreads a component's pods over nodes and zones. */}}
+{{/*
+Spreads a component's pods over nodes and zones: (dict "root" $
+"component" "dispatcher"), or (dict "selector" DICT) for the pods those
+labels select.
+*/}}
 {{- define "toolmesh.spread" -}}
-{{- $root := .root -}}
-{{- $component := .component -}}
+{{- $selector := .selector -}}
+{{- if not $selector -}}
+{{- $selector = include "toolmesh.selector" (dict "root" .root "component" .component) | fromYaml -}}
+{{- end -}}
 {{- range list "kubernetes.io/hostname" "topology.kubernetes.io/zone" }}
 - maxSkew: 1
   topologyKey: {{ . }}
   whenUnsatisfiable: ScheduleAnyway
   labelSelector:
     matchLabels:
-      {{- include "toolmesh.selector" (dict "root" $root "component" $component) | nindent 6 }}
+      {{- toYaml $selector | nindent 6 }}
 {{- end }}
+{{- end }}
+
+{{/*
+No pod of the chart calls the Kubernetes API with the token Kubernetes
+mounts by default: servers that read the service-account issuer's keys
+(workload identity) take a projected token of their own (the kube-api
+volume), so the automatic one is left out everywhere.
+*/}}
+{{- define "toolmesh.noApiToken" -}}
+automountServiceAccountToken: false
 {{- end }}
 
 {{/*
