@@ -15,8 +15,10 @@
 //! dispatchers and executors take their tokens from the Secret, a
 //! dispatcher with the token the chart's policy names turns ready, the
 //! NetworkPolicies admit exactly the connections the mesh makes, registry
-//! replicas need etcd, the bundled etcd keeps a quorum, the image is pinned
-//! and labelled, and the chart renders what the kustomize base does.
+//! replicas need etcd, the bundled etcd keeps a quorum, dispatchers and
+//! executors are spread and budgeted, no pod mounts the automatic API
+//! token, the image is pinned and labelled, and the chart renders what the
+//! kustomize base and its overlays (workload identity, HA) do.
 //! tests/deploy_run.rs runs what they render.
 
 #[path = "support/network_policy.rs"]
@@ -260,23 +262,97 @@ fn check_wiring(objects: &[Value]) {
         }
     }
     let dispatcher = toolmesh_workload(objects, "dispatcher");
-    let labels = &dispatcher["spec"]["template"]["metadata"]["labels"];
+    let labels = pod_labels(dispatcher);
     assert!(dispatcher["spec"]["replicas"].as_u64() >= Some(2));
-    let spread = dispatcher["spec"]["template"]["spec"]["topologySpreadConstraints"].as_array();
-    assert!(spread.is_some_and(|s| {
-        s.iter()
-            .all(|c| selects(&c["labelSelector"]["matchLabels"], labels))
-    }));
-    assert!(
-        kind(objects, "PodDisruptionBudget")
-            .any(|p| selects(&p["spec"]["selector"]["matchLabels"], labels)),
-        "a PodDisruptionBudget covers the dispatchers"
-    );
+    let executors =
+        workloads(objects).filter(|w| pod_labels(w)["app.kubernetes.io/component"] == "executor");
+    for workload in std::iter::once(dispatcher).chain(executors) {
+        check_spread_and_budget(objects, workload);
+    }
     assert!(
         kind(objects, "Service")
             .any(|s| s["spec"]["clusterIP"] == "None" && selects(&s["spec"]["selector"], labels)),
         "a headless Service selects the dispatchers"
     );
+}
+
+/// The pods of `workload` spread over nodes and zones, and a
+/// PodDisruptionBudget covers them.
+fn check_spread_and_budget(objects: &[Value], workload: &Value) {
+    let labels = pod_labels(workload);
+    let spread = workload["spec"]["template"]["spec"]["topologySpreadConstraints"].as_array();
+    let keys: Vec<&str> = spread
+        .into_iter()
+        .flatten()
+        .filter(|c| selects(&c["labelSelector"]["matchLabels"], labels))
+        .filter_map(|c| c["topologyKey"].as_str())
+        .collect();
+    assert_eq!(
+        keys,
+        ["kubernetes.io/hostname", "topology.kubernetes.io/zone"],
+        "{}: spread over nodes and zones",
+        name(workload)
+    );
+    assert!(
+        kind(objects, "PodDisruptionBudget")
+            .any(|p| selects(&p["spec"]["selector"]["matchLabels"], labels)),
+        "a PodDisruptionBudget covers {}",
+        name(workload)
+    );
+}
+
+/// No pod gets the API token Kubernetes mounts by default
+/// (`automountServiceAccountToken: false`): none calls the Kubernetes API
+/// with it. The servers that do read from the API server (the
+/// service-account issuer's keys, a policy `[[issuers]]` entry with
+/// `jwks_bearer_file`) mount a projected service-account token of their
+/// own where that file is.
+fn check_api_tokens(objects: &[Value]) {
+    let policy: Value = toml::from_str(policy_text(objects)).expect("the policy is TOML");
+    let bearer_files: Vec<&str> = policy["issuers"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|i| i["jwks_bearer_file"].as_str())
+        .collect();
+    for workload in workloads(objects) {
+        let pod = &workload["spec"]["template"]["spec"];
+        assert_eq!(
+            pod["automountServiceAccountToken"],
+            false,
+            "{}: no automatic API token",
+            name(workload)
+        );
+        for container in containers(workload) {
+            if flag(&strings(&container["args"]), "--policy").is_none() {
+                continue;
+            }
+            for file in &bearer_files {
+                let (dir, file_name) = file.rsplit_once('/').expect("a path");
+                let mount = container["volumeMounts"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .find(|m| m["mountPath"] == *dir)
+                    .unwrap_or_else(|| panic!("{}: nothing mounted at {dir}", name(workload)));
+                let volume = pod["volumes"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .find(|v| v["name"] == mount["name"])
+                    .expect("the mounted volume");
+                assert!(
+                    volume["projected"]["sources"]
+                        .as_array()
+                        .into_iter()
+                        .flatten()
+                        .any(|s| s["serviceAccountToken"]["path"] == file_name),
+                    "{}: {file} is a projected service-account token: {volume}",
+                    name(workload)
+                );
+            }
+        }
+    }
 }
 
 /// The policy file a render ships.
@@ -407,6 +483,7 @@ async fn kustomize_base_matches_the_binaries() {
     let objects = kustomize_base();
     check_containers(&objects, &mut Help::default());
     check_wiring(&objects);
+    check_api_tokens(&objects);
     check_mcp_door(&objects, None);
     check_network_policies(&objects);
     check_policy(&objects);
@@ -422,6 +499,7 @@ async fn helm_chart_matches_the_binaries_and_the_base() {
     let default = helm(&[]);
     check_containers(&default, &mut help);
     check_wiring(&default);
+    check_api_tokens(&default);
     check_mcp_door(&default, None);
     check_network_policies(&default);
     check_policy(&default);
@@ -434,6 +512,7 @@ async fn helm_chart_matches_the_binaries_and_the_base() {
     let tls = helm(&["tls.enabled=true", "registry.persistence.enabled=true"]);
     check_containers(&tls, &mut help);
     check_wiring(&tls);
+    check_api_tokens(&tls);
     for deployment in kind(&tls, "Deployment") {
         let env = &deployment["spec"]["template"]["spec"]["containers"][0]["env"];
         let names: Vec<&str> = env
@@ -450,33 +529,71 @@ async fn helm_chart_matches_the_binaries_and_the_base() {
     }
     assert_eq!(kind(&tls, "PersistentVolumeClaim").count(), 1);
 
-    let base = kustomize_base();
-    let shape = |objects: &[Value]| -> BTreeMap<String, Value> {
-        kind(objects, "Deployment")
-            .map(|d| {
-                let spec = &d["spec"]["template"]["spec"];
-                let container = &spec["containers"][0];
-                let same = serde_json::json!({
-                    "replicas": d["spec"]["replicas"],
-                    "grace": spec["terminationGracePeriodSeconds"],
-                    "args": container["args"],
-                    "env": container["env"],
-                    "volumeMounts": container["volumeMounts"],
-                    "ports": container["ports"],
-                    "liveness": container["livenessProbe"],
-                    "readiness": container["readinessProbe"],
-                    "resources": container["resources"],
-                    "securityContext": container["securityContext"],
-                });
-                (name(d).to_owned(), same)
-            })
-            .collect()
-    };
-    assert_eq!(
-        shape(&default),
-        shape(&base),
-        "the chart renders what the base does"
-    );
+    assert_renders_alike(&helm_placeholders(None, &[]), &kustomize_base());
+}
+
+/// The policy's placeholder hashes of the kustomize base (…01 dispatcher,
+/// …02 executor, …03 agent), as `auth.tokenSha256.*` values.
+fn placeholder_hashes() -> Vec<String> {
+    [("dispatcher", 1), ("executor", 2), ("agent", 3)]
+        .iter()
+        .map(|(key, n)| format!("auth.tokenSha256.{key}={n:064}"))
+        .collect()
+}
+
+/// The chart rendered with the `values` file (if any), `sets` and the
+/// base's placeholder hashes, so that its policy is the base's.
+fn helm_placeholders(values: Option<&str>, sets: &[&str]) -> Vec<Value> {
+    let hashes = placeholder_hashes();
+    let mut all: Vec<&str> = hashes.iter().map(String::as_str).collect();
+    all.extend_from_slice(sets);
+    let mut command = helm_template_command(&all);
+    if let Some(file) = values {
+        command.arg("--values").arg(chart_dir().join(file));
+    }
+    render(command)
+}
+
+/// The kustomize base's variants, overlays beside it, render what the
+/// chart renders with the same settings (see [`essentials`]):
+/// deploy/kubernetes/workload-identity as `auth.workloadIdentity.enabled`
+/// (namespace default, the agent's placeholder hash) and
+/// deploy/kubernetes/ha as values-ha.yaml. Both pass the checks the base
+/// passes; with workload identity no pod reads a static mesh token, and
+/// the servers read the issuer's keys with a projected token, not the
+/// automatic one.
+#[tokio::test]
+async fn kustomize_overlays_render_what_the_chart_does() {
+    let mut help = Help::default();
+    let identity = kustomize(&base_dir().join("workload-identity"));
+    let chart_identity = helm_placeholders(None, &["auth.workloadIdentity.enabled=true"]);
+    let ha = kustomize(&base_dir().join("ha"));
+    let chart_ha = helm_placeholders(Some("values-ha.yaml"), &[]);
+    for objects in [&identity, &chart_identity, &ha, &chart_ha] {
+        check_containers(objects, &mut help);
+        check_wiring(objects);
+        check_network_policies(objects);
+        check_api_tokens(objects);
+    }
+    check_policy(&ha);
+    for objects in [&identity, &chart_identity] {
+        let secret_keys: Vec<&str> = workloads(objects)
+            .flat_map(|w| containers(w).iter())
+            .flat_map(|c| c["env"].as_array().into_iter().flatten())
+            .filter_map(|e| e["valueFrom"]["secretKeyRef"]["key"].as_str())
+            .collect();
+        assert!(
+            secret_keys.is_empty(),
+            "no static mesh token: {secret_keys:?}"
+        );
+        let policy: Value = toml::from_str(policy_text(objects)).expect("TOML");
+        assert!(
+            policy["issuers"][0]["jwks_bearer_file"].is_string(),
+            "{policy}"
+        );
+    }
+    assert_renders_alike(&chart_identity, &identity);
+    assert_renders_alike(&chart_ha, &ha);
 }
 
 /// Without the hashes of the dispatcher and executor tokens the chart does
@@ -731,6 +848,7 @@ fn helm_registry_replicas_run_on_etcd() {
     let ha = helm_ha(&[]);
     check_containers(&ha, &mut help);
     check_wiring(&ha);
+    check_api_tokens(&ha);
     check_network_policies(&ha);
     let registry = toolmesh_workload(&ha, "registry");
     assert_eq!(registry["spec"]["replicas"], 3);

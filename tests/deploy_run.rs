@@ -15,7 +15,9 @@
 //! changes nothing for callers while the mesh keeps learning: an executor
 //! started after the kill is listed and called through every dispatcher.
 //! A dispatcher that cannot read snapshots never turns ready and fails the
-//! run at once, naming the registry's refusal.
+//! run at once, naming the registry's refusal. Every shell block of
+//! deploy/README.md runs as printed, what needs a cluster through stand-ins
+//! that render it (and the installs then run here as above).
 
 #[path = "support/loopback_cluster/mod.rs"]
 mod loopback_cluster;
@@ -29,7 +31,7 @@ use loopback_cluster::{Cluster, ControlPlane, http};
 use render::*;
 use serde_json::{Value, json};
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::Duration;
@@ -445,12 +447,12 @@ async fn check_agent(cluster: &Cluster, agent: &Agent, mcp_hosts: &[String]) {
 
 /// The Host names a client in the namespace sends to the MCP door at
 /// `service:port`: short and fully qualified.
-fn service_hosts(mcp: &str) -> Vec<String> {
+fn service_hosts(mcp: &str, namespace: &str) -> Vec<String> {
     let (service, port) = mcp.rsplit_once(':').expect("host:port");
     vec![
         mcp.to_owned(),
-        format!("{service}.{NAMESPACE}:{port}"),
-        format!("{service}.{NAMESPACE}.svc.cluster.local:{port}"),
+        format!("{service}.{namespace}:{port}"),
+        format!("{service}.{namespace}.svc.cluster.local:{port}"),
     ]
 }
 
@@ -503,28 +505,43 @@ async fn chart_with_default_values_serves() {
     let mut cluster = Cluster::new(NAMESPACE, objects, secrets).await;
     start_ready(&mut cluster, |_| true).await;
     cluster.check_probes().await;
-    check_agent(&cluster, &agent, &service_hosts(&agent.mcp)).await;
+    check_agent(&cluster, &agent, &service_hosts(&agent.mcp, NAMESPACE)).await;
 }
 
-/// Workload identity (auth.workloadIdentity): no pod reads an executor or
-/// dispatcher token from the Secret, which holds only the agents' token.
-/// Executors register and dispatchers follow the registry with the
-/// projected service-account tokens the kubelet mints for their accounts,
-/// which the rendered policy pins to their roles; the servers fetch the
-/// cluster's keys from the API server with their own account's token and
-/// the cluster CA. The mesh then serves agents as with static tokens.
+/// Workload identity (auth.workloadIdentity), installed as deploy/README.md
+/// says ("Workload identity": the Secret of the agents' token, the issuer
+/// read from the cluster, the install; rendered here): no pod reads an
+/// executor or dispatcher token from the Secret, which holds only the
+/// agents' token. Executors register and dispatchers follow the registry
+/// with the projected service-account tokens the kubelet mints for their
+/// accounts, which the rendered policy pins to their roles; the servers
+/// fetch the cluster's keys from the API server with their own account's
+/// token and the cluster CA. The mesh then serves agents as with static
+/// tokens.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn chart_with_workload_identity_serves() {
     let plane = ControlPlane::start().await;
-    let issuer = format!("auth.workloadIdentity.issuer={}", plane.issuer);
-    let Installed {
-        objects,
-        agent,
-        secrets,
-    } = install_chart_with(
-        &[],
-        &["auth.workloadIdentity.enabled=true", &issuer],
-        &["agent"],
+    let shell = ReaderShell::new(&plane.issuer);
+    shell
+        .run(&deploy_readme("Workload identity: no executor or dispatcher token")[0])
+        .await;
+    let (
+        Installed {
+            objects,
+            agent,
+            secrets,
+        },
+        notes,
+    ) = installed_by(&shell);
+    let (_, keys) = notes_secret_command(&notes);
+    assert_eq!(
+        keys,
+        ["agent"],
+        "the NOTES' Secret holds the agents' token alone"
+    );
+    assert!(
+        policy_of(&objects).contains(&format!("issuer = \"{}\"", plane.issuer)),
+        "the policy trusts the issuer the cluster names"
     );
     let secret_keys: Vec<&str> = objects
         .iter()
@@ -538,38 +555,40 @@ async fn chart_with_workload_identity_serves() {
             .any(|k| *k == "executor" || *k == "dispatcher"),
         "pods read no static mesh token: {secret_keys:?}"
     );
-    let mut cluster = Cluster::new(NAMESPACE, objects, secrets).await;
+    let mut cluster = Cluster::new("default", objects, secrets).await;
     cluster.control_plane = Some(plane);
     start_ready(&mut cluster, |_| true).await;
     cluster.check_probes().await;
-    check_agent(&cluster, &agent, &service_hosts(&agent.mcp)).await;
+    check_agent(&cluster, &agent, &service_hosts(&agent.mcp, "default")).await;
 }
 
-/// The kustomize base, with the Secret and the overlay deploy/README.md
-/// gives (the policy's placeholder hashes replaced by the Secret's), serves.
+/// The kustomize base as deploy/README.md installs it: the Secret and
+/// `sha` of "Credentials", then its overlay (the policy's placeholder
+/// hashes replaced by the Secret's) made and applied (rendered here) by
+/// the README's own commands; step 3 of the Helm install, the same for
+/// kustomize, calls it, as does every client of the agent's checks.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn kustomize_base_with_its_overlay_serves() {
-    let tokens = tokens_secret(&["dispatcher", "executor", "agent"]);
-    let overlay = temp_dir("kustomize-overlay");
-    let mut policy = std::fs::read_to_string(base_dir().join("policy.toml")).unwrap();
-    for (placeholder, key) in [("1", "dispatcher"), ("2", "executor"), ("3", "agent")] {
-        let placeholder = format!("{}{placeholder}", "0".repeat(63));
+    let shell = ReaderShell::new("https://kubernetes.default.svc.cluster.local");
+    shell.run(&deploy_readme("Credentials")[0]).await;
+    let kubernetes = deploy_readme("Kubernetes");
+    let overlay = &kubernetes[1];
+    assert!(
+        overlay.contains("kubectl apply -k"),
+        "the second block under Kubernetes is the kustomize one"
+    );
+    let printed = shell.run(overlay).await;
+    assert!(printed.contains("rendered"), "{printed}");
+    let objects = shell.applied();
+    let secrets = shell.secrets();
+    let tokens = &secrets["toolmesh-tokens"];
+    let policy = policy_of(&objects);
+    for key in ["dispatcher", "executor", "agent"] {
         assert!(
-            policy.contains(&placeholder),
-            "the base names {key} by {placeholder}"
+            policy.contains(&sha256_hex(&tokens[key])),
+            "the overlay's policy names the {key} token"
         );
-        policy = policy.replace(&placeholder, &sha256_hex(&tokens[key]));
     }
-    std::fs::write(overlay.join("policy.toml"), policy).unwrap();
-    std::fs::write(
-        overlay.join("kustomization.yaml"),
-        format!(
-            "resources: [{}]\nconfigMapGenerator:\n  - {{name: toolmesh-policy, behavior: replace, files: [policy.toml]}}\n",
-            relative(overlay.path(), &base_dir()).display()
-        ),
-    )
-    .unwrap();
-    let objects = kustomize(overlay.path());
     let dispatcher_service = kind(&objects, "Service")
         .find(|s| s["spec"]["clusterIP"] != "None" && name(s).ends_with("dispatcher"))
         .expect("the dispatcher Service");
@@ -588,23 +607,20 @@ async fn kustomize_base_with_its_overlay_serves() {
         grpc: format!("{}:{}", name(dispatcher_service), port("grpc")),
         mcp: format!("{}:{}", name(dispatcher_service), port("mcp")),
     };
-    let secrets = BTreeMap::from([("toolmesh-tokens".to_owned(), tokens)]);
     let mut cluster = Cluster::new(NAMESPACE, objects, secrets).await;
     start_ready(&mut cluster, |_| true).await;
     cluster.check_probes().await;
-    check_agent(&cluster, &agent, &service_hosts(&agent.mcp)).await;
+    check_agent(&cluster, &agent, &service_hosts(&agent.mcp, NAMESPACE)).await;
+    let printed = shell.run(&forwarded(&cluster, &kubernetes[0])).await;
+    assert!(printed.matches("[KB-101]").count() >= 2, "{printed}");
 }
 
-/// `to` relative to the directory `from` (both absolute): kustomize takes
-/// no absolute path to a base.
-fn relative(from: &Path, to: &Path) -> PathBuf {
-    let from = from.canonicalize().unwrap();
-    let to = to.canonicalize().unwrap();
-    let mut path = PathBuf::new();
-    for _ in from.components().skip(1) {
-        path.push("..");
-    }
-    path.join(to.strip_prefix("/").unwrap())
+/// The policy a render ships.
+fn policy_of(objects: &[Value]) -> String {
+    kind(objects, "ConfigMap")
+        .find_map(|c| c["data"]["policy.toml"].as_str())
+        .expect("a ConfigMap with policy.toml")
+        .to_owned()
 }
 
 /// The HA chart (values-ha.yaml, metrics and an MCP Ingress on) serves on
@@ -642,7 +658,7 @@ async fn chart_with_ha_values_survives_a_registry_replica() {
     assert_eq!(cluster.pods_of(&format!("{RELEASE}-registry")).len(), 3);
     start_ready(&mut cluster, |pod| !pod.name.starts_with(&held_back)).await;
     cluster.check_probes().await;
-    check_agent(&cluster, &agent, &service_hosts(&agent.mcp)).await;
+    check_agent(&cluster, &agent, &service_hosts(&agent.mcp, NAMESPACE)).await;
     let (status, through_ingress) = mcp(
         &cluster.ingress_backend(HOST, "/mcp"),
         HOST,
@@ -733,4 +749,573 @@ async fn chart_with_ha_values_survives_a_registry_replica() {
     for pod in cluster.pods_of(&format!("{RELEASE}-registry")) {
         cluster.wait_ready(pod).await;
     }
+}
+
+// deploy/README.md's shell blocks, run as printed. A block that needs a
+// cluster cannot run here (no API server, no kubelet, no container
+// engine): its `kubectl` and `helm` are stand-ins that keep what a cluster
+// would keep and render what it would run, with the same flags, and the
+// rendered objects then run on loopback like every render above.
+
+/// The file whose blocks run here.
+const DEPLOY_README: &str = "deploy/README.md";
+
+/// Every sh block of deploy/README.md, by heading, and how many: each is
+/// run by a test below, and a new block fails this list until it is.
+const DEPLOY_README_BLOCKS: [(&str, usize); 8] = [
+    ("The processes", 1),
+    ("Kubernetes", 2),
+    ("High availability", 1),
+    ("Helm", 1),
+    ("Credentials", 1),
+    ("Workload identity: no executor or dispatcher token", 1),
+    ("The image", 1),
+    ("Three registry replicas on etcd", 1),
+];
+
+/// The sh blocks of deploy/README.md under `heading`, as printed.
+fn deploy_readme(heading: &str) -> Vec<String> {
+    support::readme::blocks_under_in(DEPLOY_README, heading, "sh")
+        .into_iter()
+        .map(|b| b.text)
+        .collect()
+}
+
+/// A reader's shell on a machine without a cluster or a container engine:
+/// in a directory where `deploy/` is the repository's, with this build's
+/// `toolmesh` and stand-ins for `kubectl`, `helm` and `docker` on PATH.
+/// What needs no cluster runs for real (`kubectl kustomize`, `helm
+/// template`); what does is kept or rendered instead: `kubectl create
+/// secret generic` keeps the Secret (which `kubectl get secret … -o
+/// jsonpath={.data.KEY}` reads back, base64 as the API server gives it),
+/// `helm install` renders with the same flags (`--dry-run=client`), `kubectl
+/// apply -k DIR` renders DIR (`kubectl kustomize`), `kubectl port-forward` is
+/// recorded (the test forwards), `kubectl get --raw
+/// /.well-known/openid-configuration` names the cluster's issuer, and
+/// `docker build` records its arguments. Anything else fails.
+struct ReaderShell {
+    dir: support::TempDir,
+    path: std::ffi::OsString,
+}
+
+impl ReaderShell {
+    fn new(issuer: &str) -> ReaderShell {
+        let dir = temp_dir("reader-shell");
+        std::os::unix::fs::symlink(root().join("deploy"), dir.join("deploy")).unwrap();
+        let path = support::readme::toolmesh_on_path(dir.path());
+        let state = dir.join("cluster");
+        std::fs::create_dir_all(state.join("secrets")).unwrap();
+        let kubectl = format!(
+            r#"#!/bin/sh
+state='{state}'
+case "$1 $2" in
+"create secret")
+    [ "$3" = generic ] || {{ echo "kubectl (test stand-in): $*" >&2; exit 97; }}
+    name=$4; shift 4
+    mkdir "$state/secrets/$name" || {{ echo "Error: secrets \"$name\" already exists" >&2; exit 1; }}
+    for arg in "$@"; do
+        case "$arg" in
+        --from-literal=*) kv=${{arg#--from-literal=}}; printf %s "${{kv#*=}}" >"$state/secrets/$name/${{kv%%=*}}" ;;
+        *) echo "kubectl (test stand-in): $arg" >&2; exit 97 ;;
+        esac
+    done
+    echo "secret/$name created" ;;
+"get secret")
+    key=$(printf %s "$5" | sed -n 's/^jsonpath={{\.data\.\(.*\)}}$/\1/p')
+    [ "$4" = -o ] && [ -n "$key" ] && [ $# = 5 ] || {{ echo "kubectl (test stand-in): $*" >&2; exit 97; }}
+    base64 -w0 <"$state/secrets/$3/$key" ;;
+"get --raw")
+    [ "$3" = /.well-known/openid-configuration ] || exit 97
+    printf '{{"issuer":"%s"}}\n' '{issuer}' ;;
+"apply -k")
+    '{kubectl}' kustomize "$3" >"$state/applied.yaml" && echo "rendered $3 (no cluster here)" ;;
+"port-forward "*) echo "$*" >>"$state/port-forwards" ;;
+"kustomize "*) exec '{kubectl}' "$@" ;;
+*) echo "kubectl (test stand-in): $* needs a cluster" >&2; exit 97 ;;
+esac
+"#,
+            state = state.display(),
+            kubectl = prepared_tool("TOOLMESH_TEST_KUBECTL").display(),
+        );
+        let helm = format!(
+            r#"#!/bin/sh
+case "$1" in
+install) shift; exec '{helm}' install "$@" --dry-run=client --output json >'{state}/release.json' ;;
+template|lint) exec '{helm}' "$@" ;;
+*) echo "helm (test stand-in): $* needs a cluster" >&2; exit 97 ;;
+esac
+"#,
+            helm = prepared_tool("TOOLMESH_TEST_HELM").display(),
+            state = state.display(),
+        );
+        let docker = format!(
+            "#!/bin/sh\nprintf '%s\\n' \"$@\" >'{}/docker'\n",
+            state.display()
+        );
+        for (name, script) in [("kubectl", kubectl), ("helm", helm), ("docker", docker)] {
+            let file = dir.join("bin").join(name);
+            std::fs::write(&file, script).unwrap();
+            let mut permissions = std::fs::metadata(&file).unwrap().permissions();
+            std::os::unix::fs::PermissionsExt::set_mode(&mut permissions, 0o755);
+            std::fs::set_permissions(&file, permissions).unwrap();
+        }
+        ReaderShell { dir, path }
+    }
+
+    /// Runs `script` (lines a reader types, in one shell) to the end; what
+    /// it printed. It must succeed.
+    async fn run(&self, script: &str) -> String {
+        let (script, dir, path) = (
+            script.to_owned(),
+            self.dir.path().to_owned(),
+            self.path.clone(),
+        );
+        let out = tokio::task::spawn_blocking(move || {
+            let out = support::readme::shell(&format!("set -e\n{script}"), &dir, &path, &[]);
+            (script, out)
+        })
+        .await
+        .expect("the shell");
+        let (script, out) = out;
+        let printed = support::readme::text(&out.stdout);
+        assert!(
+            out.status.success(),
+            "{script}\nfailed: {printed}\n{}",
+            support::readme::text(&out.stderr)
+        );
+        printed
+    }
+
+    fn state(&self, file: &str) -> PathBuf {
+        self.dir.join("cluster").join(file)
+    }
+
+    /// The Secrets created (name → key → value).
+    fn secrets(&self) -> BTreeMap<String, BTreeMap<String, String>> {
+        std::fs::read_dir(self.state("secrets"))
+            .unwrap()
+            .map(|secret| {
+                let secret = secret.unwrap();
+                let keys = std::fs::read_dir(secret.path())
+                    .unwrap()
+                    .map(|key| {
+                        let key = key.unwrap();
+                        let value = std::fs::read_to_string(key.path()).unwrap();
+                        (key.file_name().to_string_lossy().into_owned(), value)
+                    })
+                    .collect();
+                (secret.file_name().to_string_lossy().into_owned(), keys)
+            })
+            .collect()
+    }
+
+    /// What `helm install` would have created, and its notes.
+    fn release(&self) -> Install {
+        let text = std::fs::read_to_string(self.state("release.json")).expect("helm install ran");
+        let release: Value = serde_json::from_str(&text).expect("helm's JSON");
+        Install {
+            objects: documents(release["manifest"].as_str().expect("a manifest")),
+            notes: release["info"]["notes"].as_str().expect("notes").to_owned(),
+        }
+    }
+
+    /// What `kubectl apply -k` would have applied.
+    fn applied(&self) -> Vec<Value> {
+        documents(&std::fs::read_to_string(self.state("applied.yaml")).expect("kubectl apply ran"))
+    }
+}
+
+/// The lines of `block` from the one that starts `kubectl port-forward`
+/// on, with each forwarded `127.0.0.1:PORT` replaced by where `cluster`
+/// forwards it: the Service's port, reached from outside the cluster as a
+/// port-forward does. The rest of the block is the user's side.
+fn forwarded(cluster: &Cluster, block: &str) -> String {
+    let at = block
+        .find("kubectl port-forward")
+        .expect("the block forwards a port");
+    let rest = &block[at..];
+    let line = rest.lines().next().unwrap();
+    let words: Vec<&str> = line.split_whitespace().filter(|w| *w != "&").collect();
+    let service = words[2].strip_prefix("svc/").expect("svc/NAME");
+    let mut filled = rest.to_owned();
+    for port in &words[3..] {
+        let local = cluster.dial(None, &format!("{service}:{port}"));
+        filled = filled.replace(&format!("127.0.0.1:{port}"), &local);
+    }
+    filled
+}
+
+/// A release installed as deploy/README.md says, from what the reader's
+/// shell kept: the rendered objects, the Secrets, and the agent's side
+/// read from the NOTES.
+fn installed_by(shell: &ReaderShell) -> (Installed, String) {
+    let Install { objects, notes } = shell.release();
+    let secrets = shell.secrets();
+    let (secret, key) = notes_agent_token(&notes);
+    let agent = Agent {
+        token: secrets[&secret][&key].clone(),
+        notes: Some(notes.clone()),
+        grpc: notes_value(&notes, "- gRPC: ").to_owned(),
+        mcp: notes_value(&notes, "- MCP (Streamable HTTP): ")
+            .strip_prefix("http://")
+            .and_then(|u| u.strip_suffix("/mcp"))
+            .expect("http://HOST:PORT/mcp")
+            .to_owned(),
+    };
+    let installed = Installed {
+        objects,
+        agent,
+        secrets,
+    };
+    (installed, notes)
+}
+
+/// deploy/README.md's sh blocks are the ones the tests below run.
+#[test]
+fn every_deploy_readme_block_is_run() {
+    let mut found: BTreeMap<String, usize> = BTreeMap::new();
+    for block in support::readme::blocks_in(DEPLOY_README) {
+        if block.lang == "sh" {
+            *found.entry(block.heading).or_default() += 1;
+        }
+    }
+    let run: BTreeMap<String, usize> = DEPLOY_README_BLOCKS
+        .iter()
+        .map(|(heading, n)| ((*heading).to_owned(), *n))
+        .collect();
+    assert_eq!(
+        found, run,
+        "every sh block of {DEPLOY_README} is run by a test"
+    );
+}
+
+/// "Kubernetes", with Helm, as printed: the Secret created, the chart
+/// installed with its hashes (rendered here), and the user's side — the
+/// port-forward, the agent token read from the Secret, the MCP call with
+/// curl and the gRPC call with `toolmesh call` — answered by the release
+/// running on loopback.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn deploy_readme_helm_install_runs_as_printed() {
+    let block = &deploy_readme("Kubernetes")[0];
+    let shell = ReaderShell::new("https://kubernetes.default.svc.cluster.local");
+    let at = block.find("kubectl port-forward").expect("step 3");
+    shell.run(&block[..at]).await;
+    let (installed, _) = installed_by(&shell);
+    let mut cluster = Cluster::new("default", installed.objects, installed.secrets).await;
+    start_ready(&mut cluster, |_| true).await;
+    cluster.check_probes().await;
+    let printed = shell.run(&forwarded(&cluster, block)).await;
+    assert!(
+        printed.contains(r#""isError":false"#) && printed.matches("[KB-101]").count() >= 2,
+        "curl and toolmesh call each answer: {printed}"
+    );
+}
+
+/// What deploy/README.md installs on a cluster, rendered as printed:
+/// "Credentials" makes the three tokens; "Helm"'s `helm template` renders
+/// what `kubectl kustomize deploy/kubernetes` does (the chart's and the
+/// base's essentials are equal); "High availability" installs three
+/// registries on the bundled etcd and three dispatchers with the
+/// Secret's hashes. "The image": no container engine runs here, so
+/// `docker build` is checked against what it names instead: the
+/// Dockerfile, each `--build-arg` one of its ARGs, the tag the chart's
+/// image, the context the repository.
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn deploy_readme_renders_what_needs_a_cluster() {
+    let shell = ReaderShell::new("https://kubernetes.default.svc.cluster.local");
+    let credentials = &deploy_readme("Credentials")[0];
+    shell.run(credentials).await;
+    let secrets = shell.secrets();
+    let tokens = &secrets["toolmesh-tokens"];
+    assert_eq!(
+        tokens.keys().map(String::as_str).collect::<Vec<_>>(),
+        ["agent", "dispatcher", "executor"]
+    );
+    assert!(tokens.values().all(|t| t.len() == 64), "{tokens:?}");
+
+    let rendered = shell.run(&deploy_readme("Helm")[0]).await;
+    assert_renders_alike(&documents(&rendered), &kustomize(&base_dir()));
+
+    let ha = deploy_readme("High availability");
+    shell
+        .run(&format!(
+            "{credentials_sha}\n{}",
+            ha[0],
+            credentials_sha = sha_line(credentials)
+        ))
+        .await;
+    let objects = shell.release().objects;
+    for (workload, replicas) in [("registry", 3), ("dispatcher", 3), ("etcd", 3)] {
+        let found = workloads(&objects)
+            .find(|w| name(w) == format!("toolmesh-{workload}"))
+            .unwrap_or_else(|| panic!("toolmesh-{workload}"));
+        assert_eq!(found["spec"]["replicas"], replicas, "{workload}");
+    }
+    assert!(
+        policy_of(&objects).contains(&sha256_hex(&tokens["dispatcher"])),
+        "installed with the Secret's hashes"
+    );
+
+    // Built in the repository itself (its context and its git revision);
+    // nothing is written there.
+    let image = &deploy_readme("The image")[0];
+    shell
+        .run(&format!("cd '{}'\n{image}", root().display()))
+        .await;
+    let args = std::fs::read_to_string(shell.state("docker")).expect("docker ran");
+    let args: Vec<&str> = args.lines().collect();
+    assert_eq!(args.first(), Some(&"build"), "{args:?}");
+    let value = |flag: &str| -> Vec<&str> {
+        args.windows(2)
+            .filter(|w| w[0] == flag)
+            .map(|w| w[1])
+            .collect()
+    };
+    let dockerfile =
+        std::fs::read_to_string(root().join(value("-f")[0])).expect("-f names the Dockerfile");
+    for build_arg in value("--build-arg") {
+        let (arg, revision) = build_arg.split_once('=').expect("NAME=VALUE");
+        assert!(
+            dockerfile.lines().any(|l| l.trim() == format!("ARG {arg}")
+                || l.trim().starts_with(&format!("ARG {arg}="))),
+            "the Dockerfile declares ARG {arg}"
+        );
+        assert!(!revision.is_empty(), "{arg} has a value");
+    }
+    let chart: Value =
+        serde_yaml::from_str(&std::fs::read_to_string(chart_dir().join("Chart.yaml")).unwrap())
+            .unwrap();
+    let values: Value =
+        serde_yaml::from_str(&std::fs::read_to_string(chart_dir().join("values.yaml")).unwrap())
+            .unwrap();
+    assert_eq!(
+        value("-t"),
+        [format!(
+            "{}:{}",
+            values["image"]["repository"].as_str().unwrap(),
+            chart["appVersion"].as_str().unwrap()
+        )
+        .as_str()],
+        "the image the chart runs"
+    );
+    assert_eq!(args.last(), Some(&"."), "the repository is the context");
+}
+
+/// The `sha() { … }` line of a block.
+fn sha_line(block: &str) -> &str {
+    block
+        .lines()
+        .find(|l| l.starts_with("sha()"))
+        .expect("the block defines sha")
+}
+
+/// A block of long-running commands as a reader runs it on several hosts,
+/// here all on loopback: its variable lines (`NAME=…`, `export …`) run
+/// once, in order, and their values go to every command; each command line
+/// (continuations joined) runs on the hosts `hosts` gives for the first
+/// words it starts with. The addresses a reader fills in for their
+/// machines become loopback ports: `HOST:PORT` of a host named in `hosts`
+/// on any line, and `0.0.0.0:PORT` on the line of the host it runs on,
+/// are one free port of 127.0.0.1 each.
+struct Sketch {
+    dir: support::TempDir,
+    path: std::ffi::OsString,
+    env: Vec<(String, String)>,
+    /// (host, command line filled in), in the block's order.
+    commands: Vec<(String, String)>,
+    addresses: BTreeMap<(String, u16), String>,
+}
+
+impl Sketch {
+    fn plan(block: &str, hosts: &[(&str, &[&str])]) -> Sketch {
+        let dir = temp_dir("readme-sketch");
+        let path = support::readme::toolmesh_on_path(dir.path());
+        let known: Vec<&str> = hosts.iter().flat_map(|(_, h)| h.iter().copied()).collect();
+        let mut addresses: BTreeMap<(String, u16), String> = BTreeMap::new();
+        let mut fill = |line: &str, on: &str| -> String {
+            let mut out = String::new();
+            let mut word = String::new();
+            for c in line.chars().chain(std::iter::once(' ')) {
+                if c.is_ascii_alphanumeric() || ".-:".contains(c) {
+                    word.push(c);
+                    continue;
+                }
+                let address = word.rsplit_once(':').and_then(|(host, port)| {
+                    let port: u16 = port.parse().ok()?;
+                    let host = if host == "0.0.0.0" { on } else { host };
+                    known.contains(&host).then(|| {
+                        addresses
+                            .entry((host.to_owned(), port))
+                            .or_insert_with(|| {
+                                format!("127.0.0.1:{}", loopback_cluster::free_port())
+                            })
+                            .clone()
+                    })
+                });
+                out.push_str(address.as_deref().unwrap_or(&word));
+                word.clear();
+                out.push(c);
+            }
+            out.pop();
+            out
+        };
+        let joined = block.replace("\\\n", " ");
+        let lines: Vec<&str> = joined
+            .lines()
+            .map(str::trim)
+            .filter(|l| !l.is_empty() && !l.starts_with('#'))
+            .collect();
+        let is_variable = |line: &str| {
+            let line = line.strip_prefix("export ").unwrap_or(line);
+            line.split_once('=').is_some_and(|(name, _)| {
+                !name.is_empty() && name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+            })
+        };
+        let mut script = String::from("set -ea\n");
+        let mut names = Vec::new();
+        let mut commands = Vec::new();
+        for line in lines {
+            if is_variable(line) {
+                script.push_str(&fill(line, ""));
+                script.push('\n');
+                let line = line.strip_prefix("export ").unwrap_or(line);
+                names.push(line.split_once('=').unwrap().0.to_owned());
+                continue;
+            }
+            let command = line.split(" #").next().unwrap().trim();
+            let (_, on) = hosts
+                .iter()
+                .find(|(start, _)| command.starts_with(start))
+                .unwrap_or_else(|| panic!("no host is given for `{command}`"));
+            for host in *on {
+                commands.push(((*host).to_owned(), fill(command, host)));
+            }
+        }
+        for name in &names {
+            script.push_str(&format!("printf '%s\\n' \"${name}\"\n"));
+        }
+        let out = support::readme::shell(&script, dir.path(), &path, &[]);
+        assert!(
+            out.status.success(),
+            "{script}: {}",
+            support::readme::text(&out.stderr)
+        );
+        let printed = support::readme::text(&out.stdout);
+        let env = names
+            .into_iter()
+            .zip(printed.lines().map(str::to_owned))
+            .collect();
+        Sketch {
+            dir,
+            path,
+            env,
+            commands,
+            addresses,
+        }
+    }
+
+    /// Starts the commands that begin with `start`, in order.
+    fn start(&self, start: &str) -> Vec<Proc> {
+        self.commands
+            .iter()
+            .filter(|(_, command)| command.starts_with(start))
+            .map(|(host, command)| {
+                let mut sh = std::process::Command::new("sh");
+                sh.args(["-c", &format!("exec {command}")])
+                    .current_dir(self.dir.path())
+                    .env("PATH", &self.path)
+                    .envs(self.env.iter().map(|(k, v)| (k, v)));
+                for var in CLIENT_ENV {
+                    sh.env_remove(var);
+                }
+                Proc::spawn(&format!("{start} on {host}"), sh)
+            })
+            .collect()
+    }
+
+    /// Where `host:port` of the block is on loopback.
+    fn address(&self, host: &str, port: u16) -> &str {
+        &self.addresses[&(host.to_owned(), port)]
+    }
+}
+
+/// A dispatcher at `addr` lists search_kb and a call of it answers.
+async fn search_kb_answers(addr: &str) {
+    let mut client = dispatcher(addr);
+    until_listed(&mut client, &["search_kb"], Duration::from_secs(30)).await;
+    let response = invoke(
+        &mut client,
+        "search_kb",
+        r#"{"query":"reset password"}"#,
+        None,
+    )
+    .await;
+    assert_eq!(code(&response), 0, "{}", message(&response));
+}
+
+/// "The processes" and "Three registry replicas on etcd" as printed, each
+/// host's addresses on loopback: a registry, a dispatcher that reads its
+/// snapshots with the development token, and an executor advertising the
+/// address it is reached on; then three etcd members, three registry
+/// replicas on them, a dispatcher following all three and an executor.
+/// Either way the dispatcher lists and calls search_kb.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deploy_readme_processes_run_as_printed() {
+    let processes = Sketch::plan(
+        &deploy_readme("The processes")[0],
+        &[
+            ("toolmesh registry", &["registry.internal"]),
+            ("toolmesh dispatcher", &["dispatcher.internal"]),
+            ("toolmesh example", &["10.0.0.7"]),
+        ],
+    );
+    let started: Vec<Proc> = [
+        "toolmesh registry",
+        "toolmesh dispatcher",
+        "toolmesh example",
+    ]
+    .iter()
+    .flat_map(|start| processes.start(start))
+    .collect();
+    for proc in &started {
+        proc.listen_addr();
+    }
+    search_kb_answers(processes.address("dispatcher.internal", 7080)).await;
+    drop(started);
+
+    let replicas = Sketch::plan(
+        &deploy_readme("Three registry replicas on etcd")[0],
+        &[
+            ("etcd --name e1", &["10.0.0.5"]),
+            ("etcd --name e2", &["10.0.0.6"]),
+            ("etcd --name e3", &["10.0.0.7"]),
+            ("toolmesh registry", &["reg-1", "reg-2", "reg-3"]),
+            ("toolmesh dispatcher", &["dispatcher.internal"]),
+            ("toolmesh example", &["10.0.0.9"]),
+        ],
+    );
+    let etcd = replicas.start("etcd");
+    assert_eq!(etcd.len(), 3, "three etcd members");
+    for member in ["10.0.0.5", "10.0.0.6", "10.0.0.7"] {
+        let client = replicas.address(member, 2379).to_owned();
+        until(
+            &format!("etcd {member} healthy"),
+            Duration::from_secs(30),
+            || {
+                toolmesh_testkit::try_http(&client, "GET", "/health", &[], "")
+                    .is_ok_and(|(status, body)| status == 200 && body.contains("true"))
+            },
+        )
+        .await;
+    }
+    let registries = replicas.start("toolmesh registry");
+    assert_eq!(registries.len(), 3, "a registry on reg-1, reg-2 and reg-3");
+    let rest: Vec<Proc> = ["toolmesh dispatcher", "toolmesh example"]
+        .iter()
+        .flat_map(|start| replicas.start(start))
+        .collect();
+    for proc in registries.iter().chain(&rest) {
+        proc.listen_addr();
+    }
+    search_kb_answers(replicas.address("dispatcher.internal", 7080)).await;
 }

@@ -7,7 +7,9 @@
 //! Prometheus on loopback scrapes the running mesh, answers every dashboard
 //! query, shows the called tool's rate, and fires an alert once the tool's
 //! executor is killed; the approval backlog grows and empties as a ticket
-//! waits and is approved. Needs `prometheus` and `promtool`
+//! waits and is approved; with TLS on, Prometheus scrapes HTTPS admin
+//! listeners that require client certificates as the chart's monitors
+//! say, and a plain scrape fails. Needs `prometheus` and `promtool`
 //! (scripts/prepare/prometheus.sh), `etcd` (scripts/prepare/etcd.sh) and,
 //! for the chart, `helm` (scripts/prepare/kube-tools.sh).
 
@@ -15,10 +17,12 @@
 mod render;
 mod support;
 
-use render::{helm_template_command, kind, root, sha256_hex};
-use serde_json::Value;
-use std::collections::BTreeSet;
-use std::path::PathBuf;
+use render::{
+    containers, helm_template_command, kind, root, sha256_hex, strings, toolmesh_workload,
+};
+use serde_json::{Value, json};
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Duration;
 use support::*;
@@ -144,6 +148,17 @@ fn readme_metrics() -> BTreeSet<String> {
         .collect()
 }
 
+/// The chart rendered with `sets` and token hashes.
+fn chart(sets: &[&str]) -> Vec<Value> {
+    let hashes: Vec<String> = ["dispatcher", "executor", "agent"]
+        .iter()
+        .map(|role| format!("auth.tokenSha256.{role}={}", sha256_hex(role)))
+        .collect();
+    let mut all: Vec<&str> = hashes.iter().map(String::as_str).collect();
+    all.extend_from_slice(sets);
+    render::render(helm_template_command(&all))
+}
+
 /// The rules pass `promtool check rules`; the plain file is the chart's
 /// file (one source); the unit tests pass, and every alert has one in
 /// which it fires.
@@ -183,19 +198,28 @@ fn rules_pass_promtool_and_their_unit_tests() {
 
 /// With `metrics.prometheusRule.enabled` the chart renders exactly the rules
 /// file as a PrometheusRule's spec (with the labels asked for), which
-/// promtool accepts; without it, no PrometheusRule.
+/// promtool accepts; without it, no PrometheusRule; asked for without
+/// `metrics.enabled` (nothing would serve the metrics the rules read), the
+/// chart refuses to render and says to set both, rather than render
+/// nothing.
 #[test]
 fn the_chart_renders_the_rules_as_a_prometheus_rule() {
+    let mut alone = helm_template_command(&[
+        &format!("auth.tokenSha256.dispatcher={}", sha256_hex("dispatcher")),
+        &format!("auth.tokenSha256.executor={}", sha256_hex("executor")),
+        "metrics.prometheusRule.enabled=true",
+    ]);
+    let refused = alone.output().expect("run helm");
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        !refused.status.success() && stderr.contains("needs metrics.enabled=true"),
+        "the rule without metrics.enabled is refused: {stderr}{}",
+        String::from_utf8_lossy(&refused.stdout)
+    );
     let render = |extra: &[&str]| -> Vec<Value> {
-        let hashes: Vec<String> = ["dispatcher", "executor", "agent"]
-            .iter()
-            .map(|role| format!("auth.tokenSha256.{role}={}", sha256_hex(role)))
-            .collect();
-        let mut sets: Vec<&str> = hashes.iter().map(String::as_str).collect();
-        sets.push("metrics.enabled=true");
+        let mut sets = vec!["metrics.enabled=true"];
         sets.extend_from_slice(extra);
-        let objects = render::render(helm_template_command(&sets));
-        kind(&objects, "PrometheusRule").cloned().collect()
+        kind(&chart(&sets), "PrometheusRule").cloned().collect()
     };
     assert!(render(&[]).is_empty(), "no PrometheusRule unless asked for");
     let rendered = render(&[
@@ -305,21 +329,35 @@ impl Prometheus {
     /// token) every second and evaluating `rules` (a file's text) every
     /// second; waits until it is ready.
     async fn start(targets: &[(&str, &str, Option<&str>)], rules: &str) -> Prometheus {
+        let jobs: Vec<Value> = targets
+            .iter()
+            .map(|(job, target, token)| {
+                let mut job = scrape_job(job, target);
+                if let Some(token) = token {
+                    job["authorization"] = json!({"credentials": token});
+                }
+                job
+            })
+            .collect();
+        Prometheus::start_jobs(&jobs, rules).await
+    }
+
+    /// Starts Prometheus with the scrape configs `jobs`, scraping every
+    /// second and evaluating `rules` (a file's text) every second; waits
+    /// until it is ready.
+    async fn start_jobs(jobs: &[Value], rules: &str) -> Prometheus {
         let dir = temp_dir("prometheus");
         std::fs::write(dir.path().join("rules.yaml"), rules).unwrap();
-        let mut config = String::from(
-            "global:\n  scrape_interval: 1s\n  scrape_timeout: 1s\n  evaluation_interval: 1s\nrule_files: [rules.yaml]\nscrape_configs:\n",
-        );
-        for (job, target, token) in targets {
-            config.push_str(&format!("  - job_name: {job}\n"));
-            if let Some(token) = token {
-                config.push_str(&format!("    authorization: {{credentials: {token}}}\n"));
-            }
-            config.push_str(&format!(
-                "    static_configs: [{{targets: ['{target}']}}]\n"
-            ));
-        }
-        std::fs::write(dir.path().join("prometheus.yml"), config).unwrap();
+        let config = json!({
+            "global": {"scrape_interval": "1s", "scrape_timeout": "1s", "evaluation_interval": "1s"},
+            "rule_files": ["rules.yaml"],
+            "scrape_configs": jobs,
+        });
+        std::fs::write(
+            dir.path().join("prometheus.yml"),
+            serde_yaml::to_string(&config).unwrap(),
+        )
+        .unwrap();
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .and_then(|l| l.local_addr())
             .expect("a free port")
@@ -710,4 +748,230 @@ async fn the_approval_backlog_is_counted() {
         },
     )
     .await;
+}
+
+/// A scrape config of one static `target`.
+fn scrape_job(job: &str, target: &str) -> Value {
+    json!({"job_name": job, "static_configs": [{"targets": [target]}]})
+}
+
+/// The scrape config the Prometheus Operator makes of a ServiceMonitor's
+/// or PodMonitor's `endpoint` for `target`: its path, scheme and
+/// tlsConfig, each Secret key read from the file `secret_file(NAME, KEY)`
+/// (where the operator mounts it). A field no case here knows fails the
+/// test, so a monitor cannot say more than Prometheus is told.
+fn operator_job(
+    job: &str,
+    endpoint: &Value,
+    target: &str,
+    secret_file: impl Fn(&str, &str) -> PathBuf,
+) -> Value {
+    let mut config = scrape_job(job, target);
+    for (field, value) in endpoint.as_object().expect("an endpoint") {
+        match field.as_str() {
+            // The port picks the target; the test scrapes every second.
+            "port" | "interval" => {}
+            "path" => config["metrics_path"] = value.clone(),
+            "scheme" => config["scheme"] = value.clone(),
+            "tlsConfig" => {
+                let mut tls = serde_json::Map::new();
+                for (key, value) in value.as_object().expect("a tlsConfig") {
+                    let (file, selector) = match key.as_str() {
+                        "ca" => ("ca_file", &value["secret"]),
+                        "cert" => ("cert_file", &value["secret"]),
+                        "keySecret" => ("key_file", value),
+                        "serverName" => {
+                            tls.insert("server_name".into(), value.clone());
+                            continue;
+                        }
+                        other => panic!("tlsConfig.{other}: not translated here"),
+                    };
+                    let (Some(name), Some(key)) =
+                        (selector["name"].as_str(), selector["key"].as_str())
+                    else {
+                        panic!("tlsConfig.{key} names no Secret key: {value}");
+                    };
+                    tls.insert(file.into(), json!(secret_file(name, key)));
+                }
+                config["tls_config"] = tls.into();
+            }
+            other => panic!("endpoint field {other}: not translated here ({endpoint})"),
+        }
+    }
+    config
+}
+
+/// The scrape endpoint of a rendered monitor (ServiceMonitor or PodMonitor).
+fn monitor_endpoint<'a>(objects: &'a [Value], monitor_kind: &str) -> &'a Value {
+    let monitor = kind(objects, monitor_kind)
+        .next()
+        .unwrap_or_else(|| panic!("a {monitor_kind}"));
+    let endpoints = monitor["spec"]["endpoints"]
+        .as_array()
+        .or_else(|| monitor["spec"]["podMetricsEndpoints"].as_array())
+        .expect("endpoints");
+    assert_eq!(endpoints.len(), 1, "{monitor}");
+    &endpoints[0]
+}
+
+/// What a rendered toolmesh container of `workload` needs for TLS and its
+/// admin listener, run on loopback: its `TOOLMESH_TLS_*` variables, each
+/// path under the mount of the TLS Secret `secret` moved to `files` (where
+/// the test wrote that Secret's keys), and its admin flags other than the
+/// address.
+fn tls_admin_settings(
+    workload: &Value,
+    secret: &str,
+    files: &Path,
+) -> (Vec<(String, PathBuf)>, Vec<String>) {
+    let pod = &workload["spec"]["template"]["spec"];
+    let container = &containers(workload)[0];
+    let volume = pod["volumes"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|v| v["secret"]["secretName"] == secret)
+        .unwrap_or_else(|| panic!("the pods mount the Secret {secret}"));
+    let mount = container["volumeMounts"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .find(|m| m["name"] == volume["name"])
+        .and_then(|m| m["mountPath"].as_str())
+        .expect("the TLS volume is mounted");
+    let env = container["env"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|e| {
+            let var = e["name"].as_str()?;
+            let value = e["value"].as_str()?;
+            let key = value.strip_prefix(mount)?.trim_start_matches('/');
+            var.starts_with("TOOLMESH_TLS_")
+                .then(|| (var.to_owned(), files.join(key)))
+        })
+        .collect::<Vec<_>>();
+    assert!(
+        env.iter().any(|(var, _)| var == "TOOLMESH_TLS_CLIENT_CA"),
+        "client certificates required: {env:?}"
+    );
+    let admin = strings(&container["args"])
+        .into_iter()
+        .filter(|a| a.starts_with("--admin-") && !a.starts_with("--admin-listen"))
+        .chain(
+            strings(&container["args"])
+                .into_iter()
+                .filter(|a| *a == "--public-metrics"),
+        )
+        .map(str::to_owned)
+        .collect();
+    (env, admin)
+}
+
+/// With `tls.enabled` the admin listeners serve HTTPS and require client
+/// certificates. A real Prometheus, configured as the Prometheus Operator
+/// does from the chart's ServiceMonitor and PodMonitor (scheme, tlsConfig
+/// with the TLS Secret's keys, server name), scrapes a registry and an
+/// executor run with the chart's TLS settings: `up == 1`. The same
+/// listener scraped plainly, or over HTTPS without a client certificate,
+/// is down.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_real_prometheus_scrapes_tls_admin_listeners_as_the_monitors_say() {
+    const SECRET: &str = "toolmesh-tls";
+    let objects = chart(&[
+        "tls.enabled=true",
+        &format!("tls.secretName={SECRET}"),
+        "metrics.enabled=true",
+        // The test certificates name localhost and 127.0.0.1.
+        "metrics.serviceMonitor.tlsServerName=localhost",
+    ]);
+    let dir = temp_dir("prometheus-tls");
+    let (ca, cert, key) = toolmesh_testkit::pki(&dir, "mesh");
+    // The Secret's keys as the kubelet and the operator mount them.
+    let secret = dir.path().join("secret");
+    std::fs::create_dir_all(&secret).unwrap();
+    let keys = BTreeMap::from([("ca.crt", &ca), ("tls.crt", &cert), ("tls.key", &key)]);
+    for (key, file) in &keys {
+        std::fs::copy(file, secret.join(key)).unwrap();
+    }
+
+    let start = |workload: &Value, name: &str, args: &[&str]| {
+        let (env, admin) = tls_admin_settings(workload, SECRET, &secret);
+        let mut command = Command::new(toolmesh_bin());
+        command
+            .args(args)
+            .args(["--listen", "127.0.0.1:0", "--admin-listen", "127.0.0.1:0"])
+            .args(admin)
+            .envs(env)
+            .env("TOOLMESH_DEV_DISPATCHER_TOKEN", DEV_DISPATCHER_TOKEN);
+        let proc = Proc::spawn(name, command);
+        let addr = proc.listen_addr();
+        (admin_addr(&proc), addr, proc)
+    };
+    let (registry_admin, registry, _registry) = start(
+        toolmesh_workload(&objects, "registry"),
+        "registry",
+        &["registry"],
+    );
+    let (executor_admin, _, _executor) = start(
+        toolmesh_workload(&objects, "example"),
+        "executor",
+        &["example", "knowledge", "--registry", &registry],
+    );
+
+    let secret_file = |name: &str, key: &str| {
+        assert_eq!(name, SECRET, "the monitors read the pods' TLS Secret");
+        assert!(keys.contains_key(key), "{SECRET} has no key {key}");
+        secret.join(key)
+    };
+    let servers = operator_job(
+        "servers",
+        monitor_endpoint(&objects, "ServiceMonitor"),
+        &registry_admin,
+        secret_file,
+    );
+    let executors = operator_job(
+        "executors",
+        monitor_endpoint(&objects, "PodMonitor"),
+        &executor_admin,
+        secret_file,
+    );
+    for job in [&servers, &executors] {
+        assert_eq!(job["scheme"], "https", "{job}");
+        assert_eq!(job["tls_config"]["server_name"], "localhost", "{job}");
+    }
+    let plain = scrape_job("plain", &registry_admin);
+    let mut anonymous = servers.clone();
+    anonymous["job_name"] = json!("no-client-certificate");
+    let tls = anonymous["tls_config"].as_object_mut().unwrap();
+    tls.remove("cert_file");
+    tls.remove("key_file");
+
+    let prometheus =
+        Prometheus::start_jobs(&[servers, executors, plain, anonymous], "groups: []\n").await;
+    let up = |job: &str| {
+        prometheus
+            .query(&format!("up{{job=\"{job}\"}}"))
+            .first()
+            .map(value_of)
+    };
+    until(
+        "Prometheus scraped every job, with TLS as the monitors say",
+        Duration::from_secs(60),
+        || {
+            up("servers") == Some(1.0)
+                && up("executors") == Some(1.0)
+                && up("plain").is_some()
+                && up("no-client-certificate").is_some()
+        },
+    )
+    .await;
+    assert_eq!(up("plain"), Some(0.0), "a plain scrape of HTTPS fails");
+    assert_eq!(
+        up("no-client-certificate"),
+        Some(0.0),
+        "the admin listener requires a client certificate"
+    );
+    let families = prometheus.query("toolmesh_build_info{job=~\"servers|executors\"}");
+    assert_eq!(families.len(), 2, "{families:?}");
 }

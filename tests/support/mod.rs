@@ -147,10 +147,10 @@ pub fn banner_after<'a>(printed: &'a [String], label: &str) -> &'a str {
         .unwrap_or_else(|| panic!("no banner line {label:?} in {printed:#?}"))
 }
 
-/// The `host:port` of a process' "admin listening on http://…" line.
+/// The `host:port` of a process' "admin listening on http(s)://…" line.
 pub fn admin_addr(proc: &Proc) -> String {
-    let line = proc.wait_for_line("admin listening on http://", Duration::from_secs(30));
-    line.rsplit("http://")
+    let line = proc.wait_for_line("admin listening on http", Duration::from_secs(30));
+    line.rsplit("://")
         .next()
         .unwrap_or_default()
         .trim()

@@ -1,4 +1,4 @@
-//! README.md's fenced code blocks, read from the file itself, for the tests that run its snippets as printed.
+//! The fenced code blocks of README.md (and deploy/README.md), read from the file itself, for the tests that run its snippets as printed.
 
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
@@ -18,7 +18,14 @@ pub fn root() -> &'static Path {
 
 /// Every fenced block of README.md, in order.
 pub fn blocks() -> Vec<Block> {
-    let readme = std::fs::read_to_string(root().join("README.md")).expect("read README.md");
+    blocks_in("README.md")
+}
+
+/// Every fenced block of the Markdown file `file` (relative to the root),
+/// in order.
+pub fn blocks_in(file: &str) -> Vec<Block> {
+    let readme =
+        std::fs::read_to_string(root().join(file)).unwrap_or_else(|e| panic!("read {file}: {e}"));
     let mut blocks = Vec::new();
     let mut heading = String::new();
     let mut open: Option<Block> = None;
@@ -43,19 +50,24 @@ pub fn blocks() -> Vec<Block> {
             }
         }
     }
-    assert!(open.is_none(), "README.md ends inside a code block");
+    assert!(open.is_none(), "{file} ends inside a code block");
     blocks
 }
 
 /// The blocks in `lang` under the heading `heading`, at least one.
 pub fn blocks_under(heading: &str, lang: &str) -> Vec<Block> {
-    let found: Vec<Block> = blocks()
+    blocks_under_in("README.md", heading, lang)
+}
+
+/// The blocks of `file` in `lang` under the heading `heading`, at least one.
+pub fn blocks_under_in(file: &str, heading: &str, lang: &str) -> Vec<Block> {
+    let found: Vec<Block> = blocks_in(file)
         .into_iter()
         .filter(|b| b.heading == heading && b.lang == lang)
         .collect();
     assert!(
         !found.is_empty(),
-        "README.md has no {lang} block under \"{heading}\""
+        "{file} has no {lang} block under \"{heading}\""
     );
     found
 }

@@ -1,10 +1,12 @@
 //! The deployment files rendered with the real `helm` and `kubectl`
-//! (scripts/prepare/kube-tools.sh installs both), and small readers of the
-//! objects they describe; shared by tests/deploy.rs and tests/deploy_run.rs.
+//! (scripts/prepare/kube-tools.sh installs both), small readers of the
+//! objects they describe, and what the chart and the kustomize base must
+//! render alike; shared by tests/deploy.rs and tests/deploy_run.rs.
 #![allow(dead_code, unreachable_pub, missing_docs)]
 
 use serde::Deserialize;
 use serde_json::Value;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -228,4 +230,100 @@ pub fn toolmesh_workload<'a>(objects: &'a [Value], subcommand: &str) -> &'a Valu
                 .is_some_and(|c| strings(&c["args"]).first() == Some(&subcommand))
         })
         .unwrap_or_else(|| panic!("no workload runs `toolmesh {subcommand}`"))
+}
+
+/// Labels only one renderer sets: Helm's release and chart labels, and
+/// the base's `part-of` (kustomize `labels`). Selectors agree on the rest.
+pub const RENDERER_LABELS: [&str; 4] = [
+    "app.kubernetes.io/instance",
+    "app.kubernetes.io/part-of",
+    "app.kubernetes.io/managed-by",
+    "helm.sh/chart",
+];
+
+/// `value` with the renderers' own labels removed wherever they appear
+/// (selectors included), names renamed by `renames`, and no
+/// `imagePullPolicy` (the chart's value; the base leaves the default).
+pub fn normalized(value: &Value, renames: &BTreeMap<String, String>) -> Value {
+    match value {
+        Value::Object(map) => Value::Object(
+            map.iter()
+                .filter(|(k, _)| {
+                    !RENDERER_LABELS.contains(&k.as_str()) && k.as_str() != "imagePullPolicy"
+                })
+                .map(|(k, v)| {
+                    let mut v = normalized(v, renames);
+                    // Labels and annotations of any object (pod and claim
+                    // templates too): selectors say what selects what.
+                    if let (Value::Object(metadata), "metadata") = (&mut v, k.as_str()) {
+                        metadata.remove("labels");
+                        metadata.remove("annotations");
+                    }
+                    (k.clone(), v)
+                })
+                .collect(),
+        ),
+        Value::Array(items) => items.iter().map(|v| normalized(v, renames)).collect(),
+        Value::String(text) => Value::from(renames.get(text).unwrap_or(text).as_str()),
+        other => other.clone(),
+    }
+}
+
+/// What the chart and the kustomize base (or an overlay of it) must render
+/// alike, by `Kind/name`: every object but its labels and annotations
+/// (workloads, pods and containers whole: replicas, strategy, service
+/// account, automount, spread, affinity, volumes, args, env, mounts,
+/// ports, probes, resources, security; PodDisruptionBudgets, Services,
+/// NetworkPolicies, ServiceAccounts, bindings), ConfigMaps under the name
+/// they are generated with (kustomize's hash suffix off) and the policy
+/// as the TOML it parses to.
+pub fn essentials(objects: &[Value]) -> BTreeMap<String, Value> {
+    let renames: BTreeMap<String, String> = kind(objects, "ConfigMap")
+        .filter_map(|c| {
+            let generated = name(c);
+            let (base, hash) = generated.rsplit_once('-')?;
+            (hash.len() == 10 && hash.chars().all(|c| c.is_ascii_alphanumeric()))
+                .then(|| (generated.to_owned(), base.to_owned()))
+        })
+        .collect();
+    objects
+        .iter()
+        .map(|object| {
+            let mut object = normalized(object, &renames);
+            let key = format!(
+                "{}/{}",
+                object["kind"].as_str().unwrap_or_default(),
+                name(&object)
+            );
+            object["metadata"] = serde_json::json!({});
+            if let Some(policy) = object["data"]["policy.toml"].as_str() {
+                let parsed: Value = toml::from_str(policy).expect("the policy is TOML");
+                object["data"]["policy.toml"] = parsed;
+            }
+            (key, object)
+        })
+        .collect()
+}
+
+/// The chart's render and the base's (or an overlay's) have the same
+/// essentials; the differences are named.
+pub fn assert_renders_alike(chart: &[Value], kustomized: &[Value]) {
+    let (chart, kustomized) = (essentials(chart), essentials(kustomized));
+    let keys: BTreeSet<&String> = chart.keys().chain(kustomized.keys()).collect();
+    let differences: Vec<String> = keys
+        .into_iter()
+        .filter(|k| chart.get(*k) != kustomized.get(*k))
+        .map(|k| {
+            format!(
+                "{k}:\n  chart: {}\n  kustomize: {}",
+                chart.get(k).map_or("(none)".into(), Value::to_string),
+                kustomized.get(k).map_or("(none)".into(), Value::to_string)
+            )
+        })
+        .collect();
+    assert!(
+        differences.is_empty(),
+        "the chart and the kustomize render differ:\n{}",
+        differences.join("\n")
+    );
 }

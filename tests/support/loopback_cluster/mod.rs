@@ -86,7 +86,7 @@ pub struct Cluster {
 /// ephemeral range (whose ports outgoing connections and port-0 listeners
 /// take at any moment, so one released there may be gone when the pod
 /// binds it), and never handed out twice by this process.
-fn free_port() -> u16 {
+pub fn free_port() -> u16 {
     static NEXT: Mutex<Option<u16>> = Mutex::new(None);
     let ephemeral = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
         .ok()

@@ -164,6 +164,36 @@ publicly; the chart's scrape sends none, so it asks for public metrics.
 {{- end }}
 {{- end }}
 
+{{/*
+How Prometheus reaches an admin listener: with tls.enabled it serves HTTPS
+and (tls.requireClientCertificates) asks for a client certificate, so the
+monitors scrape https, check the server against ca.crt and present
+tls.crt/tls.key, all from the TLS Secret (or
+metrics.serviceMonitor.tlsSecretName); serverName when the certificates do
+not name the pod IP Prometheus dials.
+*/}}
+{{- define "toolmesh.scrapeTls" -}}
+{{- if .Values.tls.enabled }}
+{{- $secret := .Values.metrics.serviceMonitor.tlsSecretName | default .Values.tls.secretName }}
+scheme: https
+tlsConfig:
+  ca:
+    secret:
+      name: {{ $secret }}
+      key: ca.crt
+  cert:
+    secret:
+      name: {{ $secret }}
+      key: tls.crt
+  keySecret:
+    name: {{ $secret }}
+    key: tls.key
+  {{- with .Values.metrics.serviceMonitor.tlsServerName }}
+  serverName: {{ . }}
+  {{- end }}
+{{- end }}
+{{- end }}
+
 {{/* Ports of a server: (dict "root" $ "port" 7070 "healthPort" 7071), and "mcpPort" 7082 for the MCP door. */}}
 {{- define "toolmesh.ports" -}}
 - name: grpc
@@ -277,18 +307,34 @@ identity what reading the cluster's keys takes. */}}
   readOnly: true
 {{- end }}
 
-{{/* Spreads a component's pods over nodes and zones. */}}
+{{/*
+Spreads a component's pods over nodes and zones: (dict "root" $
+"component" "dispatcher"), or (dict "selector" DICT) for the pods those
+labels select.
+*/}}
 {{- define "toolmesh.spread" -}}
-{{- $root := .root -}}
-{{- $component := .component -}}
+{{- $selector := .selector -}}
+{{- if not $selector -}}
+{{- $selector = include "toolmesh.selector" (dict "root" .root "component" .component) | fromYaml -}}
+{{- end -}}
 {{- range list "kubernetes.io/hostname" "topology.kubernetes.io/zone" }}
 - maxSkew: 1
   topologyKey: {{ . }}
   whenUnsatisfiable: ScheduleAnyway
   labelSelector:
     matchLabels:
-      {{- include "toolmesh.selector" (dict "root" $root "component" $component) | nindent 6 }}
+      {{- toYaml $selector | nindent 6 }}
 {{- end }}
+{{- end }}
+
+{{/*
+No pod of the chart calls the Kubernetes API with the token Kubernetes
+mounts by default: servers that read the service-account issuer's keys
+(workload identity) take a projected token of their own (the kube-api
+volume), so the automatic one is left out everywhere.
+*/}}
+{{- define "toolmesh.noApiToken" -}}
+automountServiceAccountToken: false
 {{- end }}
 
 {{/*
