@@ -33,6 +33,11 @@ fn start_up(label: &str) -> Up {
             .expect("a word after the label")
             .to_owned()
     };
+    // The README says agents need no token under `up`; so does its banner.
+    assert!(
+        banner_after(&printed, "agents").starts_with("need no token"),
+        "{printed:#?}"
+    );
     Up {
         addr: first("registry + dispatcher"),
         mcp_url: first("MCP (Streamable HTTP)"),
@@ -52,25 +57,9 @@ fn filled(text: &str, up: &Up) -> String {
         .replace("YOUR-TOKEN", YOUR_TOKEN)
 }
 
-/// "Use it from an MCP client": the stdio configuration's command and
-/// args speak MCP with the dispatcher; the URL form's address and headers
-/// list the tools; the Python client's program prints a successful call;
-/// and the `pip install` line names the version the tests pin.
-#[tokio::test]
-async fn mcp_client_snippets_run_as_printed() {
-    let up = start_up("readme-mcp");
-    let heading = "Use it from an MCP client";
-    let configs = blocks_under(heading, "json");
-    assert_eq!(
-        configs.len(),
-        3,
-        "a stdio, a URL and an OAuth configuration"
-    );
-
-    // stdio: the command and args as a client would start them.
-    let config: serde_json::Value =
-        serde_json::from_str(&filled(&configs[0].text, &up)).expect("the stdio config is JSON");
-    let server = &config["mcpServers"]["toolmesh"];
+/// Starts the stdio configuration `server` (`command` and `args`) as a
+/// client would and calls search_kb through it.
+async fn stdio_form_calls(server: &serde_json::Value) {
     assert_eq!(server["command"], "toolmesh");
     let args: Vec<&str> = server["args"]
         .as_array()
@@ -121,11 +110,11 @@ async fn mcp_client_snippets_run_as_printed() {
     };
     assert_eq!(answer["result"]["isError"], false, "{answer}");
     drop(bridge);
+}
 
-    // URL form: its address and headers.
-    let config: serde_json::Value =
-        serde_json::from_str(&filled(&configs[1].text, &up)).expect("the URL config is JSON");
-    let server = &config["mcpServers"]["toolmesh"];
+/// Lists the tools at the URL configuration `server` (`url`, `headers`);
+/// the URL, its host and its path.
+fn url_form_lists(server: &serde_json::Value) -> (String, String, String) {
     let url = server["url"].as_str().expect("url");
     let (host, path) = url
         .strip_prefix("http://")
@@ -133,8 +122,8 @@ async fn mcp_client_snippets_run_as_printed() {
         .expect("an http URL");
     let mut headers: Vec<(String, String)> = server["headers"]
         .as_object()
-        .expect("headers")
-        .iter()
+        .into_iter()
+        .flatten()
         .map(|(k, v)| (k.clone(), v.as_str().unwrap_or_default().to_owned()))
         .collect();
     headers.push(("content-type".into(), "application/json".into()));
@@ -155,11 +144,43 @@ async fn mcp_client_snippets_run_as_printed() {
     );
     assert_eq!(status, 200, "{body}");
     assert!(body.contains("\"search_kb\""), "{body}");
+    (url.to_owned(), host.to_owned(), path.to_owned())
+}
+
+/// "Use it from an MCP client": the stdio configurations' command and
+/// args speak MCP with the dispatcher, without a token under `up` and with
+/// one; the URL forms' addresses and headers list the tools; the Python client's program prints a successful call;
+/// and the `pip install` line names the version the tests pin.
+#[tokio::test]
+async fn mcp_client_snippets_run_as_printed() {
+    let up = start_up("readme-mcp");
+    let heading = "Use it from an MCP client";
+    let configs = blocks_under(heading, "json");
+    assert_eq!(
+        configs.len(),
+        4,
+        "stdio and URL forms without a token, both with one, and the OAuth form"
+    );
+
+    let parsed = |i: usize| -> serde_json::Value {
+        serde_json::from_str(&filled(&configs[i].text, &up))
+            .unwrap_or_else(|e| panic!("configuration {i} is not JSON: {e}"))
+    };
+    // Without a token (under `up`), then with the token forms.
+    let (anonymous, with_token) = (parsed(0), parsed(2));
+    stdio_form_calls(&anonymous["mcpServers"]["toolmesh"]).await;
+    stdio_form_calls(&with_token["mcpServers"]["toolmesh"]).await;
+    let (url, host, path) = url_form_lists(&parsed(1)["mcpServers"]["toolmesh"]);
+    assert!(
+        parsed(1)["mcpServers"]["toolmesh"]["headers"].is_null(),
+        "the first URL form needs no token under up"
+    );
+    url_form_lists(&with_token["mcpServers"]["toolmesh-http"]);
 
     // OAuth form: only the URL, whose protected-resource metadata names it
     // as the resource a token must be minted for.
     let config: serde_json::Value =
-        serde_json::from_str(&filled(&configs[2].text, &up)).expect("the OAuth config is JSON");
+        serde_json::from_str(&filled(&configs[3].text, &up)).expect("the OAuth config is JSON");
     let server = &config["mcpServers"]["toolmesh"];
     assert!(
         server["headers"].is_null(),
@@ -168,7 +189,7 @@ async fn mcp_client_snippets_run_as_printed() {
     let oauth_url = server["url"].as_str().expect("url");
     assert_eq!(oauth_url, url, "the same door");
     let (status, body) = toolmesh_testkit::http(
-        host,
+        &host,
         "GET",
         &format!("/.well-known/oauth-protected-resource/{path}"),
         &[],
@@ -292,4 +313,52 @@ async fn python_sdk_snippets_run_as_printed() {
     let listed: serde_json::Value = serde_json::from_str(&listed.input_schema).unwrap();
     assert_eq!(listed, quoted);
     executor.kill9();
+}
+
+/// "In Rust": the program builds as a crate of its own, outside this
+/// workspace, from nothing but the section's dependency lines (their
+/// `path` pointing at this checkout, as a team's clone beside its own
+/// project would) and its source, so the section can be followed in
+/// another repository.
+#[test]
+fn rust_sdk_example_builds_outside_the_workspace() {
+    let heading = "In Rust";
+    let manifests = blocks_under(heading, "toml");
+    assert_eq!(
+        manifests.len(),
+        1,
+        "one dependency block under \"{heading}\""
+    );
+    let program = blocks_under(heading, "rust,no_run");
+    let dir = temp_dir("readme-rust-sdk");
+    let checkout = root().display().to_string();
+    let dependencies = manifests[0].text.replace("../toolmesh", &checkout);
+    assert!(
+        dependencies.contains(&checkout),
+        "the dependency line names a path to the checkout: {}",
+        manifests[0].text
+    );
+    std::fs::write(
+        dir.join("Cargo.toml"),
+        format!(
+            "[package]\nname = \"orders\"\nversion = \"0.1.0\"\nedition = \"2024\"\n\n# Not part of any workspace above it.\n[workspace]\n\n{dependencies}"
+        ),
+    )
+    .unwrap();
+    std::fs::create_dir_all(dir.join("src")).unwrap();
+    std::fs::write(dir.join("src/main.rs"), &program[0].text).unwrap();
+    // The workspace's lock pins the same versions, so nothing new is fetched.
+    std::fs::copy(root().join("Cargo.lock"), dir.join("Cargo.lock")).unwrap();
+    let output = Command::new(env!("CARGO"))
+        .args(["build", "--quiet", "--offline"])
+        .current_dir(dir.path())
+        .env("CARGO_TARGET_DIR", root().join("target/outside-workspace"))
+        .env_remove("RUSTFLAGS")
+        .output()
+        .expect("run cargo");
+    assert!(
+        output.status.success(),
+        "the README's Rust executor does not build outside the workspace:\n{}",
+        text(&output.stderr)
+    );
 }

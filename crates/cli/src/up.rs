@@ -145,6 +145,15 @@ pub(crate) async fn run(
     if let Some(url) = running.mcp_url() {
         println!("  MCP (Streamable HTTP)  {url}  (stdio: {me} --server {addr}{flags} mcp)");
     }
+    if server.policy.is_none() {
+        println!(
+            "  agents                 need no token: the development policy lets anyone list and call (HIGH-risk calls wait for an approval)"
+        );
+    } else {
+        println!(
+            "  agents                 send a token of the policy's [[callers]] or a JWT of its [[issuers]]"
+        );
+    }
     if let Some(admin) = &running.admin {
         let login = if server.policy.is_none() {
             format!("log in with the token {DEV_APPROVER_TOKEN}")

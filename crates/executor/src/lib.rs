@@ -83,9 +83,14 @@ pub use erased::{schema_text, schema_value};
 pub use error::ExecutorError;
 pub use lease::{BACKOFF_INITIAL, BACKOFF_MAX};
 pub use progress::ProgressHandle;
+/// The JSON crate of [`ToolOutput::json`] and [`JsonTool`], so that an
+/// executor needs no dependency of its own for it.
+pub use serde_json;
 pub use server::CANCEL_GRACE;
 pub use tool::{Tool, ToolFailure, ToolInfo, ToolOutput};
 pub use toolmesh::pb::{RetryPolicy, RiskLevel};
+/// Resolves on SIGTERM or ctrl-c: the `shutdown` of [`Executor::serve`].
+pub use toolmesh_transport::shutdown_signal;
 
 use arc_swap::ArcSwap;
 use server::{Core, ExecuteService, Slot, Tools};

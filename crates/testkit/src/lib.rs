@@ -231,6 +231,8 @@ pub fn try_http_with_head(
         match stream.read(&mut buf) {
             Ok(0) => break,
             Ok(n) => raw.extend_from_slice(&buf[..n]),
+            // A signal for another thread of the test (a child exiting).
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
             Err(e) => return Err(failed("read from", e)),
         }
     }
