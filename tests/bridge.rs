@@ -392,7 +392,8 @@ async fn reference_filesystem_server_over_stdio() {
 
 /// A Python SDK server over Streamable HTTP: a tool `--tools` leaves out is
 /// never listed nor callable; the server sees the bridge's own credentials
-/// (`--bearer-env`, `--header`), never the agent's token; a tool error,
+/// (`--bearer-env`, `--header`), never the agent's token; its progress
+/// reaches InvokeStream in order; a tool error,
 /// an approval and a cancellation (deadline passed: `notifications/cancelled`
 /// reaches the server) pass through; a tool added at runtime joins after
 /// `tools/list_changed` (seen through the MCP door); and when the server
@@ -455,6 +456,16 @@ async fn python_sdk_server_over_streamable_http() {
     );
     assert_eq!(seen["headers"]["x-team"], "blue", "{seen}");
     assert!(!seen.to_string().contains("dev-approver"), "{seen}");
+
+    // The server's notifications/progress (on the POST's SSE stream) reach
+    // InvokeStream in order, as a stdio server's do.
+    let streamed = stream(&mut client, "slow", r#"{"seconds": 0.3}"#, None).await;
+    assert_eq!(
+        streamed.progress,
+        ["1/3 step 1 of 3", "2/3 step 2 of 3", "3/3 step 3 of 3"],
+        "{streamed:?}"
+    );
+    assert_eq!(output(&streamed.done.unwrap()), "slept 0.3");
 
     let failed = invoke(&mut client, "fail", r#"{"why": "because"}"#, None).await;
     assert_eq!(error_code(&failed), ErrorCode::ToolError);

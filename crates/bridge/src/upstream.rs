@@ -6,7 +6,7 @@ use http::{HeaderName, HeaderValue};
 use rmcp::ServiceExt;
 use rmcp::service::{RoleClient, RunningService};
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
-use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
+use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess, Transport};
 use std::collections::HashMap;
 use std::path::Path;
 use std::time::Duration;
@@ -148,11 +148,7 @@ impl Upstream {
                             command: self.describe(),
                             source,
                         })?;
-                    let transport = Observed::new(child, client.clone());
-                    client
-                        .serve(transport)
-                        .await
-                        .map_err(|e| self.connect_error(e))
+                    self.open(child, client).await
                 }
                 Upstream::Http {
                     url,
@@ -171,10 +167,7 @@ impl Upstream {
                         config = config.auth_header(token.clone());
                     }
                     let transport = StreamableHttpClientTransport::with_client(http, config);
-                    client
-                        .serve(transport)
-                        .await
-                        .map_err(|e| self.connect_error(e))
+                    self.open(transport, client).await
                 }
             }
         };
@@ -185,6 +178,20 @@ impl Upstream {
                 reason: format!("it did not answer initialize within {CONNECT_TIMEOUT:?}"),
             }),
         }
+    }
+
+    /// Opens a session over `transport`, whichever it is: every message
+    /// read passes the progress relay ([`Observed`]) first, so progress
+    /// reaches callers alike from a stdio child and an HTTP server.
+    async fn open<T>(&self, transport: T, client: BridgeClient) -> Result<Session, BridgeError>
+    where
+        T: Transport<RoleClient> + Send + 'static,
+    {
+        let observed = Observed::new(transport, client.clone());
+        client
+            .serve(observed)
+            .await
+            .map_err(|e| self.connect_error(e))
     }
 
     fn connect_error(&self, error: rmcp::service::ClientInitializeError) -> BridgeError {
