@@ -882,3 +882,86 @@ async fn readme_bring_an_existing_mcp_server_runs_as_printed() {
         text(&listed.stdout)
     );
 }
+
+/// `--owner TEAM --owner-tag` tags every bridged tool `owner:TEAM` beside
+/// its owner, so a policy grant that names only that tag covers them: an
+/// agent granted `tags = ["owner:py-team"]` lists and calls them. Without
+/// `--owner` the flag is refused, naming what it needs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn owner_tag_lets_a_grant_cover_the_owners_tools() {
+    let dir = temp_dir("bridge-owner-tag");
+    let policy = dir.join("policy.toml");
+    std::fs::write(
+        &policy,
+        acme_policy!(
+            r#"
+[[grants]]
+name = "agents: whatever py-team answers for"
+roles = ["agent"]
+tags = ["owner:py-team"]
+"#
+        ),
+    )
+    .unwrap();
+    let (_serve, addr) = serve(&["--policy", policy.to_str().unwrap()]);
+    let (python, script) = (python(), python_server());
+
+    let refused = Command::new(toolmesh_bin())
+        .args(["bridge", "mcp", "--registry", &addr, "--owner-tag", "--"])
+        .args([&python, &script, "stdio"])
+        .output()
+        .expect("run the bridge");
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(!refused.status.success(), "{stderr}");
+    assert!(stderr.contains("--owner <OWNER>"), "{stderr}");
+
+    let _bridge = bridge(
+        &addr,
+        &[
+            "--token",
+            "tok-exec",
+            "--owner",
+            "py-team",
+            "--owner-tag",
+            "--tag",
+            "mcp",
+            "--tools",
+            "greet,whoami",
+            "--",
+            &python,
+            &script,
+            "stdio",
+        ],
+        &[],
+    );
+    let client = dispatcher(&addr);
+    let agent_specs = || {
+        let mut client = client.clone();
+        async move {
+            let request = ListToolsRequest {
+                format: ToolFormat::Native as i32,
+                ..Default::default()
+            };
+            client
+                .list_tools(with_token(request, Some("tok-agent")))
+                .await
+                .ok()
+                .map(|r| r.into_inner().tools)
+        }
+    };
+    let specs = eventually("the agent lists py-team's tools", READY, || async {
+        agent_specs().await.filter(|specs| specs.len() == 2)
+    })
+    .await;
+    for spec in &specs {
+        assert_eq!(spec.owner, "py-team", "{spec:?}");
+        assert_eq!(spec.tags, ["mcp", "owner:py-team"], "{spec:?}");
+    }
+    let greet = InvokeRequest {
+        tool: "greet".into(),
+        arguments: r#"{"name": "team"}"#.into(),
+        ..Default::default()
+    };
+    let greeted = invoke_with_token(&mut client.clone(), greet, Some("tok-agent")).await;
+    assert_eq!(output(&greeted), "hello, team", "{}", message(&greeted));
+}

@@ -656,6 +656,11 @@ pub(crate) struct BridgeMcpArgs {
     /// Labels added to every tool (comma-separated).
     #[arg(long = "tag", value_delimiter = ',', value_name = "TAG")]
     pub(crate) tags: Vec<String>,
+    /// Also tag every tool owner:OWNER (the --owner given), so a policy
+    /// grant can cover all of the owner's tools with tags = ["owner:OWNER"]
+    /// (grants select tools by name or tag, not by owner).
+    #[arg(long, requires = "owner")]
+    pub(crate) owner_tag: bool,
     /// The upstream tools to expose: names or globs with `*` and `?`
     /// (comma-separated); default all. The others are never listed.
     #[arg(long, value_delimiter = ',', value_name = "GLOB")]

@@ -85,7 +85,7 @@ fn options(
 }
 
 /// `--tools`, `--rename`, `--risk`, `--idempotent`, `--timeout-ms`,
-/// `--owner` and `--tag` as a [`ToolSelection`].
+/// `--owner`, `--tag` and `--owner-tag` as a [`ToolSelection`].
 fn selection(args: &BridgeMcpArgs) -> Result<ToolSelection, FlagError> {
     let tools = args
         .tools
@@ -128,6 +128,7 @@ fn selection(args: &BridgeMcpArgs) -> Result<ToolSelection, FlagError> {
         timeout: Duration::from_millis(timeout_ms),
         owner: args.owner.clone().unwrap_or_default(),
         tags: args.tags.clone(),
+        owner_tag: args.owner_tag,
     })
 }
 
