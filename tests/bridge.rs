@@ -587,6 +587,82 @@ async fn python_sdk_server_over_https() {
     );
 }
 
+/// An MCP server over HTTPS that requires a client certificate: the bridge
+/// without one is refused in the handshake, exits UNAVAILABLE and says to
+/// give `--url-cert` and `--url-key`; with the certificate its CA issued
+/// it bridges the tools and a call goes through; a certificate without its
+/// key is a usage error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn python_sdk_server_over_https_with_a_client_certificate() {
+    let dir = temp_dir("bridge-python-mtls");
+    let (ca, cert, key) = pki(&dir, "upstream");
+    let (client_ca, client_cert, client_key) = pki(&dir, "bridge");
+    let events_file = dir.join("events");
+    let (_server, port) = python_listening(
+        "https",
+        0,
+        &events_file,
+        &[
+            ("TLS_CERT", &cert),
+            ("TLS_KEY", &key),
+            ("TLS_CLIENT_CA", &client_ca),
+        ],
+    );
+    let url = format!("https://localhost:{port}/mcp");
+    let mesh = Mesh::start();
+    let ca = ca.display().to_string();
+    let (client_cert, client_key) = (
+        client_cert.display().to_string(),
+        client_key.display().to_string(),
+    );
+    let run = |extra: &[&str]| {
+        Command::new(toolmesh_bin())
+            .args(["bridge", "mcp", "--registry", &mesh.addr, "--url", &url])
+            .args(["--url-ca", &ca])
+            .args(extra)
+            .output()
+            .expect("run the bridge")
+    };
+
+    let refused = run(&[]);
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(69), "{stderr}");
+    let said = stderr
+        .lines()
+        .find(|line| line.starts_with("error:"))
+        .unwrap_or_else(|| panic!("no error line in {stderr}"));
+    assert!(
+        said.contains(&url) && said.contains("--url-cert") && said.contains("--url-key"),
+        "{said}"
+    );
+
+    let half = run(&["--url-cert", &client_cert]);
+    let stderr = String::from_utf8_lossy(&half.stderr);
+    assert!(!half.status.success(), "{stderr}");
+    assert!(stderr.contains("--url-key"), "{stderr}");
+
+    let _bridge = bridge(
+        &mesh.addr,
+        &[
+            "--url",
+            &url,
+            "--url-ca",
+            &ca,
+            "--url-cert",
+            &client_cert,
+            "--url-key",
+            &client_key,
+            "--tools",
+            "greet",
+        ],
+        &[],
+    );
+    let mut client = mesh.client();
+    until_listed(&mut client, &["greet"], READY).await;
+    let greeted = invoke(&mut client, "greet", r#"{"name": "mtls"}"#, None).await;
+    assert_eq!(output(&greeted), "hello, mtls", "{}", message(&greeted));
+}
+
 /// A Python SDK server over stdio that lists its tools two per page: every
 /// page is listed; progress arrives by InvokeStream in order; a caller that
 /// goes away mid-call gets the server told (`notifications/cancelled`); a

@@ -2,6 +2,7 @@
 
     python mcp_server.py stdio
     python mcp_server.py http PORT    (0 picks a free port)
+    python mcp_server.py https PORT   (TLS_CERT, TLS_KEY; TLS_CLIENT_CA to require a client certificate)
 
 Over HTTP it prints "listening on 127.0.0.1:PORT" once it accepts
 connections. Every event a test waits for is appended, one per line, to the
@@ -131,10 +132,15 @@ def main():
     listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     listener.bind(("127.0.0.1", port))
     app = server.streamable_http_app(host="127.0.0.1")
-    # `https PORT`: TLS with the certificate and key TLS_CERT and TLS_KEY name.
+    # `https PORT`: TLS with the certificate and key TLS_CERT and TLS_KEY name;
+    # with TLS_CLIENT_CA, a client certificate that CA issued is required.
     tls = {}
     if sys.argv[1] == "https":
         tls = {"ssl_certfile": os.environ["TLS_CERT"], "ssl_keyfile": os.environ["TLS_KEY"]}
+        if os.environ.get("TLS_CLIENT_CA"):
+            import ssl
+
+            tls |= {"ssl_ca_certs": os.environ["TLS_CLIENT_CA"], "ssl_cert_reqs": ssl.CERT_REQUIRED}
     config = uvicorn.Config(app, log_level="warning", **tls)
     uv = uvicorn.Server(config)
 

@@ -24,6 +24,7 @@ mod supervisor;
 mod upstream;
 
 pub use error::BridgeError;
+pub use http::{HttpsFiles, HttpsSettings};
 pub use mapping::{ProblemKind, ServerIdentity, ToolProblem, ToolSelection};
 pub use supervisor::{BACKOFF_INITIAL, BACKOFF_MAX};
 pub use upstream::Upstream;

@@ -4,7 +4,7 @@ use crate::Failure;
 use crate::args::{BridgeArgs, BridgeMcpArgs, FlagError};
 use std::time::Duration;
 use toolmesh::pb::RiskLevel;
-use toolmesh_bridge::{Bridge, BridgeError, BridgeOptions, ToolSelection, Upstream};
+use toolmesh_bridge::{Bridge, BridgeError, BridgeOptions, HttpsFiles, ToolSelection, Upstream};
 use toolmesh_governance::ToolPattern;
 
 /// Longest `--timeout-ms` a tool may declare.
@@ -71,7 +71,12 @@ fn options(
                 ),
                 None => None,
             };
-            Upstream::http(url, &args.header, bearer, args.url_ca.as_deref())
+            let tls = HttpsFiles {
+                ca: args.url_ca.clone(),
+                cert: args.url_cert.clone(),
+                key: args.url_key.clone(),
+            };
+            Upstream::http(url, &args.header, bearer, &tls)
         }
         None => Upstream::stdio(&args.command),
     }?;
