@@ -291,6 +291,93 @@ async fn reference_everything_server_over_stdio() {
     );
 }
 
+/// Content that is not text passes through unchanged: server-everything's
+/// image, resource links, embedded resources (text and blob) and annotated
+/// blocks reach a gRPC caller as typed parts (the image's PNG bytes, each
+/// link's URI and name), with `output` describing each in a line, and reach
+/// an MCP client through the door block for block as the server itself
+/// answers them (the official Python client compares both).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn content_blocks_pass_through_unchanged() {
+    use toolmesh::pb::content_part::Part;
+    let mesh = Mesh::start();
+    let everything = npm_server("TOOLMESH_TEST_MCP_EVERYTHING");
+    let _bridge = bridge(&mesh.addr, &["--", &everything], &[]);
+    let mut client = mesh.client();
+    until_listed(
+        &mut client,
+        &[
+            "get-tiny-image",
+            "get-resource-links",
+            "get-resource-reference",
+        ],
+        READY,
+    )
+    .await;
+
+    let image = invoke(&mut client, "get-tiny-image", "{}", None).await;
+    assert_eq!(code(&image), 0, "{}", message(&image));
+    let result = image.result.unwrap();
+    let kinds: Vec<&str> = result
+        .parts
+        .iter()
+        .map(|p| match &p.part {
+            Some(Part::Text(_)) => "text",
+            Some(Part::Image(_)) => "image",
+            _ => "other",
+        })
+        .collect();
+    assert_eq!(kinds, ["text", "image", "text"], "{:?}", result.parts);
+    let Some(Part::Image(png)) = &result.parts[1].part else {
+        unreachable!()
+    };
+    assert_eq!(png.mime_type, "image/png");
+    assert!(
+        png.data.starts_with(b"\x89PNG\r\n\x1a\n"),
+        "PNG bytes, not base64"
+    );
+    assert_eq!(
+        result.output,
+        format!(
+            "Here's the image you requested:\n[image image/png, {} bytes]\nThe image above is the MCP logo.",
+            png.data.len()
+        )
+    );
+
+    let links = invoke(&mut client, "get-resource-links", r#"{"count": 2}"#, None).await;
+    let result = links.result.unwrap();
+    let links: Vec<(String, String)> = result
+        .parts
+        .iter()
+        .filter_map(|p| match &p.part {
+            Some(Part::ResourceLink(link)) => Some((link.uri.clone(), link.name.clone())),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(links.len(), 2, "{:?}", result.parts);
+    assert!(
+        links.iter().all(|(uri, _)| uri.starts_with("demo://")),
+        "{links:?}"
+    );
+    assert!(
+        result.output.contains("[resource link demo://"),
+        "{}",
+        result.output
+    );
+
+    door(
+        "content",
+        &mesh.mcp_url,
+        &[("EVERYTHING", &everything)],
+        &[
+            "content get-tiny-image",
+            "content get-resource-links",
+            "content get-resource-reference",
+            "content get-annotated-message",
+        ],
+    );
+}
+
 /// The reference `server-filesystem` over stdio on a temporary directory:
 /// a read answers the file's text, a missing file is a TOOL_ERROR with the
 /// server's own message, and `write_file` (destructiveHint) is HIGH risk:

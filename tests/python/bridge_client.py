@@ -2,7 +2,8 @@
 that `toolmesh bridge mcp` brought in from other MCP servers.
 
 Run by tests/bridge.rs as `python bridge_client.py SCENARIO` with MCP_URL
-set (and DIR for "filesystem"). Prints "PASS <check>" per check; any
+set (and DIR for "filesystem", EVERYTHING for "content": the command of the
+server-everything the bridge runs, which this client also runs directly). Prints "PASS <check>" per check; any
 failure raises, so the exit status is non-zero.
 """
 
@@ -11,7 +12,7 @@ import os
 import sys
 
 import anyio
-from mcp import Client
+from mcp import Client, StdioServerParameters
 from mcp.shared.exceptions import MCPError
 
 URL = os.environ["MCP_URL"]
@@ -94,8 +95,37 @@ async def python(client):
     passed("list_changed")
 
 
+# Tools of server-everything that answer with more than text.
+CONTENT_CALLS = [
+    ("get-tiny-image", {}),
+    ("get-resource-links", {"count": 3}),
+    ("get-resource-reference", {"resourceType": "Text", "resourceId": 2}),
+    ("get-resource-reference", {"resourceType": "Blob", "resourceId": 1}),
+    ("get-annotated-message", {"messageType": "success", "includeImage": True}),
+]
+
+
+def blocks(result):
+    return [block.model_dump(by_alias=True, exclude_none=True, mode="json") for block in result.content]
+
+
+async def content(client):
+    """Each call's content through the door is the server's own, block for block."""
+    upstream = StdioServerParameters(command=os.environ["EVERYTHING"], args=[])
+    async with Client(upstream, cache=None) as direct:
+        for name, args in CONTENT_CALLS:
+            want = await direct.call_tool(name, args)
+            got = await client.call_tool(name, args)
+            assert not got.is_error, (name, got)
+            assert {b["type"] for b in blocks(want)} - {"text"}, (name, "no block beyond text", blocks(want))
+            assert blocks(got) == blocks(want), (name, blocks(got), blocks(want))
+            passed(f"content {name}")
+
+
 async def main():
-    scenario = {"everything": everything, "filesystem": filesystem, "python": python}[sys.argv[1]]
+    scenario = {"everything": everything, "filesystem": filesystem, "python": python, "content": content}[
+        sys.argv[1]
+    ]
     async with Client(URL, cache=None) as client:
         await scenario(client)
 

@@ -108,13 +108,23 @@ pub(crate) fn error_json(error: &ToolError) -> Value {
     })
 }
 
+/// A result as JSON; its content parts, when it has any, as the MCP
+/// content blocks they are (images and audio as base64).
 pub(crate) fn result_json(result: &ToolResult) -> Value {
-    json!({
+    let mut value = json!({
         "output": result.output,
         "data": embedded(&result.data),
         "metadata": result.metadata,
         "error": result.error.as_ref().filter(|e| e.code != 0).map(error_json),
-    })
+    });
+    if !result.parts.is_empty() {
+        value["parts"] = result
+            .parts
+            .iter()
+            .map(|part| toolmesh::content::to_mcp(part).unwrap_or(Value::Null))
+            .collect();
+    }
+    value
 }
 
 /// `toolmesh call --json`: the response and its result.
