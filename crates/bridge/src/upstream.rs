@@ -207,7 +207,9 @@ impl Upstream {
             other => crate::http::error_chain(other),
         };
         let hint = match self {
-            Upstream::Http { tls, .. } => tls_hint(&reason, tls.identity.is_some()),
+            Upstream::Http { url, tls, .. } => {
+                tls_hint(&reason, url.starts_with("https://"), tls.identity.is_some())
+            }
             Upstream::Stdio { .. } => None,
         };
         let reason = match hint {
@@ -221,20 +223,22 @@ impl Upstream {
     }
 }
 
-/// What to do about a TLS failure that `reason` describes: a server that
-/// requires a client certificate and got none (it sends the
-/// `certificate_required` alert, or just closes the connection), or a
-/// server certificate from a CA the bridge does not trust.
-fn tls_hint(reason: &str, has_identity: bool) -> Option<&'static str> {
+/// What to do about a TLS failure that `reason` describes: an `https://`
+/// server that requires a client certificate and got none (it sends the
+/// `certificate_required` alert, or just closes or resets the connection
+/// after the handshake), or a server certificate from a CA the bridge does
+/// not trust.
+fn tls_hint(reason: &str, https: bool, has_identity: bool) -> Option<&'static str> {
     let lower = reason.to_ascii_lowercase();
     let client_refused = [
         "certificaterequired",
         "certificate required",
         "close_notify",
+        "connection reset",
     ]
     .iter()
     .any(|sign| lower.contains(sign));
-    if client_refused && !has_identity {
+    if https && client_refused && !has_identity {
         Some(
             "the server ended the TLS handshake, as a server that requires a client certificate does when given none: give the bridge's certificate and key with --url-cert and --url-key",
         )
@@ -329,18 +333,33 @@ mod tests {
         assert!(half.to_string().contains("--url-key"), "{half}");
     }
 
-    /// A handshake the server ends (alert or close) points at a client
-    /// certificate when the bridge has none; a refused server certificate
+    /// A handshake an https server ends (alert, close or reset) points at a
+    /// client certificate when the bridge has none; a refused server certificate
     /// at --url-ca.
     #[test]
     fn tls_failures_say_which_flag_helps() {
         let closed = "connection error: peer closed connection without sending TLS close_notify";
-        assert!(tls_hint(closed, false).unwrap().contains("--url-cert"));
+        assert!(
+            tls_hint(closed, true, false)
+                .unwrap()
+                .contains("--url-cert")
+        );
+        let reset = "connection error: Connection reset by peer (os error 104)";
+        assert!(tls_hint(reset, true, false).unwrap().contains("--url-cert"));
+        assert_eq!(tls_hint(reset, false, false), None, "plain http: no TLS");
         let alert = "received fatal alert: CertificateRequired";
-        assert!(tls_hint(alert, false).unwrap().contains("--url-key"));
+        assert!(tls_hint(alert, true, false).unwrap().contains("--url-key"));
         let untrusted = "invalid peer certificate: UnknownIssuer";
-        assert!(tls_hint(untrusted, false).unwrap().contains("--url-ca"));
-        assert!(tls_hint(untrusted, true).unwrap().contains("--url-ca"));
-        assert_eq!(tls_hint("connection refused", false), None);
+        assert!(
+            tls_hint(untrusted, true, false)
+                .unwrap()
+                .contains("--url-ca")
+        );
+        assert!(
+            tls_hint(untrusted, true, true)
+                .unwrap()
+                .contains("--url-ca")
+        );
+        assert_eq!(tls_hint("connection refused", true, false), None);
     }
 }
