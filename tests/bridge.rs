@@ -750,6 +750,50 @@ async fn python_sdk_server_over_https_with_a_client_certificate() {
     assert_eq!(output(&greeted), "hello, mtls", "{}", message(&greeted));
 }
 
+/// An upstream that speaks only MCP 2026-07-28 (it refuses `initialize`):
+/// the bridge opens with `server/discover` and never sends `initialize`,
+/// lists and calls its tools, relays a call's progress, and a tool the
+/// upstream adds at runtime joins the mesh once the upstream tells the
+/// bridge's `subscriptions/listen` stream.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upstream_of_the_2026_07_28_revision_alone() {
+    let dir = temp_dir("bridge-python-modern");
+    let events_file = dir.join("events");
+    let (_server, port) =
+        python_listening("http", 0, &events_file, &[("MODERN_ONLY", Path::new("1"))]);
+    let url = format!("http://127.0.0.1:{port}/mcp");
+    let mesh = Mesh::start();
+    let _bridge = bridge(
+        &mesh.addr,
+        &["--url", &url, "--tools", "greet,slow,add_tool,added_*"],
+        &[],
+    );
+    let mut client = mesh.client();
+    until_listed(&mut client, &["greet", "slow", "add_tool"], READY).await;
+
+    let greeted = invoke(&mut client, "greet", r#"{"name": "2026"}"#, None).await;
+    assert_eq!(output(&greeted), "hello, 2026", "{}", message(&greeted));
+    let streamed = stream(&mut client, "slow", r#"{"seconds": 0.3}"#, None).await;
+    assert_eq!(
+        streamed.progress,
+        ["1/3 step 1 of 3", "2/3 step 2 of 3", "3/3 step 3 of 3"],
+        "{streamed:?}"
+    );
+
+    let added = invoke(&mut client, "add_tool", r#"{"name": "added_later"}"#, None).await;
+    assert_eq!(output(&added), "added added_later", "{}", message(&added));
+    until_listed(&mut client, &["added_later"], READY).await;
+    let echoed = invoke(&mut client, "added_later", r#"{"text": "hi"}"#, None).await;
+    assert_eq!(output(&echoed), "added_later: hi", "{}", message(&echoed));
+    assert!(
+        !events(&events_file)
+            .iter()
+            .any(|e| e == "refused initialize"),
+        "the bridge sent initialize: {:?}",
+        events(&events_file)
+    );
+}
+
 /// A Python SDK server over stdio that lists its tools two per page: every
 /// page is listed; progress arrives by InvokeStream in order; a caller that
 /// goes away mid-call gets the server told (`notifications/cancelled`); a

@@ -4,10 +4,11 @@ use crate::client::{BridgeClient, Observed};
 use crate::error::BridgeError;
 use crate::http::{HttpsFiles, HttpsSettings};
 use http::{HeaderName, HeaderValue};
-use rmcp::ServiceExt;
+use rmcp::model::ProtocolVersion;
 use rmcp::service::{RoleClient, RunningService};
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
 use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess, Transport};
+use rmcp::{ClientLifecycleMode, ClientServiceExt};
 use std::collections::HashMap;
 use std::time::Duration;
 
@@ -180,14 +181,21 @@ impl Upstream {
 
     /// Opens a session over `transport`, whichever it is: every message
     /// read passes the progress relay ([`Observed`]) first, so progress
-    /// reaches callers alike from a stdio child and an HTTP server.
+    /// reaches callers alike from a stdio child and an HTTP server. The
+    /// revision is the upstream's choice: `server/discover` first (MCP
+    /// 2026-07-28, stateless), and the `initialize` handshake of earlier
+    /// revisions when the upstream answers that it does not know it.
     async fn open<T>(&self, transport: T, client: BridgeClient) -> Result<Session, BridgeError>
     where
         T: Transport<RoleClient> + Send + 'static,
     {
         let observed = Observed::new(transport, client.clone());
+        let lifecycle = ClientLifecycleMode::Auto {
+            preferred_versions: vec![ProtocolVersion::V_2026_07_28],
+            legacy_version: Some(ProtocolVersion::LATEST_WITH_INITIALIZE),
+        };
         client
-            .serve(observed)
+            .serve_with_lifecycle(observed, lifecycle)
             .await
             .map_err(|e| self.connect_error(e))
     }
