@@ -4,6 +4,7 @@
 //! toolmesh.v1 contract as [`pb`].
 #![forbid(unsafe_code)]
 
+pub mod content;
 pub mod digest;
 pub mod error;
 pub mod history;

@@ -41,6 +41,17 @@ impl ToolEntry {
         self.disabled.is_none() && self.instances.iter().any(|i| i.healthy)
     }
 
+    /// Whether some executor still holds a registration for this version,
+    /// healthy or not. An executor's instance lasts as long as its lease:
+    /// one that deregistered, or went away and let its lease run out, has
+    /// none. An entry no one serves stays in the snapshot (a call is
+    /// answered UNAVAILABLE, or by its fallback, rather than NOT_FOUND), but
+    /// it is no row of the mesh's health: `toolmesh health` and the admin
+    /// page show only the versions this holds for.
+    pub fn is_served(&self) -> bool {
+        !self.instances.is_empty()
+    }
+
     /// The instances that may take calls.
     pub fn healthy_instances(&self) -> impl Iterator<Item = &Instance> {
         self.instances.iter().filter(|i| i.healthy)

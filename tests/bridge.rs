@@ -291,6 +291,93 @@ async fn reference_everything_server_over_stdio() {
     );
 }
 
+/// Content that is not text passes through unchanged: server-everything's
+/// image, resource links, embedded resources (text and blob) and annotated
+/// blocks reach a gRPC caller as typed parts (the image's PNG bytes, each
+/// link's URI and name), with `output` describing each in a line, and reach
+/// an MCP client through the door block for block as the server itself
+/// answers them (the official Python client compares both).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn content_blocks_pass_through_unchanged() {
+    use toolmesh::pb::content_part::Part;
+    let mesh = Mesh::start();
+    let everything = npm_server("TOOLMESH_TEST_MCP_EVERYTHING");
+    let _bridge = bridge(&mesh.addr, &["--", &everything], &[]);
+    let mut client = mesh.client();
+    until_listed(
+        &mut client,
+        &[
+            "get-tiny-image",
+            "get-resource-links",
+            "get-resource-reference",
+        ],
+        READY,
+    )
+    .await;
+
+    let image = invoke(&mut client, "get-tiny-image", "{}", None).await;
+    assert_eq!(code(&image), 0, "{}", message(&image));
+    let result = image.result.unwrap();
+    let kinds: Vec<&str> = result
+        .parts
+        .iter()
+        .map(|p| match &p.part {
+            Some(Part::Text(_)) => "text",
+            Some(Part::Image(_)) => "image",
+            _ => "other",
+        })
+        .collect();
+    assert_eq!(kinds, ["text", "image", "text"], "{:?}", result.parts);
+    let Some(Part::Image(png)) = &result.parts[1].part else {
+        unreachable!()
+    };
+    assert_eq!(png.mime_type, "image/png");
+    assert!(
+        png.data.starts_with(b"\x89PNG\r\n\x1a\n"),
+        "PNG bytes, not base64"
+    );
+    assert_eq!(
+        result.output,
+        format!(
+            "Here's the image you requested:\n[image image/png, {} bytes]\nThe image above is the MCP logo.",
+            png.data.len()
+        )
+    );
+
+    let links = invoke(&mut client, "get-resource-links", r#"{"count": 2}"#, None).await;
+    let result = links.result.unwrap();
+    let links: Vec<(String, String)> = result
+        .parts
+        .iter()
+        .filter_map(|p| match &p.part {
+            Some(Part::ResourceLink(link)) => Some((link.uri.clone(), link.name.clone())),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(links.len(), 2, "{:?}", result.parts);
+    assert!(
+        links.iter().all(|(uri, _)| uri.starts_with("demo://")),
+        "{links:?}"
+    );
+    assert!(
+        result.output.contains("[resource link demo://"),
+        "{}",
+        result.output
+    );
+
+    door(
+        "content",
+        &mesh.mcp_url,
+        &[("EVERYTHING", &everything)],
+        &[
+            "content get-tiny-image",
+            "content get-resource-links",
+            "content get-resource-reference",
+            "content get-annotated-message",
+        ],
+    );
+}
+
 /// The reference `server-filesystem` over stdio on a temporary directory:
 /// a read answers the file's text, a missing file is a TOOL_ERROR with the
 /// server's own message, and `write_file` (destructiveHint) is HIGH risk:
@@ -392,7 +479,8 @@ async fn reference_filesystem_server_over_stdio() {
 
 /// A Python SDK server over Streamable HTTP: a tool `--tools` leaves out is
 /// never listed nor callable; the server sees the bridge's own credentials
-/// (`--bearer-env`, `--header`), never the agent's token; a tool error,
+/// (`--bearer-env`, `--header`), never the agent's token; its progress
+/// reaches InvokeStream in order; a tool error,
 /// an approval and a cancellation (deadline passed: `notifications/cancelled`
 /// reaches the server) pass through; a tool added at runtime joins after
 /// `tools/list_changed` (seen through the MCP door); and when the server
@@ -455,6 +543,16 @@ async fn python_sdk_server_over_streamable_http() {
     );
     assert_eq!(seen["headers"]["x-team"], "blue", "{seen}");
     assert!(!seen.to_string().contains("dev-approver"), "{seen}");
+
+    // The server's notifications/progress (on the POST's SSE stream) reach
+    // InvokeStream in order, as a stdio server's do.
+    let streamed = stream(&mut client, "slow", r#"{"seconds": 0.3}"#, None).await;
+    assert_eq!(
+        streamed.progress,
+        ["1/3 step 1 of 3", "2/3 step 2 of 3", "3/3 step 3 of 3"],
+        "{streamed:?}"
+    );
+    assert_eq!(output(&streamed.done.unwrap()), "slept 0.3");
 
     let failed = invoke(&mut client, "fail", r#"{"why": "because"}"#, None).await;
     assert_eq!(error_code(&failed), ErrorCode::ToolError);
@@ -573,6 +671,126 @@ async fn python_sdk_server_over_https() {
     assert_eq!(
         seen["headers"]["authorization"], "Bearer bridge-secret",
         "{seen}"
+    );
+}
+
+/// An MCP server over HTTPS that requires a client certificate: the bridge
+/// without one is refused in the handshake, exits UNAVAILABLE and says to
+/// give `--url-cert` and `--url-key`; with the certificate its CA issued
+/// it bridges the tools and a call goes through; a certificate without its
+/// key is a usage error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn python_sdk_server_over_https_with_a_client_certificate() {
+    let dir = temp_dir("bridge-python-mtls");
+    let (ca, cert, key) = pki(&dir, "upstream");
+    let (client_ca, client_cert, client_key) = pki(&dir, "bridge");
+    let events_file = dir.join("events");
+    let (_server, port) = python_listening(
+        "https",
+        0,
+        &events_file,
+        &[
+            ("TLS_CERT", &cert),
+            ("TLS_KEY", &key),
+            ("TLS_CLIENT_CA", &client_ca),
+        ],
+    );
+    let url = format!("https://localhost:{port}/mcp");
+    let mesh = Mesh::start();
+    let ca = ca.display().to_string();
+    let (client_cert, client_key) = (
+        client_cert.display().to_string(),
+        client_key.display().to_string(),
+    );
+    let run = |extra: &[&str]| {
+        Command::new(toolmesh_bin())
+            .args(["bridge", "mcp", "--registry", &mesh.addr, "--url", &url])
+            .args(["--url-ca", &ca])
+            .args(extra)
+            .output()
+            .expect("run the bridge")
+    };
+
+    let refused = run(&[]);
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert_eq!(refused.status.code(), Some(69), "{stderr}");
+    let said = stderr
+        .lines()
+        .find(|line| line.starts_with("error:"))
+        .unwrap_or_else(|| panic!("no error line in {stderr}"));
+    assert!(
+        said.contains(&url) && said.contains("--url-cert") && said.contains("--url-key"),
+        "{said}"
+    );
+
+    let half = run(&["--url-cert", &client_cert]);
+    let stderr = String::from_utf8_lossy(&half.stderr);
+    assert!(!half.status.success(), "{stderr}");
+    assert!(stderr.contains("--url-key"), "{stderr}");
+
+    let _bridge = bridge(
+        &mesh.addr,
+        &[
+            "--url",
+            &url,
+            "--url-ca",
+            &ca,
+            "--url-cert",
+            &client_cert,
+            "--url-key",
+            &client_key,
+            "--tools",
+            "greet",
+        ],
+        &[],
+    );
+    let mut client = mesh.client();
+    until_listed(&mut client, &["greet"], READY).await;
+    let greeted = invoke(&mut client, "greet", r#"{"name": "mtls"}"#, None).await;
+    assert_eq!(output(&greeted), "hello, mtls", "{}", message(&greeted));
+}
+
+/// An upstream that speaks only MCP 2026-07-28 (it refuses `initialize`):
+/// the bridge opens with `server/discover` and never sends `initialize`,
+/// lists and calls its tools, relays a call's progress, and a tool the
+/// upstream adds at runtime joins the mesh once the upstream tells the
+/// bridge's `subscriptions/listen` stream.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_upstream_of_the_2026_07_28_revision_alone() {
+    let dir = temp_dir("bridge-python-modern");
+    let events_file = dir.join("events");
+    let (_server, port) =
+        python_listening("http", 0, &events_file, &[("MODERN_ONLY", Path::new("1"))]);
+    let url = format!("http://127.0.0.1:{port}/mcp");
+    let mesh = Mesh::start();
+    let _bridge = bridge(
+        &mesh.addr,
+        &["--url", &url, "--tools", "greet,slow,add_tool,added_*"],
+        &[],
+    );
+    let mut client = mesh.client();
+    until_listed(&mut client, &["greet", "slow", "add_tool"], READY).await;
+
+    let greeted = invoke(&mut client, "greet", r#"{"name": "2026"}"#, None).await;
+    assert_eq!(output(&greeted), "hello, 2026", "{}", message(&greeted));
+    let streamed = stream(&mut client, "slow", r#"{"seconds": 0.3}"#, None).await;
+    assert_eq!(
+        streamed.progress,
+        ["1/3 step 1 of 3", "2/3 step 2 of 3", "3/3 step 3 of 3"],
+        "{streamed:?}"
+    );
+
+    let added = invoke(&mut client, "add_tool", r#"{"name": "added_later"}"#, None).await;
+    assert_eq!(output(&added), "added added_later", "{}", message(&added));
+    until_listed(&mut client, &["added_later"], READY).await;
+    let echoed = invoke(&mut client, "added_later", r#"{"text": "hi"}"#, None).await;
+    assert_eq!(output(&echoed), "added_later: hi", "{}", message(&echoed));
+    assert!(
+        !events(&events_file)
+            .iter()
+            .any(|e| e == "refused initialize"),
+        "the bridge sent initialize: {:?}",
+        events(&events_file)
     );
 }
 
@@ -870,4 +1088,87 @@ async fn readme_bring_an_existing_mcp_server_runs_as_printed() {
         "{}",
         text(&listed.stdout)
     );
+}
+
+/// `--owner TEAM --owner-tag` tags every bridged tool `owner:TEAM` beside
+/// its owner, so a policy grant that names only that tag covers them: an
+/// agent granted `tags = ["owner:py-team"]` lists and calls them. Without
+/// `--owner` the flag is refused, naming what it needs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn owner_tag_lets_a_grant_cover_the_owners_tools() {
+    let dir = temp_dir("bridge-owner-tag");
+    let policy = dir.join("policy.toml");
+    std::fs::write(
+        &policy,
+        acme_policy!(
+            r#"
+[[grants]]
+name = "agents: whatever py-team answers for"
+roles = ["agent"]
+tags = ["owner:py-team"]
+"#
+        ),
+    )
+    .unwrap();
+    let (_serve, addr) = serve(&["--policy", policy.to_str().unwrap()]);
+    let (python, script) = (python(), python_server());
+
+    let refused = Command::new(toolmesh_bin())
+        .args(["bridge", "mcp", "--registry", &addr, "--owner-tag", "--"])
+        .args([&python, &script, "stdio"])
+        .output()
+        .expect("run the bridge");
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(!refused.status.success(), "{stderr}");
+    assert!(stderr.contains("--owner <OWNER>"), "{stderr}");
+
+    let _bridge = bridge(
+        &addr,
+        &[
+            "--token",
+            "tok-exec",
+            "--owner",
+            "py-team",
+            "--owner-tag",
+            "--tag",
+            "mcp",
+            "--tools",
+            "greet,whoami",
+            "--",
+            &python,
+            &script,
+            "stdio",
+        ],
+        &[],
+    );
+    let client = dispatcher(&addr);
+    let agent_specs = || {
+        let mut client = client.clone();
+        async move {
+            let request = ListToolsRequest {
+                format: ToolFormat::Native as i32,
+                ..Default::default()
+            };
+            client
+                .list_tools(with_token(request, Some("tok-agent")))
+                .await
+                .ok()
+                .map(|r| r.into_inner().tools)
+        }
+    };
+    let specs = eventually("the agent lists py-team's tools", READY, || async {
+        agent_specs().await.filter(|specs| specs.len() == 2)
+    })
+    .await;
+    for spec in &specs {
+        assert_eq!(spec.owner, "py-team", "{spec:?}");
+        assert_eq!(spec.tags, ["mcp", "owner:py-team"], "{spec:?}");
+    }
+    let greet = InvokeRequest {
+        tool: "greet".into(),
+        arguments: r#"{"name": "team"}"#.into(),
+        ..Default::default()
+    };
+    let greeted = invoke_with_token(&mut client.clone(), greet, Some("tok-agent")).await;
+    assert_eq!(output(&greeted), "hello, team", "{}", message(&greeted));
 }

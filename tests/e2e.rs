@@ -255,6 +255,95 @@ async fn killed_executor_is_de_exposed() {
     );
 }
 
+/// An executor that stops leaves no row behind, whoever it is: one ended by
+/// SIGTERM (it deregisters) and one by SIGKILL (its lease runs out) are,
+/// past their lease, in neither `toolmesh health` nor the admin page's
+/// state, while the executor still running keeps its rows.
+#[tokio::test]
+async fn stopped_executors_leave_no_health_rows() {
+    let (serve, addr) = serve(&["--admin-listen", "127.0.0.1:0"]);
+    let admin = admin_addr(&serve);
+    let short = ["--ttl-ms", "1000"];
+    let _knowledge = example("knowledge", &addr, &[]);
+    let accounts = example("accounts", &addr, &short);
+    let mut support = example("support", &addr, &short);
+    let mut client = dispatcher(&addr);
+    let stopped = [
+        "get_user_info",
+        "get_current_time",
+        "create_ticket",
+        "send_email",
+    ];
+    until_listed(&mut client, &["search_kb"], Duration::from_secs(30)).await;
+    until_listed(&mut client, &stopped, Duration::from_secs(30)).await;
+    let rows = move || {
+        let (addr, admin) = (addr.clone(), admin.clone());
+        async move {
+            let health =
+                tokio::task::spawn_blocking(move || cli_as(&addr, "", &["health", "--json"]))
+                    .await
+                    .unwrap();
+            let health: serde_json::Value = serde_json::from_slice(&health.stdout).ok()?;
+            let (status, state) = tokio::task::spawn_blocking(move || {
+                toolmesh_testkit::http(
+                    &admin,
+                    "GET",
+                    "/api/state",
+                    &[("authorization", "Bearer dev-approver")],
+                    "",
+                )
+            })
+            .await
+            .unwrap();
+            assert_eq!(status, 200, "{state}");
+            let state: serde_json::Value = serde_json::from_str(&state).unwrap();
+            let names = |rows: &serde_json::Value, key: &str| -> Vec<(String, String)> {
+                rows.as_array()
+                    .into_iter()
+                    .flatten()
+                    .map(|row| {
+                        let field = |f: &str| row[f].as_str().unwrap_or_default().to_owned();
+                        (
+                            field(key),
+                            field(if key == "tool" { "status" } else { "health" }),
+                        )
+                    })
+                    .collect()
+            };
+            Some((
+                names(&health["tools"], "tool"),
+                names(&state["tools"], "name"),
+            ))
+        }
+    };
+    let (health, state) = rows().await.expect("toolmesh health --json");
+    for name in stopped {
+        assert!(
+            health.iter().any(|(n, _)| n == name),
+            "{name} in {health:?}"
+        );
+        assert!(state.iter().any(|(n, _)| n == name), "{name} in {state:?}");
+    }
+
+    accounts.signal(libc::SIGTERM);
+    support.kill9();
+    let (health, state) = eventually(
+        "the stopped executors' rows gone from toolmesh health and the admin page",
+        Duration::from_secs(60),
+        || async {
+            let (health, state) = rows().await?;
+            let gone = |rows: &[(String, String)]| {
+                !rows.iter().any(|(n, _)| stopped.contains(&n.as_str()))
+            };
+            (gone(&health) && gone(&state)).then_some((health, state))
+        },
+    )
+    .await;
+    let serving = ("search_kb".to_owned(), "SERVING".to_owned());
+    assert!(health.contains(&serving), "{health:?}");
+    assert!(state.contains(&serving), "{state:?}");
+}
+
 /// Restarting the registry process: the executor registers again by itself
 /// and calls work.
 #[tokio::test]

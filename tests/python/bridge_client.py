@@ -2,16 +2,19 @@
 that `toolmesh bridge mcp` brought in from other MCP servers.
 
 Run by tests/bridge.rs as `python bridge_client.py SCENARIO` with MCP_URL
-set (and DIR for "filesystem"). Prints "PASS <check>" per check; any
+set (and DIR for "filesystem", EVERYTHING for "content": the command of the
+server-everything the bridge runs, which this client also runs directly). Prints "PASS <check>" per check; any
 failure raises, so the exit status is non-zero.
 """
 
 import asyncio
+import base64
 import os
+import re
 import sys
 
 import anyio
-from mcp import Client
+from mcp import Client, StdioServerParameters
 from mcp.shared.exceptions import MCPError
 
 URL = os.environ["MCP_URL"]
@@ -94,8 +97,52 @@ async def python(client):
     passed("list_changed")
 
 
+# Tools of server-everything that answer with more than text.
+CONTENT_CALLS = [
+    ("get-tiny-image", {}),
+    ("get-resource-links", {"count": 3}),
+    ("get-resource-reference", {"resourceType": "Text", "resourceId": 2}),
+    ("get-resource-reference", {"resourceType": "Blob", "resourceId": 1}),
+    ("get-annotated-message", {"messageType": "success", "includeImage": True}),
+]
+
+
+def blocks(result):
+    """The content blocks as JSON, the clock time server-everything writes
+    into each embedded resource ("created at 4:05:06 AM") masked: two calls
+    a second apart differ there and nowhere else."""
+    dumped = [block.model_dump(by_alias=True, exclude_none=True, mode="json") for block in result.content]
+    for block in dumped:
+        resource = block.get("resource", {}) if block.get("type") == "resource" else {}
+        if "text" in resource:
+            resource["text"] = mask_clock(resource["text"])
+        if "blob" in resource:
+            text = base64.b64decode(resource["blob"]).decode()
+            resource["blob"] = base64.b64encode(mask_clock(text).encode()).decode()
+    return dumped
+
+
+def mask_clock(text):
+    return re.sub(r"created at .*$", "created at (time)", text)
+
+
+async def content(client):
+    """Each call's content through the door is the server's own, block for block."""
+    upstream = StdioServerParameters(command=os.environ["EVERYTHING"], args=[])
+    async with Client(upstream, cache=None) as direct:
+        for name, args in CONTENT_CALLS:
+            want = await direct.call_tool(name, args)
+            got = await client.call_tool(name, args)
+            assert not got.is_error, (name, got)
+            assert {b["type"] for b in blocks(want)} - {"text"}, (name, "no block beyond text", blocks(want))
+            assert blocks(got) == blocks(want), (name, blocks(got), blocks(want))
+            passed(f"content {name}")
+
+
 async def main():
-    scenario = {"everything": everything, "filesystem": filesystem, "python": python}[sys.argv[1]]
+    scenario = {"everything": everything, "filesystem": filesystem, "python": python, "content": content}[
+        sys.argv[1]
+    ]
     async with Client(URL, cache=None) as client:
         await scenario(client)
 

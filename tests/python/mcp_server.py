@@ -2,6 +2,10 @@
 
     python mcp_server.py stdio
     python mcp_server.py http PORT    (0 picks a free port)
+    python mcp_server.py https PORT   (TLS_CERT, TLS_KEY; TLS_CLIENT_CA to require a client certificate)
+
+Over HTTP, $MODERN_ONLY makes it a server of MCP 2026-07-28 alone: it
+refuses `initialize` ("refused initialize" in $EVENTS).
 
 Over HTTP it prints "listening on 127.0.0.1:PORT" once it accepts
 connections. Every event a test waits for is appended, one per line, to the
@@ -100,7 +104,13 @@ async def add_tool(name: str, ctx: Context) -> str:
         return f"{name}: {text}"
 
     server.add_tool(added, name=name, description=f"A tool added at runtime: {name}.")
-    await ctx.session.send_tool_list_changed()
+    # 2026-07-28 clients hear of it on their subscriptions/listen streams;
+    # earlier ones from the free-standing notification.
+    await ctx.notify_tools_changed()
+    try:
+        await ctx.session.send_tool_list_changed()
+    except Exception as error:  # a 2026-07-28 request has no session channel
+        event(f"no list_changed channel: {error!r}")
     event(f"added {name}")
     return f"added {name}"
 
@@ -112,6 +122,53 @@ async def list_in_pages(ctx, params):
     start = int(params.cursor or 0)
     after = start + size
     return ListToolsResult(tools=tools[start:after], next_cursor=str(after) if after < len(tools) else None)
+
+
+def refuse_initialize(app):
+    """The app as a server that speaks only MCP 2026-07-28: `initialize`
+    (the handshake of earlier revisions) is refused, naming the revision."""
+
+    async def guarded(scope, receive, send):
+        if scope["type"] != "http" or scope["method"] != "POST":
+            return await app(scope, receive, send)
+        chunks, more = [], True
+        while more:
+            message = await receive()
+            chunks.append(message.get("body", b""))
+            more = message.get("more_body", False)
+        body = b"".join(chunks)
+        try:
+            request = json.loads(body)
+        except ValueError:
+            request = None
+        if isinstance(request, dict) and request.get("method") == "initialize":
+            event("refused initialize")
+            error = {
+                "jsonrpc": "2.0",
+                "id": request.get("id"),
+                "error": {
+                    "code": -32022,
+                    "message": "this server speaks only MCP 2026-07-28: use server/discover",
+                    "data": {"supported": ["2026-07-28"]},
+                },
+            }
+            payload = json.dumps(error).encode()
+            await send({"type": "http.response.start", "status": 400,
+                        "headers": [(b"content-type", b"application/json")]})
+            await send({"type": "http.response.body", "body": payload})
+            return
+        replayed = False
+
+        async def replay():
+            nonlocal replayed
+            if replayed:
+                return await receive()
+            replayed = True
+            return {"type": "http.request", "body": body, "more_body": False}
+
+        await app(scope, replay, send)
+
+    return guarded
 
 
 def main():
@@ -131,10 +188,17 @@ def main():
     listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
     listener.bind(("127.0.0.1", port))
     app = server.streamable_http_app(host="127.0.0.1")
-    # `https PORT`: TLS with the certificate and key TLS_CERT and TLS_KEY name.
+    if os.environ.get("MODERN_ONLY"):
+        app = refuse_initialize(app)
+    # `https PORT`: TLS with the certificate and key TLS_CERT and TLS_KEY name;
+    # with TLS_CLIENT_CA, a client certificate that CA issued is required.
     tls = {}
     if sys.argv[1] == "https":
         tls = {"ssl_certfile": os.environ["TLS_CERT"], "ssl_keyfile": os.environ["TLS_KEY"]}
+        if os.environ.get("TLS_CLIENT_CA"):
+            import ssl
+
+            tls |= {"ssl_ca_certs": os.environ["TLS_CLIENT_CA"], "ssl_cert_reqs": ssl.CERT_REQUIRED}
     config = uvicorn.Config(app, log_level="warning", **tls)
     uv = uvicorn.Server(config)
 

@@ -5,12 +5,14 @@ use arc_swap::ArcSwapOption;
 use rmcp::Peer;
 use rmcp::model::{
     CallToolRequest, CallToolRequestParams, CallToolResult, ClientRequest, ContentBlock,
-    ResourceContents, ServerResult,
+    ServerResult,
 };
 use rmcp::service::{PeerRequestOptions, RoleClient, ServiceError};
 use serde_json::Value;
 use std::sync::Arc;
 use tokio::sync::{Notify, mpsc};
+use toolmesh::content;
+use toolmesh::pb::ContentPart;
 use toolmesh_executor::{CallCx, JsonTool, ToolFailure, ToolOutput};
 use tracing::debug;
 
@@ -151,11 +153,14 @@ fn result_kind(result: &ServerResult) -> &'static str {
 }
 
 /// A `tools/call` result as toolmesh's: `isError` is a tool error with the
-/// upstream's text; otherwise the text content is `output` and
+/// upstream's text; otherwise text alone is `output`, content with more
+/// than text (images, audio, resource links, embedded resources) is carried
+/// block by block as the result's parts (`output` then describes each), and
 /// `structuredContent` is `data` (the text is the data's JSON when there is
-/// no text).
+/// no content).
 pub(crate) fn outcome(result: CallToolResult) -> Result<ToolOutput, ToolFailure> {
-    let text = text_of(&result.content);
+    let parts: Vec<ContentPart> = result.content.iter().map(part_of).collect();
+    let text = content::text_of(&parts);
     if result.is_error == Some(true) {
         let message = if text.is_empty() {
             "the tool reported an error without a message".to_owned()
@@ -165,47 +170,28 @@ pub(crate) fn outcome(result: CallToolResult) -> Result<ToolOutput, ToolFailure>
         return Err(ToolFailure::new(message));
     }
     let data = result.structured_content.filter(|v| !v.is_null());
+    let output = if content::only_text(&parts) {
+        match &data {
+            Some(data) if text.is_empty() => return Ok(ToolOutput::json(data)),
+            _ => ToolOutput::text(text),
+        }
+    } else {
+        ToolOutput::from_parts(parts)
+    };
     Ok(match data {
-        Some(data) if text.is_empty() => ToolOutput::json(&data),
-        Some(data) => ToolOutput::text(text).with_data(data),
-        None => ToolOutput::text(text),
+        Some(data) => output.with_data(data),
+        None => output,
     })
 }
 
-/// The content blocks as text for the model: text as it is, embedded text
-/// resources' text, and a short line for each block a text channel cannot
-/// carry (images, audio, binary resources, links).
-fn text_of(content: &[ContentBlock]) -> String {
-    let parts: Vec<String> = content
-        .iter()
-        .map(|block| match block {
-            ContentBlock::Text(text) => text.text.clone(),
-            ContentBlock::Image(image) => {
-                format!(
-                    "[image {}, {} bytes of base64]",
-                    image.mime_type,
-                    image.data.len()
-                )
-            }
-            ContentBlock::Audio(audio) => {
-                format!(
-                    "[audio {}, {} bytes of base64]",
-                    audio.mime_type,
-                    audio.data.len()
-                )
-            }
-            ContentBlock::Resource(embedded) => match &embedded.resource {
-                ResourceContents::TextResourceContents { text, .. } => text.clone(),
-                ResourceContents::BlobResourceContents { uri, blob, .. } => {
-                    format!("[resource {uri}, {} bytes of base64]", blob.len())
-                }
-                _ => "[a resource the bridge cannot show as text]".to_owned(),
-            },
-            ContentBlock::ResourceLink(link) => format!("[resource link {}]", link.uri),
-            _ => "[content the bridge cannot show as text]".to_owned(),
-        })
-        .collect();
-    parts.join("\n")
+/// One MCP content block as a part; a block the mesh cannot carry (data
+/// that is not base64, a type tool results do not have) is a text part
+/// saying so, so the rest of the answer still arrives.
+fn part_of(block: &ContentBlock) -> ContentPart {
+    let mapped = serde_json::to_value(block)
+        .map_err(|e| e.to_string())
+        .and_then(|json| content::from_mcp(&json).map_err(|e| e.to_string()));
+    mapped.unwrap_or_else(|why| content::text(format!("[the MCP server sent {why}]")))
 }
 
 #[cfg(test)]
@@ -215,7 +201,7 @@ mod tests {
 
     /// Text and structured content pass through; structured alone becomes
     /// the text too; isError is a tool error with the upstream's text;
-    /// images are described, not dropped.
+    /// images are carried as parts, not flattened to text.
     #[test]
     fn results_map_to_outputs_and_failures() {
         let mut both = CallToolResult::success(vec![ContentBlock::text("sunny")]);
@@ -241,9 +227,26 @@ mod tests {
             ContentBlock::text("a picture:"),
             ContentBlock::image("aGVsbG8=", "image/png"),
         ]);
+        let mixed = outcome(mixed).unwrap();
+        assert_eq!(mixed.output(), "");
+        let parts = mixed.parts();
         assert_eq!(
-            outcome(mixed).unwrap().output(),
-            "a picture:\n[image image/png, 8 bytes of base64]"
+            content::text_of(parts),
+            "a picture:\n[image image/png, 5 bytes]"
+        );
+        assert_eq!(
+            content::to_mcp(&parts[1]),
+            Some(json!({"type": "image", "data": "aGVsbG8=", "mimeType": "image/png"}))
+        );
+        let broken = outcome(CallToolResult::success(vec![ContentBlock::image(
+            "%%",
+            "image/png",
+        )]));
+        let broken = broken.unwrap();
+        assert!(
+            broken.output().contains("not base64"),
+            "{}",
+            broken.output()
         );
     }
 }

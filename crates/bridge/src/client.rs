@@ -1,4 +1,4 @@
-//! The bridge's side of an MCP session: who it says it is, where each call's `notifications/progress` go (routed as the transport reads them, so they keep their order and come before the call's answer), and the `tools/list_changed` signal the supervisor waits on.
+//! The bridge's side of an MCP session: who it says it is, where each call's `notifications/progress` go (routed as the transport reads them, so they keep their order and come before the call's answer), and the tools-changed signal the supervisor waits on.
 
 use rmcp::ClientHandler;
 use rmcp::model::{
@@ -45,6 +45,13 @@ impl BridgeClient {
             client: self.clone(),
             token,
         }
+    }
+
+    /// Says the upstream's tools changed: `notifications/tools/list_changed`
+    /// on its own (revisions with `initialize`) or on a
+    /// `subscriptions/listen` stream (2026-07-28).
+    pub(crate) fn tools_changed(&self) {
+        self.inner.list_changed.notify_one();
     }
 
     /// Resolves at the next `tools/list_changed` (or at once, if one came
@@ -136,13 +143,13 @@ impl ClientHandler for BridgeClient {
             ClientCapabilities::default(),
             Implementation::new("toolmesh-bridge", env!("CARGO_PKG_VERSION")),
         );
-        // The handshake every server still speaks (the newest revision has
-        // none; its servers answer this one too).
+        // The handshake of an upstream that does not know `server/discover`
+        // (the 2026-07-28 revision, tried first, has none).
         config.protocol_version = ProtocolVersion::LATEST_WITH_INITIALIZE;
         config
     }
 
     async fn on_tool_list_changed(&self, _context: NotificationContext<RoleClient>) {
-        self.inner.list_changed.notify_one();
+        self.tools_changed();
     }
 }

@@ -24,6 +24,22 @@ pub enum BridgeError {
         /// What was wrong with it.
         reason: String,
     },
+    /// A `--url-cert` or `--url-key` file that cannot serve as the
+    /// bridge's client certificate.
+    #[error(
+        "{flag} {path}: {reason}; give --url-cert a PEM file with the bridge's client certificate (and any intermediates) and --url-key a PEM file with its private key (PKCS#8, RSA or SEC1)"
+    )]
+    BadIdentity {
+        /// The flag, with its dashes.
+        flag: &'static str,
+        /// The file.
+        path: String,
+        /// What was wrong with it.
+        reason: String,
+    },
+    /// A client certificate without its key, or a key alone.
+    #[error("{0} needs {1}: a client certificate is given as both its certificate and its key")]
+    HalfIdentity(&'static str, &'static str),
     /// A `--header` that does not parse.
     #[error("--header {0:?}: {1}")]
     BadHeader(String, String),
@@ -84,6 +100,8 @@ impl BridgeError {
             BridgeError::NoCommand
             | BridgeError::BadUrl(..)
             | BridgeError::BadCa { .. }
+            | BridgeError::BadIdentity { .. }
+            | BridgeError::HalfIdentity(..)
             | BridgeError::BadHeader(..)
             | BridgeError::Spawn { .. }
             | BridgeError::Tools(_)

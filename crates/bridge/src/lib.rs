@@ -1,7 +1,9 @@
 //! An existing MCP server as a toolmesh executor (`toolmesh bridge mcp`).
 //!
 //! The bridge is an MCP client of one upstream server — a command it
-//! starts and speaks to over stdio, or a Streamable HTTP URL — and an
+//! starts and speaks to over stdio, or a Streamable HTTP URL; of the
+//! stateless 2026-07-28 revision or of the `initialize` era, as the
+//! upstream answers — and an
 //! ordinary executor of the mesh, built on the executor SDK: it lists the
 //! upstream's tools (every page), maps each to a spec ([`ToolSelection`]:
 //! which tools, under which name, with what risk), registers them, and
@@ -24,6 +26,7 @@ mod supervisor;
 mod upstream;
 
 pub use error::BridgeError;
+pub use http::{HttpsFiles, HttpsSettings};
 pub use mapping::{ProblemKind, ServerIdentity, ToolProblem, ToolSelection};
 pub use supervisor::{BACKOFF_INITIAL, BACKOFF_MAX};
 pub use upstream::Upstream;

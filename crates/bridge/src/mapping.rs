@@ -27,9 +27,29 @@ pub struct ToolSelection {
     pub owner: String,
     /// Labels added to every tool.
     pub tags: Vec<String>,
+    /// Also tag every tool `owner:OWNER` (with [`ToolSelection::owner`]), so
+    /// a policy grant, which selects tools by name or tag, can cover every
+    /// tool a team answers for with `tags = ["owner:OWNER"]`.
+    pub owner_tag: bool,
 }
 
 impl ToolSelection {
+    /// The tag `--owner-tag` adds to every tool.
+    pub const OWNER_TAG_PREFIX: &'static str = "owner:";
+
+    /// The labels every tool gets: `--tag`, then `owner:OWNER` with
+    /// `--owner-tag` (once, and only when there is an owner).
+    fn tool_tags(&self) -> Vec<String> {
+        let mut tags = self.tags.clone();
+        if self.owner_tag && !self.owner.trim().is_empty() {
+            let tag = format!("{}{}", Self::OWNER_TAG_PREFIX, self.owner.trim());
+            if !tags.contains(&tag) {
+                tags.push(tag);
+            }
+        }
+        tags
+    }
+
     /// Whether `--tools` exposes the upstream tool `name`.
     pub fn exposes(&self, name: &str) -> bool {
         self.tools.is_empty() || self.tools.iter().any(|p| p.matches(name))
@@ -248,7 +268,7 @@ fn spec_of(
         streams_progress: true,
         timeout_ms: u32::try_from(selection.timeout.as_millis()).unwrap_or(u32::MAX),
         owner: selection.owner.clone(),
-        tags: selection.tags.clone(),
+        tags: selection.tool_tags(),
         ..ToolSpec::default()
     }
 }
@@ -401,6 +421,7 @@ mod tests {
             timeout: Duration::from_secs(30),
             owner: "team-x".into(),
             tags: vec!["mcp".into()],
+            owner_tag: false,
         };
         let mapped = map_tools(&offered, &selection, &server());
         assert!(mapped.problems.is_empty(), "{:?}", mapped.problems);
@@ -421,6 +442,12 @@ mod tests {
         );
         assert_eq!(by_name["wipe"].spec.risk, RiskLevel::Medium as i32);
         assert!(!by_name["wipe"].spec.idempotent);
+        let tagged = ToolSelection {
+            owner_tag: true,
+            ..selection.clone()
+        };
+        let tagged = map_tools(&offered, &tagged, &server());
+        assert_eq!(tagged.tools[0].spec.tags, ["mcp", "owner:team-x"]);
         let odd = by_name["odd_name"];
         assert_eq!(odd.upstream, "odd.name");
         assert!(odd.spec.idempotent);

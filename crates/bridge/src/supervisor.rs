@@ -1,12 +1,12 @@
-//! Keeps the upstream and the mesh in step: lists the upstream's tools (every page) and registers them, again on each `tools/list_changed`; when the upstream goes away, NOT_SERVING at once, then reconnect (a stdio child started again) with backoff, and SERVING once it is back.
+//! Keeps the upstream and the mesh in step: lists the upstream's tools (every page) and registers them, again on each `tools/list_changed` (free-standing, or on a `subscriptions/listen` stream on MCP 2026-07-28); when the upstream goes away, NOT_SERVING at once, then reconnect (a stdio child started again) with backoff, and SERVING once it is back.
 
 use crate::call::{Link, UpstreamTool};
 use crate::error::{BridgeError, NoPong};
 use crate::mapping::{Mapped, ServerIdentity, ToolSelection, map_tools};
 use crate::upstream::{Session, Upstream};
 use rmcp::Peer;
-use rmcp::model::{ClientRequest, PingRequest, Tool};
-use rmcp::service::{PeerRequestOptions, RoleClient};
+use rmcp::model::{ClientRequest, PingRequest, ServerNotification, SubscriptionFilter, Tool};
+use rmcp::service::{PeerRequestOptions, RoleClient, ServiceError};
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::time::Instant;
@@ -227,6 +227,13 @@ impl Supervisor {
         }
         self.control.set_serving(true).await;
         info!(upstream = %self.link.server, tools = self.control.specs().len(), "serving the upstream's tools");
+        // On 2026-07-28 a change is told only on a stream asked for; it
+        // lives as long as this session is served.
+        let listening = stop.child_token();
+        let _listening = listening.clone().drop_guard();
+        if needs_listen(peer) {
+            tokio::spawn(listen(peer.clone(), self.link.clone(), listening));
+        }
         loop {
             tokio::select! {
                 () = stop.cancelled() => return Ended::Stopped,
@@ -271,6 +278,75 @@ impl Supervisor {
             error!(upstream = %self.link.server, error = %e, "the upstream's tools could not be served");
         }
         Ok(())
+    }
+}
+
+/// Whether the session speaks a revision without `initialize` (2026-07-28
+/// on), whose servers tell of changes only on a `subscriptions/listen`
+/// stream, and the upstream says its tool list can change.
+fn needs_listen(peer: &Peer<RoleClient>) -> bool {
+    peer.peer_info().is_some_and(|info| {
+        !info.protocol_version.has_initialize()
+            && info
+                .capabilities
+                .tools
+                .as_ref()
+                .is_some_and(|tools| tools.list_changed == Some(true))
+    })
+}
+
+/// Holds a `subscriptions/listen` stream for tool list changes open on the
+/// upstream until `stop`, each change raising the signal the supervisor
+/// lists again on. A stream that ends is opened again after a pause, and
+/// the tools are listed again then (changes are not replayed); an upstream
+/// that refuses to listen is followed by its session alone.
+async fn listen(peer: Peer<RoleClient>, link: Arc<Link>, stop: CancellationToken) {
+    let filter = SubscriptionFilter::builder().tools_list_changed().build();
+    let mut backoff = Backoff::new();
+    let mut reopened = false;
+    loop {
+        let opened = tokio::select! {
+            () = stop.cancelled() => return,
+            opened = peer.listen(filter.clone()) => opened,
+        };
+        match opened {
+            Ok(mut subscription) => {
+                debug!(upstream = %link.server, "listening for tool list changes");
+                if reopened {
+                    link.client.tools_changed();
+                }
+                let began = Instant::now();
+                loop {
+                    let next = tokio::select! {
+                        () = stop.cancelled() => {
+                            let _ = subscription.cancel().await;
+                            return;
+                        }
+                        next = subscription.next() => next,
+                    };
+                    match next {
+                        Ok(Some(ServerNotification::ToolListChangedNotification(_))) => {
+                            link.client.tools_changed();
+                        }
+                        Ok(Some(_)) => {}
+                        Ok(None) | Err(_) => break,
+                    }
+                }
+                if began.elapsed() > STABLE_AFTER {
+                    backoff.reset();
+                }
+            }
+            Err(ServiceError::McpError(error)) => {
+                warn!(upstream = %link.server, code = error.code.0, message = %error.message, "the upstream refused subscriptions/listen; its tool list is read again only when it reconnects");
+                return;
+            }
+            // The session is going: the supervisor sees it.
+            Err(_) => {}
+        }
+        reopened = true;
+        if !pause(&stop, backoff.next_wait()).await {
+            return;
+        }
     }
 }
 

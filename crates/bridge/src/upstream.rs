@@ -2,13 +2,14 @@
 
 use crate::client::{BridgeClient, Observed};
 use crate::error::BridgeError;
+use crate::http::{HttpsFiles, HttpsSettings};
 use http::{HeaderName, HeaderValue};
-use rmcp::ServiceExt;
+use rmcp::model::ProtocolVersion;
 use rmcp::service::{RoleClient, RunningService};
 use rmcp::transport::streamable_http_client::StreamableHttpClientTransportConfig;
-use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess};
+use rmcp::transport::{StreamableHttpClientTransport, TokioChildProcess, Transport};
+use rmcp::{ClientLifecycleMode, ClientServiceExt};
 use std::collections::HashMap;
-use std::path::Path;
 use std::time::Duration;
 
 /// Longest the upstream may take to answer `initialize`.
@@ -46,8 +47,9 @@ pub enum Upstream {
         headers: HashMap<HeaderName, HeaderValue>,
         /// Sent as `Authorization: Bearer …`.
         bearer: Option<String>,
-        /// Certificates trusted besides the system's roots (`--url-ca`).
-        roots: Vec<reqwest::Certificate>,
+        /// Certificates trusted besides the system's roots (`--url-ca`)
+        /// and the client certificate (`--url-cert`, `--url-key`).
+        tls: HttpsSettings,
     },
 }
 
@@ -71,13 +73,13 @@ impl Upstream {
     }
 
     /// A Streamable HTTP endpoint with `headers` (each `Name: value`), an
-    /// optional bearer token and, for `https://`, a CA file to trust besides
-    /// the system's roots.
+    /// optional bearer token and, for `https://`, the `tls` files: a CA to
+    /// trust besides the system's roots, a client certificate and its key.
     pub fn http(
         url: &str,
         headers: &[String],
         bearer: Option<String>,
-        ca: Option<&Path>,
+        tls: &HttpsFiles,
     ) -> Result<Upstream, BridgeError> {
         let parsed: http::Uri = url.parse().map_err(|e: http::uri::InvalidUri| {
             BridgeError::BadUrl(url.to_owned(), e.to_string())
@@ -91,10 +93,7 @@ impl Upstream {
                 ));
             }
         }
-        let roots = match ca {
-            Some(path) => crate::http::trusted_roots(path)?,
-            None => Vec::new(),
-        };
+        let tls = tls.load()?;
         let mut parsed_headers = HashMap::new();
         for header in headers {
             let (name, value) = parse_header(header)?;
@@ -104,7 +103,7 @@ impl Upstream {
             url: url.to_owned(),
             headers: parsed_headers,
             bearer: bearer.filter(|b| !b.is_empty()),
-            roots,
+            tls,
         })
     }
 
@@ -148,19 +147,15 @@ impl Upstream {
                             command: self.describe(),
                             source,
                         })?;
-                    let transport = Observed::new(child, client.clone());
-                    client
-                        .serve(transport)
-                        .await
-                        .map_err(|e| self.connect_error(e))
+                    self.open(child, client).await
                 }
                 Upstream::Http {
                     url,
                     headers,
                     bearer,
-                    roots,
+                    tls,
                 } => {
-                    let http = crate::http::client(roots).map_err(|e| BridgeError::Connect {
+                    let http = crate::http::client(tls).map_err(|e| BridgeError::Connect {
                         upstream: self.describe(),
                         reason: crate::http::error_chain(&e),
                     })?;
@@ -171,10 +166,7 @@ impl Upstream {
                         config = config.auth_header(token.clone());
                     }
                     let transport = StreamableHttpClientTransport::with_client(http, config);
-                    client
-                        .serve(transport)
-                        .await
-                        .map_err(|e| self.connect_error(e))
+                    self.open(transport, client).await
                 }
             }
         };
@@ -185,6 +177,27 @@ impl Upstream {
                 reason: format!("it did not answer initialize within {CONNECT_TIMEOUT:?}"),
             }),
         }
+    }
+
+    /// Opens a session over `transport`, whichever it is: every message
+    /// read passes the progress relay ([`Observed`]) first, so progress
+    /// reaches callers alike from a stdio child and an HTTP server. The
+    /// revision is the upstream's choice: `server/discover` first (MCP
+    /// 2026-07-28, stateless), and the `initialize` handshake of earlier
+    /// revisions when the upstream answers that it does not know it.
+    async fn open<T>(&self, transport: T, client: BridgeClient) -> Result<Session, BridgeError>
+    where
+        T: Transport<RoleClient> + Send + 'static,
+    {
+        let observed = Observed::new(transport, client.clone());
+        let lifecycle = ClientLifecycleMode::Auto {
+            preferred_versions: vec![ProtocolVersion::V_2026_07_28],
+            legacy_version: Some(ProtocolVersion::LATEST_WITH_INITIALIZE),
+        };
+        client
+            .serve_with_lifecycle(observed, lifecycle)
+            .await
+            .map_err(|e| self.connect_error(e))
     }
 
     fn connect_error(&self, error: rmcp::service::ClientInitializeError) -> BridgeError {
@@ -201,17 +214,48 @@ impl Upstream {
             }
             other => crate::http::error_chain(other),
         };
-        let reason = if matches!(self, Upstream::Http { .. }) && reason.contains("certificate") {
-            format!(
-                "{reason}; if the server's certificate comes from a private CA, give that CA's PEM file with --url-ca"
-            )
-        } else {
-            reason
+        let hint = match self {
+            Upstream::Http { url, tls, .. } => {
+                tls_hint(&reason, url.starts_with("https://"), tls.identity.is_some())
+            }
+            Upstream::Stdio { .. } => None,
+        };
+        let reason = match hint {
+            Some(hint) => format!("{reason}; {hint}"),
+            None => reason,
         };
         BridgeError::Connect {
             upstream: self.describe(),
             reason,
         }
+    }
+}
+
+/// What to do about a TLS failure that `reason` describes: an `https://`
+/// server that requires a client certificate and got none (it sends the
+/// `certificate_required` alert, or just closes or resets the connection
+/// after the handshake), or a server certificate from a CA the bridge does
+/// not trust.
+fn tls_hint(reason: &str, https: bool, has_identity: bool) -> Option<&'static str> {
+    let lower = reason.to_ascii_lowercase();
+    let client_refused = [
+        "certificaterequired",
+        "certificate required",
+        "close_notify",
+        "connection reset",
+    ]
+    .iter()
+    .any(|sign| lower.contains(sign));
+    if https && client_refused && !has_identity {
+        Some(
+            "the server ended the TLS handshake, as a server that requires a client certificate does when given none: give the bridge's certificate and key with --url-cert and --url-key",
+        )
+    } else if lower.contains("certificate") {
+        Some(
+            "if the server's certificate comes from a private CA, give that CA's PEM file with --url-ca",
+        )
+    } else {
+        None
     }
 }
 
@@ -241,7 +285,7 @@ mod tests {
             "http://127.0.0.1:9/mcp",
             &["X-Team: blue".into(), "authorization:Bearer abc".into()],
             Some("t".into()),
-            None,
+            &HttpsFiles::default(),
         )
         .unwrap();
         let Upstream::Http { headers, .. } = &upstream else {
@@ -252,32 +296,78 @@ mod tests {
         assert_eq!(header("authorization"), "Bearer abc");
         assert!(!format!("{upstream:?}").contains("abc"));
 
-        let bad = Upstream::http("http://h/mcp", &["no colon".into()], None, None).unwrap_err();
+        let bad = Upstream::http(
+            "http://h/mcp",
+            &["no colon".into()],
+            None,
+            &HttpsFiles::default(),
+        )
+        .unwrap_err();
         assert!(bad.to_string().contains("'Name: value'"), "{bad}");
-        assert!(Upstream::http("https://h/mcp", &[], None, None).is_ok());
-        let relative = Upstream::http("/mcp", &[], None, None).unwrap_err();
+        assert!(Upstream::http("https://h/mcp", &[], None, &HttpsFiles::default()).is_ok());
+        let relative = Upstream::http("/mcp", &[], None, &HttpsFiles::default()).unwrap_err();
         assert!(
             relative.to_string().contains("http://HOST:PORT/PATH"),
             "{relative}"
         );
         let not_pem = std::env::temp_dir().join(format!("bridge-ca-{}.pem", std::process::id()));
         std::fs::write(&not_pem, "not a certificate").unwrap();
-        let ca = Upstream::http("https://h/mcp", &[], None, Some(&not_pem)).unwrap_err();
+        let ca = |path: &std::path::Path| HttpsFiles {
+            ca: Some(path.to_owned()),
+            ..HttpsFiles::default()
+        };
+        let bad = Upstream::http("https://h/mcp", &[], None, &ca(&not_pem)).unwrap_err();
         std::fs::remove_file(&not_pem).unwrap();
         assert!(
-            ca.to_string().contains("--url-ca") && ca.to_string().contains("PEM"),
-            "{ca}"
+            bad.to_string().contains("--url-ca") && bad.to_string().contains("PEM"),
+            "{bad}"
         );
         let missing = Upstream::http(
             "https://h/mcp",
             &[],
             None,
-            Some(Path::new("/nonexistent/ca.pem")),
+            &ca(std::path::Path::new("/nonexistent/ca.pem")),
         );
         assert!(
             matches!(missing, Err(BridgeError::BadCa { .. })),
             "{missing:?}"
         );
         assert!(matches!(Upstream::stdio(&[]), Err(BridgeError::NoCommand)));
+        let half = HttpsFiles {
+            cert: Some("/tmp/cert.pem".into()),
+            ..HttpsFiles::default()
+        };
+        let half = Upstream::http("https://h/mcp", &[], None, &half).unwrap_err();
+        assert!(half.to_string().contains("--url-key"), "{half}");
+    }
+
+    /// A handshake an https server ends (alert, close or reset) points at a
+    /// client certificate when the bridge has none; a refused server certificate
+    /// at --url-ca.
+    #[test]
+    fn tls_failures_say_which_flag_helps() {
+        let closed = "connection error: peer closed connection without sending TLS close_notify";
+        assert!(
+            tls_hint(closed, true, false)
+                .unwrap()
+                .contains("--url-cert")
+        );
+        let reset = "connection error: Connection reset by peer (os error 104)";
+        assert!(tls_hint(reset, true, false).unwrap().contains("--url-cert"));
+        assert_eq!(tls_hint(reset, false, false), None, "plain http: no TLS");
+        let alert = "received fatal alert: CertificateRequired";
+        assert!(tls_hint(alert, true, false).unwrap().contains("--url-key"));
+        let untrusted = "invalid peer certificate: UnknownIssuer";
+        assert!(
+            tls_hint(untrusted, true, false)
+                .unwrap()
+                .contains("--url-ca")
+        );
+        assert!(
+            tls_hint(untrusted, true, true)
+                .unwrap()
+                .contains("--url-ca")
+        );
+        assert_eq!(tls_hint("connection refused", true, false), None);
     }
 }

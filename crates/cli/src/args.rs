@@ -666,6 +666,11 @@ pub(crate) struct BridgeMcpArgs {
     /// Labels added to every tool (comma-separated).
     #[arg(long = "tag", value_delimiter = ',', value_name = "TAG")]
     pub(crate) tags: Vec<String>,
+    /// Also tag every tool owner:OWNER (the --owner given), so a policy
+    /// grant can cover all of the owner's tools with tags = ["owner:OWNER"]
+    /// (grants select tools by name or tag, not by owner).
+    #[arg(long, requires = "owner")]
+    pub(crate) owner_tag: bool,
     /// The upstream tools to expose: names or globs with `*` and `?`
     /// (comma-separated); default all. The others are never listed.
     #[arg(long, value_delimiter = ',', value_name = "GLOB")]
@@ -702,6 +707,14 @@ pub(crate) struct BridgeMcpArgs {
     /// besides the system's roots (a server with a private CA).
     #[arg(long, requires = "url", value_name = "PEM")]
     pub(crate) url_ca: Option<std::path::PathBuf>,
+    /// Present the client certificate in this PEM file (with any
+    /// intermediates) to an https:// --url that asks for one; needs
+    /// --url-key.
+    #[arg(long, requires_all = ["url", "url_key"], value_name = "PEM")]
+    pub(crate) url_cert: Option<std::path::PathBuf>,
+    /// The private key of --url-cert (PEM: PKCS#8, RSA or SEC1).
+    #[arg(long, requires_all = ["url", "url_cert"], value_name = "PEM")]
+    pub(crate) url_key: Option<std::path::PathBuf>,
     /// The command that starts the server, after `--`; it is spoken to
     /// over stdio and does not inherit TOOLMESH_* variables.
     #[arg(last = true, value_name = "COMMAND")]

@@ -4,7 +4,7 @@ use crate::Failure;
 use crate::args::{BridgeArgs, BridgeMcpArgs, FlagError};
 use std::time::Duration;
 use toolmesh::pb::RiskLevel;
-use toolmesh_bridge::{Bridge, BridgeError, BridgeOptions, ToolSelection, Upstream};
+use toolmesh_bridge::{Bridge, BridgeError, BridgeOptions, HttpsFiles, ToolSelection, Upstream};
 use toolmesh_governance::ToolPattern;
 
 /// Longest `--timeout-ms` a tool may declare.
@@ -71,7 +71,12 @@ fn options(
                 ),
                 None => None,
             };
-            Upstream::http(url, &args.header, bearer, args.url_ca.as_deref())
+            let tls = HttpsFiles {
+                ca: args.url_ca.clone(),
+                cert: args.url_cert.clone(),
+                key: args.url_key.clone(),
+            };
+            Upstream::http(url, &args.header, bearer, &tls)
         }
         None => Upstream::stdio(&args.command),
     }?;
@@ -85,7 +90,7 @@ fn options(
 }
 
 /// `--tools`, `--rename`, `--risk`, `--idempotent`, `--timeout-ms`,
-/// `--owner` and `--tag` as a [`ToolSelection`].
+/// `--owner`, `--tag` and `--owner-tag` as a [`ToolSelection`].
 fn selection(args: &BridgeMcpArgs) -> Result<ToolSelection, FlagError> {
     let tools = args
         .tools
@@ -128,6 +133,7 @@ fn selection(args: &BridgeMcpArgs) -> Result<ToolSelection, FlagError> {
         timeout: Duration::from_millis(timeout_ms),
         owner: args.owner.clone().unwrap_or_default(),
         tags: args.tags.clone(),
+        owner_tag: args.owner_tag,
     })
 }
 

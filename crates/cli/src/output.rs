@@ -108,13 +108,23 @@ pub(crate) fn error_json(error: &ToolError) -> Value {
     })
 }
 
+/// A result as JSON; its content parts, when it has any, as the MCP
+/// content blocks they are (images and audio as base64).
 pub(crate) fn result_json(result: &ToolResult) -> Value {
-    json!({
+    let mut value = json!({
         "output": result.output,
         "data": embedded(&result.data),
         "metadata": result.metadata,
         "error": result.error.as_ref().filter(|e| e.code != 0).map(error_json),
-    })
+    });
+    if !result.parts.is_empty() {
+        value["parts"] = result
+            .parts
+            .iter()
+            .map(|part| toolmesh::content::to_mcp(part).unwrap_or(Value::Null))
+            .collect();
+    }
+    value
 }
 
 /// `toolmesh call --json`: the response and its result.
@@ -290,13 +300,15 @@ pub(crate) fn print_snapshot(snapshot: &Snapshot) {
     }
 }
 
-/// Every tool name in `snapshot`, sorted, SERVING when some version of it
-/// is exposed (enabled, an instance healthy: what a dispatcher publishes
-/// as `toolmesh.tool.NAME`, less its own outlier ejections), else
-/// NOT_SERVING.
+/// Every tool name in `snapshot` that some executor serves, sorted, SERVING
+/// when some version of it is exposed (enabled, an instance healthy: what a
+/// dispatcher publishes as `toolmesh.tool.NAME`, less its own outlier
+/// ejections), else NOT_SERVING.
 pub(crate) fn tool_health(snapshot: &Snapshot) -> Vec<ToolHealth> {
     let mut exposed: BTreeMap<&str, bool> = BTreeMap::new();
-    for entry in &snapshot.tools {
+    // ToolEntry::is_served on the wire form: a version no executor holds a
+    // lease for (all stopped, or gone past their lease) is no row.
+    for entry in snapshot.tools.iter().filter(|e| !e.instances.is_empty()) {
         if let Some(spec) = &entry.spec {
             *exposed.entry(&spec.name).or_default() |= entry.exposed;
         }
@@ -418,11 +430,16 @@ mod tests {
                 ..ToolSpec::default()
             }),
             exposed,
+            instances: vec![toolmesh::pb::Instance {
+                healthy: exposed,
+                ..Default::default()
+            }],
             ..ToolEntry::default()
         }
     }
 
-    /// A tool serves when any of its versions is exposed; one row per name.
+    /// A tool serves when any of its versions is exposed; one row per name;
+    /// a version no executor serves any more is no row.
     #[test]
     fn tool_health_is_per_name_from_the_snapshot() {
         let snapshot = Snapshot {
@@ -431,6 +448,10 @@ mod tests {
                 entry("a_tool", "1.0.0", false),
                 entry("a_tool", "2.0.0", true),
                 entry("c_tool", "1.0.0", true),
+                ToolEntry {
+                    instances: vec![],
+                    ..entry("d_gone", "1.0.0", false)
+                },
             ],
             ..Snapshot::default()
         };

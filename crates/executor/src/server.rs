@@ -257,7 +257,7 @@ fn check_arguments(def: &ToolDef, text: String) -> Result<Arguments, BadArgument
     Ok(Arguments::Tree(args))
 }
 
-fn success(def: &ToolDef, output: ToolOutput) -> ToolResult {
+fn success(def: &ToolDef, mut output: ToolOutput) -> ToolResult {
     if let Some(e) = output.encode_error {
         return failure(
             ErrorCode::ExecutorFailed,
@@ -267,11 +267,13 @@ fn success(def: &ToolDef, output: ToolOutput) -> ToolResult {
             ),
         );
     }
+    let (text, parts) = output.take_content();
     ToolResult {
-        output: output.output,
+        output: text,
         data: output.data,
         metadata: output.metadata,
         error: None,
+        parts,
     }
 }
 

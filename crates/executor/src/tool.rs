@@ -2,7 +2,7 @@
 
 use crate::CallCx;
 use std::{collections::HashMap, fmt, future::Future, time::Duration};
-use toolmesh::pb::{Precondition, RetryPolicy, RiskLevel, ToolSpec};
+use toolmesh::pb::{self, Precondition, RetryPolicy, RiskLevel, ToolSpec};
 
 /// A tool an executor serves.
 ///
@@ -220,6 +220,8 @@ pub struct ToolOutput {
     pub(crate) output: String,
     pub(crate) data: String,
     pub(crate) metadata: HashMap<String, String>,
+    /// Content beyond the text (images, audio, resources), after it.
+    pub(crate) parts: Vec<pb::ContentPart>,
     /// Set when a value could not be serialised; the call then fails with
     /// EXECUTOR_FAILED instead of returning half a result.
     pub(crate) encode_error: Option<String>,
@@ -230,6 +232,15 @@ impl ToolOutput {
     pub fn text(text: impl Into<String>) -> Self {
         ToolOutput {
             output: text.into(),
+            ..ToolOutput::default()
+        }
+    }
+
+    /// A result whose content is `parts`, in order (text parts among them):
+    /// what an MCP tool answers with.
+    pub fn from_parts(parts: Vec<pb::ContentPart>) -> Self {
+        ToolOutput {
+            parts,
             ..ToolOutput::default()
         }
     }
@@ -267,9 +278,49 @@ impl ToolOutput {
         self
     }
 
+    /// Adds a content part after the text and the parts added before it
+    /// (see [`toolmesh::content`]: `image`, `audio`, `resource_link`…). A
+    /// caller over MCP gets each as its content block; a gRPC caller gets
+    /// them in `ToolResult.parts`, and `output` describes each in a line for
+    /// readers of text alone.
+    pub fn with_part(mut self, part: pb::ContentPart) -> Self {
+        self.parts.push(part);
+        self
+    }
+
+    /// Adds an image (its bytes and media type, e.g. `image/png`).
+    pub fn with_image(self, data: impl Into<Vec<u8>>, mime_type: impl Into<String>) -> Self {
+        self.with_part(toolmesh::content::image(data, mime_type))
+    }
+
     /// The text for the model.
     pub fn output(&self) -> &str {
         &self.output
+    }
+
+    /// The content parts added with [`ToolOutput::with_part`].
+    pub fn parts(&self) -> &[pb::ContentPart] {
+        &self.parts
+    }
+
+    /// The result's content in order — the text first, when there is any,
+    /// then the parts — and the text a text-only reader gets for it; no
+    /// parts at all for text alone.
+    pub(crate) fn take_content(&mut self) -> (String, Vec<pb::ContentPart>) {
+        let output = std::mem::take(&mut self.output);
+        if self.parts.is_empty() {
+            return (output, Vec::new());
+        }
+        let text = (!output.is_empty()).then(|| toolmesh::content::text(output));
+        let parts: Vec<pb::ContentPart> = text
+            .into_iter()
+            .chain(std::mem::take(&mut self.parts))
+            .collect();
+        let text = toolmesh::content::text_of(&parts);
+        if toolmesh::content::only_text(&parts) {
+            return (text, Vec::new());
+        }
+        (text, parts)
     }
 
     /// The structured data as JSON text (empty when there is none).

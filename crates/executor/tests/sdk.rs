@@ -872,3 +872,52 @@ async fn execute_stream_keeps_deadlines_and_cancellation() {
     running.shutdown();
     running.done.await.unwrap().unwrap();
 }
+
+/// A tool that answers with a picture between two lines of text.
+struct Picture;
+
+impl Tool for Picture {
+    type Args = Empty;
+    fn info(&self) -> ToolInfo {
+        ToolInfo::new("picture", "1.0.0", "Draws a picture.")
+    }
+    async fn call(&self, _: Self::Args, _: CallCx) -> Result<ToolOutput, ToolFailure> {
+        Ok(ToolOutput::text("here it is:")
+            .with_image(b"\x89PNG-ish".to_vec(), "image/png")
+            .with_part(toolmesh::content::resource_link(
+                "file:///big.png",
+                "big.png",
+            )))
+    }
+}
+
+/// An SDK tool returns content parts beside its text: served over gRPC the
+/// result carries them in order (the text first, the image's bytes as
+/// they were), and `output` describes each for text-only readers.
+#[tokio::test]
+async fn parts_beside_the_text_reach_the_caller() {
+    use toolmesh::pb::content_part::Part;
+    let mut running = start(Executor::new("pics").tool(Picture), Duration::ZERO).await;
+    let mut client = ExecutorClient::connect(format!("http://{}", running.addr))
+        .await
+        .unwrap();
+    let result = execute(&mut client, request("picture", json!({}))).await;
+    assert_eq!(
+        code(&result),
+        ErrorCode::Unspecified,
+        "{}",
+        message(&result)
+    );
+    assert_eq!(
+        result.output,
+        "here it is:\n[image image/png, 8 bytes]\n[resource link file:///big.png (big.png)]"
+    );
+    assert!(matches!(&result.parts[0].part, Some(Part::Text(t)) if t == "here it is:"));
+    assert!(
+        matches!(&result.parts[1].part, Some(Part::Image(m)) if m.data == b"\x89PNG-ish" && m.mime_type == "image/png")
+    );
+    assert!(
+        matches!(&result.parts[2].part, Some(Part::ResourceLink(l)) if l.uri == "file:///big.png")
+    );
+    running.shutdown();
+}

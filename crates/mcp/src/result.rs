@@ -38,17 +38,27 @@ pub(crate) fn call_result(
     Ok(answer)
 }
 
-/// Text for the model (`output`, else the data itself) and the data as
-/// `structuredContent` when it is a JSON object (the dispatcher has already
-/// checked it against the output schema).
+/// The result's content parts as their MCP content blocks, in order, when
+/// it has parts; else its text (`output`, else the data itself). The data
+/// goes as `structuredContent` when it is a JSON object (the dispatcher has
+/// already checked it against the output schema).
 fn success(result: &ToolResult) -> CallToolResult {
     let data: Option<Value> = serde_json::from_str(&result.data).ok();
-    let text = if result.output.is_empty() {
-        result.data.clone()
-    } else {
-        result.output.clone()
+    // A part this build cannot render (a newer kind) leaves the text, which
+    // describes every part, rather than content with a hole in it.
+    let blocks: Option<Vec<ContentBlock>> = result
+        .parts
+        .iter()
+        .map(|part| {
+            toolmesh::content::to_mcp(part).and_then(|block| serde_json::from_value(block).ok())
+        })
+        .collect();
+    let content = match blocks {
+        Some(blocks) if !blocks.is_empty() => blocks,
+        _ if result.output.is_empty() => vec![ContentBlock::text(result.data.clone())],
+        _ => vec![ContentBlock::text(result.output.clone())],
     };
-    let mut answer = CallToolResult::success(vec![ContentBlock::text(text)]);
+    let mut answer = CallToolResult::success(content);
     answer.structured_content = data.filter(Value::is_object);
     answer
 }
@@ -110,6 +120,33 @@ mod tests {
             }),
             ..ToolResult::default()
         }
+    }
+
+    /// Parts reach MCP as their content blocks, in order, unchanged.
+    #[test]
+    fn parts_are_content_blocks() {
+        let image =
+            serde_json::json!({"type": "image", "data": "aGVsbG8=", "mimeType": "image/png"});
+        let link = serde_json::json!({"type": "resource_link", "uri": "file:///a", "name": "a"});
+        let parts = vec![
+            toolmesh::content::text("look:"),
+            toolmesh::content::from_mcp(&image).unwrap(),
+            toolmesh::content::from_mcp(&link).unwrap(),
+        ];
+        let answer = call_result(
+            "t",
+            response(ToolResult {
+                output: toolmesh::content::text_of(&parts),
+                parts,
+                ..ToolResult::default()
+            }),
+        )
+        .unwrap();
+        let content = serde_json::to_value(&answer.content).unwrap();
+        assert_eq!(
+            content,
+            serde_json::json!([{"type": "text", "text": "look:"}, image, link])
+        );
     }
 
     /// Success: the output as text and the data as structuredContent.

@@ -188,11 +188,11 @@ fn outage(result: &ToolResult) -> bool {
 /// A stale answer, saying so where the model reads it.
 fn marked_stale(mut stale: ToolResult, age: Duration, failure: &ToolResult) -> ToolResult {
     let why = failure.error.as_ref().map_or("", |e| e.message.as_str());
-    stale.output = format!(
-        "[cached answer from {} ms ago, served because the tool failed just now ({why}); it may be out of date]\n{}",
-        age.as_millis(),
-        stale.output
+    let note = format!(
+        "[cached answer from {} ms ago, served because the tool failed just now ({why}); it may be out of date]",
+        age.as_millis()
     );
+    toolmesh::content::prepend_note(&mut stale, &note);
     stale
 }
 

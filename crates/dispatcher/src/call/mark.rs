@@ -97,9 +97,10 @@ impl FellBack {
         result
             .metadata
             .insert("toolmesh.fallback_for".into(), self.from.clone());
-        result.output = format!(
-            "[answered by {} standing in for {}, which {}]\n{}",
-            self.to, self.from, self.why, result.output
+        let note = format!(
+            "[answered by {} standing in for {}, which {}]",
+            self.to, self.from, self.why
         );
+        toolmesh::content::prepend_note(result, &note);
     }
 }

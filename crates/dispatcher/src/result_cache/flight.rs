@@ -45,7 +45,7 @@ pub(crate) enum Flown {
 enum Stage {
     Flying,
     /// Its call ended with this answer, run under the leader's deadline.
-    Landed(ToolResult, Deadline),
+    Landed(Box<ToolResult>, Deadline),
     /// Its leader went away before an answer.
     Abandoned,
 }
@@ -98,7 +98,7 @@ impl Flights {
                 Ok(Stage::Landed(result, leaders))
                     if !cut_short_for(deadline, leaders, &result) =>
                 {
-                    return Flown::Shared(result);
+                    return Flown::Shared(*result);
                 }
                 // Abandoned, or cut short by a deadline this caller does not share.
                 Ok(_) => {}
@@ -159,7 +159,7 @@ struct Lead<'a> {
 impl Lead<'_> {
     /// The call answered `result`.
     fn land(self, result: ToolResult) {
-        self.end(Stage::Landed(result, self.deadline));
+        self.end(Stage::Landed(Box::new(result), self.deadline));
     }
 
     /// Takes the flight out of the map and tells its joiners `how` it

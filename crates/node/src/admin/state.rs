@@ -156,8 +156,11 @@ impl Sources {
     /// The state as `reader` may see it.
     pub(super) async fn state(&self, reader: &Principal) -> AdminState {
         let snapshot = self.snapshots.borrow().clone();
+        // Versions whose executors are all gone past their lease are no
+        // rows (a stopped executor leaves nothing behind).
         let tools = snapshot
             .entries()
+            .filter(|entry| entry.is_served())
             .map(|entry| self.tool(&snapshot, entry))
             .collect();
         // The approvals the reader may list, by the rule ListApprovals

@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18toolmesh/v1/common.proto\x12\x0btoolmesh.v1\"\x8f\x01\n\x0bRetryPolicy\x12\x14\n\x0cmax_attempts\x18\x01 \x01(\r\x12\x1a\n\x12initial_backoff_ms\x18\x02 \x01(\r\x12\x16\n\x0emax_backoff_ms\x18\x03 \x01(\r\x12\x1a\n\x12\x62\x61\x63koff_multiplier\x18\x04 \x01(\x02\x12\x1a\n\x12\x61ttempt_timeout_ms\x18\x05 \x01(\r\"\xf2\x02\n\x08ToolSpec\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0f\n\x07version\x18\x02 \x01(\t\x12\x13\n\x0b\x64\x65scription\x18\x03 \x01(\t\x12\x14\n\x0cinput_schema\x18\x04 \x01(\t\x12\x15\n\routput_schema\x18\x05 \x01(\t\x12$\n\x04risk\x18\x06 \x01(\x0e\x32\x16.toolmesh.v1.RiskLevel\x12\x12\n\nidempotent\x18\x07 \x01(\x08\x12\x12\n\ntimeout_ms\x18\x08 \x01(\r\x12\r\n\x05owner\x18\t \x01(\t\x12\x0c\n\x04tags\x18\n \x03(\t\x12\'\n\x05retry\x18\x0b \x01(\x0b\x32\x18.toolmesh.v1.RetryPolicy\x12\x12\n\ndeprecated\x18\x0c \x01(\t\x12\x30\n\rpreconditions\x18\r \x03(\x0b\x32\x19.toolmesh.v1.Precondition\x12\x11\n\tread_only\x18\x0e \x01(\x08\x12\x18\n\x10streams_progress\x18\x0f \x01(\x08\"3\n\x0cPrecondition\x12\x0c\n\x04tool\x18\x01 \x01(\t\x12\x15\n\rsame_argument\x18\x02 \x01(\t\"\x82\x01\n\tToolError\x12$\n\x04\x63ode\x18\x01 \x01(\x0e\x32\x16.toolmesh.v1.ErrorCode\x12\x0f\n\x07message\x18\x02 \x01(\t\x12\x11\n\tretryable\x18\x03 \x01(\x08\x12\x16\n\x0eretry_after_ms\x18\x04 \x01(\r\x12\x13\n\x0b\x61pproval_id\x18\x05 \x01(\t\"\xbb\x01\n\nToolResult\x12\x0e\n\x06output\x18\x01 \x01(\t\x12\x0c\n\x04\x64\x61ta\x18\x02 \x01(\t\x12\x37\n\x08metadata\x18\x03 \x03(\x0b\x32%.toolmesh.v1.ToolResult.MetadataEntry\x12%\n\x05\x65rror\x18\x04 \x01(\x0b\x32\x16.toolmesh.v1.ToolError\x1a/\n\rMetadataEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"<\n\x08Progress\x12\x10\n\x08progress\x18\x01 \x01(\x01\x12\r\n\x05total\x18\x02 \x01(\x01\x12\x0f\n\x07message\x18\x03 \x01(\t\"\x1b\n\x0bOutputChunk\x12\x0c\n\x04text\x18\x01 \x01(\t\"\x84\x02\n\x0b\x43\x61llContext\x12\x0e\n\x06\x63\x61ller\x18\x01 \x01(\t\x12\x0e\n\x06tenant\x18\x02 \x01(\t\x12\x10\n\x08trace_id\x18\x03 \x01(\t\x12\x38\n\x08metadata\x18\x04 \x03(\x0b\x32&.toolmesh.v1.CallContext.MetadataEntry\x12\x12\n\nsession_id\x18\x05 \x01(\t\x12\x16\n\x0e\x63laimed_caller\x18\x06 \x01(\t\x12\x16\n\x0e\x63laimed_tenant\x18\x07 \x01(\t\x12\x14\n\x0c\x63\x61ller_roles\x18\x08 \x03(\t\x1a/\n\rMetadataEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01*g\n\tRiskLevel\x12\x1a\n\x16RISK_LEVEL_UNSPECIFIED\x10\x00\x12\x12\n\x0eRISK_LEVEL_LOW\x10\x01\x12\x15\n\x11RISK_LEVEL_MEDIUM\x10\x02\x12\x13\n\x0fRISK_LEVEL_HIGH\x10\x03*\x94\x03\n\tErrorCode\x12\x1a\n\x16\x45RROR_CODE_UNSPECIFIED\x10\x00\x12\x18\n\x14\x45RROR_CODE_NOT_FOUND\x10\x01\x12 \n\x1c\x45RROR_CODE_INVALID_ARGUMENTS\x10\x02\x12 \n\x1c\x45RROR_CODE_PERMISSION_DENIED\x10\x03\x12 \n\x1c\x45RROR_CODE_APPROVAL_REQUIRED\x10\x04\x12\x17\n\x13\x45RROR_CODE_DISABLED\x10\x05\x12\x1b\n\x17\x45RROR_CODE_RATE_LIMITED\x10\x06\x12\x1a\n\x16\x45RROR_CODE_UNAVAILABLE\x10\x07\x12 \n\x1c\x45RROR_CODE_DEADLINE_EXCEEDED\x10\x08\x12\x1e\n\x1a\x45RROR_CODE_EXECUTOR_FAILED\x10\t\x12\x19\n\x15\x45RROR_CODE_TOOL_ERROR\x10\n\x12\x18\n\x14\x45RROR_CODE_CANCELLED\x10\x0b\x12\"\n\x1e\x45RROR_CODE_PRECONDITION_FAILED\x10\x0c*\xc3\x01\n\nToolFormat\x12\x1b\n\x17TOOL_FORMAT_UNSPECIFIED\x10\x00\x12\x16\n\x12TOOL_FORMAT_NATIVE\x10\x01\x12\x16\n\x12TOOL_FORMAT_OPENAI\x10\x02\x12 \n\x1cTOOL_FORMAT_OPENAI_RESPONSES\x10\x03\x12\x19\n\x15TOOL_FORMAT_ANTHROPIC\x10\x04\x12\x16\n\x12TOOL_FORMAT_GEMINI\x10\x05\x12\x13\n\x0fTOOL_FORMAT_MCP\x10\x06\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18toolmesh/v1/common.proto\x12\x0btoolmesh.v1\"\x8f\x01\n\x0bRetryPolicy\x12\x14\n\x0cmax_attempts\x18\x01 \x01(\r\x12\x1a\n\x12initial_backoff_ms\x18\x02 \x01(\r\x12\x16\n\x0emax_backoff_ms\x18\x03 \x01(\r\x12\x1a\n\x12\x62\x61\x63koff_multiplier\x18\x04 \x01(\x02\x12\x1a\n\x12\x61ttempt_timeout_ms\x18\x05 \x01(\r\"\xf2\x02\n\x08ToolSpec\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0f\n\x07version\x18\x02 \x01(\t\x12\x13\n\x0b\x64\x65scription\x18\x03 \x01(\t\x12\x14\n\x0cinput_schema\x18\x04 \x01(\t\x12\x15\n\routput_schema\x18\x05 \x01(\t\x12$\n\x04risk\x18\x06 \x01(\x0e\x32\x16.toolmesh.v1.RiskLevel\x12\x12\n\nidempotent\x18\x07 \x01(\x08\x12\x12\n\ntimeout_ms\x18\x08 \x01(\r\x12\r\n\x05owner\x18\t \x01(\t\x12\x0c\n\x04tags\x18\n \x03(\t\x12\'\n\x05retry\x18\x0b \x01(\x0b\x32\x18.toolmesh.v1.RetryPolicy\x12\x12\n\ndeprecated\x18\x0c \x01(\t\x12\x30\n\rpreconditions\x18\r \x03(\x0b\x32\x19.toolmesh.v1.Precondition\x12\x11\n\tread_only\x18\x0e \x01(\x08\x12\x18\n\x10streams_progress\x18\x0f \x01(\x08\"3\n\x0cPrecondition\x12\x0c\n\x04tool\x18\x01 \x01(\t\x12\x15\n\rsame_argument\x18\x02 \x01(\t\"\x82\x01\n\tToolError\x12$\n\x04\x63ode\x18\x01 \x01(\x0e\x32\x16.toolmesh.v1.ErrorCode\x12\x0f\n\x07message\x18\x02 \x01(\t\x12\x11\n\tretryable\x18\x03 \x01(\x08\x12\x16\n\x0eretry_after_ms\x18\x04 \x01(\r\x12\x13\n\x0b\x61pproval_id\x18\x05 \x01(\t\"\xe4\x01\n\nToolResult\x12\x0e\n\x06output\x18\x01 \x01(\t\x12\x0c\n\x04\x64\x61ta\x18\x02 \x01(\t\x12\x37\n\x08metadata\x18\x03 \x03(\x0b\x32%.toolmesh.v1.ToolResult.MetadataEntry\x12%\n\x05\x65rror\x18\x04 \x01(\x0b\x32\x16.toolmesh.v1.ToolError\x12\'\n\x05parts\x18\x05 \x03(\x0b\x32\x18.toolmesh.v1.ContentPart\x1a/\n\rMetadataEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\xf9\x01\n\x0b\x43ontentPart\x12\x0e\n\x04text\x18\x01 \x01(\tH\x00\x12#\n\x05image\x18\x02 \x01(\x0b\x32\x12.toolmesh.v1.MediaH\x00\x12#\n\x05\x61udio\x18\x03 \x01(\x0b\x32\x12.toolmesh.v1.MediaH\x00\x12\x32\n\rresource_link\x18\x04 \x01(\x0b\x32\x19.toolmesh.v1.ResourceLinkH\x00\x12\x31\n\x08resource\x18\x05 \x01(\x0b\x32\x1d.toolmesh.v1.EmbeddedResourceH\x00\x12\x13\n\x0b\x61nnotations\x18\x06 \x01(\t\x12\x0c\n\x04meta\x18\x07 \x01(\tB\x06\n\x04part\"(\n\x05Media\x12\x0c\n\x04\x64\x61ta\x18\x01 \x01(\x0c\x12\x11\n\tmime_type\x18\x02 \x01(\t\"\x8b\x01\n\x0cResourceLink\x12\x0b\n\x03uri\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\r\n\x05title\x18\x03 \x01(\t\x12\x13\n\x0b\x64\x65scription\x18\x04 \x01(\t\x12\x11\n\tmime_type\x18\x05 \x01(\t\x12\x11\n\x04size\x18\x06 \x01(\x04H\x00\x88\x01\x01\x12\r\n\x05icons\x18\x07 \x01(\tB\x07\n\x05_size\"l\n\x10\x45mbeddedResource\x12\x0b\n\x03uri\x18\x01 \x01(\t\x12\x11\n\tmime_type\x18\x02 \x01(\t\x12\x0e\n\x04text\x18\x03 \x01(\tH\x00\x12\x0e\n\x04\x62lob\x18\x04 \x01(\x0cH\x00\x12\x0c\n\x04meta\x18\x05 \x01(\tB\n\n\x08\x63ontents\"<\n\x08Progress\x12\x10\n\x08progress\x18\x01 \x01(\x01\x12\r\n\x05total\x18\x02 \x01(\x01\x12\x0f\n\x07message\x18\x03 \x01(\t\"\x1b\n\x0bOutputChunk\x12\x0c\n\x04text\x18\x01 \x01(\t\"\x84\x02\n\x0b\x43\x61llContext\x12\x0e\n\x06\x63\x61ller\x18\x01 \x01(\t\x12\x0e\n\x06tenant\x18\x02 \x01(\t\x12\x10\n\x08trace_id\x18\x03 \x01(\t\x12\x38\n\x08metadata\x18\x04 \x03(\x0b\x32&.toolmesh.v1.CallContext.MetadataEntry\x12\x12\n\nsession_id\x18\x05 \x01(\t\x12\x16\n\x0e\x63laimed_caller\x18\x06 \x01(\t\x12\x16\n\x0e\x63laimed_tenant\x18\x07 \x01(\t\x12\x14\n\x0c\x63\x61ller_roles\x18\x08 \x03(\t\x1a/\n\rMetadataEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01*g\n\tRiskLevel\x12\x1a\n\x16RISK_LEVEL_UNSPECIFIED\x10\x00\x12\x12\n\x0eRISK_LEVEL_LOW\x10\x01\x12\x15\n\x11RISK_LEVEL_MEDIUM\x10\x02\x12\x13\n\x0fRISK_LEVEL_HIGH\x10\x03*\x94\x03\n\tErrorCode\x12\x1a\n\x16\x45RROR_CODE_UNSPECIFIED\x10\x00\x12\x18\n\x14\x45RROR_CODE_NOT_FOUND\x10\x01\x12 \n\x1c\x45RROR_CODE_INVALID_ARGUMENTS\x10\x02\x12 \n\x1c\x45RROR_CODE_PERMISSION_DENIED\x10\x03\x12 \n\x1c\x45RROR_CODE_APPROVAL_REQUIRED\x10\x04\x12\x17\n\x13\x45RROR_CODE_DISABLED\x10\x05\x12\x1b\n\x17\x45RROR_CODE_RATE_LIMITED\x10\x06\x12\x1a\n\x16\x45RROR_CODE_UNAVAILABLE\x10\x07\x12 \n\x1c\x45RROR_CODE_DEADLINE_EXCEEDED\x10\x08\x12\x1e\n\x1a\x45RROR_CODE_EXECUTOR_FAILED\x10\t\x12\x19\n\x15\x45RROR_CODE_TOOL_ERROR\x10\n\x12\x18\n\x14\x45RROR_CODE_CANCELLED\x10\x0b\x12\"\n\x1e\x45RROR_CODE_PRECONDITION_FAILED\x10\x0c*\xc3\x01\n\nToolFormat\x12\x1b\n\x17TOOL_FORMAT_UNSPECIFIED\x10\x00\x12\x16\n\x12TOOL_FORMAT_NATIVE\x10\x01\x12\x16\n\x12TOOL_FORMAT_OPENAI\x10\x02\x12 \n\x1cTOOL_FORMAT_OPENAI_RESPONSES\x10\x03\x12\x19\n\x15TOOL_FORMAT_ANTHROPIC\x10\x04\x12\x16\n\x12TOOL_FORMAT_GEMINI\x10\x05\x12\x13\n\x0fTOOL_FORMAT_MCP\x10\x06\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -35,12 +35,12 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_TOOLRESULT_METADATAENTRY']._serialized_options = b'8\001'
   _globals['_CALLCONTEXT_METADATAENTRY']._loaded_options = None
   _globals['_CALLCONTEXT_METADATAENTRY']._serialized_options = b'8\001'
-  _globals['_RISKLEVEL']._serialized_start=1290
-  _globals['_RISKLEVEL']._serialized_end=1393
-  _globals['_ERRORCODE']._serialized_start=1396
-  _globals['_ERRORCODE']._serialized_end=1800
-  _globals['_TOOLFORMAT']._serialized_start=1803
-  _globals['_TOOLFORMAT']._serialized_end=1998
+  _globals['_RISKLEVEL']._serialized_start=1877
+  _globals['_RISKLEVEL']._serialized_end=1980
+  _globals['_ERRORCODE']._serialized_start=1983
+  _globals['_ERRORCODE']._serialized_end=2387
+  _globals['_TOOLFORMAT']._serialized_start=2390
+  _globals['_TOOLFORMAT']._serialized_end=2585
   _globals['_RETRYPOLICY']._serialized_start=42
   _globals['_RETRYPOLICY']._serialized_end=185
   _globals['_TOOLSPEC']._serialized_start=188
@@ -50,15 +50,23 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_TOOLERROR']._serialized_start=614
   _globals['_TOOLERROR']._serialized_end=744
   _globals['_TOOLRESULT']._serialized_start=747
-  _globals['_TOOLRESULT']._serialized_end=934
-  _globals['_TOOLRESULT_METADATAENTRY']._serialized_start=887
-  _globals['_TOOLRESULT_METADATAENTRY']._serialized_end=934
-  _globals['_PROGRESS']._serialized_start=936
-  _globals['_PROGRESS']._serialized_end=996
-  _globals['_OUTPUTCHUNK']._serialized_start=998
-  _globals['_OUTPUTCHUNK']._serialized_end=1025
-  _globals['_CALLCONTEXT']._serialized_start=1028
-  _globals['_CALLCONTEXT']._serialized_end=1288
-  _globals['_CALLCONTEXT_METADATAENTRY']._serialized_start=887
-  _globals['_CALLCONTEXT_METADATAENTRY']._serialized_end=934
+  _globals['_TOOLRESULT']._serialized_end=975
+  _globals['_TOOLRESULT_METADATAENTRY']._serialized_start=928
+  _globals['_TOOLRESULT_METADATAENTRY']._serialized_end=975
+  _globals['_CONTENTPART']._serialized_start=978
+  _globals['_CONTENTPART']._serialized_end=1227
+  _globals['_MEDIA']._serialized_start=1229
+  _globals['_MEDIA']._serialized_end=1269
+  _globals['_RESOURCELINK']._serialized_start=1272
+  _globals['_RESOURCELINK']._serialized_end=1411
+  _globals['_EMBEDDEDRESOURCE']._serialized_start=1413
+  _globals['_EMBEDDEDRESOURCE']._serialized_end=1521
+  _globals['_PROGRESS']._serialized_start=1523
+  _globals['_PROGRESS']._serialized_end=1583
+  _globals['_OUTPUTCHUNK']._serialized_start=1585
+  _globals['_OUTPUTCHUNK']._serialized_end=1612
+  _globals['_CALLCONTEXT']._serialized_start=1615
+  _globals['_CALLCONTEXT']._serialized_end=1875
+  _globals['_CALLCONTEXT_METADATAENTRY']._serialized_start=928
+  _globals['_CALLCONTEXT_METADATAENTRY']._serialized_end=975
 # @@protoc_insertion_point(module_scope)

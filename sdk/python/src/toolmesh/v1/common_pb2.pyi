@@ -135,7 +135,7 @@ class ToolError(_message.Message):
     def __init__(self, code: _Optional[_Union[ErrorCode, str]] = ..., message: _Optional[str] = ..., retryable: _Optional[bool] = ..., retry_after_ms: _Optional[int] = ..., approval_id: _Optional[str] = ...) -> None: ...
 
 class ToolResult(_message.Message):
-    __slots__ = ("output", "data", "metadata", "error")
+    __slots__ = ("output", "data", "metadata", "error", "parts")
     class MetadataEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -147,11 +147,71 @@ class ToolResult(_message.Message):
     DATA_FIELD_NUMBER: _ClassVar[int]
     METADATA_FIELD_NUMBER: _ClassVar[int]
     ERROR_FIELD_NUMBER: _ClassVar[int]
+    PARTS_FIELD_NUMBER: _ClassVar[int]
     output: str
     data: str
     metadata: _containers.ScalarMap[str, str]
     error: ToolError
-    def __init__(self, output: _Optional[str] = ..., data: _Optional[str] = ..., metadata: _Optional[_Mapping[str, str]] = ..., error: _Optional[_Union[ToolError, _Mapping]] = ...) -> None: ...
+    parts: _containers.RepeatedCompositeFieldContainer[ContentPart]
+    def __init__(self, output: _Optional[str] = ..., data: _Optional[str] = ..., metadata: _Optional[_Mapping[str, str]] = ..., error: _Optional[_Union[ToolError, _Mapping]] = ..., parts: _Optional[_Iterable[_Union[ContentPart, _Mapping]]] = ...) -> None: ...
+
+class ContentPart(_message.Message):
+    __slots__ = ("text", "image", "audio", "resource_link", "resource", "annotations", "meta")
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    IMAGE_FIELD_NUMBER: _ClassVar[int]
+    AUDIO_FIELD_NUMBER: _ClassVar[int]
+    RESOURCE_LINK_FIELD_NUMBER: _ClassVar[int]
+    RESOURCE_FIELD_NUMBER: _ClassVar[int]
+    ANNOTATIONS_FIELD_NUMBER: _ClassVar[int]
+    META_FIELD_NUMBER: _ClassVar[int]
+    text: str
+    image: Media
+    audio: Media
+    resource_link: ResourceLink
+    resource: EmbeddedResource
+    annotations: str
+    meta: str
+    def __init__(self, text: _Optional[str] = ..., image: _Optional[_Union[Media, _Mapping]] = ..., audio: _Optional[_Union[Media, _Mapping]] = ..., resource_link: _Optional[_Union[ResourceLink, _Mapping]] = ..., resource: _Optional[_Union[EmbeddedResource, _Mapping]] = ..., annotations: _Optional[str] = ..., meta: _Optional[str] = ...) -> None: ...
+
+class Media(_message.Message):
+    __slots__ = ("data", "mime_type")
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    MIME_TYPE_FIELD_NUMBER: _ClassVar[int]
+    data: bytes
+    mime_type: str
+    def __init__(self, data: _Optional[bytes] = ..., mime_type: _Optional[str] = ...) -> None: ...
+
+class ResourceLink(_message.Message):
+    __slots__ = ("uri", "name", "title", "description", "mime_type", "size", "icons")
+    URI_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    TITLE_FIELD_NUMBER: _ClassVar[int]
+    DESCRIPTION_FIELD_NUMBER: _ClassVar[int]
+    MIME_TYPE_FIELD_NUMBER: _ClassVar[int]
+    SIZE_FIELD_NUMBER: _ClassVar[int]
+    ICONS_FIELD_NUMBER: _ClassVar[int]
+    uri: str
+    name: str
+    title: str
+    description: str
+    mime_type: str
+    size: int
+    icons: str
+    def __init__(self, uri: _Optional[str] = ..., name: _Optional[str] = ..., title: _Optional[str] = ..., description: _Optional[str] = ..., mime_type: _Optional[str] = ..., size: _Optional[int] = ..., icons: _Optional[str] = ...) -> None: ...
+
+class EmbeddedResource(_message.Message):
+    __slots__ = ("uri", "mime_type", "text", "blob", "meta")
+    URI_FIELD_NUMBER: _ClassVar[int]
+    MIME_TYPE_FIELD_NUMBER: _ClassVar[int]
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    BLOB_FIELD_NUMBER: _ClassVar[int]
+    META_FIELD_NUMBER: _ClassVar[int]
+    uri: str
+    mime_type: str
+    text: str
+    blob: bytes
+    meta: str
+    def __init__(self, uri: _Optional[str] = ..., mime_type: _Optional[str] = ..., text: _Optional[str] = ..., blob: _Optional[bytes] = ..., meta: _Optional[str] = ...) -> None: ...
 
 class Progress(_message.Message):
     __slots__ = ("progress", "total", "message")
