@@ -1,5 +1,5 @@
 //! The error vocabulary a model reads: `ToolError` constructors and facts
-//! about each `ErrorCode`.
+//! about each `ErrorCode`; and the walk down an error's causes.
 
 use crate::pb::{ErrorCode, ToolError, ToolResult};
 
@@ -138,5 +138,52 @@ mod tests {
             err.into_result().error.unwrap().error_code(),
             ErrorCode::ToolError
         );
+    }
+}
+
+/// An error and every cause under it, `: `-separated; a cause whose text
+/// its parent already holds is said once. Where a connection or TLS says
+/// what it refused is usually a cause, not the top error.
+pub fn error_chain(error: &dyn std::error::Error) -> String {
+    let mut text = error.to_string();
+    for cause in std::iter::successors(error.source(), |cause| cause.source()) {
+        let line = cause.to_string();
+        if !text.contains(&line) {
+            text.push_str(": ");
+            text.push_str(&line);
+        }
+    }
+    text
+}
+
+/// The first cause of type `E` under `error` (itself included).
+pub fn find_cause<'e, E: std::error::Error + 'static>(
+    error: &'e (dyn std::error::Error + 'static),
+) -> Option<&'e E> {
+    std::iter::successors(Some(error), |cause| cause.source())
+        .find_map(|cause| cause.downcast_ref())
+}
+
+#[cfg(test)]
+mod chain_tests {
+    use super::*;
+
+    #[derive(Debug, thiserror::Error)]
+    #[error("outer")]
+    struct Outer(#[source] Middle);
+    #[derive(Debug, thiserror::Error)]
+    #[error("middle: inner")]
+    struct Middle(#[source] Inner);
+    #[derive(Debug, thiserror::Error)]
+    #[error("inner")]
+    struct Inner;
+
+    #[test]
+    fn causes_are_joined_once_and_found_by_type() {
+        let error = Outer(Middle(Inner));
+        assert_eq!(error_chain(&error), "outer: middle: inner");
+        assert!(find_cause::<Inner>(&error).is_some());
+        assert!(find_cause::<Outer>(&error).is_some());
+        assert!(find_cause::<std::io::Error>(&error).is_none());
     }
 }

@@ -16,7 +16,7 @@ pub mod snapshot;
 pub mod spec;
 pub mod suggest;
 
-pub use error::{ErrorCodeExt, ToolErrorExt, ToolResultExt};
+pub use error::{ErrorCodeExt, ToolErrorExt, ToolResultExt, error_chain, find_cause};
 pub use history::{NotHeld, SnapshotHistory};
 pub use principal::{IssuedBy, MissingScopes, Principal};
 pub use reference::ToolRef;

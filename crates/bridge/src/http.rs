@@ -59,7 +59,7 @@ fn client_identity(cert: &Path, key: &Path) -> Result<reqwest::Identity, BridgeE
     let chain = std::fs::read(cert).map_err(|e| bad("--url-cert", cert, e.to_string()))?;
     let secret = std::fs::read(key).map_err(|e| bad("--url-key", key, e.to_string()))?;
     let certificates = reqwest::Certificate::from_pem_bundle(&chain)
-        .map_err(|e| bad("--url-cert", cert, error_chain(&e)))?;
+        .map_err(|e| bad("--url-cert", cert, toolmesh::error_chain(&e)))?;
     if certificates.is_empty() {
         return Err(bad(
             "--url-cert",
@@ -71,7 +71,7 @@ fn client_identity(cert: &Path, key: &Path) -> Result<reqwest::Identity, BridgeE
     let mut pem = secret;
     pem.push(b'\n');
     pem.extend_from_slice(&chain);
-    reqwest::Identity::from_pem(&pem).map_err(|e| bad("--url-key", key, error_chain(&e)))
+    reqwest::Identity::from_pem(&pem).map_err(|e| bad("--url-key", key, toolmesh::error_chain(&e)))
 }
 
 /// The certificates in the PEM file at `path`, to trust besides the
@@ -127,22 +127,7 @@ fn same_origin(attempt: Attempt<'_>) -> reqwest::redirect::Action {
 /// connection or TLS says what it refused.
 pub(crate) fn transport_error(error: &(dyn std::error::Error + Send + Sync + 'static)) -> String {
     match error.downcast_ref::<StreamableHttpError<reqwest::Error>>() {
-        Some(StreamableHttpError::Client(client)) => error_chain(client),
-        _ => error_chain(error),
+        Some(StreamableHttpError::Client(client)) => toolmesh::error_chain(client),
+        _ => toolmesh::error_chain(error),
     }
-}
-
-/// An error with its causes.
-pub(crate) fn error_chain(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        let line = cause.to_string();
-        if !text.contains(&line) {
-            text.push_str(": ");
-            text.push_str(&line);
-        }
-        source = cause.source();
-    }
-    text
 }

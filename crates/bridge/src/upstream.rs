@@ -157,7 +157,7 @@ impl Upstream {
                 } => {
                     let http = crate::http::client(tls).map_err(|e| BridgeError::Connect {
                         upstream: self.describe(),
-                        reason: crate::http::error_chain(&e),
+                        reason: toolmesh::error_chain(&e),
                     })?;
                     let mut config = StreamableHttpClientTransportConfig::with_uri(url.as_str())
                         .custom_headers(headers.clone())
@@ -212,7 +212,7 @@ impl Upstream {
                     crate::http::transport_error(&*error.error)
                 )
             }
-            other => crate::http::error_chain(other),
+            other => toolmesh::error_chain(other),
         };
         let hint = match self {
             Upstream::Http { url, tls, .. } => {

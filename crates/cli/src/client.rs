@@ -5,7 +5,7 @@ use crate::args::{
     CallArgs, ClientArgs, DecideArgs, DisableArgs, ExplainArgs, Format, HealthArgs, SnapshotArgs,
     ToolArg, ToolsArgs,
 };
-use crate::arguments;
+use crate::call_input;
 use crate::output::{self, Table, ToolHealth};
 use serde_json::json;
 use std::io::IsTerminal;
@@ -187,10 +187,10 @@ fn print_tools(response: &ListToolsResponse) {
 /// `toolmesh call [--stream] NAME [JSON|@FILE|-]`.
 pub(crate) async fn call(args: CallArgs, client: &Client) -> Result<(), Failure> {
     let stdin = std::io::stdin();
-    if arguments::reads_stdin(&args.arguments) && stdin.is_terminal() {
+    if call_input::reads_stdin(&args.arguments) && stdin.is_terminal() {
         eprintln!("reading the arguments from stdin; end them with ctrl-d");
     }
-    let arguments = arguments::read(&args.arguments, stdin.lock())?;
+    let arguments = call_input::read(&args.arguments, stdin.lock())?;
     let request = client.request(InvokeRequest {
         tool: args.tool.clone(),
         arguments,

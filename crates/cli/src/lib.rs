@@ -19,8 +19,8 @@ macro_rules! println {
 }
 
 mod args;
-mod arguments;
 mod bridge;
+mod call_input;
 mod client;
 mod completions;
 mod etcd_flags;
@@ -59,8 +59,8 @@ impl Failure {
     }
 }
 
-impl From<arguments::ArgumentsError> for Failure {
-    fn from(error: arguments::ArgumentsError) -> Self {
+impl From<call_input::ArgumentsError> for Failure {
+    fn from(error: call_input::ArgumentsError) -> Self {
         Failure::Usage(error.to_string())
     }
 }

@@ -7,15 +7,15 @@ use tonic::Status;
 
 /// The status' message and every error under it, `: `-separated.
 pub(crate) fn describe(status: &Status) -> String {
+    // This crate stands alone (no toolmesh crate under it), so it walks the
+    // causes itself, as `toolmesh::error_chain` does from an error.
     let mut text = status.message().to_owned();
-    let mut source = status.source();
-    while let Some(error) = source {
+    for error in std::iter::successors(status.source(), |&error| error.source()) {
         let part = error.to_string();
         if !text.contains(&part) {
             text.push_str(": ");
             text.push_str(&part);
         }
-        source = error.source();
     }
     text
 }

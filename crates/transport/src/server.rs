@@ -47,7 +47,7 @@ pub fn reflection_service() -> tonic_reflection::server::v1::ServerReflectionSer
     impl tonic_reflection::server::v1::ServerReflection,
 > {
     tonic_reflection::server::Builder::configure()
-        .register_encoded_file_descriptor_set(toolmesh::pb::FILE_DESCRIPTOR_SET)
+        .register_encoded_file_descriptor_set(toolmesh_proto::FILE_DESCRIPTOR_SET)
         .register_encoded_file_descriptor_set(tonic_health::pb::FILE_DESCRIPTOR_SET)
         .build_v1()
         .expect("the embedded descriptor sets are valid")

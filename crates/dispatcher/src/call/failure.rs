@@ -111,14 +111,7 @@ impl AttemptFailure {
 /// The first error of type `E` in a status' source chain: the one walker
 /// every classification below uses.
 fn cause<E: Error + 'static>(status: &Status) -> Option<&E> {
-    let mut source = status.source();
-    while let Some(err) = source {
-        if let Some(found) = err.downcast_ref::<E>() {
-            return Some(found);
-        }
-        source = err.source();
-    }
-    None
+    status.source().and_then(toolmesh::find_cause)
 }
 
 /// tonic's connect error: the call never left.

@@ -128,7 +128,7 @@ impl Fetch {
         let mut response = request
             .send()
             .await
-            .map_err(|e| format!("GET {url}: {}", chain(&e)))?;
+            .map_err(|e| format!("GET {url}: {}", toolmesh::error_chain(&e)))?;
         if !response.status().is_success() {
             return Err(format!("GET {url}: HTTP {}", response.status()));
         }
@@ -136,7 +136,7 @@ impl Fetch {
         while let Some(chunk) = response
             .chunk()
             .await
-            .map_err(|e| format!("GET {url}: {}", chain(&e)))?
+            .map_err(|e| format!("GET {url}: {}", toolmesh::error_chain(&e)))?
         {
             if body.len() + chunk.len() > MAX_JWKS_BYTES {
                 return Err(format!(
@@ -147,16 +147,4 @@ impl Fetch {
         }
         Ok(body)
     }
-}
-
-/// An error with its causes, which say what the connection refused.
-fn chain(error: &dyn std::error::Error) -> String {
-    let mut text = error.to_string();
-    let mut source = error.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
 }
