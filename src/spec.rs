@@ -13,9 +13,9 @@ use std::{fmt, time::Duration};
 /// Timeout used when a spec says 0.
 pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
 /// Longest timeout a tool may declare.
-pub const MAX_TIMEOUT: Duration = Duration::from_secs(600);
+pub const MAX_TIMEOUT: Duration = Duration::from_millis(crate::pb::Limit::MaxTimeoutMs as u64);
 /// Longest description accepted, in characters.
-pub const MAX_DESCRIPTION_CHARS: usize = 4096;
+pub const MAX_DESCRIPTION_CHARS: usize = crate::pb::Limit::MaxDescriptionChars as usize;
 pub use crate::reference::MAX_NAME_CHARS;
 /// Most attempts any retry policy may ask for (gRFC A6).
 pub const MAX_ATTEMPTS_CAP: u32 = 5;

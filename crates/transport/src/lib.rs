@@ -34,7 +34,7 @@ pub use tls::{Tls, TlsError, TlsFiles};
 use std::time::Duration;
 
 /// Largest message on a call path (Invoke, Execute, Register).
-pub const MAX_CALL_MESSAGE_BYTES: usize = 8 * 1024 * 1024;
+pub const MAX_CALL_MESSAGE_BYTES: usize = toolmesh_proto::Limit::MaxCallMessageBytes as usize;
 /// Largest snapshot message (GetSnapshot, WatchSnapshots).
 pub const MAX_SNAPSHOT_MESSAGE_BYTES: usize = 256 * 1024 * 1024;
 /// Largest header list a server reads (HTTP/2 `SETTINGS_MAX_HEADER_LIST_SIZE`):

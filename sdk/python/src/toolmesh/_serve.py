@@ -22,14 +22,15 @@ from toolmesh._execute import Calls, DispatcherOnly, ExecutorService
 from toolmesh._lease import Lease
 from toolmesh._tls import TLS, TLSError
 from toolmesh._tools import Tool
-from toolmesh.v1 import executor_pb2_grpc, registry_pb2
+from toolmesh.v1 import common_pb2, executor_pb2, executor_pb2_grpc, registry_pb2
 
 log = logging.getLogger("toolmesh")
 
 DEFAULT_REGISTRY = "127.0.0.1:7070"
-EXECUTOR_HEALTH_SERVICE = "toolmesh.v1.Executor"
-# The largest call or result the mesh passes (toolmesh::grpc::MAX_CALL_MESSAGE_BYTES).
-MAX_CALL_MESSAGE_BYTES = 8 * 1024 * 1024
+# The health name of the whole executor service: the service's full name.
+EXECUTOR_HEALTH_SERVICE = executor_pb2.DESCRIPTOR.services_by_name["Executor"].full_name
+# The largest call or result the mesh passes, from the contract.
+MAX_CALL_MESSAGE_BYTES = common_pb2.LIMIT_MAX_CALL_MESSAGE_BYTES
 # Longest the drain waits for the registry to confirm a Deregister.
 DEREGISTER_TIMEOUT = 1.0
 # Shortest interval between a client's pings the server accepts.

@@ -26,8 +26,9 @@ SEMVER = re.compile(
     r"^(0|[1-9]\d*)\.(0|[1-9]\d*)\.(0|[1-9]\d*)"
     r"(?:-[0-9A-Za-z-]+(?:\.[0-9A-Za-z-]+)*)?(?:\+[0-9A-Za-z-]+(?:\.[0-9A-Za-z-]+)*)?$"
 )
-MAX_DESCRIPTION_CHARS = 4096
-MAX_TIMEOUT_MS = 600_000
+# The contract's limits on a spec.
+MAX_DESCRIPTION_CHARS = pb.LIMIT_MAX_DESCRIPTION_CHARS
+MAX_TIMEOUT_MS = pb.LIMIT_MAX_TIMEOUT_MS
 
 
 class Risk(str, enum.Enum):

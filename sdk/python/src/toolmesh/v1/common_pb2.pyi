@@ -39,6 +39,13 @@ class ToolFormat(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     TOOL_FORMAT_ANTHROPIC: _ClassVar[ToolFormat]
     TOOL_FORMAT_GEMINI: _ClassVar[ToolFormat]
     TOOL_FORMAT_MCP: _ClassVar[ToolFormat]
+
+class Limit(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    LIMIT_UNSPECIFIED: _ClassVar[Limit]
+    LIMIT_MAX_CALL_MESSAGE_BYTES: _ClassVar[Limit]
+    LIMIT_MAX_DESCRIPTION_CHARS: _ClassVar[Limit]
+    LIMIT_MAX_TIMEOUT_MS: _ClassVar[Limit]
 RISK_LEVEL_UNSPECIFIED: RiskLevel
 RISK_LEVEL_LOW: RiskLevel
 RISK_LEVEL_MEDIUM: RiskLevel
@@ -63,6 +70,10 @@ TOOL_FORMAT_OPENAI_RESPONSES: ToolFormat
 TOOL_FORMAT_ANTHROPIC: ToolFormat
 TOOL_FORMAT_GEMINI: ToolFormat
 TOOL_FORMAT_MCP: ToolFormat
+LIMIT_UNSPECIFIED: Limit
+LIMIT_MAX_CALL_MESSAGE_BYTES: Limit
+LIMIT_MAX_DESCRIPTION_CHARS: Limit
+LIMIT_MAX_TIMEOUT_MS: Limit
 
 class RetryPolicy(_message.Message):
     __slots__ = ("max_attempts", "initial_backoff_ms", "max_backoff_ms", "backoff_multiplier", "attempt_timeout_ms")
