@@ -43,7 +43,9 @@ mod tests {
     use serde_json::json;
     use std::sync::Arc;
     use toolmesh::pb::{Precondition, ToolSpec};
-    use toolmesh_governance::approvals::{ApprovalFields, ApprovalOp, SharedApprovals};
+    use toolmesh_governance::approvals::{
+        ApprovalCall, Approve, Consume, List, Request, SharedApprovals,
+    };
     use toolmesh_governance::sessions::SharedSessions;
     use toolmesh_governance::{
         ApprovalError, ApprovalSettings, Declared, Principal, SessionLimits,
@@ -151,41 +153,28 @@ mod tests {
             roles: vec!["approver".into()],
             ..who()
         };
-        let call = ApprovalFields {
+        let call = ApprovalCall {
             tool: "wipe",
             version: "1.0.0",
             args_sha256: "d",
+        };
+        let request = Request {
+            call,
             summary: "wipe it",
-            ..ApprovalFields::default()
         };
-        let asked = first
-            .call(ApprovalOp::Request, &who(), &settings, call)
-            .await
-            .unwrap();
-        let id = asked[0].id.clone();
-        let listed = second
-            .call(
-                ApprovalOp::List,
-                &approver,
-                &settings,
-                ApprovalFields::default(),
-            )
-            .await
-            .unwrap();
+        let asked = first.call(request, &who(), &settings).await.unwrap();
+        let id = asked.id.clone();
+        let listed = second.call(List, &approver, &settings).await.unwrap();
         assert_eq!(listed.len(), 1);
-        let decide = ApprovalFields {
-            id: &id,
-            ..ApprovalFields::default()
-        };
         second
-            .call(ApprovalOp::Approve, &approver, &settings, decide)
+            .call(Approve { id: &id }, &approver, &settings)
             .await
             .unwrap();
-        let use_it = ApprovalFields { id: &id, ..call };
+        let use_it = Consume { id: &id, call };
         let bot = who();
         let (a, b) = tokio::join!(
-            first.call(ApprovalOp::Consume, &bot, &settings, use_it),
-            second.call(ApprovalOp::Consume, &bot, &settings, use_it),
+            first.call(use_it, &bot, &settings),
+            second.call(use_it, &bot, &settings),
         );
         let outcomes = [a, b];
         assert_eq!(
