@@ -5,7 +5,7 @@ use crate::approvals::{ApprovalError, ApprovalOp, ApprovalTicket, Approve, Deny,
 use crate::audit::{AuditKind, AuditRecord, AuditSink};
 use crate::identity::Identity;
 use crate::issuers::IssuerKeys;
-use crate::sessions::{PreconditionError, SharedSessions};
+use crate::sessions::{PreconditionError, Sessions};
 use crate::shared_records::{MemoryBook, SharedBook};
 use crate::{AuthError, Policy, PolicyHandle, Principal, SessionLimits};
 use serde_json::Value;
@@ -22,7 +22,7 @@ pub struct Governance {
     approvals: SharedApprovals,
     /// What each agent session has done, for preconditions, in the shared
     /// records.
-    sessions: SharedSessions,
+    sessions: Sessions,
     audit: Option<AuditSink>,
     /// Who callers are (static tokens, certificates, issuers' JWTs).
     identity: Identity,
@@ -50,7 +50,7 @@ impl Governance {
             policy: identity.policy().clone(),
             identity,
             approvals: SharedApprovals::new(book.clone()),
-            sessions: SharedSessions::new(book, SessionLimits::default()),
+            sessions: Sessions::new(book, SessionLimits::default()),
             audit,
         }
     }

@@ -6,8 +6,8 @@ use crate::error::NodeError;
 use crate::governance::{PolicyGate, PolicySetup, audit_sink, load_policy};
 use crate::lanes;
 use crate::readiness::Readiness;
+use crate::registry_book::RegistryBook;
 use crate::rollouts;
-use crate::shared_book::StoreBook;
 use std::future::Future;
 use std::{net::SocketAddr, sync::Arc, time::Duration};
 use tokio::{net::TcpListener, task::JoinHandle};
@@ -407,7 +407,7 @@ async fn governance(
             let channel = toolmesh_transport::channel(registry, &config.tls)?;
             Arc::new(SharedRecordsRelay::new(channel, token.clone()))
         }
-        (_, Some(shared)) => Arc::new(StoreBook(shared)),
+        (_, Some(shared)) => Arc::new(RegistryBook(shared)),
         // Every role with a dispatcher has a registry to share with;
         // without one, the records are this process' alone.
         (_, None) => Arc::new(MemoryBook::new()),

@@ -6,7 +6,7 @@
 //! caller naming the same id sees nothing of it. Only (tool, argument)
 //! pairs that some precondition of the current snapshot names are kept,
 //! as SHA-256 digests of the argument's canonical JSON, never the value.
-//! The facts live in the shared records ([`SharedSessions`]), bounded by
+//! The facts live in the shared records ([`Sessions`]), bounded by
 //! idle time, sessions per caller and facts per session; at a cap the
 //! oldest go first, so a call never fails because the records are full.
 
@@ -20,7 +20,7 @@ use toolmesh::Snapshot;
 use toolmesh::pb::{Precondition, ToolSpec};
 
 mod shared;
-pub use shared::SharedSessions;
+pub use shared::Sessions;
 
 /// Longest value shown in a precondition message, in characters.
 const MAX_SHOWN_CHARS: usize = 80;
@@ -28,7 +28,7 @@ const MAX_SHOWN_CHARS: usize = 80;
 /// The (tool, argument) pairs that any precondition in one snapshot names;
 /// an empty argument stands for "any successful call of the tool".
 /// Computed once per snapshot ([`Declared::of`], or memoised by
-/// [`SharedSessions::declared_for`]).
+/// [`Sessions::declared_for`]).
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Declared {
     by_tool: HashMap<String, Vec<String>>,

@@ -26,24 +26,24 @@ const DEFAULT_CAP: usize = 1_000;
 const MAX_CAP: usize = 10_000;
 
 /// Session facts in the shared records, under this dispatcher's limits.
-pub struct SharedSessions {
+pub struct Sessions {
     book: Arc<dyn SharedBook>,
     limits: SessionLimits,
     declared: DeclaredCache,
 }
 
-impl std::fmt::Debug for SharedSessions {
+impl std::fmt::Debug for Sessions {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SharedSessions")
+        f.debug_struct("Sessions")
             .field("limits", &self.limits)
             .finish_non_exhaustive()
     }
 }
 
-impl SharedSessions {
+impl Sessions {
     /// Facts kept in `book`, bounded by `limits`.
     pub fn new(book: Arc<dyn SharedBook>, limits: SessionLimits) -> Self {
-        SharedSessions {
+        Sessions {
             book,
             limits,
             declared: DeclaredCache::default(),
@@ -272,9 +272,9 @@ mod tests {
     }
 
     /// Sessions over a fresh in-memory book, and the book.
-    fn sessions(limits: SessionLimits) -> (SharedSessions, Arc<MemoryBook>) {
+    fn sessions(limits: SessionLimits) -> (Sessions, Arc<MemoryBook>) {
         let book = Arc::new(MemoryBook::new());
-        (SharedSessions::new(book.clone(), limits), book)
+        (Sessions::new(book.clone(), limits), book)
     }
 
     /// Every session record in `book`, decoded.

@@ -6,7 +6,7 @@ use toolmesh_governance::{SharedBook, SharedError};
 use toolmesh_registry::{RegistryError, SharedRecordsService};
 
 /// The registry's shared records, in this process.
-pub(crate) struct StoreBook(pub(crate) SharedRecordsService);
+pub(crate) struct RegistryBook(pub(crate) SharedRecordsService);
 
 /// A store error as the dispatcher reads it: the status the registry's
 /// gRPC edge would answer with, so both paths say the same.
@@ -15,7 +15,7 @@ fn refused(error: RegistryError) -> SharedError {
 }
 
 #[tonic::async_trait]
-impl SharedBook for StoreBook {
+impl SharedBook for RegistryBook {
     async fn list(
         &self,
         prefix: &str,
@@ -46,7 +46,7 @@ mod tests {
     use toolmesh_governance::approvals::{
         ApprovalCall, Approve, Consume, List, Request, SharedApprovals,
     };
-    use toolmesh_governance::sessions::SharedSessions;
+    use toolmesh_governance::sessions::Sessions;
     use toolmesh_governance::{
         ApprovalError, ApprovalSettings, Declared, Principal, SessionLimits,
     };
@@ -70,19 +70,19 @@ mod tests {
         }]
     }
 
-    fn sessions() -> SharedSessions {
+    fn sessions() -> Sessions {
         let registry = Arc::new(Registry::new(RegistryConfig::default()));
-        let book = StoreBook(SharedRecordsService::new(registry));
+        let book = RegistryBook(SharedRecordsService::new(registry));
         let limits = SessionLimits {
             facts_per_session: 3,
             sessions_per_caller: 2,
             ..SessionLimits::default()
         };
-        SharedSessions::new(Arc::new(book), limits)
+        Sessions::new(Arc::new(book), limits)
     }
 
     /// Session `session` reads path `n`.
-    async fn read(sessions: &SharedSessions, session: u32, n: u32) {
+    async fn read(sessions: &Sessions, session: u32, n: u32) {
         let edit = ToolSpec {
             name: "edit".into(),
             preconditions: needs_read(),
@@ -97,7 +97,7 @@ mod tests {
     }
 
     /// Whether session `session` may edit path `n` (it read it).
-    async fn holds(sessions: &SharedSessions, session: u32, n: u32) -> bool {
+    async fn holds(sessions: &Sessions, session: u32, n: u32) -> bool {
         let path = json!({ "path": n });
         sessions
             .check(&who(), &format!("s{session}"), "edit", &needs_read(), &path)
@@ -142,7 +142,7 @@ mod tests {
         let registry: Arc<dyn toolmesh_registry::Store> =
             Arc::new(Registry::new(RegistryConfig::default()));
         let book = |registry: &Arc<dyn toolmesh_registry::Store>| {
-            SharedApprovals::new(Arc::new(StoreBook(SharedRecordsService::new(
+            SharedApprovals::new(Arc::new(RegistryBook(SharedRecordsService::new(
                 registry.clone(),
             ))))
         };
