@@ -11,7 +11,7 @@ use toolmesh::pb::{
     ListApprovalsRequest, ListApprovalsResponse, governance_server,
 };
 use toolmesh::rollout::Audience;
-use toolmesh_governance::approvals::{ApprovalFields, ApprovalOp};
+use toolmesh_governance::approvals::List;
 use toolmesh_governance::{ApprovalState, ApprovalTicket};
 use toolmesh_governance::{Decision, explain};
 
@@ -113,7 +113,7 @@ impl governance_server::Governance for GovernanceService {
         let governance = self.dispatcher.governance();
         let who = self.dispatcher.caller(&request)?;
         let approvals = governance
-            .approval(ApprovalOp::List, &who, ApprovalFields::default())
+            .approval(List, &who)
             .await
             .map_err(Refusal::from)?
             .iter()

@@ -11,7 +11,7 @@ mod record;
 mod shared;
 mod summary;
 
-pub use op::{ApprovalFields, ApprovalOp};
+pub use op::{ApprovalCall, ApprovalOp, Approve, Consume, Deny, List, Request};
 pub use shared::{PREFIX, SharedApprovals};
 pub use summary::{MAX_NAME_CHARS, MAX_VALUE_CHARS, approval_summary};
 
@@ -310,8 +310,10 @@ struct State {
     next_id: u64,
 }
 
-/// The in-memory approval store. Share it by `Arc`; it outlives policy
-/// reloads (feed new settings with [`Approvals::set_settings`]).
+/// The approval rules over a set of tickets. The tickets live in the
+/// shared records ([`SharedApprovals`]); a book of them is rebuilt for
+/// each operation ([`Approvals::from_tickets`]) and what the rules changed
+/// is written back.
 #[derive(Debug)]
 pub struct Approvals {
     state: Mutex<State>,
@@ -335,9 +337,9 @@ impl Approvals {
         }
     }
 
-    /// Replaces who may approve and the lifetime of tickets requested from now on.
-    pub fn set_settings(&self, settings: ApprovalSettings) {
-        self.lock().settings = settings;
+    /// Who may approve, and the lifetime of tickets requested now.
+    pub fn settings(&self) -> ApprovalSettings {
+        self.lock().settings.clone()
     }
 
     fn lock(&self) -> MutexGuard<'_, State> {
@@ -513,42 +515,6 @@ impl Approvals {
         }
         ticket.state = verdict(ticket)?;
         Ok(ticket.clone())
-    }
-
-    /// Runs one operation (as the registry does for a shared book); the
-    /// tickets it answers with.
-    pub fn apply(
-        &self,
-        op: ApprovalOp,
-        who: &Principal,
-        fields: ApprovalFields<'_>,
-    ) -> Result<Vec<ApprovalTicket>, ApprovalError> {
-        match op {
-            ApprovalOp::Request => self
-                .request(
-                    fields.tool,
-                    fields.version,
-                    fields.args_sha256,
-                    who,
-                    fields.summary,
-                )
-                .map(|t| vec![t]),
-            ApprovalOp::Consume => self
-                .consume(
-                    fields.id,
-                    fields.tool,
-                    fields.version,
-                    fields.args_sha256,
-                    who,
-                )
-                .map(|()| Vec::new()),
-            ApprovalOp::Approve => self.approve(fields.id, who).map(|t| vec![t]),
-            ApprovalOp::Deny => self.deny(fields.id, who, fields.reason).map(|t| vec![t]),
-            ApprovalOp::List => {
-                let roles = self.lock().settings.approver_roles.clone();
-                Ok(self.list_for(who, &roles))
-            }
-        }
     }
 
     /// Uses an approved ticket for exactly the call it was for: same tool,

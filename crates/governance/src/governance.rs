@@ -1,18 +1,15 @@
 //! The governance one server runs with: the live policy, open approvals,
 //! session facts and the audit sink, behind one handle every front door uses.
 
-use crate::approvals::{
-    ApprovalError, ApprovalFields, ApprovalOp, ApprovalTicket, Approvals, SharedApprovals,
-};
+use crate::approvals::{ApprovalError, ApprovalOp, ApprovalTicket, Approve, Deny, SharedApprovals};
 use crate::audit::{AuditKind, AuditRecord, AuditSink};
 use crate::identity::Identity;
 use crate::issuers::IssuerKeys;
-use crate::sessions::{PreconditionError, SharedSessions};
-use crate::shared_records::SharedBook;
-use crate::{AuthError, Policy, PolicyHandle, Principal, Sessions};
+use crate::sessions::{PreconditionError, Sessions};
+use crate::shared_records::{MemoryBook, SharedBook};
+use crate::{AuthError, Policy, PolicyHandle, Principal, SessionLimits};
 use serde_json::Value;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use toolmesh::Snapshot;
 use toolmesh::pb::Precondition;
 use toolmesh_transport::PeerCertificate;
@@ -21,56 +18,44 @@ use toolmesh_transport::PeerCertificate;
 pub struct Governance {
     /// The policy in force (live: reloads show up on the next call).
     pub policy: Arc<PolicyHandle>,
-    approvals: Approvals,
-    /// The policy generation whose approval settings `approvals` holds.
-    approvals_generation: AtomicU64,
-    /// What each agent session has done, for preconditions (in this
-    /// process; `shared_sessions` instead when set).
-    pub sessions: Sessions,
-    /// The registry's session facts, used instead of `sessions` when set.
-    shared_sessions: Option<SharedSessions>,
+    /// Approval tickets, in the shared records.
+    approvals: SharedApprovals,
+    /// What each agent session has done, for preconditions, in the shared
+    /// records.
+    sessions: Sessions,
     audit: Option<AuditSink>,
-    /// The registry's shared book, used instead of `approvals` when set.
-    shared_approvals: Option<SharedApprovals>,
     /// Who callers are (static tokens, certificates, issuers' JWTs).
     identity: Identity,
 }
 
 impl Governance {
-    /// Governance by `policy`, writing audit records to `audit` when set.
+    /// Governance by `policy`, writing audit records to `audit` when set,
+    /// with its records in this process alone (a [`MemoryBook`]).
     pub fn new(policy: Arc<PolicyHandle>, audit: Option<AuditSink>) -> Self {
-        Governance::sharing(Identity::new(policy), audit)
+        Governance::sharing(Identity::new(policy), audit, Arc::new(MemoryBook::new()))
     }
 
     /// Governance that identifies callers with `identity` (and shares its
-    /// issuers' keys, e.g. with the registry in the same process).
-    pub fn sharing(identity: Identity, audit: Option<AuditSink>) -> Self {
-        let policy = identity.policy().clone();
-        let approvals = Approvals::new(policy.current().approval_settings());
+    /// issuers' keys, e.g. with the registry in the same process) and
+    /// keeps approvals and session facts in `book`: the registry's shared
+    /// records (so every dispatcher following that registry sees the same
+    /// tickets and judges a precondition alike) or a [`MemoryBook`]; the
+    /// rules run here either way.
+    pub fn sharing(
+        identity: Identity,
+        audit: Option<AuditSink>,
+        book: Arc<dyn SharedBook>,
+    ) -> Self {
         Governance {
+            policy: identity.policy().clone(),
             identity,
-            approvals_generation: AtomicU64::new(policy.generation()),
-            policy,
-            approvals,
+            approvals: SharedApprovals::new(book.clone()),
+            sessions: Sessions::new(book, SessionLimits::default()),
             audit,
-            sessions: Sessions::default(),
-            shared_sessions: None,
-            shared_approvals: None,
         }
     }
 
-    /// Keeps approvals and session facts among the registry's shared
-    /// records (every dispatcher following that registry sees the same
-    /// tickets and judges a precondition alike) instead of in this
-    /// process; the rules still run here.
-    pub fn with_shared_records(mut self, book: Arc<dyn SharedBook>) -> Self {
-        self.shared_sessions = Some(SharedSessions::new(book.clone(), self.sessions.limits()));
-        self.shared_approvals = Some(SharedApprovals::new(book));
-        self
-    }
-
-    /// Checks the preconditions of `who` calling `tool` in `session_id`
-    /// (with the registry when session facts are shared).
+    /// Checks the preconditions of `who` calling `tool` in `session_id`.
     pub async fn check_preconditions(
         &self,
         who: &Principal,
@@ -79,17 +64,9 @@ impl Governance {
         preconditions: &[Precondition],
         arguments: &Value,
     ) -> Result<(), PreconditionError> {
-        match &self.shared_sessions {
-            _ if preconditions.is_empty() => Ok(()),
-            Some(shared) => {
-                shared
-                    .check(who, session_id, tool, preconditions, arguments)
-                    .await
-            }
-            None => self
-                .sessions
-                .check(who, session_id, tool, preconditions, arguments),
-        }
+        self.sessions
+            .check(who, session_id, tool, preconditions, arguments)
+            .await
     }
 
     /// Whether a successful call of `tool` is a fact some precondition of
@@ -104,8 +81,8 @@ impl Governance {
     }
 
     /// Remembers a successful call for the preconditions `snapshot`
-    /// declares (with the registry when session facts are shared; a
-    /// registry that cannot take them is logged, the call's answer stands).
+    /// declares (records that cannot take it are logged, the call's
+    /// answer stands).
     pub async fn record_session(
         &self,
         snapshot: &Snapshot,
@@ -119,12 +96,8 @@ impl Governance {
             return;
         }
         let declared = self.sessions.declared_for(snapshot);
-        let Some(shared) = &self.shared_sessions else {
-            return self
-                .sessions
-                .record(who, session_id, tool, arguments, &declared);
-        };
-        if let Err(reason) = shared
+        if let Err(reason) = self
+            .sessions
             .record(who, session_id, tool, arguments, &declared)
             .await
         {
@@ -132,21 +105,15 @@ impl Governance {
         }
     }
 
-    /// One approval operation, on the registry's shared book when there is
-    /// one, else on this process' [`approvals`](Self::approvals).
-    pub async fn approval(
+    /// One approval operation by `who`, under the approval settings of the
+    /// policy in force (a reload applies to tickets requested from then on).
+    pub async fn approval<O: ApprovalOp>(
         &self,
-        op: ApprovalOp,
+        op: O,
         who: &Principal,
-        fields: ApprovalFields<'_>,
-    ) -> Result<Vec<ApprovalTicket>, ApprovalError> {
-        match &self.shared_approvals {
-            Some(shared) => {
-                let settings = self.policy.current().approval_settings();
-                shared.call(op, who, &settings, fields).await
-            }
-            None => self.approvals().apply(op, who, fields),
-        }
+    ) -> Result<O::Answer, ApprovalError> {
+        let settings = self.policy.current().approval_settings();
+        self.approvals.call(op, who, &settings).await
     }
 
     /// The development policy (anonymous callers may use every tool; HIGH
@@ -158,22 +125,6 @@ impl Governance {
     /// The policy in force now.
     pub fn policy(&self) -> Arc<Policy> {
         self.policy.current()
-    }
-
-    /// Approvals requested by calls and decided by approvers, under the
-    /// approval settings of the policy in force (a reload applies to
-    /// tickets requested from then on).
-    pub fn approvals(&self) -> &Approvals {
-        let generation = self.policy.generation();
-        if self
-            .approvals_generation
-            .swap(generation, Ordering::Relaxed)
-            != generation
-        {
-            self.approvals
-                .set_settings(self.policy.current().approval_settings());
-        }
-        &self.approvals
     }
 
     /// The caller: its bearer token (a `[[callers]]` token, else a JWT of
@@ -222,21 +173,10 @@ impl Governance {
         id: &str,
         deny: Option<&str>,
     ) -> Result<ApprovalTicket, ApprovalError> {
-        let (op, reason) = match deny {
-            None => (ApprovalOp::Approve, ""),
-            Some(reason) => (ApprovalOp::Deny, reason),
+        let decided = match deny {
+            None => self.approval(Approve { id }, approver).await?,
+            Some(reason) => self.approval(Deny { id, reason }, approver).await?,
         };
-        let fields = ApprovalFields {
-            id,
-            reason,
-            ..ApprovalFields::default()
-        };
-        let decided = self
-            .approval(op, approver, fields)
-            .await?
-            .into_iter()
-            .next()
-            .ok_or_else(|| ApprovalError::Unknown { id: id.to_owned() })?;
         self.audit_decision(|| {
             let kind = if deny.is_some() {
                 AuditKind::ApprovalDenied
@@ -256,5 +196,70 @@ impl Governance {
         })
         .await;
         Ok(decided)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::approvals::{ApprovalCall, Consume, List, Request};
+
+    fn who(name: &str, roles: &[&str]) -> Principal {
+        Principal {
+            name: name.into(),
+            tenant: "acme".into(),
+            roles: roles.iter().map(|r| r.to_string()).collect(),
+            anonymous: false,
+            issued_by: None,
+        }
+    }
+
+    fn approving(role: &str) -> Policy {
+        Policy::from_toml(&format!("[approval]\napprover_roles = [\"{role}\"]\n")).unwrap()
+    }
+
+    /// A ticket lives in the governance's book between operations:
+    /// requested, listed, decided (audited), used once; the approval
+    /// settings of a reloaded policy rule the next operation.
+    #[tokio::test]
+    async fn approvals_live_in_the_book_under_the_policy_in_force() {
+        let handle = Arc::new(PolicyHandle::new(approving("approver")));
+        let governance = Governance::new(handle.clone(), None);
+        let bot = who("bot", &["agent"]);
+        let call = ApprovalCall {
+            tool: "wipe",
+            version: "1.0.0",
+            args_sha256: "d",
+        };
+        let request = Request {
+            call,
+            summary: "wipe it",
+        };
+        let ticket = governance.approval(request, &bot).await.unwrap();
+        assert_eq!(
+            governance.approval(request, &bot).await.unwrap().id,
+            ticket.id
+        );
+        let alice = who("alice", &["approver"]);
+        let listed = governance.approval(List, &alice).await.unwrap();
+        assert_eq!(listed.len(), 1);
+        handle.replace(approving("release-manager"));
+        let err = governance
+            .decide_approval(&alice, &ticket.id, None)
+            .await
+            .unwrap_err();
+        assert!(matches!(err, ApprovalError::NotApprover { .. }), "{err}");
+        let manager = who("mo", &["release-manager"]);
+        governance
+            .decide_approval(&manager, &ticket.id, None)
+            .await
+            .unwrap();
+        let consume = Consume {
+            id: &ticket.id,
+            call,
+        };
+        governance.approval(consume, &bot).await.unwrap();
+        let err = governance.approval(consume, &bot).await.unwrap_err();
+        assert!(matches!(err, ApprovalError::Used { .. }), "{err}");
     }
 }

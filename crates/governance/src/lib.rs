@@ -84,8 +84,8 @@ pub use registry_access::{
     ADMIN_ROLE, AccessError, DISPATCHER_ROLE, EXECUTOR_ROLE, OPERATOR_ROLE, SnapshotAccess,
 };
 pub use reload::{PolicyHandle, PolicyWatcher};
-pub use sessions::{Declared, PreconditionError, SessionLimits, SessionUsage, Sessions};
-pub use shared_records::{SharedBook, SharedError, SharedRecordsRelay};
+pub use sessions::{Declared, PreconditionError, SessionLimits, Sessions};
+pub use shared_records::{MemoryBook, SharedBook, SharedError, SharedRecordsRelay};
 pub use toolmesh::digest::{arguments_digest, value_digest};
 pub use toolmesh::{IssuedBy, Principal};
 /// The audit trail, from `toolmesh-audit` (its records name a [`Principal`]).

@@ -1,4 +1,8 @@
-//! The records every dispatcher of a mesh shares (approval tickets, session facts), kept by the registry: the [`SharedBook`] seam, its gRPC client, and the retry-on-conflict loop the rules run in.
+//! The records every dispatcher of a mesh shares (approval tickets, session facts), kept by the registry: the [`SharedBook`] seam, its gRPC client, the in-memory book, and the retry-on-conflict loop the rules run in.
+
+mod memory;
+
+pub use memory::MemoryBook;
 
 use std::future::Future;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -29,8 +33,8 @@ impl From<tonic::Status> for SharedError {
 
 /// The registry's shared records: read under a prefix, write one if
 /// nobody changed it since it was read, remove one. Over gRPC
-/// ([`SharedRecordsRelay`]) or in the registry's own process (a `serve`
-/// node).
+/// ([`SharedRecordsRelay`]), in the registry's own process (a `serve`
+/// node), or in this process alone ([`MemoryBook`]).
 #[tonic::async_trait]
 pub trait SharedBook: Send + Sync + 'static {
     /// Every live record under `prefix`, without values when `keys_only`.

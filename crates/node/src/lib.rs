@@ -14,9 +14,9 @@ mod issuer_health;
 mod issuer_metrics;
 mod lanes;
 mod readiness;
+mod registry_book;
 mod rollouts;
 mod server;
-mod shared_book;
 
 pub use admin::{
     AdminState, ApprovalView, CallsView, ChangeView, InstanceView, RolloutView, ToolView,

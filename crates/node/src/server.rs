@@ -6,8 +6,8 @@ use crate::error::NodeError;
 use crate::governance::{PolicyGate, PolicySetup, audit_sink, load_policy};
 use crate::lanes;
 use crate::readiness::Readiness;
+use crate::registry_book::RegistryBook;
 use crate::rollouts;
-use crate::shared_book::StoreBook;
 use std::future::Future;
 use std::{net::SocketAddr, sync::Arc, time::Duration};
 use tokio::{net::TcpListener, task::JoinHandle};
@@ -19,7 +19,7 @@ use toolmesh_dispatcher::{
 };
 use toolmesh_governance::AuditSink;
 use toolmesh_governance::Identity;
-use toolmesh_governance::SharedRecordsRelay;
+use toolmesh_governance::{MemoryBook, SharedBook, SharedRecordsRelay};
 use toolmesh_registry::{
     DecisionJournal, Registry, RegistryConfig, RegistryService, RolloutDesk, SharedRecordsService,
     Store,
@@ -402,18 +402,17 @@ async fn governance(
     shared: Option<SharedRecordsService>,
     audit: Option<AuditSink>,
 ) -> Result<Governance, NodeError> {
-    let governance = Governance::sharing(policy.identity.clone(), audit);
-    Ok(match role {
-        Role::Dispatcher { registry, token } => {
+    let book: Arc<dyn SharedBook> = match (role, shared) {
+        (Role::Dispatcher { registry, token }, _) => {
             let channel = toolmesh_transport::channel(registry, &config.tls)?;
-            governance
-                .with_shared_records(Arc::new(SharedRecordsRelay::new(channel, token.clone())))
+            Arc::new(SharedRecordsRelay::new(channel, token.clone()))
         }
-        _ => match shared {
-            Some(shared) => governance.with_shared_records(Arc::new(StoreBook(shared))),
-            None => governance,
-        },
-    })
+        (_, Some(shared)) => Arc::new(RegistryBook(shared)),
+        // Every role with a dispatcher has a registry to share with;
+        // without one, the records are this process' alone.
+        (_, None) => Arc::new(MemoryBook::new()),
+    };
+    Ok(Governance::sharing(policy.identity.clone(), audit, book))
 }
 
 /// Who the dispatcher of `role` asks to abort a failing canary: the

@@ -6,7 +6,7 @@ use crate::error::CallError;
 use serde_json::Value;
 use toolmesh::ToolDef;
 use toolmesh::pb::InvokeRequest;
-use toolmesh_governance::approvals::{ApprovalFields, ApprovalOp};
+use toolmesh_governance::approvals::{ApprovalCall, Consume, Request};
 use toolmesh_governance::{
     ApprovalNeed, Governance, Permit, Policy, PreconditionError, Principal, approval_summary,
     value_digest,
@@ -85,37 +85,30 @@ async fn approved(
 ) -> Result<(), CallError> {
     let digest = value_digest(arguments);
     let version = def.version().to_string();
-    let call = ApprovalFields {
-        id: approval_id,
+    let call = ApprovalCall {
         tool: def.name(),
         version: &version,
         args_sha256: &digest,
-        ..ApprovalFields::default()
     };
     if !approval_id.is_empty() {
+        let consume = Consume {
+            id: approval_id,
+            call,
+        };
         return governance
-            .approval(ApprovalOp::Consume, who, call)
+            .approval(consume, who)
             .await
-            .map(|_| ())
             .map_err(|e| CallError::ApprovalUnusable(e.to_string()));
     }
     let summary = approval_summary(&def.label(), who, def.input_schema(), arguments, &digest);
+    let request = Request {
+        call,
+        summary: &summary,
+    };
     let ticket = governance
-        .approval(
-            ApprovalOp::Request,
-            who,
-            ApprovalFields {
-                summary: &summary,
-                ..call
-            },
-        )
+        .approval(request, who)
         .await
-        .map_err(|e| CallError::ApprovalUnusable(e.to_string()))?
-        .into_iter()
-        .next()
-        .ok_or_else(|| {
-            CallError::ApprovalUnusable("the approval book answered no ticket; call again".into())
-        })?;
+        .map_err(|e| CallError::ApprovalUnusable(e.to_string()))?;
     Err(CallError::ApprovalRequired {
         tool: def.label(),
         approval_id: ticket.id,

@@ -1,8 +1,6 @@
 //! Approvals kept among the registry's shared records, so that every dispatcher of the mesh sees the same tickets: the rules of [`Approvals`] run here, and what changed is written back with a compare on each ticket's revision (a ticket is used once even when two dispatchers race).
 
-use super::{
-    ApprovalError, ApprovalFields, ApprovalOp, ApprovalSettings, ApprovalTicket, Approvals,
-};
+use super::{ApprovalError, ApprovalOp, ApprovalSettings, ApprovalTicket, Approvals};
 use crate::Principal;
 use crate::shared_records::{SharedBook, SharedError, until_written};
 use std::sync::Arc;
@@ -41,14 +39,13 @@ impl SharedApprovals {
 
     /// Runs `op` on the shared tickets, writing back what changed; runs
     /// again on fresh tickets when another dispatcher got there first.
-    pub async fn call(
+    pub async fn call<O: ApprovalOp>(
         &self,
-        op: ApprovalOp,
+        op: O,
         who: &Principal,
         settings: &ApprovalSettings,
-        fields: ApprovalFields<'_>,
-    ) -> Result<Vec<ApprovalTicket>, ApprovalError> {
-        until_written("the approval", || self.attempt(op, who, settings, fields))
+    ) -> Result<O::Answer, ApprovalError> {
+        until_written("the approval", || self.attempt(op, who, settings))
             .await
             .unwrap_or_else(|e| {
                 Err(ApprovalError::Unavailable {
@@ -58,19 +55,18 @@ impl SharedApprovals {
     }
 
     /// One try: the answer, or `None` when another writer came first.
-    async fn attempt(
+    async fn attempt<O: ApprovalOp>(
         &self,
-        op: ApprovalOp,
+        op: O,
         who: &Principal,
         settings: &ApprovalSettings,
-        fields: ApprovalFields<'_>,
-    ) -> Result<Option<Result<Vec<ApprovalTicket>, ApprovalError>>, SharedError> {
+    ) -> Result<Option<Result<O::Answer, ApprovalError>>, SharedError> {
         let before = self.read().await?;
         let book = Approvals::from_tickets(
             settings.clone(),
             before.iter().map(|r| r.ticket.clone()).collect(),
         );
-        let answer = book.apply(op, who, fields);
+        let answer = op.apply(&book, who);
         Ok(self
             .write_back(&before, book.tickets())
             .await?

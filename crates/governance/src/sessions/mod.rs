@@ -6,30 +6,24 @@
 //! caller naming the same id sees nothing of it. Only (tool, argument)
 //! pairs that some precondition of the current snapshot names are kept,
 //! as SHA-256 digests of the argument's canonical JSON, never the value.
-//! The store is bounded by sessions and bytes per caller and in total;
-//! when full it forgets idle and then least recently used sessions, so a
-//! call never fails because the store is full.
+//! The facts live in the shared records ([`Sessions`]), bounded by
+//! idle time, sessions per caller and facts per session; at a cap the
+//! oldest go first, so a call never fails because the records are full.
 
-use crate::Principal;
 use crate::digest::value_sha256;
 use arc_swap::ArcSwapOption;
 use serde_json::Value;
-use std::collections::{BTreeMap, HashMap, HashSet};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::collections::HashMap;
+use std::sync::Arc;
 use std::time::Duration;
-use tokio::time::Instant;
 use toolmesh::Snapshot;
 use toolmesh::pb::{Precondition, ToolSpec};
 
 mod shared;
-pub use shared::SharedSessions;
+pub use shared::Sessions;
 
 /// Longest value shown in a precondition message, in characters.
 const MAX_SHOWN_CHARS: usize = 80;
-/// Bytes charged per kept fact beyond its strings (digest, set and index overhead).
-const FACT_OVERHEAD: usize = 96;
-/// Bytes charged per session beyond its key (map and index entries).
-const SESSION_OVERHEAD: usize = 160;
 
 /// The (tool, argument) pairs that any precondition in one snapshot names;
 /// an empty argument stands for "any successful call of the tool".
@@ -69,19 +63,13 @@ impl Declared {
     }
 }
 
-/// How much the store keeps; the defaults suit one dispatcher.
+/// How much is kept of each caller's sessions.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SessionLimits {
     /// Sessions idle this long are forgotten.
     pub idle: Duration,
-    /// Sessions one caller may have at once; its least recently used goes first.
+    /// Sessions one caller may have at once; its least recently written goes first.
     pub sessions_per_caller: usize,
-    /// Bytes one caller's sessions may take (by the store's own accounting).
-    pub bytes_per_caller: usize,
-    /// Sessions kept in total.
-    pub sessions: usize,
-    /// Bytes kept in total.
-    pub bytes: usize,
     /// Facts kept per session; beyond this the session forgets its oldest.
     pub facts_per_session: usize,
 }
@@ -91,21 +79,9 @@ impl Default for SessionLimits {
         SessionLimits {
             idle: Duration::from_secs(3600),
             sessions_per_caller: 1_000,
-            bytes_per_caller: 4 << 20,
-            sessions: 100_000,
-            bytes: 64 << 20,
             facts_per_session: 1_000,
         }
     }
-}
-
-/// What the store holds now, by its own accounting.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
-pub struct SessionUsage {
-    /// Sessions kept.
-    pub sessions: usize,
-    /// Bytes charged for them.
-    pub bytes: usize,
 }
 
 /// Why a call may not run yet; each message says what to call first.
@@ -151,9 +127,7 @@ pub enum PreconditionError {
 
 /// (tool, argument, digest of its canonical JSON); ("t", "", zeros) = any call of t.
 type Fact = (Arc<str>, Arc<str>, [u8; 32]);
-/// (tenant/principal, session id).
-type Key = (Arc<str>, Arc<str>);
-/// The [`Declared`] set of one snapshot.
+/// The [`Declared`] set of one snapshot: (epoch, version).
 #[derive(Debug)]
 struct DeclaredMemo {
     epoch: Arc<str>,
@@ -161,281 +135,29 @@ struct DeclaredMemo {
     declared: Arc<Declared>,
 }
 
-#[derive(Debug)]
-struct Session {
-    facts: HashSet<Fact>,
-    /// Insertion order of `facts`, to forget the oldest at the cap.
-    order: Vec<Fact>,
-    bytes: usize,
-    touched: Instant,
-    /// Position in the least-recently-used index.
-    seq: u64,
-}
-
+/// The [`Declared`] set of the last snapshot asked about, computed once
+/// per snapshot (a lock-free read while the snapshot stays the same).
 #[derive(Debug, Default)]
-struct Usage {
-    sessions: usize,
-    bytes: usize,
-    /// This caller's sessions by last use.
-    lru: BTreeMap<u64, Arc<str>>,
+struct DeclaredCache {
+    last: ArcSwapOption<DeclaredMemo>,
 }
 
-#[derive(Debug, Default)]
-struct Store {
-    sessions: HashMap<Key, Session>,
-    callers: HashMap<Arc<str>, Usage>,
-    /// Every session by last use.
-    lru: BTreeMap<u64, Key>,
-    bytes: usize,
-    next_seq: u64,
-}
-
-/// Successful calls per (caller, session), as far as preconditions need them.
-#[derive(Debug, Default)]
-pub struct Sessions {
-    limits: SessionLimits,
-    store: Mutex<Store>,
-    /// The [`Declared`] set of the last snapshot asked about: (epoch, version).
-    declared: ArcSwapOption<DeclaredMemo>,
-}
-
-impl Sessions {
-    /// An empty store with these limits.
-    pub fn new(limits: SessionLimits) -> Self {
-        Sessions {
-            limits,
-            ..Sessions::default()
-        }
-    }
-
-    /// The [`Declared`] set of `snapshot`, computed once per snapshot
-    /// (a lock-free read while the snapshot stays the same).
-    pub fn declared_for(&self, snapshot: &Snapshot) -> Arc<Declared> {
-        if let Some(memo) = self.declared.load().as_ref()
+impl DeclaredCache {
+    fn of(&self, snapshot: &Snapshot) -> Arc<Declared> {
+        if let Some(memo) = self.last.load().as_ref()
             && *memo.epoch == *snapshot.epoch()
             && memo.version == snapshot.version()
         {
             return memo.declared.clone();
         }
         let declared = Arc::new(Declared::of(snapshot));
-        self.declared.store(Some(Arc::new(DeclaredMemo {
+        self.last.store(Some(Arc::new(DeclaredMemo {
             epoch: snapshot.epoch().into(),
             version: snapshot.version(),
             declared: declared.clone(),
         })));
         declared
     }
-
-    /// The limits this store keeps to.
-    pub fn limits(&self) -> SessionLimits {
-        self.limits
-    }
-
-    /// What the store holds now.
-    pub fn usage(&self) -> SessionUsage {
-        let store = lock(&self.store);
-        SessionUsage {
-            sessions: store.sessions.len(),
-            bytes: store.bytes,
-        }
-    }
-
-    /// What one caller's sessions hold now.
-    pub fn usage_of(&self, who: &Principal) -> SessionUsage {
-        let store = lock(&self.store);
-        store
-            .callers
-            .get(who.key().as_str())
-            .map_or_else(SessionUsage::default, |u| SessionUsage {
-                sessions: u.sessions,
-                bytes: u.bytes,
-            })
-    }
-
-    /// Remembers a successful call of `tool` by `who` in `session_id`:
-    /// only the arguments `declared` names for `tool`, as digests. Keeps
-    /// nothing when the call has no session id or no precondition names
-    /// the tool. Never fails: a full store forgets old sessions instead.
-    pub fn record(
-        &self,
-        who: &Principal,
-        session_id: &str,
-        tool: &str,
-        arguments: &Value,
-        declared: &Declared,
-    ) {
-        if session_id.is_empty() {
-            return;
-        }
-        let facts = facts_of(tool, arguments, declared);
-        if facts.is_empty() {
-            return;
-        }
-        let caller: Arc<str> = who.key().into();
-        let key: Key = (caller.clone(), session_id.into());
-        let now = Instant::now();
-        let mut store = lock(&self.store);
-        store.forget_idle(now, self.limits.idle);
-        if !store.sessions.contains_key(&key) {
-            let bytes = SESSION_OVERHEAD + key.0.len() + key.1.len();
-            store.open(key.clone(), bytes, now);
-        }
-        store.touch(&key, now);
-        for fact in facts {
-            store.add_fact(&key, fact, self.limits.facts_per_session);
-        }
-        store.shrink(&caller, &key, &self.limits);
-    }
-
-    /// Checks every precondition of `who` calling `tool` in `session_id`;
-    /// the error tells the model what to call first.
-    pub fn check(
-        &self,
-        who: &Principal,
-        session_id: &str,
-        tool: &str,
-        preconditions: &[Precondition],
-        arguments: &Value,
-    ) -> Result<(), PreconditionError> {
-        if preconditions.is_empty() {
-            return Ok(());
-        }
-        let key: Key = (who.key().into(), session_id.into());
-        let store = lock(&self.store);
-        let session = store
-            .sessions
-            .get(&key)
-            .filter(|s| Instant::now().duration_since(s.touched) < self.limits.idle);
-        verdict(tool, session_id, preconditions, arguments, |fact| {
-            session.is_some_and(|s| s.facts.contains(fact))
-        })
-    }
-}
-
-impl Store {
-    fn open(&mut self, key: Key, bytes: usize, now: Instant) {
-        let usage = self.callers.entry(key.0.clone()).or_default();
-        usage.sessions += 1;
-        usage.bytes += bytes;
-        self.bytes += bytes;
-        self.sessions.insert(
-            key,
-            Session {
-                facts: HashSet::new(),
-                order: Vec::new(),
-                bytes,
-                touched: now,
-                seq: u64::MAX,
-            },
-        );
-    }
-
-    /// Moves `key` to the most recently used end of both indexes.
-    fn touch(&mut self, key: &Key, now: Instant) {
-        let seq = self.next_seq;
-        self.next_seq += 1;
-        let Some(session) = self.sessions.get_mut(key) else {
-            return;
-        };
-        let old = std::mem::replace(&mut session.seq, seq);
-        session.touched = now;
-        self.lru.remove(&old);
-        self.lru.insert(seq, key.clone());
-        if let Some(usage) = self.callers.get_mut(&key.0) {
-            usage.lru.remove(&old);
-            usage.lru.insert(seq, key.1.clone());
-        }
-    }
-
-    fn add_fact(&mut self, key: &Key, fact: Fact, cap: usize) {
-        let Some(session) = self.sessions.get_mut(key) else {
-            return;
-        };
-        if session.facts.contains(&fact) {
-            return;
-        }
-        let mut delta = fact_bytes(&fact) as isize;
-        if session.order.len() >= cap.max(1) {
-            let oldest = session.order.remove(0);
-            session.facts.remove(&oldest);
-            delta -= fact_bytes(&oldest) as isize;
-        }
-        session.facts.insert(fact.clone());
-        session.order.push(fact);
-        session.bytes = session.bytes.saturating_add_signed(delta);
-        self.bytes = self.bytes.saturating_add_signed(delta);
-        if let Some(usage) = self.callers.get_mut(&key.0) {
-            usage.bytes = usage.bytes.saturating_add_signed(delta);
-        }
-    }
-
-    fn remove(&mut self, key: &Key) {
-        let Some(session) = self.sessions.remove(key) else {
-            return;
-        };
-        self.lru.remove(&session.seq);
-        self.bytes = self.bytes.saturating_sub(session.bytes);
-        let emptied = self.callers.get_mut(&key.0).is_some_and(|usage| {
-            usage.lru.remove(&session.seq);
-            usage.sessions = usage.sessions.saturating_sub(1);
-            usage.bytes = usage.bytes.saturating_sub(session.bytes);
-            usage.sessions == 0
-        });
-        if emptied {
-            self.callers.remove(&key.0);
-        }
-    }
-
-    /// Forgets sessions idle for `idle` or longer, oldest first.
-    fn forget_idle(&mut self, now: Instant, idle: Duration) {
-        while let Some(key) = self.lru.first_key_value().map(|(_, k)| k.clone()) {
-            let stale = self
-                .sessions
-                .get(&key)
-                .is_none_or(|s| now.duration_since(s.touched) >= idle);
-            if !stale {
-                break;
-            }
-            self.remove(&key);
-        }
-    }
-
-    /// Brings `caller` and then the whole store back within the limits,
-    /// forgetting least recently used sessions other than `keep` first.
-    fn shrink(&mut self, caller: &Arc<str>, keep: &Key, limits: &SessionLimits) {
-        loop {
-            let over = self.callers.get(caller).and_then(|u| {
-                (u.sessions > limits.sessions_per_caller || u.bytes > limits.bytes_per_caller)
-                    .then(|| {
-                        u.lru
-                            .values()
-                            .find(|id| **id != keep.1)
-                            .map(|id| (caller.clone(), id.clone()))
-                    })
-                    .flatten()
-            });
-            match over {
-                Some(victim) => self.remove(&victim),
-                None => break,
-            }
-        }
-        while self.sessions.len() > limits.sessions || self.bytes > limits.bytes {
-            let Some(victim) = self.lru.values().find(|k| *k != keep).cloned() else {
-                break;
-            };
-            self.remove(&victim);
-        }
-    }
-}
-
-fn fact_bytes(fact: &Fact) -> usize {
-    FACT_OVERHEAD + fact.0.len() + fact.1.len()
-}
-
-fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
-    // Every update leaves the maps consistent between statements that can
-    // panic only on allocation failure, so a poisoned lock is still usable.
-    mutex.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 /// The facts a successful call of `tool` establishes, as far as `declared`
@@ -539,223 +261,5 @@ fn shown(value: Option<&Value>) -> String {
             .collect()
     } else {
         text
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use serde_json::json;
-
-    fn needs_read() -> Vec<Precondition> {
-        vec![Precondition {
-            tool: "read_file".into(),
-            same_argument: "path".into(),
-        }]
-    }
-
-    fn declared() -> Declared {
-        let edit = ToolSpec {
-            name: "edit_file".into(),
-            preconditions: needs_read(),
-            ..ToolSpec::default()
-        };
-        Declared::from_specs([&edit])
-    }
-
-    fn who(name: &str, tenant: &str) -> Principal {
-        Principal {
-            name: name.into(),
-            tenant: tenant.into(),
-            roles: vec![],
-            anonymous: false,
-            issued_by: None,
-        }
-    }
-
-    /// Edit before read is refused with what to call first; a read of the
-    /// same path in the same session satisfies it, another path or session does not.
-    #[test]
-    fn read_before_edit() {
-        let sessions = Sessions::default();
-        let a = who("agent-a", "acme");
-        let d = declared();
-        let edit = json!({"path": "a.txt", "old_string": "x", "new_string": "y"});
-        let err = sessions
-            .check(&a, "s1", "edit_file", &needs_read(), &edit)
-            .unwrap_err()
-            .to_string();
-        assert!(
-            err.contains("call read_file on path \"a.txt\" first"),
-            "{err}"
-        );
-        sessions.record(&a, "s1", "read_file", &json!({"path": "b.txt"}), &d);
-        assert!(
-            sessions
-                .check(&a, "s1", "edit_file", &needs_read(), &edit)
-                .is_err()
-        );
-        sessions.record(&a, "s1", "read_file", &json!({"path": "a.txt"}), &d);
-        assert!(
-            sessions
-                .check(&a, "s1", "edit_file", &needs_read(), &edit)
-                .is_ok()
-        );
-        assert!(
-            sessions
-                .check(&a, "s2", "edit_file", &needs_read(), &edit)
-                .is_err()
-        );
-        let err = sessions
-            .check(&a, "", "edit_file", &needs_read(), &edit)
-            .unwrap_err();
-        assert!(err.to_string().contains("send a session_id"), "{err}");
-        assert!(sessions.check(&a, "", "x", &[], &edit).is_ok());
-    }
-
-    /// A session belongs to its caller: B naming A's session id (or A's
-    /// name in another tenant) does not see A's read.
-    #[test]
-    fn a_session_of_a_is_invisible_to_b() {
-        let sessions = Sessions::default();
-        let d = declared();
-        let a = who("agent-a", "acme");
-        let edit = json!({"path": "a.txt"});
-        sessions.record(&a, "s1", "read_file", &edit, &d);
-        assert!(
-            sessions
-                .check(&a, "s1", "edit_file", &needs_read(), &edit)
-                .is_ok()
-        );
-        for other in [who("agent-b", "acme"), who("agent-a", "globex")] {
-            let err = sessions
-                .check(&other, "s1", "edit_file", &needs_read(), &edit)
-                .unwrap_err();
-            assert!(
-                matches!(err, PreconditionError::NotYet { .. }),
-                "{other}: {err}"
-            );
-        }
-    }
-
-    /// Only what a precondition names is kept, as a digest: calls of tools
-    /// no precondition names keep nothing, and a named tool keeps only the
-    /// named argument (bytes do not grow with the other arguments).
-    #[test]
-    fn undeclared_fields_are_not_kept() {
-        let sessions = Sessions::default();
-        let d = declared();
-        let a = who("agent-a", "acme");
-        let big = "x".repeat(100_000);
-        sessions.record(&a, "s1", "search", &json!({"q": big}), &d);
-        sessions.record(&a, "s1", "search", &json!({"q": 1}), &Declared::default());
-        assert_eq!(sessions.usage(), SessionUsage::default());
-        sessions.record(
-            &a,
-            "s1",
-            "read_file",
-            &json!({"path": "a.txt", "blob": big}),
-            &d,
-        );
-        let usage = sessions.usage();
-        assert_eq!(usage.sessions, 1);
-        assert!(usage.bytes < 1_000, "{usage:?}");
-        let store = lock(&sessions.store);
-        let facts: Vec<_> = store.sessions.values().flat_map(|s| &s.facts).collect();
-        assert_eq!(facts.len(), 1);
-        assert_eq!(&*facts[0].1, "path");
-        assert_eq!(facts[0].2, value_sha256(&json!("a.txt")));
-    }
-
-    /// 10,000 calls with 900 KB arguments and fresh session ids, from one
-    /// caller and from many, keep the store within its limits, and the
-    /// latest session still works.
-    #[test]
-    fn memory_stays_bounded() {
-        let limits = SessionLimits {
-            sessions_per_caller: 100,
-            bytes_per_caller: 64 << 10,
-            sessions: 1_000,
-            bytes: 256 << 10,
-            ..SessionLimits::default()
-        };
-        let sessions = Sessions::new(limits);
-        let d = declared();
-        // The 900 KB sit in an undeclared field; the declared path is short.
-        let arguments = json!({"path": "a.txt", "content": "p".repeat(900_000)});
-        let a = who("agent-a", "acme");
-        for i in 0..10_000 {
-            let caller = if i % 2 == 0 {
-                a.clone()
-            } else {
-                who(&format!("bot-{i}"), "acme")
-            };
-            sessions.record(&caller, &format!("s-{i}"), "read_file", &arguments, &d);
-            let usage = sessions.usage();
-            assert!(usage.sessions <= limits.sessions, "{usage:?}");
-            assert!(usage.bytes <= limits.bytes, "{usage:?}");
-            let mine = sessions.usage_of(&a);
-            assert!(mine.sessions <= limits.sessions_per_caller, "{mine:?}");
-            assert!(mine.bytes <= limits.bytes_per_caller, "{mine:?}");
-        }
-        let usage = sessions.usage();
-        let store = lock(&sessions.store);
-        let counted: usize = store.sessions.values().map(|s| s.bytes).sum();
-        assert_eq!(counted, usage.bytes);
-        assert_eq!(store.lru.len(), usage.sessions);
-        drop(store);
-        assert!(
-            sessions
-                .check(&a, "s-9998", "edit_file", &needs_read(), &arguments)
-                .is_ok()
-        );
-    }
-
-    /// Sessions idle past the limit are forgotten.
-    #[tokio::test(start_paused = true)]
-    async fn idle_sessions_are_forgotten() {
-        let sessions = Sessions::default();
-        let d = declared();
-        let a = who("agent-a", "acme");
-        let args = json!({"path": "a.txt"});
-        sessions.record(&a, "s1", "read_file", &args, &d);
-        tokio::time::advance(Duration::from_secs(3600)).await;
-        assert!(
-            sessions
-                .check(&a, "s1", "edit_file", &needs_read(), &args)
-                .is_err()
-        );
-        sessions.record(&a, "s2", "read_file", &args, &d);
-        assert_eq!(sessions.usage().sessions, 1);
-    }
-
-    /// The declared set comes from the snapshot's preconditions, is
-    /// computed once per snapshot, and is recomputed for the next one.
-    #[test]
-    fn declared_follows_the_snapshot() {
-        let sessions = Sessions::default();
-        let empty = Snapshot::empty("e1");
-        assert!(sessions.declared_for(&empty).is_empty());
-        let edit = ToolSpec {
-            name: "edit_file".into(),
-            version: "1.0.0".into(),
-            description: "Edits.".into(),
-            input_schema: r#"{"type":"object"}"#.into(),
-            preconditions: needs_read(),
-            ..ToolSpec::default()
-        };
-        let def = toolmesh::ToolDef::new(edit).unwrap();
-        let mut next = empty.next();
-        next.put(toolmesh::ToolEntry {
-            def: Arc::new(def),
-            instances: Arc::from(Vec::new()),
-            disabled: None,
-        });
-        let snapshot = next.finish();
-        let first = sessions.declared_for(&snapshot);
-        assert_eq!(first.arguments_of("read_file"), ["path"]);
-        assert!(first.arguments_of("edit_file").is_empty());
-        assert!(Arc::ptr_eq(&first, &sessions.declared_for(&snapshot)));
-        assert!(sessions.declared_for(&empty).is_empty());
     }
 }

@@ -7,7 +7,7 @@ use tokio::sync::watch;
 use toolmesh::rollout::Rollout;
 use toolmesh::{Snapshot, ToolEntry};
 use toolmesh_dispatcher::{Dispatcher, RECENT_WINDOW};
-use toolmesh_governance::approvals::{ApprovalFields, ApprovalOp};
+use toolmesh_governance::approvals::List;
 use toolmesh_governance::{Principal, registry_access};
 
 /// What the page shows, also served as JSON at `/api/state`.
@@ -169,7 +169,7 @@ impl Sources {
         let pending = match &self.dispatcher {
             Some(d) => d
                 .governance()
-                .approval(ApprovalOp::List, reader, ApprovalFields::default())
+                .approval(List, reader)
                 .await
                 .unwrap_or_else(|e| {
                     tracing::warn!(error = %e, "open approvals not read for the admin page");

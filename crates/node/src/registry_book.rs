@@ -6,7 +6,7 @@ use toolmesh_governance::{SharedBook, SharedError};
 use toolmesh_registry::{RegistryError, SharedRecordsService};
 
 /// The registry's shared records, in this process.
-pub(crate) struct StoreBook(pub(crate) SharedRecordsService);
+pub(crate) struct RegistryBook(pub(crate) SharedRecordsService);
 
 /// A store error as the dispatcher reads it: the status the registry's
 /// gRPC edge would answer with, so both paths say the same.
@@ -15,7 +15,7 @@ fn refused(error: RegistryError) -> SharedError {
 }
 
 #[tonic::async_trait]
-impl SharedBook for StoreBook {
+impl SharedBook for RegistryBook {
     async fn list(
         &self,
         prefix: &str,
@@ -43,8 +43,10 @@ mod tests {
     use serde_json::json;
     use std::sync::Arc;
     use toolmesh::pb::{Precondition, ToolSpec};
-    use toolmesh_governance::approvals::{ApprovalFields, ApprovalOp, SharedApprovals};
-    use toolmesh_governance::sessions::SharedSessions;
+    use toolmesh_governance::approvals::{
+        ApprovalCall, Approve, Consume, List, Request, SharedApprovals,
+    };
+    use toolmesh_governance::sessions::Sessions;
     use toolmesh_governance::{
         ApprovalError, ApprovalSettings, Declared, Principal, SessionLimits,
     };
@@ -68,19 +70,19 @@ mod tests {
         }]
     }
 
-    fn sessions() -> SharedSessions {
+    fn sessions() -> Sessions {
         let registry = Arc::new(Registry::new(RegistryConfig::default()));
-        let book = StoreBook(SharedRecordsService::new(registry));
+        let book = RegistryBook(SharedRecordsService::new(registry));
         let limits = SessionLimits {
             facts_per_session: 3,
             sessions_per_caller: 2,
             ..SessionLimits::default()
         };
-        SharedSessions::new(Arc::new(book), limits)
+        Sessions::new(Arc::new(book), limits)
     }
 
     /// Session `session` reads path `n`.
-    async fn read(sessions: &SharedSessions, session: u32, n: u32) {
+    async fn read(sessions: &Sessions, session: u32, n: u32) {
         let edit = ToolSpec {
             name: "edit".into(),
             preconditions: needs_read(),
@@ -95,7 +97,7 @@ mod tests {
     }
 
     /// Whether session `session` may edit path `n` (it read it).
-    async fn holds(sessions: &SharedSessions, session: u32, n: u32) -> bool {
+    async fn holds(sessions: &Sessions, session: u32, n: u32) -> bool {
         let path = json!({ "path": n });
         sessions
             .check(&who(), &format!("s{session}"), "edit", &needs_read(), &path)
@@ -140,7 +142,7 @@ mod tests {
         let registry: Arc<dyn toolmesh_registry::Store> =
             Arc::new(Registry::new(RegistryConfig::default()));
         let book = |registry: &Arc<dyn toolmesh_registry::Store>| {
-            SharedApprovals::new(Arc::new(StoreBook(SharedRecordsService::new(
+            SharedApprovals::new(Arc::new(RegistryBook(SharedRecordsService::new(
                 registry.clone(),
             ))))
         };
@@ -151,41 +153,28 @@ mod tests {
             roles: vec!["approver".into()],
             ..who()
         };
-        let call = ApprovalFields {
+        let call = ApprovalCall {
             tool: "wipe",
             version: "1.0.0",
             args_sha256: "d",
+        };
+        let request = Request {
+            call,
             summary: "wipe it",
-            ..ApprovalFields::default()
         };
-        let asked = first
-            .call(ApprovalOp::Request, &who(), &settings, call)
-            .await
-            .unwrap();
-        let id = asked[0].id.clone();
-        let listed = second
-            .call(
-                ApprovalOp::List,
-                &approver,
-                &settings,
-                ApprovalFields::default(),
-            )
-            .await
-            .unwrap();
+        let asked = first.call(request, &who(), &settings).await.unwrap();
+        let id = asked.id.clone();
+        let listed = second.call(List, &approver, &settings).await.unwrap();
         assert_eq!(listed.len(), 1);
-        let decide = ApprovalFields {
-            id: &id,
-            ..ApprovalFields::default()
-        };
         second
-            .call(ApprovalOp::Approve, &approver, &settings, decide)
+            .call(Approve { id: &id }, &approver, &settings)
             .await
             .unwrap();
-        let use_it = ApprovalFields { id: &id, ..call };
+        let use_it = Consume { id: &id, call };
         let bot = who();
         let (a, b) = tokio::join!(
-            first.call(ApprovalOp::Consume, &bot, &settings, use_it),
-            second.call(ApprovalOp::Consume, &bot, &settings, use_it),
+            first.call(use_it, &bot, &settings),
+            second.call(use_it, &bot, &settings),
         );
         let outcomes = [a, b];
         assert_eq!(
