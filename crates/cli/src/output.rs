@@ -417,6 +417,24 @@ pub(crate) fn print_json(value: &Value) {
     );
 }
 
+/// Writes one line of a command's output to stdout (the crate's
+/// `println!`). A reader that hung up ends the process quietly with
+/// success, as SIGPIPE's default ends `cat`; another write error ends it
+/// with EX_IOERR, saying why.
+pub(crate) fn print_line(line: std::fmt::Arguments<'_>) {
+    use std::io::Write;
+    let mut stdout = std::io::stdout().lock();
+    let written = writeln!(stdout, "{line}").and_then(|()| stdout.flush());
+    match written {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => std::process::exit(0),
+        Err(e) => {
+            eprintln!("error: cannot write the output: {e}");
+            std::process::exit(74);
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -476,23 +494,5 @@ mod tests {
         );
         let unknown = health_json(ServingStatus::NotServing, None, None);
         assert!(unknown["tools"].is_null() && unknown["issuers"].is_null());
-    }
-}
-
-/// Writes one line of a command's output to stdout (the crate's
-/// `println!`). A reader that hung up ends the process quietly with
-/// success, as SIGPIPE's default ends `cat`; another write error ends it
-/// with EX_IOERR, saying why.
-pub(crate) fn print_line(line: std::fmt::Arguments<'_>) {
-    use std::io::Write;
-    let mut stdout = std::io::stdout().lock();
-    let written = writeln!(stdout, "{line}").and_then(|()| stdout.flush());
-    match written {
-        Ok(()) => {}
-        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => std::process::exit(0),
-        Err(e) => {
-            eprintln!("error: cannot write the output: {e}");
-            std::process::exit(74);
-        }
     }
 }
