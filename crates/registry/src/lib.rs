@@ -20,7 +20,6 @@ mod rules;
 mod service;
 mod shared;
 mod shared_records;
-mod store;
 mod switches;
 
 pub use config::RegistryConfig;
@@ -32,4 +31,3 @@ pub use rollouts::{DecisionJournal, RolloutChange, RolloutDesk, RolloutError, Ro
 pub use service::{RegistryService, SnapshotStream, grpc_service};
 pub use shared::SharedRecord;
 pub use shared_records::SharedRecordsService;
-pub use store::Store;

@@ -84,7 +84,7 @@ async fn register_accepts_and_rejects_each_tool() {
     let mut tools = vec![spec("search_kb", "1.0.0")];
     tools.extend(rejects.iter().cloned());
     tools.push(spec("get_user", "2.1.0"));
-    let response = registry.register(request("kb-1", tools)).await.unwrap();
+    let response = registry.register(request("kb-1", tools), "").await.unwrap();
 
     assert_eq!(response.snapshot_version, 1);
     assert!(!response.lease_id.is_empty());
@@ -111,7 +111,10 @@ async fn register_accepts_and_rejects_each_tool() {
 #[tokio::test]
 async fn register_checks_executor_id_and_endpoint() {
     let registry = Registry::new(config());
-    let err = registry.register(request("  ", vec![])).await.unwrap_err();
+    let err = registry
+        .register(request("  ", vec![]), "")
+        .await
+        .unwrap_err();
     assert_eq!(err, RegistryError::EmptyExecutorId);
     assert_eq!(tonic::Status::from(err).code(), Code::InvalidArgument);
     let good = [
@@ -136,14 +139,14 @@ async fn register_checks_executor_id_and_endpoint() {
         let mut req = request(&format!("ex-{endpoint}"), vec![]);
         req.endpoint = endpoint.into();
         assert!(
-            registry.register(req).await.is_ok(),
+            registry.register(req, "").await.is_ok(),
             "{endpoint:?} should pass"
         );
     }
     for endpoint in bad {
         let mut req = request("ex", vec![]);
         req.endpoint = endpoint.into();
-        let err = registry.register(req).await.unwrap_err();
+        let err = registry.register(req, "").await.unwrap_err();
         assert_eq!(err, RegistryError::InvalidEndpoint(endpoint.into()));
         let status = tonic::Status::from(err);
         assert_eq!(status.code(), Code::InvalidArgument, "{endpoint:?}");
@@ -163,7 +166,7 @@ async fn register_refuses_unroutable_endpoints() {
     for endpoint in ["0.0.0.0:9001", "[::]:9001", "kb.internal:0", "0.0.0.0:0"] {
         let mut req = request("ex", vec![]);
         req.endpoint = endpoint.into();
-        let err = registry.register(req).await.unwrap_err();
+        let err = registry.register(req, "").await.unwrap_err();
         assert!(
             matches!(&err, RegistryError::UnroutableEndpoint { endpoint: e, .. } if e == endpoint),
             "{endpoint}: {err:?}"
@@ -181,14 +184,14 @@ async fn register_refuses_unroutable_endpoints() {
 async fn zero_accepted_tools_still_get_a_lease() {
     let registry = Registry::new(config());
     let response = registry
-        .register(request("kb-1", vec![spec("", "1.0.0")]))
+        .register(request("kb-1", vec![spec("", "1.0.0")]), "")
         .await
         .unwrap();
     assert_eq!(response.rejected.len(), 1);
     assert_eq!(response.snapshot_version, 0, "nothing to publish");
     assert_eq!(response.lease_ttl_ms, 10_000);
-    assert_eq!(registry.heartbeat(&response.lease_id).await, Ok(0));
-    assert_eq!(registry.deregister(&response.lease_id).await, Ok(0));
+    assert_eq!(registry.heartbeat(&response.lease_id, "").await, Ok(0));
+    assert_eq!(registry.deregister(&response.lease_id, "").await, Ok(0));
 }
 
 /// The second of a duplicated name@version in one request is rejected; the
@@ -199,14 +202,17 @@ async fn duplicate_in_one_request() {
     let mut second = spec("search_kb", "1.0.0");
     second.description = "Another description.".into();
     let response = registry
-        .register(request(
-            "kb-1",
-            vec![
-                spec("search_kb", "1.0.0"),
-                second,
-                spec("search_kb", "1.1.0"),
-            ],
-        ))
+        .register(
+            request(
+                "kb-1",
+                vec![
+                    spec("search_kb", "1.0.0"),
+                    second,
+                    spec("search_kb", "1.1.0"),
+                ],
+            ),
+            "",
+        )
         .await
         .unwrap();
     assert_eq!(response.rejected.len(), 1);
@@ -230,14 +236,14 @@ async fn duplicate_in_one_request() {
 async fn replicas_that_agree_share_one_entry() {
     let registry = Registry::new(config());
     registry
-        .register(request("kb-1", vec![spec("search_kb", "1.0.0")]))
+        .register(request("kb-1", vec![spec("search_kb", "1.0.0")]), "")
         .await
         .unwrap();
     let mut replica = spec("search_kb", "1.0.0");
     replica.owner = "someone-else".into();
     replica.input_schema = r#"{ "type" : "object" }"#.into();
     let response = registry
-        .register(request("kb-2", vec![replica]))
+        .register(request("kb-2", vec![replica]), "")
         .await
         .unwrap();
     assert!(response.rejected.is_empty(), "{:?}", response.rejected);
@@ -255,14 +261,14 @@ async fn replicas_that_agree_share_one_entry() {
 async fn conflicting_replica_is_rejected_naming_fields_and_executors() {
     let registry = Registry::new(config());
     registry
-        .register(request("kb-1", vec![spec("search_kb", "1.0.0")]))
+        .register(request("kb-1", vec![spec("search_kb", "1.0.0")]), "")
         .await
         .unwrap();
     let mut other = spec("search_kb", "1.0.0");
     other.description = "Search something else.".into();
     other.timeout_ms = 2_000;
     let response = registry
-        .register(request("kb-2", vec![other.clone()]))
+        .register(request("kb-2", vec![other.clone()]), "")
         .await
         .unwrap();
     assert_eq!(response.snapshot_version, 1, "nothing changed");
@@ -274,11 +280,11 @@ async fn conflicting_replica_is_rejected_naming_fields_and_executors() {
     );
     // With two replicas serving it, both are named.
     registry
-        .register(request("kb-3", vec![spec("search_kb", "1.0.0")]))
+        .register(request("kb-3", vec![spec("search_kb", "1.0.0")]), "")
         .await
         .unwrap();
     let response = registry
-        .register(request("kb-4", vec![other]))
+        .register(request("kb-4", vec![other]), "")
         .await
         .unwrap();
     assert!(
@@ -299,15 +305,15 @@ async fn conflicting_replica_is_rejected_naming_fields_and_executors() {
 async fn new_definition_replaces_an_entry_without_instances() {
     let registry = Registry::new(config());
     let lease = registry
-        .register(request("kb-1", vec![spec("search_kb", "1.0.0")]))
+        .register(request("kb-1", vec![spec("search_kb", "1.0.0")]), "")
         .await
         .unwrap()
         .lease_id;
-    registry.deregister(&lease).await.unwrap();
+    registry.deregister(&lease, "").await.unwrap();
     let mut changed = spec("search_kb", "1.0.0");
     changed.description = "A new description.".into();
     let response = registry
-        .register(request("kb-2", vec![changed]))
+        .register(request("kb-2", vec![changed]), "")
         .await
         .unwrap();
     assert!(response.rejected.is_empty(), "{:?}", response.rejected);
@@ -327,15 +333,15 @@ async fn new_definition_replaces_an_entry_without_instances() {
 async fn reregistration_replaces_in_one_snapshot() {
     let registry = Registry::new(config());
     let first = registry
-        .register(request(
-            "kb-1",
-            vec![spec("a", "1.0.0"), spec("b", "1.0.0")],
-        ))
+        .register(
+            request("kb-1", vec![spec("a", "1.0.0"), spec("b", "1.0.0")]),
+            "",
+        )
         .await
         .unwrap();
     let mut req = request("kb-1", vec![spec("b", "1.0.0"), spec("c", "1.0.0")]);
     req.endpoint = "127.0.0.1:7071".into();
-    let second = registry.register(req).await.unwrap();
+    let second = registry.register(req, "").await.unwrap();
     assert_eq!(second.snapshot_version, first.snapshot_version + 1);
     let snapshot = registry.current();
     assert_eq!(served(&snapshot, "a", "1.0.0"), Some(vec![]));
@@ -344,10 +350,10 @@ async fn reregistration_replaces_in_one_snapshot() {
     let b = snapshot.get("b", &v("1.0.0")).unwrap();
     assert_eq!(&*b.instances[0].endpoint, "127.0.0.1:7071");
     assert_eq!(
-        registry.heartbeat(&first.lease_id).await,
+        registry.heartbeat(&first.lease_id, "").await,
         Err(RegistryError::UnknownLease(first.lease_id.clone()))
     );
-    assert!(registry.heartbeat(&second.lease_id).await.is_ok());
+    assert!(registry.heartbeat(&second.lease_id, "").await.is_ok());
     let mut keys: Vec<String> = registry
         .inner
         .model()
@@ -368,16 +374,16 @@ async fn reregistration_replaces_in_one_snapshot() {
 async fn identical_reregistration_publishes_nothing() {
     let registry = Registry::new(config());
     registry
-        .register(request("kb-1", vec![spec("a", "1.0.0")]))
+        .register(request("kb-1", vec![spec("a", "1.0.0")]), "")
         .await
         .unwrap();
     registry
-        .register(request("kb-2", vec![spec("a", "1.0.0")]))
+        .register(request("kb-2", vec![spec("a", "1.0.0")]), "")
         .await
         .unwrap();
     let before = registry.current();
     let again = registry
-        .register(request("kb-1", vec![spec("a", "1.0.0")]))
+        .register(request("kb-1", vec![spec("a", "1.0.0")]), "")
         .await
         .unwrap();
     assert_eq!(again.snapshot_version, before.version());
@@ -394,13 +400,13 @@ async fn identical_reregistration_publishes_nothing() {
 async fn reregistration_with_a_changed_definition() {
     let registry = Registry::new(config());
     registry
-        .register(request("kb-1", vec![spec("a", "1.0.0")]))
+        .register(request("kb-1", vec![spec("a", "1.0.0")]), "")
         .await
         .unwrap();
     let mut changed = spec("a", "1.0.0");
     changed.idempotent = true;
     let response = registry
-        .register(request("kb-1", vec![changed.clone()]))
+        .register(request("kb-1", vec![changed.clone()]), "")
         .await
         .unwrap();
     assert!(response.rejected.is_empty());
@@ -414,11 +420,11 @@ async fn reregistration_with_a_changed_definition() {
     );
 
     registry
-        .register(request("kb-2", vec![changed.clone()]))
+        .register(request("kb-2", vec![changed.clone()]), "")
         .await
         .unwrap();
     let response = registry
-        .register(request("kb-1", vec![spec("a", "1.0.0")]))
+        .register(request("kb-1", vec![spec("a", "1.0.0")]), "")
         .await
         .unwrap();
     assert_eq!(response.rejected.len(), 1);
@@ -440,12 +446,12 @@ async fn reregistration_with_a_changed_definition() {
 async fn tool_stays_known_with_zero_instances() {
     let registry = Registry::new(config());
     let lease = registry
-        .register(request("kb-1", vec![spec("search_kb", "1.0.0")]))
+        .register(request("kb-1", vec![spec("search_kb", "1.0.0")]), "")
         .await
         .unwrap()
         .lease_id;
     assert!(registry.current().entries().all(|e| e.exposed()));
-    let version = registry.deregister(&lease).await.unwrap();
+    let version = registry.deregister(&lease, "").await.unwrap();
     assert_eq!(version, 2);
     let snapshot = registry.current();
     let entry = snapshot.get("search_kb", &v("1.0.0")).expect("still known");
@@ -469,7 +475,7 @@ async fn lease_ttl_is_clamped() {
         let mut req = request("kb-1", vec![]);
         req.lease_ttl_ms = asked;
         assert_eq!(
-            registry.register(req).await.unwrap().lease_ttl_ms,
+            registry.register(req, "").await.unwrap().lease_ttl_ms,
             granted,
             "{asked}"
         );
@@ -483,7 +489,7 @@ async fn lease_expires_just_after_ttl() {
     let registry = Registry::new(config());
     let mut req = request("kb-1", vec![spec("a", "1.0.0"), spec("b", "1.0.0")]);
     req.lease_ttl_ms = 1_000;
-    let response = registry.register(req).await.unwrap();
+    let response = registry.register(req, "").await.unwrap();
     settle().await;
     tokio::time::advance(Duration::from_millis(999)).await;
     settle().await;
@@ -508,7 +514,7 @@ async fn lease_expires_just_after_ttl() {
         "{metrics}"
     );
     assert_eq!(
-        registry.heartbeat(&response.lease_id).await,
+        registry.heartbeat(&response.lease_id, "").await,
         Err(RegistryError::UnknownLease(response.lease_id))
     );
 }
@@ -519,10 +525,14 @@ async fn heartbeat_extends_the_lease() {
     let registry = Registry::new(config());
     let mut req = request("kb-1", vec![spec("a", "1.0.0")]);
     req.lease_ttl_ms = 1_000;
-    let lease = registry.register(req).await.unwrap().lease_id;
+    let lease = registry.register(req, "").await.unwrap().lease_id;
     settle().await;
     tokio::time::advance(Duration::from_millis(800)).await;
-    assert_eq!(registry.heartbeat(&lease).await, Ok(1), "nothing published");
+    assert_eq!(
+        registry.heartbeat(&lease, "").await,
+        Ok(1),
+        "nothing published"
+    );
     settle().await;
     tokio::time::advance(Duration::from_millis(999)).await;
     settle().await;
@@ -544,11 +554,11 @@ async fn simultaneous_expiries_make_one_snapshot() {
     for id in ["kb-1", "kb-2", "kb-3"] {
         let mut req = request(id, vec![spec("a", "1.0.0")]);
         req.lease_ttl_ms = 1_000;
-        leases.push(registry.register(req).await.unwrap().lease_id);
+        leases.push(registry.register(req, "").await.unwrap().lease_id);
     }
     settle().await;
     tokio::time::advance(Duration::from_millis(500)).await;
-    registry.heartbeat(&leases[2]).await.unwrap();
+    registry.heartbeat(&leases[2], "").await.unwrap();
     tokio::time::advance(Duration::from_millis(501)).await;
     settle().await;
     assert_eq!(registry.current().version(), 4);
@@ -566,20 +576,20 @@ async fn simultaneous_expiries_make_one_snapshot() {
 async fn lease_ids_are_not_reused_across_restarts() {
     let before = Registry::new(config());
     let old = before
-        .register(request("kb-1", vec![spec("a", "1.0.0")]))
+        .register(request("kb-1", vec![spec("a", "1.0.0")]), "")
         .await
         .unwrap()
         .lease_id;
     drop(before);
     let after = Registry::new(config());
     let new = after
-        .register(request("kb-2", vec![spec("b", "1.0.0")]))
+        .register(request("kb-2", vec![spec("b", "1.0.0")]), "")
         .await
         .unwrap()
         .lease_id;
     assert_ne!(old, new);
     assert_eq!(
-        after.heartbeat(&old).await,
+        after.heartbeat(&old, "").await,
         Err(RegistryError::UnknownLease(old.clone()))
     );
 }
@@ -589,11 +599,11 @@ async fn lease_ids_are_not_reused_across_restarts() {
 async fn deregistration_is_no_expiry() {
     let registry = Registry::new(config());
     let lease = registry
-        .register(request("kb-1", vec![spec("a", "1.0.0")]))
+        .register(request("kb-1", vec![spec("a", "1.0.0")]), "")
         .await
         .unwrap()
         .lease_id;
-    registry.deregister(&lease).await.unwrap();
+    registry.deregister(&lease, "").await.unwrap();
     let metrics = registry.config().metrics.encode();
     assert!(
         metrics.contains("toolmesh_registry_lease_expiries_total 0\n"),
@@ -607,8 +617,8 @@ async fn deregistration_is_no_expiry() {
 async fn unknown_lease_is_not_found() {
     let registry = Registry::new(config());
     for result in [
-        registry.heartbeat("L").await,
-        registry.deregister("L").await,
+        registry.heartbeat("L", "").await,
+        registry.deregister("L", "").await,
     ] {
         let err = result.unwrap_err();
         assert_eq!(err, RegistryError::UnknownLease("L".into()));
@@ -619,7 +629,7 @@ async fn unknown_lease_is_not_found() {
             "lease L is unknown (the registry may have restarted): register again"
         );
     }
-    let status = tonic::Status::from(registry.heartbeat("").await.unwrap_err());
+    let status = tonic::Status::from(registry.heartbeat("", "").await.unwrap_err());
     assert_eq!(status.code(), Code::InvalidArgument);
 }
 
@@ -635,19 +645,19 @@ async fn versions_history_and_eviction() {
     let mut rx = registry.subscribe();
     let mut versions = vec![registry.current().version()];
     let lease = registry
-        .register(request("kb-1", vec![spec("a", "1.0.0")]))
+        .register(request("kb-1", vec![spec("a", "1.0.0")]), "")
         .await
         .unwrap()
         .lease_id;
     versions.push(registry.current().version());
-    registry.heartbeat(&lease).await.unwrap();
+    registry.heartbeat(&lease, "").await.unwrap();
     assert_eq!(
         registry.current().version(),
         1,
         "heartbeat publishes nothing"
     );
     registry
-        .register(request("kb-2", vec![spec("b", "1.0.0")]))
+        .register(request("kb-2", vec![spec("b", "1.0.0")]), "")
         .await
         .unwrap();
     versions.push(registry.current().version());
@@ -660,7 +670,7 @@ async fn versions_history_and_eviction() {
         .set_disabled("a", Some("broken".into()))
         .await
         .unwrap();
-    registry.deregister(&lease).await.unwrap();
+    registry.deregister(&lease, "").await.unwrap();
     versions.push(registry.current().version());
     assert_eq!(versions, [0, 1, 2, 3, 4]);
     assert!(rx.has_changed().unwrap());
@@ -703,19 +713,19 @@ async fn versions_history_and_eviction() {
 async fn untouched_entries_are_shared() {
     let registry = Registry::new(config());
     registry
-        .register(request(
-            "kb-1",
-            vec![spec("a", "1.0.0"), spec("a", "2.0.0")],
-        ))
+        .register(
+            request("kb-1", vec![spec("a", "1.0.0"), spec("a", "2.0.0")]),
+            "",
+        )
         .await
         .unwrap();
     let lease = registry
-        .register(request("kb-2", vec![spec("b", "1.0.0")]))
+        .register(request("kb-2", vec![spec("b", "1.0.0")]), "")
         .await
         .unwrap()
         .lease_id;
     let before = registry.current();
-    registry.deregister(&lease).await.unwrap();
+    registry.deregister(&lease, "").await.unwrap();
     let after = registry.current();
     for version in ["1.0.0", "2.0.0"] {
         let old = before.get("a", &v(version)).unwrap();
@@ -735,10 +745,13 @@ async fn untouched_entries_are_shared() {
 async fn set_disabled_covers_every_version() {
     let registry = Registry::new(config());
     registry
-        .register(request(
-            "kb-1",
-            vec![spec("a", "1.0.0"), spec("a", "1.1.0"), spec("b", "1.0.0")],
-        ))
+        .register(
+            request(
+                "kb-1",
+                vec![spec("a", "1.0.0"), spec("a", "1.1.0"), spec("b", "1.0.0")],
+            ),
+            "",
+        )
         .await
         .unwrap();
     let version = registry
@@ -756,7 +769,7 @@ async fn set_disabled_covers_every_version() {
     assert!(wire.tools[0].disabled && wire.tools[0].disabled_reason == "leaks data");
 
     registry
-        .register(request("kb-2", vec![spec("a", "2.0.0")]))
+        .register(request("kb-2", vec![spec("a", "2.0.0")]), "")
         .await
         .unwrap();
     let entry = registry.current().get("a", &v("2.0.0")).unwrap().clone();
@@ -802,15 +815,15 @@ async fn health_watch_stops_with_its_registration() {
     let mut req = request("kb-1", vec![spec("a", "1.0.0")]);
     // Nothing listens there; the watch would mark it unhealthy, which is fine.
     req.endpoint = "127.0.0.1:9".into();
-    registry.register(req.clone()).await.unwrap();
+    registry.register(req.clone(), "").await.unwrap();
     until("the watch claimed", true).await;
-    let lease = registry.register(req.clone()).await.unwrap().lease_id;
+    let lease = registry.register(req.clone(), "").await.unwrap().lease_id;
     until("the replacement watched", true).await;
-    registry.deregister(&lease).await.unwrap();
+    registry.deregister(&lease, "").await.unwrap();
     until("deregistered: the watch let go", false).await;
 
     req.lease_ttl_ms = 20;
-    registry.register(req).await.unwrap();
+    registry.register(req, "").await.unwrap();
     until("the watch claimed again", true).await;
     until("expired: the watch let go", false).await;
 }

@@ -1,4 +1,4 @@
-//! The registry's behaviour through the Store seam, each test body run over
+//! The registry's behaviour through its public API, each test body run over
 //! both key-value backends: the memory backend in this process and etcd (a
 //! real member).
 //! Needs an `etcd` binary (`scripts/test` installs it); without one the
@@ -7,7 +7,7 @@
 use crate::replica::tests::{request, spec};
 use crate::{
     EtcdAccess, OpenGate, Registry, RegistryConfig, RegistryError, RolloutChange, RolloutError,
-    RolloutRequest, Store,
+    RolloutRequest,
 };
 use std::sync::Arc;
 use std::time::Duration;
@@ -16,9 +16,9 @@ use toolmesh::rollout::{Guard, RolloutState, Share};
 use toolmesh_procs::EtcdCluster;
 use toolmesh_testkit::eventually;
 
-/// A store under test, and the etcd member behind it (if any).
+/// A registry under test, and the etcd member behind it (if any).
 struct Under {
-    store: Arc<dyn Store>,
+    store: Registry,
     _etcd: Option<EtcdCluster>,
 }
 
@@ -33,7 +33,7 @@ fn config() -> RegistryConfig {
 async fn memory() -> Under {
     let registry = Registry::open(config(), Arc::new(OpenGate)).unwrap();
     Under {
-        store: Arc::new(registry),
+        store: registry,
         _etcd: None,
     }
 }
@@ -61,7 +61,7 @@ async fn etcd() -> Under {
         "etcd store never writable"
     );
     Under {
-        store: Arc::new(store),
+        store,
         _etcd: Some(cluster),
     }
 }
@@ -101,18 +101,18 @@ on_both_backends!(
 );
 
 async fn register(
-    store: &dyn Store,
+    store: &Registry,
     executor_id: &str,
     owner: &str,
     tools: Vec<ToolSpec>,
 ) -> RegisterResponse {
     let request = request(executor_id, tools);
-    store.register(request, owner.into()).await.unwrap()
+    store.register(request, owner).await.unwrap()
 }
 
 /// The executors serving name@version in the newest snapshot (sorted;
 /// `None` when the entry is unknown).
-fn serving(store: &dyn Store, name: &str, version: &str) -> Option<Vec<String>> {
+fn serving(store: &Registry, name: &str, version: &str) -> Option<Vec<String>> {
     let version = semver::Version::parse(version).unwrap();
     let snapshot = store.current();
     let entry = snapshot.get(name, &version)?;
@@ -126,7 +126,7 @@ fn serving(store: &dyn Store, name: &str, version: &str) -> Option<Vec<String>> 
 }
 
 /// The disabled reason of every version of `tool` in the newest snapshot.
-fn reasons(store: &dyn Store, tool: &str) -> Vec<Option<String>> {
+fn reasons(store: &Registry, tool: &str) -> Vec<Option<String>> {
     store
         .current()
         .versions(tool)
@@ -138,7 +138,7 @@ fn reasons(store: &dyn Store, tool: &str) -> Vec<Option<String>> {
 /// A switch covers every version (later ones too), is refused for an
 /// unknown tool, and enabling an enabled tool is fine.
 async fn switches(under: Under) {
-    let store = &*under.store;
+    let store = &under.store;
     let registered = register(store, "kb-1", "", vec![spec("search_kb", "1.0.0")]).await;
     let unknown = store.set_disabled("nope", Some("x".into())).await;
     assert_eq!(unknown, Err(RegistryError::UnknownTool("nope".into())));
@@ -165,7 +165,7 @@ async fn switches(under: Under) {
 /// Each change an executor or operator makes is one new version: a
 /// registration with new definitions, a switch, a deregistration.
 async fn one_version_per_change(under: Under) {
-    let store = &*under.store;
+    let store = &under.store;
     let before = store.current().version();
     let registered = register(
         store,
@@ -207,7 +207,7 @@ fn start(basis_points: u32) -> RolloutChange {
 /// A rollout starts once, changes, is promoted, and every change is in the
 /// snapshot its version names.
 async fn rollouts(under: Under) {
-    let store = &*under.store;
+    let store = &under.store;
     let unknown = store.update_rollout(&rollout(start(1000))).await;
     assert!(
         matches!(
@@ -255,7 +255,7 @@ async fn rollouts(under: Under) {
 /// The first owner to register a name keeps it: another owner, and an
 /// anonymous executor, are refused it; the owner's other executors join.
 async fn ownership(under: Under) {
-    let store = &*under.store;
+    let store = &under.store;
     let first = register(store, "kb-a", "team-a", vec![spec("search_kb", "1.0.0")]).await;
     assert!(first.rejected.is_empty(), "{:?}", first.rejected);
     for (executor, owner) in [("kb-b", "team-b"), ("kb-anon", "")] {
@@ -288,7 +288,7 @@ async fn ownership(under: Under) {
 /// A shared record is written only over the revision its writer read;
 /// reading keys only leaves values out; deleting removes it.
 async fn shared_records(under: Under) {
-    let store = &*under.store;
+    let store = &under.store;
     let ttl = Duration::from_secs(60);
     assert!(
         store
@@ -341,7 +341,7 @@ async fn shared_records(under: Under) {
 
 /// A shared record goes once its TTL has passed.
 async fn expiring_shared_records(under: Under) {
-    let store = &*under.store;
+    let store = &under.store;
     let short = Duration::from_secs(1);
     assert!(
         store
@@ -364,7 +364,7 @@ async fn expiring_shared_records(under: Under) {
 /// unknown lease is refused; a deregistered executor leaves the snapshot
 /// at once and its lease is unknown after.
 async fn leases(under: Under) {
-    let store = &*under.store;
+    let store = &under.store;
     let lease = register(store, "kb-1", "team-a", vec![spec("search_kb", "1.0.0")])
         .await
         .lease_id;
@@ -403,10 +403,10 @@ async fn leases(under: Under) {
 
 /// A lease not renewed runs out and takes its executor's instances with it.
 async fn lease_expiry(under: Under) {
-    let store = &*under.store;
+    let store = &under.store;
     let mut short = request("kb-1", vec![spec("search_kb", "1.0.0")]);
     short.lease_ttl_ms = 1000;
-    let lease = store.register(short, String::new()).await.unwrap().lease_id;
+    let lease = store.register(short, "").await.unwrap().lease_id;
     assert_eq!(
         serving(store, "search_kb", "1.0.0"),
         Some(vec!["kb-1".into()])
@@ -426,7 +426,7 @@ async fn lease_expiry(under: Under) {
 /// Registering an executor again replaces its registration in one change:
 /// tools it no longer lists lose its instance, and its old lease is gone.
 async fn replacement(under: Under) {
-    let store = &*under.store;
+    let store = &under.store;
     let tools = vec![spec("search_kb", "1.0.0"), spec("get_user", "1.0.0")];
     let old = register(store, "kb-1", "", tools).await.lease_id;
     let new = register(store, "kb-1", "", vec![spec("get_user", "1.0.0")]).await;
@@ -447,7 +447,7 @@ async fn replacement(under: Under) {
 /// Executors serving one name@version must agree on its definition: a
 /// differing one is refused naming the fields, the same one joins.
 async fn conflicts(under: Under) {
-    let store = &*under.store;
+    let store = &under.store;
     register(store, "kb-1", "", vec![spec("search_kb", "1.0.0")]).await;
     let mut other = spec("search_kb", "1.0.0");
     other.description = "Something else.".into();
@@ -469,13 +469,10 @@ async fn conflicts(under: Under) {
 /// An executor id belongs to the owner that registered it while its lease
 /// lives.
 async fn executor_ids(under: Under) {
-    let store = &*under.store;
+    let store = &under.store;
     register(store, "kb-1", "team-a", vec![spec("search_kb", "1.0.0")]).await;
     let taken = store
-        .register(
-            request("kb-1", vec![spec("other", "1.0.0")]),
-            "team-b".into(),
-        )
+        .register(request("kb-1", vec![spec("other", "1.0.0")]), "team-b")
         .await;
     assert_eq!(
         taken,
