@@ -5,9 +5,9 @@
 //! used) and watches from the next revision (no history is kept: an older
 //! start is answered as compacted), in this process. Values are bytes, as
 //! in etcd: the registry in this process writes the same records as over
-//! etcd. Keys the durable file keeps (see [`crate::durable`]) are saved with each
-//! transaction that touches them, and a transaction the disk refused is
-//! undone.
+//! etcd. Keys under the prefixes its durable file was handed (see
+//! [`crate::durable`]) are saved with each transaction that touches them,
+//! and a transaction the disk refused is undone.
 
 use super::{Batch, Compare, Entry, Event, Kv, KvError, LeaseId, Op, Outcome, Txn, Watch};
 use crate::durable::{DurableFile, StateFileError};
@@ -268,13 +268,13 @@ impl MemoryKv {
         let Some(file) = &self.file else {
             return Ok(());
         };
-        if !changed.iter().any(|(key, _)| DurableFile::keeps(key)) {
+        if !changed.iter().any(|(key, _)| file.keeps(key)) {
             return Ok(());
         }
         let kept = space
             .keys
             .iter()
-            .filter(|(key, _)| DurableFile::keeps(key))
+            .filter(|(key, _)| file.keeps(key))
             .map(|(key, stored)| (key.as_slice(), stored.value.as_slice()));
         file.save(kept).map_err(KvError::Durable)
     }

@@ -16,7 +16,7 @@ use crate::config::RegistryConfig;
 use crate::durable::DurableFile;
 use crate::error::RegistryError;
 use crate::gate::{Gate, OpenGate};
-use crate::keys::key_of;
+use crate::keys::{self, key_of};
 use crate::keys::{ExecRecord, PREFIX, Slot, content_hash, lease_label, parse_lease};
 use crate::kv::{Compare, EtcdKv, Kv, MemoryKv, Op, Txn, at_once};
 use crate::metrics::Metrics;
@@ -147,7 +147,9 @@ impl Registry {
     ///
     /// When called outside a tokio runtime.
     pub fn open(config: RegistryConfig, gate: Arc<dyn Gate>) -> Result<Registry, RegistryError> {
-        let kv = MemoryKv::open(config.data_dir.as_deref().map(DurableFile::in_dir))?;
+        let file =
+            (config.data_dir.as_deref()).map(|dir| DurableFile::in_dir(dir, &keys::durable()));
+        let kv = MemoryKv::open(file)?;
         let reaper = kv.expire_on_time();
         let registry = Registry::start(Arc::new(kv), IN_PROCESS.to_owned(), config, gate);
         tokio::spawn(

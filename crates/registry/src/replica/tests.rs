@@ -844,3 +844,66 @@ async fn unusable_state_keeps_the_other_settings() {
     assert_eq!(registry.config().data_dir, None);
     std::fs::remove_dir_all(dir).unwrap();
 }
+
+/// A state file as registries wrote it before it held keys (a section per
+/// kind of record: owners, disabled tools, rollouts).
+const FIRST_LAYOUT: &str = r#"{
+  "disabled": {"send_email": "incident 7"},
+  "owners": {"search_kb": "team-a"},
+  "rollouts": {"search_kb": {"tool": "search_kb", "canary": "2.0.0", "basis_points": 1000,
+    "state": "active", "changed_by": "ops", "max_error_margin": 0.05, "min_calls": 20,
+    "window_ms": 60000, "started_at_ms": 1, "changed_at_ms": 1}}
+}"#;
+
+/// The operator's state in a state file of the first layout is there
+/// after an upgrade — the owner of a name, a disabled tool, a rollout —
+/// and still after the next restart, once the file was written again.
+#[tokio::test]
+async fn state_file_of_the_first_layout_loads() {
+    let dir = toolmesh_testkit::TempDir::new("first-layout").unwrap();
+    std::fs::write(dir.join(crate::durable::STATE_FILE), FIRST_LAYOUT).unwrap();
+    let open = || {
+        let config = RegistryConfig {
+            data_dir: Some(dir.path().to_owned()),
+            ..config()
+        };
+        Registry::open(config, Arc::new(OpenGate)).unwrap()
+    };
+    for restart in 0..2 {
+        let registry = open();
+        let tools = vec![
+            spec("search_kb", "1.0.0"),
+            spec("search_kb", "2.0.0"),
+            spec("send_email", "1.0.0"),
+        ];
+        let owned = registry
+            .register(request("kb-a", tools), "team-a")
+            .await
+            .unwrap();
+        assert!(owned.rejected.is_empty(), "{restart}: {:?}", owned.rejected);
+        let other = request("kb-b", vec![spec("search_kb", "1.0.0")]);
+        let refused = registry.register(other, "team-b").await.unwrap();
+        assert_eq!(
+            refused.rejected.len(),
+            1,
+            "{restart}: the name stays team-a's"
+        );
+        let snapshot = registry.current();
+        let switched = snapshot.versions("send_email");
+        assert_eq!(
+            switched[0].disabled.as_deref(),
+            Some("incident 7"),
+            "{restart}"
+        );
+        let rollout = snapshot.rollout("search_kb").expect("the rollout is kept");
+        assert_eq!(
+            (rollout.canary.to_string(), rollout.share.basis_points()),
+            ("2.0.0".to_owned(), 1000)
+        );
+    }
+    let text = std::fs::read_to_string(dir.join(crate::durable::STATE_FILE)).unwrap();
+    assert!(
+        !text.contains("\"owners\""),
+        "written again in the current layout: {text}"
+    );
+}
