@@ -3,7 +3,7 @@
 use crate::error::RegistryError;
 use crate::gate::GateError;
 use crate::gate::SnapshotReader;
-use crate::replica::Registry;
+use crate::registry::Registry;
 use crate::rollouts::{DecisionJournal, RolloutDesk, RolloutRequest};
 use futures_util::{Stream, StreamExt, stream};
 use std::pin::Pin;

@@ -2,7 +2,7 @@
 
 use crate::error::RegistryError;
 use crate::gate::GateError;
-use crate::replica::Registry;
+use crate::registry::Registry;
 use crate::service::reader;
 use prost::Message;
 use std::time::Duration;

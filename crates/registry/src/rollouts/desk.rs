@@ -3,7 +3,7 @@
 
 use super::{RolloutChange, RolloutRequest};
 use crate::error::RegistryError;
-use crate::replica::Registry;
+use crate::registry::Registry;
 use std::sync::Arc;
 use toolmesh::Rollout;
 

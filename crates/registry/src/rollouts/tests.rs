@@ -2,7 +2,7 @@
 //! and the embedded store keeping rollouts across a restart.
 
 use super::*;
-use crate::replica::Registry;
+use crate::registry::Registry;
 use crate::{OpenGate, RegistryConfig};
 use std::sync::Arc;
 use toolmesh::pb::{self, RegisterRequest, ToolSpec};

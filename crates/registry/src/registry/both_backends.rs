@@ -4,7 +4,7 @@
 //! Needs an `etcd` binary (`scripts/test` installs it); without one the
 //! etcd half fails, never skips.
 
-use crate::replica::tests::{request, spec};
+use crate::registry::tests::{request, spec};
 use crate::{
     EtcdAccess, OpenGate, Registry, RegistryConfig, RegistryError, RolloutChange, RolloutError,
     RolloutRequest,
