@@ -3,6 +3,8 @@
 //! immutable, versioned snapshot.
 #![forbid(unsafe_code)]
 
+#[cfg(test)]
+mod backends;
 mod config;
 mod durable;
 mod error;

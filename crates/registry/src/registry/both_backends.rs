@@ -1,9 +1,9 @@
 //! The registry's behaviour through its public API, each test body run over
 //! both key-value backends: the memory backend in this process and etcd (a
 //! real member).
-//! Needs an `etcd` binary (`scripts/test` installs it); without one the
-//! etcd half fails, never skips.
+//! The etcd half needs an `etcd` binary (see [`crate::backends`]).
 
+use crate::backends::{etcd_cluster, on_both_backends};
 use crate::registry::tests::{request, spec};
 use crate::{
     EtcdAccess, OpenGate, Registry, RegistryConfig, RegistryError, RolloutChange, RolloutError,
@@ -40,9 +40,7 @@ async fn memory() -> Under {
 
 /// The registry over a fresh one-member etcd cluster.
 async fn etcd() -> Under {
-    let cluster = EtcdCluster::start(1)
-        .await
-        .unwrap_or_else(|e| panic!("the etcd half of these tests needs etcd: {e}"));
+    let cluster = etcd_cluster().await;
     let store = Registry::connect(
         &cluster.store_url(),
         &EtcdAccess::default(),
@@ -64,26 +62,6 @@ async fn etcd() -> Under {
         store,
         _etcd: Some(cluster),
     }
-}
-
-/// One test per backend for each body.
-macro_rules! on_both_backends {
-    ($($body:ident),* $(,)?) => {
-        $(
-            mod $body {
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn memory() {
-                    super::$body(super::memory().await).await;
-                }
-
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn etcd() {
-                    super::$body(super::etcd().await).await;
-                }
-
-            }
-        )*
-    };
 }
 
 on_both_backends!(
