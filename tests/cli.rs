@@ -274,13 +274,16 @@ async fn counted_registry(
             ..ToolSpec::default()
         });
         let answer = registry
-            .register(RegisterRequest {
-                executor_id: format!("e-{executor}"),
-                service: "svc".into(),
-                endpoint: format!("127.0.0.1:{}", 10_000 + executor),
-                tools: specs.collect(),
-                ..RegisterRequest::default()
-            })
+            .register(
+                RegisterRequest {
+                    executor_id: format!("e-{executor}"),
+                    service: "svc".into(),
+                    endpoint: format!("127.0.0.1:{}", 10_000 + executor),
+                    tools: specs.collect(),
+                    ..RegisterRequest::default()
+                },
+                "",
+            )
             .await
             .unwrap();
         assert!(answer.rejected.is_empty(), "{:?}", answer.rejected);

@@ -325,7 +325,7 @@ impl Samples {
         let lease = register_in_process(registry, request).await?;
         let t1 = Instant::now();
         registry
-            .deregister(&lease)
+            .deregister(&lease, "")
             .await
             .map_err(|e| BenchError::failed("Registry::deregister", e.to_string()))?;
         let t2 = Instant::now();
@@ -358,14 +358,14 @@ async fn propagation_in_process(
     for i in 0..changes {
         let t0 = Instant::now();
         let response = registry
-            .register(change_request(i))
+            .register(change_request(i), "")
             .await
             .map_err(|e| BenchError::failed("Registry::register", e.to_string()))?;
         spin_until(version, response.snapshot_version).await?;
         samples.push(t0.elapsed());
         let t1 = Instant::now();
         let v = registry
-            .deregister(&response.lease_id)
+            .deregister(&response.lease_id, "")
             .await
             .map_err(|e| BenchError::failed("Registry::deregister", e.to_string()))?;
         spin_until(version, v).await?;
@@ -386,14 +386,14 @@ async fn propagation_over_grpc(
     for i in 0..changes {
         let t0 = Instant::now();
         let response = registry
-            .register(change_request(i))
+            .register(change_request(i), "")
             .await
             .map_err(|e| BenchError::failed("Registry::register", e.to_string()))?;
         wait_follower(&mut follower, &epoch, response.snapshot_version).await?;
         samples.push(t0.elapsed());
         let t1 = Instant::now();
         let v = registry
-            .deregister(&response.lease_id)
+            .deregister(&response.lease_id, "")
             .await
             .map_err(|e| BenchError::failed("Registry::deregister", e.to_string()))?;
         wait_follower(&mut follower, &epoch, v).await?;
@@ -511,7 +511,7 @@ async fn register_in_process(
     request: RegisterRequest,
 ) -> Result<String, BenchError> {
     let response = registry
-        .register(request)
+        .register(request, "")
         .await
         .map_err(|e| BenchError::failed("Registry::register", e.to_string()))?;
     match response.rejected.first() {

@@ -71,7 +71,7 @@ mod tests {
     }
 
     fn sessions() -> Sessions {
-        let registry = Arc::new(Registry::new(RegistryConfig::default()));
+        let registry = Registry::new(RegistryConfig::default());
         let book = RegistryBook(SharedRecordsService::new(registry));
         let limits = SessionLimits {
             facts_per_session: 3,
@@ -139,9 +139,8 @@ mod tests {
     /// one wins.
     #[tokio::test]
     async fn approvals_shared_and_used_once() {
-        let registry: Arc<dyn toolmesh_registry::Store> =
-            Arc::new(Registry::new(RegistryConfig::default()));
-        let book = |registry: &Arc<dyn toolmesh_registry::Store>| {
+        let registry = Registry::new(RegistryConfig::default());
+        let book = |registry: &Registry| {
             SharedApprovals::new(Arc::new(RegistryBook(SharedRecordsService::new(
                 registry.clone(),
             ))))

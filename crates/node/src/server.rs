@@ -22,7 +22,6 @@ use toolmesh_governance::Identity;
 use toolmesh_governance::{MemoryBook, SharedBook, SharedRecordsRelay};
 use toolmesh_registry::{
     DecisionJournal, Registry, RegistryConfig, RegistryService, RolloutDesk, SharedRecordsService,
-    Store,
 };
 use toolmesh_telemetry::{AdminOptions, AdminServer, MetricsRegistry};
 use toolmesh_transport::{HealthOnly, REGISTRY_HEALTH_SERVICE};
@@ -225,14 +224,14 @@ pub async fn start(role: Role, config: &NodeConfig) -> Result<Running, NodeError
         .admin_listen
         .is_some()
         .then(|| Arc::new(crate::admin::Feed::default()));
-    let registry_service = registry.clone().map(|store| {
+    let registry_service = registry.clone().map(|registry| {
         let journal = rollouts::NodeJournal {
             audit: journal.clone(),
             feed: feed.clone(),
             // With its own dispatcher, a decision is answered once in force there.
             dispatcher: dispatcher.clone(),
         };
-        RegistryService::new(store, Some(Arc::new(journal)))
+        RegistryService::new(registry, Some(Arc::new(journal)))
     });
     let side = SideListeners::start(
         config,
@@ -293,7 +292,7 @@ async fn open_registry(
     config: &NodeConfig,
     policy: &PolicySetup,
     metrics: &MetricsRegistry,
-) -> Result<Option<Arc<dyn Store>>, NodeError> {
+) -> Result<Option<Registry>, NodeError> {
     let (Role::Serve { default_ttl } | Role::Registry { default_ttl }) = role else {
         return Ok(None);
     };
@@ -306,13 +305,13 @@ async fn open_registry(
     };
     let gate = Arc::new(PolicyGate(policy.identity.clone()));
     Ok(Some(match &config.store {
-        Some(url) => Arc::new(Registry::connect(url, &config.etcd, registry_config, gate).await?),
+        Some(url) => Registry::connect(url, &config.etcd, registry_config, gate).await?,
         None if config.etcd.is_set() => return Err(NodeError::EtcdWithoutStore),
         None => {
             if registry_config.data_dir.is_none() {
                 tracing::info!("no --data-dir: disabled tools and tool owners live in memory only");
             }
-            Arc::new(Registry::open(registry_config, gate)?)
+            Registry::open(registry_config, gate)?
         }
     }))
 }
@@ -421,7 +420,7 @@ async fn governance(
 fn rollout_control(
     role: &Role,
     config: &NodeConfig,
-    registry: Option<&Arc<dyn Store>>,
+    registry: Option<&Registry>,
     journal: &Option<Arc<dyn DecisionJournal>>,
 ) -> Result<Option<Arc<dyn RolloutControl>>, NodeError> {
     Ok(match (role, registry) {
@@ -429,8 +428,8 @@ fn rollout_control(
             channel: toolmesh_transport::channel(registry, &config.tls)?,
             token: token.clone(),
         })),
-        (_, Some(store)) => Some(Arc::new(rollouts::LocalAbort(RolloutDesk::new(
-            store.clone(),
+        (_, Some(registry)) => Some(Arc::new(rollouts::LocalAbort(RolloutDesk::new(
+            registry.clone(),
             journal.clone(),
         )))),
         _ => None,

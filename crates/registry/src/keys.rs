@@ -1,5 +1,6 @@
 //! The key layout both key-value backends share, and the records kept under it.
 
+use crate::durable::Kept;
 use serde::{Deserialize, Serialize};
 use sha2::{Digest, Sha256};
 use std::sync::Arc;
@@ -86,6 +87,21 @@ impl<'a> Slot<'a> {
     }
 }
 
+/// The keys an embedded registry keeps across restarts (`--data-dir`):
+/// the operator's state — tool owners, disabled tools, rollouts — each
+/// with the section of the state file's first layout that held it.
+pub(crate) fn durable() -> [Kept; 3] {
+    [
+        (Slot::Owner(""), "owners"),
+        (Slot::Disabled(""), "disabled"),
+        (Slot::Rollout(""), "rollouts"),
+    ]
+    .map(|(slot, legacy)| Kept {
+        prefix: slot.key(),
+        legacy,
+    })
+}
+
 /// One registered executor, as every replica reads it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) struct ExecRecord {
@@ -159,5 +175,51 @@ mod tests {
         assert_eq!(parse_lease(&lease_label(0x1234)), Some(0x1234));
         assert_eq!(parse_lease("zz"), None);
         assert_eq!(parse_lease("0"), None);
+    }
+
+    /// Disabled tools and owners survive a reopen of the memory backend
+    /// over the state file; enabling removes the entry.
+    #[test]
+    fn operator_state_survives_a_reopen() {
+        use crate::durable::DurableFile;
+        use crate::kv::{Kv, MemoryKv, Txn, at_once};
+        use crate::{owners, switches};
+        let dir = toolmesh_testkit::TempDir::new("reopen").unwrap();
+        let open = || MemoryKv::open(Some(DurableFile::in_dir(dir.path(), &durable()))).unwrap();
+        // The switch of a tool alone (the rule around it, which asks whether
+        // the tool is known, is tested with a registry in front).
+        let disable = |kv: &MemoryKv, tool: &str, reason: Option<&str>| {
+            at_once(kv.txn(Txn::write(switches::switch(tool, reason)))).unwrap();
+        };
+        let state = open();
+        disable(&state, "send_email", Some("incident 7"));
+        disable(&state, "search_kb", Some("x"));
+        disable(&state, "search_kb", None);
+        let names = ["search_kb".to_owned(), "get_user_info".to_owned()];
+        assert!(
+            at_once(owners::claim(&state, "team-a", &names))
+                .unwrap()
+                .is_empty()
+        );
+        let lost = at_once(owners::claim(&state, "team-b", &names[..1])).unwrap();
+        assert_eq!(lost, ["search_kb"]);
+        let again = open();
+        assert_eq!(
+            at_once(switches::reason(&again, "send_email"))
+                .unwrap()
+                .as_deref(),
+            Some("incident 7")
+        );
+        assert_eq!(
+            at_once(switches::reason(&again, "search_kb")).unwrap(),
+            None
+        );
+        assert_eq!(
+            at_once(owners::holder(&again, "search_kb"))
+                .unwrap()
+                .as_deref(),
+            Some("team-a"),
+            "first owner keeps it"
+        );
     }
 }

@@ -5,6 +5,8 @@
 
 mod etcd;
 mod memory;
+#[cfg(test)]
+mod tests;
 
 use std::time::Duration;
 

@@ -3,6 +3,8 @@
 //! immutable, versioned snapshot.
 #![forbid(unsafe_code)]
 
+#[cfg(test)]
+mod backends;
 mod config;
 mod durable;
 mod error;
@@ -13,23 +15,21 @@ mod kv;
 mod metrics;
 mod owners;
 mod published;
-mod replica;
+mod registry;
 mod request;
 mod rollouts;
 mod rules;
 mod service;
 mod shared;
 mod shared_records;
-mod store;
 mod switches;
 
 pub use config::RegistryConfig;
 pub use durable::STATE_FILE;
 pub use error::RegistryError;
 pub use gate::{Gate, GateError, OpenGate, SnapshotReader};
-pub use replica::{EtcdAccess, EtcdAccessError, Registry};
+pub use registry::{EtcdAccess, EtcdAccessError, Registry};
 pub use rollouts::{DecisionJournal, RolloutChange, RolloutDesk, RolloutError, RolloutRequest};
 pub use service::{RegistryService, SnapshotStream, grpc_service};
 pub use shared::SharedRecord;
 pub use shared_records::SharedRecordsService;
-pub use store::Store;

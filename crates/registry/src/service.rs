@@ -3,9 +3,8 @@
 use crate::error::RegistryError;
 use crate::gate::GateError;
 use crate::gate::SnapshotReader;
-use crate::replica::Registry;
+use crate::registry::Registry;
 use crate::rollouts::{DecisionJournal, RolloutDesk, RolloutRequest};
-use crate::store::Store;
 use futures_util::{Stream, StreamExt, stream};
 use std::pin::Pin;
 use std::sync::Arc;
@@ -19,7 +18,7 @@ use toolmesh_transport::bearer;
 /// [`Registry::grpc_service`].
 #[derive(Clone)]
 pub struct RegistryService {
-    registry: Arc<dyn Store>,
+    registry: Registry,
     rollouts: RolloutDesk,
     /// Hears of tools disabled and enabled (rollouts tell it through `rollouts`).
     journal: Option<Arc<dyn DecisionJournal>>,
@@ -65,29 +64,26 @@ impl Registry {
     /// The `toolmesh.v1.Registry` gRPC service over this registry, with the
     /// mesh's message size limits.
     pub fn grpc_service(&self) -> pb::registry_server::RegistryServer<RegistryService> {
-        grpc_service(Arc::new(self.clone()), None)
+        grpc_service(self.clone(), None)
     }
 }
 
-/// The `toolmesh.v1.Registry` gRPC service over any [`Store`], with the
+/// The `toolmesh.v1.Registry` gRPC service over `registry`, with the
 /// mesh's message size limits (see [`RegistryService::new`]).
 pub fn grpc_service(
-    store: Arc<dyn Store>,
+    registry: Registry,
     journal: Option<Arc<dyn DecisionJournal>>,
 ) -> pb::registry_server::RegistryServer<RegistryService> {
-    RegistryService::new(store, journal).into_server()
+    RegistryService::new(registry, journal).into_server()
 }
 
 impl RegistryService {
-    /// The service over `store`: `journal` hears of every rollout change
-    /// and every tool disabled or enabled.
-    pub fn new(
-        store: Arc<dyn Store>,
-        journal: Option<Arc<dyn DecisionJournal>>,
-    ) -> RegistryService {
+    /// The service over `registry`: `journal` hears of every rollout
+    /// change and every tool disabled or enabled.
+    pub fn new(registry: Registry, journal: Option<Arc<dyn DecisionJournal>>) -> RegistryService {
         RegistryService {
-            rollouts: RolloutDesk::new(store.clone(), journal.clone()),
-            registry: store,
+            rollouts: RolloutDesk::new(registry.clone(), journal.clone()),
+            registry,
             journal,
             refusals: Arc::default(),
         }
@@ -168,7 +164,7 @@ impl RegistryService {
 
     /// Who may read snapshots, and whether it sees executors' call tokens.
     fn reader<T>(&self, request: &Request<T>) -> Result<SnapshotReader, RegistryError> {
-        reader(&*self.registry, request)
+        reader(&self.registry, request)
     }
 
     fn admin(&self, metadata: &tonic::metadata::MetadataMap) -> Result<String, RegistryError> {
@@ -228,14 +224,14 @@ impl RegistryService {
     }
 }
 
-/// Who may read `store`'s snapshots, and whether it sees executors' call
-/// tokens (a dispatcher does).
+/// Who may read `registry`'s snapshots, and whether it sees executors'
+/// call tokens (a dispatcher does).
 pub(crate) fn reader<T>(
-    store: &dyn Store,
+    registry: &Registry,
     request: &Request<T>,
 ) -> Result<SnapshotReader, RegistryError> {
     let certificate = toolmesh_transport::peer_certificate(request);
-    store
+    registry
         .gate()
         .snapshot_reader(bearer(request.metadata()), certificate.as_ref())
         .map_err(RegistryError::ReadRefused)
@@ -251,7 +247,7 @@ impl pb::registry_server::Registry for RegistryService {
         request: Request<pb::RegisterRequest>,
     ) -> Result<Response<pb::RegisterResponse>, Status> {
         let owner = self.executor_owner(&request)?;
-        let registered = self.registry.register(request.into_inner(), owner).await?;
+        let registered = self.registry.register(request.into_inner(), &owner).await?;
         Ok(Response::new(registered))
     }
 

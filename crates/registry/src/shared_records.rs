@@ -2,10 +2,9 @@
 
 use crate::error::RegistryError;
 use crate::gate::GateError;
+use crate::registry::Registry;
 use crate::service::reader;
-use crate::store::Store;
 use prost::Message;
-use std::sync::Arc;
 use std::time::Duration;
 use tonic::{Request, Response, Status};
 use toolmesh::pb::{self, shared_record::Value};
@@ -17,11 +16,11 @@ const SESSION_PREFIX: &str = "session/";
 /// Facts one session record may hold.
 const MAX_FACTS: usize = 10_000;
 
-/// Typed shared records in a [`Store`]: the `SharedRecords` RPCs, and the
+/// Typed shared records in a [`Registry`]: the `SharedRecords` RPCs, and the
 /// dispatcher of a `serve` node in the same process.
 #[derive(Clone)]
 pub struct SharedRecordsService {
-    store: Arc<dyn Store>,
+    registry: Registry,
 }
 
 impl std::fmt::Debug for SharedRecordsService {
@@ -32,9 +31,9 @@ impl std::fmt::Debug for SharedRecordsService {
 }
 
 impl SharedRecordsService {
-    /// The records kept in `store`.
-    pub fn new(store: Arc<dyn Store>) -> Self {
-        SharedRecordsService { store }
+    /// The records kept in `registry`.
+    pub fn new(registry: Registry) -> Self {
+        SharedRecordsService { registry }
     }
 
     /// As a gRPC server, with the mesh's message size limits.
@@ -53,7 +52,7 @@ impl SharedRecordsService {
         keys_only: bool,
     ) -> Result<Vec<pb::SharedRecord>, RegistryError> {
         if keys_only {
-            let keys = self.store.shared_keys(prefix).await?;
+            let keys = self.registry.shared_keys(prefix).await?;
             return Ok(keys
                 .into_iter()
                 .map(|r| pb::SharedRecord {
@@ -63,7 +62,7 @@ impl SharedRecordsService {
                 })
                 .collect());
         }
-        let records = self.store.shared_records(prefix).await?;
+        let records = self.registry.shared_records(prefix).await?;
         Ok(records
             .into_iter()
             .filter_map(|r| {
@@ -93,7 +92,7 @@ impl SharedRecordsService {
             value: record.value,
         }
         .encode_to_vec();
-        self.store
+        self.registry
             .put_shared(&record.key, value, record.revision, ttl)
             .await
     }
@@ -101,13 +100,13 @@ impl SharedRecordsService {
     /// Removes the record under `key`.
     pub async fn delete(&self, key: &str) -> Result<(), RegistryError> {
         check_key(key)?;
-        self.store.delete_shared(key).await
+        self.registry.delete_shared(key).await
     }
 
     /// The caller, when it is a dispatcher (it vouches for the callers the
     /// records name); anyone else is refused.
     fn dispatcher<T>(&self, request: &Request<T>) -> Result<(), RegistryError> {
-        let reader = reader(&*self.store, request).map_err(|e| match e {
+        let reader = reader(&self.registry, request).map_err(|e| match e {
             RegistryError::ReadRefused(refused) => RegistryError::SharedRefused(refused),
             other => other,
         })?;
@@ -210,14 +209,14 @@ impl pb::shared_records_server::SharedRecords for SharedRecordsService {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{Registry, RegistryConfig};
+    use crate::RegistryConfig;
 
     fn digest(n: u32) -> String {
         format!("{n:064x}")
     }
 
     fn records() -> SharedRecordsService {
-        SharedRecordsService::new(Arc::new(Registry::new(RegistryConfig::default())))
+        SharedRecordsService::new(Registry::new(RegistryConfig::default()))
     }
 
     fn session(key: String, facts: Vec<String>) -> pb::SharedRecord {

@@ -368,7 +368,7 @@ async fn disabled_survives_restart() {
         let registry =
             Registry::open(config(Some(dir.path().to_owned())), Arc::new(TestGate)).unwrap();
         registry
-            .register_as(registration("a-1", "send_email"), "team-a")
+            .register(registration("a-1", "send_email"), "team-a")
             .await
             .unwrap();
         registry
@@ -378,12 +378,12 @@ async fn disabled_survives_restart() {
     }
     let registry = Registry::open(config(Some(dir.path().to_owned())), Arc::new(TestGate)).unwrap();
     let hijack = registry
-        .register_as(registration("b-1", "send_email"), "team-b")
+        .register(registration("b-1", "send_email"), "team-b")
         .await
         .unwrap();
     assert_eq!(hijack.rejected.len(), 1, "ownership survived the restart");
     registry
-        .register_as(registration("a-1", "send_email"), "team-a")
+        .register(registration("a-1", "send_email"), "team-a")
         .await
         .unwrap();
     let entry = registry.current().versions("send_email")[0].clone();
@@ -392,7 +392,7 @@ async fn disabled_survives_restart() {
     assert!(registry.current().versions("send_email")[0].exposed());
     let registry = Registry::open(config(Some(dir.path().to_owned())), Arc::new(TestGate)).unwrap();
     registry
-        .register_as(registration("a-1", "send_email"), "team-a")
+        .register(registration("a-1", "send_email"), "team-a")
         .await
         .unwrap();
     assert!(
@@ -420,7 +420,7 @@ async fn tool_count_limit() {
             ..extra.clone()
         });
     }
-    let err = registry.register_as(request, "team-a").await.unwrap_err();
+    let err = registry.register(request, "team-a").await.unwrap_err();
     assert!(err.to_string().contains("limit is 2"), "{err}");
 }
 
@@ -452,8 +452,7 @@ async fn switches_are_answered_once_in_force() {
         asked,
         release: release.clone(),
     };
-    let service =
-        toolmesh_registry::grpc_service(Arc::new(registry.clone()), Some(Arc::new(journal)));
+    let service = toolmesh_registry::grpc_service(registry.clone(), Some(Arc::new(journal)));
     let addr = serve_router(Server::builder().add_service(service)).await;
     let mut client = RegistryClient::connect(format!("http://{addr}"))
         .await

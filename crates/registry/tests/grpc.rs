@@ -176,7 +176,7 @@ async fn watch_sends_current_then_newer() {
     assert_eq!(second.tools.len(), 2);
     for i in 0..20 {
         registry
-            .register(request(&format!("burst-{i}"), vec![spec("b")]))
+            .register(request(&format!("burst-{i}"), vec![spec("b")]), "")
             .await
             .unwrap();
     }

@@ -87,7 +87,7 @@ async fn register(registry: &Registry, executor_id: &str, endpoint: &str) -> u64
         lease_ttl_ms: 60_000,
         execute_token: String::new(),
     };
-    let response = registry.register(request).await.unwrap();
+    let response = registry.register(request, "").await.unwrap();
     assert!(response.rejected.is_empty());
     response.snapshot_version
 }

@@ -1,9 +1,9 @@
-//! Where rollout changes are made — the store, then the journal (the audit
+//! Where rollout changes are made — the registry, then the journal (the audit
 //! log) — by the gRPC edge and by an in-process dispatcher alike.
 
 use super::{RolloutChange, RolloutRequest};
 use crate::error::RegistryError;
-use crate::store::Store;
+use crate::registry::Registry;
 use std::sync::Arc;
 use toolmesh::Rollout;
 
@@ -26,12 +26,12 @@ pub trait DecisionJournal: Send + Sync + 'static {
     async fn in_force(&self, _version: u64) {}
 }
 
-/// Where rollout changes are made: the store, then the journal. The gRPC
+/// Where rollout changes are made: the registry, then the journal. The gRPC
 /// edge and an in-process dispatcher (its automatic aborts) both go
 /// through one.
 #[derive(Clone)]
 pub struct RolloutDesk {
-    store: Arc<dyn Store>,
+    registry: Registry,
     journal: Option<Arc<dyn DecisionJournal>>,
 }
 
@@ -42,15 +42,15 @@ impl std::fmt::Debug for RolloutDesk {
 }
 
 impl RolloutDesk {
-    /// A desk over `store`, telling `journal` (if any) of each change.
-    pub fn new(store: Arc<dyn Store>, journal: Option<Arc<dyn DecisionJournal>>) -> Self {
-        RolloutDesk { store, journal }
+    /// A desk over `registry`, telling `journal` (if any) of each change.
+    pub fn new(registry: Registry, journal: Option<Arc<dyn DecisionJournal>>) -> Self {
+        RolloutDesk { registry, journal }
     }
 
     /// Applies `request`; the rollout it made and the snapshot version
     /// that holds it.
     pub async fn update(&self, request: RolloutRequest) -> Result<(u64, Rollout), RegistryError> {
-        let (version, rollout) = self.store.update_rollout(&request).await?;
+        let (version, rollout) = self.registry.update_rollout(&request).await?;
         if let Some(journal) = &self.journal {
             journal.rollout(&request.change, &rollout).await;
         }
@@ -58,9 +58,9 @@ impl RolloutDesk {
         Ok((version, rollout))
     }
 
-    /// The store this desk writes to.
-    pub fn store(&self) -> &Arc<dyn Store> {
-        &self.store
+    /// The registry this desk writes to.
+    pub fn registry(&self) -> &Registry {
+        &self.registry
     }
 }
 

@@ -2,7 +2,7 @@
 //! and the embedded store keeping rollouts across a restart.
 
 use super::*;
-use crate::replica::Registry;
+use crate::registry::Registry;
 use crate::{OpenGate, RegistryConfig};
 use std::sync::Arc;
 use toolmesh::pb::{self, RegisterRequest, ToolSpec};
@@ -30,13 +30,16 @@ fn registry(data_dir: Option<&TempDir>) -> Registry {
 
 async fn register(registry: &Registry, versions: &[&str]) {
     registry
-        .register(RegisterRequest {
-            executor_id: "kb-1".into(),
-            service: "kb".into(),
-            endpoint: "127.0.0.1:7070".into(),
-            tools: versions.iter().map(|v| spec(v)).collect(),
-            ..RegisterRequest::default()
-        })
+        .register(
+            RegisterRequest {
+                executor_id: "kb-1".into(),
+                service: "kb".into(),
+                endpoint: "127.0.0.1:7070".into(),
+                tools: versions.iter().map(|v| spec(v)).collect(),
+                ..RegisterRequest::default()
+            },
+            "",
+        )
         .await
         .unwrap();
 }

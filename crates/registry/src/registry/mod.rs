@@ -16,7 +16,7 @@ use crate::config::RegistryConfig;
 use crate::durable::DurableFile;
 use crate::error::RegistryError;
 use crate::gate::{Gate, OpenGate};
-use crate::keys::key_of;
+use crate::keys::{self, key_of};
 use crate::keys::{ExecRecord, PREFIX, Slot, content_hash, lease_label, parse_lease};
 use crate::kv::{Compare, EtcdKv, Kv, MemoryKv, Op, Txn, at_once};
 use crate::metrics::Metrics;
@@ -26,7 +26,6 @@ use crate::request::{Checked, check_request, validate_tools};
 use crate::rollouts::{self, RolloutRequest};
 use crate::rules::{check_conflict, check_executor_slot, check_lease_holder, owned_elsewhere};
 use crate::shared::{self, SharedRecord};
-use crate::store::Store;
 use crate::switches;
 use model::Model;
 use prost::Message;
@@ -41,6 +40,8 @@ use tracing::info;
 
 pub use access::{EtcdAccess, EtcdAccessError};
 
+#[cfg(test)]
+mod both_backends;
 #[cfg(test)]
 pub(crate) mod tests;
 
@@ -146,7 +147,9 @@ impl Registry {
     ///
     /// When called outside a tokio runtime.
     pub fn open(config: RegistryConfig, gate: Arc<dyn Gate>) -> Result<Registry, RegistryError> {
-        let kv = MemoryKv::open(config.data_dir.as_deref().map(DurableFile::in_dir))?;
+        let file =
+            (config.data_dir.as_deref()).map(|dir| DurableFile::in_dir(dir, &keys::durable()));
+        let kv = MemoryKv::open(file)?;
         let reaper = kv.expire_on_time();
         let registry = Registry::start(Arc::new(kv), IN_PROCESS.to_owned(), config, gate);
         tokio::spawn(
@@ -287,23 +290,9 @@ impl Registry {
         Ok(self.inner.published.get(version)?)
     }
 
-    /// Registers an executor's tools anonymously (see [`Registry::register_as`]).
-    pub async fn register(
-        &self,
-        request: pb::RegisterRequest,
-    ) -> Result<pb::RegisterResponse, RegistryError> {
-        self.register_as(request, "").await
-    }
-
-    /// Renews a lease of an anonymous registration; the newest snapshot version.
-    pub async fn heartbeat(&self, lease_id: &str) -> Result<u64, RegistryError> {
-        self.heartbeat_as(lease_id, "").await
-    }
-
-    /// Removes the anonymous registration holding `lease_id` at once; the
-    /// snapshot version after the removal.
-    pub async fn deregister(&self, lease_id: &str) -> Result<u64, RegistryError> {
-        self.deregister_as(lease_id, "").await
+    /// Whether the store can take writes (false while etcd has no quorum).
+    pub fn writable(&self) -> watch::Receiver<bool> {
+        self.inner.writable.subscribe()
     }
 }
 
@@ -674,8 +663,9 @@ impl Registry {
     /// registration: each tool is validated on its own, invalid,
     /// duplicated or conflicting ones come back in `rejected`, and tool
     /// names another owner holds are refused (an empty owner claims none).
-    /// The lease is granted even when no tool was accepted.
-    pub async fn register_as(
+    /// The lease is granted even when no tool was accepted. Anonymous
+    /// registrations (no identity at the edge) pass an empty owner.
+    pub async fn register(
         &self,
         request: pb::RegisterRequest,
         owner: &str,
@@ -752,7 +742,7 @@ impl Registry {
 
     /// Renews a lease registered by `owner` (only its holder may); the
     /// newest snapshot version.
-    pub async fn heartbeat_as(&self, lease_id: &str, owner: &str) -> Result<u64, RegistryError> {
+    pub async fn heartbeat(&self, lease_id: &str, owner: &str) -> Result<u64, RegistryError> {
         let lease = self.inner.held_lease(lease_id, owner).await?;
         if self.inner.kv.keep_alive(lease).await?.is_none() {
             return Err(RegistryError::UnknownLease(lease_id.to_owned()));
@@ -762,7 +752,7 @@ impl Registry {
 
     /// Removes the executor holding `lease_id`, registered by `owner`
     /// (only its holder may), at once; the snapshot version after.
-    pub async fn deregister_as(&self, lease_id: &str, owner: &str) -> Result<u64, RegistryError> {
+    pub async fn deregister(&self, lease_id: &str, owner: &str) -> Result<u64, RegistryError> {
         let lease = self.inner.held_lease(lease_id, owner).await?;
         if self.inner.in_process {
             self.inner
@@ -826,64 +816,22 @@ impl Registry {
     }
 }
 
-#[tonic::async_trait]
-impl Store for Registry {
-    fn gate(&self) -> &dyn Gate {
-        Registry::gate(self)
-    }
-
-    fn current(&self) -> Arc<Snapshot> {
-        Registry::current(self)
-    }
-
-    fn subscribe(&self) -> watch::Receiver<Arc<Snapshot>> {
-        Registry::subscribe(self)
-    }
-
-    fn snapshot(&self, version: u64) -> Result<Arc<Snapshot>, RegistryError> {
-        Registry::snapshot(self, version)
-    }
-
-    fn writable(&self) -> watch::Receiver<bool> {
-        self.inner.writable.subscribe()
-    }
-
-    async fn register(
-        &self,
-        request: pb::RegisterRequest,
-        owner: String,
-    ) -> Result<pb::RegisterResponse, RegistryError> {
-        self.register_as(request, &owner).await
-    }
-
-    async fn heartbeat(&self, lease_id: &str, owner: &str) -> Result<u64, RegistryError> {
-        self.heartbeat_as(lease_id, owner).await
-    }
-
-    async fn deregister(&self, lease_id: &str, owner: &str) -> Result<u64, RegistryError> {
-        self.deregister_as(lease_id, owner).await
-    }
-
-    async fn set_disabled(&self, tool: &str, reason: Option<String>) -> Result<u64, RegistryError> {
-        Registry::set_disabled(self, tool, reason).await
-    }
-
-    async fn update_rollout(
-        &self,
-        request: &RolloutRequest,
-    ) -> Result<(u64, Rollout), RegistryError> {
-        Registry::update_rollout(self, request).await
-    }
-
-    async fn shared_records(&self, prefix: &str) -> Result<Vec<SharedRecord>, RegistryError> {
+impl Registry {
+    /// Every live shared record under `prefix` (shared approval tickets).
+    pub async fn shared_records(&self, prefix: &str) -> Result<Vec<SharedRecord>, RegistryError> {
         shared::list(&*self.inner.kv, prefix, false).await
     }
 
-    async fn shared_keys(&self, prefix: &str) -> Result<Vec<SharedRecord>, RegistryError> {
+    /// The keys and revisions of every live shared record under `prefix`
+    /// (their values left empty): cheaper when only counting or ordering.
+    pub async fn shared_keys(&self, prefix: &str) -> Result<Vec<SharedRecord>, RegistryError> {
         shared::list(&*self.inner.kv, prefix, true).await
     }
 
-    async fn put_shared(
+    /// Writes a shared record if its revision is still `revision` (0: it
+    /// must not exist), expiring after `ttl`; false when another writer
+    /// changed it first.
+    pub async fn put_shared(
         &self,
         key: &str,
         value: Vec<u8>,
@@ -893,7 +841,8 @@ impl Store for Registry {
         shared::put(&*self.inner.kv, key, value, revision, ttl).await
     }
 
-    async fn delete_shared(&self, key: &str) -> Result<(), RegistryError> {
+    /// Removes a shared record.
+    pub async fn delete_shared(&self, key: &str) -> Result<(), RegistryError> {
         shared::delete(&*self.inner.kv, key).await
     }
 }
