@@ -4,6 +4,7 @@
 //! toolmesh.v1 contract as [`pb`].
 #![forbid(unsafe_code)]
 
+pub mod access;
 pub mod content;
 pub mod digest;
 pub mod error;
@@ -16,6 +17,7 @@ pub mod snapshot;
 pub mod spec;
 pub mod suggest;
 
+pub use access::AccessError;
 pub use error::{ErrorCodeExt, ToolErrorExt, ToolResultExt, error_chain, find_cause};
 pub use history::{NotHeld, SnapshotHistory};
 pub use principal::{IssuedBy, MissingScopes, Principal};

@@ -27,20 +27,7 @@ pub struct SnapshotAccess {
     pub until: Option<std::time::SystemTime>,
 }
 
-/// Why the registry refuses a caller; the message says what to change.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum AccessError {
-    /// The caller could not be identified.
-    #[error("{0}")]
-    Unauthenticated(String),
-    /// The caller is known but lacks the role.
-    #[error("{0}")]
-    Forbidden(String),
-    /// The caller's token cannot be checked yet (its issuer's keys are
-    /// being fetched): retry.
-    #[error("{0}")]
-    Unavailable(String),
-}
+pub use toolmesh::AccessError;
 
 /// The refusal of a caller `identify` could not name; `needs` says who may.
 fn unidentified(error: crate::AuthError, needs: &str) -> AccessError {

@@ -8,7 +8,7 @@ use toolmesh_governance::{
     AccessError, AuditSink, DEV_POLICY_TOML, DISPATCHER_ROLE, EXECUTOR_ROLE, Identity, Policy,
     PolicyHandle, PolicyWatcher, registry_access,
 };
-use toolmesh_registry::{Gate, GateError, SnapshotReader};
+use toolmesh_registry::{Gate, SnapshotReader};
 
 /// Audit records buffered before the writer applies back-pressure.
 const AUDIT_CAPACITY: usize = 4096;
@@ -109,46 +109,35 @@ pub async fn audit_sink(config: &NodeConfig) -> Result<Option<AuditSink>, NodeEr
 /// [`toolmesh_governance::registry_access`]'s.
 pub struct PolicyGate(pub Identity);
 
-fn gate_error(error: AccessError) -> GateError {
-    match error {
-        AccessError::Unauthenticated(message) => GateError::Unauthenticated(message),
-        AccessError::Forbidden(message) => GateError::Forbidden(message),
-        AccessError::Unavailable(message) => GateError::Unavailable(message),
-    }
-}
-
 impl Gate for PolicyGate {
-    fn executor_owner(&self, bearer: Option<&str>) -> Result<String, GateError> {
-        registry_access::executor_owner(&self.0, bearer).map_err(gate_error)
+    fn executor_owner(&self, bearer: Option<&str>) -> Result<String, AccessError> {
+        registry_access::executor_owner(&self.0, bearer)
     }
 
     fn executor_owner_by_certificate(
         &self,
         certificate: &toolmesh_transport::PeerCertificate,
-    ) -> Option<Result<String, GateError>> {
+    ) -> Option<Result<String, AccessError>> {
         registry_access::executor_owner_by_certificate(&self.0.policy().current(), |name| {
             certificate.is_valid_for(name)
         })
-        .map(|owner| owner.map_err(gate_error))
     }
 
-    fn admin(&self, bearer: Option<&str>) -> Result<String, GateError> {
-        registry_access::admin(&self.0, bearer).map_err(gate_error)
+    fn admin(&self, bearer: Option<&str>) -> Result<String, AccessError> {
+        registry_access::admin(&self.0, bearer)
     }
 
     fn snapshot_reader(
         &self,
         bearer: Option<&str>,
         certificate: Option<&toolmesh_transport::PeerCertificate>,
-    ) -> Result<SnapshotReader, GateError> {
+    ) -> Result<SnapshotReader, AccessError> {
         let valid_for = certificate.map(|c| move |name: &str| c.is_valid_for(name));
         let valid_for = valid_for.as_ref().map(|f| f as &dyn Fn(&str) -> bool);
-        registry_access::snapshot_reader(&self.0, bearer, valid_for)
-            .map(|access| SnapshotReader {
-                name: access.reader,
-                execute_tokens: access.execute_tokens,
-                until: access.until,
-            })
-            .map_err(gate_error)
+        registry_access::snapshot_reader(&self.0, bearer, valid_for).map(|access| SnapshotReader {
+            name: access.reader,
+            execute_tokens: access.execute_tokens,
+            until: access.until,
+        })
     }
 }

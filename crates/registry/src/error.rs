@@ -1,6 +1,6 @@
 //! What can go wrong in the registry, and its one mapping to a gRPC status.
 
-use crate::gate::GateError;
+use crate::gate::AccessError;
 
 /// Why a registry operation was refused.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
@@ -69,11 +69,11 @@ pub enum RegistryError {
     /// The gate refused an executor's registration (UNAUTHENTICATED, whether
     /// the caller is unknown or lacks the right to register).
     #[error(transparent)]
-    RegistrationRefused(GateError),
+    RegistrationRefused(AccessError),
     /// The gate refused an operator's switch (PERMISSION_DENIED, whether
     /// the caller is unknown or lacks the right).
     #[error(transparent)]
-    SwitchRefused(GateError),
+    SwitchRefused(AccessError),
     /// The executor id is held by a live registration of another owner.
     #[error(
         "executor id {id:?} is registered by another owner: executor ids are bound to the identity that registered them while their lease lives; give this executor a unique id"
@@ -99,7 +99,7 @@ pub enum RegistryError {
     NotYourLease(String),
     /// The gate refused a snapshot read.
     #[error(transparent)]
-    ReadRefused(GateError),
+    ReadRefused(AccessError),
     /// The state file in the data directory could not be used.
     #[error("registry state file {path}: {problem}")]
     State {
@@ -126,7 +126,7 @@ pub enum RegistryError {
     /// The gate refused access to the shared records (only dispatchers
     /// may read or write them).
     #[error(transparent)]
-    SharedRefused(GateError),
+    SharedRefused(AccessError),
     /// Concurrent writers kept changing one shared record.
     #[error("{0} changed under several concurrent calls; call again")]
     Contended(&'static str),
@@ -183,10 +183,10 @@ impl From<RegistryError> for tonic::Status {
             | RegistryError::BadStore(_)
             | RegistryError::BadSharedRecord(_) => tonic::Status::invalid_argument(message),
             RegistryError::Contended(_) => tonic::Status::aborted(message),
-            RegistryError::RegistrationRefused(GateError::Unavailable(_))
-            | RegistryError::SwitchRefused(GateError::Unavailable(_))
-            | RegistryError::ReadRefused(GateError::Unavailable(_))
-            | RegistryError::SharedRefused(GateError::Unavailable(_)) => {
+            RegistryError::RegistrationRefused(AccessError::Unavailable(_))
+            | RegistryError::SwitchRefused(AccessError::Unavailable(_))
+            | RegistryError::ReadRefused(AccessError::Unavailable(_))
+            | RegistryError::SharedRefused(AccessError::Unavailable(_)) => {
                 tonic::Status::unavailable(message)
             }
             RegistryError::RegistrationRefused(_) => tonic::Status::unauthenticated(message),
@@ -194,12 +194,12 @@ impl From<RegistryError> for tonic::Status {
             RegistryError::SwitchRefused(_)
             | RegistryError::ExecutorIdTaken { .. }
             | RegistryError::NotYourLease(_)
-            | RegistryError::ReadRefused(GateError::Forbidden(_))
-            | RegistryError::SharedRefused(GateError::Forbidden(_)) => {
+            | RegistryError::ReadRefused(AccessError::Forbidden(_))
+            | RegistryError::SharedRefused(AccessError::Forbidden(_)) => {
                 tonic::Status::permission_denied(message)
             }
-            RegistryError::ReadRefused(GateError::Unauthenticated(_))
-            | RegistryError::SharedRefused(GateError::Unauthenticated(_)) => {
+            RegistryError::ReadRefused(AccessError::Unauthenticated(_))
+            | RegistryError::SharedRefused(AccessError::Unauthenticated(_)) => {
                 tonic::Status::unauthenticated(message)
             }
             RegistryError::State { .. }
@@ -265,11 +265,11 @@ mod tests {
                 Code::NotFound,
             ),
             (
-                RegistryError::RegistrationRefused(GateError::Forbidden("f".into())),
+                RegistryError::RegistrationRefused(AccessError::Forbidden("f".into())),
                 Code::Unauthenticated,
             ),
             (
-                RegistryError::SwitchRefused(GateError::Unauthenticated("u".into())),
+                RegistryError::SwitchRefused(AccessError::Unauthenticated("u".into())),
                 Code::PermissionDenied,
             ),
             (
@@ -277,11 +277,11 @@ mod tests {
                 Code::InvalidArgument,
             ),
             (
-                RegistryError::SharedRefused(GateError::Forbidden("f".into())),
+                RegistryError::SharedRefused(AccessError::Forbidden("f".into())),
                 Code::PermissionDenied,
             ),
             (
-                RegistryError::SharedRefused(GateError::Unauthenticated("u".into())),
+                RegistryError::SharedRefused(AccessError::Unauthenticated("u".into())),
                 Code::Unauthenticated,
             ),
         ];

@@ -2,28 +2,14 @@
 //! [`Gate`] with the caller's bearer token and stays free of any one policy
 //! format.
 
-/// Why a [`Gate`] refused a caller; the message says what to change. The
-/// registry maps it to a gRPC status in one place
-/// ([`RegistryError`](crate::RegistryError)).
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum GateError {
-    /// The caller could not be identified.
-    #[error("{0}")]
-    Unauthenticated(String),
-    /// The caller is known but may not do this.
-    #[error("{0}")]
-    Forbidden(String),
-    /// The caller cannot be identified yet: retry.
-    #[error("{0}")]
-    Unavailable(String),
-}
+pub use toolmesh::AccessError;
 
 /// Decides identities at the registry's edge.
 pub trait Gate: Send + Sync + 'static {
     /// The owner an executor registers as, from its bearer token (the
     /// `authorization` header without `Bearer `). `Err` says how to
     /// authenticate.
-    fn executor_owner(&self, bearer: Option<&str>) -> Result<String, GateError>;
+    fn executor_owner(&self, bearer: Option<&str>) -> Result<String, AccessError>;
 
     /// The owner an executor registers as when it sent no token but
     /// presented a verified mTLS client certificate; `None` when the
@@ -31,12 +17,12 @@ pub trait Gate: Send + Sync + 'static {
     fn executor_owner_by_certificate(
         &self,
         _certificate: &toolmesh_transport::PeerCertificate,
-    ) -> Option<Result<String, GateError>> {
+    ) -> Option<Result<String, AccessError>> {
         None
     }
 
     /// The principal allowed to disable and enable tools. `Err` says why not.
-    fn admin(&self, bearer: Option<&str>) -> Result<String, GateError>;
+    fn admin(&self, bearer: Option<&str>) -> Result<String, AccessError>;
 
     /// Who may read snapshots (GetSnapshot, WatchSnapshots), by bearer
     /// token or verified client certificate, and whether it sees the
@@ -45,7 +31,7 @@ pub trait Gate: Send + Sync + 'static {
         &self,
         bearer: Option<&str>,
         certificate: Option<&toolmesh_transport::PeerCertificate>,
-    ) -> Result<SnapshotReader, GateError>;
+    ) -> Result<SnapshotReader, AccessError>;
 }
 
 /// A caller allowed to read snapshots.
@@ -66,11 +52,11 @@ pub struct SnapshotReader {
 pub struct OpenGate;
 
 impl Gate for OpenGate {
-    fn executor_owner(&self, _bearer: Option<&str>) -> Result<String, GateError> {
+    fn executor_owner(&self, _bearer: Option<&str>) -> Result<String, AccessError> {
         Ok(String::new())
     }
 
-    fn admin(&self, _bearer: Option<&str>) -> Result<String, GateError> {
+    fn admin(&self, _bearer: Option<&str>) -> Result<String, AccessError> {
         Ok("anonymous".to_owned())
     }
 
@@ -78,7 +64,7 @@ impl Gate for OpenGate {
         &self,
         _bearer: Option<&str>,
         _certificate: Option<&toolmesh_transport::PeerCertificate>,
-    ) -> Result<SnapshotReader, GateError> {
+    ) -> Result<SnapshotReader, AccessError> {
         Ok(SnapshotReader {
             name: "anonymous".to_owned(),
             execute_tokens: true,

@@ -27,7 +27,7 @@ mod switches;
 pub use config::RegistryConfig;
 pub use durable::STATE_FILE;
 pub use error::RegistryError;
-pub use gate::{Gate, GateError, OpenGate, SnapshotReader};
+pub use gate::{AccessError, Gate, OpenGate, SnapshotReader};
 pub use registry::{EtcdAccess, EtcdAccessError, Registry};
 pub use rollouts::{DecisionJournal, RolloutChange, RolloutDesk, RolloutError, RolloutRequest};
 pub use service::{RegistryService, SnapshotStream, grpc_service};

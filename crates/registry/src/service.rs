@@ -1,7 +1,7 @@
 //! The `toolmesh.v1.Registry` gRPC service: a thin edge over [`Registry`].
 
 use crate::error::RegistryError;
-use crate::gate::GateError;
+use crate::gate::AccessError;
 use crate::gate::SnapshotReader;
 use crate::registry::Registry;
 use crate::rollouts::{DecisionJournal, RolloutDesk, RolloutRequest};
@@ -39,7 +39,7 @@ struct RefusalLog {
 impl RefusalLog {
     const PERIOD: std::time::Duration = std::time::Duration::from_secs(10);
 
-    fn refused(&self, peer: Option<std::net::SocketAddr>, error: &GateError) {
+    fn refused(&self, peer: Option<std::net::SocketAddr>, error: &AccessError) {
         use std::sync::atomic::Ordering;
         let now = std::time::Instant::now();
         let mut last = self.last.lock().unwrap_or_else(|p| p.into_inner());
@@ -155,7 +155,7 @@ impl RegistryService {
         by_certificate
             .unwrap_or_else(|| gate.executor_owner(token))
             .map_err(|error| {
-                if !matches!(error, GateError::Unavailable(_)) {
+                if !matches!(error, AccessError::Unavailable(_)) {
                     self.refusals.refused(request.remote_addr(), &error);
                 }
                 RegistryError::RegistrationRefused(error)
@@ -203,8 +203,8 @@ impl RegistryService {
         let wire = request.get_ref();
         if !wire.automatic {
             return self.admin(request.metadata()).map_err(|e| match e {
-                RegistryError::SwitchRefused(GateError::Forbidden(why)) => {
-                    RegistryError::SwitchRefused(GateError::Forbidden(format!(
+                RegistryError::SwitchRefused(AccessError::Forbidden(why)) => {
+                    RegistryError::SwitchRefused(AccessError::Forbidden(format!(
                         "{why}; rollouts need that role too"
                     )))
                 }
@@ -214,10 +214,12 @@ impl RegistryService {
         let reader = self.reader(request)?;
         let abort = wire.action == pb::RolloutAction::Abort as i32;
         if !reader.execute_tokens || !abort {
-            return Err(RegistryError::SwitchRefused(GateError::Forbidden(format!(
-                "{} may not make automatic rollout changes: only a dispatcher (role \"dispatcher\") may, and only ABORT; an operator runs `toolmesh rollout` with an admin token",
-                reader.name
-            ))));
+            return Err(RegistryError::SwitchRefused(AccessError::Forbidden(
+                format!(
+                    "{} may not make automatic rollout changes: only a dispatcher (role \"dispatcher\") may, and only ABORT; an operator runs `toolmesh rollout` with an admin token",
+                    reader.name
+                ),
+            )));
         }
         tracing::info!(dispatcher = %reader.name, tool = %wire.tool, "automatic rollout abort");
         Ok(reader.name)

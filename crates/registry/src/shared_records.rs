@@ -1,7 +1,7 @@
 //! The `toolmesh.v1.SharedRecords` gRPC service: typed records (approval tickets, session facts) over the store's shared records, for dispatchers only; the registry stores them and runs none of governance's rules.
 
 use crate::error::RegistryError;
-use crate::gate::GateError;
+use crate::gate::AccessError;
 use crate::registry::Registry;
 use crate::service::reader;
 use prost::Message;
@@ -113,10 +113,12 @@ impl SharedRecordsService {
         if reader.execute_tokens {
             return Ok(());
         }
-        Err(RegistryError::SharedRefused(GateError::Forbidden(format!(
-            "{} may not use the shared records (approvals, session facts): they are for dispatchers; call with the token of a caller that has the role \"dispatcher\"",
-            reader.name
-        ))))
+        Err(RegistryError::SharedRefused(AccessError::Forbidden(
+            format!(
+                "{} may not use the shared records (approvals, session facts): they are for dispatchers; call with the token of a caller that has the role \"dispatcher\"",
+                reader.name
+            ),
+        )))
     }
 }
 

@@ -11,36 +11,38 @@ use toolmesh::pb::{
     DeregisterRequest, GetSnapshotRequest, HeartbeatRequest, WatchSnapshotsRequest,
 };
 use toolmesh::pb::{DisableToolRequest, EnableToolRequest, RegisterRequest, ToolSpec};
-use toolmesh_registry::{Gate, GateError, Registry, RegistryConfig, SnapshotReader};
+use toolmesh_registry::{AccessError, Gate, Registry, RegistryConfig, SnapshotReader};
 use toolmesh_testkit::{TempDir, serve_router, with_token};
 
 /// Tokens `tok-a`/`tok-b` are owners `team-a`/`team-b`; `tok-admin` is the admin.
 struct TestGate;
 
 impl Gate for TestGate {
-    fn executor_owner(&self, bearer: Option<&str>) -> Result<String, GateError> {
+    fn executor_owner(&self, bearer: Option<&str>) -> Result<String, AccessError> {
         match bearer {
             Some("tok-a") => Ok("team-a".into()),
             Some("tok-b") => Ok("team-b".into()),
-            Some(_) => Err(GateError::Unauthenticated(
+            Some(_) => Err(AccessError::Unauthenticated(
                 "unknown registration token".into(),
             )),
-            None => Err(GateError::Unauthenticated(
+            None => Err(AccessError::Unauthenticated(
                 "register with a bearer token".into(),
             )),
         }
     }
-    fn admin(&self, bearer: Option<&str>) -> Result<String, GateError> {
+    fn admin(&self, bearer: Option<&str>) -> Result<String, AccessError> {
         match bearer {
             Some("tok-admin") => Ok("ops".into()),
-            _ => Err(GateError::Forbidden("only admins may switch tools".into())),
+            _ => Err(AccessError::Forbidden(
+                "only admins may switch tools".into(),
+            )),
         }
     }
     fn snapshot_reader(
         &self,
         bearer: Option<&str>,
         _certificate: Option<&toolmesh_transport::PeerCertificate>,
-    ) -> Result<SnapshotReader, GateError> {
+    ) -> Result<SnapshotReader, AccessError> {
         match bearer {
             Some("tok-dispatcher") => Ok(SnapshotReader {
                 name: "d".into(),
@@ -52,8 +54,8 @@ impl Gate for TestGate {
                 execute_tokens: false,
                 until: None,
             }),
-            Some(_) => Err(GateError::Forbidden("not a reader".into())),
-            None => Err(GateError::Unauthenticated("read with a token".into())),
+            Some(_) => Err(AccessError::Forbidden("not a reader".into())),
+            None => Err(AccessError::Unauthenticated("read with a token".into())),
         }
     }
 }
