@@ -104,14 +104,19 @@ async fn refused_dispatcher_is_not_ready_and_says_why() {
 }
 
 /// A dispatcher whose registry does not answer is alive, not ready, and
-/// logs the registry unreachable (not refused).
+/// logs the registry unreachable (not refused) and that it has no snapshot
+/// to serve (it said "serving the last snapshot", which it did not have).
 #[tokio::test]
 async fn dispatcher_without_its_registry_is_not_ready() {
     let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let nowhere = closed.local_addr().unwrap().to_string();
     drop(closed);
     let (dispatcher, addr) = dispatcher_for(&nowhere, &[]);
-    dispatcher.wait_for_line("registry unreachable", Duration::from_secs(30));
+    let said = dispatcher.wait_for_line("registry unreachable", Duration::from_secs(30));
+    assert!(
+        said.contains("no snapshot yet") && !said.contains("serving the last snapshot"),
+        "{said}"
+    );
     assert!(
         !logged(&dispatcher, "registry refused"),
         "{:#?}",

@@ -173,7 +173,7 @@ impl Follower {
                         };
                         match message {
                             Ok(Some(wire)) => {
-                                if outage.end() || self.tx.borrow().epoch().is_empty() {
+                                if outage.end() || !self.holds_a_snapshot() {
                                     info!(registry = %self.address, epoch = %wire.epoch, version = wire.version, "following registry");
                                 }
                                 backoff = FIRST_BACKOFF;
@@ -191,7 +191,12 @@ impl Follower {
                                 break;
                             }
                             Err(status) => {
-                                outage.report(&self.address, &status, Trouble::Broke);
+                                outage.report(
+                                    &self.address,
+                                    &status,
+                                    Trouble::Broke,
+                                    self.holds_a_snapshot(),
+                                );
                                 current += 1;
                                 break;
                             }
@@ -199,7 +204,12 @@ impl Follower {
                     }
                 }
                 Err(status) => {
-                    outage.report(&self.address, &status, Trouble::Unreachable);
+                    outage.report(
+                        &self.address,
+                        &status,
+                        Trouble::Unreachable,
+                        self.holds_a_snapshot(),
+                    );
                     current += 1;
                 }
             }
@@ -251,6 +261,12 @@ impl Follower {
         Received::Taken
     }
 
+    /// Whether a snapshot from a registry is installed (the empty one a
+    /// dispatcher starts with has no epoch).
+    fn holds_a_snapshot(&self) -> bool {
+        !self.tx.borrow().epoch().is_empty()
+    }
+
     fn take_pending(&mut self, why: &str) {
         if let Some((snapshot, _)) = self.pending.take() {
             info!(epoch = %snapshot.epoch(), version = snapshot.version(), why, "taking the restarted registry's snapshot");
@@ -280,8 +296,15 @@ struct Outage {
 impl Outage {
     /// Logs `status` from `registry` unless the same trouble already was;
     /// a refusal (PERMISSION_DENIED, UNAUTHENTICATED) is logged as one,
-    /// whatever `otherwise` says.
-    fn report(&mut self, registry: &str, status: &tonic::Status, otherwise: Trouble) {
+    /// whatever `otherwise` says. `holding`: whether a snapshot from a
+    /// registry is in hand to serve meanwhile.
+    fn report(
+        &mut self,
+        registry: &str,
+        status: &tonic::Status,
+        otherwise: Trouble,
+        holding: bool,
+    ) {
         let trouble = if refused(status) {
             Trouble::Refused
         } else {
@@ -298,11 +321,17 @@ impl Outage {
                 code = ?status.code(),
                 "registry refused: {reason}; this dispatcher reads no snapshot (and serves no tool) until --registry-token (TOOLMESH_REGISTRY_TOKEN) or --registry-token-file (TOOLMESH_REGISTRY_TOKEN_FILE) holds the token of a [[callers]] entry the registry's policy gives the role \"dispatcher\" (a static token, or a JWT whose issuer and subject the entry names)"
             ),
-            Trouble::Unreachable => {
-                warn!(registry, %status, "registry unreachable; serving the last snapshot")
-            }
-            Trouble::Broke => {
-                warn!(registry, %status, "snapshot stream broke; serving the last snapshot")
+            Trouble::Unreachable | Trouble::Broke => {
+                let what = match trouble {
+                    Trouble::Broke => "snapshot stream broke",
+                    _ => "registry unreachable",
+                };
+                let meanwhile = if holding {
+                    "serving the last snapshot"
+                } else {
+                    "no snapshot yet: this dispatcher serves no tool and is not ready until a registry answers"
+                };
+                warn!(registry, %status, "{what}; {meanwhile}")
             }
         }
     }
