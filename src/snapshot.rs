@@ -9,6 +9,9 @@ use crate::spec::{SpecError, ToolDef};
 use imbl::OrdMap;
 use std::sync::Arc;
 
+mod definitions;
+pub use definitions::Definitions;
+
 /// One executor process serving a tool.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Instance {
@@ -323,6 +326,17 @@ impl Snapshot {
         wire: &pb::Snapshot,
         previous: Option<&Snapshot>,
     ) -> Option<(Snapshot, Vec<(String, SpecError)>)> {
+        Snapshot::from_pb_sharing(wire, previous, None)
+    }
+
+    /// [`Snapshot::from_pb`], taking each new definition from
+    /// `definitions` (when given): specs decoded before in this process are
+    /// not compiled or held again.
+    pub fn from_pb_sharing(
+        wire: &pb::Snapshot,
+        previous: Option<&Snapshot>,
+        definitions: Option<&Definitions>,
+    ) -> Option<(Snapshot, Vec<(String, SpecError)>)> {
         let mut skipped = Vec::new();
         let mut builder = match (wire.delta, previous) {
             (false, _) => SnapshotBuilder {
@@ -353,7 +367,7 @@ impl Snapshot {
             }
         }
         for entry in &wire.tools {
-            match entry_from_pb(entry, previous) {
+            match entry_from_pb(entry, previous, definitions) {
                 Ok(entry) => {
                     builder.put(entry);
                 }
@@ -364,11 +378,12 @@ impl Snapshot {
     }
 }
 
-/// One entry from the wire, reusing `previous`'s definition when its
-/// fingerprint is the same.
+/// One entry from the wire, reusing `previous`'s definition (or the
+/// process's, from `definitions`) when its spec is the same.
 fn entry_from_pb(
     entry: &pb::ToolEntry,
     previous: Option<&Snapshot>,
+    definitions: Option<&Definitions>,
 ) -> Result<ToolEntry, (String, SpecError)> {
     let spec = entry.spec.clone().unwrap_or_default();
     // The registry sends normalised specs: an identical one is the same
@@ -382,7 +397,11 @@ fn entry_from_pb(
         Some(def) => def,
         None => {
             let label = crate::spec::label(&spec.name, &spec.version);
-            Arc::new(ToolDef::new(spec).map_err(|e| (label, e))?)
+            match definitions {
+                Some(definitions) => definitions.intern(spec),
+                None => ToolDef::new(spec).map(Arc::new),
+            }
+            .map_err(|e| (label, e))?
         }
     };
     let instances = entry

@@ -34,7 +34,7 @@ fn stat_fields(pid: i32) -> Option<Vec<String>> {
 }
 
 /// utime + stime of `pid`, in clock ticks.
-fn cpu_ticks(pid: i32) -> u64 {
+pub(crate) fn cpu_ticks(pid: i32) -> u64 {
     let Some(fields) = stat_fields(pid) else {
         return 0;
     };

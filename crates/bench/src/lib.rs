@@ -39,6 +39,7 @@ mod load;
 mod machine;
 mod mesh;
 mod nginx;
+mod org;
 mod overhead;
 mod procs;
 mod raw_echo;
@@ -54,6 +55,10 @@ pub use error::{BenchError, CallFailed};
 pub use freshness::{Freshness, Series};
 pub use load::Throughput;
 pub use machine::{Build, Machine};
+pub use org::{
+    AtScale, Churn, ColdJoin, LeaderKill, OrgOptions, OrgReport, ReplicaKill, Spread, Steady,
+    run_org,
+};
 pub use overhead::{Allocations, ByTarget, MtlsRow, NginxStatus, Overhead, SdkRow, SizeResult};
 pub use report::{Report, Target, Verdict};
 pub use scale::{AtSize, ListTools, Propagation, Publish, Scale};

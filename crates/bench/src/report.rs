@@ -26,7 +26,7 @@ pub enum Verdict {
 }
 
 impl Verdict {
-    fn label(self) -> &'static str {
+    pub(crate) fn label(self) -> &'static str {
         match self {
             Verdict::Pass => "MET ",
             Verdict::Miss => "MISS",
@@ -34,7 +34,7 @@ impl Verdict {
         }
     }
 
-    fn of(pass: bool) -> Verdict {
+    pub(crate) fn of(pass: bool) -> Verdict {
         if pass { Verdict::Pass } else { Verdict::Miss }
     }
 }

@@ -308,7 +308,7 @@ async fn reach(follower: &mut watch::Receiver<Arc<Snapshot>>, want: u64) -> Resu
 }
 
 /// The member that leads `cluster` now.
-async fn leader_of(cluster: &EtcdCluster) -> Result<usize, BenchError> {
+pub(crate) async fn leader_of(cluster: &EtcdCluster) -> Result<usize, BenchError> {
     let client = toolmesh_etcd::Client::from_url(&cluster.store_url())
         .map_err(|e| BenchError::failed("an etcd client", e.to_string()))?;
     let started = Instant::now();

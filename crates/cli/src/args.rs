@@ -298,6 +298,9 @@ pub(crate) struct McpEchoArgs {
 #[cfg(feature = "bench")]
 #[derive(Debug, Args, Clone)]
 pub(crate) struct BenchArgs {
+    /// A benchmark other than the per-call one.
+    #[command(subcommand)]
+    pub(crate) what: Option<BenchWhat>,
     /// Short series (a smoke test) instead of the full run.
     #[arg(long)]
     pub(crate) quick: bool,
@@ -305,6 +308,37 @@ pub(crate) struct BenchArgs {
     /// commands' flag).
     #[arg(long, value_name = "FILE")]
     pub(crate) json_file: Option<PathBuf>,
+}
+
+/// `toolmesh bench SUBCOMMAND`.
+#[cfg(feature = "bench")]
+#[derive(Debug, Subcommand, Clone)]
+pub(crate) enum BenchWhat {
+    /// Organisation scale: simulated executors and dispatchers on three
+    /// registry replicas and a three-member etcd cluster (etcd on PATH), at
+    /// 1/100, 1/10 and the full scale; MET or MISS per target.
+    Scale(BenchScaleArgs),
+}
+
+/// `toolmesh bench scale`.
+#[cfg(feature = "bench")]
+#[derive(Debug, Args, Clone)]
+pub(crate) struct BenchScaleArgs {
+    /// Only 1/100 and 1/10 of the full scale, with shorter phases.
+    #[arg(long)]
+    pub(crate) quick: bool,
+    /// Executors at full scale (ten tools each).
+    #[arg(long, default_value_t = 10_000)]
+    pub(crate) executors: usize,
+    /// Simulated dispatchers (at every scale).
+    #[arg(long, default_value_t = 100)]
+    pub(crate) dispatchers: usize,
+    /// Also write the report as JSON to this file.
+    #[arg(long, value_name = "FILE")]
+    pub(crate) json_file: Option<PathBuf>,
+    /// Keep the logs of the processes it starts in this directory.
+    #[arg(long, value_name = "DIR")]
+    pub(crate) keep_logs: Option<PathBuf>,
 }
 
 /// `toolmesh completions`.

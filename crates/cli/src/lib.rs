@@ -236,6 +236,21 @@ fn node_failure(error: toolmesh_node::NodeError) -> Failure {
 async fn bench(args: args::BenchArgs, arm: toolmesh_procs::ArmParentDeath) -> Result<(), Failure> {
     let exe = std::env::current_exe()
         .map_err(|e| Failure::Failed(format!("cannot find the toolmesh binary: {e}")))?;
+    if let Some(args::BenchWhat::Scale(scale)) = args.what {
+        let report = toolmesh_bench::run_org(toolmesh_bench::OrgOptions {
+            toolmesh_exe: exe,
+            executors: scale.executors,
+            dispatchers: scale.dispatchers,
+            quick: scale.quick,
+            json: scale.json_file,
+            keep_logs: scale.keep_logs,
+            parent_death: Some(arm),
+        })
+        .await
+        .map_err(|e| Failure::Failed(e.to_string()))?;
+        println!("{report}");
+        return Ok(());
+    }
     let report = toolmesh_bench::run(toolmesh_bench::BenchOptions {
         toolmesh_exe: exe.clone(),
         fixture_exe: exe,

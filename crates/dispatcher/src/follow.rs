@@ -18,10 +18,14 @@ use tonic_health::pb::health_check_response::ServingStatus;
 use tonic_health::pb::{HealthCheckRequest, health_client::HealthClient};
 use toolmesh::Snapshot;
 use toolmesh::pb::{self, WatchSnapshotsRequest, registry_client::RegistryClient};
+use toolmesh::snapshot::Definitions;
 use toolmesh_transport::{BadAddress, MAX_SNAPSHOT_MESSAGE_BYTES, channel};
 use tracing::{error, info, warn};
 
 const FIRST_BACKOFF: Duration = Duration::from_millis(50);
+/// A replica that went away sends its followers to the others: each waits
+/// a random time below this first, so they arrive spread out, not at once.
+const MOVE_SPREAD: Duration = Duration::from_secs(1);
 const MAX_BACKOFF: Duration = Duration::from_secs(2);
 /// How often the followed replica's health is checked when others exist.
 const HEALTH_CHECK: Duration = Duration::from_millis(500);
@@ -43,6 +47,18 @@ pub fn follow_registry(
     tls: &toolmesh_transport::Tls,
     token: Option<toolmesh_transport::Credential>,
 ) -> Result<watch::Receiver<Arc<Snapshot>>, BadAddress> {
+    follow_registry_sharing(addresses, tls, token, Arc::default())
+}
+
+/// [`follow_registry`], taking tool definitions from `definitions`, which
+/// other followers in this process may share: a definition they hold
+/// already is neither compiled nor held again.
+pub fn follow_registry_sharing(
+    addresses: &str,
+    tls: &toolmesh_transport::Tls,
+    token: Option<toolmesh_transport::Credential>,
+    definitions: Arc<Definitions>,
+) -> Result<watch::Receiver<Arc<Snapshot>>, BadAddress> {
     let mut replicas = Vec::new();
     for address in addresses
         .split(',')
@@ -61,9 +77,17 @@ pub fn follow_registry(
         token,
         tx,
         pending: None,
+        definitions,
     };
     tokio::spawn(follower.run(replicas));
     Ok(rx)
+}
+
+/// How far from the current replica the next one to try is: any other,
+/// at random, so the followers of a replica that went away spread over
+/// the rest rather than all moving to its neighbour.
+fn another(replicas: usize) -> usize {
+    rand::random_range(1..replicas.max(2))
 }
 
 /// Whether any replica but `current` says it serves.
@@ -107,6 +131,8 @@ struct Follower {
     tx: watch::Sender<Arc<Snapshot>>,
     /// A new epoch's snapshot held back, and since when.
     pending: Option<(Arc<Snapshot>, Instant)>,
+    /// Where new definitions are taken from.
+    definitions: Arc<Definitions>,
 }
 
 impl Follower {
@@ -130,8 +156,11 @@ impl Follower {
     async fn run(mut self, replicas: Vec<(String, Channel)>) {
         let mut backoff = FIRST_BACKOFF;
         let mut outage = Outage::default();
-        let mut current = 0;
+        // Followers of one registry spread over its replicas.
+        let mut current = rand::random_range(0..replicas.len());
         loop {
+            // Set when the replica followed went away while serving us.
+            let mut moving = false;
             current = self.pick(&replicas, current).await;
             let channel = replicas[current].1.clone();
             let mut client = RegistryClient::new(channel.clone())
@@ -187,7 +216,8 @@ impl Follower {
                                 }
                             }
                             Ok(None) => {
-                                current += 1;
+                                current += another(replicas.len());
+                                moving = true;
                                 break;
                             }
                             Err(status) => {
@@ -197,7 +227,8 @@ impl Follower {
                                     Trouble::Broke,
                                     self.holds_a_snapshot(),
                                 );
-                                current += 1;
+                                current += another(replicas.len());
+                                moving = true;
                                 break;
                             }
                         }
@@ -217,8 +248,13 @@ impl Follower {
                 return;
             }
             let grace_end = self.pending.as_ref().map(|(_, since)| *since + EPOCH_GRACE);
+            let wait = match moving && replicas.len() > 1 && self.holds_a_snapshot() {
+                // The snapshot held keeps serving meanwhile.
+                true => MOVE_SPREAD.mul_f64(rand::random::<f64>()),
+                false => backoff,
+            };
             tokio::select! {
-                _ = tokio::time::sleep(backoff) => {}
+                _ = tokio::time::sleep(wait) => {}
                 _ = sleep_until(grace_end) => self.take_pending("grace period over"),
             }
             backoff = (backoff * 2).min(MAX_BACKOFF);
@@ -236,7 +272,9 @@ impl Follower {
             Some((pending, _)) if pending.epoch() == wire.epoch => pending.clone(),
             _ => installed.clone(),
         };
-        let Some((snapshot, skipped)) = Snapshot::from_pb(wire, Some(&base)) else {
+        let Some((snapshot, skipped)) =
+            Snapshot::from_pb_sharing(wire, Some(&base), Some(&self.definitions))
+        else {
             return Received::NoBase;
         };
         for (tool, error) in skipped {

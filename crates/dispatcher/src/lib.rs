@@ -26,7 +26,7 @@ mod window;
 pub use canary::RolloutControl;
 pub use config::DispatcherConfig;
 pub use error::{AbortError, CallError};
-pub use follow::{EPOCH_GRACE, follow_registry};
+pub use follow::{EPOCH_GRACE, follow_registry, follow_registry_sharing};
 pub use governance_service::GovernanceService;
 pub use recent::{RECENT_WINDOW, RecentCalls};
 pub use refusal::Refusal;

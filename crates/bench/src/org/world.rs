@@ -1,0 +1,170 @@
+//! The real parts of one organisation-scale run: a three-member etcd
+//! cluster on loopback and three `toolmesh registry` processes on it, with
+//! what `/proc` and etcd's own metrics say about them.
+
+use crate::Binaries;
+use crate::error::BenchError;
+use crate::procs::{self, Proc, Ready, SpawnOptions};
+use std::io::{Read, Write};
+use std::path::Path;
+use toolmesh_procs::EtcdCluster;
+
+/// Registry replicas started.
+pub(crate) const REGISTRIES: usize = 3;
+/// etcd members started.
+const MEMBERS: usize = 3;
+
+/// etcd and the registry replicas on it.
+pub(crate) struct World {
+    pub(crate) etcd: EtcdCluster,
+    pub(crate) registries: Vec<Option<Proc>>,
+    /// Each replica's gRPC address (it keeps it across a restart).
+    pub(crate) addrs: Vec<String>,
+    store_url: String,
+}
+
+impl World {
+    /// Starts etcd and the replicas.
+    pub(crate) async fn start(bins: &Binaries, logs: &Path) -> Result<World, BenchError> {
+        let etcd = EtcdCluster::start(MEMBERS).await?;
+        let store_url = etcd.store_url();
+        let mut world = World {
+            etcd,
+            registries: Vec::new(),
+            addrs: Vec::new(),
+            store_url,
+        };
+        for i in 0..REGISTRIES {
+            let (proc, addr) = world.registry(bins, logs, i, "127.0.0.1:0").await?;
+            world.registries.push(Some(proc));
+            world.addrs.push(addr);
+        }
+        Ok(world)
+    }
+
+    async fn registry(
+        &self,
+        bins: &Binaries,
+        logs: &Path,
+        i: usize,
+        listen: &str,
+    ) -> Result<(Proc, String), BenchError> {
+        let args = ["registry", "--listen", listen, "--store", &self.store_url];
+        let mut proc = procs::spawn(
+            bins.parent_death,
+            &format!("org registry {i}"),
+            &bins.toolmesh,
+            &args,
+            logs,
+            SpawnOptions::default(),
+        )?;
+        let addr = proc.listen_addr().await?;
+        Ok((proc, addr))
+    }
+
+    /// Every replica's address, comma-separated (what a dispatcher follows).
+    pub(crate) fn registry_list(&self) -> String {
+        self.addrs.join(",")
+    }
+
+    /// SIGKILLs replica `i`.
+    pub(crate) async fn kill_registry(&mut self, i: usize) {
+        if let Some(mut proc) = self.registries[i].take() {
+            proc.kill_and_reap().await;
+        }
+    }
+
+    /// Starts replica `i` again on its old address.
+    pub(crate) async fn restart_registry(
+        &mut self,
+        bins: &Binaries,
+        logs: &Path,
+        i: usize,
+    ) -> Result<(), BenchError> {
+        let listen = self.addrs[i].clone();
+        let (proc, _) = self.registry(bins, logs, i, &listen).await?;
+        self.registries[i] = Some(proc);
+        Ok(())
+    }
+
+    /// The replicas' pids (the live ones).
+    pub(crate) fn registry_pids(&self) -> Vec<Option<i32>> {
+        self.registries
+            .iter()
+            .map(|p| p.as_ref().map(Proc::pid))
+            .collect()
+    }
+
+    /// The etcd members' pids.
+    pub(crate) fn etcd_pids(&self) -> Vec<i32> {
+        (0..self.etcd.len())
+            .filter_map(|i| self.etcd.pid(i))
+            .collect()
+    }
+
+    /// One of etcd's own metrics (summed over its label sets), read from
+    /// member `i`'s `/metrics`.
+    pub(crate) async fn etcd_metric(&self, i: usize, name: &str) -> Option<f64> {
+        let url = self.etcd.client_url(i);
+        let name = name.to_owned();
+        tokio::task::spawn_blocking(move || {
+            let text = http_get(&url, "/metrics")?;
+            let values: Vec<f64> = text
+                .lines()
+                .filter(|l| {
+                    l.strip_prefix(name.as_str())
+                        .is_some_and(|rest| rest.starts_with([' ', '{']))
+                })
+                .filter_map(|l| l.rsplit(' ').next()?.parse().ok())
+                .collect();
+            (!values.is_empty()).then(|| values.iter().sum())
+        })
+        .await
+        .ok()
+        .flatten()
+    }
+}
+
+/// A plain HTTP/1.0 GET of `path` on `base` (`http://host:port`): etcd's
+/// metrics, read without a client library.
+fn http_get(base: &str, path: &str) -> Option<String> {
+    let host = base.strip_prefix("http://")?.trim_end_matches('/');
+    let mut stream = std::net::TcpStream::connect(host).ok()?;
+    stream
+        .set_read_timeout(Some(std::time::Duration::from_secs(10)))
+        .ok()?;
+    write!(stream, "GET {path} HTTP/1.0\r\nHost: {host}\r\n\r\n").ok()?;
+    let mut body = String::new();
+    stream.read_to_string(&mut body).ok()?;
+    body.split_once("\r\n\r\n").map(|(_, b)| b.to_owned())
+}
+
+/// What `/proc` says of a process: CPU time (user + system) in seconds,
+/// resident memory and bytes written through system calls (sockets too).
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub(crate) struct ProcStat {
+    pub(crate) cpu_secs: f64,
+    pub(crate) rss_bytes: u64,
+    pub(crate) written_bytes: u64,
+}
+
+impl ProcStat {
+    /// Reads `pid`'s figures (zeros for a process that is gone).
+    pub(crate) fn read(pid: i32) -> ProcStat {
+        let ticks = rustix::param::clock_ticks_per_second().max(1) as f64;
+        let cpu_secs = crate::cpu::cpu_ticks(pid) as f64 / ticks;
+        let written_bytes = std::fs::read_to_string(format!("/proc/{pid}/io"))
+            .ok()
+            .and_then(|text| {
+                text.lines()
+                    .find_map(|l| l.strip_prefix("wchar:"))
+                    .and_then(|v| v.trim().parse().ok())
+            })
+            .unwrap_or_default();
+        ProcStat {
+            cpu_secs,
+            rss_bytes: crate::scale::rss_of(&pid.to_string()).unwrap_or_default(),
+            written_bytes,
+        }
+    }
+}
