@@ -1,5 +1,5 @@
 # The Python executor SDK (sdk/python) as a user installs it, for
-# tests/python_sdk.rs and tests/readme.rs: a fresh virtualenv,
+# crates/system-tests/tests/python_sdk.rs and crates/system-tests/tests/readme.rs: a fresh virtualenv,
 # target/venv-sdk, with `pip install ./sdk/python`, made again whenever a
 # file under sdk/python changes (the stamp is a hash of them all). Also
 # target/venv-sdk-gen with the grpcio-tools sdk/python/requirements-generate.txt

@@ -4,9 +4,6 @@
 //! (Host), plaintext where TLS is configured, and garbage in every header
 //! and body; and what its admin forms and figures do.
 
-#[path = "support/https.rs"]
-mod https;
-
 use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::Value;
@@ -886,12 +883,12 @@ async fn admin_is_https_with_the_nodes_tls() {
         "plaintext is not served: {}",
         String::from_utf8_lossy(&answer)
     );
-    let anonymous = https::exchange(admin, &ca, None, &metrics).await;
+    let anonymous = toolmesh_testkit::https::exchange(admin, &ca, None, &metrics).await;
     assert!(
         anonymous.as_ref().is_err() || anonymous.as_ref().is_ok_and(|a| !a.starts_with("HTTP/")),
         "a client certificate is required: {anonymous:?}"
     );
-    let served = https::exchange(admin, &ca, Some((&cert, &key)), &metrics)
+    let served = toolmesh_testkit::https::exchange(admin, &ca, Some((&cert, &key)), &metrics)
         .await
         .unwrap();
     assert!(served.starts_with("HTTP/1.1 200"), "{served}");
@@ -902,7 +899,7 @@ async fn admin_is_https_with_the_nodes_tls() {
         &[("host", "localhost")],
         "token=dev-approver",
     );
-    let logged_in = https::exchange(admin, &ca, Some((&cert, &key)), &login)
+    let logged_in = toolmesh_testkit::https::exchange(admin, &ca, Some((&cert, &key)), &login)
         .await
         .unwrap();
     let answer = Answer::parse(&logged_in).unwrap();

@@ -3,6 +3,7 @@
 //! on 127.0.0.1 port 0, bearer tokens, test certificates, a local OpenID provider, and polling instead of sleeps.
 #![forbid(unsafe_code)]
 
+pub mod https;
 pub mod oidc;
 
 use std::future::Future;
