@@ -15,55 +15,41 @@ use toolmesh_executor::{
     CallCx, Executor, RiskLevel, ServeOptions, Tool, ToolFailure, ToolInfo, ToolOutput,
 };
 use toolmesh_node::{NodeConfig, Role, Running};
+use toolmesh_testkit::policy::{Caller, PolicyBuilder};
 use toolmesh_testkit::{TempDir, with_token};
 
-const POLICY: &str = r#"
-[auth]
-allow_anonymous = false
-
-[[callers]]
-token = "tok-acme-agent"
-principal = "acme-bot"
-tenant = "acme"
-roles = ["agent"]
-
-[[callers]]
-token = "tok-globex-agent"
-principal = "globex-bot"
-tenant = "globex"
-roles = ["agent"]
-
-[[callers]]
-token = "tok-acme-approver"
-principal = "alice"
-tenant = "acme"
-roles = ["approver", "operator"]
-
-[[callers]]
-token = "tok-ops"
-principal = "ops"
-tenant = "ops"
-roles = ["admin"]
-
-[[callers]]
-token = "tok-exec"
-principal = "tests"
-roles = ["executor"]
-
-[[callers]]
-token = "tok-dispatcher"
-principal = "dispatcher-1"
-roles = ["dispatcher"]
-
-[[grants]]
-name = "agents"
-roles = ["agent"]
-tools = ["wipe", "echo", "flaky"]
-
-[approval]
-approver_roles = ["approver"]
-require_for_risk = "HIGH"
-"#;
+/// Agents of acme and globex, acme's approver alice (an operator), the
+/// admin ops, the executor and a dispatcher; HIGH-risk calls need an
+/// approval.
+fn admin_policy() -> String {
+    PolicyBuilder::new()
+        .no_anonymous()
+        .caller(
+            Caller::token("tok-acme-agent", "acme-bot")
+                .tenant("acme")
+                .roles(&["agent"]),
+        )
+        .caller(
+            Caller::token("tok-globex-agent", "globex-bot")
+                .tenant("globex")
+                .roles(&["agent"]),
+        )
+        .caller(
+            Caller::token("tok-acme-approver", "alice")
+                .tenant("acme")
+                .roles(&["approver", "operator"]),
+        )
+        .caller(
+            Caller::token("tok-ops", "ops")
+                .tenant("ops")
+                .roles(&["admin"]),
+        )
+        .caller(Caller::token("tok-exec", "tests").roles(&["executor"]))
+        .caller(Caller::token("tok-dispatcher", "dispatcher-1").roles(&["dispatcher"]))
+        .grant("agents", &["agent"], &["wipe", "echo", "flaky"])
+        .then("[approval]\napprover_roles = [\"approver\"]\nrequire_for_risk = \"HIGH\"\n")
+        .build_toml()
+}
 
 /// No arguments.
 #[derive(Deserialize, JsonSchema)]
@@ -118,7 +104,7 @@ impl Tool for Flaky {
     }
 }
 
-/// A node with an admin listener under [`POLICY`], and an executor of
+/// A node with an admin listener under [`admin_policy`], and an executor of
 /// `wipe`, `hidden_tool`, `echo` and `flaky` registered with it.
 struct Mesh {
     node: Running,
@@ -131,7 +117,7 @@ impl Mesh {
     async fn start() -> Mesh {
         let dir = TempDir::new("admin").unwrap();
         let policy = dir.path().join("policy.toml");
-        std::fs::write(&policy, POLICY).unwrap();
+        std::fs::write(&policy, admin_policy()).unwrap();
         let node = toolmesh_node::start(
             Role::Serve {
                 default_ttl: Duration::from_secs(10),

@@ -19,6 +19,7 @@ pub use toolmesh_testkit::{
 };
 
 pub use toolmesh_procs::Proc;
+pub use toolmesh_testkit::policy::{Caller, PolicyBuilder};
 
 /// The tests' side of [`Proc`]: started from a `std` command with stdout
 /// and stderr lines to wait on (stderr echoed with `TOOLMESH_TEST_LOGS`),
@@ -77,36 +78,36 @@ impl TestProc for Proc {
 
 /// A policy with no anonymous caller and the tenant acme's agent
 /// (`tok-agent`), approver and admin (`tok-approver`, alice) and executor
-/// (`tok-exec`, acceptance-team), then `rest` (grants, approvals, …).
-#[macro_export]
-macro_rules! acme_policy {
-    ($rest:literal) => {
-        concat!(
-            r#"
-[auth]
-allow_anonymous = false
-
-[[callers]]
-token = "tok-agent"
-principal = "support-bot"
-tenant = "acme"
-roles = ["agent"]
-
-[[callers]]
-token = "tok-approver"
-principal = "alice"
-tenant = "acme"
-roles = ["approver", "admin"]
-
-[[callers]]
-token = "tok-exec"
-principal = "acceptance-team"
-tenant = "acme"
-roles = ["executor"]
-"#,
-            $rest
+/// (`tok-exec`, acceptance-team); grants, approvals and the rest follow.
+pub fn acme_policy() -> PolicyBuilder {
+    PolicyBuilder::new()
+        .no_anonymous()
+        .caller(
+            Caller::token("tok-agent", "support-bot")
+                .tenant("acme")
+                .roles(&["agent"]),
         )
-    };
+        .caller(
+            Caller::token("tok-approver", "alice")
+                .tenant("acme")
+                .roles(&["approver", "admin"]),
+        )
+        .caller(
+            Caller::token("tok-exec", "acceptance-team")
+                .tenant("acme")
+                .roles(&["executor"]),
+        )
+}
+
+/// Anonymous callers are agents of tenant dev, `tok-orders` is the
+/// executor orders-team, and everyone may use every tool: the policy of the
+/// Python executors' tests.
+pub fn orders_team_policy() -> String {
+    PolicyBuilder::new()
+        .anonymous("anonymous", "dev", &["agent"])
+        .caller(Caller::token("tok-orders", "orders-team").roles(&["executor"]))
+        .grant("everyone: every tool", &[], &["*"])
+        .build_toml()
 }
 
 /// The environment variables that would stand in for client flags: what

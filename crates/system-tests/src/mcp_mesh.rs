@@ -15,6 +15,7 @@ use toolmesh_executor::{
     CallCx, Executor, RiskLevel, ServeOptions, Tool, ToolFailure, ToolInfo, ToolOutput,
 };
 use toolmesh_node::{NodeConfig, Role, Running};
+use toolmesh_testkit::policy::{Caller, PolicyBuilder};
 
 /// The agent's token.
 pub const AGENT: &str = "tok-agent";
@@ -26,41 +27,31 @@ pub const BULK: usize = 1_000;
 /// The agent's tools besides the bulk ones: echo, liar, wait, steps, wipe.
 pub const VISIBLE: usize = 5;
 
-const POLICY: &str = r#"
-[auth]
-allow_anonymous = false
-
-[[callers]]
-token = "tok-agent"
-principal = "agent"
-tenant = "acme"
-roles = ["agent"]
-
-[[callers]]
-token = "tok-admin"
-principal = "alice"
-tenant = "acme"
-roles = ["admin", "approver"]
-
-[[callers]]
-token = "tok-exec"
-principal = "tests"
-roles = ["executor"]
-
-[[grants]]
-name = "agents"
-roles = ["agent"]
-tools = ["echo", "liar", "wait", "steps", "wipe", "bulk_*"]
-
-[[grants]]
-name = "admins"
-roles = ["admin"]
-tools = ["*"]
-
-[approval]
-approver_roles = ["approver"]
-require_for_risk = "HIGH"
-"#;
+/// acme's agent (its tools and the bulk ones), admin and approver alice
+/// (every tool), and the executor; HIGH-risk calls need an approval.
+fn mesh_policy() -> String {
+    PolicyBuilder::new()
+        .no_anonymous()
+        .caller(
+            Caller::token(AGENT, "agent")
+                .tenant("acme")
+                .roles(&["agent"]),
+        )
+        .caller(
+            Caller::token(ADMIN, "alice")
+                .tenant("acme")
+                .roles(&["admin", "approver"]),
+        )
+        .caller(Caller::token(EXECUTOR, "tests").roles(&["executor"]))
+        .grant(
+            "agents",
+            &["agent"],
+            &["echo", "liar", "wait", "steps", "wipe", "bulk_*"],
+        )
+        .grant("admins", &["admin"], &["*"])
+        .then("[approval]\napprover_roles = [\"approver\"]\nrequire_for_risk = \"HIGH\"\n")
+        .build_toml()
+}
 
 /// Arguments of `echo` and `liar`.
 #[derive(Deserialize, JsonSchema)]
@@ -223,7 +214,7 @@ impl Mesh {
     pub async fn start() -> Mesh {
         let dir = toolmesh_testkit::TempDir::new("mcp").unwrap();
         let policy = dir.path().join("policy.toml");
-        std::fs::write(&policy, POLICY).unwrap();
+        std::fs::write(&policy, mesh_policy()).unwrap();
         let config = NodeConfig {
             listen: ([127, 0, 0, 1], 0).into(),
             mcp_listen: Some(([127, 0, 0, 1], 0).into()),

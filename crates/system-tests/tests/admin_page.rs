@@ -14,43 +14,38 @@ use toolmesh::pb::{CallContext, ErrorCode, InvokeRequest, dispatcher_client::Dis
 use toolmesh_system_tests::*;
 use toolmesh_testkit::http;
 
-const POLICY: &str = r#"
-[auth]
-allow_anonymous = false
-
-[[callers]]
-token = "tok-agent"
-principal = "support-bot"
-tenant = "acme"
-roles = ["agent"]
-
-[[callers]]
-token = "tok-approver"
-principal = "alice"
-tenant = "acme"
-roles = ["approver", "operator"]
-
-[[callers]]
-token = "tok-admin"
-principal = "ops"
-tenant = "acme"
-roles = ["admin"]
-
-[[callers]]
-token = "tok-exec"
-principal = "platform-team"
-tenant = "acme"
-roles = ["executor"]
-
-[[grants]]
-name = "agents"
-roles = ["agent"]
-tools = ["acc_echo", "acc_charge", "acc_panic", "search_kb"]
-
-[approval]
-approver_roles = ["approver"]
-require_for_tools = ["acc_charge"]
-"#;
+/// acme's agent, approver (an operator), admin and executor; acc_charge needs an approval.
+fn admin_policy() -> String {
+    PolicyBuilder::new()
+        .no_anonymous()
+        .caller(
+            Caller::token("tok-agent", "support-bot")
+                .tenant("acme")
+                .roles(&["agent"]),
+        )
+        .caller(
+            Caller::token("tok-approver", "alice")
+                .tenant("acme")
+                .roles(&["approver", "operator"]),
+        )
+        .caller(
+            Caller::token("tok-admin", "ops")
+                .tenant("acme")
+                .roles(&["admin"]),
+        )
+        .caller(
+            Caller::token("tok-exec", "platform-team")
+                .tenant("acme")
+                .roles(&["executor"]),
+        )
+        .grant(
+            "agents",
+            &["agent"],
+            &["acc_echo", "acc_charge", "acc_panic", "search_kb"],
+        )
+        .then("[approval]\napprover_roles = [\"approver\"]\nrequire_for_tools = [\"acc_charge\"]\n")
+        .build_toml()
+}
 
 /// The WebDriver element reference key (W3C).
 const ELEMENT: &str = "element-6066-11e4-a52e-4f735466cecf";
@@ -300,7 +295,7 @@ async fn charge(
 async fn admin_page_in_headless_chromium() {
     let dir = temp_dir("admin-page");
     let policy = dir.join("policy.toml");
-    std::fs::write(&policy, POLICY).unwrap();
+    std::fs::write(&policy, admin_policy()).unwrap();
     let (serve, addr) = serve(&[
         "--policy",
         policy.to_str().unwrap(),

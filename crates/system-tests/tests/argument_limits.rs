@@ -10,41 +10,34 @@ use toolmesh::pb::{
 };
 use toolmesh_system_tests::*;
 
-const POLICY: &str = r#"
-[auth]
-allow_anonymous = false
-
-[[callers]]
-token = "tok-agent"
-principal = "support-bot"
-tenant = "acme"
-roles = ["agent"]
-
-[[callers]]
-token = "tok-finance"
-principal = "ledger-bot"
-tenant = "acme"
-roles = ["finance"]
-
-[[callers]]
-token = "tok-exec"
-principal = "acceptance-team"
-tenant = "acme"
-roles = ["executor"]
-
-[[grants]]
-name = "agents: small charges"
-roles = ["agent"]
-tools = ["acc_charge", "acc_echo"]
-
-[grants.arguments.acc_charge]
-cents = { maximum = 100 }
-
-[[grants]]
-name = "finance: any charge"
-roles = ["finance"]
-tools = ["acc_charge"]
-"#;
+/// Agents may charge up to 100 cents, finance any amount.
+fn limits_policy() -> String {
+    PolicyBuilder::new()
+        .no_anonymous()
+        .caller(
+            Caller::token("tok-agent", "support-bot")
+                .tenant("acme")
+                .roles(&["agent"]),
+        )
+        .caller(
+            Caller::token("tok-finance", "ledger-bot")
+                .tenant("acme")
+                .roles(&["finance"]),
+        )
+        .caller(
+            Caller::token("tok-exec", "acceptance-team")
+                .tenant("acme")
+                .roles(&["executor"]),
+        )
+        .grant(
+            "agents: small charges",
+            &["agent"],
+            &["acc_charge", "acc_echo"],
+        )
+        .then("[grants.arguments.acc_charge]\ncents = { maximum = 100 }\n")
+        .grant("finance: any charge", &["finance"], &["acc_charge"])
+        .build_toml()
+}
 
 async fn charge(client: &mut DispatcherClient<Channel>, token: &str, cents: u64) -> InvokeResponse {
     let request = InvokeRequest {
@@ -76,7 +69,7 @@ async fn listed_cents(
 async fn a_grant_narrows_the_schema_its_callers_see_and_use() {
     let dir = temp_dir("argument-limits");
     let policy = dir.join("policy.toml");
-    std::fs::write(&policy, POLICY).unwrap();
+    std::fs::write(&policy, limits_policy()).unwrap();
     let ledger_path = dir.join("ledger.jsonl");
     let (_serve, addr) = serve(&["--policy", policy.to_str().unwrap()]);
     let _exec = example(

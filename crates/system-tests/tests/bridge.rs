@@ -1094,14 +1094,16 @@ async fn owner_tag_lets_a_grant_cover_the_owners_tools() {
     let policy = dir.join("policy.toml");
     std::fs::write(
         &policy,
-        acme_policy!(
-            r#"
+        acme_policy()
+            .then(
+                r#"
 [[grants]]
 name = "agents: whatever py-team answers for"
 roles = ["agent"]
 tags = ["owner:py-team"]
-"#
-        ),
+"#,
+            )
+            .build_toml(),
     )
     .unwrap();
     let (_serve, addr) = serve(&["--policy", policy.to_str().unwrap()]);

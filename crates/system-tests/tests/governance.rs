@@ -14,14 +14,15 @@ use toolmesh::pb::{
 };
 use toolmesh_system_tests::*;
 
-const POLICY: &str = acme_policy!(
-    r#"
-[[grants]]
-name = "agents: echo, charge and the file tools"
-roles = ["agent"]
-tools = ["acc_echo", "acc_charge", "*_file", "list_files"]
-
-[approval]
+fn governed_policy() -> String {
+    acme_policy()
+        .grant(
+            "agents: echo, charge and the file tools",
+            &["agent"],
+            &["acc_echo", "acc_charge", "*_file", "list_files"],
+        )
+        .then(
+            r#"[approval]
 approver_roles = ["approver"]
 ttl_secs = 2
 require_for_risk = "HIGH"
@@ -32,8 +33,10 @@ tool = "acc_echo"
 per = "caller"
 rate_per_sec = 0.5
 burst = 3
-"#
-);
+"#,
+        )
+        .build_toml()
+}
 
 struct Governed {
     serve: Proc,
@@ -48,7 +51,7 @@ struct Governed {
 fn start(label: &str) -> Governed {
     let dir = temp_dir(label);
     let policy = dir.join("policy.toml");
-    std::fs::write(&policy, POLICY).unwrap();
+    std::fs::write(&policy, governed_policy()).unwrap();
     let (ledger, audit, files) = (
         dir.join("ledger.jsonl"),
         dir.join("audit.jsonl"),
@@ -820,7 +823,7 @@ async fn policy_reloads_on_change() {
     let mut client = dispatcher(&mesh.addr);
     wait_registered(&mut client).await;
     let policy = mesh._dir.join("policy.toml");
-    let wider = POLICY.replace(
+    let wider = governed_policy().replace(
         r#"tools = ["acc_echo", "acc_charge", "*_file", "list_files"]"#,
         r#"tools = ["acc_*", "*_file", "list_files"]"#,
     );
@@ -842,7 +845,7 @@ async fn policy_reloads_on_change() {
         "the bad file left the last good policy in force"
     );
     // The watcher lives on: the original policy takes effect again.
-    std::fs::write(&policy, POLICY).unwrap();
+    std::fs::write(&policy, governed_policy()).unwrap();
     eventually("the original grant", Duration::from_secs(5), || {
         let mut client = client.clone();
         async move {
@@ -907,7 +910,7 @@ async fn decisions_hold_once_answered() {
 async fn an_executor_with_an_unknown_token_hears_why() {
     let dir = temp_dir("unknown-executor-token");
     let policy = dir.join("policy.toml");
-    std::fs::write(&policy, POLICY).unwrap();
+    std::fs::write(&policy, governed_policy()).unwrap();
     let policy = policy.to_str().unwrap();
     // A port with no registry on it yet.
     let (mut gone, addr) = serve(&["--policy", policy]);

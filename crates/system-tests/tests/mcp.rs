@@ -17,6 +17,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use toolmesh_system_tests::mcp_mesh::{ADMIN, AGENT, BULK, Mesh, VISIBLE};
+use toolmesh_system_tests::{Caller, PolicyBuilder};
 
 type Client = RunningService<RoleClient, ClientConfig>;
 
@@ -654,7 +655,10 @@ async fn mcp_client_certificate_is_an_identity() {
     let policy = dir.join("policy.toml");
     std::fs::write(
         &policy,
-        "[auth]\nallow_anonymous = false\n\n[[callers]]\ntls_name = \"localhost\"\nprincipal = \"cert-agent\"\nroles = [\"agent\"]\n",
+        PolicyBuilder::new()
+            .no_anonymous()
+            .caller(Caller::tls_name("localhost", "cert-agent").roles(&["agent"]))
+            .build_toml(),
     )
     .unwrap();
     let files = toolmesh_transport::TlsFiles {

@@ -18,30 +18,24 @@ const MAX_TOKEN_BYTES: usize = 16 * 1024;
 /// The acme policy plus the provider as an issuer: roles from `groups`,
 /// tenant acme, refreshes no closer than a second apart.
 fn policy(provider: &Provider) -> String {
-    let grants = acme_policy!(
-        r#"
-[[grants]]
-name = "agents: echo"
-roles = ["agent"]
-tools = ["acc_echo"]
+    with_issuer(provider).build_toml()
+}
 
-[[grants]]
-name = "admins: everything"
-roles = ["admin"]
-tools = ["*"]
-"#
-    );
-    format!(
-        r#"{grants}
-[[issuers]]
+/// [`policy`] to add to: its last section is the issuer's table.
+fn with_issuer(provider: &Provider) -> PolicyBuilder {
+    acme_policy()
+        .grant("agents: echo", &["agent"], &["acc_echo"])
+        .grant("admins: everything", &["admin"], &["*"])
+        .then(&format!(
+            r#"[[issuers]]
 issuer = "{}"
 audiences = ["{AUDIENCE}"]
 tenant = "acme"
 roles_claim = "groups"
 min_refresh_secs = 1
 "#,
-        provider.issuer
-    )
+            provider.issuer
+        ))
 }
 
 fn claims(provider: &Provider, subject: &str, groups: &[&str]) -> Value {
@@ -506,9 +500,10 @@ async fn kubernetes_service_account_tokens() {
     )
     .await;
     let issuer = &api.issuer;
-    let policy = format!(
-        r#"{}
-[[issuers]]
+    let policy = acme_policy()
+        .grant("agents: the knowledge base", &["agent"], &["search_kb"])
+        .then(&format!(
+            r#"[[issuers]]
 issuer = "{issuer}"
 audiences = ["toolmesh"]
 jwks_uri = "{issuer}/openid/v1/jwks"
@@ -516,30 +511,27 @@ jwks_ca_file = "{}"
 jwks_bearer_file = "{}"
 tenant = "acme"
 clock_skew_secs = 0
-
-[[callers]]
-issuer = "{issuer}"
-subject = "system:serviceaccount:toolmesh:dispatcher"
-principal = "dispatcher"
-roles = ["dispatcher"]
-
-[[callers]]
-issuer = "{issuer}"
-subject = "system:serviceaccount:toolmesh:knowledge"
-principal = "knowledge"
-roles = ["executor"]
 "#,
-        acme_policy!(
-            r#"
-[[grants]]
-name = "agents: the knowledge base"
-roles = ["agent"]
-tools = ["search_kb"]
-"#
-        ),
-        cluster_ca.display(),
-        reader.display(),
-    );
+            cluster_ca.display(),
+            reader.display(),
+        ))
+        .caller(
+            Caller::subject(
+                issuer,
+                "system:serviceaccount:toolmesh:dispatcher",
+                "dispatcher",
+            )
+            .roles(&["dispatcher"]),
+        )
+        .caller(
+            Caller::subject(
+                issuer,
+                "system:serviceaccount:toolmesh:knowledge",
+                "knowledge",
+            )
+            .roles(&["executor"]),
+        )
+        .build_toml();
     let policy_path = dir.join("policy.toml");
     std::fs::write(&policy_path, policy).unwrap();
     let policy_arg = policy_path.to_str().unwrap();
@@ -802,14 +794,9 @@ roles = ["agent"]
 list_scope = "tools:read"
 call_scope = "tools:call"
 "#,
-            acme_policy!(
-                r#"
-[[grants]]
-name = "agents: echo"
-roles = ["agent"]
-tools = ["acc_echo"]
-"#
-            ),
+            acme_policy()
+                .grant("agents: echo", &["agent"], &["acc_echo"])
+                .build_toml(),
             provider.issuer
         )
     };
@@ -912,11 +899,13 @@ async fn a_watch_ends_when_its_token_expires() {
     let policy_path = dir.join("policy.toml");
     std::fs::write(
         &policy_path,
-        format!(
-            "{}clock_skew_secs = 0\n\n[[callers]]\nissuer = \"{}\"\nsubject = \"dispatcher-1\"\nprincipal = \"dispatcher\"\nroles = [\"dispatcher\"]\n",
-            policy(&provider),
-            provider.issuer
-        ),
+        with_issuer(&provider)
+            .then("clock_skew_secs = 0\n")
+            .caller(
+                Caller::subject(&provider.issuer, "dispatcher-1", "dispatcher")
+                    .roles(&["dispatcher"]),
+            )
+            .build_toml(),
     )
     .unwrap();
     let policy_arg = policy_path.to_str().unwrap();

@@ -655,18 +655,12 @@ async fn a_real_prometheus_scrapes_a_mesh_and_fires_an_alert() {
 }
 
 /// A policy in which every call of `acc_charge` needs an approval.
-const APPROVAL_POLICY: &str = acme_policy!(
-    r#"
-[[grants]]
-name = "agents charge"
-roles = ["agent"]
-tools = ["acc_charge"]
-
-[approval]
-approver_roles = ["approver"]
-require_for_tools = ["acc_charge"]
-"#
-);
+fn approval_policy() -> String {
+    acme_policy()
+        .grant("agents charge", &["agent"], &["acc_charge"])
+        .then("[approval]\napprover_roles = [\"approver\"]\nrequire_for_tools = [\"acc_charge\"]\n")
+        .build_toml()
+}
 
 /// The approval backlog, end to end: none at first; a call that needs an
 /// approval makes one pending ticket whose wait grows; approved, none.
@@ -675,7 +669,7 @@ async fn the_approval_backlog_is_counted() {
     use toolmesh::pb::{ApproveRequest, CallContext, ErrorCode, InvokeRequest};
     let dir = temp_dir("backlog");
     let policy = dir.path().join("policy.toml");
-    std::fs::write(&policy, APPROVAL_POLICY).unwrap();
+    std::fs::write(&policy, approval_policy()).unwrap();
     let (serve, addr) = serve(&[
         "--policy",
         policy.to_str().unwrap(),

@@ -52,21 +52,6 @@ async fn listing_python_tools(addr: &str) -> DispatcherClient<Channel> {
     client
 }
 
-const POLICY: &str = r#"
-[auth]
-allow_anonymous = true
-anonymous = { principal = "anonymous", tenant = "dev", roles = ["agent"] }
-
-[[callers]]
-token = "tok-orders"
-principal = "orders-team"
-roles = ["executor"]
-
-[[grants]]
-name = "everyone: every tool"
-tools = ["*"]
-"#;
-
 /// Registers with its token, answers through the dispatcher (a result with
 /// data, also by InvokeStream though it implements no ExecuteStream, a
 /// TOOL_ERROR that is not retryable, DEADLINE_EXCEEDED), serves
@@ -81,7 +66,7 @@ async fn python_executor_serves_through_the_mesh_and_drains() {
     std::fs::create_dir_all(&stubs).unwrap();
     generate_stubs(&python, &stubs);
     let policy = dir.join("policy.toml");
-    std::fs::write(&policy, POLICY).unwrap();
+    std::fs::write(&policy, orders_team_policy()).unwrap();
     let policy = policy.to_str().unwrap();
     let (mut serve1, addr) = serve(&["--policy", policy]);
 
@@ -237,7 +222,7 @@ async fn a_grpcio_executor_with_default_settings_stays_in_the_mesh() {
     std::fs::create_dir_all(&stubs).unwrap();
     generate_stubs(&python, &stubs);
     let policy = dir.join("policy.toml");
-    std::fs::write(&policy, POLICY).unwrap();
+    std::fs::write(&policy, orders_team_policy()).unwrap();
     let (serve, addr) = serve(&["--policy", policy.to_str().unwrap()]);
     let script = repo_root().join("examples/python/executor.py");
     let mut command = Command::new(&python);

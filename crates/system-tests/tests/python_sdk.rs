@@ -99,21 +99,6 @@ fn sdk_unit_tests_pass_against_the_installed_package() {
     );
 }
 
-const POLICY: &str = r#"
-[auth]
-allow_anonymous = true
-anonymous = { principal = "anonymous", tenant = "dev", roles = ["agent"] }
-
-[[callers]]
-token = "tok-orders"
-principal = "orders-team"
-roles = ["executor"]
-
-[[grants]]
-name = "everyone: every tool"
-tools = ["*"]
-"#;
-
 const TOOLS: [&str; 5] = [
     "cancel_order",
     "count",
@@ -153,7 +138,7 @@ fn sdk_tools(dir: &TempDir, registry: &str) -> Command {
 async fn mesh(label: &str) -> Mesh {
     let dir = temp_dir(label);
     let policy = dir.join("policy.toml");
-    std::fs::write(&policy, POLICY).unwrap();
+    std::fs::write(&policy, orders_team_policy()).unwrap();
     let (serve, addr) = serve(&["--policy", policy.to_str().unwrap()]);
     // The token from a file (read at each registry call), as a projected
     // service-account token is mounted.
@@ -461,7 +446,11 @@ async fn sdk_executor_registers_again_and_drains() {
 
     serve.kill9();
     // The token is rotated: the restarted registry knows only the new one.
-    std::fs::write(&policy, POLICY.replace("tok-orders", "tok-orders-2")).unwrap();
+    std::fs::write(
+        &policy,
+        orders_team_policy().replace("tok-orders", "tok-orders-2"),
+    )
+    .unwrap();
     std::fs::write(_dir.join("token"), "tok-orders-2").unwrap();
     let policy = policy.to_str().unwrap();
     let _serve = restart_on("serve", &["serve", "--listen", &addr, "--policy", policy]);
@@ -516,7 +505,7 @@ async fn sdk_executor_over_mutual_tls() {
     let dir = temp_dir("python-sdk-tls");
     let (ca, cert, key) = toolmesh_testkit::pki(&dir, "mesh");
     let policy = dir.join("policy.toml");
-    std::fs::write(&policy, POLICY).unwrap();
+    std::fs::write(&policy, orders_team_policy()).unwrap();
     let mut serve_cmd = Command::new(toolmesh_bin());
     serve_cmd
         .args(["serve", "--listen", "127.0.0.1:0", "--policy"])
@@ -596,7 +585,7 @@ async fn sdk_executor_stays_in_the_mesh() {
 async fn sdk_executor_with_an_unknown_token_hears_why() {
     let dir = temp_dir("python-sdk-unknown-token");
     let policy = dir.join("policy.toml");
-    std::fs::write(&policy, POLICY).unwrap();
+    std::fs::write(&policy, orders_team_policy()).unwrap();
     let policy = policy.to_str().unwrap();
     let (mut gone, addr) = serve(&["--policy", policy]);
     gone.kill9();

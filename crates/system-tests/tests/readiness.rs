@@ -11,25 +11,14 @@ use toolmesh_transport::{DISPATCHER_HEALTH_SERVICE, DISPATCHER_LIVENESS_SERVICE}
 
 /// Agents and dispatchers each have their own token; no anonymous caller
 /// may read snapshots.
-const POLICY: &str = r#"
-[auth]
-allow_anonymous = true
-anonymous = { principal = "anonymous", tenant = "default", roles = ["agent", "executor"] }
-
-[[callers]]
-token = "tok-agent"
-principal = "agent-bot"
-roles = ["agent"]
-
-[[callers]]
-token = "tok-dispatcher"
-principal = "dispatchers"
-roles = ["dispatcher"]
-
-[[grants]]
-name = "everyone: every tool"
-tools = ["*"]
-"#;
+fn readiness_policy() -> String {
+    PolicyBuilder::new()
+        .anonymous("anonymous", "default", &["agent", "executor"])
+        .caller(Caller::token("tok-agent", "agent-bot").roles(&["agent"]))
+        .caller(Caller::token("tok-dispatcher", "dispatchers").roles(&["dispatcher"]))
+        .grant("everyone: every tool", &[], &["*"])
+        .build_toml()
+}
 
 /// The statuses of `""`, the dispatcher's own name and its liveness name.
 async fn statuses(addr: &str) -> [i32; 3] {
@@ -57,7 +46,7 @@ fn logged(proc: &Proc, needle: &str) -> bool {
 async fn refused_dispatcher_is_not_ready_and_says_why() {
     let dir = temp_dir("readiness-policy");
     let policy = dir.join("policy.toml");
-    std::fs::write(&policy, POLICY).unwrap();
+    std::fs::write(&policy, readiness_policy()).unwrap();
     let (_registry, registry_addr) = registry(&["--policy", policy.to_str().unwrap()]);
 
     let (mut refused, refused_addr) = dispatcher_for(

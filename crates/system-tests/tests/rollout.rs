@@ -25,40 +25,24 @@ const CALLS_EACH: usize = 50;
 /// admin, an executor and a dispatcher token; anonymous callers are agents
 /// of tenant dev.
 fn policy(callers: usize) -> String {
-    let mut text = String::from(
-        r#"
-[auth]
-allow_anonymous = true
-anonymous = { principal = "anonymous", tenant = "dev", roles = ["agent"] }
-
-[[callers]]
-token = "tok-admin"
-principal = "ops"
-tenant = "acme"
-roles = ["admin", "agent"]
-
-[[callers]]
-token = "tok-exec"
-principal = "acc-team"
-roles = ["executor"]
-
-[[callers]]
-token = "tok-dispatcher"
-principal = "dispatcher-1"
-roles = ["dispatcher"]
-
-[[grants]]
-name = "agents"
-roles = ["agent"]
-tools = ["*"]
-"#,
-    );
+    let mut policy = PolicyBuilder::new()
+        .anonymous("anonymous", "dev", &["agent"])
+        .caller(
+            Caller::token("tok-admin", "ops")
+                .tenant("acme")
+                .roles(&["admin", "agent"]),
+        )
+        .caller(Caller::token("tok-exec", "acc-team").roles(&["executor"]))
+        .caller(Caller::token("tok-dispatcher", "dispatcher-1").roles(&["dispatcher"]))
+        .grant("agents", &["agent"], &["*"]);
     for i in 0..callers {
-        text.push_str(&format!(
-            "\n[[callers]]\ntoken = \"tok-{i}\"\nprincipal = \"p-{i}\"\ntenant = \"acme\"\nroles = [\"agent\"]\n"
-        ));
+        policy = policy.caller(
+            Caller::token(&format!("tok-{i}"), &format!("p-{i}"))
+                .tenant("acme")
+                .roles(&["agent"]),
+        );
     }
-    text
+    policy.build_toml()
 }
 
 /// `serve` under [`policy`]`(callers)` with acc_echo 1.0.0 and 2.0.0

@@ -98,23 +98,15 @@ async fn certificate_identity(dir: &str, tls_name: &str, uri: Option<&str>) {
     let policy = dir.join("policy.toml");
     std::fs::write(
         &policy,
-        format!(
-            r#"
-[auth]
-allow_anonymous = false
-
-[[callers]]
-tls_name = "{tls_name}"
-principal = "cert-agent"
-tenant = "acme"
-roles = ["agent", "executor"]
-
-[[grants]]
-name = "certificate agents: echo only"
-roles = ["agent"]
-tools = ["acc_echo"]
-"#
-        ),
+        PolicyBuilder::new()
+            .no_anonymous()
+            .caller(
+                Caller::tls_name(tls_name, "cert-agent")
+                    .tenant("acme")
+                    .roles(&["agent", "executor"]),
+            )
+            .grant("certificate agents: echo only", &["agent"], &["acc_echo"])
+            .build_toml(),
     )
     .unwrap();
     let mut serve_cmd = Command::new(toolmesh_bin());
