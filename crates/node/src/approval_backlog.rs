@@ -103,7 +103,8 @@ impl Collector for Exported {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use toolmesh_governance::{ApprovalState, Principal};
+    use toolmesh_governance::ApprovalState;
+    use toolmesh_testkit::principal;
 
     fn ticket(
         id: &str,
@@ -111,13 +112,7 @@ mod tests {
         expires_at_ms: u64,
         state: ApprovalState,
     ) -> pb::ApprovalTicket {
-        let caller = Principal {
-            name: "bot".into(),
-            tenant: String::new(),
-            roles: vec![],
-            anonymous: false,
-            issued_by: None,
-        };
+        let caller = principal("bot", "", &[]);
         let (state, decided_by) = match state {
             ApprovalState::Pending => (pb::ApprovalState::Pending, ""),
             ApprovalState::Approved { .. } => (pb::ApprovalState::Approved, "ann"),

@@ -47,20 +47,9 @@ mod tests {
         ApprovalCall, Approve, Consume, List, Request, SharedApprovals,
     };
     use toolmesh_governance::sessions::Sessions;
-    use toolmesh_governance::{
-        ApprovalError, ApprovalSettings, Declared, Principal, SessionLimits,
-    };
+    use toolmesh_governance::{ApprovalError, ApprovalSettings, Declared, SessionLimits};
     use toolmesh_registry::{Registry, RegistryConfig};
-
-    fn who() -> Principal {
-        Principal {
-            name: "bot".into(),
-            tenant: "acme".into(),
-            roles: vec![],
-            anonymous: false,
-            issued_by: None,
-        }
-    }
+    use toolmesh_testkit::principal;
 
     /// `edit` needs `read` of the same path first.
     fn needs_read() -> Vec<Precondition> {
@@ -91,7 +80,13 @@ mod tests {
         let declared = Declared::from_specs([&edit]);
         let path = json!({ "path": n });
         sessions
-            .record(&who(), &format!("s{session}"), "read", &path, &declared)
+            .record(
+                &principal("bot", "acme", &[]),
+                &format!("s{session}"),
+                "read",
+                &path,
+                &declared,
+            )
             .await
             .expect("recorded");
     }
@@ -100,7 +95,13 @@ mod tests {
     async fn holds(sessions: &Sessions, session: u32, n: u32) -> bool {
         let path = json!({ "path": n });
         sessions
-            .check(&who(), &format!("s{session}"), "edit", &needs_read(), &path)
+            .check(
+                &principal("bot", "acme", &[]),
+                &format!("s{session}"),
+                "edit",
+                &needs_read(),
+                &path,
+            )
             .await
             .is_ok()
     }
@@ -147,11 +148,7 @@ mod tests {
         };
         let (first, second) = (book(&registry), book(&registry));
         let settings = ApprovalSettings::default();
-        let approver = Principal {
-            name: "alice".into(),
-            roles: vec!["approver".into()],
-            ..who()
-        };
+        let approver = principal("alice", "acme", &["approver"]);
         let call = ApprovalCall {
             tool: "wipe",
             version: "1.0.0",
@@ -161,7 +158,10 @@ mod tests {
             call,
             summary: "wipe it",
         };
-        let asked = first.call(request, &who(), &settings).await.unwrap();
+        let asked = first
+            .call(request, &principal("bot", "acme", &[]), &settings)
+            .await
+            .unwrap();
         let id = asked.id.clone();
         let listed = second.call(List, &approver, &settings).await.unwrap();
         assert_eq!(listed.len(), 1);
@@ -170,7 +170,7 @@ mod tests {
             .await
             .unwrap();
         let use_it = Consume { id: &id, call };
-        let bot = who();
+        let bot = principal("bot", "acme", &[]);
         let (a, b) = tokio::join!(
             first.call(use_it, &bot, &settings),
             second.call(use_it, &bot, &settings),
