@@ -76,17 +76,20 @@ impl TestProc for Proc {
     }
 }
 
+/// acme's agent: `tok-agent`, principal support-bot.
+pub fn acme_agent() -> Caller {
+    Caller::token("tok-agent", "support-bot")
+        .tenant("acme")
+        .roles(&["agent"])
+}
+
 /// A policy with no anonymous caller and the tenant acme's agent
 /// (`tok-agent`), approver and admin (`tok-approver`, alice) and executor
 /// (`tok-exec`, acceptance-team); grants, approvals and the rest follow.
 pub fn acme_policy() -> PolicyBuilder {
     PolicyBuilder::new()
         .no_anonymous()
-        .caller(
-            Caller::token("tok-agent", "support-bot")
-                .tenant("acme")
-                .roles(&["agent"]),
-        )
+        .caller(acme_agent())
         .caller(
             Caller::token("tok-approver", "alice")
                 .tenant("acme")

@@ -21,15 +21,7 @@ pub fn base_dir() -> PathBuf {
 
 /// The tool named by `var`, which scripts/prepare/kube-tools.sh exports.
 pub fn prepared_tool(var: &str) -> PathBuf {
-    let path = std::env::var_os(var).map(PathBuf::from).unwrap_or_else(|| {
-        panic!("{var} is not set: run the tests with scripts/test, whose scripts/prepare/kube-tools.sh installs helm and kubectl and exports {var}")
-    });
-    assert!(
-        path.exists(),
-        "{var}={} does not exist: run scripts/prepare/kube-tools.sh again",
-        path.display()
-    );
-    path
+    crate::prepared(var, "kube-tools.sh")
 }
 
 /// The hex SHA-256 of `token`, as `auth.tokenSha256.*` and the policy's

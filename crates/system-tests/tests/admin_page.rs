@@ -18,11 +18,7 @@ use toolmesh_testkit::http;
 fn admin_policy() -> String {
     PolicyBuilder::new()
         .no_anonymous()
-        .caller(
-            Caller::token("tok-agent", "support-bot")
-                .tenant("acme")
-                .roles(&["agent"]),
-        )
+        .caller(acme_agent())
         .caller(
             Caller::token("tok-approver", "alice")
                 .tenant("acme")

@@ -14,11 +14,7 @@ use toolmesh_system_tests::*;
 fn limits_policy() -> String {
     PolicyBuilder::new()
         .no_anonymous()
-        .caller(
-            Caller::token("tok-agent", "support-bot")
-                .tenant("acme")
-                .roles(&["agent"]),
-        )
+        .caller(acme_agent())
         .caller(
             Caller::token("tok-finance", "ledger-bot")
                 .tenant("acme")

@@ -1,7 +1,7 @@
 //! The deployment serves: the chart (default values, and values-ha.yaml)
 //! and the kustomize base are rendered with the real `helm` and `kubectl`
 //! and what they describe runs on loopback as real processes
-//! (tests/support/loopback_cluster/: every replica's exact command, args
+//! (the support library's loopback_cluster: every replica's exact command, args
 //! and env, mounted ConfigMaps and Secrets, Services and NetworkPolicies).
 //! The user's side follows the NOTES (or deploy/README.md for the base):
 //! the Secret of tokens their command creates, the agent token they say to

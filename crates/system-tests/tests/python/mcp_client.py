@@ -1,6 +1,6 @@
 """The official Python MCP client against toolmesh's MCP door.
 
-Run by crates/node/tests/mcp.rs (test `official_python_client`), which starts
+Run by tests/mcp.rs (test `official_python_client`), which starts
 the mesh and answers on stdin: "APPROVE <id>" (it grants the approval) and
 "AWAIT <event>" (it waits for the executor to report the event). Prints
 "PASS <check>" per check; any failure raises, so the exit status is non-zero.
