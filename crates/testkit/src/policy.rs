@@ -11,7 +11,7 @@
 ///     .grant("agents", &["agent"], &["acc_echo"])
 ///     .then("[approval]\napprover_roles = [\"approver\"]\n")
 ///     .build_toml();
-/// assert!(toml.starts_with("[auth]\nallow_anonymous = false\n"));
+/// assert!(toml.starts_with("\n[auth]\nallow_anonymous = false\n"));
 /// ```
 #[derive(Debug, Clone, Default)]
 pub struct PolicyBuilder {
