@@ -4,7 +4,6 @@
 use crate::approvals::{ApprovalError, ApprovalOp, ApprovalTicket, Approve, Deny, SharedApprovals};
 use crate::audit::{AuditKind, AuditRecord, AuditSink};
 use crate::identity::Identity;
-use crate::issuers::IssuerKeys;
 use crate::sessions::{PreconditionError, Sessions};
 use crate::shared_records::{MemoryBook, SharedBook};
 use crate::{AuthError, Policy, PolicyHandle, Principal, SessionLimits};
@@ -12,6 +11,7 @@ use serde_json::Value;
 use std::sync::Arc;
 use toolmesh::Snapshot;
 use toolmesh::pb::Precondition;
+use toolmesh_identity::issuers::IssuerKeys;
 use toolmesh_transport::PeerCertificate;
 
 /// The governance a dispatcher runs with.
