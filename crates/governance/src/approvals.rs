@@ -8,11 +8,11 @@
 
 mod op;
 mod record;
-mod shared;
+mod store;
 mod summary;
 
 pub use op::{ApprovalCall, ApprovalOp, Approve, Consume, Deny, List, Request};
-pub use shared::{PREFIX, SharedApprovals};
+pub use store::{PREFIX, StoredApprovals};
 pub use summary::{MAX_NAME_CHARS, MAX_VALUE_CHARS, approval_summary};
 pub use toolmesh_policy::approval::{
     ApprovalSettings, DEFAULT_MAX_OPEN_PER_CALLER, DEFAULT_TTL, MAX_TICKETS,
@@ -285,7 +285,7 @@ struct State {
 }
 
 /// The approval rules over a set of tickets. The tickets live in the
-/// shared records ([`SharedApprovals`]); a book of them is rebuilt for
+/// shared records ([`StoredApprovals`]); a book of them is rebuilt for
 /// each operation ([`Approvals::from_tickets`]) and what the rules changed
 /// is written back.
 #[derive(Debug)]

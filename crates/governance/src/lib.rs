@@ -26,9 +26,9 @@
 pub mod approvals;
 mod governance;
 mod identity;
+pub mod records;
 pub mod reload;
 pub mod sessions;
-pub mod shared_records;
 
 #[cfg(test)]
 mod issuer_tests;
@@ -41,9 +41,9 @@ use toolmesh::digest;
 pub use approvals::{ApprovalError, ApprovalState, ApprovalTicket, Approvals, approval_summary};
 pub use governance::Governance;
 pub use identity::Identity;
+pub use records::{MemoryRecords, RecordStore, RecordsError, RemoteRecords};
 pub use reload::{PolicyHandle, PolicyWatcher};
 pub use sessions::{Declared, PreconditionError, SessionLimits, Sessions};
-pub use shared_records::{MemoryBook, SharedBook, SharedError, SharedRecordsRelay};
 
 // What the dispatcher asks of a call, from the crates that own it: the
 // policy's decisions and the caller's identity.
