@@ -7,8 +7,8 @@ use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 use tokio::process::Command;
-use toolmesh_governance::DEV_APPROVER_TOKEN;
 use toolmesh_node::Role;
+use toolmesh_policy::DEV_APPROVER_TOKEN;
 use toolmesh_procs::{ArmParentDeath, ParentDeath, Proc, Spawn};
 use toolmesh_transport::TlsFiles;
 

@@ -11,7 +11,7 @@ use std::time::{Duration, SystemTime};
 use tokio_util::sync::CancellationToken;
 use toolmesh::pb::{self, shared_record::Value};
 use toolmesh_governance::approvals::PREFIX;
-use toolmesh_governance::shared_records::unix_ms;
+use toolmesh_governance::records::unix_ms;
 use toolmesh_registry::SharedRecordsService;
 use toolmesh_telemetry::MetricsRegistry;
 

@@ -3,7 +3,7 @@
 use std::collections::HashMap;
 use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
-use toolmesh_governance::Principal;
+use toolmesh::Principal;
 
 /// The cookie that carries the session id.
 pub(crate) const COOKIE: &str = "toolmesh_admin";

@@ -1,8 +1,11 @@
 //! `[[issuers]]`: bad sections refused at load with their line; tokens verified and mapped; every attack refused with its own message; keys refreshed at a bounded rate and kept while the provider fails.
 
-use crate::{AuthError, Governance, Policy, PolicyError, PolicyHandle, Principal};
+use crate::{Governance, PolicyHandle};
 use serde_json::{Value, json};
 use std::{path::Path, sync::Arc, time::Duration};
+use toolmesh_identity::issuers::{KeySet, KeySource, MAX_TOKEN_BYTES};
+use toolmesh_identity::{AuthError, Principal};
+use toolmesh_policy::{EXAMPLE_POLICY_TOML, Policy, PolicyError};
 use toolmesh_testkit::oidc::{self, Mode, Provider, SigningKey};
 
 const ISSUER: &str = "https://idp.example.test";
@@ -117,12 +120,12 @@ fn an_issuer_with_only_its_url_and_audience_takes_the_defaults() {
     ))
     .unwrap();
     let issuer = &policy.issuers()[0];
-    assert_eq!(issuer.keys, super::KeySource::Discovery);
+    assert_eq!(issuer.keys, KeySource::Discovery);
     assert_eq!(issuer.algorithms.len(), 3);
     assert_eq!(issuer.principal_claim, "sub");
     assert_eq!(
         issuer.tenant,
-        super::TenantFrom::Fixed(crate::DEFAULT_TENANT.into())
+        toolmesh_identity::issuers::TenantFrom::Fixed(toolmesh_identity::DEFAULT_TENANT.into())
     );
 }
 
@@ -438,7 +441,7 @@ fn attacks_are_refused_each_with_its_own_message() {
             "1 MB token",
             format!("{}.{}.x", "a".repeat(1 << 19), "b".repeat(1 << 19)),
             AuthError::TokenTooLarge {
-                max: super::MAX_TOKEN_BYTES,
+                max: MAX_TOKEN_BYTES,
             },
         ),
         (
@@ -505,10 +508,10 @@ fn a_key_set_keeps_only_public_signature_keys() {
         {"kty": "weird"},
         es.jwk(),
     ]});
-    let set = super::KeySet::parse(doc.to_string().as_bytes()).unwrap();
+    let set = KeySet::parse(doc.to_string().as_bytes()).unwrap();
     assert_eq!(set.len(), 1);
-    assert!(super::KeySet::parse(b"{\"keys\": []}").is_err());
-    assert!(super::KeySet::parse(b"<html>").is_err());
+    assert!(KeySet::parse(b"{\"keys\": []}").is_err());
+    assert!(KeySet::parse(b"<html>").is_err());
 }
 
 fn provider_policy(provider: &Provider, keys: &str, extra: &str) -> Policy {
@@ -655,11 +658,11 @@ async fn a_reload_keeps_the_keys_of_an_unchanged_issuer() {
 /// The policy reference documents an issuer with every key, and it loads.
 #[test]
 fn the_example_policy_documents_an_issuer() {
-    let policy = Policy::from_toml(crate::EXAMPLE_POLICY_TOML).unwrap();
+    let policy = Policy::from_toml(EXAMPLE_POLICY_TOML).unwrap();
     let issuer = &policy.issuers()[0];
     assert_eq!(issuer.principal_claim, "preferred_username");
     assert_eq!(issuer.role_map.len(), 2);
-    assert!(matches!(issuer.keys, super::KeySource::Uri(_)));
+    assert!(matches!(issuer.keys, KeySource::Uri(_)));
     for key in [
         "issuer",
         "audiences",
@@ -678,8 +681,8 @@ fn the_example_policy_documents_an_issuer() {
         "role_map",
     ] {
         assert!(
-            crate::EXAMPLE_POLICY_TOML.contains(&format!("{key} ="))
-                || crate::EXAMPLE_POLICY_TOML.contains(&format!("`{key}`")),
+            EXAMPLE_POLICY_TOML.contains(&format!("{key} ="))
+                || EXAMPLE_POLICY_TOML.contains(&format!("`{key}`")),
             "{key} is not documented"
         );
     }

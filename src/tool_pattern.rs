@@ -1,7 +1,25 @@
 //! Tool-name patterns: exact names or globs with `*` (any run) and `?` (one character).
 
-use crate::error::PatternError;
 use std::fmt;
+
+/// Why a tool-name pattern is refused.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PatternError {
+    /// Nothing written.
+    #[error("is empty: write a tool name such as \"search_kb\" or a glob such as \"get_*\"")]
+    Empty,
+    /// A character no tool name holds.
+    #[error(
+        "{text:?} has {bad:?}, which no tool name holds: use letters, digits, '_', '.', '-', \
+         and the wildcards '*' (any characters) and '?' (one character)"
+    )]
+    BadCharacter {
+        /// The pattern as written.
+        text: String,
+        /// The first character refused.
+        bad: char,
+    },
+}
 
 /// A validated tool-name pattern such as `search_kb`, `get_*` or `*`.
 ///

@@ -1,6 +1,7 @@
 //! The cached keys of each issuer: fetched at start and on a schedule, refreshed on an unknown `kid` at a bounded rate, kept while the source fails for a bounded time.
 
 use super::{FetchAuth, Issuer, KeySet, KeySource, fetch};
+use crate::IssuerError;
 use arc_swap::{ArcSwap, ArcSwapOption};
 use std::{
     collections::HashMap,
@@ -42,7 +43,7 @@ struct Fetching {
     /// When a fetch last started (or was asked for by an unknown `kid`).
     last_attempt: Option<Instant>,
     /// The last failure since the last success.
-    last_error: Option<String>,
+    last_error: Option<IssuerError>,
 }
 
 /// The keys of one issuer from one source.
@@ -94,9 +95,7 @@ impl KeyStore {
         });
         if let KeySource::File(path) = &store.source {
             // A local file is read at once, so its keys serve from the first call.
-            let read =
-                std::fs::read(path).map_err(|e| format!("cannot read {}: {e}", path.display()));
-            store.settle(read.and_then(|doc| KeySet::parse(&doc)));
+            store.settle(fetch::read_key_file(path).and_then(|doc| KeySet::parse(&doc)));
         }
         store.start();
         store
@@ -152,7 +151,7 @@ impl KeyStore {
         self.settle(fetched.and_then(|doc| KeySet::parse(&doc)));
     }
 
-    fn settle(&self, outcome: Result<KeySet, String>) {
+    fn settle(&self, outcome: Result<KeySet, IssuerError>) {
         self.fetches.fetch_add(1, Ordering::Relaxed);
         let mut fetching = self.fetching.lock().unwrap_or_else(|e| e.into_inner());
         match outcome {
@@ -196,7 +195,7 @@ impl KeyStore {
             stale: fetching.last_error.is_some() && held.is_some(),
             fetches: self.fetches.load(Ordering::Relaxed),
             failures: self.failures.load(Ordering::Relaxed),
-            last_error: fetching.last_error.clone(),
+            last_error: fetching.last_error.as_ref().map(ToString::to_string),
         }
     }
 }
@@ -257,7 +256,7 @@ impl IssuerKeys {
     /// Follows policy generation `generation` with `issuers`: new issuers
     /// get a store (and a first fetch), unchanged ones keep theirs, gone
     /// ones are dropped. One atomic load when the generation is the same.
-    pub(crate) fn follow(&self, generation: u64, issuers: &[Issuer]) {
+    pub fn follow(&self, generation: u64, issuers: &[Issuer]) {
         if self.generation.load(Ordering::Acquire) == generation {
             return;
         }

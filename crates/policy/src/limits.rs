@@ -5,7 +5,7 @@
 //! in-flight count) for all the tools the entry matches; `per = "tool"`
 //! gives each tool one bucket shared by every caller.
 
-use crate::{config::Scope, glob::ToolPattern};
+use crate::config::Scope;
 use governor::{DefaultKeyedRateLimiter, Quota, clock::Clock};
 use std::{
     collections::HashMap,
@@ -17,6 +17,7 @@ use std::{
     },
     time::Duration,
 };
+use toolmesh::ToolPattern;
 
 /// The retry hint given when a concurrency quota is full (no bucket can
 /// say when a running call will finish).

@@ -1,9 +1,10 @@
 //! The `[cache]` table: which tools' results a dispatcher may reuse, for how long and for whom.
 
-use crate::{Problem, ToolPattern, error::line_of};
+use crate::{Problem, error::line_of};
 use serde::{Deserialize, Serialize};
 use std::time::Duration;
 use toml::Spanned;
+use toolmesh::ToolPattern;
 
 /// Bytes of cached results a dispatcher keeps when `max_bytes` is not set.
 pub const DEFAULT_CACHE_BYTES: u64 = 64 * 1024 * 1024;

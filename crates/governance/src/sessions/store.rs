@@ -9,7 +9,7 @@
 use super::{Declared, DeclaredCache, Fact, PreconditionError, SessionLimits, facts_of, verdict};
 use crate::Principal;
 use crate::digest::{hex, sha256};
-use crate::shared_records::{SharedBook, SharedError, unix_ms, until_written};
+use crate::records::{RecordStore, RecordsError, unix_ms, until_written};
 use serde_json::Value;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
@@ -27,7 +27,7 @@ const MAX_CAP: usize = 10_000;
 
 /// Session facts in the shared records, under this dispatcher's limits.
 pub struct Sessions {
-    book: Arc<dyn SharedBook>,
+    book: Arc<dyn RecordStore>,
     limits: SessionLimits,
     declared: DeclaredCache,
 }
@@ -42,7 +42,7 @@ impl std::fmt::Debug for Sessions {
 
 impl Sessions {
     /// Facts kept in `book`, bounded by `limits`.
-    pub fn new(book: Arc<dyn SharedBook>, limits: SessionLimits) -> Self {
+    pub fn new(book: Arc<dyn RecordStore>, limits: SessionLimits) -> Self {
         Sessions {
             book,
             limits,
@@ -94,7 +94,7 @@ impl Sessions {
         tool: &str,
         arguments: &Value,
         declared: &Declared,
-    ) -> Result<(), SharedError> {
+    ) -> Result<(), RecordsError> {
         if session_id.is_empty() {
             return Ok(());
         }
@@ -110,7 +110,7 @@ impl Sessions {
     }
 
     /// The session's record and its revision (0 and empty when there is none).
-    async fn read(&self, key: &str) -> Result<(i64, pb::SessionRecord), SharedError> {
+    async fn read(&self, key: &str) -> Result<(i64, pb::SessionRecord), RecordsError> {
         let records = self.book.list(key, false).await?;
         Ok(records
             .into_iter()
@@ -126,7 +126,7 @@ impl Sessions {
     /// and writes it back unless nothing changed and it was written
     /// recently; runs again on the fresh record when another dispatcher
     /// got there first.
-    async fn record_facts(&self, key: &SessionKey, facts: Vec<String>) -> Result<(), SharedError> {
+    async fn record_facts(&self, key: &SessionKey, facts: Vec<String>) -> Result<(), RecordsError> {
         let idle = match self.limits.idle {
             Duration::ZERO => DEFAULT_IDLE,
             idle => idle.min(MAX_IDLE),
@@ -145,7 +145,7 @@ impl Sessions {
         facts: &[String],
         idle: Duration,
         facts_per_session: usize,
-    ) -> Result<Option<()>, SharedError> {
+    ) -> Result<Option<()>, RecordsError> {
         let (revision, mut stored) = self.read(&key.session).await?;
         let mut changed = false;
         for fact in facts {
@@ -176,7 +176,7 @@ impl Sessions {
 
     /// Before a caller opens one more session: forgets its least recently
     /// written sessions until it has room for one.
-    async fn make_room(&self, key: &SessionKey) -> Result<(), SharedError> {
+    async fn make_room(&self, key: &SessionKey) -> Result<(), RecordsError> {
         let mut sessions = self.book.list(&key.caller, true).await?;
         let over = (sessions.len() + 1).saturating_sub(cap(self.limits.sessions_per_caller));
         if over == 0 {
@@ -240,7 +240,7 @@ fn fact_digest((tool, argument, value): &Fact) -> String {
 mod tests {
     use super::*;
     use crate::digest::value_sha256;
-    use crate::shared_records::MemoryBook;
+    use crate::records::MemoryRecords;
     use prost::Message;
     use serde_json::json;
     use toolmesh::pb::ToolSpec;
@@ -272,13 +272,13 @@ mod tests {
     }
 
     /// Sessions over a fresh in-memory book, and the book.
-    fn sessions(limits: SessionLimits) -> (Sessions, Arc<MemoryBook>) {
-        let book = Arc::new(MemoryBook::new());
+    fn sessions(limits: SessionLimits) -> (Sessions, Arc<MemoryRecords>) {
+        let book = Arc::new(MemoryRecords::new());
         (Sessions::new(book.clone(), limits), book)
     }
 
     /// Every session record in `book`, decoded.
-    async fn session_records(book: &MemoryBook) -> Vec<pb::SharedRecord> {
+    async fn session_records(book: &MemoryRecords) -> Vec<pb::SharedRecord> {
         book.list(PREFIX, false).await.unwrap()
     }
 

@@ -1,8 +1,9 @@
 //! Access decisions: which grant lets a caller use a tool, why not, and whether an approval is needed.
 
-use crate::{Policy, Principal, config::risk_name, policy::Grant};
+use crate::{Policy, config::risk_name, policy::Grant};
 use serde::Serialize;
 use std::fmt;
+use toolmesh::Principal;
 use toolmesh::pb::{RiskLevel, ToolSpec};
 
 /// How many grant names a deny reason lists before saying "and N more".
@@ -14,7 +15,7 @@ const NAMES_IN_REASON: usize = 3;
 pub enum ApprovalNeed {
     /// The call may go ahead.
     None,
-    /// The call needs an approved ticket ([`Approvals`](crate::Approvals)) first.
+    /// The call needs an approved ticket (from the approval book) first.
     Required,
     /// The call would need one, but the caller is in `pre_approved_principals`.
     PreApproved,

@@ -2,25 +2,25 @@
 
 use std::time::Duration;
 use toolmesh::pb;
-use toolmesh_governance::{SharedBook, SharedError};
+use toolmesh_governance::{RecordStore, RecordsError};
 use toolmesh_registry::{RegistryError, SharedRecordsService};
 
 /// The registry's shared records, in this process.
-pub(crate) struct RegistryBook(pub(crate) SharedRecordsService);
+pub(crate) struct RegistryRecords(pub(crate) SharedRecordsService);
 
 /// A store error as the dispatcher reads it: the status the registry's
 /// gRPC edge would answer with, so both paths say the same.
-fn refused(error: RegistryError) -> SharedError {
+fn refused(error: RegistryError) -> RecordsError {
     tonic::Status::from(error).into()
 }
 
 #[tonic::async_trait]
-impl SharedBook for RegistryBook {
+impl RecordStore for RegistryRecords {
     async fn list(
         &self,
         prefix: &str,
         keys_only: bool,
-    ) -> Result<Vec<pb::SharedRecord>, SharedError> {
+    ) -> Result<Vec<pb::SharedRecord>, RecordsError> {
         self.0.list(prefix, keys_only).await.map_err(refused)
     }
 
@@ -28,11 +28,11 @@ impl SharedBook for RegistryBook {
         &self,
         record: pb::SharedRecord,
         ttl: Duration,
-    ) -> Result<bool, SharedError> {
+    ) -> Result<bool, RecordsError> {
         self.0.compare_and_put(record, ttl).await.map_err(refused)
     }
 
-    async fn delete(&self, key: &str) -> Result<(), SharedError> {
+    async fn delete(&self, key: &str) -> Result<(), RecordsError> {
         self.0.delete(key).await.map_err(refused)
     }
 }
@@ -44,7 +44,7 @@ mod tests {
     use std::sync::Arc;
     use toolmesh::pb::{Precondition, ToolSpec};
     use toolmesh_governance::approvals::{
-        ApprovalCall, Approve, Consume, List, Request, SharedApprovals,
+        ApprovalCall, Approve, Consume, List, Request, StoredApprovals,
     };
     use toolmesh_governance::sessions::Sessions;
     use toolmesh_governance::{ApprovalError, ApprovalSettings, Declared, SessionLimits};
@@ -61,7 +61,7 @@ mod tests {
 
     fn sessions() -> Sessions {
         let registry = Registry::new(RegistryConfig::default());
-        let book = RegistryBook(SharedRecordsService::new(registry));
+        let book = RegistryRecords(SharedRecordsService::new(registry));
         let limits = SessionLimits {
             facts_per_session: 3,
             sessions_per_caller: 2,
@@ -142,7 +142,7 @@ mod tests {
     async fn approvals_shared_and_used_once() {
         let registry = Registry::new(RegistryConfig::default());
         let book = |registry: &Registry| {
-            SharedApprovals::new(Arc::new(RegistryBook(SharedRecordsService::new(
+            StoredApprovals::new(Arc::new(RegistryRecords(SharedRecordsService::new(
                 registry.clone(),
             ))))
         };

@@ -1,7 +1,7 @@
-//! Verifying a JWT against the policy's issuers and turning its claims into a principal.
+//! Verifying a JWT against the configured issuers and turning its claims into a principal.
 
 use super::{Issuer, IssuerKeys, TenantFrom};
-use crate::{AuthError, DISPATCHER_ROLE, IssuedBy, Policy, Principal};
+use crate::{AuthError, Callers, DISPATCHER_ROLE, IssuedBy, Principal};
 use base64::Engine;
 use jsonwebtoken::{Validation, errors::ErrorKind};
 use serde_json::{Map, Value};
@@ -14,19 +14,20 @@ const MAX_ECHOED: usize = 120;
 
 /// Whether a bearer token has the shape of a JWT (three dot-separated
 /// parts), so a static token is never parsed as one.
-pub(crate) fn looks_like_jwt(token: &str) -> bool {
+pub fn looks_like_jwt(token: &str) -> bool {
     token.bytes().filter(|&b| b == b'.').count() == 2
 }
 
 /// The caller a JWT names: its `iss` picks the issuer, its header's `kid`
 /// the key (which must be one of the issuer's allowed algorithms and the
-/// key's own), then signature, `exp`, `nbf` and `aud` are checked.
-pub(crate) fn verify(
+/// key's own), then signature, `exp`, `nbf` and `aud` are checked. A
+/// subject pinned in `callers` names the caller instead of the claims.
+pub fn verify(
     token: &str,
-    policy: &Policy,
+    issuers: &[Issuer],
+    callers: &Callers,
     keys: &IssuerKeys,
 ) -> Result<Principal, AuthError> {
-    let issuers = policy.issuers();
     if token.len() > MAX_TOKEN_BYTES {
         return Err(AuthError::TokenTooLarge {
             max: MAX_TOKEN_BYTES,
@@ -78,7 +79,7 @@ pub(crate) fn verify(
     // A `[[callers]]` entry pinned to this exact subject names the caller
     // (the only way a token holder gets the dispatcher role).
     if let Some(Value::String(sub)) = claims.get("sub")
-        && let Some(pinned) = policy.subject_caller(&issuer.issuer, sub)
+        && let Some(pinned) = callers.subject_caller(&issuer.issuer, sub)
     {
         return Ok(Principal {
             issued_by: Some(issued_by(issuer, sub.clone(), &claims)),

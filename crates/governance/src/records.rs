@@ -1,8 +1,8 @@
-//! The records every dispatcher of a mesh shares (approval tickets, session facts), kept by the registry: the [`SharedBook`] seam, its gRPC client, the in-memory book, and the retry-on-conflict loop the rules run in.
+//! The records every dispatcher of a mesh shares (approval tickets, session facts), kept by the registry: the [`RecordStore`] seam, its gRPC client ([`RemoteRecords`]), the in-memory store ([`MemoryRecords`]), and the retry-on-conflict loop the rules run in.
 
 mod memory;
 
-pub use memory::MemoryBook;
+pub use memory::MemoryRecords;
 
 use std::future::Future;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
@@ -16,7 +16,7 @@ const MAX_RACES: usize = 8;
 
 /// Why the shared records could not be read or written.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum SharedError {
+pub enum RecordsError {
     /// The registry did not answer, or refused (its status, in words).
     #[error("{0}")]
     Unavailable(String),
@@ -25,24 +25,24 @@ pub enum SharedError {
     Contended(&'static str),
 }
 
-impl From<tonic::Status> for SharedError {
+impl From<tonic::Status> for RecordsError {
     fn from(status: tonic::Status) -> Self {
-        SharedError::Unavailable(format!("{:?}: {}", status.code(), status.message()))
+        RecordsError::Unavailable(format!("{:?}: {}", status.code(), status.message()))
     }
 }
 
 /// The registry's shared records: read under a prefix, write one if
 /// nobody changed it since it was read, remove one. Over gRPC
-/// ([`SharedRecordsRelay`]), in the registry's own process (a `serve`
-/// node), or in this process alone ([`MemoryBook`]).
+/// ([`RemoteRecords`]), in the registry's own process (a `serve`
+/// node), or in this process alone ([`MemoryRecords`]).
 #[tonic::async_trait]
-pub trait SharedBook: Send + Sync + 'static {
+pub trait RecordStore: Send + Sync + 'static {
     /// Every live record under `prefix`, without values when `keys_only`.
     async fn list(
         &self,
         prefix: &str,
         keys_only: bool,
-    ) -> Result<Vec<pb::SharedRecord>, SharedError>;
+    ) -> Result<Vec<pb::SharedRecord>, RecordsError>;
     /// Writes `record` if its revision is still `record.revision` (0: it
     /// must not exist), expiring after `ttl`; false when another writer
     /// changed it first.
@@ -50,23 +50,23 @@ pub trait SharedBook: Send + Sync + 'static {
         &self,
         record: pb::SharedRecord,
         ttl: Duration,
-    ) -> Result<bool, SharedError>;
+    ) -> Result<bool, RecordsError>;
     /// Removes the record under `key`.
-    async fn delete(&self, key: &str) -> Result<(), SharedError>;
+    async fn delete(&self, key: &str) -> Result<(), RecordsError>;
 }
 
 /// The registry's shared records, reached over gRPC.
 #[derive(Debug, Clone)]
-pub struct SharedRecordsRelay {
+pub struct RemoteRecords {
     client: SharedRecordsClient<Channel>,
     token: Option<toolmesh_transport::Credential>,
 }
 
-impl SharedRecordsRelay {
+impl RemoteRecords {
     /// A relay to the registry behind `channel`, authenticated with
     /// `token` (the dispatcher's registry token).
     pub fn new(channel: Channel, token: Option<toolmesh_transport::Credential>) -> Self {
-        SharedRecordsRelay {
+        RemoteRecords {
             client: SharedRecordsClient::new(channel),
             token,
         }
@@ -81,12 +81,12 @@ impl SharedRecordsRelay {
 }
 
 #[tonic::async_trait]
-impl SharedBook for SharedRecordsRelay {
+impl RecordStore for RemoteRecords {
     async fn list(
         &self,
         prefix: &str,
         keys_only: bool,
-    ) -> Result<Vec<pb::SharedRecord>, SharedError> {
+    ) -> Result<Vec<pb::SharedRecord>, RecordsError> {
         let request = self.request(pb::ListSharedRecordsRequest {
             prefix: prefix.to_owned(),
             keys_only,
@@ -104,7 +104,7 @@ impl SharedBook for SharedRecordsRelay {
         &self,
         record: pb::SharedRecord,
         ttl: Duration,
-    ) -> Result<bool, SharedError> {
+    ) -> Result<bool, RecordsError> {
         let request = self.request(pb::CompareAndPutRequest {
             record: Some(record),
             ttl_ms: u64::try_from(ttl.as_millis()).unwrap_or(u64::MAX),
@@ -118,7 +118,7 @@ impl SharedBook for SharedRecordsRelay {
             .ok)
     }
 
-    async fn delete(&self, key: &str) -> Result<(), SharedError> {
+    async fn delete(&self, key: &str) -> Result<(), RecordsError> {
         let request = self.request(pb::DeleteSharedRecordRequest {
             key: key.to_owned(),
         });
@@ -137,16 +137,16 @@ pub fn unix_ms(time: SystemTime) -> u64 {
 /// Runs `attempt` (read the records, apply a rule, write back with a
 /// compare on revisions) until its writes land: `Some` answer. `None`
 /// means another writer came first, so it runs again on fresh records, up
-/// to a few times; then `what` is [`SharedError::Contended`].
-pub async fn until_written<T, F, A>(what: &'static str, mut attempt: A) -> Result<T, SharedError>
+/// to a few times; then `what` is [`RecordsError::Contended`].
+pub async fn until_written<T, F, A>(what: &'static str, mut attempt: A) -> Result<T, RecordsError>
 where
     A: FnMut() -> F,
-    F: Future<Output = Result<Option<T>, SharedError>>,
+    F: Future<Output = Result<Option<T>, RecordsError>>,
 {
     for _ in 0..MAX_RACES {
         if let Some(answer) = attempt().await? {
             return Ok(answer);
         }
     }
-    Err(SharedError::Contended(what))
+    Err(RecordsError::Contended(what))
 }

@@ -2,7 +2,7 @@
 
 use super::{ApprovalError, ApprovalOp, ApprovalSettings, ApprovalTicket, Approvals};
 use crate::Principal;
-use crate::shared_records::{SharedBook, SharedError, until_written};
+use crate::records::{RecordStore, RecordsError, until_written};
 use std::sync::Arc;
 use std::time::Duration;
 use toolmesh::pb::{self, shared_record::Value};
@@ -21,20 +21,20 @@ struct Read {
 
 /// The approval book in the registry's shared records.
 #[derive(Clone)]
-pub struct SharedApprovals {
-    book: Arc<dyn SharedBook>,
+pub struct StoredApprovals {
+    book: Arc<dyn RecordStore>,
 }
 
-impl std::fmt::Debug for SharedApprovals {
+impl std::fmt::Debug for StoredApprovals {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("SharedApprovals").finish_non_exhaustive()
+        f.debug_struct("StoredApprovals").finish_non_exhaustive()
     }
 }
 
-impl SharedApprovals {
+impl StoredApprovals {
     /// Tickets kept in `book`.
-    pub fn new(book: Arc<dyn SharedBook>) -> Self {
-        SharedApprovals { book }
+    pub fn new(book: Arc<dyn RecordStore>) -> Self {
+        StoredApprovals { book }
     }
 
     /// Runs `op` on the shared tickets, writing back what changed; runs
@@ -60,7 +60,7 @@ impl SharedApprovals {
         op: O,
         who: &Principal,
         settings: &ApprovalSettings,
-    ) -> Result<Option<Result<O::Answer, ApprovalError>>, SharedError> {
+    ) -> Result<Option<Result<O::Answer, ApprovalError>>, RecordsError> {
         let before = self.read().await?;
         let book = Approvals::from_tickets(
             settings.clone(),
@@ -75,7 +75,7 @@ impl SharedApprovals {
 
     /// Every ticket in the book (records this version cannot read are
     /// left alone).
-    async fn read(&self) -> Result<Vec<Read>, SharedError> {
+    async fn read(&self) -> Result<Vec<Read>, RecordsError> {
         let records = self.book.list(PREFIX, false).await?;
         Ok(records
             .into_iter()
@@ -97,7 +97,7 @@ impl SharedApprovals {
         &self,
         before: &[Read],
         after: Vec<ApprovalTicket>,
-    ) -> Result<bool, SharedError> {
+    ) -> Result<bool, RecordsError> {
         for ticket in &after {
             let old = before.iter().find(|r| r.ticket.id == ticket.id);
             if old.is_some_and(|r| r.ticket == *ticket) {

@@ -1,87 +1,6 @@
-//! Errors of loading a policy and of authenticating a caller, each saying how to fix it.
+//! Why a caller could not be identified, and why an issuer's keys could not be had; each message says how to fix it.
 
-use std::{fmt, path::PathBuf};
-
-/// One thing wrong in a policy file: where, which field, and what to do.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Problem {
-    /// 1-based line in the file, when known.
-    pub line: Option<usize>,
-    /// The field, as a path such as `grants[2].tools[0]`.
-    pub field: String,
-    /// What is wrong and how to fix it.
-    pub message: String,
-}
-
-impl fmt::Display for Problem {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self.line {
-            Some(line) => write!(f, "line {line}: {}: {}", self.field, self.message),
-            None => write!(f, "{}: {}", self.field, self.message),
-        }
-    }
-}
-
-/// Why a policy could not be loaded. The previous policy, if any, stays in force.
-#[derive(Debug, thiserror::Error)]
-pub enum PolicyError {
-    /// The file could not be read.
-    #[error("cannot read policy file {}: {source}; check the path and its permissions", path.display())]
-    Read {
-        /// The file.
-        path: PathBuf,
-        /// What the OS said.
-        source: std::io::Error,
-    },
-    /// The text is not TOML of the expected shape (toml's message names the
-    /// line, the column and the offending key or value).
-    #[error("policy {origin} is not valid: {detail}")]
-    Syntax {
-        /// The file path, or `(inline)`.
-        origin: String,
-        /// The parser's message.
-        detail: String,
-    },
-    /// The TOML parsed but some values make no sense; every problem is listed.
-    #[error("policy {origin} has {} problem(s):\n{}", problems.len(), ProblemList(problems))]
-    Invalid {
-        /// The file path, or `(inline)`.
-        origin: String,
-        /// Each problem found.
-        problems: Vec<Problem>,
-    },
-}
-
-struct ProblemList<'a>(&'a [Problem]);
-
-impl fmt::Display for ProblemList<'_> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        for (i, p) in self.0.iter().enumerate() {
-            if i > 0 {
-                writeln!(f)?;
-            }
-            write!(f, "  {p}")?;
-        }
-        Ok(())
-    }
-}
-
-impl PolicyError {
-    /// The same error attributed to `origin` (a file path) instead of `(inline)`.
-    pub(crate) fn with_origin(self, new: String) -> Self {
-        match self {
-            PolicyError::Syntax { detail, .. } => PolicyError::Syntax {
-                origin: new,
-                detail,
-            },
-            PolicyError::Invalid { problems, .. } => PolicyError::Invalid {
-                origin: new,
-                problems,
-            },
-            other => other,
-        }
-    }
-}
+use std::path::PathBuf;
 
 /// Why a caller could not be identified. The message is safe to return to
 /// the caller: it never echoes the token.
@@ -196,44 +115,117 @@ impl AuthError {
     }
 }
 
-/// Why a tool-name pattern is refused.
+/// Why an issuer's keys could not be fetched or read, or why an
+/// `algorithms` entry is refused. The messages name the file or URL and
+/// what to do, as the issuer's key status shows them to operators.
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum PatternError {
-    /// Nothing written.
-    #[error("is empty: write a tool name such as \"search_kb\" or a glob such as \"get_*\"")]
-    Empty,
-    /// A character no tool name holds.
-    #[error(
-        "{text:?} has {bad:?}, which no tool name holds: use letters, digits, '_', '.', '-', \
-         and the wildcards '*' (any characters) and '?' (one character)"
-    )]
-    BadCharacter {
-        /// The pattern as written.
-        text: String,
-        /// The first character refused.
-        bad: char,
+pub enum IssuerError {
+    /// No HTTP client could be built.
+    #[error("no HTTP client: {0}")]
+    NoClient(String),
+    /// `jwks_ca_file` could not be read.
+    #[error("cannot read jwks_ca_file {}: {why}", path.display())]
+    UnreadableCaFile {
+        /// The file.
+        path: PathBuf,
+        /// What the OS said.
+        why: String,
     },
-}
-
-/// A risk name in a policy file that is none of the levels.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-pub enum RiskError {
-    /// A tool's risk (`LOW`, `MEDIUM`, `HIGH`).
-    #[error("unknown risk {0:?}: use \"LOW\", \"MEDIUM\" or \"HIGH\"")]
-    Level(String),
-    /// `require_for_risk`, which also takes `NONE`.
+    /// `jwks_ca_file` holds no PEM certificate.
+    #[error("jwks_ca_file {} holds no PEM certificate: {why}", path.display())]
+    NoCertificate {
+        /// The file.
+        path: PathBuf,
+        /// What the PEM parser said.
+        why: String,
+    },
+    /// No HTTP client trusting `jwks_ca_file` could be built.
+    #[error("no HTTP client with jwks_ca_file {}: {why}", path.display())]
+    NoClientWithCa {
+        /// The file.
+        path: PathBuf,
+        /// What the client builder said.
+        why: String,
+    },
+    /// `jwks_bearer_file` could not be read.
+    #[error("cannot read jwks_bearer_file {}: {why}", path.display())]
+    UnreadableBearerFile {
+        /// The file.
+        path: PathBuf,
+        /// What the OS said.
+        why: String,
+    },
+    /// `jwks_file` could not be read.
+    #[error("cannot read {}: {why}", path.display())]
+    UnreadableKeyFile {
+        /// The file.
+        path: PathBuf,
+        /// What the OS said.
+        why: String,
+    },
+    /// A fetch was asked of a key source that is a file.
+    #[error("no HTTP client for a file")]
+    NotFetched,
+    /// The GET failed or was refused.
+    #[error("GET {url}: {why}")]
+    Http {
+        /// What was fetched.
+        url: String,
+        /// The transport error chain, or the HTTP status.
+        why: String,
+    },
+    /// The answer of a GET was too large.
+    #[error("GET {url}: the answer is larger than {max} bytes")]
+    TooLarge {
+        /// What was fetched.
+        url: String,
+        /// The limit, in bytes.
+        max: usize,
+    },
+    /// The discovery document could not be parsed.
+    #[error("the discovery document is not OpenID provider metadata ({0})")]
+    NotDiscovery(String),
+    /// The discovery document is another issuer's.
+    #[error("the discovery document names the issuer {found:?}, not {expected:?}")]
+    OtherIssuer {
+        /// The issuer it names.
+        found: String,
+        /// The issuer asked for.
+        expected: String,
+    },
+    /// The discovery document sends key fetches over plain http:// elsewhere.
     #[error(
-        "unknown risk {0:?}: use \"LOW\", \"MEDIUM\", \"HIGH\", or \"NONE\" to require approval by tool name only"
+        "the discovery document names {0}, plain http:// to another host: keys are fetched only over https://"
     )]
-    Threshold(String),
+    PlainHttpKeys(String),
+    /// The key set document is larger than allowed.
+    #[error("the key set is larger than {0} bytes")]
+    KeySetTooLarge(usize),
+    /// The document is not a JWKS.
+    #[error("not a JSON Web Key Set ({0})")]
+    NotKeySet(String),
+    /// The key set holds no key a token could be verified with.
+    #[error("the key set holds no RSA, P-256 or Ed25519 signature key")]
+    NoUsableKey,
+    /// `none` in `algorithms`.
+    #[error("\"none\" would accept unsigned tokens: list only \"RS256\", \"ES256\" or \"EdDSA\"")]
+    UnsignedAlgorithm,
+    /// An HMAC algorithm in `algorithms`.
+    #[error(
+        "{0:?} is an HMAC (shared-secret) algorithm, which an identity provider's public keys must never verify: list only \"RS256\", \"ES256\" or \"EdDSA\""
+    )]
+    HmacAlgorithm(String),
+    /// Any other algorithm name.
+    #[error("{0:?} is not accepted: list only \"RS256\", \"ES256\" or \"EdDSA\"")]
+    UnknownAlgorithm(String),
 }
 
-/// 1-based line of byte offset `at` in `text`.
-pub(crate) fn line_of(text: &str, at: usize) -> usize {
-    let at = at.min(text.len());
-    text.as_bytes()[..at]
-        .iter()
-        .filter(|&&b| b == b'\n')
-        .count()
-        + 1
+impl IssuerError {
+    /// `jwks_file` at `path` could not be read, as `error` says.
+    pub(crate) fn unreadable_key_file(path: &std::path::Path, error: &std::io::Error) -> Self {
+        IssuerError::UnreadableKeyFile {
+            path: path.to_owned(),
+            why: error.to_string(),
+        }
+    }
 }

@@ -1,113 +1,15 @@
-//! The `[[issuers]]` section: identity providers whose signed JWTs name callers, validated at load.
-
-mod fetch;
-mod keys;
-mod store;
-mod verify;
-
-pub use keys::KeySet;
-pub use store::{IssuerKeys, KeyStatus};
-pub use verify::MAX_TOKEN_BYTES;
-pub(crate) use verify::{looks_like_jwt, verify};
-
-#[cfg(test)]
-mod tests;
+//! The `[[issuers]]` section validated into identity providers ([`Issuer`]s), every problem with its line.
 
 use crate::config::{DEFAULT_TENANT, RawIssuer};
 use crate::{Problem, error::line_of};
-use jsonwebtoken::Algorithm;
-use std::{collections::BTreeMap, ops::Range, path::PathBuf, time::Duration};
+use std::{ops::Range, path::PathBuf, time::Duration};
 use toml::Spanned;
-
-/// Algorithms an issuer accepts when `algorithms` is not set.
-pub const DEFAULT_ALGORITHMS: [&str; 3] = ["RS256", "ES256", "EdDSA"];
-/// Clock skew tolerated on `exp` and `nbf` when `clock_skew_secs` is not set.
-pub const DEFAULT_CLOCK_SKEW_SECS: u64 = 60;
-/// The largest `clock_skew_secs` accepted.
-pub const MAX_CLOCK_SKEW_SECS: u64 = 600;
-/// How often keys are fetched again when `refresh_secs` is not set.
-pub const DEFAULT_REFRESH_SECS: u64 = 300;
-/// The fewest seconds between two fetches prompted by unknown `kid`s, when
-/// `min_refresh_secs` is not set.
-pub const DEFAULT_MIN_REFRESH_SECS: u64 = 30;
-/// How long the last good keys serve while the JWKS cannot be fetched,
-/// when `max_stale_secs` is not set (six hours).
-pub const DEFAULT_MAX_STALE_SECS: u64 = 6 * 60 * 60;
-
-/// Where an issuer's public keys come from.
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub enum KeySource {
-    /// `jwks_uri` from the issuer's `/.well-known/openid-configuration`.
-    Discovery,
-    /// A JWKS URL.
-    Uri(String),
-    /// A local JWKS file (read at load and on each refresh).
-    File(PathBuf),
-}
-
-/// How fetches of an issuer's keys authenticate (a cluster's API server
-/// serves its service-account JWKS under its own CA, to callers with a token).
-#[derive(Debug, Clone, PartialEq, Eq, Hash, Default)]
-pub struct FetchAuth {
-    /// A PEM file of CA certificates trusted for the fetch, besides the system's.
-    pub ca_file: Option<PathBuf>,
-    /// A file holding a bearer token sent with the fetch, read at each fetch.
-    pub bearer_file: Option<PathBuf>,
-}
-
-/// The tenant of an issuer's callers.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum TenantFrom {
-    /// The same for every caller of the issuer.
-    Fixed(String),
-    /// A string claim of the token.
-    Claim(String),
-}
-
-/// One validated `[[issuers]]` entry.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Issuer {
-    /// The `iss` its tokens carry (also the discovery base).
-    pub issuer: String,
-    /// A token must name one of these in `aud`.
-    pub audiences: Vec<String>,
-    /// Where its keys come from.
-    pub keys: KeySource,
-    /// How key fetches authenticate.
-    pub fetch: FetchAuth,
-    /// Signature algorithms accepted (never `none`, never HMAC).
-    pub algorithms: Vec<Algorithm>,
-    /// Seconds of clock skew tolerated on `exp` and `nbf`.
-    pub clock_skew_secs: u64,
-    /// How often keys are fetched again.
-    pub refresh: Duration,
-    /// The fewest seconds between two fetches prompted by unknown `kid`s.
-    pub min_refresh: Duration,
-    /// How long the last good keys serve while the source fails.
-    pub max_stale: Duration,
-    /// The claim naming the principal (`sub` unless set).
-    pub principal_claim: String,
-    /// The tenant of its callers.
-    pub tenant: TenantFrom,
-    /// The claim holding a list (or a space-separated string) of roles.
-    pub roles_claim: Option<String>,
-    /// Roles every caller of this issuer has.
-    pub roles: Vec<String>,
-    /// Claim values to role names; when set, values not in it give no role.
-    pub role_map: BTreeMap<String, String>,
-    /// The OAuth scope (`scope`/`scp` claim) a token needs to list tools.
-    pub list_scope: Option<String>,
-    /// The OAuth scope a token needs to call tools.
-    pub call_scope: Option<String>,
-}
-
-impl Issuer {
-    /// The cache key of its keys: the same issuer and source keep their
-    /// cached keys across a policy reload.
-    pub fn key_id(&self) -> (String, KeySource, FetchAuth) {
-        (self.issuer.clone(), self.keys.clone(), self.fetch.clone())
-    }
-}
+use toolmesh_identity::DISPATCHER_ROLE;
+use toolmesh_identity::issuers::{
+    Algorithm, DEFAULT_CLOCK_SKEW_SECS, DEFAULT_MAX_STALE_SECS, DEFAULT_MIN_REFRESH_SECS,
+    DEFAULT_REFRESH_SECS, FetchAuth, Issuer, KeySource, MAX_CLOCK_SKEW_SECS, TenantFrom,
+    parse_algorithm, plain_http_elsewhere,
+};
 
 /// Validates every `[[issuers]]` entry, adding each problem (with its line) to `problems`.
 pub(crate) fn validate(
@@ -320,14 +222,14 @@ impl Check<'_> {
             .roles
             .iter()
             .chain(raw.role_map.values())
-            .any(|r| r == crate::DISPATCHER_ROLE)
+            .any(|r| r == DISPATCHER_ROLE)
         {
             self.problem(
                 span,
                 "roles",
                 format!(
                     "gives the role \"{}\" to every caller of an identity provider: it reads the tokens executors accept; give it only to a [[callers]] entry that names your dispatchers (with issuer and subject for a dispatcher known by its JWT)",
-                    crate::DISPATCHER_ROLE
+                    DISPATCHER_ROLE
                 ),
             );
         }
@@ -370,7 +272,9 @@ impl Check<'_> {
         for (i, name) in raw.iter().enumerate() {
             match parse_algorithm(name.get_ref()) {
                 Ok(alg) => out.push(alg),
-                Err(why) => self.problem(&name.span(), &format!("algorithms[{i}]"), why),
+                Err(why) => {
+                    self.problem(&name.span(), &format!("algorithms[{i}]"), why.to_string())
+                }
             }
         }
         out
@@ -446,39 +350,6 @@ impl Check<'_> {
         }
         Some(name.to_owned())
     }
-}
-
-/// An accepted algorithm name; `none` and the HMAC family are refused,
-/// since a public key must never serve as a shared secret.
-fn parse_algorithm(name: &str) -> Result<Algorithm, String> {
-    match name {
-        "RS256" => Ok(Algorithm::RS256),
-        "ES256" => Ok(Algorithm::ES256),
-        "EdDSA" => Ok(Algorithm::EdDSA),
-        n if n.eq_ignore_ascii_case("none") => Err(
-            "\"none\" would accept unsigned tokens: list only \"RS256\", \"ES256\" or \"EdDSA\""
-                .into(),
-        ),
-        n if n.to_ascii_uppercase().starts_with("HS") => Err(format!(
-            "{n:?} is an HMAC (shared-secret) algorithm, which an identity provider's public keys must never verify: list only \"RS256\", \"ES256\" or \"EdDSA\""
-        )),
-        n => Err(format!(
-            "{n:?} is not accepted: list only \"RS256\", \"ES256\" or \"EdDSA\""
-        )),
-    }
-}
-
-/// Whether `url` is plain `http://` to a host other than this machine.
-pub(crate) fn plain_http_elsewhere(url: &str) -> bool {
-    let Some(rest) = url.strip_prefix("http://") else {
-        return false;
-    };
-    let authority = rest.split(['/', '?', '#']).next().unwrap_or_default();
-    let host = match authority.strip_prefix('[') {
-        Some(v6) => v6.split(']').next().unwrap_or_default(),
-        None => authority.split(':').next().unwrap_or_default(),
-    };
-    !matches!(host, "127.0.0.1" | "localhost" | "::1")
 }
 
 fn is_http_url(text: &str) -> bool {

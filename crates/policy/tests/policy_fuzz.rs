@@ -1,7 +1,7 @@
 //! Property tests of the policy file parser: any text is a policy or an error that says what to fix, never a panic.
 
 use proptest::prelude::*;
-use toolmesh_governance::Policy;
+use toolmesh_policy::Policy;
 
 /// One `key = value` line with a key the parser knows (or nearly) and a
 /// value of any TOML type.

@@ -1,6 +1,6 @@
-//! The shared records in this process' memory: a [`SharedBook`] with the registry's revisions and expiry, for a dispatcher that shares its records with nobody (tests, a node without a registry).
+//! The shared records in this process' memory: a [`RecordStore`] with the registry's revisions and expiry, for a dispatcher that shares its records with nobody (tests, a node without a registry).
 
-use super::{SharedBook, SharedError};
+use super::{RecordStore, RecordsError};
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Mutex, MutexGuard};
 use std::time::Duration;
@@ -51,14 +51,14 @@ impl Records {
 /// record lives for its TTL, as in the registry, so the rules above run
 /// alike on both.
 #[derive(Debug, Default)]
-pub struct MemoryBook {
+pub struct MemoryRecords {
     records: Mutex<Records>,
 }
 
-impl MemoryBook {
+impl MemoryRecords {
     /// An empty book.
     pub fn new() -> Self {
-        MemoryBook::default()
+        MemoryRecords::default()
     }
 
     fn lock(&self) -> MutexGuard<'_, Records> {
@@ -71,12 +71,12 @@ impl MemoryBook {
 }
 
 #[tonic::async_trait]
-impl SharedBook for MemoryBook {
+impl RecordStore for MemoryRecords {
     async fn list(
         &self,
         prefix: &str,
         keys_only: bool,
-    ) -> Result<Vec<pb::SharedRecord>, SharedError> {
+    ) -> Result<Vec<pb::SharedRecord>, RecordsError> {
         let records = self.lock();
         Ok(records
             .kept
@@ -94,7 +94,7 @@ impl SharedBook for MemoryBook {
         &self,
         record: pb::SharedRecord,
         ttl: Duration,
-    ) -> Result<bool, SharedError> {
+    ) -> Result<bool, RecordsError> {
         let mut records = self.lock();
         let current = records.kept.get(&record.key).map_or(0, |k| k.revision);
         if current != record.revision {
@@ -120,7 +120,7 @@ impl SharedBook for MemoryBook {
         Ok(true)
     }
 
-    async fn delete(&self, key: &str) -> Result<(), SharedError> {
+    async fn delete(&self, key: &str) -> Result<(), RecordsError> {
         self.lock().remove(key);
         Ok(())
     }
@@ -145,7 +145,7 @@ mod tests {
     /// same read loses, and a listing holds only its prefix.
     #[tokio::test]
     async fn compare_and_put_and_list() {
-        let book = MemoryBook::new();
+        let book = MemoryRecords::new();
         let ttl = Duration::from_secs(60);
         assert!(
             book.compare_and_put(record("a/1", 0, 1), ttl)
@@ -189,7 +189,7 @@ mod tests {
     /// from revision 0.
     #[tokio::test(start_paused = true)]
     async fn records_expire() {
-        let book = MemoryBook::new();
+        let book = MemoryRecords::new();
         book.compare_and_put(record("a/1", 0, 1), Duration::from_secs(10))
             .await
             .unwrap();

@@ -1,5 +1,6 @@
 //! A JSON Web Key Set parsed into verification keys: public signature keys only, by `kid`.
 
+use crate::IssuerError;
 use jsonwebtoken::{
     Algorithm, DecodingKey,
     jwk::{AlgorithmParameters, EllipticCurve, Jwk, KeyAlgorithm, PublicKeyUse},
@@ -40,16 +41,16 @@ impl KeySet {
     /// Parses a JWKS document (`{"keys": [...]}`); entries that are not
     /// usable signature keys are skipped. An error when the document is
     /// not a JWKS at all or holds no usable key.
-    pub fn parse(document: &[u8]) -> Result<KeySet, String> {
+    pub fn parse(document: &[u8]) -> Result<KeySet, IssuerError> {
         if document.len() > MAX_JWKS_BYTES {
-            return Err(format!("the key set is larger than {MAX_JWKS_BYTES} bytes"));
+            return Err(IssuerError::KeySetTooLarge(MAX_JWKS_BYTES));
         }
         #[derive(serde::Deserialize)]
         struct Raw {
             keys: Vec<serde_json::Value>,
         }
-        let raw: Raw = serde_json::from_slice(document)
-            .map_err(|e| format!("not a JSON Web Key Set ({e})"))?;
+        let raw: Raw =
+            serde_json::from_slice(document).map_err(|e| IssuerError::NotKeySet(e.to_string()))?;
         let mut set = KeySet::default();
         for entry in raw.keys {
             let Ok(jwk) = serde_json::from_value::<Jwk>(entry) else {
@@ -64,7 +65,7 @@ impl KeySet {
             }
         }
         if set.is_empty() {
-            return Err("the key set holds no RSA, P-256 or Ed25519 signature key".into());
+            return Err(IssuerError::NoUsableKey);
         }
         Ok(set)
     }

@@ -6,8 +6,7 @@ use std::collections::BTreeMap;
 use toml::Spanned;
 use toolmesh::pb::RiskLevel;
 
-/// Tenant of a caller entry that names none.
-pub const DEFAULT_TENANT: &str = "default";
+pub(crate) use toolmesh_identity::DEFAULT_TENANT;
 
 /// The whole file. Unknown tables and keys are errors, so a typo such as
 /// `[[grant]]` or `rol = [...]` is reported instead of silently ignored.
