@@ -5,6 +5,7 @@
 
 #[cfg(test)]
 mod backends;
+mod codec;
 mod config;
 mod durable;
 mod error;

@@ -12,6 +12,7 @@ mod claims;
 mod model;
 mod sync;
 
+use crate::codec;
 use crate::config::RegistryConfig;
 use crate::durable::DurableFile;
 use crate::error::RegistryError;
@@ -594,12 +595,10 @@ impl Inner {
             ttl_ms: u64::try_from(granted.as_millis()).unwrap_or(u64::MAX),
             ..template.clone()
         };
-        let value = serde_json::to_vec(&record)
-            .map_err(|e| RegistryError::Internal(format!("registration not encoded ({e})")))?;
         let key = Slot::Exec(executor_id).key();
         let put = Op::Put {
             key: key.clone(),
-            value,
+            value: codec::encode(&record),
             lease,
         };
         // Usually one revision for the whole registration: the last batch
