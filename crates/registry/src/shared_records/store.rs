@@ -1,7 +1,6 @@
-//! Records every replica of a registry shares besides the snapshot (shared
-//! approval tickets, session facts) over the key-value seam: read all under
-//! a prefix, write one if nobody changed it since it was read (compare on
-//! its revision), expire after a TTL (the record goes with its lease).
+//! Shared records over the key-value seam: read all under a prefix, write
+//! one if nobody changed it since it was read (compare on its revision),
+//! expire after a TTL (the record goes with its lease).
 
 use crate::error::RegistryError;
 use crate::keys::Slot;
