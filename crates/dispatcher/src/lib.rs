@@ -10,6 +10,7 @@ mod canary;
 mod config;
 mod endpoints;
 mod error;
+mod executor_connection;
 mod follow;
 mod governance_service;
 mod list;
@@ -20,7 +21,6 @@ mod result_cache;
 mod route;
 mod service;
 mod tool_health;
-mod upstream;
 mod window;
 
 pub use canary::RolloutControl;
