@@ -1,7 +1,7 @@
 //! The `toolmesh.v1.Dispatcher` gRPC front door: identifies the caller,
 //! hands the call to the pipeline, and turns refusals into statuses.
 
-use crate::{Dispatcher, Refusal};
+use crate::{CallRequest, Dispatcher, Refusal};
 use std::pin::Pin;
 use tokio_stream::{Stream, StreamExt, wrappers::ReceiverStream};
 use tonic::{Request, Response, Status};
@@ -43,14 +43,8 @@ impl dispatcher_server::Dispatcher for DispatcherService {
         &self,
         request: Request<InvokeRequest>,
     ) -> Result<Response<InvokeResponse>, Status> {
-        let timeout = toolmesh_transport::request_timeout(request.metadata());
-        let who = self.dispatcher.caller(&request)?;
-        let parent = toolmesh_telemetry::trace::extract(request.metadata());
-        let response = self
-            .dispatcher
-            .invoke_traced(&who, request.into_inner(), timeout, parent)
-            .await?;
-        Ok(Response::new(response))
+        let call = self.call_request(request)?;
+        Ok(Response::new(self.dispatcher.call(call).await?))
     }
 
     type InvokeStreamStream = Events;
@@ -59,12 +53,24 @@ impl dispatcher_server::Dispatcher for DispatcherService {
         &self,
         request: Request<InvokeRequest>,
     ) -> Result<Response<Events>, Status> {
+        let call = self.call_request(request)?.streamed();
+        let events = self.dispatcher.call(call).await?;
+        Ok(Response::new(Box::pin(ReceiverStream::new(events).map(Ok))))
+    }
+}
+
+impl DispatcherService {
+    /// The call `request` asks for: its caller, their deadline and trace.
+    fn call_request(
+        &self,
+        request: Request<InvokeRequest>,
+    ) -> Result<CallRequest<'static>, Status> {
         let timeout = toolmesh_transport::request_timeout(request.metadata());
         let who = self.dispatcher.caller(&request)?;
         let parent = toolmesh_telemetry::trace::extract(request.metadata());
-        let events = self
-            .dispatcher
-            .invoke_stream(who, request.into_inner(), timeout, parent)?;
-        Ok(Response::new(Box::pin(ReceiverStream::new(events).map(Ok))))
+        Ok(CallRequest::new(request.into_inner())
+            .owned_caller(who)
+            .timeout(timeout)
+            .trace(parent))
     }
 }
