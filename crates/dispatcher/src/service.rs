@@ -29,10 +29,7 @@ impl dispatcher_server::Dispatcher for DispatcherService {
         let request = request.into_inner();
         let format = ToolFormat::try_from(request.format)
             .map_err(|_| Refusal::UnknownFormat(request.format))?;
-        let session = request
-            .context
-            .as_ref()
-            .map_or("", |c| c.session_id.as_str());
+        let session = crate::call::session(&request.context);
         let listing =
             self.dispatcher
                 .list_tools_in(&who, session, request.snapshot_version, format)?;

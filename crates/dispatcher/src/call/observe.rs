@@ -95,10 +95,7 @@ impl<S: Service> Observe<'_, S> {
     /// names is kept).
     async fn record_session_facts(&self, call: &Call<'_>, reached: &Reached) {
         let request = call.request;
-        let session = request
-            .context
-            .as_ref()
-            .map_or("", |c| c.session_id.as_str());
+        let session = super::session(&request.context);
         if session.is_empty() {
             // Most calls name no session: nothing to record.
             return;
