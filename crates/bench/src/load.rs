@@ -185,7 +185,11 @@ impl Client {
                     context,
                     ..InvokeRequest::default()
                 };
-                let call = CallRequest::new(request).timeout(CALL_DEADLINE);
+                let who = match dispatcher.anonymous() {
+                    Ok(who) => who,
+                    Err(refusal) => return Err(refusal.into()),
+                };
+                let call = CallRequest::new(&who, request).timeout(CALL_DEADLINE);
                 match dispatcher.call(call).await {
                     Ok(response) => Ok(response.result),
                     Err(refusal) => return Err(refusal.into()),

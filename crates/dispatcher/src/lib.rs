@@ -270,11 +270,11 @@ impl Dispatcher {
     /// Runs one call through the pipeline, answered as `call` asks: by
     /// the response ([`Unary`]) or by a stream of events ending with it
     /// ([`Streamed`]). Tool failures come back inside the response; a
-    /// [`Refusal`] means the dispatcher itself would not take the call (no
-    /// anonymous caller, over `max_in_flight`, an expired pin).
-    pub fn call<'a, R: Reply>(
+    /// [`Refusal`] means the dispatcher itself would not take the call (over
+    /// `max_in_flight`, an expired pin).
+    pub fn call<'a, R: Reply + 'a>(
         &'a self,
-        call: CallRequest<'a, R>,
+        call: CallRequest<R>,
     ) -> impl Future<Output = Result<R::Answer, Refusal>> + Send + 'a {
         R::answer(self, call, request::sealed::Token(()))
     }
@@ -283,18 +283,10 @@ impl Dispatcher {
     /// tool reports to the caller's progress, if it shows it.
     pub(crate) async fn answer_unary(
         &self,
-        call: CallRequest<'_, Unary>,
+        call: CallRequest<Unary<'_>>,
     ) -> Result<InvokeResponse, Refusal> {
-        let anonymous;
-        let who = match &call.caller {
-            Some(who) => &**who,
-            None => {
-                anonymous = self.anonymous()?;
-                &anonymous
-            }
-        };
         let accepted = self.accept(&call.request)?;
-        let relay = &call.reply.relay;
+        let Unary { who, relay } = &call.reply;
         Ok(self
             .run(
                 accepted,
@@ -311,23 +303,19 @@ impl Dispatcher {
     /// what the tool reports and then the response to the receiver.
     pub(crate) fn answer_streamed(
         &self,
-        call: CallRequest<'_, Streamed>,
+        call: CallRequest<Streamed>,
     ) -> Result<mpsc::Receiver<InvokeEvent>, Refusal> {
-        let who = match call.caller {
-            Some(who) => who.into_owned(),
-            None => self.anonymous()?,
-        };
         let accepted = self.accept(&call.request)?;
         let (events, received) = mpsc::channel(STREAM_BUFFER);
         let dispatcher = self.clone();
-        let CallRequest {
-            request,
-            timeout,
-            parent,
-            ..
-        } = call;
         tokio::spawn(async move {
             let relay = Relay::to(events.clone());
+            let CallRequest {
+                request,
+                timeout,
+                parent,
+                reply: Streamed { who },
+            } = call;
             let run = dispatcher.run(accepted, &who, request, timeout, parent, &relay);
             let response = tokio::select! {
                 response = run => response,
@@ -341,7 +329,7 @@ impl Dispatcher {
     }
 
     /// The anonymous caller, where the policy admits one.
-    fn anonymous(&self) -> Result<Principal, Refusal> {
+    pub fn anonymous(&self) -> Result<Principal, Refusal> {
         Ok(self.governance().authenticate(None, None)?)
     }
 

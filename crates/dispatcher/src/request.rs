@@ -3,7 +3,6 @@
 
 use crate::call::Relay;
 use crate::{Dispatcher, Refusal};
-use std::borrow::Cow;
 use std::future::Future;
 use std::time::Duration;
 use tokio::sync::mpsc;
@@ -11,32 +10,33 @@ use toolmesh::pb::{InvokeEvent, InvokeRequest, InvokeResponse, Progress};
 use toolmesh_governance::Principal;
 use toolmesh_telemetry::trace::Context as TraceContext;
 
-/// One call for [`Dispatcher::call`], built from its [`InvokeRequest`]:
-/// unless told otherwise the anonymous caller's, with no deadline of the
-/// caller's, in a trace of its own, and answered once it ends ([`Unary`]).
+/// One call for [`Dispatcher::call`]: its [`InvokeRequest`], who makes it,
+/// and how it is answered — once it ends ([`CallRequest::new`]) or by a
+/// stream of events ([`CallRequest::streamed`]); unless told otherwise with
+/// no deadline of the caller's, in a trace of its own.
 ///
 /// ```ignore
 /// let response = dispatcher
-///     .call(CallRequest::new(request).caller(&who).timeout(deadline).trace(parent))
+///     .call(CallRequest::new(&who, request).timeout(deadline).trace(parent))
 ///     .await?;
-/// let events = dispatcher.call(CallRequest::new(request).streamed()).await?;
+/// let events = dispatcher.call(CallRequest::streamed(who, request)).await?;
 /// ```
 #[must_use = "a call request does nothing until passed to Dispatcher::call"]
-pub struct CallRequest<'w, R = Unary> {
+pub struct CallRequest<R> {
     pub(crate) request: InvokeRequest,
-    /// None: the anonymous caller, where the policy admits one.
-    pub(crate) caller: Option<Cow<'w, Principal>>,
     /// The caller's deadline, if it sent one.
     pub(crate) timeout: Option<Duration>,
     /// The caller's trace, which the call's span continues.
     pub(crate) parent: TraceContext,
+    /// Who makes the call, and where what the tool reports goes.
     pub(crate) reply: R,
 }
 
 /// A call answered once it ends ([`InvokeResponse`]), run in the caller's
 /// task (no stream, no task per call): dropping the future cancels it.
-#[derive(Debug, Default)]
-pub struct Unary {
+#[derive(Debug)]
+pub struct Unary<'w> {
+    pub(crate) who: &'w Principal,
     /// Where the tool's progress goes, if the caller shows it.
     pub(crate) relay: Relay,
 }
@@ -44,45 +44,51 @@ pub struct Unary {
 /// A call answered by a stream of events: what the tool reports while it
 /// runs (progress and output chunks, for a tool that streams them), then
 /// the response ([`InvokeEvent`] `done`), last. The call runs the same
-/// stages; an attempt that has streamed anything is never retried.
-/// Dropping the receiver cancels the call. Must be called inside a tokio
-/// runtime.
+/// stages in a task of its own (so it holds its caller); an attempt that
+/// has streamed anything is never retried. Dropping the receiver cancels
+/// the call. Must be called inside a tokio runtime.
 #[derive(Debug)]
-pub struct Streamed;
+pub struct Streamed {
+    pub(crate) who: Principal,
+}
 
-impl CallRequest<'static> {
-    /// A call of `request` by the anonymous caller, with no deadline of the
-    /// caller's, in a trace of its own, answered once it ends.
-    pub fn new(request: InvokeRequest) -> Self {
+impl<'w> CallRequest<Unary<'w>> {
+    /// A call of `request` by `who`, answered once it ends.
+    pub fn new(who: &'w Principal, request: InvokeRequest) -> Self {
+        let relay = Relay::default();
+        CallRequest::answered_by(request, Unary { who, relay })
+    }
+
+    /// For a caller that shows progress but not output chunks (the MCP
+    /// door): each progress report of a tool that streams it goes to
+    /// `progress` as it comes, before the response; a tool that does not is
+    /// called by plain `Execute`.
+    pub fn progress_to(self, progress: mpsc::Sender<Progress>) -> Self {
+        let relay = Relay::progress_to(progress);
         CallRequest {
-            request,
-            caller: None,
-            timeout: None,
-            parent: TraceContext::new(),
-            reply: Unary::default(),
+            reply: Unary {
+                relay,
+                ..self.reply
+            },
+            ..self
         }
     }
 }
 
-impl<'w, R> CallRequest<'w, R> {
-    /// The call made by `who`.
-    pub fn caller<'c>(self, who: &'c Principal) -> CallRequest<'c, R> {
-        self.with_caller(Cow::Borrowed(who))
+impl CallRequest<Streamed> {
+    /// A call of `request` by `who`, answered by a stream of events.
+    pub fn streamed(who: Principal, request: InvokeRequest) -> Self {
+        CallRequest::answered_by(request, Streamed { who })
     }
+}
 
-    /// The call made by `who`, held by the call (a streamed call, which
-    /// outlives the front door's task, needs no copy of it).
-    pub fn owned_caller(self, who: Principal) -> CallRequest<'w, R> {
-        self.with_caller(Cow::Owned(who))
-    }
-
-    fn with_caller<'c>(self, who: Cow<'c, Principal>) -> CallRequest<'c, R> {
+impl<R> CallRequest<R> {
+    fn answered_by(request: InvokeRequest, reply: R) -> Self {
         CallRequest {
-            request: self.request,
-            caller: Some(who),
-            timeout: self.timeout,
-            parent: self.parent,
-            reply: self.reply,
+            request,
+            timeout: None,
+            parent: TraceContext::new(),
+            reply,
         }
     }
 
@@ -101,32 +107,6 @@ impl<'w, R> CallRequest<'w, R> {
     }
 }
 
-impl<'w> CallRequest<'w, Unary> {
-    /// For a caller that shows progress but not output chunks (the MCP
-    /// door): each progress report of a tool that streams it goes to
-    /// `progress` as it comes, before the response; a tool that does not is
-    /// called by plain `Execute`.
-    pub fn progress_to(self, progress: mpsc::Sender<Progress>) -> Self {
-        let relay = Relay::progress_to(progress);
-        CallRequest {
-            reply: Unary { relay },
-            ..self
-        }
-    }
-
-    /// The call answered by a stream of events ([`Streamed`]) instead;
-    /// its events replace any [`progress_to`](Self::progress_to).
-    pub fn streamed(self) -> CallRequest<'w, Streamed> {
-        CallRequest {
-            request: self.request,
-            caller: self.caller,
-            timeout: self.timeout,
-            parent: self.parent,
-            reply: Streamed,
-        }
-    }
-}
-
 /// How a call is answered: [`Unary`] or [`Streamed`].
 pub trait Reply: Sized + Send {
     /// What the caller gets: the response, or the receiver of the events.
@@ -136,9 +116,11 @@ pub trait Reply: Sized + Send {
     /// token cannot be made outside this crate).
     fn answer<'a>(
         dispatcher: &'a Dispatcher,
-        call: CallRequest<'a, Self>,
+        call: CallRequest<Self>,
         token: sealed::Token,
-    ) -> impl Future<Output = Result<Self::Answer, Refusal>> + Send + 'a;
+    ) -> impl Future<Output = Result<Self::Answer, Refusal>> + Send + 'a
+    where
+        Self: 'a;
 }
 
 pub(crate) mod sealed {
@@ -148,14 +130,17 @@ pub(crate) mod sealed {
     pub struct Token(pub(crate) ());
 }
 
-impl Reply for Unary {
+impl Reply for Unary<'_> {
     type Answer = InvokeResponse;
 
     fn answer<'a>(
         dispatcher: &'a Dispatcher,
-        call: CallRequest<'a, Self>,
+        call: CallRequest<Self>,
         _: sealed::Token,
-    ) -> impl Future<Output = Result<InvokeResponse, Refusal>> + Send + 'a {
+    ) -> impl Future<Output = Result<InvokeResponse, Refusal>> + Send + 'a
+    where
+        Self: 'a,
+    {
         // The future of `answer_unary` itself: a wrapping `async fn` would
         // keep a second copy of the request in every call's state.
         dispatcher.answer_unary(call)
@@ -167,9 +152,12 @@ impl Reply for Streamed {
 
     fn answer<'a>(
         dispatcher: &'a Dispatcher,
-        call: CallRequest<'a, Self>,
+        call: CallRequest<Self>,
         _: sealed::Token,
-    ) -> impl Future<Output = Result<mpsc::Receiver<InvokeEvent>, Refusal>> + Send + 'a {
+    ) -> impl Future<Output = Result<mpsc::Receiver<InvokeEvent>, Refusal>> + Send + 'a
+    where
+        Self: 'a,
+    {
         // Taken on (or refused) at once; the call runs in a task of its own.
         std::future::ready(dispatcher.answer_streamed(call))
     }

@@ -24,7 +24,7 @@ async fn one_call_state_stays_small() {
         anonymous: false,
         issued_by: None,
     };
-    let call = dispatcher.call(CallRequest::new(Default::default()).caller(&who));
+    let call = dispatcher.call(CallRequest::new(&who, Default::default()));
     let size = std::mem::size_of_val(&call);
     assert!(
         size <= MAX_CALL_STATE_BYTES,

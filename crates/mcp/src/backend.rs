@@ -143,8 +143,7 @@ impl Backend for Dispatcher {
         timeout: Option<Duration>,
         parent: TraceContext,
     ) -> Result<InvokeResponse, BackendError> {
-        let call = CallRequest::new(request)
-            .caller(who)
+        let call = CallRequest::new(who, request)
             .timeout(timeout)
             .trace(parent);
         Ok(self.call(call).await?)
@@ -161,8 +160,7 @@ impl Backend for Dispatcher {
         // In this task, resolved once by the call itself: a tool that does
         // not stream progress is called by plain Execute (MCP clients send
         // a progressToken on every call).
-        let call = CallRequest::new(request)
-            .caller(who)
+        let call = CallRequest::new(who, request)
             .timeout(timeout)
             .trace(parent)
             .progress_to(progress);

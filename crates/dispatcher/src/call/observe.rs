@@ -36,12 +36,17 @@ impl<S: Service> Observe<'_, S> {
 
     /// Finishes a call: the response the front door returns.
     async fn finish(&self, call: &Call<'_>, answer: Answer) -> InvokeResponse {
-        let Answer { answered, reached } = answer;
-        let Answered {
-            outcome,
-            sent,
-            marks,
-        } = answered;
+        // One pattern: an intermediate `Answered` would stay in this
+        // future's state beside its parts.
+        let Answer {
+            answered:
+                Answered {
+                    outcome,
+                    sent,
+                    marks,
+                },
+            reached,
+        } = answer;
         let audited = Audited::of(&outcome, call.request);
         let mut result = outcome.into_result();
         if result.error.as_ref().is_none_or(|e| e.code == 0) {
