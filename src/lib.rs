@@ -16,6 +16,7 @@ pub mod schema;
 pub mod snapshot;
 pub mod spec;
 pub mod suggest;
+pub mod tool_pattern;
 
 pub use access::AccessError;
 pub use error::{ErrorCodeExt, ToolErrorExt, ToolResultExt, error_chain, find_cause};
@@ -25,6 +26,7 @@ pub use reference::ToolRef;
 pub use rollout::Rollout;
 pub use snapshot::{Instance, Snapshot, ToolEntry};
 pub use spec::{SpecError, ToolDef};
+pub use tool_pattern::{PatternError, ToolPattern};
 
 /// The toolmesh.v1 contract: the code generated from
 /// `proto/toolmesh/v1/*.proto` (the `toolmesh-proto` crate).

@@ -11,7 +11,8 @@ use sha2::{Digest, Sha256};
 use std::{fmt, time::Duration};
 
 /// Timeout used when a spec says 0.
-pub const DEFAULT_TIMEOUT: Duration = Duration::from_secs(10);
+pub const DEFAULT_TIMEOUT: Duration =
+    Duration::from_millis(crate::pb::DefaultValue::TimeoutMs as u64);
 /// Longest timeout a tool may declare.
 pub const MAX_TIMEOUT: Duration = Duration::from_millis(crate::pb::Limit::MaxTimeoutMs as u64);
 /// Longest description accepted, in characters.

@@ -1,23 +1,39 @@
-//! Compiles the repository's `proto/toolmesh/v1/*.proto` with protox (no
-//! system `protoc`) and keeps the encoded descriptor set for gRPC reflection.
+//! Compiles the repository's `proto/toolmesh/v1/*.proto` (the contract) and
+//! `proto/toolmesh/store/v1/*.proto` (the registry's stored records) with
+//! protox (no system `protoc`), and keeps the contract's encoded descriptor
+//! set for gRPC reflection.
 
 use prost::Message;
 use std::{env, fs, path::PathBuf};
+
+/// The gRPC contract's package.
+const CONTRACT_PACKAGE: &str = "toolmesh.v1";
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     // The contract lives at the repository's top, where teams in other
     // languages find it.
     let root = PathBuf::from(env::var("CARGO_MANIFEST_DIR")?).join("../../proto");
-    let files = ["common", "registry", "dispatcher", "executor"]
-        .map(|name| root.join(format!("toolmesh/v1/{name}.proto")));
+    let files = [
+        "v1/common",
+        "v1/registry",
+        "v1/dispatcher",
+        "v1/executor",
+        "store/v1/records",
+    ]
+    .map(|name| root.join(format!("toolmesh/{name}.proto")));
     for file in &files {
         println!("cargo:rerun-if-changed={}", file.display());
     }
     let descriptors = protox::compile(&files, [&root])?;
     let out = PathBuf::from(env::var("OUT_DIR")?);
+    // Reflection serves the contract only: no service sends stored records.
+    let mut contract = descriptors.clone();
+    contract
+        .file
+        .retain(|file| file.package() == CONTRACT_PACKAGE);
     fs::write(
         out.join("toolmesh_descriptor.bin"),
-        descriptors.encode_to_vec(),
+        contract.encode_to_vec(),
     )?;
     tonic_prost_build::configure().compile_fds(descriptors)?;
     Ok(())

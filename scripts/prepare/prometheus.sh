@@ -1,5 +1,5 @@
 # Sourced by scripts/test: makes sure a Prometheus server and its promtool
-# are at hand for tests/prometheus.rs (promtool check metrics / check rules /
+# are at hand for crates/system-tests/tests/prometheus.rs (promtool check metrics / check rules /
 # test rules, and a real Prometheus scraping a mesh on loopback). Installs
 # Debian's prometheus (2.42, which brings promtool) with apt when either is
 # missing; exports TOOLMESH_TEST_PROMETHEUS and TOOLMESH_TEST_PROMTOOL

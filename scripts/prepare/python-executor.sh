@@ -1,5 +1,5 @@
 # The virtualenv of the Python executor example (examples/python), which
-# tests/python_executor.rs runs against a real mesh: grpcio, grpcio-tools
+# crates/system-tests/tests/python_executor.rs runs against a real mesh: grpcio, grpcio-tools
 # and grpcio-health-checking at the versions examples/python/requirements.txt
 # pins, in target/venv-executor. Exports TOOLMESH_TEST_PYTHON_EXECUTOR (its
 # python).

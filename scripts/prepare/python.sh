@@ -1,10 +1,10 @@
-# Sourced by scripts/test: a virtualenv with tests/python/requirements.txt
+# Sourced by scripts/test: a virtualenv with crates/system-tests/tests/python/requirements.txt
 # installed, for tests that drive toolmesh from Python (the official MCP
 # client). Exports TOOLMESH_TEST_PYTHON, the venv's interpreter; tests that
 # need it fail (not skip) when it is unset.
 # Reinstalls only when requirements.txt changed since the last install.
 venv="${TOOLMESH_VENV:-$PWD/target/venv}"
-requirements="$PWD/tests/python/requirements.txt"
+requirements="$PWD/crates/system-tests/tests/python/requirements.txt"
 stamp="$venv/.requirements.sha256"
 want="$(sha256sum "$requirements" | cut -d' ' -f1)"
 if [ ! -x "$venv/bin/python" ] || [ "$(cat "$stamp" 2>/dev/null)" != "$want" ]; then

@@ -7,7 +7,7 @@ requirements-generate.txt pins:
     /tmp/gen/bin/python sdk/python/generate_stubs.py
 
 `--check` regenerates into a temporary directory instead and fails, naming
-the files, when the committed stubs differ (tests/python_sdk.rs runs it).
+the files, when the committed stubs differ (crates/system-tests/tests/python_sdk.rs runs it).
 """
 
 import argparse

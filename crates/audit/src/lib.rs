@@ -472,16 +472,7 @@ mod tests {
     use super::*;
     use serde_json::json;
     use std::time::Duration;
-
-    fn who() -> Principal {
-        Principal {
-            name: "support-bot".into(),
-            tenant: "acme".into(),
-            roles: vec!["agent".into()],
-            anonymous: false,
-            issued_by: None,
-        }
-    }
+    use toolmesh_testkit::principal;
 
     fn spec(tags: &[&str]) -> ToolSpec {
         ToolSpec {
@@ -526,7 +517,7 @@ mod tests {
     fn token_issuer_and_subject_are_recorded() {
         let plain = serde_json::to_value(AuditRecord::new(
             AuditKind::Invoke,
-            &who(),
+            &principal("support-bot", "acme", &["agent"]),
             &spec(&[]),
             "{}",
         ))
@@ -539,7 +530,7 @@ mod tests {
                 missing_scopes: Default::default(),
                 expires_at: None,
             }),
-            ..who()
+            ..principal("support-bot", "acme", &["agent"])
         };
         let record =
             serde_json::to_value(AuditRecord::new(AuditKind::Invoke, &jwt, &spec(&[]), "{}"))
@@ -551,7 +542,12 @@ mod tests {
     /// Sensitive values are redacted at any depth: nested objects, additionalProperties, $ref'd array items, prefixItems, anyOf.
     #[test]
     fn nested_sensitive_values_are_redacted() {
-        let record = AuditRecord::new(AuditKind::Invoke, &who(), &spec(&[RAW_ARGUMENTS_TAG]), ARGS);
+        let record = AuditRecord::new(
+            AuditKind::Invoke,
+            &principal("support-bot", "acme", &["agent"]),
+            &spec(&[RAW_ARGUMENTS_TAG]),
+            ARGS,
+        );
         assert_eq!(
             record.arguments,
             Some(json!({
@@ -578,7 +574,12 @@ mod tests {
     /// Every field is present in the JSON line; raw arguments appear only with the opt-in tag.
     #[test]
     fn record_json_fields() {
-        let mut record = AuditRecord::new(AuditKind::ApprovalRequested, &who(), &spec(&[]), ARGS);
+        let mut record = AuditRecord::new(
+            AuditKind::ApprovalRequested,
+            &principal("support-bot", "acme", &["agent"]),
+            &spec(&[]),
+            ARGS,
+        );
         record.call_id = "c-1".into();
         record.approval_id = Some("a-3".into());
         let line: Value = serde_json::from_str(&record.to_json_line()).unwrap();
@@ -645,7 +646,7 @@ mod tests {
         for n in 1..=3 {
             sink.keep(AuditRecord::new(
                 AuditKind::Invoke,
-                &who(),
+                &principal("support-bot", "acme", &["agent"]),
                 &spec(&[]),
                 "{}",
             ))
@@ -666,7 +667,12 @@ mod tests {
         std::fs::write(&path, "{\"earlier\":true}\n").unwrap();
         let sink = AuditSink::append_to_file(&path, 16).await.unwrap();
         for kind in [AuditKind::Invoke, AuditKind::Denied] {
-            sink.record(AuditRecord::new(kind, &who(), &spec(&[]), "{}"));
+            sink.record(AuditRecord::new(
+                kind,
+                &principal("support-bot", "acme", &["agent"]),
+                &spec(&[]),
+                "{}",
+            ));
         }
         sink.flush().await;
         assert_eq!(sink.written(), 2);
@@ -708,7 +714,14 @@ mod tests {
             release: released,
         };
         let sink = AuditSink::to_writer(stalled, 2).unwrap();
-        let record = || AuditRecord::new(AuditKind::Invoke, &who(), &spec(&[]), "{}");
+        let record = || {
+            AuditRecord::new(
+                AuditKind::Invoke,
+                &principal("support-bot", "acme", &["agent"]),
+                &spec(&[]),
+                "{}",
+            )
+        };
         sink.record(record());
         // The writer takes it and, the queue being empty, flushes it: it is
         // stuck there from now on.

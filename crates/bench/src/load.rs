@@ -22,6 +22,7 @@ use toolmesh::pb::{
     CallContext, ExecuteRequest, InvokeRequest, ToolResult, dispatcher_client::DispatcherClient,
     executor_client::ExecutorClient,
 };
+use toolmesh_dispatcher::{CallRequest, Dispatcher};
 use toolmesh_transport::Tls;
 
 /// Deadline sent with every measured call.
@@ -64,7 +65,7 @@ pub(crate) enum Client {
     /// MCP `tools/call` (JSON-RPC over HTTP) at `/mcp`.
     Mcp(Box<McpClient>),
     /// A dispatcher in this process, called without a front door.
-    InProcess(toolmesh_dispatcher::Dispatcher),
+    InProcess(Dispatcher),
 }
 
 /// An MCP client of one `/mcp` URL: stateless 2026-07-28 requests, JSON
@@ -184,7 +185,12 @@ impl Client {
                     context,
                     ..InvokeRequest::default()
                 };
-                match dispatcher.invoke(request, Some(CALL_DEADLINE)).await {
+                let who = match dispatcher.anonymous() {
+                    Ok(who) => who,
+                    Err(refusal) => return Err(refusal.into()),
+                };
+                let call = CallRequest::new(&who, request).timeout(CALL_DEADLINE);
+                match dispatcher.call(call).await {
                     Ok(response) => Ok(response.result),
                     Err(refusal) => return Err(refusal.into()),
                 }

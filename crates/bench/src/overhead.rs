@@ -99,7 +99,7 @@ pub struct SizeResult {
 /// directly, the baseline any gRPC hop pays.
 #[derive(Debug, Clone, Copy, PartialEq, Serialize)]
 pub struct Allocations {
-    /// `Dispatcher::invoke` in process.
+    /// `Dispatcher::call` in process.
     pub pipeline: PerCall,
     /// A tonic client's `Execute` call to the executor.
     pub direct_client: PerCall,

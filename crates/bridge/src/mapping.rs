@@ -4,9 +4,9 @@ use rmcp::model::Tool;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt;
 use std::time::Duration;
+use toolmesh::ToolPattern;
 use toolmesh::pb::{RiskLevel, ToolSpec};
 use toolmesh::spec::{MAX_DESCRIPTION_CHARS, MAX_NAME_CHARS, SpecError, ToolDef};
-use toolmesh_governance::ToolPattern;
 
 /// Which upstream tools join the mesh, and what the bridge says about them
 /// beyond what the upstream does.

@@ -60,7 +60,7 @@ pub(crate) enum FlagError {
     BearerUnset(String),
     /// `bridge mcp --tools` with a pattern that is not a tool-name glob.
     #[error("--tools: {0}")]
-    Tools(#[from] toolmesh_governance::PatternError),
+    Tools(#[from] toolmesh::PatternError),
     /// A `KEY=VALUE` flag without both sides.
     #[error("{flag} {pair:?}: write it as {shape}")]
     Pair {

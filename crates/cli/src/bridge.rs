@@ -3,9 +3,9 @@
 use crate::Failure;
 use crate::args::{BridgeArgs, BridgeMcpArgs, FlagError};
 use std::time::Duration;
+use toolmesh::ToolPattern;
 use toolmesh::pb::RiskLevel;
 use toolmesh_bridge::{Bridge, BridgeError, BridgeOptions, HttpsFiles, ToolSelection, Upstream};
-use toolmesh_governance::ToolPattern;
 
 /// Longest `--timeout-ms` a tool may declare.
 const MAX_TIMEOUT_MS: u64 = toolmesh::spec::MAX_TIMEOUT.as_millis() as u64;

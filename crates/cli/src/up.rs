@@ -7,8 +7,8 @@ use std::net::{IpAddr, SocketAddr};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 use tokio::process::Command;
-use toolmesh_governance::DEV_APPROVER_TOKEN;
 use toolmesh_node::Role;
+use toolmesh_policy::DEV_APPROVER_TOKEN;
 use toolmesh_procs::{ArmParentDeath, ParentDeath, Proc, Spawn};
 use toolmesh_transport::TlsFiles;
 
@@ -24,6 +24,57 @@ pub(crate) async fn run(
     arm: ArmParentDeath,
 ) -> Result<(), Failure> {
     let started = Instant::now();
+    let kinds = executors_asked(&args)?;
+    // Examples register with a token made for this run; nothing else may
+    // register under their owner.
+    let token = format!("dev-{}", uuid::Uuid::new_v4().simple());
+    let role = Role::Serve {
+        default_ttl: Duration::from_millis(args.serve.default_ttl_ms),
+    };
+    let running = toolmesh_node::start(role, &node_config(&args, tls, &token))
+        .await
+        .map_err(node_failure)?;
+    let server = &args.serve.server;
+    let launch = Launch {
+        exe: std::env::current_exe()
+            .context("cannot find the toolmesh binary to start examples")?,
+        registry: running.addr.to_string(),
+        token,
+        tls: tls.files().clone(),
+        otlp_endpoint: server.ops.otlp_endpoint.clone(),
+        admin_allowed_hosts: server.ops.admin_allowed_hosts.clone(),
+        arm,
+    };
+    let mut children = start_children(&launch, kinds, &running)?;
+    let dispatcher = running
+        .dispatcher
+        .as_ref()
+        .context("serve always runs a dispatcher")?;
+    let current = || dispatcher.current_snapshot();
+    let ready = registered(current, children.len(), started).await;
+    let tools = current().name_count();
+    println!("toolmesh is up in {} ms", started.elapsed().as_millis());
+    let me = shell_word(&command_name(&launch.exe));
+    print_doors(&running, &me, tls, server.policy.is_none());
+    print_executors(&children, &launch, &me, tls);
+    if !ready {
+        println!(
+            "  warning: not every example registered within {READY_TIMEOUT:?}; see the logs above"
+        );
+    }
+    println!("  {tools} tools registered\n");
+    print_try(&me, &launch.registry, tls.files());
+    println!("\nPress ctrl-c to stop.");
+    restart_until_ctrl_c(&launch, &mut children).await;
+    println!("stopping: draining executors, then the server");
+    let grace = Duration::from_millis(server.grace_ms);
+    stop_children(children, grace).await;
+    running.stop(grace).await.map_err(node_failure)
+}
+
+/// The executors `args` asks for, examples first, or why they cannot all
+/// run: none at all, a name taken twice, an unknown example.
+fn executors_asked(args: &UpArgs) -> Result<Vec<Kind>, Failure> {
     let names = args.example_names();
     let bridges = args
         .bridge
@@ -52,14 +103,23 @@ pub(crate) async fn run(
             toolmesh_examples::EXAMPLE_NAMES.join(", ")
         )));
     }
-    let role = Role::Serve {
-        default_ttl: Duration::from_millis(args.serve.default_ttl_ms),
-    };
-    // Examples register with a token made for this run; nothing else may
-    // register under their owner.
-    let token = format!("dev-{}", uuid::Uuid::new_v4().simple());
+    Ok(names
+        .into_iter()
+        .map(Kind::Example)
+        .chain(bridges.into_iter().map(Kind::Bridge))
+        .collect())
+}
+
+/// The node `up` runs: `args`' settings, examples registering with
+/// `token`, MCP and the admin page on the ports after `--listen` unless
+/// told otherwise.
+fn node_config(
+    args: &UpArgs,
+    tls: &toolmesh_transport::Tls,
+    token: &str,
+) -> toolmesh_node::NodeConfig {
     let mut config = toolmesh_node::NodeConfig {
-        dev_executor_token: Some(token.clone()),
+        dev_executor_token: Some(token.to_owned()),
         ..args.serve.node_config(tls)
     };
     let server = &args.serve.server;
@@ -71,28 +131,18 @@ pub(crate) async fn run(
         Some("none") => None,
         Some(addr) => Some(addr.to_owned()),
     };
-    let running = toolmesh_node::start(role, &config)
-        .await
-        .map_err(node_failure)?;
-    let addr = running.addr.to_string();
-    let launch = Launch {
-        exe: std::env::current_exe()
-            .context("cannot find the toolmesh binary to start examples")?,
-        registry: addr.clone(),
-        token,
-        tls: tls.files().clone(),
-        otlp_endpoint: server.ops.otlp_endpoint.clone(),
-        admin_allowed_hosts: server.ops.admin_allowed_hosts.clone(),
-        arm,
-    };
-    let mut children: Vec<Child> = Vec::new();
-    let kinds = names
-        .into_iter()
-        .map(Kind::Example)
-        .chain(bridges.into_iter().map(Kind::Bridge));
+    config
+}
+
+/// Starts each executor of `kinds`, each with an admin listener beside the
+/// node's (when it has one) on a port kept for it across restarts.
+fn start_children(
+    launch: &Launch,
+    kinds: Vec<Kind>,
+    running: &toolmesh_node::Running,
+) -> Result<Vec<Child>, Failure> {
+    let mut children = Vec::with_capacity(kinds.len());
     for kind in kinds {
-        // Each executor's admin listener beside the node's, on a port kept
-        // for it across restarts.
         let admin = match &running.admin {
             Some(admin) => Some(free_port_on(admin.addr.ip()).with_context(|| {
                 format!(
@@ -112,30 +162,42 @@ pub(crate) async fn run(
             given_up: false,
         });
     }
-    let dispatcher = running
-        .dispatcher
-        .clone()
-        .context("serve always runs a dispatcher")?;
-    let expected = children.len();
-    let ready = loop {
-        let snapshot = dispatcher.current_snapshot();
+    Ok(children)
+}
+
+/// Waits until `expected` executors serve exposed tools in the `current`
+/// snapshot, or until [`READY_TIMEOUT`] after `started`; whether they do.
+async fn registered(
+    current: impl Fn() -> std::sync::Arc<toolmesh::Snapshot>,
+    expected: usize,
+    started: Instant,
+) -> bool {
+    loop {
+        let snapshot = current();
         let services: std::collections::HashSet<&str> = snapshot
             .entries()
             .filter(|e| e.exposed())
             .flat_map(|e| e.instances.iter().map(|i| &*i.service))
             .collect();
         if services.len() >= expected {
-            break true;
+            return true;
         }
         if started.elapsed() > READY_TIMEOUT {
-            break false;
+            return false;
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
-    };
-    let tools = dispatcher.current_snapshot().name_count();
-    let me = shell_word(&command_name(&launch.exe));
+    }
+}
+
+/// Where the node serves, and how agents and operators get in.
+fn print_doors(
+    running: &toolmesh_node::Running,
+    me: &str,
+    tls: &toolmesh_transport::Tls,
+    dev_policy: bool,
+) {
+    let addr = running.addr;
     let flags = tls_flags(tls.files());
-    println!("toolmesh is up in {} ms", started.elapsed().as_millis());
     println!("  registry + dispatcher  {addr}  (grpc.health.v1, reflection)");
     if let Some(token) = running.dev_dispatcher_token() {
         println!(
@@ -145,7 +207,7 @@ pub(crate) async fn run(
     if let Some(url) = running.mcp_url() {
         println!("  MCP (Streamable HTTP)  {url}  (stdio: {me} --server {addr}{flags} mcp)");
     }
-    if server.policy.is_none() {
+    if dev_policy {
         println!(
             "  agents                 need no token: the development policy lets anyone list and call (HIGH-risk calls wait for an approval)"
         );
@@ -155,14 +217,18 @@ pub(crate) async fn run(
         );
     }
     if let Some(admin) = &running.admin {
-        let login = if server.policy.is_none() {
+        let login = if dev_policy {
             format!("log in with the token {DEV_APPROVER_TOKEN}")
         } else {
             "log in with the token of an admin or operator".to_owned()
         };
         println!("  admin page, /metrics   {}/  ({login})", admin.url());
     }
-    for child in &children {
+}
+
+/// The executors `up` started, and how to add more.
+fn print_executors(children: &[Child], launch: &Launch, me: &str, tls: &toolmesh_transport::Tls) {
+    for child in children {
         let metrics = match child.admin {
             Some(admin) => format!("  metrics {}://{admin}/metrics", admin_scheme(tls)),
             None => String::new(),
@@ -179,36 +245,36 @@ pub(crate) async fn run(
             ),
         }
     }
+    let (token, addr) = (&launch.token, &launch.registry);
+    let flags = tls_flags(tls.files());
     println!(
-        "  another executor       TOOLMESH_TOKEN={} {me}{flags} example NAME --registry {addr}",
-        launch.token
+        "  another executor       TOOLMESH_TOKEN={token} {me}{flags} example NAME --registry {addr}"
     );
     println!(
-        "  an MCP server          TOOLMESH_TOKEN={} {me}{flags} bridge mcp --registry {addr} -- COMMAND ARGS",
-        launch.token
+        "  an MCP server          TOOLMESH_TOKEN={token} {me}{flags} bridge mcp --registry {addr} -- COMMAND ARGS"
     );
-    if !ready {
-        println!(
-            "  warning: not every example registered within {READY_TIMEOUT:?}; see the logs above"
-        );
-    }
-    println!("  {tools} tools registered\n");
+}
+
+/// The commands to try against `addr`, and grpcurl's.
+fn print_try(me: &str, addr: &str, tls: &TlsFiles) {
     println!("Try, in another terminal:");
-    for line in try_lines(&me, &addr, tls.files()) {
+    for line in try_lines(me, addr, tls) {
         println!("  {line}");
     }
     // Apart from the lines above: grpcurl is not part of toolmesh.
     println!(
         "\nWith grpcurl installed (reflection is on): {}",
-        grpcurl_line(&addr, tls.files())
+        grpcurl_line(addr, tls)
     );
-    println!("\nPress ctrl-c to stop.");
+}
 
-    // Until ctrl-c: an example that dies is started again.
+/// Until ctrl-c: an executor that dies is started again, unless it refused
+/// its settings (it would fail again).
+async fn restart_until_ctrl_c(launch: &Launch, children: &mut [Child]) {
     let mut shutdown = std::pin::pin!(toolmesh_transport::shutdown_signal());
     loop {
         tokio::select! {
-            _ = &mut shutdown => break,
+            _ = &mut shutdown => return,
             _ = tokio::time::sleep(RESTART_CHECK) => {}
         }
         for child in children.iter_mut().filter(|c| !c.given_up) {
@@ -229,19 +295,20 @@ pub(crate) async fn run(
             }
         }
     }
-    println!("stopping: draining executors, then the server");
+}
+
+/// Stops every executor: SIGTERM lets each deregister and drain; one still
+/// running after `grace` is killed.
+async fn stop_children(children: Vec<Child>, grace: Duration) {
     for child in &children {
-        // SIGTERM lets each executor deregister and drain.
         child.proc.signal(libc::SIGTERM);
     }
-    let grace = Duration::from_millis(server.grace_ms);
     for mut child in children {
         if child.proc.wait_timeout(grace).await.is_none() {
             tracing::warn!(executor = %child.kind.label(), "did not stop in time; killing it");
             child.proc.kill_and_reap().await;
         }
     }
-    running.stop(grace).await.map_err(node_failure)
 }
 
 /// The exit code of a process that refused its settings (EX_USAGE).

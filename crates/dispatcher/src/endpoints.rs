@@ -2,7 +2,7 @@
 //! and its outlier state — for the instance as a whole, and for each tool on
 //! it — so a fault is ejected at the granularity the evidence supports.
 
-use crate::upstream::Upstream;
+use crate::executor_connection::ExecutorConnection;
 use dashmap::DashMap;
 use std::sync::{
     Arc,
@@ -80,7 +80,7 @@ impl Outlier {
 /// State of one executor endpoint.
 #[derive(Debug)]
 pub(crate) struct Endpoint {
-    upstream: Upstream,
+    connection: ExecutorConnection,
     in_flight: AtomicU32,
     host: Outlier,
     /// Per-tool state, created at a tool's first failure here.
@@ -91,8 +91,8 @@ pub(crate) struct Endpoint {
 
 impl Endpoint {
     /// The connection to the executor.
-    pub(crate) fn upstream(&self) -> &Upstream {
-        &self.upstream
+    pub(crate) fn connection(&self) -> &ExecutorConnection {
+        &self.connection
     }
 
     pub(crate) fn in_flight(&self) -> u32 {
@@ -180,13 +180,13 @@ impl Endpoints {
         if let Some(found) = self.map.get(address) {
             return Some(found.clone());
         }
-        let upstream = Upstream::new(address, &self.tls).ok()?;
+        let connection = ExecutorConnection::new(address, &self.tls).ok()?;
         let endpoint = self
             .map
             .entry(address.clone())
             .or_insert_with(|| {
                 Arc::new(Endpoint {
-                    upstream,
+                    connection,
                     in_flight: AtomicU32::new(0),
                     host: Outlier::default(),
                     tools: DashMap::new(),

@@ -10,17 +10,18 @@ mod canary;
 mod config;
 mod endpoints;
 mod error;
+mod executor_connection;
 mod follow;
 mod governance_service;
 mod list;
 mod metrics;
 mod recent;
 mod refusal;
+mod request;
 mod result_cache;
 mod route;
 mod service;
 mod tool_health;
-mod upstream;
 mod window;
 
 pub use canary::RolloutControl;
@@ -30,6 +31,7 @@ pub use follow::{EPOCH_GRACE, follow_registry, follow_registry_sharing};
 pub use governance_service::GovernanceService;
 pub use recent::{RECENT_WINDOW, RecentCalls};
 pub use refusal::Refusal;
+pub use request::{CallRequest, Reply, Streamed, Unary};
 pub use service::DispatcherService;
 pub use toolmesh_governance::{AuthError, Governance, Principal};
 
@@ -47,7 +49,7 @@ use tokio_util::sync::{CancellationToken, DropGuard};
 use tonic_health::pb::health_server::HealthServer;
 use tonic_health::server::HealthReporter;
 use toolmesh::pb::{
-    InvokeEvent, InvokeRequest, InvokeResponse, ListToolsResponse, Progress, ToolFormat,
+    InvokeEvent, InvokeRequest, InvokeResponse, ListToolsResponse, ToolFormat,
     dispatcher_server::DispatcherServer, governance_server::GovernanceServer, invoke_event,
 };
 use toolmesh::{Snapshot, SnapshotHistory};
@@ -76,10 +78,11 @@ const POOL_SWEEP: Duration = Duration::from_secs(10);
 /// executor's stream is held back.
 const STREAM_BUFFER: usize = 16;
 
-/// A call the dispatcher took on: its slot under `max_in_flight` (freed
-/// when the call ends) and the snapshot it runs against.
-struct Admitted {
-    _permit: OwnedSemaphorePermit,
+/// A call the dispatcher accepted, before the pipeline's checks admit it
+/// ([`call::Pipeline`]): its slot under `max_in_flight` (freed when the
+/// call ends) and the snapshot it runs against.
+struct Accepted {
+    _slot: OwnedSemaphorePermit,
     snapshot: Arc<Snapshot>,
 }
 
@@ -261,91 +264,59 @@ impl Dispatcher {
         snapshot_version: u64,
         format: ToolFormat,
     ) -> Result<Arc<ListToolsResponse>, Refusal> {
-        let who = self.governance().authenticate(None, None)?;
-        self.list_tools_for(&who, snapshot_version, format)
+        self.list_tools_for(&self.anonymous()?, snapshot_version, format)
     }
 
-    /// Runs one call for `who` through the pipeline. Tool failures come
-    /// back inside the response; a [`Refusal`] means the dispatcher itself
-    /// would not take the call (over `max_in_flight`, an expired pin).
-    pub async fn invoke_as(
+    /// Runs one call through the pipeline, answered as `call` asks: by
+    /// the response ([`Unary`]) or by a stream of events ending with it
+    /// ([`Streamed`]). Tool failures come back inside the response; a
+    /// [`Refusal`] means the dispatcher itself would not take the call (over
+    /// `max_in_flight`, an expired pin).
+    pub fn call<'a, R: Reply + 'a>(
+        &'a self,
+        call: CallRequest<R>,
+    ) -> impl Future<Output = Result<R::Answer, Refusal>> + Send + 'a {
+        R::answer(self, call, request::sealed::Token(()))
+    }
+
+    /// Takes a unary call on and runs it in this task, relaying what the
+    /// tool reports to the caller's progress, if it shows it.
+    pub(crate) async fn answer_unary(
         &self,
-        who: &Principal,
-        request: InvokeRequest,
-        caller_timeout: Option<Duration>,
+        call: CallRequest<Unary<'_>>,
     ) -> Result<InvokeResponse, Refusal> {
-        self.invoke_traced(who, request, caller_timeout, TraceContext::new())
-            .await
-    }
-
-    /// [`invoke_as`](Self::invoke_as) continuing the caller's trace
-    /// (`parent`, from [`toolmesh_telemetry::trace::extract`]).
-    pub fn invoke_traced(
-        &self,
-        who: &Principal,
-        request: InvokeRequest,
-        caller_timeout: Option<Duration>,
-        parent: TraceContext,
-    ) -> impl Future<Output = Result<InvokeResponse, Refusal>> + Send {
-        // The future of `invoke_relayed` itself: a wrapping `async fn` would
-        // keep a second copy of the request in every call's state.
-        let relay = Relay::default();
-        self.invoke_relayed(who, request, caller_timeout, parent, relay)
-    }
-
-    /// Runs one call like [`invoke_traced`](Self::invoke_traced), for a
-    /// caller that shows progress but not output chunks (the MCP door):
-    /// each progress report of a tool that streams it goes to `progress` as
-    /// it comes, before the response; a tool that does not is called by
-    /// plain `Execute`. The call runs in the caller's task (no stream, no
-    /// task per call): dropping the future cancels it.
-    pub fn invoke_with_progress(
-        &self,
-        who: &Principal,
-        request: InvokeRequest,
-        caller_timeout: Option<Duration>,
-        parent: TraceContext,
-        progress: mpsc::Sender<Progress>,
-    ) -> impl Future<Output = Result<InvokeResponse, Refusal>> + Send {
-        let relay = Relay::progress_to(progress);
-        self.invoke_relayed(who, request, caller_timeout, parent, relay)
-    }
-
-    /// Takes a call on and runs it in this task, relaying to `relay`.
-    async fn invoke_relayed(
-        &self,
-        who: &Principal,
-        request: InvokeRequest,
-        caller_timeout: Option<Duration>,
-        parent: TraceContext,
-        relay: Relay,
-    ) -> Result<InvokeResponse, Refusal> {
-        let admitted = self.admit(&request)?;
+        let accepted = self.accept(&call.request)?;
+        let Unary { who, relay } = &call.reply;
         Ok(self
-            .run(admitted, who, request, caller_timeout, parent, &relay)
+            .run(
+                accepted,
+                who,
+                call.request,
+                call.timeout,
+                call.parent,
+                relay,
+            )
             .await)
     }
 
-    /// Runs one call like [`invoke_traced`](Self::invoke_traced), streaming
-    /// it: the receiver yields what the tool reports while it runs
-    /// (progress and output chunks, for a tool that streams them) and then
-    /// the response ([`InvokeEvent`] `done`), last. The call runs the same
-    /// stages; an attempt that has streamed anything is never retried.
-    /// Dropping the receiver cancels the call. Must be called inside a
-    /// tokio runtime.
-    pub fn invoke_stream(
+    /// Takes a streamed call on and runs it in a task of its own, sending
+    /// what the tool reports and then the response to the receiver.
+    pub(crate) fn answer_streamed(
         &self,
-        who: Principal,
-        request: InvokeRequest,
-        caller_timeout: Option<Duration>,
-        parent: TraceContext,
+        call: CallRequest<Streamed>,
     ) -> Result<mpsc::Receiver<InvokeEvent>, Refusal> {
-        let admitted = self.admit(&request)?;
+        let accepted = self.accept(&call.request)?;
         let (events, received) = mpsc::channel(STREAM_BUFFER);
         let dispatcher = self.clone();
         tokio::spawn(async move {
             let relay = Relay::to(events.clone());
-            let run = dispatcher.run(admitted, &who, request, caller_timeout, parent, &relay);
+            let CallRequest {
+                request,
+                timeout,
+                parent,
+                reply: Streamed { who },
+            } = call;
+            let run = dispatcher.run(accepted, &who, request, timeout, parent, &relay);
             let response = tokio::select! {
                 response = run => response,
                 // The caller went away: dropping the call cancels it.
@@ -357,9 +328,14 @@ impl Dispatcher {
         Ok(received)
     }
 
+    /// The anonymous caller, where the policy admits one.
+    pub fn anonymous(&self) -> Result<Principal, Refusal> {
+        Ok(self.governance().authenticate(None, None)?)
+    }
+
     /// Takes a call on, or refuses it: a slot under `max_in_flight` and
     /// the snapshot it names.
-    fn admit(&self, request: &InvokeRequest) -> Result<Admitted, Refusal> {
+    fn accept(&self, request: &InvokeRequest) -> Result<Accepted, Refusal> {
         let Ok(permit) = self.admission.clone().try_acquire_owned() else {
             self.pipeline.metrics.shed.inc();
             return Err(Refusal::Overloaded {
@@ -367,16 +343,16 @@ impl Dispatcher {
             });
         };
         let snapshot = self.pipeline.snapshots.get(request.snapshot_version)?;
-        Ok(Admitted {
-            _permit: permit,
+        Ok(Accepted {
+            _slot: permit,
             snapshot,
         })
     }
 
-    /// Runs an admitted call through the pipeline, counted in flight.
+    /// Runs an accepted call through the pipeline, counted in flight.
     async fn run(
         &self,
-        admitted: Admitted,
+        accepted: Accepted,
         who: &Principal,
         request: InvokeRequest,
         caller_timeout: Option<Duration>,
@@ -389,10 +365,7 @@ impl Dispatcher {
             metrics.in_flight.dec();
         });
         // The slot is held until the call ends.
-        let Admitted {
-            _permit: _slot,
-            snapshot,
-        } = admitted;
+        let Accepted { _slot, snapshot } = accepted;
         self.pipeline
             .run(snapshot, who, request, caller_timeout, parent, relay)
             .await
@@ -425,16 +398,6 @@ impl Dispatcher {
     /// [`RECENT_WINDOW`] on this dispatcher (zero when it was not called).
     pub fn recent_calls(&self, tool: &str, version: &str) -> RecentCalls {
         self.pipeline.metrics.recent(tool, version)
-    }
-
-    /// [`invoke_as`](Self::invoke_as) the anonymous caller.
-    pub async fn invoke(
-        &self,
-        request: InvokeRequest,
-        caller_timeout: Option<Duration>,
-    ) -> Result<InvokeResponse, Refusal> {
-        let who = self.governance().authenticate(None, None)?;
-        self.invoke_as(&who, request, caller_timeout).await
     }
 
     /// The governance this dispatcher runs with.

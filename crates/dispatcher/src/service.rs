@@ -1,14 +1,16 @@
 //! The `toolmesh.v1.Dispatcher` gRPC front door: identifies the caller,
 //! hands the call to the pipeline, and turns refusals into statuses.
 
-use crate::{Dispatcher, Refusal};
+use crate::{CallRequest, Dispatcher, Principal, Refusal};
 use std::pin::Pin;
+use std::time::Duration;
 use tokio_stream::{Stream, StreamExt, wrappers::ReceiverStream};
 use tonic::{Request, Response, Status};
 use toolmesh::pb::{
     InvokeEvent, InvokeRequest, InvokeResponse, ListToolsRequest, ListToolsResponse, ToolFormat,
     dispatcher_server,
 };
+use toolmesh_telemetry::trace::Context as TraceContext;
 
 /// The events of one `InvokeStream`, as tonic sends them.
 type Events = Pin<Box<dyn Stream<Item = Result<InvokeEvent, Status>> + Send>>;
@@ -29,10 +31,7 @@ impl dispatcher_server::Dispatcher for DispatcherService {
         let request = request.into_inner();
         let format = ToolFormat::try_from(request.format)
             .map_err(|_| Refusal::UnknownFormat(request.format))?;
-        let session = request
-            .context
-            .as_ref()
-            .map_or("", |c| c.session_id.as_str());
+        let session = crate::call::session(&request.context);
         let listing =
             self.dispatcher
                 .list_tools_in(&who, session, request.snapshot_version, format)?;
@@ -43,14 +42,11 @@ impl dispatcher_server::Dispatcher for DispatcherService {
         &self,
         request: Request<InvokeRequest>,
     ) -> Result<Response<InvokeResponse>, Status> {
-        let timeout = toolmesh_transport::request_timeout(request.metadata());
-        let who = self.dispatcher.caller(&request)?;
-        let parent = toolmesh_telemetry::trace::extract(request.metadata());
-        let response = self
-            .dispatcher
-            .invoke_traced(&who, request.into_inner(), timeout, parent)
-            .await?;
-        Ok(Response::new(response))
+        let asked = self.asked(request)?;
+        let call = CallRequest::new(&asked.who, asked.request)
+            .timeout(asked.timeout)
+            .trace(asked.parent);
+        Ok(Response::new(self.dispatcher.call(call).await?))
     }
 
     type InvokeStreamStream = Events;
@@ -59,12 +55,33 @@ impl dispatcher_server::Dispatcher for DispatcherService {
         &self,
         request: Request<InvokeRequest>,
     ) -> Result<Response<Events>, Status> {
-        let timeout = toolmesh_transport::request_timeout(request.metadata());
-        let who = self.dispatcher.caller(&request)?;
-        let parent = toolmesh_telemetry::trace::extract(request.metadata());
-        let events = self
-            .dispatcher
-            .invoke_stream(who, request.into_inner(), timeout, parent)?;
+        let asked = self.asked(request)?;
+        let call = CallRequest::streamed(asked.who, asked.request)
+            .timeout(asked.timeout)
+            .trace(asked.parent);
+        let events = self.dispatcher.call(call).await?;
         Ok(Response::new(Box::pin(ReceiverStream::new(events).map(Ok))))
+    }
+}
+
+/// A call as its gRPC request asks for it.
+struct Asked {
+    who: Principal,
+    request: InvokeRequest,
+    /// The caller's deadline (`grpc-timeout`), if it sent one.
+    timeout: Option<Duration>,
+    /// The caller's trace (`traceparent`).
+    parent: TraceContext,
+}
+
+impl DispatcherService {
+    /// The call `request` asks for: its caller, their deadline and trace.
+    fn asked(&self, request: Request<InvokeRequest>) -> Result<Asked, Status> {
+        Ok(Asked {
+            timeout: toolmesh_transport::request_timeout(request.metadata()),
+            who: self.dispatcher.caller(&request)?,
+            parent: toolmesh_telemetry::trace::extract(request.metadata()),
+            request: request.into_inner(),
+        })
     }
 }

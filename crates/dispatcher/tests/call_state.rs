@@ -1,11 +1,11 @@
-//! The state of one call (the future `Dispatcher::invoke_traced` returns)
+//! The state of one call (the future `Dispatcher::call` returns)
 //! is allocated for every call: it must stay small. Rare paths (fallback,
 //! cache, streaming, shared session facts, approvals) are boxed where they
 //! start so their state is paid only by the calls that take them; unboxed
 //! they once made every call allocate and copy 50 KB.
 
 use std::sync::Arc;
-use toolmesh_dispatcher::Dispatcher;
+use toolmesh_dispatcher::{CallRequest, Dispatcher};
 use toolmesh_governance::Principal;
 
 /// Under 16 KiB (it was 50,920 bytes before the rare paths were boxed;
@@ -24,12 +24,7 @@ async fn one_call_state_stays_small() {
         anonymous: false,
         issued_by: None,
     };
-    let call = dispatcher.invoke_traced(
-        &who,
-        Default::default(),
-        None,
-        toolmesh_telemetry::trace::Context::new(),
-    );
+    let call = dispatcher.call(CallRequest::new(&who, Default::default()));
     let size = std::mem::size_of_val(&call);
     assert!(
         size <= MAX_CALL_STATE_BYTES,

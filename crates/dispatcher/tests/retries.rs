@@ -15,7 +15,7 @@ use toolmesh::pb::{
     ToolError, ToolResult, ToolSpec, execute_event, executor_server::ExecutorServer, invoke_event,
 };
 use toolmesh::{Instance, Snapshot, ToolDef, ToolEntry, ToolErrorExt};
-use toolmesh_dispatcher::{Dispatcher, DispatcherConfig};
+use toolmesh_dispatcher::{CallRequest, Dispatcher, DispatcherConfig, Refusal};
 use toolmesh_testkit::{serve_router, until};
 
 /// What a scripted executor does with each call (on `ExecuteStream`, every
@@ -302,7 +302,7 @@ async fn retry_rule_table() {
             DispatcherConfig::default(),
         );
         let id = format!("{label}-{idempotent}");
-        let response = d.invoke(call(&id), None).await.unwrap();
+        let response = invoke(&d, call(&id), None).await.unwrap();
         assert_eq!(
             response.attempts, expected,
             "{label}, idempotent={idempotent}"
@@ -339,7 +339,7 @@ async fn never_sent_goes_to_another_instance() {
         DispatcherConfig::default(),
     );
     for i in 0..20 {
-        let response = d.invoke(call(&format!("c{i}")), None).await.unwrap();
+        let response = invoke(&d, call(&format!("c{i}")), None).await.unwrap();
         assert_eq!(code_of(&response), ErrorCode::Unspecified, "{response:?}");
         assert_eq!(response.executor_id, "x1");
     }
@@ -353,7 +353,7 @@ async fn retry_prefers_a_different_instance() {
     let (good, _) = executor(Script::Ok).await;
     let d = dispatcher(spec(true, 0), &[&bad, &good], DispatcherConfig::default());
     for i in 0..20 {
-        let response = d.invoke(call(&format!("r{i}")), None).await.unwrap();
+        let response = invoke(&d, call(&format!("r{i}")), None).await.unwrap();
         assert_eq!(code_of(&response), ErrorCode::Unspecified);
         assert!(response.attempts <= 2, "at most one failed attempt first");
         assert_eq!(response.executor_id, "x1");
@@ -375,7 +375,7 @@ async fn budget_and_pushback() {
         ..DispatcherConfig::default()
     };
     let d = dispatcher(spec(true, 0), &[&endpoint], config);
-    let response = d.invoke(call("budget"), None).await.unwrap();
+    let response = invoke(&d, call("budget"), None).await.unwrap();
     assert_eq!(response.attempts, 1, "no budget, no retry");
 
     let pushback = ToolError::new(ErrorCode::Unavailable, "busy")
@@ -383,7 +383,7 @@ async fn budget_and_pushback() {
         .with_retry_after_ms(150);
     let (endpoint, seen) = executor(Script::Reply(pushback)).await;
     let d = dispatcher(spec(true, 0), &[&endpoint], DispatcherConfig::default());
-    let response = d.invoke(call("pushback"), None).await.unwrap();
+    let response = invoke(&d, call("pushback"), None).await.unwrap();
     assert_eq!(response.attempts, 3);
     let seen = seen.lock().unwrap().clone();
     for pair in seen.windows(2) {
@@ -402,8 +402,7 @@ async fn one_deadline_for_all_attempts() {
     let (endpoint, _) = executor(Script::Hang).await;
     let d = dispatcher(spec(true, 0), &[&endpoint], DispatcherConfig::default());
     let started = Instant::now();
-    let response = d
-        .invoke(call("deadline"), Some(Duration::from_millis(300)))
+    let response = invoke(&d, call("deadline"), Some(Duration::from_millis(300)))
         .await
         .unwrap();
     let took = started.elapsed();
@@ -427,7 +426,7 @@ async fn sheds_load_over_the_in_flight_limit() {
     let d = dispatcher(spec(false, 0), &[&endpoint], config);
     let hung = {
         let d = d.clone();
-        tokio::spawn(async move { d.invoke(call("hung"), Some(Duration::from_secs(2))).await })
+        tokio::spawn(async move { invoke(&d, call("hung"), Some(Duration::from_secs(2))).await })
     };
     // The first call holds the only slot once the executor has it.
     until(
@@ -436,7 +435,7 @@ async fn sheds_load_over_the_in_flight_limit() {
         || !seen.lock().unwrap().is_empty(),
     )
     .await;
-    let shed = tonic::Status::from(d.invoke(call("shed"), None).await.unwrap_err());
+    let shed = tonic::Status::from(invoke(&d, call("shed"), None).await.unwrap_err());
     assert_eq!(shed.code(), tonic::Code::ResourceExhausted);
     assert!(shed.message().contains("limit of 1"), "{}", shed.message());
     hung.abort();
@@ -451,7 +450,7 @@ async fn outlier_is_ejected() {
     // bad instance one by one.
     let d = dispatcher(spec(false, 0), &[&bad, &good], DispatcherConfig::default());
     for i in 0..60 {
-        d.invoke(call(&format!("o{i}")), None).await.unwrap();
+        invoke(&d, call(&format!("o{i}")), None).await.unwrap();
     }
     let bad_calls = bad_seen.lock().unwrap().len();
     assert_eq!(bad_calls, 5, "ejected after exactly 5 consecutive failures");
@@ -482,8 +481,7 @@ async fn tool_fault_failover_keeps_the_healthy_replicas_tools() {
     // Until B is ejected for t_write (5 consecutive failures there).
     let mut write_failures = 0;
     for i in 0..200 {
-        let response = d
-            .invoke(run("t_write", format!("w{i}")), None)
+        let response = invoke(&d, run("t_write", format!("w{i}")), None)
             .await
             .unwrap();
         if code_of(&response) != ErrorCode::Unspecified {
@@ -496,8 +494,7 @@ async fn tool_fault_failover_keeps_the_healthy_replicas_tools() {
     assert_eq!(write_failures, 5, "t_write failed on B five times");
     let mut first_try_on_b = 0;
     for i in 0..30 {
-        let response = d
-            .invoke(run("t_read", format!("r{i}")), None)
+        let response = invoke(&d, run("t_read", format!("r{i}")), None)
             .await
             .unwrap();
         assert_eq!(
@@ -517,8 +514,7 @@ async fn tool_fault_failover_keeps_the_healthy_replicas_tools() {
     // (all 30 going to A first has odds of 2^-30).
     assert!(first_try_on_b > 0, "B was ejected as a whole");
     for i in 0..20 {
-        let response = d
-            .invoke(run("t_write", format!("w2-{i}")), None)
+        let response = invoke(&d, run("t_write", format!("w2-{i}")), None)
             .await
             .unwrap();
         assert_eq!(
@@ -529,12 +525,22 @@ async fn tool_fault_failover_keeps_the_healthy_replicas_tools() {
     }
 }
 
+/// One unary call by the anonymous caller, within `timeout` if given.
+async fn invoke(
+    d: &Dispatcher,
+    request: InvokeRequest,
+    timeout: Option<Duration>,
+) -> Result<pb::InvokeResponse, Refusal> {
+    let who = d.anonymous()?;
+    d.call(CallRequest::new(&who, request).timeout(timeout))
+        .await
+}
+
 /// The events of one `InvokeStream`: the progress messages, then the response.
 async fn streamed(d: &Dispatcher, request: InvokeRequest) -> (Vec<String>, pb::InvokeResponse) {
-    let who = d.governance().authenticate(None, None).unwrap();
-    let mut events = d
-        .invoke_stream(who, request, None, Default::default())
-        .unwrap();
+    let who = d.anonymous().unwrap();
+    let call = CallRequest::streamed(who, request);
+    let mut events = d.call(call).await.unwrap();
     let mut progress = Vec::new();
     while let Some(event) = events.recv().await {
         match event.event {
@@ -584,7 +590,7 @@ async fn streams_retry_only_until_something_reached_the_caller() {
     assert_eq!(progress, ["halfway"]);
     assert_eq!(seen.lock().unwrap().len(), 1);
 
-    let unary = d.invoke(call("unary"), None).await.unwrap();
+    let unary = invoke(&d, call("unary"), None).await.unwrap();
     assert_eq!(code_of(&unary), ErrorCode::Unspecified, "{unary:?}");
     assert_eq!(unary.attempts, 2, "a unary caller saw nothing: retried");
 }

@@ -89,3 +89,45 @@ pub(crate) enum BadArguments {
         violations: Violations,
     },
 }
+
+/// Why an executor does not run a call it was sent: the caller reads it as
+/// the call's error.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum NotServed {
+    /// No tool of that name here (answered `NOT_FOUND`).
+    #[error("executor {executor_id} has no tool {shown:?}; {hint}")]
+    NoSuchTool {
+        executor_id: String,
+        /// The start of the name asked for.
+        shown: String,
+        /// The names nearest it, or every name served.
+        hint: String,
+    },
+    /// The tool's spec does not validate (answered `EXECUTOR_FAILED`).
+    #[error("tool {tool} cannot run on executor {executor_id}: its spec is invalid ({reason})")]
+    InvalidSpec {
+        tool: String,
+        executor_id: String,
+        reason: SpecError,
+    },
+    /// Another version of the tool is served (answered `NOT_FOUND`).
+    #[error("tool {label} is not served by executor {executor_id}; it serves version {served}")]
+    OtherVersion {
+        /// `name@version` as asked for.
+        label: String,
+        executor_id: String,
+        served: String,
+    },
+}
+
+impl NotServed {
+    /// The code the caller reads.
+    pub(crate) fn code(&self) -> toolmesh::pb::ErrorCode {
+        match self {
+            NotServed::NoSuchTool { .. } | NotServed::OtherVersion { .. } => {
+                toolmesh::pb::ErrorCode::NotFound
+            }
+            NotServed::InvalidSpec { .. } => toolmesh::pb::ErrorCode::ExecutorFailed,
+        }
+    }
+}

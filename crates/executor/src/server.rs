@@ -1,7 +1,7 @@
 //! The `toolmesh.v1.Executor` service: one call from request to `ToolResult`, with validation, deadline, cancellation and panic isolation.
 
 use crate::dispatcher_only::DispatcherOnly;
-use crate::error::BadArguments;
+use crate::error::{BadArguments, NotServed};
 use crate::metrics::Metrics;
 use crate::{
     CallCx, ProgressHandle,
@@ -76,42 +76,15 @@ impl Core {
         caller_timeout: Option<Duration>,
         progress: ProgressHandle,
     ) -> ToolResult {
-        let (def, tool) = {
-            let tools = self.tools.load();
-            let Some(slot) = tools.get(&request.tool) else {
-                return not_found(&tools, &self.executor_id, &request.tool);
-            };
-            (slot.def.clone(), Arc::clone(&slot.tool))
+        let (def, tool) = match self.served(&request) {
+            Ok(served) => served,
+            Err(not_served) => return failure(not_served.code(), not_served.to_string()),
         };
-        let def = match def {
-            Ok(def) => def,
-            Err(reason) => {
-                return failure(
-                    ErrorCode::ExecutorFailed,
-                    format!(
-                        "tool {} cannot run on executor {}: its spec is invalid ({reason})",
-                        request.tool, self.executor_id
-                    ),
-                );
-            }
-        };
-        let served = def.spec().version.as_str();
-        if !request.version.is_empty() && request.version != served {
-            return failure(
-                ErrorCode::NotFound,
-                format!(
-                    "tool {} is not served by executor {}; it serves version {served}",
-                    toolmesh::spec::label(&request.tool, &request.version),
-                    self.executor_id
-                ),
-            );
-        }
         // Checked once here; the tool gets them typed.
         let args = match check_arguments(&def, std::mem::take(&mut request.arguments)) {
             Ok(args) => args,
             Err(refused) => return failure(ErrorCode::InvalidArguments, refused.to_string()),
         };
-
         let (budget, bound) = call_budget(caller_timeout, def.timeout());
         if budget.is_zero() {
             return deadline_exceeded(&def, budget, bound);
@@ -132,43 +105,81 @@ impl Core {
             budget_ms = budget.as_millis() as u64,
             "call started"
         );
-        let mut call = tool.start(args, cx);
-        // Most tools answer without waiting: their first poll runs here, in
-        // the request's task, with no task to spawn and schedule. A call
-        // that waits moves to a task of its own, which can outlive this
-        // future by the cancellation grace.
-        let ended = match poll_in_place(&mut call).await {
-            // A first poll that blocked past the deadline ends as a task would.
-            Some(_) if Instant::now() > deadline => {
-                return deadline_exceeded(&def, budget, bound);
-            }
-            Some(ended) => ended,
-            None => {
-                let mut task = tokio::spawn(call);
-                // Dropped with this future: if the caller goes away, or the
-                // deadline passes, the call is cancelled and its task reaped.
-                let mut guard = CancelOnDrop {
-                    cancellations: self.metrics.cancellations.clone(),
-                    token,
-                    task: Some(task.abort_handle()),
-                };
-                let joined = tokio::select! {
-                    biased;
-                    joined = &mut task => joined,
-                    () = tokio::time::sleep_until(deadline) => {
-                        return deadline_exceeded(&def, budget, bound);
-                    }
-                };
-                guard.disarm();
-                match joined {
-                    Ok(outcome) => Ended::Finished(outcome),
-                    Err(e) if e.is_panic() => Ended::Panicked(e.into_panic()),
-                    Err(_) => Ended::Stopped,
-                }
-            }
+        match self.run_until(tool.start(args, cx), deadline, token).await {
+            Some(ended) => self.result_of(&def, ended),
+            None => deadline_exceeded(&def, budget, bound),
+        }
+    }
+
+    /// The definition and tool `request` names, or why this executor does
+    /// not run it.
+    fn served(
+        &self,
+        request: &ExecuteRequest,
+    ) -> Result<(Arc<ToolDef>, Arc<dyn ErasedTool>), NotServed> {
+        let (def, tool) = {
+            let tools = self.tools.load();
+            let Some(slot) = tools.get(&request.tool) else {
+                return Err(not_found(&tools, &self.executor_id, &request.tool));
+            };
+            (slot.def.clone(), Arc::clone(&slot.tool))
         };
+        let def = def.map_err(|reason| NotServed::InvalidSpec {
+            tool: request.tool.clone(),
+            executor_id: self.executor_id.clone(),
+            reason,
+        })?;
+        let served = def.spec().version.as_str();
+        if !request.version.is_empty() && request.version != served {
+            return Err(NotServed::OtherVersion {
+                label: toolmesh::spec::label(&request.tool, &request.version),
+                executor_id: self.executor_id.clone(),
+                served: served.to_owned(),
+            });
+        }
+        Ok((def, tool))
+    }
+
+    /// Runs a started call until it ends, or None once `deadline` passes
+    /// (the call then cancelled through `token`). Most tools answer without
+    /// waiting: their first poll runs here, in the request's task, with no
+    /// task to spawn and schedule. A call that waits moves to a task of its
+    /// own, which can outlive this future by the cancellation grace.
+    async fn run_until(
+        &self,
+        mut call: CallFuture,
+        deadline: Instant,
+        token: CancellationToken,
+    ) -> Option<Ended> {
+        if let Some(ended) = poll_in_place(&mut call).await {
+            // A first poll that blocked past the deadline ends as a task would.
+            return (Instant::now() <= deadline).then_some(ended);
+        }
+        let mut task = tokio::spawn(call);
+        // Dropped with this future: if the caller goes away, or the
+        // deadline passes, the call is cancelled and its task reaped.
+        let mut guard = CancelOnDrop {
+            cancellations: self.metrics.cancellations.clone(),
+            token,
+            task: Some(task.abort_handle()),
+        };
+        let joined = tokio::select! {
+            biased;
+            joined = &mut task => joined,
+            () = tokio::time::sleep_until(deadline) => return None,
+        };
+        guard.disarm();
+        Some(match joined {
+            Ok(outcome) => Ended::Finished(outcome),
+            Err(e) if e.is_panic() => Ended::Panicked(e.into_panic()),
+            Err(_) => Ended::Stopped,
+        })
+    }
+
+    /// The result the caller reads of a call of `def` that ended.
+    fn result_of(&self, def: &ToolDef, ended: Ended) -> ToolResult {
         match ended {
-            Ended::Finished(Outcome::Ran(Ok(output))) => success(&def, output),
+            Ended::Finished(Outcome::Ran(Ok(output))) => success(def, output),
             Ended::Finished(Outcome::Ran(Err(fail))) => {
                 let code = match fail.kind {
                     FailureKind::Tool => ErrorCode::ToolError,
@@ -296,18 +307,17 @@ fn deadline_exceeded(def: &ToolDef, budget: Duration, bound: Bound) -> ToolResul
     )
 }
 
-fn not_found(tools: &Tools, executor_id: &str, wanted: &str) -> ToolResult {
+/// No tool `wanted` among `tools`: the names nearest it, or every name.
+fn not_found(tools: &Tools, executor_id: &str, wanted: &str) -> NotServed {
     let names: Vec<&str> = tools.keys().map(String::as_str).collect();
     let close = suggest::close_names(wanted, names.iter().copied(), 3);
     let hint =
         suggest::did_you_mean(&close).unwrap_or_else(|| format!("it serves {}", names.join(", ")));
-    failure(
-        ErrorCode::NotFound,
-        format!(
-            "executor {executor_id} has no tool {:?}; {hint}",
-            toolmesh::reference::shown_prefix(wanted)
-        ),
-    )
+    NotServed::NoSuchTool {
+        executor_id: executor_id.to_owned(),
+        shown: toolmesh::reference::shown_prefix(wanted).to_owned(),
+        hint,
+    }
 }
 
 /// The text of a panic payload (`&str` or `String`; anything else is named as such).

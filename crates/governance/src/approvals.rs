@@ -8,12 +8,15 @@
 
 mod op;
 mod record;
-mod shared;
+mod store;
 mod summary;
 
 pub use op::{ApprovalCall, ApprovalOp, Approve, Consume, Deny, List, Request};
-pub use shared::{PREFIX, SharedApprovals};
+pub use store::{PREFIX, StoredApprovals};
 pub use summary::{MAX_NAME_CHARS, MAX_VALUE_CHARS, approval_summary};
+pub use toolmesh_policy::approval::{
+    ApprovalSettings, DEFAULT_MAX_OPEN_PER_CALLER, DEFAULT_TTL, MAX_TICKETS,
+};
 
 use crate::Principal;
 use std::{
@@ -24,39 +27,10 @@ use std::{
 };
 use tokio::time::Instant;
 
-/// Tickets kept at once (pending, decided or used but not yet purged);
-/// beyond this, new requests are refused until approvers catch up.
-pub const MAX_TICKETS: usize = 10_000;
 /// Longest denial reason kept, in characters; longer ones are cut.
 pub const MAX_REASON_CHARS: usize = 500;
 /// Longest lifetime used when settings ask for more than the clock can represent.
 const MAX_TTL: Duration = Duration::from_secs(365 * 24 * 60 * 60);
-/// Default lifetime of a ticket.
-pub const DEFAULT_TTL: Duration = Duration::from_secs(15 * 60);
-/// Default cap on one caller's open tickets (`max_open_per_caller`).
-pub const DEFAULT_MAX_OPEN_PER_CALLER: usize = 100;
-
-/// Who may approve and how long a ticket lives; from the policy's `[approval]`.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct ApprovalSettings {
-    /// Holding any of these roles makes a principal an approver.
-    pub approver_roles: Vec<String>,
-    /// How long a ticket is valid from the moment it is requested.
-    pub ttl: Duration,
-    /// Open tickets (pending, or approved and unused) one caller may have.
-    pub max_open_per_caller: usize,
-}
-
-impl Default for ApprovalSettings {
-    fn default() -> Self {
-        ApprovalSettings {
-            approver_roles: vec!["approver".into()],
-            ttl: DEFAULT_TTL,
-            max_open_per_caller: DEFAULT_MAX_OPEN_PER_CALLER,
-        }
-    }
-}
-
 /// Where a ticket stands.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ApprovalState {
@@ -311,7 +285,7 @@ struct State {
 }
 
 /// The approval rules over a set of tickets. The tickets live in the
-/// shared records ([`SharedApprovals`]); a book of them is rebuilt for
+/// shared records ([`StoredApprovals`]); a book of them is rebuilt for
 /// each operation ([`Approvals::from_tickets`]) and what the rules changed
 /// is written back.
 #[derive(Debug)]

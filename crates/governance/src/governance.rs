@@ -1,17 +1,17 @@
 //! The governance one server runs with: the live policy, open approvals,
 //! session facts and the audit sink, behind one handle every front door uses.
 
-use crate::approvals::{ApprovalError, ApprovalOp, ApprovalTicket, Approve, Deny, SharedApprovals};
+use crate::approvals::{ApprovalError, ApprovalOp, ApprovalTicket, Approve, Deny, StoredApprovals};
 use crate::audit::{AuditKind, AuditRecord, AuditSink};
 use crate::identity::Identity;
-use crate::issuers::IssuerKeys;
+use crate::records::{MemoryRecords, RecordStore};
 use crate::sessions::{PreconditionError, Sessions};
-use crate::shared_records::{MemoryBook, SharedBook};
 use crate::{AuthError, Policy, PolicyHandle, Principal, SessionLimits};
 use serde_json::Value;
 use std::sync::Arc;
 use toolmesh::Snapshot;
 use toolmesh::pb::Precondition;
+use toolmesh_identity::issuers::IssuerKeys;
 use toolmesh_transport::PeerCertificate;
 
 /// The governance a dispatcher runs with.
@@ -19,7 +19,7 @@ pub struct Governance {
     /// The policy in force (live: reloads show up on the next call).
     pub policy: Arc<PolicyHandle>,
     /// Approval tickets, in the shared records.
-    approvals: SharedApprovals,
+    approvals: StoredApprovals,
     /// What each agent session has done, for preconditions, in the shared
     /// records.
     sessions: Sessions,
@@ -30,26 +30,26 @@ pub struct Governance {
 
 impl Governance {
     /// Governance by `policy`, writing audit records to `audit` when set,
-    /// with its records in this process alone (a [`MemoryBook`]).
+    /// with its records in this process alone (a [`MemoryRecords`]).
     pub fn new(policy: Arc<PolicyHandle>, audit: Option<AuditSink>) -> Self {
-        Governance::sharing(Identity::new(policy), audit, Arc::new(MemoryBook::new()))
+        Governance::sharing(Identity::new(policy), audit, Arc::new(MemoryRecords::new()))
     }
 
     /// Governance that identifies callers with `identity` (and shares its
     /// issuers' keys, e.g. with the registry in the same process) and
     /// keeps approvals and session facts in `book`: the registry's shared
     /// records (so every dispatcher following that registry sees the same
-    /// tickets and judges a precondition alike) or a [`MemoryBook`]; the
+    /// tickets and judges a precondition alike) or a [`MemoryRecords`]; the
     /// rules run here either way.
     pub fn sharing(
         identity: Identity,
         audit: Option<AuditSink>,
-        book: Arc<dyn SharedBook>,
+        book: Arc<dyn RecordStore>,
     ) -> Self {
         Governance {
             policy: identity.policy().clone(),
             identity,
-            approvals: SharedApprovals::new(book.clone()),
+            approvals: StoredApprovals::new(book.clone()),
             sessions: Sessions::new(book, SessionLimits::default()),
             audit,
         }

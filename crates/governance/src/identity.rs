@@ -2,9 +2,11 @@
 //! policy's static tokens and certificate names, then the JWTs of its
 //! `[[issuers]]` against keys kept across reloads.
 
-use crate::issuers::{self, IssuerKeys, KeyStatus};
-use crate::{AuthError, Policy, PolicyHandle, Principal};
+use crate::PolicyHandle;
 use std::sync::Arc;
+use toolmesh_identity::issuers::{self, IssuerKeys, KeyStatus};
+use toolmesh_identity::{AuthError, Identify, Principal};
+use toolmesh_policy::Policy;
 use toolmesh_transport::PeerCertificate;
 
 /// Identifies callers by the policy in force. Cheap to clone: every clone
@@ -75,29 +77,6 @@ impl Identity {
     }
 }
 
-/// Identifies a caller from its bearer token or certificate; the registry's
-/// access rules ([`crate::registry_access`]) ask it.
-pub trait Identify {
-    /// The caller: bearer token first, then the names a verified client
-    /// certificate is valid for (`certificate_valid_for`), else anonymous.
-    fn identify(
-        &self,
-        bearer: Option<&str>,
-        certificate_valid_for: Option<&dyn Fn(&str) -> bool>,
-    ) -> Result<Principal, AuthError>;
-}
-
-/// Static tokens and certificate names only.
-impl Identify for Policy {
-    fn identify(
-        &self,
-        bearer: Option<&str>,
-        certificate_valid_for: Option<&dyn Fn(&str) -> bool>,
-    ) -> Result<Principal, AuthError> {
-        Policy::identify(self, bearer, certificate_valid_for)
-    }
-}
-
 /// Static tokens, certificate names and the JWTs of the policy's issuers.
 impl Identify for Identity {
     fn identify(
@@ -111,7 +90,7 @@ impl Identify for Identity {
             (Err(AuthError::UnknownToken { .. }), Some(token))
                 if !policy.issuers().is_empty() && issuers::looks_like_jwt(token) =>
             {
-                issuers::verify(token, &policy, &self.keys)
+                issuers::verify(token, policy.issuers(), policy.callers(), &self.keys)
             }
             (found, _) => found,
         }

@@ -1,11 +1,13 @@
 //! Tests of the policy as a whole: file errors, authentication, projection, deny reasons, explain and reload.
 
-use crate::{
-    ApprovalNeed, AuthError, DEV_APPROVER_TOKEN, DEV_POLICY_TOML, Decision, EXAMPLE_POLICY_TOML,
-    GrantVerdict, Policy, PolicyError, PolicyHandle, Principal, digest, explain,
-};
+use crate::{PolicyHandle, digest};
 use std::{path::PathBuf, time::Duration};
 use toolmesh::pb::{RiskLevel, ToolSpec};
+use toolmesh_identity::{AuthError, Principal};
+use toolmesh_policy::{
+    ApprovalNeed, DEV_APPROVER_TOKEN, DEV_POLICY_TOML, Decision, EXAMPLE_POLICY_TOML, GrantVerdict,
+    Policy, PolicyError, explain,
+};
 
 fn spec(name: &str, risk: RiskLevel, tags: &[&str]) -> ToolSpec {
     ToolSpec {

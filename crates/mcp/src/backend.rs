@@ -10,7 +10,7 @@ use toolmesh::pb::{
     InvokeEvent, InvokeRequest, InvokeResponse, ListToolsResponse, Progress, ToolFormat,
     invoke_event,
 };
-use toolmesh_dispatcher::{Dispatcher, Principal};
+use toolmesh_dispatcher::{CallRequest, Dispatcher, Principal};
 use toolmesh_telemetry::trace::Context as TraceContext;
 use toolmesh_transport::PeerCertificate;
 
@@ -143,7 +143,10 @@ impl Backend for Dispatcher {
         timeout: Option<Duration>,
         parent: TraceContext,
     ) -> Result<InvokeResponse, BackendError> {
-        Ok(self.invoke_traced(who, request, timeout, parent).await?)
+        let call = CallRequest::new(who, request)
+            .timeout(timeout)
+            .trace(parent);
+        Ok(self.call(call).await?)
     }
 
     async fn invoke_streamed(
@@ -157,9 +160,11 @@ impl Backend for Dispatcher {
         // In this task, resolved once by the call itself: a tool that does
         // not stream progress is called by plain Execute (MCP clients send
         // a progressToken on every call).
-        Ok(self
-            .invoke_with_progress(who, request, timeout, parent, progress)
-            .await?)
+        let call = CallRequest::new(who, request)
+            .timeout(timeout)
+            .trace(parent)
+            .progress_to(progress);
+        Ok(self.call(call).await?)
     }
 
     fn watch_interval(&self) -> Duration {

@@ -30,9 +30,8 @@ use tokio_util::sync::CancellationToken;
 use toolmesh::Snapshot;
 use toolmesh::pb;
 use toolmesh_dispatcher::Dispatcher;
-use toolmesh_governance::{
-    AccessError, ApprovalError, AuthError, Identity, Principal, registry_access,
-};
+use toolmesh_governance::{ApprovalError, Identity};
+use toolmesh_identity::{AccessError, AuthError, Principal, registry_access};
 use toolmesh_registry::{RegistryError, RegistryService};
 use toolmesh_telemetry::MetricsRegistry;
 

@@ -11,7 +11,7 @@ use std::time::{Duration, SystemTime};
 use tokio_util::sync::CancellationToken;
 use toolmesh::pb::{self, shared_record::Value};
 use toolmesh_governance::approvals::PREFIX;
-use toolmesh_governance::shared_records::unix_ms;
+use toolmesh_governance::records::unix_ms;
 use toolmesh_registry::SharedRecordsService;
 use toolmesh_telemetry::MetricsRegistry;
 
@@ -103,7 +103,8 @@ impl Collector for Exported {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use toolmesh_governance::{ApprovalState, Principal};
+    use toolmesh_governance::ApprovalState;
+    use toolmesh_testkit::principal;
 
     fn ticket(
         id: &str,
@@ -111,13 +112,7 @@ mod tests {
         expires_at_ms: u64,
         state: ApprovalState,
     ) -> pb::ApprovalTicket {
-        let caller = Principal {
-            name: "bot".into(),
-            tenant: String::new(),
-            roles: vec![],
-            anonymous: false,
-            issued_by: None,
-        };
+        let caller = principal("bot", "", &[]);
         let (state, decided_by) = match state {
             ApprovalState::Pending => (pb::ApprovalState::Pending, ""),
             ApprovalState::Approved { .. } => (pb::ApprovalState::Approved, "ann"),

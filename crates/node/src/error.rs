@@ -44,11 +44,11 @@ pub enum NodeError {
         /// The file.
         path: PathBuf,
         /// What is wrong with it.
-        source: toolmesh_governance::PolicyError,
+        source: toolmesh_policy::PolicyError,
     },
     /// The built-in development policy did not load.
     #[error(transparent)]
-    DevPolicy(toolmesh_governance::PolicyError),
+    DevPolicy(toolmesh_policy::PolicyError),
     /// The audit file could not be opened.
     #[error("cannot open audit file {path}: {source}")]
     Audit {

@@ -4,10 +4,9 @@
 use crate::config::NodeConfig;
 use crate::error::NodeError;
 use std::sync::Arc;
-use toolmesh_governance::{
-    AccessError, AuditSink, DEV_POLICY_TOML, DISPATCHER_ROLE, EXECUTOR_ROLE, Identity, Policy,
-    PolicyHandle, PolicyWatcher, registry_access,
-};
+use toolmesh_governance::{AuditSink, Identity, PolicyHandle, PolicyWatcher};
+use toolmesh_identity::{AccessError, DISPATCHER_ROLE, EXECUTOR_ROLE, registry_access};
+use toolmesh_policy::{DEV_POLICY_TOML, Policy};
 use toolmesh_registry::{Gate, SnapshotReader};
 
 /// Audit records buffered before the writer applies back-pressure.
@@ -106,7 +105,7 @@ pub async fn audit_sink(config: &NodeConfig) -> Result<Option<AuditSink>, NodeEr
 
 /// The registry's gate over the policy in force (its tokens, certificate
 /// names and issuers' JWTs): the rules themselves are
-/// [`toolmesh_governance::registry_access`]'s.
+/// [`toolmesh_identity::registry_access`]'s.
 pub struct PolicyGate(pub Identity);
 
 impl Gate for PolicyGate {
@@ -118,9 +117,10 @@ impl Gate for PolicyGate {
         &self,
         certificate: &toolmesh_transport::PeerCertificate,
     ) -> Option<Result<String, AccessError>> {
-        registry_access::executor_owner_by_certificate(&self.0.policy().current(), |name| {
-            certificate.is_valid_for(name)
-        })
+        registry_access::executor_owner_by_certificate(
+            self.0.policy().current().callers(),
+            |name| certificate.is_valid_for(name),
+        )
     }
 
     fn admin(&self, bearer: Option<&str>) -> Result<String, AccessError> {

@@ -3,7 +3,7 @@
 use std::time::Duration;
 use tonic_health::{ServingStatus, server::HealthReporter};
 use toolmesh_governance::Identity;
-use toolmesh_governance::issuers::KeyStatus;
+use toolmesh_identity::issuers::KeyStatus;
 use toolmesh_transport::ISSUERS_HEALTH_SERVICE;
 
 /// How often the keys' standing is looked at.

@@ -6,7 +6,7 @@ use prometheus_client::metrics::MetricType;
 use prometheus_client::metrics::counter::ConstCounter;
 use prometheus_client::metrics::gauge::ConstGauge;
 use toolmesh_governance::Identity;
-use toolmesh_governance::issuers::KeyStatus;
+use toolmesh_identity::issuers::KeyStatus;
 
 /// A gauge: its name, its help and its value for one issuer.
 type Gauge = (&'static str, &'static str, fn(&KeyStatus) -> f64);

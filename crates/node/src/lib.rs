@@ -14,7 +14,7 @@ mod issuer_health;
 mod issuer_metrics;
 mod lanes;
 mod readiness;
-mod registry_book;
+mod registry_records;
 mod rollouts;
 mod server;
 

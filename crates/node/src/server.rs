@@ -6,7 +6,7 @@ use crate::error::NodeError;
 use crate::governance::{PolicyGate, PolicySetup, audit_sink, load_policy};
 use crate::lanes;
 use crate::readiness::Readiness;
-use crate::registry_book::RegistryBook;
+use crate::registry_records::RegistryRecords;
 use crate::rollouts;
 use std::future::Future;
 use std::{net::SocketAddr, sync::Arc, time::Duration};
@@ -19,7 +19,7 @@ use toolmesh_dispatcher::{
 };
 use toolmesh_governance::AuditSink;
 use toolmesh_governance::Identity;
-use toolmesh_governance::{MemoryBook, SharedBook, SharedRecordsRelay};
+use toolmesh_governance::{MemoryRecords, RecordStore, RemoteRecords};
 use toolmesh_registry::{
     DecisionJournal, Registry, RegistryConfig, RegistryService, RolloutDesk, SharedRecordsService,
 };
@@ -401,15 +401,15 @@ async fn governance(
     shared: Option<SharedRecordsService>,
     audit: Option<AuditSink>,
 ) -> Result<Governance, NodeError> {
-    let book: Arc<dyn SharedBook> = match (role, shared) {
+    let book: Arc<dyn RecordStore> = match (role, shared) {
         (Role::Dispatcher { registry, token }, _) => {
             let channel = toolmesh_transport::channel(registry, &config.tls)?;
-            Arc::new(SharedRecordsRelay::new(channel, token.clone()))
+            Arc::new(RemoteRecords::new(channel, token.clone()))
         }
-        (_, Some(shared)) => Arc::new(RegistryBook(shared)),
+        (_, Some(shared)) => Arc::new(RegistryRecords(shared)),
         // Every role with a dispatcher has a registry to share with;
         // without one, the records are this process' alone.
-        (_, None) => Arc::new(MemoryBook::new()),
+        (_, None) => Arc::new(MemoryRecords::new()),
     };
     Ok(Governance::sharing(policy.identity.clone(), audit, book))
 }

@@ -4,9 +4,6 @@
 //! (Host), plaintext where TLS is configured, and garbage in every header
 //! and body; and what its admin forms and figures do.
 
-#[path = "support/https.rs"]
-mod https;
-
 use schemars::JsonSchema;
 use serde::Deserialize;
 use serde_json::Value;
@@ -18,55 +15,41 @@ use toolmesh_executor::{
     CallCx, Executor, RiskLevel, ServeOptions, Tool, ToolFailure, ToolInfo, ToolOutput,
 };
 use toolmesh_node::{NodeConfig, Role, Running};
+use toolmesh_testkit::policy::{Caller, PolicyBuilder};
 use toolmesh_testkit::{TempDir, with_token};
 
-const POLICY: &str = r#"
-[auth]
-allow_anonymous = false
-
-[[callers]]
-token = "tok-acme-agent"
-principal = "acme-bot"
-tenant = "acme"
-roles = ["agent"]
-
-[[callers]]
-token = "tok-globex-agent"
-principal = "globex-bot"
-tenant = "globex"
-roles = ["agent"]
-
-[[callers]]
-token = "tok-acme-approver"
-principal = "alice"
-tenant = "acme"
-roles = ["approver", "operator"]
-
-[[callers]]
-token = "tok-ops"
-principal = "ops"
-tenant = "ops"
-roles = ["admin"]
-
-[[callers]]
-token = "tok-exec"
-principal = "tests"
-roles = ["executor"]
-
-[[callers]]
-token = "tok-dispatcher"
-principal = "dispatcher-1"
-roles = ["dispatcher"]
-
-[[grants]]
-name = "agents"
-roles = ["agent"]
-tools = ["wipe", "echo", "flaky"]
-
-[approval]
-approver_roles = ["approver"]
-require_for_risk = "HIGH"
-"#;
+/// Agents of acme and globex, acme's approver alice (an operator), the
+/// admin ops, the executor and a dispatcher; HIGH-risk calls need an
+/// approval.
+fn admin_policy() -> String {
+    PolicyBuilder::new()
+        .no_anonymous()
+        .caller(
+            Caller::token("tok-acme-agent", "acme-bot")
+                .tenant("acme")
+                .roles(&["agent"]),
+        )
+        .caller(
+            Caller::token("tok-globex-agent", "globex-bot")
+                .tenant("globex")
+                .roles(&["agent"]),
+        )
+        .caller(
+            Caller::token("tok-acme-approver", "alice")
+                .tenant("acme")
+                .roles(&["approver", "operator"]),
+        )
+        .caller(
+            Caller::token("tok-ops", "ops")
+                .tenant("ops")
+                .roles(&["admin"]),
+        )
+        .caller(Caller::token("tok-exec", "tests").roles(&["executor"]))
+        .caller(Caller::token("tok-dispatcher", "dispatcher-1").roles(&["dispatcher"]))
+        .grant("agents", &["agent"], &["wipe", "echo", "flaky"])
+        .then("[approval]\napprover_roles = [\"approver\"]\nrequire_for_risk = \"HIGH\"\n")
+        .build_toml()
+}
 
 /// No arguments.
 #[derive(Deserialize, JsonSchema)]
@@ -121,7 +104,7 @@ impl Tool for Flaky {
     }
 }
 
-/// A node with an admin listener under [`POLICY`], and an executor of
+/// A node with an admin listener under [`admin_policy`], and an executor of
 /// `wipe`, `hidden_tool`, `echo` and `flaky` registered with it.
 struct Mesh {
     node: Running,
@@ -134,7 +117,7 @@ impl Mesh {
     async fn start() -> Mesh {
         let dir = TempDir::new("admin").unwrap();
         let policy = dir.path().join("policy.toml");
-        std::fs::write(&policy, POLICY).unwrap();
+        std::fs::write(&policy, admin_policy()).unwrap();
         let node = toolmesh_node::start(
             Role::Serve {
                 default_ttl: Duration::from_secs(10),
@@ -886,12 +869,12 @@ async fn admin_is_https_with_the_nodes_tls() {
         "plaintext is not served: {}",
         String::from_utf8_lossy(&answer)
     );
-    let anonymous = https::exchange(admin, &ca, None, &metrics).await;
+    let anonymous = toolmesh_testkit::https::exchange(admin, &ca, None, &metrics).await;
     assert!(
         anonymous.as_ref().is_err() || anonymous.as_ref().is_ok_and(|a| !a.starts_with("HTTP/")),
         "a client certificate is required: {anonymous:?}"
     );
-    let served = https::exchange(admin, &ca, Some((&cert, &key)), &metrics)
+    let served = toolmesh_testkit::https::exchange(admin, &ca, Some((&cert, &key)), &metrics)
         .await
         .unwrap();
     assert!(served.starts_with("HTTP/1.1 200"), "{served}");
@@ -902,7 +885,7 @@ async fn admin_is_https_with_the_nodes_tls() {
         &[("host", "localhost")],
         "token=dev-approver",
     );
-    let logged_in = https::exchange(admin, &ca, Some((&cert, &key)), &login)
+    let logged_in = toolmesh_testkit::https::exchange(admin, &ca, Some((&cert, &key)), &login)
         .await
         .unwrap();
     let answer = Answer::parse(&logged_in).unwrap();

@@ -100,7 +100,9 @@ async fn registry_refuses_executors_without_the_role() {
     let policy = dir.join("policy.toml");
     std::fs::write(
         &policy,
-        "[[callers]]\ntoken = \"tok-agent\"\nprincipal = \"bot\"\nroles = [\"agent\"]\n",
+        toolmesh_testkit::policy::PolicyBuilder::new()
+            .caller(toolmesh_testkit::policy::Caller::token("tok-agent", "bot").roles(&["agent"]))
+            .build_toml(),
     )
     .unwrap();
     let running = toolmesh_node::start(

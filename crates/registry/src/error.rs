@@ -121,7 +121,7 @@ pub enum RegistryError {
     #[error("{0}")]
     BadStore(String),
     /// A shared record the registry cannot keep.
-    #[error("{0}; send what toolmesh_governance::SharedRecordsRelay sends")]
+    #[error("{0}; send what toolmesh_governance::RemoteRecords sends")]
     BadSharedRecord(String),
     /// The gate refused access to the shared records (only dispatchers
     /// may read or write them).

@@ -1,7 +1,7 @@
 //! The key layout both key-value backends share, and the records kept under it.
 
 use crate::durable::Kept;
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 use sha2::{Digest, Sha256};
 use std::sync::Arc;
 use toolmesh::ToolDef;
@@ -40,7 +40,7 @@ pub(crate) enum Slot<'a> {
     Owner(&'a str),
     /// The operator's reason for disabling a tool name.
     Disabled(&'a str),
-    /// A tool's rollout (a JSON `RolloutRecord`).
+    /// A tool's rollout (an encoded `toolmesh.v1.Rollout`).
     Rollout(&'a str),
     /// A record shared by the replicas (approval tickets), by its key.
     Shared(&'a str),
@@ -102,8 +102,9 @@ pub(crate) fn durable() -> [Kept; 3] {
     })
 }
 
-/// One registered executor, as every replica reads it.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+/// One registered executor, as every replica reads it (stored through
+/// [`crate::codec`]; `Deserialize` reads the previous, JSON layout).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 pub(crate) struct ExecRecord {
     /// The identity that registered it ("" for anonymous registrations).
     pub(crate) owner: String,
@@ -119,8 +120,10 @@ pub(crate) struct ExecRecord {
     pub(crate) tools: Vec<String>,
 }
 
-/// A health verdict written by the replica that watches the executor.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+/// A health verdict written by the replica that watches the executor
+/// (stored through [`crate::codec`]; `Deserialize` reads the previous, JSON
+/// layout).
+#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
 pub(crate) struct HealthRecord {
     /// The lease of the registration it is about (a newer registration
     /// starts healthy).

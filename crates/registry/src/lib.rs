@@ -5,6 +5,7 @@
 
 #[cfg(test)]
 mod backends;
+mod codec;
 mod config;
 mod durable;
 mod error;
@@ -20,7 +21,6 @@ mod request;
 mod rollouts;
 mod rules;
 mod service;
-mod shared;
 mod shared_records;
 mod switches;
 
@@ -31,5 +31,4 @@ pub use gate::{AccessError, Gate, OpenGate, SnapshotReader};
 pub use registry::{EtcdAccess, EtcdAccessError, Registry};
 pub use rollouts::{DecisionJournal, RolloutChange, RolloutDesk, RolloutError, RolloutRequest};
 pub use service::{RegistryService, SnapshotStream, grpc_service};
-pub use shared::SharedRecord;
-pub use shared_records::SharedRecordsService;
+pub use shared_records::{SharedRecord, SharedRecordsService};

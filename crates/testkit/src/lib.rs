@@ -1,9 +1,11 @@
 //! Helpers the toolmesh tests share, so each test says only what it pins:
 //! the `toolmesh` and `toolmesh-fixture` binaries, temporary directories that clean up, gRPC servers
-//! on 127.0.0.1 port 0, bearer tokens, test certificates, a local OpenID provider, and polling instead of sleeps.
+//! on 127.0.0.1 port 0, bearer tokens, callers and policy files, test certificates, a local OpenID provider, and polling instead of sleeps.
 #![forbid(unsafe_code)]
 
+pub mod https;
 pub mod oidc;
+pub mod policy;
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -76,6 +78,18 @@ fn workspace_bin(name: &str, package: &str, override_var: &str) -> PathBuf {
         assert!(status.success(), "building the {name} binary failed");
     }
     bin
+}
+
+/// A known (not anonymous) caller `name` of `tenant` with `roles` and no
+/// token issuer: who a policy's `[[callers]]` entry makes of a bearer token.
+pub fn principal(name: &str, tenant: &str, roles: &[&str]) -> toolmesh::Principal {
+    toolmesh::Principal {
+        name: name.to_owned(),
+        tenant: tenant.to_owned(),
+        roles: roles.iter().map(|r| (*r).to_owned()).collect(),
+        anonymous: false,
+        issued_by: None,
+    }
 }
 
 /// A request with `authorization: Bearer TOKEN` when a token is given.

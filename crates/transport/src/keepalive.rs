@@ -43,3 +43,8 @@ impl Keepalive {
 // default: no idle pings, none more often than every 5 minutes.
 const _: () = assert!(Keepalive::EXECUTOR.interval.as_secs() >= 300);
 const _: () = assert!(!Keepalive::EXECUTOR.while_idle);
+// No client of the mesh pings more often than executors accept (the
+// contract's limit, which the Python SDK's server permits).
+const _: () = assert!(
+    Keepalive::MESH.interval.as_millis() >= toolmesh_proto::Limit::MinPingIntervalMs as u128
+);

@@ -31,10 +31,7 @@ pub(crate) async fn admit(
     arguments: &Arguments,
     approval: ApprovalNeed,
 ) -> Result<Permit, CallError> {
-    let session = request
-        .context
-        .as_ref()
-        .map_or("", |c| c.session_id.as_str());
+    let session = super::session(&request.context);
     let preconditions = &def.spec().preconditions;
     if !preconditions.is_empty() {
         // Boxed: it may ask the registry; most tools declare none.

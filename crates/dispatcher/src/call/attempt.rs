@@ -101,8 +101,8 @@ pub(crate) async fn send(
     }
     toolmesh_telemetry::trace::inject(span, rpc.metadata_mut());
     let _in_flight = pick.endpoint.start_call();
-    let upstream = pick.endpoint.upstream();
-    let mut client = ExecutorClient::with_origin(upstream.clone(), upstream.origin())
+    let connection = pick.endpoint.connection();
+    let mut client = ExecutorClient::with_origin(connection.clone(), connection.origin())
         .max_decoding_message_size(MAX_CALL_MESSAGE_BYTES)
         .max_encoding_message_size(MAX_CALL_MESSAGE_BYTES);
     if attempt.streams {

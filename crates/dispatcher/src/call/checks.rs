@@ -8,9 +8,10 @@ use super::reached::{Reached, Refused};
 use super::resolve::{self, Resolved};
 use super::service::Call;
 use super::validate::{self, Validated};
+use crate::error::CallError;
 use crate::metrics::Metrics;
 use toolmesh::SnapshotHistory;
-use toolmesh_governance::Governance;
+use toolmesh_governance::{Governance, Policy};
 
 /// What the checks read, shared across calls.
 pub(crate) struct Checks<'p> {
@@ -27,28 +28,11 @@ impl Checks<'_> {
     /// refused by the first stage that refuses it.
     pub(crate) async fn run(&self, call: &Call<'_>) -> Result<Admitted, Refused> {
         let refused = |error, reached| Refused { error, reached };
-        let policy = self.governance.policy();
-        let current = self.snapshots.current();
         let request = call.request;
-        let session = request
-            .context
-            .as_ref()
-            .map_or("", |c| c.session_id.as_str());
-        let found = resolve::tool(
-            call.snapshot,
-            &current,
-            &policy,
-            call.who,
-            session,
-            &request.tool,
-        );
-        let (entry, routed) = found.map_err(|e| refused(e, Reached::Nothing))?;
-        let handles = self.metrics.tool(&entry.def);
-        let resolved = Resolved {
-            entry,
-            routed,
-            handles,
-        };
+        let policy = self.governance.policy();
+        let resolved = self
+            .resolve(call, &policy)
+            .map_err(|e| refused(e, Reached::Nothing))?;
         let grant = match authorize::grant(call.snapshot, &policy, call.who, &resolved.entry) {
             Ok(grant) => grant,
             Err(e) => return Err(refused(e, Reached::Resolved(resolved))),
@@ -88,5 +72,27 @@ impl Checks<'_> {
             }),
             Err(e) => Err(refused(e, Reached::Validated(validated))),
         }
+    }
+
+    /// Resolve: the tool the call names (in its snapshot, as the newest one
+    /// routes it), how a rollout routed it, and its metric handles.
+    fn resolve(&self, call: &Call<'_>, policy: &Policy) -> Result<Resolved, CallError> {
+        let current = self.snapshots.current();
+        let request = call.request;
+        let session = super::session(&request.context);
+        let (entry, routed) = resolve::tool(
+            call.snapshot,
+            &current,
+            policy,
+            call.who,
+            session,
+            &request.tool,
+        )?;
+        let handles = self.metrics.tool(&entry.def);
+        Ok(Resolved {
+            entry,
+            routed,
+            handles,
+        })
     }
 }

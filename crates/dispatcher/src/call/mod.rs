@@ -39,7 +39,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::time::Instant;
-use toolmesh::pb::{InvokeRequest, InvokeResponse};
+use toolmesh::pb::{CallContext, InvokeRequest, InvokeResponse};
 use toolmesh::{Snapshot, SnapshotHistory};
 use toolmesh_governance::{Governance, Principal};
 use toolmesh_telemetry::trace::{self, Context as TraceContext, TARGET};
@@ -154,6 +154,11 @@ impl Pipeline {
         response.call_id = id;
         response
     }
+}
+
+/// The agent session a call or listing names (empty when none).
+pub(crate) fn session(context: &Option<CallContext>) -> &str {
+    context.as_ref().map_or("", |c| c.session_id.as_str())
 }
 
 /// The caller's call id, or a fresh one.

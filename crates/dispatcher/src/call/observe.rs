@@ -1,13 +1,14 @@
 //! Observe: how a call ended becomes the response, the session's facts and
 //! the audit record (and the place for metrics and spans).
 
+use super::mark::Mark;
 use super::reached::Reached;
 use super::resolve::Routed;
-use super::service::{Answer, Call, Outcome, Service};
+use super::service::{Answer, Answered, Call, Outcome, Service};
 use crate::error::CallError;
 use crate::metrics::Metrics;
 use toolmesh::pb::ErrorCode;
-use toolmesh::pb::{InvokeResponse, ToolResult, ToolSpec};
+use toolmesh::pb::{InvokeRequest, InvokeResponse, ToolResult, ToolSpec};
 use toolmesh::{ErrorCodeExt, SnapshotHistory, ToolDef};
 use toolmesh_governance::Governance;
 use toolmesh_governance::audit::{AuditKind, AuditRecord, outcome_of};
@@ -35,50 +36,26 @@ impl<S: Service> Observe<'_, S> {
 
     /// Finishes a call: the response the front door returns.
     async fn finish(&self, call: &Call<'_>, answer: Answer) -> InvokeResponse {
-        let Answer { answered, reached } = answer;
-        let request = call.request;
-        let kind = audit_kind(&answered.outcome);
-        // The caller reads a refusal of a hidden tool as NOT_FOUND; the audit
-        // log keeps what it was.
-        let denied = matches!(
-            &answered.outcome,
-            Outcome::Failed(CallError::PermissionDenied { .. })
-        );
-        // The approval the call carried, or the one it was asked to get.
-        let approval_id = match &answered.outcome {
-            Outcome::Failed(CallError::ApprovalRequired { approval_id, .. }) => {
-                Some(approval_id.clone())
-            }
-            _ => (!request.approval_id.is_empty()).then(|| request.approval_id.clone()),
-        };
-        let mut result = answered.outcome.into_result();
+        // One pattern: an intermediate `Answered` would stay in this
+        // future's state beside its parts.
+        let Answer {
+            answered:
+                Answered {
+                    outcome,
+                    sent,
+                    marks,
+                },
+            reached,
+        } = answer;
+        let audited = Audited::of(&outcome, call.request);
+        let mut result = outcome.into_result();
         if result.error.as_ref().is_none_or(|e| e.code == 0) {
             self.record_session_facts(call, &reached).await;
         }
-        if let Some(def) = reached.def()
-            && !def.spec().deprecated.is_empty()
-        {
-            result.metadata.insert(
-                toolmesh::error::DEPRECATED_METADATA.into(),
-                def.spec().deprecated.clone(),
-            );
-        }
-        for mark in &answered.marks {
-            mark.on_result(&mut result);
-        }
-        if let (Some(routed), Some(def)) = (reached.routed(), reached.def()) {
-            mark_rollout(&mut result, routed, def);
-        }
-        let code = result.error.as_ref().map_or(ErrorCode::Unspecified, |e| {
-            ErrorCode::try_from(e.code).unwrap_or(ErrorCode::ExecutorFailed)
-        });
+        mark_result(&mut result, &reached, &marks);
         let tool_version = reached
             .ran()
             .map_or_else(String::new, |def| def.version().to_string());
-        let sent = answered.sent;
-        let elapsed = call.started.elapsed();
-        self.metrics
-            .call(reached.handles(), code, elapsed.as_secs_f64());
         let seen = Seen {
             call,
             reached: &reached,
@@ -86,26 +63,9 @@ impl<S: Service> Observe<'_, S> {
             attempts: sent.attempts,
             executor_id: &sent.executor_id,
         };
-        record_span(&seen, code);
-        debug!(
-            call_id = %call.id,
-            tool = %request.tool,
-            attempts = sent.attempts,
-            code = result.error.as_ref().map_or(0, |e| e.code),
-            elapsed_us = elapsed.as_micros() as u64,
-            "invoke done"
-        );
-        self.governance.audit(|| {
-            let mut record = audit_record(&seen, kind, &result);
-            record.approval_id = approval_id;
-            for mark in &answered.marks {
-                mark.on_audit(&mut record);
-            }
-            if denied {
-                record.outcome = ErrorCode::PermissionDenied.short_name().into();
-            }
-            record
-        });
+        self.count_and_trace(&seen, &result);
+        self.governance
+            .audit(|| audited.record(&seen, &result, &marks));
         InvokeResponse {
             call_id: String::new(),
             snapshot_version: call.snapshot.version(),
@@ -116,15 +76,31 @@ impl<S: Service> Observe<'_, S> {
         }
     }
 
+    /// The call in the metrics, its span and the debug log.
+    fn count_and_trace(&self, seen: &Seen<'_>, result: &ToolResult) {
+        let code = result.error.as_ref().map_or(ErrorCode::Unspecified, |e| {
+            ErrorCode::try_from(e.code).unwrap_or(ErrorCode::ExecutorFailed)
+        });
+        let elapsed = seen.call.started.elapsed();
+        self.metrics
+            .call(seen.reached.handles(), code, elapsed.as_secs_f64());
+        record_span(seen, code);
+        debug!(
+            call_id = %seen.call.id,
+            tool = %seen.call.request.tool,
+            attempts = seen.attempts,
+            code = result.error.as_ref().map_or(0, |e| e.code),
+            elapsed_us = elapsed.as_micros() as u64,
+            "invoke done"
+        );
+    }
+
     /// A successful call is a fact later preconditions of its caller's
     /// session can use (only what some precondition of the current snapshot
     /// names is kept).
     async fn record_session_facts(&self, call: &Call<'_>, reached: &Reached) {
         let request = call.request;
-        let session = request
-            .context
-            .as_ref()
-            .map_or("", |c| c.session_id.as_str());
+        let session = super::session(&request.context);
         if session.is_empty() {
             // Most calls name no session: nothing to record.
             return;
@@ -153,6 +129,65 @@ struct Seen<'a> {
     tool_version: &'a str,
     attempts: u32,
     executor_id: &'a str,
+}
+
+/// What the audit record of a call says beyond what was seen of it, read
+/// from its outcome before that becomes the result.
+struct Audited {
+    kind: AuditKind,
+    /// The caller reads a refusal of a hidden tool as NOT_FOUND; the audit
+    /// log keeps what it was.
+    denied: bool,
+    /// The approval the call carried, or the one it was asked to get.
+    approval_id: Option<String>,
+}
+
+impl Audited {
+    fn of(outcome: &Outcome, request: &InvokeRequest) -> Self {
+        let approval_id = match outcome {
+            Outcome::Failed(CallError::ApprovalRequired { approval_id, .. }) => {
+                Some(approval_id.clone())
+            }
+            _ => (!request.approval_id.is_empty()).then(|| request.approval_id.clone()),
+        };
+        Audited {
+            kind: audit_kind(outcome),
+            denied: matches!(outcome, Outcome::Failed(CallError::PermissionDenied { .. })),
+            approval_id,
+        }
+    }
+
+    /// The audit line of the call, with the layers' marks.
+    fn record(self, seen: &Seen<'_>, result: &ToolResult, marks: &[Mark]) -> AuditRecord {
+        let mut record = audit_record(seen, self.kind, result);
+        record.approval_id = self.approval_id;
+        for mark in marks {
+            mark.on_audit(&mut record);
+        }
+        if self.denied {
+            record.outcome = ErrorCode::PermissionDenied.short_name().into();
+        }
+        record
+    }
+}
+
+/// What the caller reads beside the result: the definition's deprecation,
+/// the layers' marks, and how a rollout routed the call.
+fn mark_result(result: &mut ToolResult, reached: &Reached, marks: &[Mark]) {
+    if let Some(def) = reached.def()
+        && !def.spec().deprecated.is_empty()
+    {
+        result.metadata.insert(
+            toolmesh::error::DEPRECATED_METADATA.into(),
+            def.spec().deprecated.clone(),
+        );
+    }
+    for mark in marks {
+        mark.on_result(result);
+    }
+    if let (Some(routed), Some(def)) = (reached.routed(), reached.def()) {
+        mark_rollout(result, routed, def);
+    }
 }
 
 /// Metadata `toolmesh.version`, `toolmesh.rollout` (`canary` or `stable`)

@@ -1,7 +1,7 @@
 //! A streaming attempt: `ExecuteStream`'s progress and output chunks relayed to the caller as they come, then its result.
 
 use super::failure::{AttemptFailure, classify_answer};
-use crate::upstream::Upstream;
+use crate::executor_connection::ExecutorConnection;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 use tokio::sync::mpsc;
@@ -98,7 +98,7 @@ async fn send(caller: &mpsc::Sender<InvokeEvent>, event: invoke_event::Event) ->
 /// answers the result. The whole stream is bounded by `budget`: a stream
 /// could otherwise outlive its deadline.
 pub(crate) async fn receive(
-    client: &mut executor_client::ExecutorClient<Upstream>,
+    client: &mut executor_client::ExecutorClient<ExecutorConnection>,
     rpc: tonic::Request<ExecuteRequest>,
     budget: Duration,
     relay: &Relay,
@@ -109,7 +109,7 @@ pub(crate) async fn receive(
 }
 
 async fn relay_until_result(
-    client: &mut executor_client::ExecutorClient<Upstream>,
+    client: &mut executor_client::ExecutorClient<ExecutorConnection>,
     rpc: tonic::Request<ExecuteRequest>,
     relay: &Relay,
 ) -> Result<ToolResult, AttemptFailure> {

@@ -1,7 +1,7 @@
 //! Approval tickets as shared records (`toolmesh.v1.ApprovalTicket`, kept by the registry for every dispatcher), and a book rebuilt from them: the rules stay those of [`Approvals`]; only where the tickets live changes.
 
 use super::{ApprovalSettings, ApprovalState, ApprovalTicket, Approvals, id_number};
-use crate::shared_records::unix_ms;
+use crate::records::unix_ms;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use tokio::time::Instant;
 use toolmesh::pb;

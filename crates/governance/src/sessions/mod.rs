@@ -19,8 +19,8 @@ use std::time::Duration;
 use toolmesh::Snapshot;
 use toolmesh::pb::{Precondition, ToolSpec};
 
-mod shared;
-pub use shared::Sessions;
+mod store;
+pub use store::Sessions;
 
 /// Longest value shown in a precondition message, in characters.
 const MAX_SHOWN_CHARS: usize = 80;

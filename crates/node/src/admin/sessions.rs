@@ -3,7 +3,7 @@
 use std::collections::HashMap;
 use std::sync::{Mutex, PoisonError};
 use std::time::{Duration, Instant};
-use toolmesh_governance::Principal;
+use toolmesh::Principal;
 
 /// The cookie that carries the session id.
 pub(crate) const COOKIE: &str = "toolmesh_admin";
@@ -117,24 +117,15 @@ pub(crate) fn cookie<'a>(headers: &'a axum::http::HeaderMap, name: &str) -> Opti
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn who(name: &str) -> Principal {
-        Principal {
-            name: name.into(),
-            tenant: "t".into(),
-            roles: vec!["operator".into()],
-            anonymous: false,
-            issued_by: None,
-        }
-    }
+    use toolmesh_testkit::principal;
 
     /// Ids and CSRF tokens are 256-bit and distinct; a policy reload (new
     /// generation) ends a session; the table stays bounded.
     #[test]
     fn sessions_are_random_bounded_and_end_on_reload() {
         let sessions = Sessions::default();
-        let a = sessions.open(who("a"), 1);
-        let b = sessions.open(who("b"), 1);
+        let a = sessions.open(principal("a", "t", &["operator"]), 1);
+        let b = sessions.open(principal("b", "t", &["operator"]), 1);
         assert_eq!(a.len(), 64);
         assert_ne!(a, b);
         let got = sessions.get(&a, 1).unwrap();
@@ -143,7 +134,7 @@ mod tests {
         assert!(sessions.get(&a, 2).is_none(), "a reload ends the session");
         assert!(sessions.get(&a, 1).is_none(), "and it stays ended");
         for _ in 0..MAX_SESSIONS + 10 {
-            sessions.open(who("c"), 1);
+            sessions.open(principal("c", "t", &["operator"]), 1);
         }
         assert_eq!(sessions.len(), MAX_SESSIONS);
         sessions.close(&b);

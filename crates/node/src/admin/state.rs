@@ -8,7 +8,7 @@ use toolmesh::rollout::Rollout;
 use toolmesh::{Snapshot, ToolEntry};
 use toolmesh_dispatcher::{Dispatcher, RECENT_WINDOW};
 use toolmesh_governance::approvals::List;
-use toolmesh_governance::{Principal, registry_access};
+use toolmesh_identity::{Principal, registry_access};
 
 /// What the page shows, also served as JSON at `/api/state`.
 #[derive(Debug, Serialize)]

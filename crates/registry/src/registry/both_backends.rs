@@ -87,6 +87,7 @@ on_both_backends!(
     set_disabled_covers_every_version,
     switches,
     rollouts,
+    records_of_the_previous_layout_load,
     ownership,
     shared_records,
     expiring_shared_records,
@@ -248,6 +249,84 @@ async fn rollouts(under: Under) {
     assert_eq!(made.state, RolloutState::Promoted);
     let state = store.current().rollout("search_kb").unwrap().state;
     assert_eq!(state, RolloutState::Promoted);
+}
+
+/// Records the previous version stored as JSON documents — a
+/// registration, its health verdict, a rollout — load from the store, and
+/// the next write of one is the current layout, which loads too.
+async fn records_of_the_previous_layout_load(under: Under) {
+    use crate::codec::{self, PROTOBUF};
+    use crate::keys::{ExecRecord, Slot, parse_lease};
+    use crate::kv::{Op, Txn};
+    let store = &under.store;
+    let tools = vec![spec("search_kb", "1.0.0"), spec("search_kb", "2.0.0")];
+    let registered = register(store, "kb-1", "", tools).await;
+    let lease = parse_lease(&registered.lease_id).unwrap();
+    let kv = &store.inner.kv;
+    let stored = |slot: Slot<'static>| async move {
+        let entry = store.inner.kv.get(&slot.key()).await.unwrap();
+        entry.expect("the key is stored").value
+    };
+    let written = stored(Slot::Exec("kb-1")).await;
+    assert_eq!(
+        written[0], PROTOBUF,
+        "a registration is written in protobuf"
+    );
+    let record: ExecRecord = codec::decode(&written).unwrap();
+    let exec_json = serde_json::json!({
+        "owner": record.owner, "service": record.service, "endpoint": record.endpoint,
+        "execute_token": record.execute_token, "ttl_ms": record.ttl_ms, "tools": record.tools,
+    });
+    let health_json =
+        serde_json::json!({"lease": lease, "healthy": false, "reason": "NOT_SERVING"});
+    let rollout_json = codec::tests::LEGACY_ROLLOUT.replace("\"aborted\"", "\"active\"");
+    let put = |slot: Slot<'_>, value: Vec<u8>, lease: i64| Op::Put {
+        key: slot.key(),
+        value,
+        lease,
+    };
+    let previous = Txn {
+        compare: vec![],
+        success: vec![
+            put(
+                Slot::Exec("kb-1"),
+                exec_json.to_string().into_bytes(),
+                lease,
+            ),
+            put(
+                Slot::Health("kb-1"),
+                health_json.to_string().into_bytes(),
+                lease,
+            ),
+            put(Slot::Rollout("search_kb"), rollout_json.into_bytes(), 0),
+        ],
+    };
+    assert!(kv.txn(previous).await.unwrap().succeeded);
+    eventually(
+        "the previous layout to load",
+        Duration::from_secs(10),
+        || async {
+            let snapshot = store.current();
+            let unhealthy = served(&snapshot, "search_kb", "1.0.0") == ids(&[("kb-1", false)]);
+            let rollout = snapshot.rollout("search_kb")?;
+            (unhealthy && rollout.share.basis_points() == 750).then_some(())
+        },
+    )
+    .await;
+    // The registration read from JSON is still the lease holder's.
+    store.heartbeat(&registered.lease_id, "").await.unwrap();
+    let set = RolloutChange::Set {
+        share: Share::from_basis_points(5000).unwrap(),
+    };
+    let (_, changed) = store.update_rollout(&rollout(set)).await.unwrap();
+    assert_eq!(
+        (changed.share.basis_points(), &*changed.tenants),
+        (5000, &["acme".to_owned()][..])
+    );
+    let rewritten = stored(Slot::Rollout("search_kb")).await;
+    assert_eq!(rewritten[0], PROTOBUF, "the next write is protobuf");
+    let kept = store.current().rollout("search_kb").unwrap().share;
+    assert_eq!(kept.basis_points(), 5000);
 }
 
 /// The first owner to register a name keeps it: another owner, and an

@@ -5,6 +5,7 @@
 //! to the store so every replica's snapshot agrees.
 
 use super::Inner;
+use crate::codec;
 use crate::health_watch;
 use crate::keys::{HealthRecord, Slot};
 use crate::kv::{Compare, Op, Txn};
@@ -183,12 +184,9 @@ fn start(inner: &Arc<Inner>, id: Arc<str>, lease: i64, endpoint: String, session
                     healthy,
                     reason: reason.clone(),
                 };
-                let Ok(value) = serde_json::to_vec(&record) else {
-                    continue;
-                };
                 let put = Op::Put {
                     key: Slot::Health(&id).key(),
-                    value,
+                    value: codec::encode(&record),
                     lease,
                 };
                 match writer.kv.txn(Txn::write(put)).await.map(|o| o.revision) {

@@ -12,6 +12,7 @@ mod claims;
 mod model;
 mod sync;
 
+use crate::codec;
 use crate::config::RegistryConfig;
 use crate::durable::DurableFile;
 use crate::error::RegistryError;
@@ -25,7 +26,7 @@ use crate::published::Published;
 use crate::request::{Checked, check_request, validate_tools};
 use crate::rollouts::{self, RolloutRequest};
 use crate::rules::{check_conflict, check_executor_slot, check_lease_holder, owned_elsewhere};
-use crate::shared::{self, SharedRecord};
+use crate::shared_records::{SharedRecord, store as shared_store};
 use crate::switches;
 use model::Model;
 use prost::Message;
@@ -594,12 +595,10 @@ impl Inner {
             ttl_ms: u64::try_from(granted.as_millis()).unwrap_or(u64::MAX),
             ..template.clone()
         };
-        let value = serde_json::to_vec(&record)
-            .map_err(|e| RegistryError::Internal(format!("registration not encoded ({e})")))?;
         let key = Slot::Exec(executor_id).key();
         let put = Op::Put {
             key: key.clone(),
-            value,
+            value: codec::encode(&record),
             lease,
         };
         // Usually one revision for the whole registration: the last batch
@@ -819,13 +818,13 @@ impl Registry {
 impl Registry {
     /// Every live shared record under `prefix` (shared approval tickets).
     pub async fn shared_records(&self, prefix: &str) -> Result<Vec<SharedRecord>, RegistryError> {
-        shared::list(&*self.inner.kv, prefix, false).await
+        shared_store::list(&*self.inner.kv, prefix, false).await
     }
 
     /// The keys and revisions of every live shared record under `prefix`
     /// (their values left empty): cheaper when only counting or ordering.
     pub async fn shared_keys(&self, prefix: &str) -> Result<Vec<SharedRecord>, RegistryError> {
-        shared::list(&*self.inner.kv, prefix, true).await
+        shared_store::list(&*self.inner.kv, prefix, true).await
     }
 
     /// Writes a shared record if its revision is still `revision` (0: it
@@ -838,11 +837,11 @@ impl Registry {
         revision: i64,
         ttl: Duration,
     ) -> Result<bool, RegistryError> {
-        shared::put(&*self.inner.kv, key, value, revision, ttl).await
+        shared_store::put(&*self.inner.kv, key, value, revision, ttl).await
     }
 
     /// Removes a shared record.
     pub async fn delete_shared(&self, key: &str) -> Result<(), RegistryError> {
-        shared::delete(&*self.inner.kv, key).await
+        shared_store::delete(&*self.inner.kv, key).await
     }
 }

@@ -2,6 +2,7 @@
 //! function of the keys at one revision, so every replica publishes the same
 //! content under the same (epoch, version).
 
+use crate::codec;
 use crate::keys::{ExecRecord, HealthRecord, Slot};
 use crate::keys::{Key, key_of};
 use crate::kv::{Entry, Event};
@@ -124,7 +125,7 @@ impl Model {
             Slot::Exec(id) => {
                 let id: Arc<str> = id.into();
                 self.remove_exec(&id, touched);
-                let record: ExecRecord = match serde_json::from_slice(&kv.value) {
+                let record: ExecRecord = match codec::decode(&kv.value) {
                     Ok(record) => record,
                     Err(error) => {
                         warn!(executor_id = &*id, %error, "stored registration left out");
@@ -158,12 +159,13 @@ impl Model {
                     },
                 );
             }
-            Slot::Health(id) => {
-                if let Ok(record) = serde_json::from_slice::<HealthRecord>(&kv.value) {
+            Slot::Health(id) => match codec::decode::<HealthRecord>(&kv.value) {
+                Ok(record) => {
                     self.health.insert(id.into(), record);
                     self.touch_exec(id, touched);
                 }
-            }
+                Err(error) => warn!(executor_id = id, %error, "stored health verdict left out"),
+            },
             Slot::Watcher(id) => {
                 self.watchers
                     .insert(id.to_owned(), String::from_utf8_lossy(&kv.value).into());
@@ -178,7 +180,7 @@ impl Model {
                 touched.names.insert(name.to_owned());
             }
             Slot::Rollout(name) => {
-                match crate::rollouts::decode(&kv.value) {
+                match codec::decode::<Rollout>(&kv.value) {
                     Ok(rollout) => {
                         self.rollouts
                             .insert(name.to_owned(), (rollout, kv.mod_revision));

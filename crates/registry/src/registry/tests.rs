@@ -399,3 +399,57 @@ async fn state_file_of_the_first_layout_loads() {
         "written again in the current layout: {text}"
     );
 }
+
+/// A state file the previous version wrote in the keys layout, its rollout
+/// a JSON document, loads; the next change writes the rollout in protobuf,
+/// which loads after a restart too.
+#[tokio::test]
+async fn state_file_with_json_records_loads() {
+    use crate::rollouts::RolloutChange;
+    use toolmesh::rollout::Share;
+    let dir = toolmesh_testkit::TempDir::new("json-records").unwrap();
+    let rollout = crate::codec::tests::LEGACY_ROLLOUT.replace("\"aborted\"", "\"active\"");
+    let previous = serde_json::json!({"keys": {
+        "/toolmesh/owner/search_kb": "team-a",
+        "/toolmesh/rollout/search_kb": rollout,
+    }});
+    std::fs::write(dir.join(crate::durable::STATE_FILE), previous.to_string()).unwrap();
+    let open = || {
+        let config = RegistryConfig {
+            data_dir: Some(dir.path().to_owned()),
+            ..config()
+        };
+        Registry::open(config, Arc::new(OpenGate)).unwrap()
+    };
+    let registry = open();
+    let loaded = registry.current().rollout("search_kb").cloned();
+    let loaded = loaded.expect("the JSON rollout loads");
+    assert_eq!(
+        (loaded.share.basis_points(), &*loaded.changed_by),
+        (750, "alice")
+    );
+    let tools = vec![spec("search_kb", "1.0.0"), spec("search_kb", "2.0.0")];
+    let registered = registry.register(request("kb-a", tools), "team-a").await;
+    assert!(registered.unwrap().rejected.is_empty());
+    let set = crate::RolloutRequest {
+        tool: "search_kb".into(),
+        expect: None,
+        change: RolloutChange::Set {
+            share: Share::from_basis_points(5000).unwrap(),
+        },
+        actor: "ops".into(),
+    };
+    registry.update_rollout(&set).await.unwrap();
+    drop(registry);
+    let text = std::fs::read_to_string(dir.join(crate::durable::STATE_FILE)).unwrap();
+    assert!(
+        !text.contains("basis_points"),
+        "written in protobuf: {text}"
+    );
+    let again = open();
+    let kept = again.current().rollout("search_kb").cloned().expect("kept");
+    assert_eq!(
+        (kept.share.basis_points(), &*kept.tenants),
+        (5000, &["acme".to_owned()][..])
+    );
+}

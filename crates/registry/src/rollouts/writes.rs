@@ -2,7 +2,8 @@
 //! rollout, written only if its key is still at the revision read, tried
 //! again when another writer came first.
 
-use super::{RolloutRecord, RolloutRequest, apply, now_ms};
+use super::{RolloutRequest, apply, now_ms};
+use crate::codec;
 use crate::error::RegistryError;
 use crate::keys::Slot;
 use crate::kv::{Kv, Op, Txn};
@@ -20,17 +21,10 @@ pub(crate) async fn stored(
         return Ok((None, 0));
     };
     // One this build cannot read counts as none (and may be replaced).
-    let rollout = decode(&entry.value)
+    let rollout = codec::decode::<Rollout>(&entry.value)
         .inspect_err(|problem| tracing::warn!(tool, %problem, "stored rollout left out"))
         .ok();
     Ok((rollout, entry.mod_revision))
-}
-
-/// A stored rollout.
-pub(crate) fn decode(value: &[u8]) -> Result<Rollout, String> {
-    serde_json::from_slice::<RolloutRecord>(value)
-        .map_err(|e| e.to_string())
-        .and_then(Rollout::try_from)
 }
 
 /// Applies `request` to the stored rollout against `snapshot` and keeps
@@ -44,11 +38,9 @@ pub(crate) async fn write(
     for _ in 0..TRIES {
         let (current, revision) = stored(kv, &request.tool).await?;
         let rollout = apply(current.as_ref(), request, snapshot, now_ms())?;
-        let value = serde_json::to_vec(&RolloutRecord::from(&rollout))
-            .map_err(|e| RegistryError::Internal(format!("rollout not encoded ({e})")))?;
         let put = Op::Put {
             key: key.clone(),
-            value,
+            value: codec::encode(&rollout),
             lease: 0,
         };
         let outcome = kv.txn(Txn::if_unchanged(&key, revision, put)).await?;

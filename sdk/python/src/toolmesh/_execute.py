@@ -10,7 +10,7 @@ import hmac
 import logging
 import threading
 import time
-from typing import Any
+from typing import Any, AsyncIterator
 
 import grpc
 
@@ -20,15 +20,15 @@ from toolmesh.v1 import common_pb2 as pb, executor_pb2, executor_pb2_grpc
 
 log = logging.getLogger("toolmesh.executor")
 
-# A tool's timeout when its spec leaves it 0 (the mesh default).
-DEFAULT_TIMEOUT = 10.0
+# A tool's timeout when its spec leaves it 0 (the mesh default, from the contract).
+DEFAULT_TIMEOUT = pb.DEFAULT_VALUE_TIMEOUT_MS / 1000
 # The caller's deadline is answered a little early (a tenth of it, at most
 # 20 ms) so the DEADLINE_EXCEEDED result travels back before the caller's
 # own timer turns it into a bare gRPC status, as the Rust SDK does.
 ANSWER_EARLY_MAX = 0.020
 
 
-def failure(code: int, message: str, retryable: bool = False) -> pb.ToolResult:
+def failure(code: pb.ErrorCode, message: str, retryable: bool = False) -> pb.ToolResult:
     return pb.ToolResult(error=pb.ToolError(code=code, message=message, retryable=retryable))
 
 
@@ -41,11 +41,13 @@ class DispatcherOnly:
         self.token = token
         self.enforced = True
 
-    async def admit(self, context: grpc.aio.ServicerContext) -> None:
+    async def admit(self, context: grpc.aio.ServicerContext[Any, Any]) -> None:
         if not self.enforced:
             return
         presented = dict(context.invocation_metadata() or ()).get("authorization", "")
-        if not hmac.compare_digest(presented.encode(), f"Bearer {self.token}".encode()):
+        if isinstance(presented, str):
+            presented = presented.encode()
+        if not hmac.compare_digest(presented, f"Bearer {self.token}".encode()):
             await context.abort(
                 grpc.StatusCode.UNAUTHENTICATED,
                 "this executor accepts Execute calls from toolmesh dispatchers only: "
@@ -189,24 +191,32 @@ def _reap(tool: str, call_id: str, finished: asyncio.Future[Any]) -> None:
         log.debug("call %s of %s ended with %r", call_id, tool, error)
 
 
-class ExecutorService(executor_pb2_grpc.ExecutorServicer):
+# The generated servicer carries no types (mypy reads it as Any).
+class ExecutorService(executor_pb2_grpc.ExecutorServicer):  # type: ignore[misc]
     """`Execute` and `ExecuteStream`, for dispatchers holding the token."""
 
     def __init__(self, calls: Calls, gate: DispatcherOnly):
         self.calls = calls
         self.gate = gate
 
-    async def Execute(self, request, context):
+    async def Execute(
+        self, request: executor_pb2.ExecuteRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> executor_pb2.ExecuteResponse:
         await self.gate.admit(context)
         result = await self.calls.run(request, context.time_remaining(), None)
         return executor_pb2.ExecuteResponse(result=result)
 
-    async def ExecuteStream(self, request, context):
+    async def ExecuteStream(
+        self, request: executor_pb2.ExecuteRequest, context: grpc.aio.ServicerContext[Any, Any]
+    ) -> AsyncIterator[executor_pb2.ExecuteEvent]:
         await self.gate.admit(context)
         loop = asyncio.get_running_loop()
         events: asyncio.Queue[executor_pb2.ExecuteEvent | None] = asyncio.Queue()
         # Progress may come from a sync tool's thread: hand it to the loop.
-        emit = lambda event: loop.call_soon_threadsafe(events.put_nowait, event)  # noqa: E731
+
+        def emit(event: executor_pb2.ExecuteEvent) -> None:
+            loop.call_soon_threadsafe(events.put_nowait, event)
+
         call = asyncio.ensure_future(self.calls.run(request, context.time_remaining(), emit))
         call.add_done_callback(lambda _: events.put_nowait(None))
         try:

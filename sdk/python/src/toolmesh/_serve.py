@@ -33,8 +33,8 @@ EXECUTOR_HEALTH_SERVICE = executor_pb2.DESCRIPTOR.services_by_name["Executor"].f
 MAX_CALL_MESSAGE_BYTES = common_pb2.LIMIT_MAX_CALL_MESSAGE_BYTES
 # Longest the drain waits for the registry to confirm a Deregister.
 DEREGISTER_TIMEOUT = 1.0
-# Shortest interval between a client's pings the server accepts.
-KEEPALIVE_PERMIT_MS = 5_000
+# Shortest interval between a client's pings the server accepts, from the contract.
+KEEPALIVE_PERMIT_MS = common_pb2.LIMIT_MIN_PING_INTERVAL_MS
 # Sync tools run on this many threads at once.
 THREADS = 32
 # Exit status for a configuration the executor cannot serve with (EX_USAGE).

@@ -33,7 +33,10 @@ class TLS:
     @classmethod
     def from_env(cls) -> TLS:
         """`TOOLMESH_TLS_CA`, `_CERT`, `_KEY` and `_CLIENT_CA`, where set."""
-        get = lambda name: os.environ.get(f"TOOLMESH_TLS_{name}") or None  # noqa: E731
+
+        def get(name: str) -> str | None:
+            return os.environ.get(f"TOOLMESH_TLS_{name}") or None
+
         return cls(ca=get("CA"), cert=get("CERT"), key=get("KEY"), client_ca=get("CLIENT_CA"))
 
     def server_credentials(self) -> grpc.ServerCredentials | None:

@@ -85,7 +85,7 @@ class Tool:
     # Keyword the function takes its Context as, if it does.
     context_param: str | None
     # Checks and encodes return values when the return type has a schema.
-    returns: pydantic.TypeAdapter | None
+    returns: pydantic.TypeAdapter[Any] | None
 
     @property
     def name(self) -> str:
@@ -105,7 +105,8 @@ class Tool:
             parsed = self.arguments.model_validate_json(text)
         except pydantic.ValidationError as e:
             raise ArgumentsError(f"arguments for {self.name} do not match its input schema: {_violations(e)}") from None
-        return {param.alias: getattr(parsed, name) for name, param in self.arguments.model_fields.items()}
+        # Every field has its parameter's name as alias (see _arguments_model).
+        return {param.alias or name: getattr(parsed, name) for name, param in self.arguments.model_fields.items()}
 
     def encode(self, value: Any) -> pb.ToolResult:
         """What the function returned, as a result: text as `output`, None as
@@ -225,7 +226,10 @@ def _define(fn: Callable[..., Any], **options: Any) -> Tool:
     if not callable(fn):
         raise ToolDefinitionError(f"@tool decorates functions, not {fn!r}")
     name = options["name"] or fn.__name__
-    fail = lambda why: ToolDefinitionError(f"tool {name!r}: {why}")  # noqa: E731
+
+    def fail(why: str) -> ToolDefinitionError:
+        return ToolDefinitionError(f"tool {name!r}: {why}")
+
     if not NAME.match(name):
         raise fail(
             "the name must start with a letter, then use only letters, digits, '_' or '-' "
@@ -283,7 +287,9 @@ def _timeout_ms(timeout: float | datetime.timedelta | None, fail: Callable[[str]
     return ms
 
 
-def _arguments_model(fn: Callable[..., Any], name: str, fail: Callable[[str], Exception]):
+def _arguments_model(
+    fn: Callable[..., Any], name: str, fail: Callable[[str], Exception]
+) -> tuple[type[pydantic.BaseModel], str | None]:
     """A pydantic model of the function's parameters (extra keys refused),
     and the parameter that takes the Context, if any."""
     try:
@@ -324,7 +330,9 @@ def _arguments_model(fn: Callable[..., Any], name: str, fail: Callable[[str], Ex
 _PLAIN_RETURNS = (inspect.Signature.empty, None, type(None), str, Any, Output)
 
 
-def _returns(fn: Callable[..., Any], fail: Callable[[str], Exception]):
+def _returns(
+    fn: Callable[..., Any], fail: Callable[[str], Exception]
+) -> tuple[pydantic.TypeAdapter[Any] | None, dict[str, Any] | None]:
     """For a return type that is an object with fields: an adapter that
     checks and encodes what the function returns, and its schema."""
     annotation = typing.get_type_hints(fn, include_extras=True).get("return", inspect.Signature.empty)
@@ -355,7 +363,7 @@ def _schema_of(schema: dict[str, Any]) -> dict[str, Any]:
             if in_properties or key != "title"
         }
 
-    return strip(schema)
+    return typing.cast(dict[str, Any], strip(schema))
 
 
 def _compact(schema: dict[str, Any]) -> str:

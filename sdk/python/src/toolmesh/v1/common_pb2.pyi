@@ -46,6 +46,12 @@ class Limit(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     LIMIT_MAX_CALL_MESSAGE_BYTES: _ClassVar[Limit]
     LIMIT_MAX_DESCRIPTION_CHARS: _ClassVar[Limit]
     LIMIT_MAX_TIMEOUT_MS: _ClassVar[Limit]
+    LIMIT_MIN_PING_INTERVAL_MS: _ClassVar[Limit]
+
+class DefaultValue(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    DEFAULT_VALUE_UNSPECIFIED: _ClassVar[DefaultValue]
+    DEFAULT_VALUE_TIMEOUT_MS: _ClassVar[DefaultValue]
 RISK_LEVEL_UNSPECIFIED: RiskLevel
 RISK_LEVEL_LOW: RiskLevel
 RISK_LEVEL_MEDIUM: RiskLevel
@@ -74,6 +80,9 @@ LIMIT_UNSPECIFIED: Limit
 LIMIT_MAX_CALL_MESSAGE_BYTES: Limit
 LIMIT_MAX_DESCRIPTION_CHARS: Limit
 LIMIT_MAX_TIMEOUT_MS: Limit
+LIMIT_MIN_PING_INTERVAL_MS: Limit
+DEFAULT_VALUE_UNSPECIFIED: DefaultValue
+DEFAULT_VALUE_TIMEOUT_MS: DefaultValue
 
 class RetryPolicy(_message.Message):
     __slots__ = ("max_attempts", "initial_backoff_ms", "max_backoff_ms", "backoff_multiplier", "attempt_timeout_ms")

@@ -1,6 +1,0 @@
-//! The connection a dispatcher keeps to one executor: the mesh's
-//! [`Connector`](toolmesh_transport::Connector), in plaintext or TLS, each call
-//! on the connection of the runtime it runs on.
-
-/// A client connection to one executor, cheap to clone.
-pub(crate) type Upstream = toolmesh_transport::Connector;

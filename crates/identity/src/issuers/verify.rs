@@ -1,0 +1,231 @@
+//! Verifying a JWT against the configured issuers and turning its claims into a principal.
+
+use super::{Issuer, IssuerKeys, TenantFrom};
+use crate::{AuthError, Callers, DISPATCHER_ROLE, IssuedBy, Principal};
+use base64::Engine;
+use jsonwebtoken::{Validation, errors::ErrorKind};
+use serde_json::{Map, Value};
+use toolmesh::MissingScopes;
+
+/// The longest token read (bytes); longer ones are refused unparsed.
+pub const MAX_TOKEN_BYTES: usize = 16 * 1024;
+/// The longest issuer named back in an error.
+const MAX_ECHOED: usize = 120;
+
+/// Whether a bearer token has the shape of a JWT (three dot-separated
+/// parts), so a static token is never parsed as one.
+pub fn looks_like_jwt(token: &str) -> bool {
+    token.bytes().filter(|&b| b == b'.').count() == 2
+}
+
+/// The caller a JWT names: its `iss` picks the issuer, its header's `kid`
+/// the key (which must be one of the issuer's allowed algorithms and the
+/// key's own), then signature, `exp`, `nbf` and `aud` are checked. A
+/// subject pinned in `callers` names the caller instead of the claims.
+pub fn verify(
+    token: &str,
+    issuers: &[Issuer],
+    callers: &Callers,
+    keys: &IssuerKeys,
+) -> Result<Principal, AuthError> {
+    if token.len() > MAX_TOKEN_BYTES {
+        return Err(AuthError::TokenTooLarge {
+            max: MAX_TOKEN_BYTES,
+        });
+    }
+    let header = jsonwebtoken::decode_header(token).map_err(|_| AuthError::MalformedToken {
+        why: "its header is not a JWT header of an RS256, ES256 or EdDSA token".into(),
+    })?;
+    if segment(token, 0)?.contains_key("crit") {
+        // No extension is implemented here, so any critical one is unknown.
+        return Err(AuthError::CriticalExtension);
+    }
+    let iss = unverified_issuer(token)?;
+    let issuer = issuers
+        .iter()
+        .find(|i| i.issuer == iss)
+        .ok_or_else(|| AuthError::UnknownIssuer { issuer: echo(&iss) })?;
+    let algorithm = format!("{:?}", header.alg);
+    if !issuer.algorithms.contains(&header.alg) {
+        return Err(AuthError::AlgorithmNotAllowed { algorithm });
+    }
+    let store = keys.store(issuer).ok_or(AuthError::IssuerKeysUnavailable)?;
+    let Some(loaded) = store.keys() else {
+        store.request_refresh();
+        return Err(AuthError::IssuerKeysUnavailable);
+    };
+    let Some(key) = loaded.set.find(header.kid.as_deref()) else {
+        store.request_refresh();
+        return Err(AuthError::UnknownKey);
+    };
+    if key.algorithm != header.alg {
+        // An RSA key must not verify an ES256 token, nor any key an HMAC one.
+        return Err(AuthError::AlgorithmNotAllowed { algorithm });
+    }
+    let mut validation = Validation::new(key.algorithm);
+    validation.leeway = issuer.clock_skew_secs;
+    validation.validate_nbf = true;
+    validation.set_audience(&issuer.audiences);
+    validation.set_issuer(&[&issuer.issuer]);
+    validation.set_required_spec_claims(&["exp", "iss", "aud"]);
+    let claims = jsonwebtoken::decode::<Map<String, Value>>(token, &key.decoding, &validation)
+        .map_err(|e| refusal(e.kind()))?
+        .claims;
+    if let Some(iat) = claims.get("iat").and_then(Value::as_f64)
+        && iat > jsonwebtoken::get_current_timestamp() as f64 + issuer.clock_skew_secs as f64
+    {
+        return Err(AuthError::IssuedInTheFuture);
+    }
+    // A `[[callers]]` entry pinned to this exact subject names the caller
+    // (the only way a token holder gets the dispatcher role).
+    if let Some(Value::String(sub)) = claims.get("sub")
+        && let Some(pinned) = callers.subject_caller(&issuer.issuer, sub)
+    {
+        return Ok(Principal {
+            issued_by: Some(issued_by(issuer, sub.clone(), &claims)),
+            ..pinned.clone()
+        });
+    }
+    principal(issuer, &claims)
+}
+
+/// Who issued the token, and which of its issuer's required scopes it lacks.
+fn issued_by(issuer: &Issuer, subject: String, claims: &Map<String, Value>) -> IssuedBy {
+    let granted: Vec<&str> = ["scope", "scp"]
+        .iter()
+        .filter_map(|claim| claims.get(*claim))
+        .flat_map(|value| match value {
+            Value::String(words) => words.split_whitespace().collect::<Vec<_>>(),
+            Value::Array(list) => list.iter().filter_map(Value::as_str).collect(),
+            _ => Vec::new(),
+        })
+        .collect();
+    let lacking = |needed: &Option<String>| {
+        needed
+            .clone()
+            .filter(|scope| !granted.contains(&scope.as_str()))
+    };
+    IssuedBy {
+        issuer: issuer.issuer.clone(),
+        subject,
+        missing_scopes: MissingScopes {
+            list: lacking(&issuer.list_scope),
+            call: lacking(&issuer.call_scope),
+        },
+        expires_at: claims.get("exp").and_then(Value::as_u64),
+    }
+}
+
+/// The `iss` of a token before its signature is checked: only to pick
+/// the issuer whose keys then verify it.
+fn unverified_issuer(token: &str) -> Result<String, AuthError> {
+    match segment(token, 1)?.get("iss") {
+        Some(Value::String(iss)) => Ok(iss.clone()),
+        _ => Err(AuthError::MalformedToken {
+            why: "it names no issuer (`iss`)".into(),
+        }),
+    }
+}
+
+/// Part `index` of a token (0: the header, 1: the claims) as the JSON
+/// object it must be, before the signature is checked.
+fn segment(token: &str, index: usize) -> Result<Map<String, Value>, AuthError> {
+    let part = ["header", "claims segment"][index.min(1)];
+    let malformed = |why: String| AuthError::MalformedToken { why };
+    let text = token.split('.').nth(index).unwrap_or_default();
+    let bytes = base64::engine::general_purpose::URL_SAFE_NO_PAD
+        .decode(text.trim_end_matches('='))
+        .map_err(|_| malformed(format!("its {part} is not base64url")))?;
+    serde_json::from_slice(&bytes)
+        .map_err(|_| malformed(format!("its {part} is not a JSON object")))
+}
+
+/// The refusal for what the JWT library found wrong.
+fn refusal(kind: &ErrorKind) -> AuthError {
+    match kind {
+        ErrorKind::ExpiredSignature => AuthError::TokenExpired,
+        ErrorKind::ImmatureSignature => AuthError::TokenNotYetValid,
+        ErrorKind::InvalidAudience => AuthError::WrongAudience,
+        ErrorKind::MissingRequiredClaim(claim) if claim == "aud" => AuthError::WrongAudience,
+        ErrorKind::MissingRequiredClaim(claim) => AuthError::MalformedToken {
+            why: format!("it lacks the claim `{claim}`"),
+        },
+        ErrorKind::InvalidIssuer => AuthError::UnknownIssuer {
+            issuer: String::new(),
+        },
+        ErrorKind::InvalidSignature | ErrorKind::InvalidEcdsaKey | ErrorKind::InvalidRsaKey(_) => {
+            AuthError::BadSignature
+        }
+        ErrorKind::InvalidAlgorithm | ErrorKind::MissingAlgorithm => {
+            AuthError::AlgorithmNotAllowed {
+                algorithm: String::new(),
+            }
+        }
+        _ => AuthError::MalformedToken {
+            why: "its parts are not well-formed".into(),
+        },
+    }
+}
+
+/// The principal of verified `claims` under `issuer`'s mapping.
+fn principal(issuer: &Issuer, claims: &Map<String, Value>) -> Result<Principal, AuthError> {
+    let text = |claim: &str| match claims.get(claim) {
+        Some(Value::String(s)) if !s.trim().is_empty() => Ok(s.clone()),
+        _ => Err(AuthError::MalformedToken {
+            why: format!(
+                "it lacks the claim `{claim}` (a non-empty string) this mesh names callers by"
+            ),
+        }),
+    };
+    let name = text(&issuer.principal_claim)?;
+    let tenant = match &issuer.tenant {
+        TenantFrom::Fixed(tenant) => tenant.clone(),
+        TenantFrom::Claim(claim) => text(claim)?,
+    };
+    let mut roles = issuer.roles.clone();
+    if let Some(claim) = &issuer.roles_claim {
+        let values: Vec<&str> = match claims.get(claim) {
+            Some(Value::Array(list)) => list.iter().filter_map(Value::as_str).collect(),
+            Some(Value::String(words)) => words.split_whitespace().collect(),
+            _ => Vec::new(),
+        };
+        for value in values {
+            let role = if issuer.role_map.is_empty() {
+                Some(value)
+            } else {
+                issuer.role_map.get(value).map(String::as_str)
+            };
+            // The dispatcher role is never one a token can claim.
+            if let Some(role) = role.filter(|r| *r != DISPATCHER_ROLE && !r.is_empty())
+                && !roles.iter().any(|r| r == role)
+            {
+                roles.push(role.to_owned());
+            }
+        }
+    }
+    let subject = match claims.get("sub") {
+        Some(Value::String(sub)) => sub.clone(),
+        _ => name.clone(),
+    };
+    Ok(Principal {
+        name,
+        tenant,
+        roles,
+        anonymous: false,
+        issued_by: Some(issued_by(issuer, subject, claims)),
+    })
+}
+
+/// A value from the token, shortened and stripped of control characters,
+/// to name back in an error.
+fn echo(text: &str) -> String {
+    let mut out: String = text
+        .chars()
+        .filter(|c| !c.is_control())
+        .take(MAX_ECHOED)
+        .collect();
+    if text.chars().count() > MAX_ECHOED {
+        out.push('…');
+    }
+    out
+}
