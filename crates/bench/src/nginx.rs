@@ -188,6 +188,7 @@ pub(crate) async fn start(
         SpawnOptions {
             own_group: true,
             on_parent_death: OnParentDeath::Terminate,
+            ..SpawnOptions::default()
         },
     )?;
     let addr = format!("127.0.0.1:{port}");

@@ -28,6 +28,8 @@ pub(crate) struct SpawnOptions {
     pub(crate) own_group: bool,
     /// Signal on the bench's death.
     pub(crate) on_parent_death: OnParentDeath,
+    /// The child's log filter (`TOOLMESH_LOG`).
+    pub(crate) log: &'static str,
 }
 
 impl Default for SpawnOptions {
@@ -35,13 +37,14 @@ impl Default for SpawnOptions {
         SpawnOptions {
             own_group: false,
             on_parent_death: OnParentDeath::Kill,
+            log: "warn",
         }
     }
 }
 
 /// Starts `program args…` with stdout lines to wait on and stderr written
-/// to `log_dir/<label>.log`. Child servers log at `warn` so their logging
-/// stays out of the measurement. `arm` sets the parent-death signal.
+/// to `log_dir/<label>.log`. Child servers log at `warn` unless `options`
+/// say otherwise, so their logging stays out of the measurement. `arm` sets the parent-death signal.
 pub(crate) fn spawn(
     arm: Option<ArmParentDeath>,
     name: &str,
@@ -51,7 +54,7 @@ pub(crate) fn spawn(
     options: SpawnOptions,
 ) -> Result<Proc, BenchError> {
     let mut command = tokio::process::Command::new(program);
-    command.args(args).env("TOOLMESH_LOG", "warn");
+    command.args(args).env("TOOLMESH_LOG", options.log);
     let signal = match options.on_parent_death {
         OnParentDeath::Kill => libc::SIGKILL,
         OnParentDeath::Terminate => libc::SIGTERM,

@@ -218,11 +218,15 @@ async fn run(
         }
         None => {}
     };
+    // Whether the last watch broke after it had delivered and was opened
+    // again at once: the next break waits its backoff whatever it was.
+    let mut reopened = false;
     loop {
         // Whether this watch has delivered a status: a watch that did and
         // then broke (a GOAWAY, a connection the peer recycled) is opened
-        // again once before the break counts, so an executor that is
-        // still SERVING does not leave rotation for a connection's sake.
+        // again once, at once, before the break counts, so an executor
+        // that is still SERVING does not leave rotation for a connection's
+        // sake, and one that died is out as soon as its port refuses.
         let mut delivered = false;
         let ended = match client
             .watch(HealthCheckRequest {
@@ -264,10 +268,15 @@ async fn run(
             }
             Observation::Unhealthy(reason) if delivered => {
                 debug!(%endpoint, %reason, "health watch broke; watching again before it counts");
+                if !reopened {
+                    reopened = true;
+                    continue;
+                }
             }
             Observation::Unhealthy(reason) => emit(damped.observe(false, Instant::now()), &reason),
             Observation::Healthy => {}
         }
+        reopened = false;
         sleep(jittered(backoff)).await;
         backoff = (backoff * 2).min(MAX_BACKOFF);
     }

@@ -124,7 +124,13 @@ pub async fn run_org(options: OrgOptions) -> Result<OrgReport, BenchError> {
         let logs = logs.join(format!("1-{divisor}"));
         std::fs::create_dir_all(&logs)
             .map_err(|e| BenchError::io(format!("create {}", logs.display()), e))?;
-        scales.push(at_scale(shape, options.dispatchers, phases, &bins, &logs).await?);
+        // Logs worth keeping say what happened, not only what went wrong.
+        let log = if options.keep_logs.is_some() {
+            "info"
+        } else {
+            "warn"
+        };
+        scales.push(at_scale(shape, options.dispatchers, phases, &bins, &logs, log).await?);
     }
     let report = OrgReport::new(
         options.quick,
@@ -147,8 +153,9 @@ async fn at_scale(
     phases: Phases,
     bins: &Binaries,
     logs: &Path,
+    log: &'static str,
 ) -> Result<AtScale, BenchError> {
-    let mut world = World::start(bins, logs).await?;
+    let mut world = World::start(bins, logs, log).await?;
     let followers = Followers::start(dispatchers, &world.registry_list())?;
     let fleet = Arc::new(Fleet::new(shape, &world.addrs).await?);
     // The last executors are the ones churn restarts: each has a health
@@ -298,7 +305,7 @@ async fn churn(
 ) -> Result<Churn, BenchError> {
     let mut kills = Vec::new();
     let mut registrations = Vec::new();
-    let mut unheld = 0;
+    let mut unheld = Vec::new();
     let mut next = Instant::now();
     for &e in churned {
         tokio::time::sleep_until(next).await;
@@ -311,14 +318,27 @@ async fn churn(
         let held = followers
             .until_all(t0, CHANGE_LIMIT, move |s| !serves(s, &t, &i))
             .await;
-        unheld += held.iter().filter(|h| h.is_none()).count();
+        note_unheld(
+            &mut unheld,
+            &held,
+            followers,
+            &tool,
+            &format!("kill of {id}"),
+        );
         kills.push(report::Spread::of(&held).max);
         let t0 = Instant::now();
         let id = fleet.start(e, true).await?;
+        let (t, i) = (tool.clone(), id.clone());
         let held = followers
-            .until_all(t0, CHANGE_LIMIT, move |s| serves(s, &tool, &id))
+            .until_all(t0, CHANGE_LIMIT, move |s| serves(s, &t, &i))
             .await;
-        unheld += held.iter().filter(|h| h.is_none()).count();
+        note_unheld(
+            &mut unheld,
+            &held,
+            followers,
+            &tool,
+            &format!("registration of {id}"),
+        );
         registrations.push(report::Spread::of(&held).max);
     }
     Ok(Churn {
@@ -331,6 +351,40 @@ async fn churn(
         ),
         unheld,
     })
+}
+
+/// Notes a change some follower did not hold in time, with what the
+/// first such follower held of `tool` instead.
+fn note_unheld(
+    unheld: &mut Vec<String>,
+    held: &[Option<Duration>],
+    followers: &Followers,
+    tool: &str,
+    change: &str,
+) {
+    let Some(first) = held.iter().position(Option::is_none) else {
+        return;
+    };
+    let snapshot = followers.current(first);
+    let instances: Vec<String> = snapshot
+        .versions(tool)
+        .iter()
+        .flat_map(|e| e.instances.iter())
+        .map(|i| {
+            format!(
+                "{} ({})",
+                i.executor_id,
+                if i.healthy { "healthy" } else { "unhealthy" }
+            )
+        })
+        .collect();
+    unheld.push(format!(
+        "{change}: {} of {} followers did not hold it; follower {first} at version {} has {tool} served by [{}]",
+        held.iter().filter(|h| h.is_none()).count(),
+        held.len(),
+        snapshot.version(),
+        instances.join(", ")
+    ));
 }
 
 /// SIGKILLs replica 0, registers a new executor through the others and

@@ -83,8 +83,9 @@ pub struct Churn {
     pub kill_to_all: Latency,
     /// From a Register call until every follower holds the new instance.
     pub registration_to_all: Latency,
-    /// (change, follower) pairs not held within the limit.
-    pub unheld: usize,
+    /// Changes some follower did not hold within the limit, and what it
+    /// held instead.
+    pub unheld: Vec<String>,
 }
 
 /// A registry replica SIGKILLed and started again.
@@ -222,12 +223,12 @@ fn targets(at: &AtScale) -> Vec<Target> {
     vec![
         target(
             "a registration reaches every dispatcher: p99 < 50 ms, max < 250 ms",
-            churn.p99_us < 50_000.0 && churn.max_us < 250_000.0 && at.churn.unheld == 0,
+            churn.p99_us < 50_000.0 && churn.max_us < 250_000.0 && at.churn.unheld.is_empty(),
             format!(
-                "p99 {:.1} ms, max {:.1} ms, {} unheld",
+                "p99 {:.1} ms, max {:.1} ms, {} changes not held by all",
                 churn.p99_us / 1e3,
                 churn.max_us / 1e3,
-                at.churn.unheld
+                at.churn.unheld.len()
             ),
         ),
         target(
@@ -445,6 +446,11 @@ impl fmt::Display for OrgReport {
         }
         for t in &self.targets {
             writeln!(f, "  {} {}: {}", t.verdict.label(), t.name, t.detail)?;
+        }
+        for at in &self.scales {
+            for unheld in &at.churn.unheld {
+                writeln!(f, "  not held at {} executors: {unheld}", at.executors)?;
+            }
         }
         Ok(())
     }

@@ -21,11 +21,17 @@ pub(crate) struct World {
     /// Each replica's gRPC address (it keeps it across a restart).
     pub(crate) addrs: Vec<String>,
     store_url: String,
+    /// The replicas' log filter.
+    log: &'static str,
 }
 
 impl World {
-    /// Starts etcd and the replicas.
-    pub(crate) async fn start(bins: &Binaries, logs: &Path) -> Result<World, BenchError> {
+    /// Starts etcd and the replicas, which log at `log`.
+    pub(crate) async fn start(
+        bins: &Binaries,
+        logs: &Path,
+        log: &'static str,
+    ) -> Result<World, BenchError> {
         let etcd = EtcdCluster::start(MEMBERS).await?;
         let store_url = etcd.store_url();
         let mut world = World {
@@ -33,6 +39,7 @@ impl World {
             registries: Vec::new(),
             addrs: Vec::new(),
             store_url,
+            log,
         };
         for i in 0..REGISTRIES {
             let (proc, addr) = world.registry(bins, logs, i, "127.0.0.1:0").await?;
@@ -56,7 +63,10 @@ impl World {
             &bins.toolmesh,
             &args,
             logs,
-            SpawnOptions::default(),
+            SpawnOptions {
+                log: self.log,
+                ..SpawnOptions::default()
+            },
         )?;
         let addr = proc.listen_addr().await?;
         Ok((proc, addr))
