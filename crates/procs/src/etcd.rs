@@ -1,6 +1,6 @@
 //! Real etcd members on loopback for tests and the benchmark: a cluster of
-//! one or three, with etcd's fast timing (10 ms heartbeats, 100 ms
-//! elections), data on tmpfs when there is one, members that can be
+//! one or three, with fast timing for tests (10 ms heartbeats, 100 ms
+//! elections) or etcd's own for a loaded benchmark, data on tmpfs when there is one, members that can be
 //! SIGKILLed, SIGSTOPped and resumed, and clients served over TLS (client
 //! certificates required when asked) with a chosen auth token lifetime.
 
@@ -59,6 +59,9 @@ pub struct EtcdOptions {
     /// How long simple auth tokens live, in seconds (`--auth-token-ttl`;
     /// etcd's default is 300).
     pub auth_token_ttl_secs: Option<u32>,
+    /// etcd's own timing (100 ms heartbeats, 1 s elections), which a
+    /// saturated machine needs to keep a leader, instead of the fast one.
+    pub default_timing: bool,
 }
 
 struct Member {
@@ -152,7 +155,10 @@ impl EtcdCluster {
             .args(["--initial-advertise-peer-urls", &peer])
             .args(["--initial-cluster", &self.initial_cluster])
             .args(["--initial-cluster-state", "new"])
-            .args(["--heartbeat-interval", "10", "--election-timeout", "100"])
+            .args(match self.options.default_timing {
+                true => ["--heartbeat-interval", "100", "--election-timeout", "1000"],
+                false => ["--heartbeat-interval", "10", "--election-timeout", "100"],
+            })
             .args(["--logger", "zap", "--log-level", "info"])
             // Cheap password hashing: tests authenticate often.
             .args(["--bcrypt-cost", "4"]);

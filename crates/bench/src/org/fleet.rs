@@ -174,17 +174,25 @@ impl Fleet {
     }
 }
 
+/// Longest an executor keeps trying to register, as an SDK would through
+/// an etcd election or a replica's restart.
+const REGISTER_PATIENCE: Duration = Duration::from_secs(120);
+
 /// Registers `request` through replica `e % n`, moving on to the next
-/// replica while one is unavailable; the lease and the replica that took it.
+/// replica while one is unavailable and backing off once all were tried;
+/// the lease and the replica that took it.
 async fn register(
     clients: &[Vec<RegistryClient<Channel>>],
     e: usize,
     request: toolmesh::pb::RegisterRequest,
     counters: &Counters,
 ) -> Result<(String, usize), BenchError> {
-    let mut last = None;
-    for attempt in 0..clients.len() * 20 {
+    let started = tokio::time::Instant::now();
+    let mut backoff = Duration::from_millis(50);
+    let mut attempt = 0;
+    loop {
         let replica = (e + attempt) % clients.len();
+        attempt += 1;
         let mut client = clients[replica][e % CONNECTIONS_PER_REPLICA].clone();
         match client.register(request.clone()).await {
             Ok(response) => {
@@ -198,21 +206,23 @@ async fn register(
                 }
                 return Ok((response.lease_id, replica));
             }
-            Err(status) => {
+            Err(status) if started.elapsed() > REGISTER_PATIENCE => {
+                return Err(BenchError::rpc(
+                    "Register (every replica, for two minutes)",
+                    status,
+                ));
+            }
+            Err(_) => {
                 counters
                     .registration_failures
                     .fetch_add(1, Ordering::Relaxed);
-                last = Some(status);
-                if attempt + 1 >= clients.len() {
-                    tokio::time::sleep(Duration::from_millis(100)).await;
+                if attempt % clients.len() == 0 {
+                    tokio::time::sleep(backoff).await;
+                    backoff = (backoff * 2).min(Duration::from_secs(2));
                 }
             }
         }
     }
-    Err(BenchError::rpc(
-        "Register (every replica, repeatedly)",
-        last.unwrap_or_else(|| tonic::Status::unavailable("no replica")),
-    ))
 }
 
 /// Heartbeats every third of the lease, as the SDKs do: a forgotten lease

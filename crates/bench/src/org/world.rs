@@ -7,7 +7,7 @@ use crate::error::BenchError;
 use crate::procs::{self, Proc, Ready, SpawnOptions};
 use std::io::{Read, Write};
 use std::path::Path;
-use toolmesh_procs::EtcdCluster;
+use toolmesh_procs::{EtcdCluster, EtcdOptions};
 
 /// Registry replicas started.
 pub(crate) const REGISTRIES: usize = 3;
@@ -32,7 +32,11 @@ impl World {
         logs: &Path,
         log: &'static str,
     ) -> Result<World, BenchError> {
-        let etcd = EtcdCluster::start(MEMBERS).await?;
+        let options = EtcdOptions {
+            default_timing: true,
+            ..EtcdOptions::default()
+        };
+        let etcd = EtcdCluster::start_with(MEMBERS, options).await?;
         let store_url = etcd.store_url();
         let mut world = World {
             etcd,
