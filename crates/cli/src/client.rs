@@ -239,11 +239,9 @@ fn print_matches(response: &SearchToolsResponse) {
         ]);
     }
     table.print();
-    println!(
-        "({} matches, snapshot {})",
-        response.matches.len(),
-        response.snapshot_version
-    );
+    let count = response.matches.len();
+    let noun = if count == 1 { "match" } else { "matches" };
+    println!("({count} {noun}, snapshot {})", response.snapshot_version);
 }
 
 /// `toolmesh call [--stream] NAME [JSON|@FILE|-]`.
