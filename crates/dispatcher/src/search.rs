@@ -2,12 +2,12 @@
 //! search index that follows the snapshots the dispatcher installs.
 
 use crate::{Dispatcher, Principal, Refusal};
-use std::sync::{Arc, RwLock};
+use std::sync::{Arc, Mutex, RwLock};
 use toolmesh::pb::{
     ListToolsResponse, RiskLevel, SearchToolsRequest, SearchToolsResponse, ToolFormat, ToolMatch,
 };
 use toolmesh::{Snapshot, ToolDef};
-use toolmesh_search::{Query, Ranking, SearchIndex, View, clamp_limit};
+use toolmesh_search::{PreparedView, Query, Ranking, SearchIndex, View, clamp_limit};
 
 /// The search index of one installed snapshot.
 #[derive(Debug)]
@@ -16,12 +16,24 @@ pub(crate) struct Indexed {
     index: SearchIndex,
 }
 
+/// Prepared views kept at most (distinct caller listings).
+const PREPARED_VIEWS: usize = 256;
+
+/// A caller's listing resolved against an index, with the two it was made
+/// from: held, so their addresses identify them while the entry lives.
+type Prepared = (Arc<ListToolsResponse>, Arc<Indexed>, Arc<PreparedView>);
+
 /// The index of the newest snapshot installed. The follower advances it
 /// right after installing a snapshot, so the version it holds is always
 /// one the dispatcher serves (current, or just before it).
 #[derive(Debug)]
 pub(crate) struct SearchIndexes {
     current: RwLock<Arc<Indexed>>,
+    /// Views prepared for listings: a listing is cached and shared while
+    /// it stays the same ([`crate::list::ListCache`]), so a caller's
+    /// searches resolve its view once per listing and index, not once per
+    /// query (that walk is as long as the listing).
+    prepared: Mutex<Vec<Prepared>>,
 }
 
 impl SearchIndexes {
@@ -30,6 +42,7 @@ impl SearchIndexes {
         let index = SearchIndex::of(&snapshot);
         SearchIndexes {
             current: RwLock::new(Arc::new(Indexed { snapshot, index })),
+            prepared: Mutex::default(),
         }
     }
 
@@ -44,6 +57,29 @@ impl SearchIndexes {
             index,
         });
         *self.current.write().unwrap_or_else(|e| e.into_inner()) = indexed;
+    }
+
+    /// `listing` resolved against `indexed`, prepared once and reused.
+    fn prepared(
+        &self,
+        listing: &Arc<ListToolsResponse>,
+        indexed: &Arc<Indexed>,
+    ) -> Arc<PreparedView> {
+        let lock = || self.prepared.lock().unwrap_or_else(|e| e.into_inner());
+        let hit = lock()
+            .iter()
+            .find(|(l, i, _)| Arc::ptr_eq(l, listing) && Arc::ptr_eq(i, indexed))
+            .map(|(_, _, view)| view.clone());
+        if let Some(view) = hit {
+            return view;
+        }
+        let view = Arc::new(indexed.index.prepare(&Listed(listing)));
+        let mut prepared = lock();
+        if prepared.len() >= PREPARED_VIEWS {
+            prepared.clear();
+        }
+        prepared.push((listing.clone(), indexed.clone(), view.clone()));
+        view
     }
 
     fn current(&self) -> Arc<Indexed> {
@@ -71,10 +107,6 @@ impl Listed<'_> {
 }
 
 impl View for Listed<'_> {
-    fn contains(&self, name: &str, version: &str) -> bool {
-        self.position(name, version).is_some()
-    }
-
     fn members(&self) -> impl Iterator<Item = (&str, &str)> {
         self.0
             .tools
@@ -134,7 +166,7 @@ impl Dispatcher {
             Err(Refusal::PinExpired(_)) => return self.search_tools_in(who, session, request),
             listing => listing?,
         };
-        let view = Listed(&listing);
+        let view = self.search.prepared(&listing, &indexed);
         let found = indexed.index.search(
             &query,
             &view,
@@ -145,7 +177,7 @@ impl Dispatcher {
         let matches = found
             .iter()
             .filter_map(|found| {
-                let at = view.position(found.def.name(), &found.def.spec().version)?;
+                let at = Listed(&listing).position(found.def.name(), &found.def.spec().version)?;
                 Some(ToolMatch {
                     tool: Some(listing.tools[at].clone()),
                     score: found.score,

@@ -12,4 +12,4 @@ mod rank;
 pub use document::Field;
 pub use index::{SearchIndex, Update};
 pub use query::{DEFAULT_LIMIT, MAX_LIMIT, MAX_QUERY_BYTES, Query, QueryError, clamp_limit};
-pub use rank::{Match, Ranking, View};
+pub use rank::{Match, PreparedView, Ranking, View};

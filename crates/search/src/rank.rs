@@ -1,7 +1,7 @@
 //! BM25F ranking within one caller's view: the document count, average
 //! field lengths and document frequencies are those of the tools the
-//! caller sees, counted at query time, so a tool outside the view takes
-//! no result slot and moves no score.
+//! caller sees (document frequencies counted at query time), so a tool
+//! outside the view takes no result slot and moves no score.
 
 use crate::document::{FIELDS, Field};
 use crate::index::{Doc, SearchIndex};
@@ -13,10 +13,39 @@ use toolmesh::ToolDef;
 /// The tools one caller sees (what its ListTools shows), by name and
 /// version as their specs spell them.
 pub trait View {
-    /// Whether the caller sees `name` at `version`.
-    fn contains(&self, name: &str, version: &str) -> bool;
     /// Every `(name, version)` the caller sees.
     fn members(&self) -> impl Iterator<Item = (&str, &str)>;
+}
+
+/// A view resolved against one index: which of its definitions the caller
+/// sees (a bit per definition number) and the view's collection
+/// statistics. Made once per view ([`SearchIndex::prepare`]) and reused by
+/// every query of that view on that index: the per-query cost is then the
+/// postings of the query's terms, not the size of the view.
+#[derive(Debug, Clone)]
+pub struct PreparedView {
+    visible: Vec<u64>,
+    documents: f64,
+    average_lengths: [f64; FIELDS],
+}
+
+impl PreparedView {
+    fn contains(&self, id: u64) -> bool {
+        let word = usize::try_from(id / 64).unwrap_or(usize::MAX);
+        self.visible
+            .get(word)
+            .is_some_and(|bits| bits & (1 << (id % 64)) != 0)
+    }
+
+    /// Number of tools in the view.
+    pub fn len(&self) -> usize {
+        self.documents as usize
+    }
+
+    /// Whether the view holds no tool.
+    pub fn is_empty(&self) -> bool {
+        self.documents == 0.0
+    }
 }
 
 /// BM25F's parameters: a weight and a length normalization per field, and
@@ -63,20 +92,15 @@ pub struct Match {
     pub score: f64,
 }
 
-/// The collection statistics of one view.
-struct ViewStats {
-    documents: f64,
-    average_lengths: [f64; FIELDS],
-}
-
 impl SearchIndex {
     /// The tools of `view` that best match `query`, best first (ties by
     /// name), at most `limit`, those `keep` refuses left out (a filter:
     /// it changes which tools are answered, not their scores).
+    /// `view` must be [prepared](Self::prepare) on this index.
     pub fn search(
         &self,
         query: &Query,
-        view: &impl View,
+        view: &PreparedView,
         ranking: &Ranking,
         limit: usize,
         keep: impl Fn(&ToolDef) -> bool,
@@ -84,7 +108,7 @@ impl SearchIndex {
         if query.terms.is_empty() || limit == 0 {
             return Vec::new();
         }
-        let stats = self.view_stats(view);
+        let stats = view;
         let mut scores: HashMap<u64, (&Arc<Doc>, f64)> = HashMap::new();
         for term in &query.terms {
             let Some(postings) = self.postings.get(term.as_str()) else {
@@ -92,7 +116,7 @@ impl SearchIndex {
             };
             let visible: Vec<_> = postings
                 .values()
-                .filter(|p| view.contains(p.doc.def.name(), &p.doc.def.spec().version))
+                .filter(|p| view.contains(p.doc.id))
                 .collect();
             if visible.is_empty() {
                 continue;
@@ -140,20 +164,29 @@ impl SearchIndex {
         found
     }
 
-    /// The document count and average field lengths over `view`.
-    fn view_stats(&self, view: &impl View) -> ViewStats {
+    /// `view` resolved against this index: its definitions and its
+    /// document count and average field lengths.
+    pub fn prepare(&self, view: &impl View) -> PreparedView {
+        let mut visible = Vec::new();
         let mut documents = 0usize;
         let mut totals = [0u64; FIELDS];
         for (name, version) in view.members() {
+            let Some(doc) = self.doc(name, version) else {
+                continue;
+            };
             documents += 1;
-            if let Some(doc) = self.doc(name, version) {
-                for (total, length) in totals.iter_mut().zip(doc.lengths) {
-                    *total += u64::from(length);
-                }
+            let word = usize::try_from(doc.id / 64).unwrap_or(usize::MAX);
+            if visible.len() <= word {
+                visible.resize(word + 1, 0u64);
+            }
+            visible[word] |= 1 << (doc.id % 64);
+            for (total, length) in totals.iter_mut().zip(doc.lengths) {
+                *total += u64::from(length);
             }
         }
         let count = documents.max(1) as f64;
-        ViewStats {
+        PreparedView {
+            visible,
             documents: documents as f64,
             average_lengths: totals.map(|total| total as f64 / count),
         }
@@ -173,9 +206,6 @@ mod tests {
     struct Set(BTreeSet<(String, String)>);
 
     impl View for Set {
-        fn contains(&self, name: &str, version: &str) -> bool {
-            self.0.contains(&(name.to_owned(), version.to_owned()))
-        }
         fn members(&self) -> impl Iterator<Item = (&str, &str)> {
             self.0.iter().map(|(n, v)| (n.as_str(), v.as_str()))
         }
@@ -241,7 +271,7 @@ mod tests {
         let query = Query::parse(text).unwrap();
         index.search(
             &query,
-            &everything(snapshot),
+            &index.prepare(&everything(snapshot)),
             &Ranking::default(),
             10,
             |_| true,
@@ -287,10 +317,11 @@ mod tests {
         let s = catalog();
         let index = SearchIndex::of(&s);
         let query = Query::parse("order customer").unwrap();
-        let all = index.search(&query, &everything(&s), &Ranking::default(), 10, |_| true);
-        let one = index.search(&query, &everything(&s), &Ranking::default(), 1, |_| true);
+        let view = index.prepare(&everything(&s));
+        let all = index.search(&query, &view, &Ranking::default(), 10, |_| true);
+        let one = index.search(&query, &view, &Ranking::default(), 1, |_| true);
         assert_eq!(names(&one), names(&all)[..1]);
-        let no_refund = index.search(&query, &everything(&s), &Ranking::default(), 10, |d| {
+        let no_refund = index.search(&query, &view, &Ranking::default(), 10, |d| {
             d.name() != "refund_order"
         });
         assert!(!names(&no_refund).contains(&"refund_order"));
@@ -335,10 +366,11 @@ mod tests {
             let all = b.finish();
             let query = Query::parse(&query).unwrap();
             let ranking = Ranking::default();
-            let alone = SearchIndex::of(&seen).search(&query, &view, &ranking, 50, |_| true);
+            let alone_index = SearchIndex::of(&seen);
+            let alone = alone_index.search(&query, &alone_index.prepare(&view), &ranking, 50, |_| true);
             let mut index = SearchIndex::of(&seen);
             index.advance(&seen, &all);
-            let among = index.search(&query, &view, &ranking, 50, |_| true);
+            let among = index.search(&query, &index.prepare(&view), &ranking, 50, |_| true);
             let scored = |found: &[Match]| -> Vec<(String, u64)> {
                 found.iter().map(|m| (m.def.name().to_owned(), m.score.to_bits())).collect()
             };
