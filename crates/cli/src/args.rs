@@ -110,6 +110,16 @@ const CALL_EXAMPLES: &str = "Examples:
   toolmesh call export_report '{}' --stream        progress as it comes
   toolmesh --server 10.0.0.5:7070 --token \"$TOKEN\" call search_kb '{\"query\": \"vpn\"}'";
 
+/// What `toolmesh search --help` ends with.
+const SEARCH_EXAMPLES: &str = "Examples:
+  toolmesh search \"refund a customer's order\"
+  toolmesh search \"reset a password\" --limit 3 --json
+  toolmesh search \"send a message\" --tag messaging --max-risk medium
+
+Each match is shown as `toolmesh tools` lists it to you; tools you may not
+list are never found. --json prints
+{\"snapshot_version\": N, \"matches\": [{\"name\", \"version\", \"score\", \"description\"}, ...]}.";
+
 /// Parses the command line (printing help, or the error and exiting 2, as
 /// clap does) and refuses client flags given to a command they do nothing for.
 pub(crate) fn parse() -> Result<Cli, BadUsage> {
@@ -191,6 +201,7 @@ impl Command {
         matches!(
             self,
             Command::Tools(_)
+                | Command::Search(_)
                 | Command::Call(_)
                 | Command::Health(_)
                 | Command::Snapshot(_)
@@ -248,6 +259,9 @@ pub(crate) enum Command {
     Bridge(BridgeArgs),
     /// List the tools you can call.
     Tools(ToolsArgs),
+    /// Find the tools you can call that best match what you want done.
+    #[command(after_help = SEARCH_EXAMPLES)]
+    Search(SearchArgs),
     /// Call a tool with JSON arguments.
     #[command(after_help = CALL_EXAMPLES)]
     Call(CallArgs),
@@ -794,6 +808,45 @@ pub(crate) struct ToolsArgs {
     /// List from this snapshot version (0 = newest).
     #[arg(long, default_value_t = 0)]
     pub(crate) snapshot: u64,
+}
+
+/// `toolmesh search`.
+#[derive(Debug, Args, Clone)]
+pub(crate) struct SearchArgs {
+    /// What you want done, in plain words (1 to 1024 bytes).
+    pub(crate) query: String,
+    /// How many matches: 0 means 10; at most 50 (more is 50).
+    #[arg(long, default_value_t = 0, value_name = "N")]
+    pub(crate) limit: u32,
+    /// Only tools carrying this tag (repeat: every one of them).
+    #[arg(long = "tag", value_name = "TAG")]
+    pub(crate) tags: Vec<String>,
+    /// Only tools of at most this risk.
+    #[arg(long, value_enum, value_name = "RISK")]
+    pub(crate) max_risk: Option<Risk>,
+}
+
+/// A risk level on the command line.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum Risk {
+    /// Read-only.
+    Low,
+    /// A reversible write.
+    Medium,
+    /// Irreversible: needs approval.
+    High,
+}
+
+impl Risk {
+    /// The contract's level.
+    pub(crate) fn to_pb(self) -> toolmesh::pb::RiskLevel {
+        use toolmesh::pb::RiskLevel;
+        match self {
+            Risk::Low => RiskLevel::Low,
+            Risk::Medium => RiskLevel::Medium,
+            Risk::High => RiskLevel::High,
+        }
+    }
 }
 
 /// Tool list shapes.

@@ -1,9 +1,9 @@
-//! The client commands (tools, call, health, snapshot, explain, approvals, approve, deny, disable, enable, mcp) over one [`Client`].
+//! The client commands (tools, search, call, health, snapshot, explain, approvals, approve, deny, disable, enable, mcp) over one [`Client`].
 
 use crate::Failure;
 use crate::args::{
-    CallArgs, ClientArgs, DecideArgs, DisableArgs, ExplainArgs, Format, HealthArgs, SnapshotArgs,
-    ToolArg, ToolsArgs,
+    CallArgs, ClientArgs, DecideArgs, DisableArgs, ExplainArgs, Format, HealthArgs, SearchArgs,
+    SnapshotArgs, ToolArg, ToolsArgs,
 };
 use crate::call_input;
 use crate::output::{self, Table, ToolHealth};
@@ -18,8 +18,9 @@ use tonic_health::pb::{
 use toolmesh::pb::{
     ApproveRequest, CallContext, DenyRequest, DisableToolRequest, EnableToolRequest,
     ExplainRequest, GetSnapshotRequest, InvokeRequest, InvokeResponse, ListApprovalsRequest,
-    ListToolsRequest, ListToolsResponse, dispatcher_client::DispatcherClient,
-    governance_client::GovernanceClient, invoke_event, registry_client::RegistryClient,
+    ListToolsRequest, ListToolsResponse, SearchToolsRequest, SearchToolsResponse,
+    dispatcher_client::DispatcherClient, governance_client::GovernanceClient, invoke_event,
+    registry_client::RegistryClient,
 };
 use toolmesh::{ErrorCodeExt, ToolErrorExt};
 use toolmesh_transport::{
@@ -182,6 +183,65 @@ fn print_tools(response: &ListToolsResponse) {
         response.tools.len(),
         response.snapshot_version
     );
+}
+
+/// `toolmesh search QUERY [--limit N] [--tag TAG]... [--max-risk RISK]`.
+pub(crate) async fn search(args: SearchArgs, client: &Client) -> Result<(), Failure> {
+    let response = DispatcherClient::new(client.channel())
+        .max_decoding_message_size(MAX_SNAPSHOT_MESSAGE_BYTES)
+        .search_tools(client.request(SearchToolsRequest {
+            context: Some(context("cli")),
+            query: args.query,
+            limit: args.limit,
+            tags: args.tags,
+            max_risk: args.max_risk.map_or(0, |risk| risk.to_pb() as i32),
+        }))
+        .await
+        .map_err(|s| client.failure(s))?
+        .into_inner();
+    if client.json() {
+        output::print_json(&search_json(&response));
+    } else {
+        print_matches(&response);
+    }
+    Ok(())
+}
+
+/// `toolmesh search --json`: `{"snapshot_version", "matches": [{"name",
+/// "version", "score", "description"}]}`.
+fn search_json(response: &SearchToolsResponse) -> serde_json::Value {
+    let matches: Vec<serde_json::Value> = response
+        .matches
+        .iter()
+        .filter_map(|found| {
+            let tool = found.tool.as_ref()?;
+            Some(json!({
+                "name": tool.name,
+                "version": tool.version,
+                "score": found.score,
+                "description": tool.description,
+            }))
+        })
+        .collect();
+    json!({ "snapshot_version": response.snapshot_version, "matches": matches })
+}
+
+fn print_matches(response: &SearchToolsResponse) {
+    let mut table = Table::new(vec!["SCORE", "NAME", "VERSION", "RISK", "DESCRIPTION"]);
+    for found in &response.matches {
+        let Some(tool) = &found.tool else { continue };
+        table.row(vec![
+            format!("{:.2}", found.score),
+            tool.name.clone(),
+            tool.version.clone(),
+            output::risk_name(tool.risk).to_owned(),
+            output::clip(&tool.description, 60),
+        ]);
+    }
+    table.print();
+    let count = response.matches.len();
+    let noun = if count == 1 { "match" } else { "matches" };
+    println!("({count} {noun}, snapshot {})", response.snapshot_version);
 }
 
 /// `toolmesh call [--stream] NAME [JSON|@FILE|-]`.

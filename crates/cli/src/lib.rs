@@ -192,6 +192,7 @@ async fn run(
         Command::Example(args) => example(args, tls).await,
         Command::Bridge(args) => bridge::run(args, tls).await,
         Command::Tools(args) => client::tools(args, &connect()?).await,
+        Command::Search(args) => client::search(args, &connect()?).await,
         Command::Call(args) => client::call(args, &connect()?).await,
         Command::Health(args) => client::health(args, &connect()?).await,
         Command::Snapshot(args) => client::snapshot(args, &connect()?).await,

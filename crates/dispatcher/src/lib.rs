@@ -20,6 +20,7 @@ mod refusal;
 mod request;
 mod result_cache;
 mod route;
+mod search;
 mod service;
 mod tool_health;
 mod window;
@@ -92,6 +93,8 @@ struct Accepted {
 pub struct Dispatcher {
     pipeline: Arc<Pipeline>,
     listings: Arc<list::ListCache>,
+    /// The search index of the installed snapshot (SearchTools).
+    search: Arc<search::SearchIndexes>,
     admission: Arc<Semaphore>,
     max_in_flight: usize,
     /// The version of the snapshot calls and listings use now.
@@ -153,6 +156,7 @@ impl Dispatcher {
         ));
         let cache = Arc::new(ResultCache::default());
         let (now_installed, installed) = watch::channel(snapshots.current().version());
+        let search = Arc::new(search::SearchIndexes::new(snapshots.current()));
         let follower = Follower {
             updates,
             installed: now_installed,
@@ -161,6 +165,7 @@ impl Dispatcher {
             cache: cache.clone(),
             changed,
             metrics: metrics.clone(),
+            search: search.clone(),
         };
         tokio::spawn(follower.run(stop.clone()));
         let pipeline = Pipeline {
@@ -187,6 +192,7 @@ impl Dispatcher {
         Dispatcher {
             pipeline: Arc::new(pipeline),
             listings: Arc::default(),
+            search,
             admission: Arc::new(Semaphore::new(config.max_in_flight)),
             max_in_flight: config.max_in_flight,
             installed,
@@ -487,6 +493,8 @@ struct Follower {
     /// Tells tool health that the snapshot changed.
     changed: Arc<Notify>,
     metrics: Arc<Metrics>,
+    /// Follows each snapshot installed, after it is.
+    search: Arc<search::SearchIndexes>,
 }
 
 impl Follower {
@@ -501,6 +509,7 @@ impl Follower {
             let snapshot = self.updates.borrow_and_update().clone();
             self.snapshots.install(snapshot.clone());
             self.installed.send_replace(snapshot.version());
+            self.search.follow(snapshot.clone());
             self.cache.forget_replaced(&snapshot);
             self.metrics.snapshot_installed(snapshot.version());
             self.changed.notify_one();

@@ -41,6 +41,12 @@ pub enum Refusal {
     /// The caller's OAuth token lacks the scope listing tools needs.
     #[error("{}", toolmesh::MissingScopes::refusal("listing tools", .0))]
     MissingListScope(String),
+    /// A SearchTools query that cannot be searched (empty, too long).
+    #[error("{0}")]
+    BadQuery(#[from] toolmesh_search::QueryError),
+    /// A SearchTools `max_risk` this build does not know.
+    #[error("max_risk {0} is unknown; use RISK_LEVEL_LOW, _MEDIUM or _HIGH (or leave it unset)")]
+    UnknownRisk(i32),
     /// An approval that cannot be decided.
     #[error("{0}")]
     Approval(#[from] ApprovalError),
@@ -55,9 +61,11 @@ impl From<Refusal> for Status {
             Refusal::PinExpired(_) | Refusal::Approval(_) => Status::failed_precondition(message),
             Refusal::Unauthenticated(e) if e.is_transient() => Status::unavailable(message),
             Refusal::Unauthenticated(_) => Status::unauthenticated(message),
-            Refusal::UnknownFormat(_) | Refusal::BadCallerToken(_) | Refusal::BadReference(_) => {
-                Status::invalid_argument(message)
-            }
+            Refusal::UnknownFormat(_)
+            | Refusal::BadCallerToken(_)
+            | Refusal::BadReference(_)
+            | Refusal::BadQuery(_)
+            | Refusal::UnknownRisk(_) => Status::invalid_argument(message),
             Refusal::UnknownTool(_) => Status::not_found(message),
             Refusal::NotAllowed(_) | Refusal::MissingListScope(_) => {
                 Status::permission_denied(message)
@@ -98,6 +106,16 @@ mod tests {
                 Refusal::UnknownFormat(99),
                 Code::InvalidArgument,
                 "TOOL_FORMAT_NATIVE",
+            ),
+            (
+                Refusal::BadQuery(toolmesh_search::QueryError::TooLong { bytes: 2000 }),
+                Code::InvalidArgument,
+                "at most 1024 bytes",
+            ),
+            (
+                Refusal::UnknownRisk(9),
+                Code::InvalidArgument,
+                "RISK_LEVEL_LOW",
             ),
             (
                 Refusal::UnknownTool("no tool named \"x\"".into()),

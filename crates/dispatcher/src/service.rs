@@ -7,8 +7,8 @@ use std::time::Duration;
 use tokio_stream::{Stream, StreamExt, wrappers::ReceiverStream};
 use tonic::{Request, Response, Status};
 use toolmesh::pb::{
-    InvokeEvent, InvokeRequest, InvokeResponse, ListToolsRequest, ListToolsResponse, ToolFormat,
-    dispatcher_server,
+    InvokeEvent, InvokeRequest, InvokeResponse, ListToolsRequest, ListToolsResponse,
+    SearchToolsRequest, SearchToolsResponse, ToolFormat, dispatcher_server,
 };
 use toolmesh_telemetry::trace::Context as TraceContext;
 
@@ -36,6 +36,17 @@ impl dispatcher_server::Dispatcher for DispatcherService {
             self.dispatcher
                 .list_tools_in(&who, session, request.snapshot_version, format)?;
         Ok(Response::new(std::sync::Arc::unwrap_or_clone(listing)))
+    }
+
+    async fn search_tools(
+        &self,
+        request: Request<SearchToolsRequest>,
+    ) -> Result<Response<SearchToolsResponse>, Status> {
+        let who = self.dispatcher.caller(&request)?;
+        let request = request.into_inner();
+        let session = crate::call::session(&request.context);
+        let found = self.dispatcher.search_tools_in(&who, session, &request)?;
+        Ok(Response::new(found))
     }
 
     async fn invoke(

@@ -229,6 +229,42 @@ async fn mcp_client_snippets_run_as_printed() {
     );
 }
 
+/// "Finding tools" runs as printed under `toolmesh up`: each line
+/// succeeds, the plain search answers a table of the example tools and the
+/// `--json` one the shape docs/cli.md gives, the clock tool first.
+#[tokio::test]
+async fn finding_tools_runs_as_printed() {
+    let heading = "Finding tools";
+    let up = start_up("readme-finding-tools");
+    let dir = temp_dir("readme-finding-tools-work");
+    let path = toolmesh_on_path(dir.path());
+    let env = [("TOOLMESH_SERVER", up.addr.as_str())];
+    let steps = filled(&blocks_under(heading, "sh")[0].text, &up);
+    let lines: Vec<&str> = steps.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert_eq!(lines.len(), 2, "{steps}");
+    let outputs: Vec<_> = lines
+        .iter()
+        .map(|line| {
+            let output = shell(line, dir.path(), &path, &env);
+            assert!(
+                output.status.success(),
+                "`{line}` failed:\n{}\n{}",
+                text(&output.stdout),
+                text(&output.stderr)
+            );
+            text(&output.stdout)
+        })
+        .collect();
+    assert!(
+        outputs[0].contains("SCORE") && outputs[0].contains("search_kb"),
+        "{}",
+        outputs[0]
+    );
+    let json: serde_json::Value = serde_json::from_str(&outputs[1]).expect("--json prints JSON");
+    assert!(json["snapshot_version"].as_u64().is_some(), "{json}");
+    assert_eq!(json["matches"][0]["name"], "get_current_time", "{json}");
+}
+
 /// "In Python": the SDK program, saved under the name its run line uses,
 /// and the shell lines, run in order in a fresh directory: the virtualenv
 /// with `pip install ./sdk/python`, the executor started with the token

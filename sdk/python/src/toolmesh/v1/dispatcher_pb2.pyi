@@ -69,6 +69,36 @@ class InvokeEvent(_message.Message):
     done: InvokeResponse
     def __init__(self, progress: _Optional[_Union[_common_pb2.Progress, _Mapping]] = ..., chunk: _Optional[_Union[_common_pb2.OutputChunk, _Mapping]] = ..., done: _Optional[_Union[InvokeResponse, _Mapping]] = ...) -> None: ...
 
+class SearchToolsRequest(_message.Message):
+    __slots__ = ("context", "query", "limit", "tags", "max_risk")
+    CONTEXT_FIELD_NUMBER: _ClassVar[int]
+    QUERY_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    TAGS_FIELD_NUMBER: _ClassVar[int]
+    MAX_RISK_FIELD_NUMBER: _ClassVar[int]
+    context: _common_pb2.CallContext
+    query: str
+    limit: int
+    tags: _containers.RepeatedScalarFieldContainer[str]
+    max_risk: _common_pb2.RiskLevel
+    def __init__(self, context: _Optional[_Union[_common_pb2.CallContext, _Mapping]] = ..., query: _Optional[str] = ..., limit: _Optional[int] = ..., tags: _Optional[_Iterable[str]] = ..., max_risk: _Optional[_Union[_common_pb2.RiskLevel, str]] = ...) -> None: ...
+
+class SearchToolsResponse(_message.Message):
+    __slots__ = ("snapshot_version", "matches")
+    SNAPSHOT_VERSION_FIELD_NUMBER: _ClassVar[int]
+    MATCHES_FIELD_NUMBER: _ClassVar[int]
+    snapshot_version: int
+    matches: _containers.RepeatedCompositeFieldContainer[ToolMatch]
+    def __init__(self, snapshot_version: _Optional[int] = ..., matches: _Optional[_Iterable[_Union[ToolMatch, _Mapping]]] = ...) -> None: ...
+
+class ToolMatch(_message.Message):
+    __slots__ = ("tool", "score")
+    TOOL_FIELD_NUMBER: _ClassVar[int]
+    SCORE_FIELD_NUMBER: _ClassVar[int]
+    tool: _common_pb2.ToolSpec
+    score: float
+    def __init__(self, tool: _Optional[_Union[_common_pb2.ToolSpec, _Mapping]] = ..., score: _Optional[float] = ...) -> None: ...
+
 class ExplainRequest(_message.Message):
     __slots__ = ("tool", "caller_token", "session_id")
     TOOL_FIELD_NUMBER: _ClassVar[int]

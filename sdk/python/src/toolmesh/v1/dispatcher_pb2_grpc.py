@@ -49,6 +49,11 @@ class DispatcherStub:
                 request_serializer=toolmesh_dot_v1_dot_dispatcher__pb2.InvokeRequest.SerializeToString,
                 response_deserializer=toolmesh_dot_v1_dot_dispatcher__pb2.InvokeEvent.FromString,
                 _registered_method=True)
+        self.SearchTools = channel.unary_unary(
+                '/toolmesh.v1.Dispatcher/SearchTools',
+                request_serializer=toolmesh_dot_v1_dot_dispatcher__pb2.SearchToolsRequest.SerializeToString,
+                response_deserializer=toolmesh_dot_v1_dot_dispatcher__pb2.SearchToolsResponse.FromString,
+                _registered_method=True)
 
 
 class DispatcherServicer:
@@ -80,6 +85,17 @@ class DispatcherServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def SearchTools(self, request, context):
+        """The tools this caller may list that best match a query in plain
+        words, best first, each exactly as ListTools shows it to this caller.
+        Ranked within the caller's own view: a tool it may not list never
+        appears and changes no score. The query is 1 to 1024 bytes (empty or
+        longer: INVALID_ARGUMENT); limit 0 means 10, more than 50 is 50.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_DispatcherServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -97,6 +113,11 @@ def add_DispatcherServicer_to_server(servicer, server):
                     servicer.InvokeStream,
                     request_deserializer=toolmesh_dot_v1_dot_dispatcher__pb2.InvokeRequest.FromString,
                     response_serializer=toolmesh_dot_v1_dot_dispatcher__pb2.InvokeEvent.SerializeToString,
+            ),
+            'SearchTools': grpc.unary_unary_rpc_method_handler(
+                    servicer.SearchTools,
+                    request_deserializer=toolmesh_dot_v1_dot_dispatcher__pb2.SearchToolsRequest.FromString,
+                    response_serializer=toolmesh_dot_v1_dot_dispatcher__pb2.SearchToolsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -180,6 +201,33 @@ class Dispatcher:
             '/toolmesh.v1.Dispatcher/InvokeStream',
             toolmesh_dot_v1_dot_dispatcher__pb2.InvokeRequest.SerializeToString,
             toolmesh_dot_v1_dot_dispatcher__pb2.InvokeEvent.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SearchTools(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/toolmesh.v1.Dispatcher/SearchTools',
+            toolmesh_dot_v1_dot_dispatcher__pb2.SearchToolsRequest.SerializeToString,
+            toolmesh_dot_v1_dot_dispatcher__pb2.SearchToolsResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -1,0 +1,148 @@
+//! What of a tool definition is searched: its fields and their terms.
+
+use crate::analyze;
+use serde_json::Value;
+use std::collections::HashMap;
+use toolmesh::ToolDef;
+
+/// A searched field of a tool definition.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Field {
+    /// The tool's name, split into words (`get_user_info`, `getUserInfo`).
+    Name,
+    /// The input schema's `title`, when it has one.
+    Title,
+    /// The tool's description.
+    Description,
+    /// The tool's tags.
+    Tags,
+    /// The names of its parameters, at any depth of the input schema.
+    ParameterNames,
+    /// The descriptions (and titles) of its parameters.
+    ParameterDescriptions,
+}
+
+/// How many fields there are.
+pub(crate) const FIELDS: usize = 6;
+
+impl Field {
+    /// Every field, in index order.
+    pub const ALL: [Field; FIELDS] = [
+        Field::Name,
+        Field::Title,
+        Field::Description,
+        Field::Tags,
+        Field::ParameterNames,
+        Field::ParameterDescriptions,
+    ];
+
+    /// Its position in per-field arrays.
+    pub(crate) fn index(self) -> usize {
+        self as usize
+    }
+}
+
+/// One definition analyzed: each field's length in terms, and each
+/// distinct term's frequency per field.
+#[derive(Debug, Default)]
+pub(crate) struct Analyzed {
+    pub(crate) lengths: [u32; FIELDS],
+    pub(crate) frequencies: HashMap<String, [u16; FIELDS]>,
+}
+
+impl Analyzed {
+    /// The fields of `def`, analyzed.
+    pub(crate) fn of(def: &ToolDef) -> Self {
+        let spec = def.spec();
+        let schema = def.input_schema();
+        let mut parameters = Parameters::default();
+        parameters.collect(schema);
+        let title = schema.get("title").and_then(Value::as_str).unwrap_or("");
+        let mut analyzed = Analyzed::default();
+        analyzed.add(Field::Name, def.name());
+        analyzed.add(Field::Title, title);
+        analyzed.add(Field::Description, &spec.description);
+        analyzed.add(Field::Tags, &spec.tags.join(" "));
+        analyzed.add(Field::ParameterNames, &parameters.names.join(" "));
+        analyzed.add(
+            Field::ParameterDescriptions,
+            &parameters.descriptions.join(" "),
+        );
+        analyzed
+    }
+
+    fn add(&mut self, field: Field, text: &str) {
+        for term in analyze::terms(text) {
+            self.lengths[field.index()] += 1;
+            let counts = self.frequencies.entry(term).or_default();
+            counts[field.index()] = counts[field.index()].saturating_add(1);
+        }
+    }
+}
+
+/// The parameter names and descriptions of an input schema.
+#[derive(Debug, Default)]
+struct Parameters<'s> {
+    names: Vec<&'s str>,
+    descriptions: Vec<&'s str>,
+}
+
+impl<'s> Parameters<'s> {
+    /// Walks `schema`'s `properties`, nested objects and array items
+    /// included.
+    fn collect(&mut self, schema: &'s Value) {
+        if let Some(properties) = schema.get("properties").and_then(Value::as_object) {
+            for (name, property) in properties {
+                self.names.push(name);
+                for key in ["title", "description"] {
+                    if let Some(text) = property.get(key).and_then(Value::as_str) {
+                        self.descriptions.push(text);
+                    }
+                }
+                self.collect(property);
+            }
+        }
+        if let Some(items) = schema.get("items") {
+            self.collect(items);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use toolmesh::pb::ToolSpec;
+
+    /// Every field is read: the name split, the schema's title, tags, and
+    /// parameter names and descriptions at any depth.
+    #[test]
+    fn fields_of_a_definition() {
+        let def = ToolDef::new(ToolSpec {
+            name: "refundOrder".into(),
+            version: "1.0.0".into(),
+            description: "Gives the money back.".into(),
+            tags: vec!["billing".into()],
+            input_schema: r#"{"type":"object","title":"Refund",
+                "properties":{"order_id":{"type":"string","description":"The purchase."},
+                "lines":{"type":"array","items":{"type":"object","properties":{"sku":{"type":"string"}}}}}}"#
+                .into(),
+            ..ToolSpec::default()
+        })
+        .unwrap();
+        let analyzed = Analyzed::of(&def);
+        let in_field = |term: &str, field: Field| {
+            analyzed
+                .frequencies
+                .get(term)
+                .map_or(0, |f| f[field.index()])
+        };
+        assert_eq!(in_field("refund", Field::Name), 1);
+        assert_eq!(in_field("refund", Field::Title), 1);
+        assert_eq!(in_field("money", Field::Description), 1);
+        assert_eq!(in_field("bill", Field::Tags), 1);
+        assert_eq!(in_field("order", Field::ParameterNames), 1);
+        assert_eq!(in_field("sku", Field::ParameterNames), 1);
+        assert_eq!(in_field("purchas", Field::ParameterDescriptions), 1);
+        assert_eq!(analyzed.lengths[Field::Name.index()], 2);
+    }
+}

@@ -1,0 +1,15 @@
+//! Tool search: an index of tool definitions kept in step with snapshots
+//! at the cost of what changed, ranked with BM25F over the caller's own
+//! view (a tool outside it changes none of that caller's scores).
+#![forbid(unsafe_code)]
+
+mod analyze;
+mod document;
+mod index;
+mod query;
+mod rank;
+
+pub use document::Field;
+pub use index::{SearchIndex, Update};
+pub use query::{DEFAULT_LIMIT, MAX_LIMIT, MAX_QUERY_BYTES, Query, QueryError, clamp_limit};
+pub use rank::{Match, PreparedView, Ranking, View};
