@@ -44,6 +44,7 @@ impl SecureEtcd {
                 client_ca: Some(ca.clone()),
             }),
             auth_token_ttl_secs: Some(TOKEN_TTL_SECS),
+            default_timing: false,
         };
         let cluster = EtcdCluster::start_with(1, options)
             .await
