@@ -5,8 +5,8 @@
 //! they once made every call allocate and copy 50 KB.
 
 use std::sync::Arc;
+use toolmesh::Principal;
 use toolmesh_dispatcher::{CallRequest, Dispatcher};
-use toolmesh_governance::Principal;
 
 /// Under 16 KiB (it was 50,920 bytes before the rare paths were boxed;
 /// tonic's own `Execute` future is about 3 KiB of it).

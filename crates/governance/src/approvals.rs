@@ -18,7 +18,6 @@ pub use toolmesh_policy::approval::{
     ApprovalSettings, DEFAULT_MAX_OPEN_PER_CALLER, DEFAULT_TTL, MAX_TICKETS,
 };
 
-use crate::Principal;
 use std::{
     collections::HashMap,
     fmt,
@@ -26,6 +25,7 @@ use std::{
     time::{Duration, SystemTime},
 };
 use tokio::time::Instant;
+use toolmesh::Principal;
 
 /// Longest denial reason kept, in characters; longer ones are cut.
 pub const MAX_REASON_CHARS: usize = 500;
@@ -72,7 +72,7 @@ pub struct ApprovalTicket {
     pub tool: String,
     /// Its exact version.
     pub version: String,
-    /// [`arguments_digest`](crate::arguments_digest) of the call's arguments.
+    /// [`arguments_digest`](toolmesh::digest::arguments_digest) of the call's arguments.
     pub args_sha256: String,
     /// Who asked.
     pub caller: Principal,

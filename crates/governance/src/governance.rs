@@ -2,16 +2,18 @@
 //! session facts and the audit sink, behind one handle every front door uses.
 
 use crate::approvals::{ApprovalError, ApprovalOp, ApprovalTicket, Approve, Deny, StoredApprovals};
-use crate::audit::{AuditKind, AuditRecord, AuditSink};
 use crate::identity::Identity;
 use crate::records::{MemoryRecords, RecordStore};
 use crate::sessions::{PreconditionError, Sessions};
-use crate::{AuthError, Policy, PolicyHandle, Principal, SessionLimits};
+use crate::{PolicyHandle, SessionLimits};
 use serde_json::Value;
 use std::sync::Arc;
-use toolmesh::Snapshot;
 use toolmesh::pb::Precondition;
+use toolmesh::{Principal, Snapshot};
+use toolmesh_audit::{AuditKind, AuditRecord, AuditSink};
+use toolmesh_identity::AuthError;
 use toolmesh_identity::issuers::IssuerKeys;
+use toolmesh_policy::Policy;
 use toolmesh_transport::PeerCertificate;
 
 /// The governance a dispatcher runs with.

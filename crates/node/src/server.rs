@@ -14,12 +14,9 @@ use tokio::{net::TcpListener, task::JoinHandle};
 use tokio_util::sync::CancellationToken;
 use tonic_health::{ServingStatus, server::HealthReporter};
 use toolmesh::Snapshot;
-use toolmesh_dispatcher::{
-    Dispatcher, DispatcherConfig, Governance, RolloutControl, follow_registry,
-};
-use toolmesh_governance::AuditSink;
-use toolmesh_governance::Identity;
-use toolmesh_governance::{MemoryRecords, RecordStore, RemoteRecords};
+use toolmesh_audit::AuditSink;
+use toolmesh_dispatcher::{Dispatcher, DispatcherConfig, RolloutControl, follow_registry};
+use toolmesh_governance::{Governance, Identity, MemoryRecords, RecordStore, RemoteRecords};
 use toolmesh_registry::{
     DecisionJournal, Registry, RegistryConfig, RegistryService, RolloutDesk, SharedRecordsService,
 };

@@ -22,9 +22,11 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::time::Instant;
+use toolmesh::Principal;
+use toolmesh::digest::value_digest;
 use toolmesh::pb::{ErrorCode, ToolResult};
 use toolmesh::{ToolDef, ToolErrorExt};
-use toolmesh_governance::{CacheRule, CacheScope, Principal, value_digest};
+use toolmesh_policy::{CacheRule, CacheScope};
 use toolmesh_transport::{Bound, call_budget};
 
 /// The caller of a cached call, as far as the cache needs it.
@@ -231,7 +233,7 @@ mod tests {
     #[test]
     fn only_read_only_idempotent_tools() {
         let rule = CacheRule {
-            tool: toolmesh_governance::ToolPattern::parse("*").unwrap(),
+            tool: toolmesh::ToolPattern::parse("*").unwrap(),
             ttl: Duration::from_secs(1),
             stale_if_error: Duration::ZERO,
             scope: CacheScope::Tenant,

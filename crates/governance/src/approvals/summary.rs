@@ -1,9 +1,9 @@
 //! What an approver reads: every argument of the call, one per line, sensitive ones redacted.
 
-use crate::Principal;
-use crate::audit::redact;
 use serde_json::Value;
 use std::fmt::Write as _;
+use toolmesh::Principal;
+use toolmesh_audit::redact;
 
 /// Longest value shown, in characters of its JSON text; longer ones are cut
 /// and their full length is given. Fields are never left out.

@@ -7,12 +7,12 @@
 //! The oldest facts and sessions go first at the caps.
 
 use super::{Declared, DeclaredCache, Fact, PreconditionError, SessionLimits, facts_of, verdict};
-use crate::Principal;
 use crate::digest::{hex, sha256};
 use crate::records::{RecordStore, RecordsError, unix_ms, until_written};
 use serde_json::Value;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
+use toolmesh::Principal;
 use toolmesh::Snapshot;
 use toolmesh::pb::{self, Precondition, shared_record};
 
