@@ -371,13 +371,7 @@ pub(crate) mod tests {
     #[test]
     fn listings_are_cached_per_view() {
         let cache = ListCache::default();
-        let who = toolmesh::Principal {
-            name: "a".into(),
-            tenant: "t".into(),
-            roles: vec!["agent".into()],
-            anonymous: false,
-            issued_by: None,
-        };
+        let who = toolmesh_testkit::principal("a", "t", &["agent"]);
         let renders = std::cell::Cell::new(0);
         let render = |version| {
             renders.set(renders.get() + 1);
@@ -389,7 +383,7 @@ pub(crate) mod tests {
             });
         }
         assert_eq!(renders.get(), 1);
-        let other = toolmesh::Principal {
+        let other = Principal {
             roles: vec!["admin".into()],
             ..who.clone()
         };

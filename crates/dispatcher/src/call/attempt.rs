@@ -145,13 +145,7 @@ mod tests {
             ..Default::default()
         })
         .unwrap();
-        let bot = Principal {
-            name: "agent-bot".into(),
-            tenant: "acme".into(),
-            roles: vec!["agent".into()],
-            anonymous: false,
-            issued_by: None,
-        };
+        let bot = toolmesh_testkit::principal("agent-bot", "acme", &["agent"]);
         let forged = InvokeRequest {
             tool: "t".into(),
             call_id: "c-1".into(),

@@ -203,6 +203,7 @@ mod tests {
     use super::*;
     use serde_json::json;
     use toolmesh::pb::{ToolError, ToolSpec};
+    use toolmesh_testkit::principal;
 
     fn def(read_only: bool, idempotent: bool) -> Arc<ToolDef> {
         Arc::new(
@@ -217,16 +218,6 @@ mod tests {
             })
             .unwrap(),
         )
-    }
-
-    fn who(name: &str, tenant: &str) -> Principal {
-        Principal {
-            name: name.into(),
-            tenant: tenant.into(),
-            roles: Vec::new(),
-            anonymous: false,
-            issued_by: None,
-        }
     }
 
     /// Only a read-only and idempotent tool is cached, whatever the policy says.
@@ -253,7 +244,11 @@ mod tests {
         let d = def(true, true);
         let a = json!({"q": 1, "r": 2});
         let b: Value = serde_json::from_str(r#"{"r":2,   "q":1}"#).unwrap();
-        let (ann, bob, other) = (who("ann", "acme"), who("bob", "acme"), who("ann", "zeta"));
+        let (ann, bob, other) = (
+            principal("ann", "acme", &[]),
+            principal("bob", "acme", &[]),
+            principal("ann", "zeta", &[]),
+        );
         let k = |scope, who: &Principal, args: &Value| key(&d, scope, who, args);
         assert_eq!(
             k(CacheScope::Tenant, &ann, &a),
