@@ -5,15 +5,18 @@
 use crate::call::resolve;
 use crate::{Dispatcher, Refusal};
 use tonic::{Request, Response, Status};
+use toolmesh::Principal;
 use toolmesh::ToolRef;
 use toolmesh::pb::{
     ApprovalResponse, ApproveRequest, DenyRequest, ExplainRequest, ExplainResponse,
     ListApprovalsRequest, ListApprovalsResponse, governance_server,
 };
 use toolmesh::rollout::Audience;
+use toolmesh_governance::Governance;
 use toolmesh_governance::approvals::List;
 use toolmesh_governance::{ApprovalState, ApprovalTicket};
-use toolmesh_governance::{Decision, explain};
+use toolmesh_identity::ADMIN_ROLE;
+use toolmesh_policy::{ApprovalNeed, Decision, explain};
 
 /// gRPC adapter for governance over a [`Dispatcher`].
 #[derive(Clone)]
@@ -32,7 +35,7 @@ impl governance_server::Governance for GovernanceService {
         let policy = self.dispatcher.governance().policy();
         // Only an operator reads why a tool is hidden, whose rollout covers
         // whom, and another caller's view.
-        let audience = if asker.has_role(toolmesh_governance::ADMIN_ROLE) {
+        let audience = if asker.has_role(ADMIN_ROLE) {
             Audience::Operator
         } else {
             Audience::Caller
@@ -88,7 +91,7 @@ impl governance_server::Governance for GovernanceService {
                 && matches!(
                     explanation.decision,
                     Decision::Allow {
-                        approval: toolmesh_governance::ApprovalNeed::Required,
+                        approval: ApprovalNeed::Required,
                         ..
                     }
                 ),
@@ -162,19 +165,18 @@ impl governance_server::Governance for GovernanceService {
 /// Whose view `asker` asks about: its own, or — for an admin — that of
 /// the caller holding `caller_token` (a static token or an issuer's JWT).
 fn subject(
-    governance: &toolmesh_governance::Governance,
-    asker: toolmesh_governance::Principal,
+    governance: &Governance,
+    asker: Principal,
     caller_token: &str,
-) -> Result<toolmesh_governance::Principal, Refusal> {
+) -> Result<Principal, Refusal> {
     if caller_token.is_empty() {
         return Ok(asker);
     }
-    if !asker.has_role(toolmesh_governance::ADMIN_ROLE) {
+    if !asker.has_role(ADMIN_ROLE) {
         // A token's principal and roles are not for every caller to learn.
         return Err(Refusal::NotAllowed(format!(
             "{} may not explain another caller's view: that needs the role \"{}\"; without --caller, explain shows your own",
-            asker.name,
-            toolmesh_governance::ADMIN_ROLE
+            asker.name, ADMIN_ROLE
         )));
     }
     governance

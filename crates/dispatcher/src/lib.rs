@@ -34,7 +34,6 @@ pub use recent::{RECENT_WINDOW, RecentCalls};
 pub use refusal::Refusal;
 pub use request::{CallRequest, Reply, Streamed, Unary};
 pub use service::DispatcherService;
-pub use toolmesh_governance::{AuthError, Governance, Principal};
 
 use call::{Attempts, Pipeline, Relay};
 use endpoints::{EjectionPolicy, Endpoints};
@@ -49,11 +48,13 @@ use tokio::time::Instant;
 use tokio_util::sync::{CancellationToken, DropGuard};
 use tonic_health::pb::health_server::HealthServer;
 use tonic_health::server::HealthReporter;
+use toolmesh::Principal;
 use toolmesh::pb::{
     InvokeEvent, InvokeRequest, InvokeResponse, ListToolsResponse, ToolFormat,
     dispatcher_server::DispatcherServer, governance_server::GovernanceServer, invoke_event,
 };
 use toolmesh::{Snapshot, SnapshotHistory};
+use toolmesh_governance::Governance;
 use toolmesh_telemetry::trace::Context as TraceContext;
 use toolmesh_transport::MAX_CALL_MESSAGE_BYTES;
 use toolmesh_transport::{HealthGate, gated_health};

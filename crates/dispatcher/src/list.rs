@@ -10,10 +10,11 @@ use serde_json::{Value, json};
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+use toolmesh::Principal;
 use toolmesh::pb::{ListToolsResponse, RiskLevel, ToolFormat};
 use toolmesh::rollout::Caller;
 use toolmesh::{Snapshot, ToolDef, ToolEntry};
-use toolmesh_governance::{Decision, Policy, Principal};
+use toolmesh_policy::{Decision, Policy};
 
 /// How long a rendered listing is reused. Snapshots and policies are keyed
 /// exactly; this bounds only how long an expired ejection stays hidden.
@@ -76,7 +77,7 @@ impl ListCache {
 pub(crate) fn cache_key(
     (snapshot_version, current_version): (u64, u64),
     policy_generation: u64,
-    who: &toolmesh_governance::Principal,
+    who: &toolmesh::Principal,
     rollouts: &str,
     format: ToolFormat,
 ) -> CacheKey {
@@ -370,13 +371,7 @@ pub(crate) mod tests {
     #[test]
     fn listings_are_cached_per_view() {
         let cache = ListCache::default();
-        let who = toolmesh_governance::Principal {
-            name: "a".into(),
-            tenant: "t".into(),
-            roles: vec!["agent".into()],
-            anonymous: false,
-            issued_by: None,
-        };
+        let who = toolmesh_testkit::principal("a", "t", &["agent"]);
         let renders = std::cell::Cell::new(0);
         let render = |version| {
             renders.set(renders.get() + 1);
@@ -388,7 +383,7 @@ pub(crate) mod tests {
             });
         }
         assert_eq!(renders.get(), 1);
-        let other = toolmesh_governance::Principal {
+        let other = Principal {
             roles: vec!["admin".into()],
             ..who.clone()
         };

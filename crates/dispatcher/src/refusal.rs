@@ -3,7 +3,8 @@
 
 use tonic::Status;
 use toolmesh::NotHeld;
-use toolmesh_governance::{ApprovalError, AuthError};
+use toolmesh_governance::ApprovalError;
+use toolmesh_identity::AuthError;
 
 /// A request the dispatcher refused before (or instead of) running a call.
 #[derive(Debug, thiserror::Error)]

@@ -6,8 +6,8 @@ use crate::{Dispatcher, Refusal};
 use std::future::Future;
 use std::time::Duration;
 use tokio::sync::mpsc;
+use toolmesh::Principal;
 use toolmesh::pb::{InvokeEvent, InvokeRequest, InvokeResponse, Progress};
-use toolmesh_governance::Principal;
 use toolmesh_telemetry::trace::Context as TraceContext;
 
 /// One call for [`Dispatcher::call`]: its [`InvokeRequest`], who makes it,

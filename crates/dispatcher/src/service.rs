@@ -1,11 +1,12 @@
 //! The `toolmesh.v1.Dispatcher` gRPC front door: identifies the caller,
 //! hands the call to the pipeline, and turns refusals into statuses.
 
-use crate::{CallRequest, Dispatcher, Principal, Refusal};
+use crate::{CallRequest, Dispatcher, Refusal};
 use std::pin::Pin;
 use std::time::Duration;
 use tokio_stream::{Stream, StreamExt, wrappers::ReceiverStream};
 use tonic::{Request, Response, Status};
+use toolmesh::Principal;
 use toolmesh::pb::{
     InvokeEvent, InvokeRequest, InvokeResponse, ListToolsRequest, ListToolsResponse,
     SearchToolsRequest, SearchToolsResponse, ToolFormat, dispatcher_server,

@@ -6,7 +6,6 @@
 
 use std::sync::Arc;
 use toolmesh_dispatcher::{CallRequest, Dispatcher};
-use toolmesh_governance::Principal;
 
 /// Under 16 KiB (it was 50,920 bytes before the rare paths were boxed;
 /// tonic's own `Execute` future is about 3 KiB of it).
@@ -17,13 +16,7 @@ async fn one_call_state_stays_small() {
     let (_tx, snapshots) = tokio::sync::watch::channel(Arc::new(toolmesh::Snapshot::empty("")));
     let (health, _) = tonic_health::server::health_reporter();
     let dispatcher = Dispatcher::new(Default::default(), snapshots, health);
-    let who = Principal {
-        name: "agent".into(),
-        tenant: "t".into(),
-        roles: vec![],
-        anonymous: false,
-        issued_by: None,
-    };
+    let who = toolmesh_testkit::principal("agent", "t", &[]);
     let call = dispatcher.call(CallRequest::new(&who, Default::default()));
     let size = std::mem::size_of_val(&call);
     assert!(

@@ -13,8 +13,10 @@ use toolmesh::pb::{
     dispatcher_client::DispatcherClient,
 };
 use toolmesh::{Instance, Snapshot, ToolDef, ToolEntry};
-use toolmesh_dispatcher::{Dispatcher, DispatcherConfig, Governance};
-use toolmesh_governance::{Policy, PolicyHandle};
+use toolmesh_dispatcher::{Dispatcher, DispatcherConfig};
+use toolmesh_governance::Governance;
+use toolmesh_governance::PolicyHandle;
+use toolmesh_policy::Policy;
 use toolmesh_testkit::policy::{Caller, PolicyBuilder};
 use toolmesh_testkit::{eventually, serve_router, with_token};
 

@@ -18,7 +18,6 @@ pub use toolmesh_policy::approval::{
     ApprovalSettings, DEFAULT_MAX_OPEN_PER_CALLER, DEFAULT_TTL, MAX_TICKETS,
 };
 
-use crate::Principal;
 use std::{
     collections::HashMap,
     fmt,
@@ -26,6 +25,7 @@ use std::{
     time::{Duration, SystemTime},
 };
 use tokio::time::Instant;
+use toolmesh::Principal;
 
 /// Longest denial reason kept, in characters; longer ones are cut.
 pub const MAX_REASON_CHARS: usize = 500;
@@ -72,7 +72,7 @@ pub struct ApprovalTicket {
     pub tool: String,
     /// Its exact version.
     pub version: String,
-    /// [`arguments_digest`](crate::arguments_digest) of the call's arguments.
+    /// [`arguments_digest`](toolmesh::digest::arguments_digest) of the call's arguments.
     pub args_sha256: String,
     /// Who asked.
     pub caller: Principal,
@@ -581,16 +581,9 @@ fn id_number(id: &str) -> u64 {
 mod tests {
     use super::*;
 
-    fn who(name: &str, roles: &[&str]) -> Principal {
-        Principal {
-            name: name.into(),
-            tenant: "acme".into(),
-            roles: roles.iter().map(|r| r.to_string()).collect(),
-            anonymous: false,
-            issued_by: None,
-        }
-    }
+    use toolmesh_testkit::principal;
 
+    /// `p`'s namesake in `tenant`.
     fn in_tenant(mut p: Principal, tenant: &str) -> Principal {
         p.tenant = tenant.into();
         p
@@ -613,8 +606,8 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn request_approve_consume_once() {
         let approvals = store();
-        let bot = who("support-bot", &["agent"]);
-        let alice = who("alice", &["approver"]);
+        let bot = principal("support-bot", "acme", &["agent"]);
+        let alice = principal("alice", "acme", &["approver"]);
         let t = approvals
             .request("send_email", "1.0.0", "d1", &bot, "email bob@x")
             .unwrap();
@@ -667,9 +660,9 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn consume_is_bound_to_the_call() {
         let approvals = store();
-        let bot = who("support-bot", &["agent"]);
-        let other_bot = who("other-bot", &["agent"]);
-        let alice = who("alice", &["approver"]);
+        let bot = principal("support-bot", "acme", &["agent"]);
+        let other_bot = principal("other-bot", "acme", &["agent"]);
+        let alice = principal("alice", "acme", &["approver"]);
         approvals
             .request("send_email", "1.0.0", "d1", &bot, "")
             .unwrap();
@@ -730,8 +723,8 @@ mod tests {
             ttl: Duration::from_secs(60),
             ..ApprovalSettings::default()
         });
-        let bot = who("support-bot", &["agent"]);
-        let alice = who("alice", &["approver"]);
+        let bot = principal("support-bot", "acme", &["agent"]);
+        let alice = principal("alice", "acme", &["approver"]);
         approvals.request("wipe", "1.0.0", "d", &bot, "").unwrap();
         approvals.request("wipe", "1.0.0", "e", &bot, "").unwrap();
         approvals.approve("a-2", &alice).unwrap();
@@ -762,13 +755,12 @@ mod tests {
     #[tokio::test(start_paused = true)]
     async fn who_may_decide() {
         let approvals = store();
-        let bot = who("support-bot", &["agent"]);
-        let approver_bot = who("oncall", &["agent", "approver"]);
-        let alice = who("alice", &["approver"]);
-        let mut foreign = who("bob", &["approver"]);
-        foreign.tenant = "globex".into();
+        let bot = principal("support-bot", "acme", &["agent"]);
+        let approver_bot = principal("oncall", "acme", &["agent", "approver"]);
+        let alice = principal("alice", "acme", &["approver"]);
+        let foreign = principal("bob", "globex", &["approver"]);
 
-        let helper = who("helper", &["agent"]);
+        let helper = principal("helper", "acme", &["agent"]);
         approvals.request("wipe", "1.0.0", "d", &bot, "").unwrap();
         let err = approvals.approve("a-1", &helper).unwrap_err();
         assert!(matches!(err, ApprovalError::NotApprover { .. }), "{err}");
@@ -821,9 +813,9 @@ mod tests {
             max_open_per_caller: 3,
             ..ApprovalSettings::default()
         });
-        let flood = who("flood-bot", &["agent"]);
-        let other = who("support-bot", &["agent"]);
-        let alice = who("alice", &["approver"]);
+        let flood = principal("flood-bot", "acme", &["agent"]);
+        let other = principal("support-bot", "acme", &["agent"]);
+        let alice = principal("alice", "acme", &["approver"]);
         for d in ["d1", "d2", "d3"] {
             approvals.request("wipe", "1.0.0", d, &flood, "").unwrap();
         }
@@ -853,11 +845,11 @@ mod tests {
     async fn listing_is_scoped_by_tenant() {
         let approvals = store();
         let roles = ApprovalSettings::default().approver_roles;
-        let acme_bot = who("support-bot", &["agent"]);
-        let globex_bot = in_tenant(who("globex-bot", &["agent"]), "globex");
-        let alice = who("alice", &["approver"]);
-        let bob = in_tenant(who("bob", &["approver"]), "globex");
-        let helper = who("helper", &["agent"]);
+        let acme_bot = principal("support-bot", "acme", &["agent"]);
+        let globex_bot = principal("globex-bot", "globex", &["agent"]);
+        let alice = principal("alice", "acme", &["approver"]);
+        let bob = principal("bob", "globex", &["approver"]);
+        let helper = principal("helper", "acme", &["agent"]);
         ask(&approvals, "d", &acme_bot).unwrap();
         ask(&approvals, "d", &globex_bot).unwrap();
         let ids = |p: &Principal| -> Vec<String> {

@@ -2,16 +2,18 @@
 //! session facts and the audit sink, behind one handle every front door uses.
 
 use crate::approvals::{ApprovalError, ApprovalOp, ApprovalTicket, Approve, Deny, StoredApprovals};
-use crate::audit::{AuditKind, AuditRecord, AuditSink};
 use crate::identity::Identity;
 use crate::records::{MemoryRecords, RecordStore};
 use crate::sessions::{PreconditionError, Sessions};
-use crate::{AuthError, Policy, PolicyHandle, Principal, SessionLimits};
+use crate::{PolicyHandle, SessionLimits};
 use serde_json::Value;
 use std::sync::Arc;
-use toolmesh::Snapshot;
 use toolmesh::pb::Precondition;
+use toolmesh::{Principal, Snapshot};
+use toolmesh_audit::{AuditKind, AuditRecord, AuditSink};
+use toolmesh_identity::AuthError;
 use toolmesh_identity::issuers::IssuerKeys;
+use toolmesh_policy::Policy;
 use toolmesh_transport::PeerCertificate;
 
 /// The governance a dispatcher runs with.
@@ -203,16 +205,7 @@ impl Governance {
 mod tests {
     use super::*;
     use crate::approvals::{ApprovalCall, Consume, List, Request};
-
-    fn who(name: &str, roles: &[&str]) -> Principal {
-        Principal {
-            name: name.into(),
-            tenant: "acme".into(),
-            roles: roles.iter().map(|r| r.to_string()).collect(),
-            anonymous: false,
-            issued_by: None,
-        }
-    }
+    use toolmesh_testkit::principal;
 
     fn approving(role: &str) -> Policy {
         Policy::from_toml(&format!("[approval]\napprover_roles = [\"{role}\"]\n")).unwrap()
@@ -225,7 +218,7 @@ mod tests {
     async fn approvals_live_in_the_book_under_the_policy_in_force() {
         let handle = Arc::new(PolicyHandle::new(approving("approver")));
         let governance = Governance::new(handle.clone(), None);
-        let bot = who("bot", &["agent"]);
+        let bot = principal("bot", "acme", &["agent"]);
         let call = ApprovalCall {
             tool: "wipe",
             version: "1.0.0",
@@ -240,7 +233,7 @@ mod tests {
             governance.approval(request, &bot).await.unwrap().id,
             ticket.id
         );
-        let alice = who("alice", &["approver"]);
+        let alice = principal("alice", "acme", &["approver"]);
         let listed = governance.approval(List, &alice).await.unwrap();
         assert_eq!(listed.len(), 1);
         handle.replace(approving("release-manager"));
@@ -249,7 +242,7 @@ mod tests {
             .await
             .unwrap_err();
         assert!(matches!(err, ApprovalError::NotApprover { .. }), "{err}");
-        let manager = who("mo", &["release-manager"]);
+        let manager = principal("mo", "acme", &["release-manager"]);
         governance
             .decide_approval(&manager, &ticket.id, None)
             .await

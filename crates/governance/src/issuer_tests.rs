@@ -7,6 +7,7 @@ use toolmesh_identity::issuers::{KeySet, KeySource, MAX_TOKEN_BYTES};
 use toolmesh_identity::{AuthError, Principal};
 use toolmesh_policy::{EXAMPLE_POLICY_TOML, Policy, PolicyError};
 use toolmesh_testkit::oidc::{self, Mode, Provider, SigningKey};
+use toolmesh_testkit::policy::{Caller, PolicyBuilder};
 
 const ISSUER: &str = "https://idp.example.test";
 
@@ -131,15 +132,8 @@ fn an_issuer_with_only_its_url_and_audience_takes_the_defaults() {
 
 /// A policy trusting [`ISSUER`] with keys from `jwks_file`, and one static caller.
 fn file_policy(jwks_file: &Path, extra: &str) -> Policy {
-    Policy::from_toml(&format!(
-        r#"
-[[callers]]
-token = "tok-static"
-principal = "static-bot"
-tenant = "acme"
-roles = ["agent"]
-
-[[issuers]]
+    let issuer = format!(
+        r#"[[issuers]]
 issuer = "{ISSUER}"
 audiences = ["toolmesh", "mesh-2"]
 jwks_file = "{}"
@@ -151,8 +145,16 @@ roles = ["employee"]
 {extra}
 "#,
         jwks_file.display()
-    ))
-    .unwrap()
+    );
+    let toml = PolicyBuilder::new()
+        .caller(
+            Caller::token("tok-static", "static-bot")
+                .tenant("acme")
+                .roles(&["agent"]),
+        )
+        .then(&issuer)
+        .build_toml();
+    Policy::from_toml(&toml).unwrap()
 }
 
 fn claims(extra: Value) -> Value {
@@ -232,9 +234,19 @@ fn tokens_of_each_algorithm_map_to_principals() {
 /// its claim mapping, which never gives that role.
 #[test]
 fn a_caller_pinned_to_a_subject_may_be_the_dispatcher() {
-    let f = with_file_keys(&format!(
-        "\n[[callers]]\nissuer = \"{ISSUER}\"\nsubject = \"system:serviceaccount:mesh:dispatcher\"\nprincipal = \"dispatcher\"\ntenant = \"ops\"\nroles = [\"dispatcher\"]\n"
-    ));
+    let f = with_file_keys(
+        &PolicyBuilder::new()
+            .caller(
+                Caller::subject(
+                    ISSUER,
+                    "system:serviceaccount:mesh:dispatcher",
+                    "dispatcher",
+                )
+                .tenant("ops")
+                .roles(&["dispatcher"]),
+            )
+            .build_toml(),
+    );
     let sub = json!({"sub": "system:serviceaccount:mesh:dispatcher"});
     let pinned = who(&f.governance, &f.es.mint(&claims(sub))).unwrap();
     assert_eq!(

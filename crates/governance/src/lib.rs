@@ -4,23 +4,27 @@
 //! [`Governance`], for every `ListTools` entry and every `Invoke`:
 //!
 //! 1. [`Identity::authenticate`] — the `authorization: Bearer <token>` value
-//!    (or a client certificate) becomes a [`Principal`] (or the anonymous
+//!    (or a client certificate) becomes a [`Principal`](toolmesh::Principal) (or the anonymous
 //!    one, when allowed); see `toolmesh-identity`;
-//! 2. [`Policy::decide`] — a [`Decision`]: allowed by which grant, and
-//!    whether an approval is needed ([`ApprovalNeed`]), or denied and why;
-//!    [`explain`] lists every grant considered, for `toolmesh explain`
+//! 2. [`Policy::decide`](toolmesh_policy::Policy::decide) — a
+//!    [`Decision`](toolmesh_policy::Decision): allowed by which grant, and
+//!    whether an approval is needed
+//!    ([`ApprovalNeed`](toolmesh_policy::ApprovalNeed)), or denied and why;
+//!    [`explain`](toolmesh_policy::explain) lists every grant considered, for `toolmesh explain`
 //!    (the policy file and its decisions are `toolmesh-policy`'s);
 //! 3. [`Approvals`] — single-use tickets bound to tool, version,
-//!    [`arguments_digest`] and caller;
-//! 4. [`Limits::check`] (via [`Policy::limits`]) — rate limits and
-//!    concurrency quotas, with a [`Permit`] that frees its slot on drop;
-//! 5. [`AuditSink`] — one JSON [`AuditRecord`] line per call or decision
-//!    (from `toolmesh-audit`, re-exported here).
+//!    [`arguments_digest`](toolmesh::digest::arguments_digest) and caller;
+//! 4. [`Limits::check`](toolmesh_policy::Limits::check) (via
+//!    [`Policy::limits`](toolmesh_policy::Policy::limits)) — rate limits and
+//!    concurrency quotas, with a [`Permit`](toolmesh_policy::Permit) that frees its slot on drop;
+//! 5. [`AuditSink`](toolmesh_audit::AuditSink) — one JSON
+//!    [`AuditRecord`](toolmesh_audit::AuditRecord) line per call or decision
+//!    (from `toolmesh-audit`).
 //!
 //! [`PolicyHandle`] keeps the policy in force and reloads it on SIGHUP or
 //! when its file changes; a bad file leaves the previous policy in force.
 //! The raw arguments of a call reach the audit log only for tools tagged
-//! [`RAW_ARGUMENTS_TAG`], with `"x-sensitive": true` properties redacted.
+//! [`RAW_ARGUMENTS_TAG`](toolmesh_audit::RAW_ARGUMENTS_TAG), with `"x-sensitive": true` properties redacted.
 #![forbid(unsafe_code)]
 
 pub mod approvals;
@@ -44,16 +48,3 @@ pub use identity::Identity;
 pub use records::{MemoryRecords, RecordStore, RecordsError, RemoteRecords};
 pub use reload::{PolicyHandle, PolicyWatcher};
 pub use sessions::{Declared, PreconditionError, SessionLimits, Sessions};
-
-// What the dispatcher asks of a call, from the crates that own it: the
-// policy's decisions and the caller's identity.
-pub use toolmesh::digest::{arguments_digest, value_digest};
-pub use toolmesh::{IssuedBy, Principal, ToolPattern};
-/// The audit trail, from `toolmesh-audit` (its records name a [`Principal`]).
-pub use toolmesh_audit as audit;
-pub use toolmesh_audit::{AuditKind, AuditRecord, AuditSink, RAW_ARGUMENTS_TAG};
-pub use toolmesh_identity::{ADMIN_ROLE, AuthError};
-pub use toolmesh_policy::{
-    ApprovalNeed, ApprovalSettings, CacheRule, CacheScope, Decision, FieldLimit, Narrowing, Permit,
-    Policy, PolicyError, explain, fallback_policy,
-};

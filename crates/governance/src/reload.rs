@@ -5,7 +5,6 @@
 //! [`PolicyHandle::last_error`]). A call holds the `Arc<Policy>` it took
 //! at its start, so a reload never changes the rules under a running call.
 
-use crate::{Policy, PolicyError};
 use arc_swap::ArcSwap;
 use std::{
     path::{Path, PathBuf},
@@ -16,6 +15,7 @@ use std::{
     time::{Duration, SystemTime},
 };
 use tokio::{task::JoinHandle, time::MissedTickBehavior};
+use toolmesh_policy::{Policy, PolicyError};
 
 /// How often the watcher looks at the file's modification time and length.
 pub const POLL_EVERY: Duration = Duration::from_millis(500);

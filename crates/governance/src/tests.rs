@@ -8,6 +8,8 @@ use toolmesh_policy::{
     ApprovalNeed, DEV_APPROVER_TOKEN, DEV_POLICY_TOML, Decision, EXAMPLE_POLICY_TOML, GrantVerdict,
     Policy, PolicyError, explain,
 };
+use toolmesh_testkit::policy::{Caller, PolicyBuilder};
+use toolmesh_testkit::principal;
 
 fn spec(name: &str, risk: RiskLevel, tags: &[&str]) -> ToolSpec {
     ToolSpec {
@@ -523,13 +525,7 @@ const V2: &str = "[[grants]]\nname = \"version two\"\ntools = [\"*\"]\n";
 const BAD: &str = "[[grants]]\nname = \"broken\"\ntools = [\"*\"]\nmax_risk = \"EXTREME\"\n";
 
 fn rule_of(handle: &PolicyHandle) -> String {
-    let anon = Principal {
-        name: "x".into(),
-        tenant: "t".into(),
-        roles: vec![],
-        anonymous: false,
-        issued_by: None,
-    };
+    let anon = principal("x", "t", &[]);
     match handle
         .current()
         .decide(&anon, &spec("a", RiskLevel::Low, &[]))
@@ -591,12 +587,9 @@ async fn watcher_follows_the_file() {
 #[test]
 fn tls_name_callers() {
     let policy = Policy::from_toml(
-        r#"
-[[callers]]
-tls_name = "Bot.Agents.Internal"
-principal = "bot"
-roles = ["agent"]
-"#,
+        &PolicyBuilder::new()
+            .caller(Caller::tls_name("Bot.Agents.Internal", "bot").roles(&["agent"]))
+            .build_toml(),
     )
     .unwrap();
     let who = policy
@@ -625,12 +618,15 @@ principal = "bot"
 #[test]
 fn spiffe_id_callers() {
     let policy = Policy::from_toml(
-        r#"
-[[callers]]
-tls_name = "spiffe://example.org/ns/agents/sa/Support-Bot"
-principal = "support-bot"
-roles = ["agent"]
-"#,
+        &PolicyBuilder::new()
+            .caller(
+                Caller::tls_name(
+                    "spiffe://example.org/ns/agents/sa/Support-Bot",
+                    "support-bot",
+                )
+                .roles(&["agent"]),
+            )
+            .build_toml(),
     )
     .unwrap();
     let who = policy
@@ -662,19 +658,11 @@ tls_name = "spiffe://example.org/ns/../sa/x"
 #[test]
 fn argument_limits_load_and_explain() {
     let policy = Policy::from_toml(
-        r#"
-[[grants]]
-name = "agents: small charges"
-roles = ["agent"]
-tools = ["charge"]
-[grants.arguments.charge]
-cents = { maximum = 100 }
-
-[[grants]]
-name = "finance: any charge"
-roles = ["finance"]
-tools = ["charge"]
-"#,
+        &PolicyBuilder::new()
+            .grant("agents: small charges", &["agent"], &["charge"])
+            .then("[grants.arguments.charge]\ncents = { maximum = 100 }\n")
+            .grant("finance: any charge", &["finance"], &["charge"])
+            .build_toml(),
     )
     .unwrap();
     let narrowing = policy.narrowing("agents: small charges", "charge").unwrap();
@@ -682,13 +670,7 @@ tools = ["charge"]
     assert!(policy.narrowing("finance: any charge", "charge").is_none());
     let mut charge = spec("charge", RiskLevel::Low, &[]);
     charge.input_schema = r#"{"type":"object","properties":{"cents":{"type":"integer"}}}"#.into();
-    let agent = Principal {
-        name: "bot".into(),
-        tenant: "t".into(),
-        roles: vec!["agent".into()],
-        anonymous: false,
-        issued_by: None,
-    };
+    let agent = principal("bot", "t", &["agent"]);
     let explained = explain(&policy, &agent, &charge);
     assert_eq!(explained.argument_limits, ["cents: maximum 100"]);
     assert!(

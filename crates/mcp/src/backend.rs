@@ -6,11 +6,12 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::mpsc;
+use toolmesh::Principal;
 use toolmesh::pb::{
     InvokeEvent, InvokeRequest, InvokeResponse, ListToolsResponse, Progress, ToolFormat,
     invoke_event,
 };
-use toolmesh_dispatcher::{CallRequest, Dispatcher, Principal};
+use toolmesh_dispatcher::{CallRequest, Dispatcher};
 use toolmesh_telemetry::trace::Context as TraceContext;
 use toolmesh_transport::PeerCertificate;
 

@@ -55,8 +55,8 @@ impl From<toolmesh_dispatcher::Refusal> for BackendError {
     }
 }
 
-impl From<toolmesh_dispatcher::AuthError> for BackendError {
-    fn from(error: toolmesh_dispatcher::AuthError) -> BackendError {
+impl From<toolmesh_identity::AuthError> for BackendError {
+    fn from(error: toolmesh_identity::AuthError) -> BackendError {
         if error.is_transient() {
             BackendError::CannotCheckYet(error.to_string())
         } else {

@@ -4,7 +4,8 @@
 use crate::config::NodeConfig;
 use crate::error::NodeError;
 use std::sync::Arc;
-use toolmesh_governance::{AuditSink, Identity, PolicyHandle, PolicyWatcher};
+use toolmesh_audit::AuditSink;
+use toolmesh_governance::{Identity, PolicyHandle, PolicyWatcher};
 use toolmesh_identity::{AccessError, DISPATCHER_ROLE, EXECUTOR_ROLE, registry_access};
 use toolmesh_policy::{DEV_POLICY_TOML, Policy};
 use toolmesh_registry::{Gate, SnapshotReader};

@@ -47,7 +47,8 @@ mod tests {
         ApprovalCall, Approve, Consume, List, Request, StoredApprovals,
     };
     use toolmesh_governance::sessions::Sessions;
-    use toolmesh_governance::{ApprovalError, ApprovalSettings, Declared, SessionLimits};
+    use toolmesh_governance::{ApprovalError, Declared, SessionLimits};
+    use toolmesh_policy::ApprovalSettings;
     use toolmesh_registry::{Registry, RegistryConfig};
     use toolmesh_testkit::principal;
 

@@ -7,8 +7,8 @@ use crate::admin::Feed;
 use std::sync::Arc;
 use tonic::transport::Channel;
 use toolmesh::pb::{self, registry_client::RegistryClient};
+use toolmesh_audit::{AuditKind, AuditRecord, AuditSink};
 use toolmesh_dispatcher::{AbortError, RolloutControl};
-use toolmesh_governance::{AuditKind, AuditRecord, AuditSink};
 use toolmesh_registry::{
     DecisionJournal, RegistryError, RolloutChange, RolloutDesk, RolloutError, RolloutRequest,
 };

@@ -10,16 +10,14 @@ use crate::registry_records::RegistryRecords;
 use crate::rollouts;
 use std::future::Future;
 use std::{net::SocketAddr, sync::Arc, time::Duration};
-use tokio::{net::TcpListener, task::JoinHandle};
+use tokio::{net::TcpListener, sync::watch, task::JoinHandle};
 use tokio_util::sync::CancellationToken;
+use tonic::transport::server::Router;
 use tonic_health::{ServingStatus, server::HealthReporter};
 use toolmesh::Snapshot;
-use toolmesh_dispatcher::{
-    Dispatcher, DispatcherConfig, Governance, RolloutControl, follow_registry,
-};
-use toolmesh_governance::AuditSink;
-use toolmesh_governance::Identity;
-use toolmesh_governance::{MemoryRecords, RecordStore, RemoteRecords};
+use toolmesh_audit::AuditSink;
+use toolmesh_dispatcher::{Dispatcher, DispatcherConfig, RolloutControl, follow_registry};
+use toolmesh_governance::{Governance, Identity, MemoryRecords, RecordStore, RemoteRecords};
 use toolmesh_registry::{
     DecisionJournal, Registry, RegistryConfig, RegistryService, RolloutDesk, SharedRecordsService,
 };
@@ -161,18 +159,8 @@ pub async fn start(role: Role, config: &NodeConfig) -> Result<Running, NodeError
     let (addr, listener) = bind(config.listen).await?;
     let health = tonic_health::server::HealthReporter::new();
     let registry = open_registry(&role, config, &policy, &metrics).await?;
-    let snapshots: Option<tokio::sync::watch::Receiver<Arc<Snapshot>>> = match (&role, &registry) {
-        (Role::Serve { .. }, Some(registry)) => Some(registry.subscribe()),
-        (Role::Dispatcher { registry, token }, _) => {
-            Some(follow_registry(registry, &config.tls, token.clone())?)
-        }
-        _ => None,
-    };
-    let page_snapshots = match (&registry, &snapshots) {
-        (_, Some(snapshots)) => snapshots.clone(),
-        (Some(registry), None) => registry.subscribe(),
-        (None, None) => tokio::sync::watch::channel(Arc::new(Snapshot::empty(""))).1,
-    };
+    let snapshots = dispatcher_snapshots(&role, config, registry.as_ref())?;
+    let page_snapshots = page_snapshots(registry.as_ref(), snapshots.as_ref());
     // One set of shared records (approvals, session facts) per mesh: the
     // registry's, used by its own dispatcher (serve) and by every
     // dispatcher following it.
@@ -181,41 +169,21 @@ pub async fn start(role: Role, config: &NodeConfig) -> Result<Running, NodeError
     let audit = audit_sink(config).await?;
     let journal = rollouts::journal(audit.as_ref());
     if let Some(registry) = &registry {
-        // The first status is set before the node answers anything; the
-        // task follows the changes.
-        let writable = registry.writable();
-        set_writable(&health, *writable.borrow()).await;
-        tokio::spawn(report_writable(writable, health.clone()));
+        report_registry_writable(registry, &health).await;
     }
-    // Every role verifies the issuers' tokens: their keys in health and metrics.
-    metrics.register_collector(crate::issuer_metrics::IssuerMetrics(
-        policy.identity.clone(),
-    ));
-    tokio::spawn(crate::issuer_health::report(
-        policy.identity.clone(),
-        health.clone(),
-    ));
-    let readiness = match &snapshots {
-        Some(snapshots) => {
-            let follows = matches!(role, Role::Dispatcher { .. });
-            Some(Readiness::report(&health, snapshots, follows).await)
-        }
-        None => None,
-    };
+    report_issuers(&policy, &metrics, &health);
+    let readiness = readiness(&role, &health, snapshots.as_ref()).await;
     let dispatcher = match snapshots {
-        Some(snapshots) => Some(Dispatcher::with_governance(
-            DispatcherConfig {
-                max_in_flight: config.max_in_flight,
-                snapshot_history: config.snapshot_history,
-                tls: config.tls.clone(),
-                metrics: metrics.clone(),
-                rollout_control: rollout_control(&role, config, registry.as_ref(), &journal)?,
-                ..DispatcherConfig::default()
-            },
-            snapshots,
-            health.clone(),
-            governance(&role, config, &policy, shared.clone(), audit).await?,
-        )),
+        Some(snapshots) => {
+            let rollout_control = rollout_control(&role, config, registry.as_ref(), &journal)?;
+            let governance = governance(&role, config, &policy, shared.clone(), audit).await?;
+            Some(Dispatcher::with_governance(
+                dispatcher_config(config, &metrics, rollout_control),
+                snapshots,
+                health.clone(),
+                governance,
+            ))
+        }
         None => None,
     };
     // The admin page's change feed hears who switched tools from the
@@ -224,15 +192,9 @@ pub async fn start(role: Role, config: &NodeConfig) -> Result<Running, NodeError
         .admin_listen
         .is_some()
         .then(|| Arc::new(crate::admin::Feed::default()));
-    let registry_service = registry.clone().map(|registry| {
-        let journal = rollouts::NodeJournal {
-            audit: journal.clone(),
-            feed: feed.clone(),
-            // With its own dispatcher, a decision is answered once in force there.
-            dispatcher: dispatcher.clone(),
-        };
-        RegistryService::new(registry, Some(Arc::new(journal)))
-    });
+    let registry_service = registry
+        .clone()
+        .map(|registry| registry_service(registry, &journal, feed.as_ref(), dispatcher.as_ref()));
     let side = SideListeners::start(
         config,
         &health,
@@ -250,18 +212,13 @@ pub async fn start(role: Role, config: &NodeConfig) -> Result<Running, NodeError
         // Scraped only there: counted only then, until the node stops.
         crate::approval_backlog::export(shared.clone(), &metrics, side.admin_stop.child_token());
     }
-    let router = toolmesh_transport::server_builder(&config.tls)
-        .map_err(NodeError::Tls)?
-        .add_service(match &dispatcher {
-            // A dispatcher answers per-tool names only to callers that may see the tool.
-            Some(dispatcher) => dispatcher.health_service(health.clone()),
-            None => toolmesh_transport::gated_health(health.clone(), Arc::new(|_| true)),
-        })
-        .add_service(toolmesh_transport::reflection_service())
-        .add_optional_service(registry_service.map(RegistryService::into_server))
-        .add_optional_service(shared.clone().map(SharedRecordsService::into_server))
-        .add_optional_service(dispatcher.as_ref().map(Dispatcher::grpc_service))
-        .add_optional_service(dispatcher.as_ref().map(Dispatcher::governance_service));
+    let router = grpc_router(
+        config,
+        &health,
+        dispatcher.as_ref(),
+        registry_service,
+        shared,
+    )?;
     let stop = CancellationToken::new();
     let task = lanes::serve(router, listener, config.serve_threads, stop.clone()).await?;
     tracing::info!(%addr, role = role.label(), threads = config.serve_threads, "listening");
@@ -284,6 +241,126 @@ pub async fn start(role: Role, config: &NodeConfig) -> Result<Running, NodeError
         stop,
         task,
     })
+}
+
+/// The snapshots the dispatcher of `role` serves: its own registry's
+/// (`serve`), the followed registry's (`dispatcher`), or none.
+fn dispatcher_snapshots(
+    role: &Role,
+    config: &NodeConfig,
+    registry: Option<&Registry>,
+) -> Result<Option<watch::Receiver<Arc<Snapshot>>>, NodeError> {
+    Ok(match (role, registry) {
+        (Role::Serve { .. }, Some(registry)) => Some(registry.subscribe()),
+        (Role::Dispatcher { registry, token }, _) => {
+            Some(follow_registry(registry, &config.tls, token.clone())?)
+        }
+        _ => None,
+    })
+}
+
+/// The snapshots the admin page shows: the dispatcher's, else the
+/// registry's, else an empty one.
+fn page_snapshots(
+    registry: Option<&Registry>,
+    snapshots: Option<&watch::Receiver<Arc<Snapshot>>>,
+) -> watch::Receiver<Arc<Snapshot>> {
+    match (registry, snapshots) {
+        (_, Some(snapshots)) => snapshots.clone(),
+        (Some(registry), None) => registry.subscribe(),
+        (None, None) => watch::channel(Arc::new(Snapshot::empty(""))).1,
+    }
+}
+
+/// The dispatcher's readiness in health, when this node runs one: ready
+/// at once beside its registry, once it holds a snapshot when it follows
+/// one elsewhere.
+async fn readiness(
+    role: &Role,
+    health: &HealthReporter,
+    snapshots: Option<&watch::Receiver<Arc<Snapshot>>>,
+) -> Option<Readiness> {
+    let snapshots = snapshots?;
+    let follows = matches!(role, Role::Dispatcher { .. });
+    Some(Readiness::report(health, snapshots, follows).await)
+}
+
+/// Sets the registry's health by whether its store takes writes, then
+/// follows the changes. The first status is set before the node answers
+/// anything.
+async fn report_registry_writable(registry: &Registry, health: &HealthReporter) {
+    let writable = registry.writable();
+    set_writable(health, *writable.borrow()).await;
+    tokio::spawn(report_writable(writable, health.clone()));
+}
+
+/// Every role verifies the issuers' tokens: their keys in health and
+/// metrics.
+fn report_issuers(policy: &PolicySetup, metrics: &MetricsRegistry, health: &HealthReporter) {
+    metrics.register_collector(crate::issuer_metrics::IssuerMetrics(
+        policy.identity.clone(),
+    ));
+    tokio::spawn(crate::issuer_health::report(
+        policy.identity.clone(),
+        health.clone(),
+    ));
+}
+
+/// The dispatcher's settings from the node's.
+fn dispatcher_config(
+    config: &NodeConfig,
+    metrics: &MetricsRegistry,
+    rollout_control: Option<Arc<dyn RolloutControl>>,
+) -> DispatcherConfig {
+    DispatcherConfig {
+        max_in_flight: config.max_in_flight,
+        snapshot_history: config.snapshot_history,
+        tls: config.tls.clone(),
+        metrics: metrics.clone(),
+        rollout_control,
+        ..DispatcherConfig::default()
+    }
+}
+
+/// The registry's gRPC service, whose decisions go to the audit journal
+/// and the admin page's feed.
+fn registry_service(
+    registry: Registry,
+    journal: &Option<Arc<dyn DecisionJournal>>,
+    feed: Option<&Arc<crate::admin::Feed>>,
+    dispatcher: Option<&Dispatcher>,
+) -> RegistryService {
+    let journal = rollouts::NodeJournal {
+        audit: journal.clone(),
+        feed: feed.cloned(),
+        // With its own dispatcher, a decision is answered once in force there.
+        dispatcher: dispatcher.cloned(),
+    };
+    RegistryService::new(registry, Some(Arc::new(journal)))
+}
+
+/// The services of the main listener: health and reflection always, the
+/// registry, the shared records, the dispatcher and governance when this
+/// node runs them.
+fn grpc_router(
+    config: &NodeConfig,
+    health: &HealthReporter,
+    dispatcher: Option<&Dispatcher>,
+    registry_service: Option<RegistryService>,
+    shared: Option<SharedRecordsService>,
+) -> Result<Router, NodeError> {
+    Ok(toolmesh_transport::server_builder(&config.tls)
+        .map_err(NodeError::Tls)?
+        .add_service(match dispatcher {
+            // A dispatcher answers per-tool names only to callers that may see the tool.
+            Some(dispatcher) => dispatcher.health_service(health.clone()),
+            None => toolmesh_transport::gated_health(health.clone(), Arc::new(|_| true)),
+        })
+        .add_service(toolmesh_transport::reflection_service())
+        .add_optional_service(registry_service.map(RegistryService::into_server))
+        .add_optional_service(shared.map(SharedRecordsService::into_server))
+        .add_optional_service(dispatcher.map(Dispatcher::grpc_service))
+        .add_optional_service(dispatcher.map(Dispatcher::governance_service)))
 }
 
 /// The registry half of `role`, on the embedded store or on etcd.
@@ -318,7 +395,7 @@ async fn open_registry(
 
 /// What the admin page of a node is made of.
 struct AdminParts<'a> {
-    snapshots: tokio::sync::watch::Receiver<Arc<Snapshot>>,
+    snapshots: watch::Receiver<Arc<Snapshot>>,
     dispatcher: Option<&'a Dispatcher>,
     registry: Option<&'a RegistryService>,
     /// Present when the page is asked for.
@@ -439,7 +516,7 @@ fn rollout_control(
 /// Reports the registry SERVING while its store takes writes and
 /// NOT_SERVING while it does not (etcd without a quorum), so that
 /// dispatchers following several replicas prefer another.
-async fn report_writable(mut writable: tokio::sync::watch::Receiver<bool>, health: HealthReporter) {
+async fn report_writable(mut writable: watch::Receiver<bool>, health: HealthReporter) {
     loop {
         let now = *writable.borrow_and_update();
         set_writable(&health, now).await;

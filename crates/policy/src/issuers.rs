@@ -2,7 +2,7 @@
 
 use crate::config::{DEFAULT_TENANT, RawIssuer};
 use crate::{Problem, error::line_of};
-use std::{ops::Range, path::PathBuf, time::Duration};
+use std::{collections::BTreeMap, ops::Range, path::PathBuf, time::Duration};
 use toml::Spanned;
 use toolmesh_identity::DISPATCHER_ROLE;
 use toolmesh_identity::issuers::{
@@ -44,6 +44,14 @@ pub(crate) fn validate(
     out
 }
 
+/// The clock skew and key refresh timing of one issuer.
+struct Timing {
+    clock_skew_secs: u64,
+    refresh: Duration,
+    min_refresh: Duration,
+    max_stale: Duration,
+}
+
 /// The problems of one entry.
 struct Check<'a> {
     text: &'a str,
@@ -60,24 +68,94 @@ impl Check<'_> {
         });
     }
 
+    /// One entry, checked key by key in the order its problems are listed;
+    /// an issuer only when the entry has no problem.
     fn issuer(&mut self, raw: RawIssuer, span: &Range<usize>) -> Option<Issuer> {
         let before = self.problems.len();
-        let issuer = raw.issuer.get_ref().trim().to_owned();
+        let RawIssuer {
+            issuer,
+            audiences,
+            jwks_uri,
+            jwks_file,
+            jwks_ca_file,
+            jwks_bearer_file,
+            algorithms,
+            clock_skew_secs,
+            refresh_secs,
+            min_refresh_secs,
+            max_stale_secs,
+            principal_claim,
+            tenant,
+            tenant_claim,
+            roles_claim,
+            roles,
+            role_map,
+            list_scope,
+            call_scope,
+        } = raw;
+        let issuer = self.issuer_url(issuer);
+        self.audiences(&audiences, span);
+        let keys = self.key_source(jwks_uri, jwks_file);
+        self.keys_over_https(&keys, &issuer, span);
+        let fetch = self.fetch_auth(jwks_ca_file, jwks_bearer_file, &keys, span);
+        let algorithms = self.algorithms(algorithms, span);
+        let timing = self.timing(
+            clock_skew_secs,
+            refresh_secs,
+            min_refresh_secs,
+            max_stale_secs,
+        );
+        let principal_claim = self
+            .claim(principal_claim, "principal_claim")
+            .unwrap_or("sub".into());
+        let tenant = self.tenant(tenant, tenant_claim);
+        let roles_claim = self.claim(roles_claim, "roles_claim");
+        let list_scope = self.scope(list_scope, "list_scope");
+        let call_scope = self.scope(call_scope, "call_scope");
+        self.roles(&roles, &role_map, roles_claim.is_some(), span);
+        (self.problems.len() == before).then(|| Issuer {
+            issuer,
+            audiences: audiences.into_iter().map(Spanned::into_inner).collect(),
+            keys,
+            fetch,
+            algorithms,
+            clock_skew_secs: timing.clock_skew_secs,
+            refresh: timing.refresh,
+            min_refresh: timing.min_refresh,
+            max_stale: timing.max_stale,
+            principal_claim,
+            tenant,
+            roles_claim,
+            roles,
+            role_map,
+            list_scope,
+            call_scope,
+        })
+    }
+
+    /// The issuer's URL, as its tokens' `iss` claim names it.
+    fn issuer_url(&mut self, raw: Spanned<String>) -> String {
+        let issuer = raw.get_ref().trim().to_owned();
         if !is_http_url(&issuer) {
             self.problem(
-                &raw.issuer.span(),
+                &raw.span(),
                 "issuer",
                 "must be the issuer's URL exactly as its tokens' `iss` claim names it, e.g. \"https://login.example.com/realms/agents\"",
             );
         }
-        if raw.audiences.is_empty() {
+        issuer
+    }
+
+    /// At least one audience, none empty.
+    fn audiences(&mut self, audiences: &[Spanned<String>], span: &Range<usize>) {
+        if audiences.is_empty() {
             self.problem(
                 span,
                 "audiences",
                 "is missing: list the audience (`aud`) tokens must be minted for, e.g. [\"toolmesh\"], so a token for another service is refused",
             );
         }
-        for (i, aud) in raw.audiences.iter().enumerate() {
+        for (i, aud) in audiences.iter().enumerate() {
             if aud.get_ref().trim().is_empty() {
                 self.problem(
                     &aud.span(),
@@ -86,7 +164,16 @@ impl Check<'_> {
                 );
             }
         }
-        let keys = match (raw.jwks_uri, raw.jwks_file) {
+    }
+
+    /// Where the keys come from: `jwks_uri`, `jwks_file` or, with neither,
+    /// discovery from the issuer.
+    fn key_source(
+        &mut self,
+        jwks_uri: Option<Spanned<String>>,
+        jwks_file: Option<Spanned<String>>,
+    ) -> KeySource {
+        match (jwks_uri, jwks_file) {
             (Some(uri), Some(file)) => {
                 self.problem(
                     &file.span(),
@@ -112,10 +199,15 @@ impl Check<'_> {
                 KeySource::File(PathBuf::from(file.into_inner()))
             }
             (None, None) => KeySource::Discovery,
-        };
-        let fetched_from = match &keys {
+        }
+    }
+
+    /// Keys fetched from another host come over https://, lest they be
+    /// swapped in transit.
+    fn keys_over_https(&mut self, keys: &KeySource, issuer: &str, span: &Range<usize>) {
+        let fetched_from = match keys {
             KeySource::Uri(uri) => Some(("jwks_uri", uri.as_str())),
-            KeySource::Discovery => Some(("issuer", issuer.as_str())),
+            KeySource::Discovery => Some(("issuer", issuer)),
             KeySource::File(_) => None,
         };
         if let Some((key, url)) = fetched_from
@@ -127,9 +219,20 @@ impl Check<'_> {
                 "fetches keys over plain http:// from another host, where they could be swapped in transit: use https:// (http:// is for 127.0.0.1 and localhost only), or a jwks_file",
             );
         }
+    }
+
+    /// How keys are fetched over HTTPS; nothing to say for keys read from
+    /// disk.
+    fn fetch_auth(
+        &mut self,
+        jwks_ca_file: Option<Spanned<String>>,
+        jwks_bearer_file: Option<Spanned<String>>,
+        keys: &KeySource,
+        span: &Range<usize>,
+    ) -> FetchAuth {
         let fetch = FetchAuth {
-            ca_file: self.path(raw.jwks_ca_file, "jwks_ca_file"),
-            bearer_file: self.path(raw.jwks_bearer_file, "jwks_bearer_file"),
+            ca_file: self.path(jwks_ca_file, "jwks_ca_file"),
+            bearer_file: self.path(jwks_bearer_file, "jwks_bearer_file"),
         };
         if matches!(keys, KeySource::File(_)) && fetch != FetchAuth::default() {
             self.problem(
@@ -138,36 +241,53 @@ impl Check<'_> {
                 "is read from disk, so jwks_ca_file and jwks_bearer_file (for fetching keys over HTTPS) have nothing to do: remove them or fetch from jwks_uri",
             );
         }
-        let algorithms = self.algorithms(raw.algorithms, span);
+        fetch
+    }
+
+    /// The clock skew allowed and how often keys are refreshed, each in its
+    /// range or its default.
+    fn timing(
+        &mut self,
+        clock_skew_secs: Option<Spanned<u64>>,
+        refresh_secs: Option<Spanned<u64>>,
+        min_refresh_secs: Option<Spanned<u64>>,
+        max_stale_secs: Option<Spanned<u64>>,
+    ) -> Timing {
         let clock_skew_secs = self.bounded(
-            raw.clock_skew_secs,
+            clock_skew_secs,
             "clock_skew_secs",
             0..=MAX_CLOCK_SKEW_SECS,
             DEFAULT_CLOCK_SKEW_SECS,
         );
         let day = 24 * 60 * 60;
-        let refresh = self.bounded(
-            raw.refresh_secs,
-            "refresh_secs",
-            1..=day,
-            DEFAULT_REFRESH_SECS,
-        );
+        let refresh = self.bounded(refresh_secs, "refresh_secs", 1..=day, DEFAULT_REFRESH_SECS);
         let min_refresh = self.bounded(
-            raw.min_refresh_secs,
+            min_refresh_secs,
             "min_refresh_secs",
             1..=day,
             DEFAULT_MIN_REFRESH_SECS,
         );
         let max_stale = self.bounded(
-            raw.max_stale_secs,
+            max_stale_secs,
             "max_stale_secs",
             0..=7 * day,
             DEFAULT_MAX_STALE_SECS,
         );
-        let principal_claim = self
-            .claim(raw.principal_claim, "principal_claim")
-            .unwrap_or("sub".into());
-        let tenant = match (raw.tenant, raw.tenant_claim) {
+        Timing {
+            clock_skew_secs,
+            refresh: Duration::from_secs(refresh),
+            min_refresh: Duration::from_secs(min_refresh),
+            max_stale: Duration::from_secs(max_stale),
+        }
+    }
+
+    /// The caller's tenant: fixed, read from a claim, or the default.
+    fn tenant(
+        &mut self,
+        tenant: Option<Spanned<String>>,
+        tenant_claim: Option<Spanned<String>>,
+    ) -> TenantFrom {
+        match (tenant, tenant_claim) {
             (Some(_), Some(claim)) => {
                 self.problem(
                     &claim.span(),
@@ -189,18 +309,27 @@ impl Check<'_> {
                 TenantFrom::Claim(self.claim(claim, "tenant_claim").unwrap_or_default())
             }
             (None, None) => TenantFrom::Fixed(DEFAULT_TENANT.into()),
-        };
-        let roles_claim = self.claim(raw.roles_claim, "roles_claim");
-        let list_scope = self.scope(raw.list_scope, "list_scope");
-        let call_scope = self.scope(raw.call_scope, "call_scope");
-        if !raw.role_map.is_empty() && roles_claim.is_none() {
+        }
+    }
+
+    /// The roles every caller of the issuer gets and those mapped from its
+    /// roles claim: named, mapped from a claim that is read, and never the
+    /// dispatchers' role.
+    fn roles(
+        &mut self,
+        roles: &[String],
+        role_map: &BTreeMap<String, String>,
+        has_roles_claim: bool,
+        span: &Range<usize>,
+    ) {
+        if !role_map.is_empty() && !has_roles_claim {
             self.problem(
                 span,
                 "role_map",
                 "is set without roles_claim: name the claim whose values it maps, e.g. roles_claim = \"groups\"",
             );
         }
-        for (i, role) in raw.roles.iter().enumerate() {
+        for (i, role) in roles.iter().enumerate() {
             if role.trim().is_empty() {
                 self.problem(
                     span,
@@ -209,7 +338,7 @@ impl Check<'_> {
                 );
             }
         }
-        for (value, role) in &raw.role_map {
+        for (value, role) in role_map {
             if role.trim().is_empty() {
                 self.problem(
                     span,
@@ -218,10 +347,9 @@ impl Check<'_> {
                 );
             }
         }
-        if raw
-            .roles
+        if roles
             .iter()
-            .chain(raw.role_map.values())
+            .chain(role_map.values())
             .any(|r| r == DISPATCHER_ROLE)
         {
             self.problem(
@@ -233,24 +361,6 @@ impl Check<'_> {
                 ),
             );
         }
-        (self.problems.len() == before).then(|| Issuer {
-            issuer,
-            audiences: raw.audiences.into_iter().map(Spanned::into_inner).collect(),
-            keys,
-            fetch,
-            algorithms,
-            clock_skew_secs,
-            refresh: Duration::from_secs(refresh),
-            min_refresh: Duration::from_secs(min_refresh),
-            max_stale: Duration::from_secs(max_stale),
-            principal_claim,
-            tenant,
-            roles_claim,
-            roles: raw.roles,
-            role_map: raw.role_map,
-            list_scope,
-            call_scope,
-        })
     }
 
     fn algorithms(

@@ -4,13 +4,13 @@
 use super::validate::{Arguments, Validated};
 use crate::error::CallError;
 use serde_json::Value;
+use toolmesh::Principal;
 use toolmesh::ToolDef;
+use toolmesh::digest::value_digest;
 use toolmesh::pb::InvokeRequest;
 use toolmesh_governance::approvals::{ApprovalCall, Consume, Request};
-use toolmesh_governance::{
-    ApprovalNeed, Governance, Permit, Policy, PreconditionError, Principal, approval_summary,
-    value_digest,
-};
+use toolmesh_governance::{Governance, PreconditionError, approval_summary};
+use toolmesh_policy::{ApprovalNeed, Permit, Policy};
 
 /// A valid call admitted to run, holding its rate-limit slot until it
 /// ends.

@@ -6,9 +6,9 @@ use super::streamed::Relay;
 use crate::route::Pick;
 use sha2::{Digest, Sha256};
 use std::time::Duration;
+use toolmesh::Principal;
 use toolmesh::ToolDef;
 use toolmesh::pb::{ExecuteRequest, InvokeRequest, ToolResult, executor_client::ExecutorClient};
-use toolmesh_governance::Principal;
 use toolmesh_transport::MAX_CALL_MESSAGE_BYTES;
 
 /// What the executor is sent for a call by `who`: the identity in the
@@ -145,13 +145,7 @@ mod tests {
             ..Default::default()
         })
         .unwrap();
-        let bot = Principal {
-            name: "agent-bot".into(),
-            tenant: "acme".into(),
-            roles: vec!["agent".into()],
-            anonymous: false,
-            issued_by: None,
-        };
+        let bot = toolmesh_testkit::principal("agent-bot", "acme", &["agent"]);
         let forged = InvokeRequest {
             tool: "t".into(),
             call_id: "c-1".into(),

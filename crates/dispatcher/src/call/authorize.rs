@@ -4,8 +4,9 @@
 use super::resolve::{self, Resolved};
 use crate::error::CallError;
 use std::sync::Arc;
+use toolmesh::Principal;
 use toolmesh::{Snapshot, ToolEntry};
-use toolmesh_governance::{ApprovalNeed, Decision, Narrowing, Policy, Principal};
+use toolmesh_policy::{ApprovalNeed, Decision, Narrowing, Policy};
 
 /// A resolved call the policy lets through: the policy in force for the
 /// rest of the call, and the grant.

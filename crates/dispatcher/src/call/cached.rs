@@ -22,9 +22,11 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::time::Instant;
+use toolmesh::Principal;
+use toolmesh::digest::value_digest;
 use toolmesh::pb::{ErrorCode, ToolResult};
 use toolmesh::{ToolDef, ToolErrorExt};
-use toolmesh_governance::{CacheRule, CacheScope, Principal, value_digest};
+use toolmesh_policy::{CacheRule, CacheScope};
 use toolmesh_transport::{Bound, call_budget};
 
 /// The caller of a cached call, as far as the cache needs it.
@@ -201,6 +203,7 @@ mod tests {
     use super::*;
     use serde_json::json;
     use toolmesh::pb::{ToolError, ToolSpec};
+    use toolmesh_testkit::principal;
 
     fn def(read_only: bool, idempotent: bool) -> Arc<ToolDef> {
         Arc::new(
@@ -217,21 +220,11 @@ mod tests {
         )
     }
 
-    fn who(name: &str, tenant: &str) -> Principal {
-        Principal {
-            name: name.into(),
-            tenant: tenant.into(),
-            roles: Vec::new(),
-            anonymous: false,
-            issued_by: None,
-        }
-    }
-
     /// Only a read-only and idempotent tool is cached, whatever the policy says.
     #[test]
     fn only_read_only_idempotent_tools() {
         let rule = CacheRule {
-            tool: toolmesh_governance::ToolPattern::parse("*").unwrap(),
+            tool: toolmesh::ToolPattern::parse("*").unwrap(),
             ttl: Duration::from_secs(1),
             stale_if_error: Duration::ZERO,
             scope: CacheScope::Tenant,
@@ -251,7 +244,11 @@ mod tests {
         let d = def(true, true);
         let a = json!({"q": 1, "r": 2});
         let b: Value = serde_json::from_str(r#"{"r":2,   "q":1}"#).unwrap();
-        let (ann, bob, other) = (who("ann", "acme"), who("bob", "acme"), who("ann", "zeta"));
+        let (ann, bob, other) = (
+            principal("ann", "acme", &[]),
+            principal("bob", "acme", &[]),
+            principal("ann", "zeta", &[]),
+        );
         let k = |scope, who: &Principal, args: &Value| key(&d, scope, who, args);
         assert_eq!(
             k(CacheScope::Tenant, &ann, &a),

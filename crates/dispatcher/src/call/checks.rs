@@ -11,7 +11,8 @@ use super::validate::{self, Validated};
 use crate::error::CallError;
 use crate::metrics::Metrics;
 use toolmesh::SnapshotHistory;
-use toolmesh_governance::{Governance, Policy};
+use toolmesh_governance::Governance;
+use toolmesh_policy::Policy;
 
 /// What the checks read, shared across calls.
 pub(crate) struct Checks<'p> {

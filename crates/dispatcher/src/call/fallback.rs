@@ -17,8 +17,9 @@ use std::sync::Arc;
 use std::sync::{Mutex, PoisonError};
 use toolmesh::pb::{ErrorCode, InvokeRequest};
 use toolmesh::{Snapshot, ToolDef, ToolRef, ToolResultExt};
-use toolmesh_governance::fallback_policy::FallbackRule;
-use toolmesh_governance::{Governance, Policy};
+use toolmesh_governance::Governance;
+use toolmesh_policy::Policy;
+use toolmesh_policy::fallback_policy::FallbackRule;
 use tracing::{debug, warn};
 
 /// Pairings remembered at most (one per primary and stand-in version).

@@ -5,7 +5,7 @@
 
 use std::time::Duration;
 use toolmesh::pb::ToolResult;
-use toolmesh_governance::audit::AuditRecord;
+use toolmesh_audit::AuditRecord;
 
 /// One layer's word on an answer.
 #[derive(Debug, Clone)]

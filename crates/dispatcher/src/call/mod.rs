@@ -39,9 +39,10 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::time::Instant;
+use toolmesh::Principal;
 use toolmesh::pb::{CallContext, InvokeRequest, InvokeResponse};
 use toolmesh::{Snapshot, SnapshotHistory};
-use toolmesh_governance::{Governance, Principal};
+use toolmesh_governance::Governance;
 use toolmesh_telemetry::trace::{self, Context as TraceContext, TARGET};
 use tracing::field::Empty;
 

@@ -10,8 +10,8 @@ use crate::metrics::Metrics;
 use toolmesh::pb::ErrorCode;
 use toolmesh::pb::{InvokeRequest, InvokeResponse, ToolResult, ToolSpec};
 use toolmesh::{ErrorCodeExt, SnapshotHistory, ToolDef};
+use toolmesh_audit::{AuditKind, AuditRecord, outcome_of};
 use toolmesh_governance::Governance;
-use toolmesh_governance::audit::{AuditKind, AuditRecord, outcome_of};
 use tracing::Instrument;
 use tracing::debug;
 

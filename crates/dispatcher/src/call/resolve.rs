@@ -7,11 +7,12 @@
 use crate::error::CallError;
 use crate::metrics::ToolHandles;
 use std::sync::Arc;
+use toolmesh::Principal;
 use toolmesh::reference::VersionPattern;
 use toolmesh::rollout::{Assignment, Audience, Caller, RolloutState, Sticky};
 use toolmesh::snapshot::ResolveError;
 use toolmesh::{Rollout, Snapshot, ToolEntry, ToolRef, suggest};
-use toolmesh_governance::{Policy, Principal};
+use toolmesh_policy::Policy;
 
 /// What resolving a call gives: the entry to send it to, how a rollout
 /// routed the caller (when one did) and the entry's metric handles.

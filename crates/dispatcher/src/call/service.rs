@@ -10,9 +10,9 @@ use crate::error::CallError;
 use std::future::Future;
 use std::time::Duration;
 use tokio::time::Instant;
+use toolmesh::Principal;
 use toolmesh::pb::{ErrorCode, InvokeRequest, ToolResult};
 use toolmesh::{Snapshot, ToolErrorExt, ToolResultExt};
-use toolmesh_governance::Principal;
 
 /// One call as it came in: read by every layer, written by none.
 #[derive(Clone, Copy)]

@@ -11,7 +11,7 @@ use crate::error::CallError;
 use serde_json::Value;
 use std::sync::OnceLock;
 use toolmesh::{ToolDef, schema};
-use toolmesh_governance::Narrowing;
+use toolmesh_policy::Narrowing;
 
 /// An authorized call whose arguments passed every check.
 pub(crate) struct Validated {
@@ -200,7 +200,7 @@ mod tests {
     fn narrowed_by_the_grant() {
         let narrowing = Narrowing {
             grant: "agents".into(),
-            fields: vec![toolmesh_governance::FieldLimit {
+            fields: vec![toolmesh_policy::FieldLimit {
                 property: "n".into(),
                 minimum: None,
                 maximum: Some(5.0),

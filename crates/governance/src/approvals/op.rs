@@ -1,7 +1,7 @@
 //! The operations on an approval book, each a type with the fields it uses and the answer it gives (a ticket, nothing, or the open tickets).
 
 use super::{ApprovalError, ApprovalTicket, Approvals};
-use crate::Principal;
+use toolmesh::Principal;
 
 /// The call a ticket is for: the tool, its exact version and the digest
 /// of the arguments.
@@ -11,7 +11,7 @@ pub struct ApprovalCall<'a> {
     pub tool: &'a str,
     /// Its exact version.
     pub version: &'a str,
-    /// [`arguments_digest`](crate::arguments_digest) of the arguments.
+    /// [`arguments_digest`](toolmesh::digest::arguments_digest) of the arguments.
     pub args_sha256: &'a str,
 }
 

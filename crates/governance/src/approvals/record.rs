@@ -98,8 +98,8 @@ impl Approvals {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::{IssuedBy, Principal};
     use prost::Message;
+    use toolmesh::{IssuedBy, Principal};
 
     fn caller() -> Principal {
         Principal {

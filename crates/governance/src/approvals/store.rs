@@ -1,10 +1,10 @@
 //! Approvals kept among the registry's shared records, so that every dispatcher of the mesh sees the same tickets: the rules of [`Approvals`] run here, and what changed is written back with a compare on each ticket's revision (a ticket is used once even when two dispatchers race).
 
 use super::{ApprovalError, ApprovalOp, ApprovalSettings, ApprovalTicket, Approvals};
-use crate::Principal;
 use crate::records::{RecordStore, RecordsError, until_written};
 use std::sync::Arc;
 use std::time::Duration;
+use toolmesh::Principal;
 use toolmesh::pb::{self, shared_record::Value};
 
 /// Where tickets live among the shared records.

@@ -1,9 +1,9 @@
 //! What an approver reads: every argument of the call, one per line, sensitive ones redacted.
 
-use crate::Principal;
-use crate::audit::redact;
 use serde_json::Value;
 use std::fmt::Write as _;
+use toolmesh::Principal;
+use toolmesh_audit::redact;
 
 /// Longest value shown, in characters of its JSON text; longer ones are cut
 /// and their full length is given. Fields are never left out.
@@ -77,16 +77,7 @@ fn cut(text: &str, max: usize) -> String {
 mod tests {
     use super::*;
     use serde_json::json;
-
-    fn bot() -> Principal {
-        Principal {
-            name: "agent-bot".into(),
-            tenant: "acme".into(),
-            roles: vec![],
-            anonymous: false,
-            issued_by: None,
-        }
-    }
+    use toolmesh_testkit::principal;
 
     /// A 430-character memo no longer hides the payee: every field is
     /// shown, long values are cut, sensitive ones redacted.
@@ -95,7 +86,13 @@ mod tests {
         let schema = json!({"properties": {"pin": {"x-sensitive": true}}});
         let arguments =
             json!({"memo": "m".repeat(430), "payee": "mallory", "amount": 10, "pin": "1234"});
-        let text = approval_summary("pay@1.0.0", &bot(), &schema, &arguments, &"ab".repeat(32));
+        let text = approval_summary(
+            "pay@1.0.0",
+            &principal("agent-bot", "acme", &[]),
+            &schema,
+            &arguments,
+            &"ab".repeat(32),
+        );
         assert!(
             text.starts_with(
                 "pay@1.0.0 for agent-bot (tenant acme), arguments sha256 abababababab:"
@@ -120,7 +117,7 @@ mod tests {
         arguments.insert("x\n  to = \"safe\"".into(), json!("attacker"));
         let text = approval_summary(
             "t@1.0.0",
-            &bot(),
+            &principal("agent-bot", "acme", &[]),
             &json!({}),
             &Value::Object(arguments),
             "d",
@@ -134,7 +131,14 @@ mod tests {
             "{text}"
         );
         assert!(
-            approval_summary("t@1", &bot(), &json!({}), &json!({}), "").ends_with(": no arguments")
+            approval_summary(
+                "t@1",
+                &principal("agent-bot", "acme", &[]),
+                &json!({}),
+                &json!({}),
+                ""
+            )
+            .ends_with(": no arguments")
         );
     }
 }

@@ -7,12 +7,12 @@
 //! The oldest facts and sessions go first at the caps.
 
 use super::{Declared, DeclaredCache, Fact, PreconditionError, SessionLimits, facts_of, verdict};
-use crate::Principal;
 use crate::digest::{hex, sha256};
 use crate::records::{RecordStore, RecordsError, unix_ms, until_written};
 use serde_json::Value;
 use std::sync::Arc;
 use std::time::{Duration, SystemTime};
+use toolmesh::Principal;
 use toolmesh::Snapshot;
 use toolmesh::pb::{self, Precondition, shared_record};
 
@@ -244,6 +244,7 @@ mod tests {
     use prost::Message;
     use serde_json::json;
     use toolmesh::pb::ToolSpec;
+    use toolmesh_testkit::principal;
 
     fn needs_read() -> Vec<Precondition> {
         vec![Precondition {
@@ -259,16 +260,6 @@ mod tests {
             ..ToolSpec::default()
         };
         Declared::from_specs([&edit])
-    }
-
-    fn who(name: &str, tenant: &str) -> Principal {
-        Principal {
-            name: name.into(),
-            tenant: tenant.into(),
-            roles: vec![],
-            anonymous: false,
-            issued_by: None,
-        }
     }
 
     /// Sessions over a fresh in-memory book, and the book.
@@ -287,7 +278,7 @@ mod tests {
     #[tokio::test]
     async fn read_before_edit() {
         let (sessions, _) = sessions(SessionLimits::default());
-        let a = who("agent-a", "acme");
+        let a = principal("agent-a", "acme", &[]);
         let d = declared();
         let edit = json!({"path": "a.txt", "old_string": "x", "new_string": "y"});
         let err = sessions
@@ -323,7 +314,7 @@ mod tests {
     #[tokio::test]
     async fn a_session_of_a_is_invisible_to_b() {
         let (sessions, _) = sessions(SessionLimits::default());
-        let a = who("agent-a", "acme");
+        let a = principal("agent-a", "acme", &[]);
         let edit = json!({"path": "a.txt"});
         sessions
             .record(&a, "s1", "read_file", &edit, &declared())
@@ -335,7 +326,10 @@ mod tests {
                 .await
                 .is_ok()
         );
-        for other in [who("agent-b", "acme"), who("agent-a", "globex")] {
+        for other in [
+            principal("agent-b", "acme", &[]),
+            principal("agent-a", "globex", &[]),
+        ] {
             let err = sessions
                 .check(&other, "s1", "edit_file", &needs_read(), &edit)
                 .await
@@ -354,7 +348,7 @@ mod tests {
     async fn undeclared_fields_are_not_kept() {
         let (sessions, book) = sessions(SessionLimits::default());
         let d = declared();
-        let a = who("agent-a", "acme");
+        let a = principal("agent-a", "acme", &[]);
         let big = "x".repeat(100_000);
         sessions
             .record(&a, "s1", "search", &json!({"q": big}), &d)
@@ -397,13 +391,13 @@ mod tests {
         let d = declared();
         // The 900 KB sit in an undeclared field; the declared path is short.
         let arguments = json!({"path": "a.txt", "content": "p".repeat(900_000)});
-        let a = who("agent-a", "acme");
+        let a = principal("agent-a", "acme", &[]);
         let mine = SessionKey::of(&a, "").caller;
         for i in 0..10_000 {
             let caller = if i % 2 == 0 {
                 a.clone()
             } else {
-                who(&format!("bot-{i}"), "acme")
+                principal(&format!("bot-{i}"), "acme", &[])
             };
             sessions
                 .record(&caller, &format!("s-{i}"), "read_file", &arguments, &d)
@@ -428,7 +422,7 @@ mod tests {
     async fn idle_sessions_are_forgotten() {
         let (sessions, book) = sessions(SessionLimits::default());
         let d = declared();
-        let a = who("agent-a", "acme");
+        let a = principal("agent-a", "acme", &[]);
         let args = json!({"path": "a.txt"});
         sessions
             .record(&a, "s1", "read_file", &args, &d)

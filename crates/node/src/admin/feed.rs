@@ -84,7 +84,7 @@ impl Feed {
             .map(|c| {
                 let at = c.at.max(UNIX_EPOCH);
                 ChangeView {
-                    at: toolmesh_governance::audit::rfc3339(at),
+                    at: toolmesh_audit::rfc3339(at),
                     at_ms: at
                         .duration_since(UNIX_EPOCH)
                         .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX)),

@@ -5,6 +5,7 @@
 
 use super::*;
 use toolmesh::rollout::{Guard, Share};
+use toolmesh_testkit::principal;
 
 fn entry(version: &str, healthy: bool) -> ToolEntry {
     crate::list::tests::entry("kb", version, healthy)
@@ -38,16 +39,6 @@ fn snapshot(canary_healthy: bool, rollout: Option<Rollout>) -> Snapshot {
     b.finish()
 }
 
-fn who(name: &str) -> Principal {
-    Principal {
-        name: name.into(),
-        tenant: "acme".into(),
-        roles: vec![],
-        anonymous: false,
-        issued_by: None,
-    }
-}
-
 fn picked(
     s: &Snapshot,
     who: &Principal,
@@ -64,7 +55,7 @@ fn picked(
 /// version bypasses the rollout.
 #[test]
 fn shares_and_named_versions() {
-    let alice = who("alice");
+    let alice = principal("alice", "acme", &[]);
     assert_eq!(
         picked(&snapshot(true, None), &alice, "", "kb"),
         ("2.0.0".into(), None)
@@ -95,7 +86,7 @@ fn listing_and_calls_agree() {
     let s = snapshot(true, Some(rollout(3000, RolloutState::Active)));
     let mut canary = 0;
     for i in 0..500 {
-        let who = who(&format!("p-{i}"));
+        let who = principal(&format!("p-{i}"), "acme", &[]);
         let listed = version(&s, "kb", &caller(&who, ""), |e| e.exposed()).unwrap();
         let (called, side) = picked(&s, &who, "", "kb");
         assert_eq!(listed.entry.def.version().to_string(), called);
@@ -111,7 +102,7 @@ fn anonymous_callers_by_session() {
     let s = snapshot(true, Some(rollout(10_000, RolloutState::Active)));
     let anonymous = Principal {
         anonymous: true,
-        ..who("anonymous")
+        ..principal("anonymous", "acme", &[])
     };
     assert_eq!(picked(&s, &anonymous, "run-7", "kb").1, Some("canary"));
     assert_eq!(picked(&s, &anonymous, "", "kb").1, Some("stable"));
@@ -128,7 +119,7 @@ fn anonymous_callers_by_session() {
 /// sends its callers to stable, saying so; a promoted one is no rollout.
 #[test]
 fn aborted_down_and_promoted() {
-    let alice = who("alice");
+    let alice = principal("alice", "acme", &[]);
     let aborted = snapshot(true, Some(rollout(10_000, RolloutState::Aborted)));
     assert_eq!(
         picked(&aborted, &alice, "", "kb"),
@@ -156,7 +147,7 @@ fn no_stable_version() {
         .put_rollout(rollout(0, RolloutState::Active));
     let s = b.finish();
     let reference = ToolRef::parse("kb").unwrap();
-    let alice = who("alice");
+    let alice = principal("alice", "acme", &[]);
     let refused = pick(&s, &s, &reference, &caller(&alice, "")).unwrap_err();
     let text = refused.to_tool_error().message;
     assert!(
@@ -169,7 +160,7 @@ fn no_stable_version() {
 /// snapshot's exposure.
 #[test]
 fn pins_route_by_their_own_rollout() {
-    let alice = who("alice");
+    let alice = principal("alice", "acme", &[]);
     let pinned = snapshot(true, Some(rollout(10_000, RolloutState::Active)));
     let mut b = pinned.next();
     b.put_rollout(rollout(0, RolloutState::Aborted));
