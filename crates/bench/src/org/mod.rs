@@ -131,6 +131,20 @@ pub async fn run_org(options: OrgOptions) -> Result<OrgReport, BenchError> {
             "warn"
         };
         scales.push(at_scale(shape, options.dispatchers, phases, &bins, &logs, log).await?);
+        // Written after every scale, so that a run cut short keeps what
+        // it measured.
+        let so_far = OrgReport::new(
+            options.quick,
+            options.dispatchers,
+            started.elapsed().as_secs_f64(),
+            scales.clone(),
+        );
+        if let Some(path) = &options.json {
+            let text = serde_json::to_string_pretty(&so_far)?;
+            std::fs::write(path, text + "\n")
+                .map_err(|e| BenchError::io(format!("write {}", path.display()), e))?;
+        }
+        eprintln!("{so_far}");
     }
     let report = OrgReport::new(
         options.quick,
@@ -138,11 +152,6 @@ pub async fn run_org(options: OrgOptions) -> Result<OrgReport, BenchError> {
         started.elapsed().as_secs_f64(),
         scales,
     );
-    if let Some(path) = &options.json {
-        let text = serde_json::to_string_pretty(&report)?;
-        std::fs::write(path, text + "\n")
-            .map_err(|e| BenchError::io(format!("write {}", path.display()), e))?;
-    }
     Ok(report)
 }
 
@@ -461,10 +470,16 @@ async fn leader_kill(
     let held = followers
         .until_all(t0, CHANGE_LIMIT, move |s| serves(s, &tool, &id))
         .await;
-    world.etcd.restart(leader).await?;
+    // A member that cannot rejoin in time is reported, not fatal: the
+    // other two keep a quorum for the phases after this one.
+    let rejoined = match world.etcd.restart(leader).await {
+        Ok(()) => None,
+        Err(error) => Some(error.to_string()),
+    };
     Ok(LeaderKill {
         registered_ms: registered.as_secs_f64() * 1e3,
         held_by_all: report::Spread::of(&held),
+        not_rejoined: rejoined,
     })
 }
 

@@ -113,6 +113,8 @@ pub struct LeaderKill {
     pub registered_ms: f64,
     /// From the kill until each follower held it.
     pub held_by_all: Spread,
+    /// Why the killed member did not rejoin in time, if it did not.
+    pub not_rejoined: Option<String>,
 }
 
 /// A dispatcher joining at this scale.
