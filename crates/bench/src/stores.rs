@@ -7,8 +7,8 @@
 
 use crate::error::BenchError;
 use crate::freshness::Series;
-use crate::procs::{self, AbortOnDrop, Proc, Ready, SpawnOptions};
-use crate::scale::{TOOLS_PER_EXECUTOR, bind, executor_request_at, register_fleet, rss_of};
+use crate::procs::{self, Proc, Ready, SpawnOptions};
+use crate::scale::{TOOLS_PER_EXECUTOR, executor_request_at, register_fleet, rss_of};
 use crate::stats::Latency;
 use crate::{Binaries, Plan};
 use serde::Serialize;
@@ -17,7 +17,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::watch;
 use tokio::time::Instant;
-use tonic::transport::{Channel, Server};
+use tonic::transport::Channel;
 use toolmesh::Snapshot;
 use toolmesh::pb::{DeregisterRequest, GetSnapshotRequest, registry_client::RegistryClient};
 use toolmesh_procs::EtcdCluster;
@@ -76,7 +76,9 @@ pub struct Stores {
 /// Measures the embedded store, then the etcd store if an `etcd` binary
 /// is found (`TOOLMESH_TEST_ETCD` or PATH).
 pub(crate) async fn run(plan: &Plan, bins: &Binaries, logs: &Path) -> Result<Stores, BenchError> {
-    let sink = Sink::start().await?;
+    // Every fake executor registers this endpoint: health SERVING, so the
+    // registries' watches keep every tool exposed and write no verdicts.
+    let sink = crate::org::HealthServer::start().await?;
     let sizes = [plan.baseline_tools, plan.scale_tools];
     let run = Run {
         plan,
@@ -103,7 +105,7 @@ pub(crate) async fn run(plan: &Plan, bins: &Binaries, logs: &Path) -> Result<Sto
         stores.etcd.push(run.at_size(tools, true).await?);
     }
     stores.failover = Some(run.failover().await?);
-    sink.server.0.abort();
+    drop(sink);
     Ok(stores)
 }
 
@@ -323,30 +325,4 @@ pub(crate) async fn leader_of(cluster: &EtcdCluster) -> Result<usize, BenchError
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     Err(BenchError::timeout("an etcd leader", LIMIT))
-}
-
-/// The endpoint every fake executor registers: a gRPC server with only a
-/// health service saying SERVING, so that the registries' health watches
-/// keep every tool exposed and write no verdict changes.
-struct Sink {
-    addr: String,
-    server: AbortOnDrop<Result<(), tonic::transport::Error>>,
-    _health: tonic_health::server::HealthReporter,
-}
-
-impl Sink {
-    async fn start() -> Result<Sink, BenchError> {
-        let (listener, addr) = bind().await?;
-        let (reporter, health) = tonic_health::server::health_reporter();
-        let server = AbortOnDrop(tokio::spawn(
-            Server::builder()
-                .add_service(health)
-                .serve_with_incoming(toolmesh_transport::incoming(listener)),
-        ));
-        Ok(Sink {
-            addr,
-            server,
-            _health: reporter,
-        })
-    }
 }

@@ -272,15 +272,17 @@ fn rand_fraction(e: usize) -> f64 {
     (e.wrapping_mul(2_654_435_761) % 1_000) as f64 / 1_000.0
 }
 
-/// The health server most executors share: SERVING, for every watch.
-struct HealthServer {
-    addr: String,
+/// A gRPC server with only a health service, SERVING for every watch: the
+/// endpoint fake executors share (here and in the stores' comparison).
+pub(crate) struct HealthServer {
+    pub(crate) addr: String,
     _server: AbortOnDrop<Result<(), tonic::transport::Error>>,
     _reporter: tonic_health::server::HealthReporter,
 }
 
 impl HealthServer {
-    async fn start() -> Result<HealthServer, BenchError> {
+    /// Serves on a free port of 127.0.0.1 until dropped.
+    pub(crate) async fn start() -> Result<HealthServer, BenchError> {
         let (listener, addr) = bind().await?;
         let (reporter, health) = tonic_health::server::health_reporter();
         let server = AbortOnDrop(tokio::spawn(

@@ -20,6 +20,7 @@ use crate::procs::{self, Ready, SpawnOptions, TempDir};
 use crate::stats::Latency;
 use crate::{Binaries, progress};
 use fleet::Fleet;
+pub(crate) use fleet::HealthServer;
 use followers::{Followers, serves, until_each};
 use prost::Message;
 use shape::Shape;
@@ -243,27 +244,11 @@ async fn steady(world: &World, followers: &Followers, window: Duration) -> Stead
     let proposals = "etcd_server_proposals_committed_total";
     let before_proposals = world.etcd_metric(0, proposals).await;
     let before_version = followers.current(0).version();
-    let registries_before: Vec<ProcStat> = pids(&world.registry_pids())
-        .iter()
-        .map(|&p| ProcStat::read(p))
-        .collect();
-    let etcd_before: Vec<ProcStat> = world
-        .etcd_pids()
-        .iter()
-        .map(|&p| ProcStat::read(p))
-        .collect();
+    let (registries_before, etcd_before) = world.stats();
     let t0 = Instant::now();
     tokio::time::sleep(window).await;
     let secs = t0.elapsed().as_secs_f64();
-    let registries_after: Vec<ProcStat> = pids(&world.registry_pids())
-        .iter()
-        .map(|&p| ProcStat::read(p))
-        .collect();
-    let etcd_after: Vec<ProcStat> = world
-        .etcd_pids()
-        .iter()
-        .map(|&p| ProcStat::read(p))
-        .collect();
+    let (registries_after, etcd_after) = world.stats();
     let after_proposals = world.etcd_metric(0, proposals).await;
     let cores = |before: &[ProcStat], after: &[ProcStat]| -> Vec<f64> {
         before

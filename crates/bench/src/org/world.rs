@@ -109,6 +109,17 @@ impl World {
             .collect()
     }
 
+    /// What `/proc` says of each live replica and each etcd member now.
+    pub(crate) fn stats(&self) -> (Vec<ProcStat>, Vec<ProcStat>) {
+        let registries = self
+            .registry_pids()
+            .into_iter()
+            .flatten()
+            .map(ProcStat::read);
+        let members = self.etcd_pids().into_iter().map(ProcStat::read);
+        (registries.collect(), members.collect())
+    }
+
     /// The etcd members' pids.
     pub(crate) fn etcd_pids(&self) -> Vec<i32> {
         (0..self.etcd.len())
