@@ -79,6 +79,9 @@ fn request_of(op: Op) -> pb::RequestOp {
     }
 }
 
+/// Keys one range request reads: a page of definitions stays a few MiB.
+const RANGE_PAGE_KEYS: i64 = 1_000;
+
 #[tonic::async_trait]
 impl Kv for EtcdKv {
     async fn get(&self, key: &[u8]) -> Result<Option<Entry>, KvError> {
@@ -86,17 +89,38 @@ impl Kv for EtcdKv {
     }
 
     async fn range(&self, prefix: &[u8], keys_only: bool) -> Result<(Vec<Entry>, i64), KvError> {
-        let response = self
-            .client
-            .range(pb::RangeRequest {
-                key: prefix.to_vec(),
-                range_end: toolmesh_etcd::prefix_end(prefix),
-                keys_only,
-                ..Default::default()
-            })
-            .await?;
-        let revision = response.header.map_or(0, |h| h.revision);
-        Ok((response.kvs.into_iter().map(entry).collect(), revision))
+        // Page by page, every page read at the first one's revision: one
+        // consistent read, however many keys (a registry of 100,000
+        // definitions is over 100 MiB, past what one message may carry).
+        let end = toolmesh_etcd::prefix_end(prefix);
+        let mut from = prefix.to_vec();
+        let mut revision = 0;
+        let mut entries = Vec::new();
+        loop {
+            let response = self
+                .client
+                .range(pb::RangeRequest {
+                    key: from.clone(),
+                    range_end: end.clone(),
+                    keys_only,
+                    limit: RANGE_PAGE_KEYS,
+                    revision,
+                    ..Default::default()
+                })
+                .await?;
+            if revision == 0 {
+                revision = response.header.map_or(0, |h| h.revision);
+            }
+            if let Some(last) = response.kvs.last() {
+                // The next page starts just after the last key read.
+                from = last.key.clone();
+                from.push(0);
+            }
+            entries.extend(response.kvs.into_iter().map(entry));
+            if !response.more {
+                return Ok((entries, revision));
+            }
+        }
     }
 
     async fn revision(&self) -> Result<i64, KvError> {

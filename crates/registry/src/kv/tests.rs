@@ -46,7 +46,7 @@ async fn etcd() -> Under {
     }
 }
 
-on_both_backends!(revisions_and_compares, leases, watches);
+on_both_backends!(revisions_and_compares, leases, watches, large_ranges);
 
 fn put(key: &str, value: &str, lease: i64) -> Op {
     Op::Put {
@@ -173,4 +173,38 @@ async fn watches(under: Under) {
     let progress = next(&mut *watch).await;
     assert!(progress.events.is_empty(), "{progress:?}");
     assert_eq!(progress.revision, base + 4);
+}
+
+/// A range over more keys than one etcd page holds reads every one, in key
+/// order, at one revision (the registry's first read of 100,000
+/// definitions is one such range).
+async fn large_ranges(under: Under) {
+    let kv = &*under.kv;
+    let keys = 2_500;
+    let mut last = 0;
+    for batch in (0..keys).collect::<Vec<usize>>().chunks(100) {
+        let success = batch
+            .iter()
+            .map(|i| put(&format!("/defs/{i:05}"), &format!("v{i}"), 0))
+            .collect();
+        last = kv
+            .txn(Txn {
+                compare: vec![],
+                success,
+            })
+            .await
+            .unwrap()
+            .revision;
+    }
+    kv.txn(Txn::write(put("/other", "x", 0))).await.unwrap();
+    let (entries, revision) = kv.range(b"/defs/", false).await.unwrap();
+    assert_eq!(entries.len(), keys);
+    assert!(
+        revision > last,
+        "read at {revision}, after the last write at {last}"
+    );
+    for (i, entry) in entries.iter().enumerate() {
+        assert_eq!(entry.key, format!("/defs/{i:05}").into_bytes());
+        assert_eq!(entry.value, format!("v{i}").into_bytes());
+    }
 }
