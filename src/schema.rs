@@ -4,11 +4,13 @@
 
 mod arguments;
 mod covers;
+mod deferred;
 mod quote;
 mod shape;
 
 pub use arguments::{ArgumentsError, parse_arguments};
 pub use covers::{Difference, NotCovered, covers};
+pub use deferred::Deferred;
 pub use quote::{MAX_QUOTED_CHARS, cut_path, quote, quote_str};
 pub use shape::Shape;
 
@@ -108,26 +110,41 @@ impl fmt::Display for Violations {
 pub struct Compiled {
     /// The parsed schema.
     pub schema: Value,
+    /// Its checks.
+    pub checks: Checks,
+}
+
+/// The two checks of a compiled schema.
+pub struct Checks {
     /// jsonschema's validator.
     pub validator: Validator,
     /// The fast acceptance check.
     pub shape: Shape,
 }
 
+impl Checks {
+    /// Compiles both checks of a parsed schema.
+    pub fn of(schema: &Value) -> Result<Checks, SchemaError> {
+        Ok(Checks {
+            validator: compile(schema)?,
+            shape: Shape::of(schema),
+        })
+    }
+}
+
 /// Parses and compiles a schema given as text.
 pub fn compile_text(text: &str) -> Result<Compiled, SchemaError> {
+    let schema = parse_text(text)?;
+    let checks = Checks::of(&schema)?;
+    Ok(Compiled { schema, checks })
+}
+
+/// Parses a schema given as text, within [`MAX_SCHEMA_BYTES`].
+pub fn parse_text(text: &str) -> Result<Value, SchemaError> {
     if text.len() > MAX_SCHEMA_BYTES {
         return Err(SchemaError::TooLarge(text.len()));
     }
-    let schema: Value =
-        serde_json::from_str(text).map_err(|e| SchemaError::NotJson(e.to_string()))?;
-    let validator = compile(&schema)?;
-    let shape = Shape::of(&schema);
-    Ok(Compiled {
-        schema,
-        validator,
-        shape,
-    })
+    serde_json::from_str(text).map_err(|e| SchemaError::NotJson(e.to_string()))
 }
 
 /// Compiles a parsed schema. Remote `$ref`s are not fetched: such a schema

@@ -4,8 +4,7 @@
 
 use crate::pb::{RetryPolicy, RiskLevel, ToolSpec};
 pub use crate::reference::label;
-use crate::schema::{self, Compiled, SchemaError};
-use jsonschema::Validator;
+use crate::schema::{self, Checks, Deferred, SchemaError};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
 use std::{fmt, time::Duration};
@@ -146,16 +145,19 @@ impl Retry {
     }
 }
 
-/// A validated, normalised tool spec with its compiled input schema.
+/// A validated, normalised tool spec.
 ///
 /// Built once per name@version (and fingerprint) and shared by `Arc`
-/// between snapshots, so nothing on the call path re-parses or re-compiles.
+/// between snapshots. Its schemas are checked when it is built, then held
+/// as their canonical text: each is parsed and compiled the first time a
+/// call needs it and kept from then on (most definitions a registry or
+/// dispatcher holds are never called).
 pub struct ToolDef {
     spec: ToolSpec,
     version: semver::Version,
-    input: Compiled,
-    /// The output schema, compiled, when the tool has one.
-    output: Option<Compiled>,
+    input: Deferred,
+    /// The output schema, when the tool has one.
+    output: Option<Deferred>,
     timeout: Duration,
     retry: Retry,
     fingerprint: String,
@@ -198,7 +200,7 @@ impl ToolDef {
             let compiled =
                 schema::compile_text(&spec.output_schema).map_err(SpecError::OutputSchema)?;
             patterns += schema::count_patterns(&compiled.schema);
-            Some(compiled)
+            Some(compiled.schema)
         };
         let timeout = match spec.timeout_ms {
             0 => DEFAULT_TIMEOUT,
@@ -220,14 +222,14 @@ impl ToolDef {
         // equal fingerprints whatever their key order or whitespace.
         spec.input_schema = input.schema.to_string();
         if let Some(output) = &output {
-            spec.output_schema = output.schema.to_string();
+            spec.output_schema = output.to_string();
         }
         let fingerprint = fingerprint(&spec);
         Ok(ToolDef {
             spec,
             version,
-            input,
-            output,
+            input: Deferred::default(),
+            output: output.map(|_| Deferred::default()),
             timeout,
             retry,
             fingerprint,
@@ -254,29 +256,32 @@ impl ToolDef {
     pub fn version(&self) -> &semver::Version {
         &self.version
     }
-    /// The parsed input schema.
+    /// The parsed input schema (parsed once, then kept).
     pub fn input_schema(&self) -> &Value {
-        &self.input.schema
+        self.input.tree(&self.spec.input_schema)
     }
-    /// The compiled input schema.
-    pub fn validator(&self) -> &Validator {
-        &self.input.validator
+    /// `f` applied to the parsed input schema, without keeping the tree
+    /// (for reading every definition once: a listing, a search index).
+    pub fn read_input_schema<R>(&self, f: impl FnOnce(&Value) -> R) -> R {
+        self.input.read(&self.spec.input_schema, f)
     }
-    /// The input schema, compiled (validator and fast shape).
-    pub fn input(&self) -> &Compiled {
-        &self.input
+    /// The input schema's checks (validator and fast shape), compiled the
+    /// first time they are asked for. It compiled when the definition was
+    /// built, so the error is not expected.
+    pub fn input(&self) -> Result<&Checks, &SchemaError> {
+        self.input.checks(&self.spec.input_schema)
     }
-    /// The parsed output schema, when the tool declares one.
+    /// The parsed output schema, when the tool declares one (parsed once,
+    /// then kept).
     pub fn output_schema(&self) -> Option<&Value> {
-        self.output.as_ref().map(|output| &output.schema)
+        let output = self.output.as_ref()?;
+        Some(output.tree(&self.spec.output_schema))
     }
-    /// The compiled output schema `data` must satisfy, when declared.
-    pub fn output_validator(&self) -> Option<&Validator> {
-        self.output.as_ref().map(|output| &output.validator)
-    }
-    /// The output schema, compiled, when declared.
-    pub fn output(&self) -> Option<&Compiled> {
-        self.output.as_ref()
+    /// The output schema's checks, when declared, compiled the first time
+    /// they are asked for.
+    pub fn output(&self) -> Option<Result<&Checks, &SchemaError>> {
+        let output = self.output.as_ref()?;
+        Some(output.checks(&self.spec.output_schema))
     }
     /// Whether the tool only reads: LOW risk and declared `read_only` (MCP's
     /// `readOnlyHint`; with [`idempotent`](Self::idempotent), its answers

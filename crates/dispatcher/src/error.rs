@@ -160,6 +160,19 @@ pub enum CallError {
         /// Every failing path.
         violations: String,
     },
+    /// A schema of the tool that compiled when it registered did not
+    /// compile when its first call needed it (not expected to happen).
+    #[error(
+        "the {which} schema of {tool} could not be compiled ({reason}); this is a fault of the mesh, not of your arguments: try another tool or report it to an operator"
+    )]
+    SchemaUnusable {
+        /// name@version.
+        tool: String,
+        /// "input" or "output".
+        which: &'static str,
+        /// Why it did not compile.
+        reason: toolmesh::schema::SchemaError,
+    },
     /// The deadline passed before an attempt could start or finish.
     #[error("{tool} did not complete within {budget:?}")]
     DeadlineExceeded {
@@ -313,7 +326,7 @@ impl CallError {
             CallError::TimedOut { .. } => {
                 ToolError::new(ErrorCode::DeadlineExceeded, self.to_string())
             }
-            CallError::OutputInvalid { .. } => {
+            CallError::OutputInvalid { .. } | CallError::SchemaUnusable { .. } => {
                 ToolError::new(ErrorCode::ExecutorFailed, self.to_string())
             }
             CallError::ExecutorBroke { .. } => ToolError::new(

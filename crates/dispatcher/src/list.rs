@@ -124,7 +124,11 @@ pub(crate) fn narrowed(policy: &Policy, who: &Principal, entry: &ToolEntry) -> O
         return None;
     };
     let narrowing = policy.narrowing(&rule, entry.def.name())?;
-    Some(narrowing.apply(entry.def.input_schema()))
+    Some(
+        entry
+            .def
+            .read_input_schema(|schema| narrowing.apply(schema)),
+    )
 }
 
 /// Builds the response for `entries` in `format`; `schema_of` gives the
@@ -143,7 +147,10 @@ pub(crate) fn render(
             entries
                 .iter()
                 .zip(&narrowed)
-                .map(|(e, schema)| shape(&e.def, schema.as_ref().unwrap_or(e.def.input_schema())))
+                .map(|(e, schema)| match schema {
+                    Some(schema) => shape(&e.def, schema),
+                    None => e.def.read_input_schema(|schema| shape(&e.def, schema)),
+                })
                 .collect(),
         )
     };

@@ -1,6 +1,7 @@
 //! Why an executor could not start, and why it refused a call's arguments.
 
 use std::net::SocketAddr;
+use toolmesh::pb::ErrorCode;
 use toolmesh::schema::{ArgumentsError, Violations};
 use toolmesh::spec::SpecError;
 use toolmesh_transport::Unroutable;
@@ -80,6 +81,15 @@ pub(crate) enum BadArguments {
         /// What is wrong with the text.
         source: ArgumentsError,
     },
+    /// The tool's input schema, which compiled when the executor started,
+    /// did not compile when the first call needed it (not expected).
+    #[error("the input schema of {tool} could not be compiled: {source}")]
+    SchemaUnusable {
+        /// The tool's name.
+        tool: String,
+        /// Why.
+        source: toolmesh::schema::SchemaError,
+    },
     /// JSON the input schema does not accept.
     #[error("arguments for {tool} do not match its input schema: {violations}")]
     Invalid {
@@ -88,6 +98,19 @@ pub(crate) enum BadArguments {
         /// Every failing path.
         violations: Violations,
     },
+}
+
+impl BadArguments {
+    /// The error code the caller reads: its arguments' fault, except for a
+    /// schema that would not compile (the tool's).
+    pub(crate) fn code(&self) -> ErrorCode {
+        match self {
+            BadArguments::SchemaUnusable { .. } => ErrorCode::ExecutorFailed,
+            BadArguments::Unreadable { .. } | BadArguments::Invalid { .. } => {
+                ErrorCode::InvalidArguments
+            }
+        }
+    }
 }
 
 /// Why an executor does not run a call it was sent: the caller reads it as

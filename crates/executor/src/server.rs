@@ -83,7 +83,7 @@ impl Core {
         // Checked once here; the tool gets them typed.
         let args = match check_arguments(&def, std::mem::take(&mut request.arguments)) {
             Ok(args) => args,
-            Err(refused) => return failure(ErrorCode::InvalidArguments, refused.to_string()),
+            Err(refused) => return failure(refused.code(), refused.to_string()),
         };
         let (budget, bound) = call_budget(caller_timeout, def.timeout());
         if budget.is_zero() {
@@ -253,15 +253,19 @@ async fn poll_in_place(call: &mut CallFuture) -> Option<Ended> {
 /// wrong with them. Empty text reads as `{}`; a key repeated in one object
 /// is refused.
 fn check_arguments(def: &ToolDef, text: String) -> Result<Arguments, BadArguments> {
-    if def.input().shape.accepts(&text) {
+    let tool = || def.name().to_owned();
+    let checks = def.input().map_err(|source| BadArguments::SchemaUnusable {
+        tool: tool(),
+        source: source.clone(),
+    })?;
+    if checks.shape.accepts(&text) {
         return Ok(Arguments::Text(text));
     }
-    let tool = || def.name().to_owned();
     let args = schema::parse_arguments(&text).map_err(|source| BadArguments::Unreadable {
         tool: tool(),
         source,
     })?;
-    schema::check(def.validator(), &args).map_err(|violations| BadArguments::Invalid {
+    schema::check(&checks.validator, &args).map_err(|violations| BadArguments::Invalid {
         tool: tool(),
         violations,
     })?;

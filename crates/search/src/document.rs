@@ -54,21 +54,24 @@ impl Analyzed {
     /// The fields of `def`, analyzed.
     pub(crate) fn of(def: &ToolDef) -> Self {
         let spec = def.spec();
-        let schema = def.input_schema();
-        let mut parameters = Parameters::default();
-        parameters.collect(schema);
-        let title = schema.get("title").and_then(Value::as_str).unwrap_or("");
-        let mut analyzed = Analyzed::default();
-        analyzed.add(Field::Name, def.name());
-        analyzed.add(Field::Title, title);
-        analyzed.add(Field::Description, &spec.description);
-        analyzed.add(Field::Tags, &spec.tags.join(" "));
-        analyzed.add(Field::ParameterNames, &parameters.names.join(" "));
-        analyzed.add(
-            Field::ParameterDescriptions,
-            &parameters.descriptions.join(" "),
-        );
-        analyzed
+        // Read once without keeping the tree: an index over the whole mesh
+        // must not make every definition hold its parsed schema.
+        def.read_input_schema(|schema| {
+            let mut parameters = Parameters::default();
+            parameters.collect(schema);
+            let title = schema.get("title").and_then(Value::as_str).unwrap_or("");
+            let mut analyzed = Analyzed::default();
+            analyzed.add(Field::Name, def.name());
+            analyzed.add(Field::Title, title);
+            analyzed.add(Field::Description, &spec.description);
+            analyzed.add(Field::Tags, &spec.tags.join(" "));
+            analyzed.add(Field::ParameterNames, &parameters.names.join(" "));
+            analyzed.add(
+                Field::ParameterDescriptions,
+                &parameters.descriptions.join(" "),
+            );
+            analyzed
+        })
     }
 
     fn add(&mut self, field: Field, text: &str) {

@@ -65,12 +65,15 @@ pub(crate) fn arguments(
             limit,
         });
     }
+    let checks = def
+        .input()
+        .map_err(|reason| unusable(def, "input", reason))?;
     // A grant's narrowing checks the tree, so build it then.
-    if narrowing.is_none() && def.input().shape.accepts(text) {
+    if narrowing.is_none() && checks.shape.accepts(text) {
         return Ok(Arguments::default());
     }
     let arguments = schema::parse_arguments(text)?;
-    schema::check(def.validator(), &arguments).map_err(|violations| {
+    schema::check(&checks.validator, &arguments).map_err(|violations| {
         CallError::ArgumentsInvalid {
             tool: def.label(),
             violations,
@@ -88,6 +91,15 @@ pub(crate) fn arguments(
     Ok(Arguments::parsed(arguments))
 }
 
+/// The error for a schema of `def` that would not compile when needed.
+fn unusable(def: &ToolDef, which: &'static str, reason: &schema::SchemaError) -> CallError {
+    CallError::SchemaUnusable {
+        tool: def.label(),
+        which,
+        reason: reason.clone(),
+    }
+}
+
 /// Whether `data` (a result's JSON text) keeps the output contract of
 /// `def`: with no output schema anything goes; with one, `data` must be
 /// JSON that satisfies it (empty text is no data, which fails it).
@@ -95,6 +107,7 @@ pub(crate) fn output(def: &ToolDef, data: &str) -> Result<(), CallError> {
     let Some(output) = def.output() else {
         return Ok(());
     };
+    let output = output.map_err(|reason| unusable(def, "output", reason))?;
     if output.shape.accepts(data) {
         return Ok(());
     }
