@@ -18,6 +18,14 @@ pub(crate) struct TransitionLabels {
     pub(crate) to: &'static str,
 }
 
+/// Labels of the snapshot watches counter.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub(crate) struct WatchLabels {
+    /// `delta` (the watcher held a snapshot of this epoch and continues
+    /// from it) or `full`.
+    pub(crate) start: &'static str,
+}
+
 /// Every registry event metric.
 #[derive(Debug, Default)]
 pub(crate) struct Metrics {
@@ -25,6 +33,7 @@ pub(crate) struct Metrics {
     pub(crate) lease_expiries: Counter,
     pub(crate) health_transitions: Family<TransitionLabels, Counter>,
     pub(crate) flap_holds: Counter,
+    pub(crate) snapshot_watches: Family<WatchLabels, Counter>,
 }
 
 impl Metrics {
@@ -53,7 +62,21 @@ impl Metrics {
             "Recoveries held out of rotation because the executor flaps.",
             metrics.flap_holds.clone(),
         );
+        r.register(
+            "registry_snapshot_watches",
+            "Snapshot watches opened (dispatchers following this replica), by how each started: from a snapshot the watcher held (delta) or from nothing (full).",
+            metrics.snapshot_watches.clone(),
+        );
         metrics
+    }
+
+    /// Counts a snapshot watch opened, continuing from a held snapshot
+    /// (`delta`) or not.
+    pub(crate) fn watch_opened(&self, delta: bool) {
+        let start = if delta { "delta" } else { "full" };
+        self.snapshot_watches
+            .get_or_create(&WatchLabels { start })
+            .inc();
     }
 
     /// Counts a health change to `healthy` or not.

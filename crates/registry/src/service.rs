@@ -349,6 +349,7 @@ impl pb::registry_server::Registry for RegistryService {
             (request.deltas && request.after_version > 0 && request.epoch == current.epoch())
                 .then(|| self.registry.snapshot(request.after_version).ok())
                 .flatten();
+        self.registry.watch_opened(held.is_some());
         let stream = match held {
             Some(held) => delta_stream(self.registry.subscribe(), held),
             None => watch_stream(

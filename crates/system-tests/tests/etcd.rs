@@ -41,20 +41,24 @@ async fn shared_etcd(size: usize) -> (tokio::sync::RwLockReadGuard<'static, ()>,
 /// A registry replica over `store`, logging JSON lines (to read its
 /// replica id); returns it and its address.
 fn replica(store: &str) -> (Proc, String) {
-    let proc = Proc::toolmesh(
+    replica_with(store, &[])
+}
+
+/// [`replica`] with `extra` arguments.
+fn replica_with(store: &str, extra: &[&str]) -> (Proc, String) {
+    let mut args = vec![
         "registry",
-        &[
-            "registry",
-            "--listen",
-            "127.0.0.1:0",
-            "--store",
-            store,
-            "--default-ttl-ms",
-            TTL_MS,
-            "--log-format",
-            "json",
-        ],
-    );
+        "--listen",
+        "127.0.0.1:0",
+        "--store",
+        store,
+        "--default-ttl-ms",
+        TTL_MS,
+        "--log-format",
+        "json",
+    ];
+    args.extend_from_slice(extra);
+    let proc = Proc::toolmesh("registry", &args);
     let addr = proc.listen_addr();
     (proc, addr)
 }
@@ -406,6 +410,119 @@ async fn health_watch_moves_to_a_surviving_replica() {
     eprintln!(
         "scenario 2: NOT_SERVING -> de-exposed in {:?}",
         flipped.elapsed()
+    );
+}
+
+/// The snapshot watches a replica's metrics say were opened, started
+/// (`start`) from a held snapshot (`delta`) or from nothing (`full`).
+fn watches_opened(admin: &str, start: &str) -> f64 {
+    let (status, body) = toolmesh_testkit::http(admin, "GET", "/metrics", &[], "");
+    assert_eq!(status, 200, "{body}");
+    let series = format!("toolmesh_registry_snapshot_watches_total{{start=\"{start}\"}}");
+    sample(&body, &series).unwrap_or(0.0)
+}
+
+/// SIGKILL the registry replica that most dispatchers follow: they move
+/// to the surviving replicas with deltas (no full snapshot is sent again),
+/// no call fails meanwhile, and a tool registered after the kill reaches
+/// every dispatcher.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_replica_hands_its_dispatchers_over_with_deltas() {
+    let (_turn, cluster) = shared_etcd(1).await;
+    let store = cluster.store_url();
+    let metrics = ["--admin-listen", "127.0.0.1:0", "--public-metrics"];
+    let mut replicas: Vec<(Proc, String, String)> = (0..3)
+        .map(|_| {
+            let (proc, addr) = replica_with(&store, &metrics);
+            let admin = admin_addr(&proc);
+            (proc, addr, admin)
+        })
+        .collect();
+    let all = replicas
+        .iter()
+        .map(|(_, addr, _)| addr.as_str())
+        .collect::<Vec<_>>()
+        .join(",");
+    // A lease that outlives the move of its heartbeats to a survivor.
+    let _executor = executor_with_ttl(&all, "handover-1", "5000");
+    let dispatchers: Vec<(Proc, String)> = (0..4).map(|_| dispatcher_for(&all, &[])).collect();
+    for (_, addr) in &dispatchers {
+        until_listed(
+            &mut dispatcher(addr),
+            &["acc_echo"],
+            Duration::from_secs(30),
+        )
+        .await;
+    }
+    // Each dispatcher opened one watch on the replica it follows: the one
+    // with the most has at least two of the four.
+    let (killed_at, followers) = replicas
+        .iter()
+        .map(|(_, _, admin)| watches_opened(admin, "full") + watches_opened(admin, "delta"))
+        .enumerate()
+        .max_by(|a, b| a.1.total_cmp(&b.1))
+        .expect("three replicas");
+    assert!(followers >= 2.0, "four dispatchers over three replicas");
+    let (mut killed, _, _) = replicas.remove(killed_at);
+    let full_before: Vec<f64> = replicas
+        .iter()
+        .map(|(_, _, admin)| watches_opened(admin, "full"))
+        .collect();
+    let delta_before: f64 = replicas
+        .iter()
+        .map(|(_, _, admin)| watches_opened(admin, "delta"))
+        .sum();
+
+    let stop = Stop::default();
+    let calls: Vec<_> = dispatchers
+        .iter()
+        .map(|(_, addr)| steady_calls(addr.clone(), stop.clone()))
+        .collect();
+    killed.kill9();
+    eventually(
+        "the killed replica's dispatchers reopen their watches on the others",
+        Duration::from_secs(30),
+        || async {
+            let moved: f64 = replicas
+                .iter()
+                .map(|(_, _, admin)| watches_opened(admin, "delta"))
+                .sum::<f64>()
+                - delta_before;
+            (moved >= followers).then_some(())
+        },
+    )
+    .await;
+    let survivors = replicas
+        .iter()
+        .map(|(_, addr, _)| addr.as_str())
+        .collect::<Vec<_>>()
+        .join(",");
+    let (_late, _) =
+        FakeExecutor::start(&survivors, "handover-late", vec![spec("late_tool", 200)]).await;
+    for (_, addr) in &dispatchers {
+        until_listed(
+            &mut dispatcher(addr),
+            &["late_tool"],
+            Duration::from_secs(30),
+        )
+        .await;
+    }
+    stop.set();
+    for handle in calls {
+        let (made, failures) = handle.await.expect("the calls task");
+        assert!(made > 0, "no call was made");
+        assert!(
+            failures.is_empty(),
+            "calls failed during the handover: {failures:?}"
+        );
+    }
+    let full_after: Vec<f64> = replicas
+        .iter()
+        .map(|(_, _, admin)| watches_opened(admin, "full"))
+        .collect();
+    assert_eq!(
+        full_after, full_before,
+        "no survivor sent a full snapshot again"
     );
 }
 

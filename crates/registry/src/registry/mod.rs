@@ -120,6 +120,12 @@ impl std::fmt::Debug for Registry {
 }
 
 impl Registry {
+    /// Counts a snapshot watch opened, continuing from a held snapshot
+    /// (`delta`) or not, in the registry's metrics.
+    pub(crate) fn watch_opened(&self, delta: bool) {
+        self.inner.metrics.watch_opened(delta);
+    }
+
     /// A registry in this process with a fresh epoch and no tools.
     ///
     /// # Panics
