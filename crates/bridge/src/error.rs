@@ -73,14 +73,31 @@ pub enum BridgeError {
     #[error("{}", problems(.0))]
     Tools(Vec<ToolProblem>),
     /// Nothing to expose.
-    #[error("the MCP server {upstream} offers no tool to expose{selected}; it offers: {offered}")]
+    #[error("{upstream} offers no tool to expose{selected}; it offers: {offered}")]
     NoTools {
-        /// The command line or URL.
+        /// The upstream, as "the MCP server `cmd`" or "the gRPC service at HOST:PORT".
         upstream: String,
-        /// ` matching --tools …`, when `--tools` was given.
+        /// ` matching --tools …` (or `--methods`), when given.
         selected: String,
         /// The upstream's tool names, or "nothing".
         offered: String,
+    },
+    /// A `--target` the gRPC bridge cannot reach.
+    #[error("--target {0:?} is not a gRPC service address: {1}")]
+    BadTarget(String, String),
+    /// A `--services` name the target does not serve.
+    #[error("--services {0}: the gRPC service at {1} does not serve it; it serves: {2}")]
+    NoService(String, String, String),
+    /// The target did not answer server reflection, or answered with
+    /// descriptors that do not fit together.
+    #[error(
+        "the gRPC service at {target} did not describe itself by server reflection (grpc.reflection.v1 or v1alpha): {reason}"
+    )]
+    Reflection {
+        /// HOST:PORT or the URL.
+        target: String,
+        /// What went wrong.
+        reason: String,
     },
     /// The task that follows the upstream stopped unexpectedly.
     #[error(
@@ -105,14 +122,17 @@ impl BridgeError {
             | BridgeError::BadHeader(..)
             | BridgeError::Spawn { .. }
             | BridgeError::Tools(_)
+            | BridgeError::BadTarget(..)
+            | BridgeError::NoService(..)
             | BridgeError::NoTools { .. } => true,
             BridgeError::Executor(e) => matches!(
                 e,
                 ExecutorError::Unroutable { .. } | ExecutorError::BadRegistry(_)
             ),
-            BridgeError::Connect { .. } | BridgeError::List { .. } | BridgeError::Supervisor(_) => {
-                false
-            }
+            BridgeError::Connect { .. }
+            | BridgeError::List { .. }
+            | BridgeError::Reflection { .. }
+            | BridgeError::Supervisor(_) => false,
         }
     }
 }

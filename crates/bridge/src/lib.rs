@@ -1,6 +1,6 @@
-//! An existing MCP server as a toolmesh executor (`toolmesh bridge mcp`).
+//! Existing services as toolmesh executors: an MCP server (`toolmesh bridge mcp`) or a gRPC service with server reflection (`toolmesh bridge grpc`).
 //!
-//! The bridge is an MCP client of one upstream server — a command it
+//! The MCP bridge is an MCP client of one upstream server — a command it
 //! starts and speaks to over stdio, or a Streamable HTTP URL; of the
 //! stateless 2026-07-28 revision or of the `initialize` era, as the
 //! upstream answers — and an
@@ -12,6 +12,12 @@
 //! upstream that goes away takes the bridge NOT_SERVING at once, and it
 //! reconnects (starting a stdio child again) with backoff.
 //!
+//! The gRPC bridge reads a service's descriptors by server reflection and
+//! registers each selected unary method as a tool whose schemas follow the
+//! proto3 JSON mapping; a call is transcoded to protobuf and back. Both
+//! share the supervisor ([`supervisor::ToolSource`]), the selection and
+//! naming, and the health they report.
+//!
 //! The upstream sees the bridge's own identity and credentials (its
 //! `--header` / `--bearer-env`, never a caller's token), and a stdio child
 //! does not inherit the bridge's `TOOLMESH_*` environment.
@@ -20,12 +26,15 @@
 mod call;
 mod client;
 mod error;
+mod grpc;
 mod http;
 mod mapping;
+mod mcp;
 mod supervisor;
 mod upstream;
 
 pub use error::BridgeError;
+pub use grpc::{GrpcBridgeOptions, GrpcTarget};
 pub use http::{HttpsFiles, HttpsSettings};
 pub use mapping::{ProblemKind, ServerIdentity, ToolProblem, ToolSelection};
 pub use supervisor::{BACKOFF_INITIAL, BACKOFF_MAX};
@@ -33,14 +42,16 @@ pub use upstream::Upstream;
 
 use call::Link;
 use client::BridgeClient;
+use mapping::{Mapped, OfferedTool};
+use mcp::McpSource;
 use std::future::Future;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::Arc;
-use supervisor::Supervisor;
+use supervisor::ToolSource;
 use tokio_util::sync::CancellationToken;
-use toolmesh_executor::{BoundExecutor, Executor, ServeOptions};
+use toolmesh_executor::{BoundExecutor, DynamicTool, Executor, ServeOptions};
 use tracing::warn;
-use upstream::Session;
 
 /// What to bridge and how to serve it.
 #[derive(Debug, Clone)]
@@ -55,12 +66,16 @@ pub struct BridgeOptions {
     pub serve: ServeOptions,
 }
 
-/// A bridge with its upstream session open and its listener bound, not yet
-/// serving.
+/// The supervisor of a started bridge, waiting for the token that stops it.
+type Supervising =
+    Box<dyn FnOnce(CancellationToken) -> Pin<Box<dyn Future<Output = ()> + Send>> + Send>;
+
+/// A bridge with its upstream connection open and its listener bound, not
+/// yet serving.
 pub struct Bridge {
     bound: BoundExecutor,
-    supervisor: Supervisor,
-    session: Session,
+    supervising: Supervising,
+    upstream: String,
     service: String,
     tools: Vec<String>,
 }
@@ -69,7 +84,7 @@ impl std::fmt::Debug for Bridge {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Bridge")
             .field("service", &self.service)
-            .field("upstream", &self.supervisor.upstream)
+            .field("upstream", &self.upstream)
             .field("tools", &self.tools)
             .finish_non_exhaustive()
     }
@@ -90,45 +105,55 @@ impl Bridge {
         let client = BridgeClient::default();
         let session = upstream.connect(client.clone()).await?;
         let peer = session.peer().clone();
-        let listing = supervisor::list(&upstream, &peer, &selection).await?;
-        if !listing.mapped.problems.is_empty() {
-            return Err(BridgeError::Tools(listing.mapped.problems));
-        }
-        if listing.mapped.tools.is_empty() {
-            return Err(no_tools(&upstream, &selection, &listing.offered));
-        }
-        let unmatched = selection.unmatched_overrides(&listing.offered);
-        if !unmatched.is_empty() {
-            warn!(
-                names = ?unmatched,
-                "--rename, --risk or --idempotent name tools the upstream does not offer (yet)"
-            );
-        }
-        let identity = supervisor::identity(&peer);
-        let service = name
-            .filter(|n| !n.trim().is_empty())
-            .unwrap_or(identity.name);
+        let listing = mcp::list(&upstream, &peer, &selection).await?;
         let link = Arc::new(Link::new(upstream.describe(), client));
-        // Calls may come as soon as the executor registers: the session is
-        // theirs from now on.
-        link.peer.store(Some(Arc::new(peer)));
-        let tools = supervisor::dynamic_tools(&link, &listing);
-        let names = tools.iter().map(|t| t.spec().name.clone()).collect();
-        let executor = tools
-            .into_iter()
-            .fold(Executor::new(&service), Executor::dynamic_tool);
-        let bound = executor.bind(serve).await?;
-        let supervisor = Supervisor {
+        let source = McpSource {
             upstream,
             selection,
             link,
-            control: bound.control(),
         };
+        let mapped = admit(
+            &source,
+            listing.mapped,
+            &listing.offered,
+            &source.selection,
+            "--tools",
+        )?;
+        let identity = mcp::identity(&peer);
+        let service = name
+            .filter(|n| !n.trim().is_empty())
+            .unwrap_or(identity.name);
+        // Calls may come as soon as the executor registers: the session is
+        // theirs from now on.
+        let connection = source.open(session);
+        let tools = mcp::dynamic_tools(&source.link, &mapped);
+        Bridge::assemble(source, connection, &service, tools, serve).await
+    }
+
+    /// Binds an executor serving `tools` as `service`, to be kept in step
+    /// with `source` (already open as `connection`) once it runs.
+    pub(crate) async fn assemble<S: ToolSource>(
+        source: S,
+        connection: S::Connection,
+        service: &str,
+        tools: Vec<DynamicTool>,
+        serve: ServeOptions,
+    ) -> Result<Bridge, BridgeError> {
+        let names = tools.iter().map(|t| t.spec().name.clone()).collect();
+        let executor = tools
+            .into_iter()
+            .fold(Executor::new(service), Executor::dynamic_tool);
+        let bound = executor.bind(serve).await?;
+        let control = bound.control();
+        let upstream = source.describe();
+        let supervising: Supervising = Box::new(move |stop| {
+            Box::pin(supervisor::supervise(source, control, connection, stop))
+        });
         Ok(Bridge {
             bound,
-            supervisor,
-            session,
-            service,
+            supervising,
+            upstream,
+            service: service.to_owned(),
             tools: names,
         })
     }
@@ -165,10 +190,10 @@ impl Bridge {
 
     /// Serves until `shutdown` resolves, keeping the upstream and the mesh
     /// in step; then drains as any executor does (calls in flight finish
-    /// against the upstream) and ends the upstream session last.
+    /// against the upstream) and ends the upstream connection last.
     pub async fn run(self, shutdown: impl Future<Output = ()> + Send) -> Result<(), BridgeError> {
         let stop = CancellationToken::new();
-        let mut supervising = tokio::spawn(self.supervisor.run(self.session, stop.clone()));
+        let mut supervising = tokio::spawn((self.supervising)(stop.clone()));
         // The supervisor ends only when told to; if it ends on its own the
         // bridge can no longer follow the upstream, so it drains and fails.
         let mut broke = None;
@@ -200,30 +225,47 @@ impl Bridge {
     }
 }
 
-/// The error for an upstream with nothing to expose.
-fn no_tools(
-    upstream: &Upstream,
+/// The tools of `mapped` if they may start a bridge: none that cannot join
+/// (each named), and at least one to expose; overrides that name no tool
+/// are warned of.
+pub(crate) fn admit<S: ToolSource>(
+    source: &S,
+    mapped: Mapped,
+    offered: &[OfferedTool],
     selection: &ToolSelection,
-    offered: &[rmcp::model::Tool],
-) -> BridgeError {
-    let selected = if selection.tools.is_empty() {
-        String::new()
-    } else {
-        let globs: Vec<&str> = selection.tools.iter().map(|p| p.as_str()).collect();
-        format!(" matching --tools {}", globs.join(","))
-    };
-    let offered = if offered.is_empty() {
-        "nothing".to_owned()
-    } else {
-        offered
-            .iter()
-            .map(|t| t.name.to_string())
-            .collect::<Vec<_>>()
-            .join(", ")
-    };
-    BridgeError::NoTools {
-        upstream: upstream.describe(),
-        selected,
-        offered,
+    select_flag: &str,
+) -> Result<Mapped, BridgeError> {
+    if !mapped.problems.is_empty() {
+        return Err(BridgeError::Tools(mapped.problems));
     }
+    if mapped.tools.is_empty() {
+        let selected = if selection.tools.is_empty() {
+            String::new()
+        } else {
+            let globs: Vec<&str> = selection.tools.iter().map(|p| p.as_str()).collect();
+            format!(" matching {select_flag} {}", globs.join(","))
+        };
+        let offered = if offered.is_empty() {
+            "nothing".to_owned()
+        } else {
+            offered
+                .iter()
+                .map(|t| t.upstream.as_str())
+                .collect::<Vec<_>>()
+                .join(", ")
+        };
+        return Err(BridgeError::NoTools {
+            upstream: source.describe(),
+            selected,
+            offered,
+        });
+    }
+    let unmatched = selection.unmatched_overrides(offered);
+    if !unmatched.is_empty() {
+        warn!(
+            names = ?unmatched,
+            "--rename, --risk or --idempotent name tools the upstream does not offer (yet)"
+        );
+    }
+    Ok(mapped)
 }

@@ -1,6 +1,7 @@
-//! An upstream MCP tool as a toolmesh spec: which tools are exposed (`--tools`), under which name (`--rename`), with what risk and idempotency (annotations, then `--risk` / `--idempotent`), and why a tool cannot join the mesh.
+//! An upstream's tool (an MCP tool, a gRPC method) as a toolmesh spec: which tools are exposed (`--tools`, `--methods`), under which name (`--rename`), with what risk and idempotency (what the upstream says, then `--risk` / `--idempotent`), and why a tool cannot join the mesh.
 
 use rmcp::model::Tool;
+use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::fmt;
 use std::time::Duration;
@@ -55,31 +56,41 @@ impl ToolSelection {
         self.tools.is_empty() || self.tools.iter().any(|p| p.matches(name))
     }
 
-    /// The name `upstream` has in the mesh.
-    fn mesh_name<'a>(&'a self, upstream: &'a str) -> &'a str {
-        self.renames.get(upstream).map_or(upstream, String::as_str)
+    /// The name `tool` has in the mesh: a `--rename` of its upstream name
+    /// or of its default name, else its default name.
+    fn mesh_name<'a>(&'a self, tool: &'a OfferedTool) -> &'a str {
+        self.renames
+            .get(&tool.upstream)
+            .or_else(|| self.renames.get(&tool.name))
+            .map_or(tool.name.as_str(), String::as_str)
     }
 
-    /// The risk of a tool: `--risk` for it if given, else from its hints.
-    fn risk(&self, upstream: &str, name: &str, tool: &Tool) -> RiskLevel {
-        let given = self.risk.get(name).or_else(|| self.risk.get(upstream));
-        given.copied().unwrap_or_else(|| risk_from_hints(tool))
+    /// The risk of a tool: `--risk` for it if given, else what the
+    /// upstream says.
+    fn risk(&self, name: &str, tool: &OfferedTool) -> RiskLevel {
+        let given = self
+            .risk
+            .get(name)
+            .or_else(|| self.risk.get(&tool.upstream));
+        given.copied().unwrap_or(tool.risk)
     }
 
-    /// Whether a tool may be retried: `--idempotent` for it, else its hint.
-    fn idempotent(&self, upstream: &str, name: &str, tool: &Tool) -> bool {
+    /// Whether a tool may be retried: `--idempotent` for it, else what the
+    /// upstream says.
+    fn idempotent(&self, name: &str, tool: &OfferedTool) -> bool {
         self.idempotent.contains(name)
-            || self.idempotent.contains(upstream)
-            || hints(tool).idempotent_hint == Some(true)
+            || self.idempotent.contains(&tool.upstream)
+            || tool.idempotent
     }
 
     /// Override keys (`--rename`, `--risk`, `--idempotent`) that name no
     /// tool of `offered`: probably typos, worth a warning.
-    pub fn unmatched_overrides(&self, offered: &[Tool]) -> Vec<String> {
+    pub(crate) fn unmatched_overrides(&self, offered: &[OfferedTool]) -> Vec<String> {
         let mut known: BTreeSet<&str> = BTreeSet::new();
         for tool in offered {
+            known.insert(&tool.upstream);
             known.insert(&tool.name);
-            known.insert(self.mesh_name(&tool.name));
+            known.insert(self.mesh_name(tool));
         }
         let keys = self
             .renames
@@ -112,6 +123,55 @@ impl ServerIdentity {
         match semver::Version::parse(self.version.trim()) {
             Ok(version) => version.to_string(),
             Err(_) => "1.0.0".to_owned(),
+        }
+    }
+}
+
+/// One tool an upstream offers, in the terms every kind of upstream
+/// shares.
+#[derive(Debug, Clone)]
+pub(crate) struct OfferedTool {
+    /// Its name upstream: what a call names, and what the selection's
+    /// globs and overrides match.
+    pub(crate) upstream: String,
+    /// Its name in the mesh unless `--rename` gives another: the upstream
+    /// name itself for an MCP tool, `Service_Method` for a gRPC method.
+    pub(crate) name: String,
+    /// What a model reads (cut to the mesh's limit when mapped).
+    pub(crate) description: String,
+    /// JSON Schema of the arguments.
+    pub(crate) input_schema: Value,
+    /// JSON Schema of the structured result, if the upstream says.
+    pub(crate) output_schema: Option<Value>,
+    /// Risk as the upstream says (never safer than it says).
+    pub(crate) risk: RiskLevel,
+    /// Whether the upstream says the tool changes nothing.
+    pub(crate) read_only: bool,
+    /// Whether the upstream says running it twice is as running it once.
+    pub(crate) idempotent: bool,
+    /// Whether calls may report progress or stream.
+    pub(crate) streams_progress: bool,
+}
+
+impl OfferedTool {
+    /// An MCP tool of `server`: its annotations are the hints.
+    pub(crate) fn from_mcp(tool: &Tool, server: &ServerIdentity) -> OfferedTool {
+        let hints = hints(tool);
+        OfferedTool {
+            upstream: tool.name.to_string(),
+            name: tool.name.to_string(),
+            description: description(tool, server),
+            input_schema: Value::Object((*tool.input_schema).clone()),
+            output_schema: tool
+                .output_schema
+                .as_ref()
+                .map(|schema| Value::Object((**schema).clone())),
+            risk: risk_from_hints(tool),
+            read_only: hints.read_only_hint == Some(true),
+            idempotent: hints.idempotent_hint == Some(true),
+            // Any MCP tool may report progress: the dispatcher streams the
+            // call, and reports reach callers that asked for them.
+            streams_progress: true,
         }
     }
 }
@@ -187,24 +247,24 @@ impl fmt::Display for ToolProblem {
     }
 }
 
-/// Maps every tool of `offered` as `selection` says, for `server`.
+/// Maps every tool of `offered` as `selection` says, each registered at
+/// `version`.
 pub(crate) fn map_tools(
-    offered: &[Tool],
+    offered: &[OfferedTool],
     selection: &ToolSelection,
-    server: &ServerIdentity,
+    version: &str,
 ) -> Mapped {
-    let version = server.tool_version();
     let mut mapped = Mapped::default();
     let mut taken: HashMap<String, String> = HashMap::new();
     for tool in offered {
-        let upstream = tool.name.to_string();
+        let upstream = tool.upstream.clone();
         if !selection.exposes(&upstream) {
             mapped.hidden.push(upstream);
             continue;
         }
-        let name = selection.mesh_name(&upstream).to_owned();
+        let name = selection.mesh_name(tool).to_owned();
         if let Err(reason) = toolmesh::spec::validate_name(&name) {
-            let kind = if name == upstream {
+            let kind = if name == tool.name {
                 ProblemKind::Name(reason)
             } else {
                 ProblemKind::Rename(name, reason)
@@ -222,7 +282,7 @@ pub(crate) fn map_tools(
             });
             continue;
         }
-        let spec = spec_of(tool, &name, &version, selection, server);
+        let spec = spec_of(tool, &name, version, selection);
         match ToolDef::new(spec) {
             Ok(def) => {
                 taken.insert(name, upstream.clone());
@@ -241,31 +301,21 @@ pub(crate) fn map_tools(
 }
 
 /// The spec of `tool` named `name` in the mesh.
-fn spec_of(
-    tool: &Tool,
-    name: &str,
-    version: &str,
-    selection: &ToolSelection,
-    server: &ServerIdentity,
-) -> ToolSpec {
-    let upstream = tool.name.as_ref();
-    let hints = hints(tool);
+fn spec_of(tool: &OfferedTool, name: &str, version: &str, selection: &ToolSelection) -> ToolSpec {
     ToolSpec {
         name: name.to_owned(),
         version: version.to_owned(),
-        description: description(tool, server),
-        input_schema: serde_json::Value::Object((*tool.input_schema).clone()).to_string(),
+        description: cut_description(&tool.description),
+        input_schema: tool.input_schema.to_string(),
         output_schema: tool
             .output_schema
             .as_ref()
-            .map(|schema| serde_json::Value::Object((**schema).clone()).to_string())
+            .map(Value::to_string)
             .unwrap_or_default(),
-        risk: selection.risk(upstream, name, tool) as i32,
-        idempotent: selection.idempotent(upstream, name, tool),
-        read_only: hints.read_only_hint == Some(true),
-        // Any MCP tool may report progress: the dispatcher streams the
-        // call, and reports reach callers that asked for them.
-        streams_progress: true,
+        risk: selection.risk(name, tool) as i32,
+        idempotent: selection.idempotent(name, tool),
+        read_only: tool.read_only,
+        streams_progress: tool.streams_progress,
         timeout_ms: u32::try_from(selection.timeout.as_millis()).unwrap_or(u32::MAX),
         owner: selection.owner.clone(),
         tags: selection.tool_tags(),
@@ -292,8 +342,9 @@ pub(crate) fn risk_from_hints(tool: &Tool) -> RiskLevel {
     }
 }
 
-/// What a model reads: the upstream's description, else its title, else
-/// a line naming the tool and server; cut at the mesh's limit.
+/// What a model reads of an MCP tool: the upstream's description, else
+/// its title, else a line naming the tool and server; cut at the mesh's
+/// limit.
 fn description(tool: &Tool, server: &ServerIdentity) -> String {
     let given = tool
         .description
@@ -313,8 +364,13 @@ fn description(tool: &Tool, server: &ServerIdentity) -> String {
             tool.name, server.name
         )
     });
+    cut_description(&text)
+}
+
+/// `text` cut at the mesh's limit for a description.
+pub(crate) fn cut_description(text: &str) -> String {
     if text.chars().count() <= MAX_DESCRIPTION_CHARS {
-        return text;
+        return text.to_owned();
     }
     let mut cut: String = text.chars().take(MAX_DESCRIPTION_CHARS - 1).collect();
     cut.push('…');
@@ -356,6 +412,14 @@ mod tests {
         );
         tool.annotations = annotations;
         tool
+    }
+
+    /// The tools as the bridge offers them from the MCP server [`server`].
+    fn offered(tools: &[Tool]) -> Vec<OfferedTool> {
+        tools
+            .iter()
+            .map(|tool| OfferedTool::from_mcp(tool, &server()))
+            .collect()
     }
 
     fn server() -> ServerIdentity {
@@ -423,7 +487,11 @@ mod tests {
             tags: vec!["mcp".into()],
             owner_tag: false,
         };
-        let mapped = map_tools(&offered, &selection, &server());
+        let mapped = map_tools(
+            &self::offered(&offered),
+            &selection,
+            &server().tool_version(),
+        );
         assert!(mapped.problems.is_empty(), "{:?}", mapped.problems);
         assert_eq!(mapped.hidden, ["secret"]);
         let by_name: HashMap<&str, &MappedTool> = mapped
@@ -446,13 +514,17 @@ mod tests {
             owner_tag: true,
             ..selection.clone()
         };
-        let tagged = map_tools(&offered, &tagged, &server());
+        let tagged = map_tools(&self::offered(&offered), &tagged, &server().tool_version());
         assert_eq!(tagged.tools[0].spec.tags, ["mcp", "owner:team-x"]);
         let odd = by_name["odd_name"];
         assert_eq!(odd.upstream, "odd.name");
         assert!(odd.spec.idempotent);
         assert_eq!(odd.spec.risk, RiskLevel::Medium as i32);
-        assert!(selection.unmatched_overrides(&offered).is_empty());
+        assert!(
+            selection
+                .unmatched_overrides(&self::offered(&offered))
+                .is_empty()
+        );
     }
 
     /// A name the mesh cannot carry, a bad rename, two tools with one name
@@ -482,7 +554,11 @@ mod tests {
             .into(),
             ..ToolSelection::default()
         };
-        let mapped = map_tools(&offered, &selection, &server());
+        let mapped = map_tools(
+            &self::offered(&offered),
+            &selection,
+            &server().tool_version(),
+        );
         let names: Vec<&str> = mapped.tools.iter().map(|t| t.spec.name.as_str()).collect();
         assert_eq!(names, ["a"]);
         let texts: Vec<String> = mapped.problems.iter().map(ToString::to_string).collect();
@@ -511,7 +587,10 @@ mod tests {
             risk: [("nope".to_owned(), RiskLevel::High)].into(),
             ..ToolSelection::default()
         };
-        assert_eq!(unmatched.unmatched_overrides(&offered), ["nope"]);
+        assert_eq!(
+            unmatched.unmatched_overrides(&self::offered(&offered)),
+            ["nope"]
+        );
     }
 
     /// A missing description falls back to the title, then to a line

@@ -223,7 +223,7 @@ impl Command {
             Command::Serve(args) | Command::Registry(args) => Some(&args.server.ops),
             Command::Dispatcher(args) => Some(&args.server.ops),
             Command::Example(args) => Some(&args.serve.ops),
-            Command::Bridge(args) => Some(&args.mcp().serve.ops),
+            Command::Bridge(args) => Some(&args.serve().ops),
             _ => None,
         }
     }
@@ -679,10 +679,20 @@ pub(crate) struct BridgeArgs {
 }
 
 impl BridgeArgs {
-    /// The flags of `bridge mcp` (the only kind).
-    pub(crate) fn mcp(&self) -> &BridgeMcpArgs {
+    /// The flags of `bridge mcp`, if that is the kind.
+    #[cfg(test)]
+    pub(crate) fn mcp(&self) -> Option<&BridgeMcpArgs> {
         match &self.kind {
-            BridgeKind::Mcp(args) => args,
+            BridgeKind::Mcp(args) => Some(args),
+            BridgeKind::Grpc(_) => None,
+        }
+    }
+
+    /// Where the bridge listens, what it advertises, how it registers.
+    pub(crate) fn serve(&self) -> &toolmesh_examples::ServeFlags {
+        match &self.kind {
+            BridgeKind::Mcp(args) => &args.serve,
+            BridgeKind::Grpc(args) => &args.serve,
         }
     }
 }
@@ -697,15 +707,21 @@ pub(crate) enum BridgeKind {
         after_help = "Examples:\n  toolmesh bridge mcp --registry 127.0.0.1:7070 -- npx -y @modelcontextprotocol/server-everything\n  toolmesh bridge mcp --url http://127.0.0.1:8000/mcp --bearer-env MCP_TOKEN --tools 'search_*'"
     )]
     Mcp(BridgeMcpArgs),
+    /// A gRPC service with server reflection as an executor: each unary
+    /// method of its services a tool (named Service_Method), its schemas
+    /// from the request and response messages in the proto3 JSON mapping.
+    #[command(
+        after_help = "Examples:\n  toolmesh bridge grpc --registry 127.0.0.1:7070 --target 127.0.0.1:50051\n  toolmesh bridge grpc --target orders:50051 --services Orders --methods '*.Get*' --rename Orders_GetOrder=get_order"
+    )]
+    Grpc(BridgeGrpcArgs),
 }
 
-/// `toolmesh bridge mcp`.
+/// What every bridge says of the tools it brings in beyond what the
+/// upstream says.
 #[derive(Debug, Args, Clone)]
-pub(crate) struct BridgeMcpArgs {
-    /// Where the bridge listens, what it advertises, how it registers.
-    #[command(flatten)]
-    pub(crate) serve: toolmesh_examples::ServeFlags,
-    /// The executor's service name (default: the server's serverInfo.name).
+pub(crate) struct BridgeToolFlags {
+    /// The executor's service name (default: an MCP server's
+    /// serverInfo.name; for gRPC, grpc- and the first service's name).
     #[arg(long)]
     pub(crate) name: Option<String>,
     /// Who answers for the tools (their spec's owner).
@@ -719,19 +735,15 @@ pub(crate) struct BridgeMcpArgs {
     /// (grants select tools by name or tag, not by owner).
     #[arg(long, requires = "owner")]
     pub(crate) owner_tag: bool,
-    /// The upstream tools to expose: names or globs with `*` and `?`
-    /// (comma-separated); default all. The others are never listed.
-    #[arg(long, value_delimiter = ',', value_name = "GLOB")]
-    pub(crate) tools: Vec<String>,
     /// Give an upstream tool another name in the mesh (repeatable), e.g.
     /// for a name with characters the mesh's names cannot hold.
     #[arg(long, value_name = "OLD=NEW")]
     pub(crate) rename: Vec<String>,
-    /// A tool's risk, whatever its annotations say (repeatable):
+    /// A tool's risk, whatever the upstream says (repeatable):
     /// low, medium or high (high needs an approval).
     #[arg(long, value_name = "TOOL=LEVEL")]
     pub(crate) risk: Vec<String>,
-    /// Tools the dispatcher may retry, whatever their annotations say
+    /// Tools the dispatcher may retry, whatever the upstream says
     /// (comma-separated).
     #[arg(long, value_delimiter = ',', value_name = "TOOL")]
     pub(crate) idempotent: Vec<String>,
@@ -739,6 +751,44 @@ pub(crate) struct BridgeMcpArgs {
     /// 10000, at most 600000).
     #[arg(long, value_name = "MS")]
     pub(crate) timeout_ms: Option<u64>,
+}
+
+/// `toolmesh bridge grpc`.
+#[derive(Debug, Args, Clone)]
+pub(crate) struct BridgeGrpcArgs {
+    /// Where the bridge listens, what it advertises, how it registers.
+    #[command(flatten)]
+    pub(crate) serve: toolmesh_examples::ServeFlags,
+    /// Names, renames, risk, idempotency and timeout of the tools.
+    #[command(flatten)]
+    pub(crate) tools: BridgeToolFlags,
+    /// The gRPC service, HOST:PORT (plaintext; it must serve
+    /// grpc.reflection.v1 or v1alpha).
+    #[arg(long, value_name = "HOST:PORT")]
+    pub(crate) target: String,
+    /// The services to expose, full (demo.v1.Library) or short (Library)
+    /// names (comma-separated); default all but the server's own grpc.*.
+    #[arg(long, value_delimiter = ',', value_name = "NAME")]
+    pub(crate) services: Vec<String>,
+    /// The methods to expose: full names (demo.v1.Library.GetBook) or
+    /// globs with `*` and `?` (comma-separated); default all unary ones.
+    #[arg(long, value_delimiter = ',', value_name = "GLOB")]
+    pub(crate) methods: Vec<String>,
+}
+
+/// `toolmesh bridge mcp`.
+#[derive(Debug, Args, Clone)]
+pub(crate) struct BridgeMcpArgs {
+    /// Where the bridge listens, what it advertises, how it registers.
+    #[command(flatten)]
+    pub(crate) serve: toolmesh_examples::ServeFlags,
+    /// Names, renames, risk, idempotency and timeout of the tools.
+    #[command(flatten)]
+    pub(crate) flags: BridgeToolFlags,
+    /// The upstream tools to expose: names or globs with `*` and `?`
+    /// (comma-separated); default all. The others are never listed.
+    #[arg(long, value_delimiter = ',', value_name = "GLOB")]
+    pub(crate) tools: Vec<String>,
     /// The server's Streamable HTTP endpoint, http://HOST:PORT/PATH or
     /// https://… (instead of a command).
     #[arg(long, conflicts_with = "command")]
@@ -1045,9 +1095,9 @@ mod tests {
         let Command::Bridge(args) = cli.command else {
             panic!("{:?}", cli.command)
         };
-        let mcp = args.mcp();
+        let mcp = args.mcp().expect("bridge mcp");
         assert_eq!(mcp.serve.token.as_deref(), Some("t"));
-        assert_eq!(mcp.timeout_ms, Some(30_000));
+        assert_eq!(mcp.flags.timeout_ms, Some(30_000));
         assert_eq!(mcp.tools, ["a*", "b"]);
         assert_eq!(mcp.command, ["npx", "-y", "server", "--flag"]);
         let url = parse(&[
@@ -1062,7 +1112,7 @@ mod tests {
         let Command::Bridge(args) = url.command else {
             panic!()
         };
-        assert_eq!(args.mcp().header, ["X: y"]);
+        assert_eq!(args.mcp().expect("bridge mcp").header, ["X: y"]);
         let both = Cli::command().try_get_matches_from([
             "toolmesh",
             "bridge",

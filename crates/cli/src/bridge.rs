@@ -1,36 +1,44 @@
-//! `toolmesh bridge mcp`: reads the flags into `toolmesh-bridge`'s options, prints the line scripts wait for, and serves until SIGTERM.
+//! `toolmesh bridge mcp` and `toolmesh bridge grpc`: read the flags into `toolmesh-bridge`'s options, print the lines scripts wait for, and serve until SIGTERM.
 
 use crate::Failure;
-use crate::args::{BridgeArgs, BridgeMcpArgs, FlagError};
+use crate::args::{
+    BridgeArgs, BridgeGrpcArgs, BridgeKind, BridgeMcpArgs, BridgeToolFlags, FlagError,
+};
 use std::time::Duration;
 use toolmesh::ToolPattern;
 use toolmesh::pb::RiskLevel;
-use toolmesh_bridge::{Bridge, BridgeError, BridgeOptions, HttpsFiles, ToolSelection, Upstream};
+use toolmesh_bridge::{
+    Bridge, BridgeError, BridgeOptions, GrpcBridgeOptions, GrpcTarget, HttpsFiles, ToolSelection,
+    Upstream,
+};
 
 /// Longest `--timeout-ms` a tool may declare.
 const MAX_TIMEOUT_MS: u64 = toolmesh::spec::MAX_TIMEOUT.as_millis() as u64;
 
-/// Starts the bridge, prints `toolmesh bridge mcp NAME (ID) listening on
+/// Starts the bridge, prints `toolmesh bridge KIND NAME (ID) listening on
 /// ADDR` (and the health and admin addresses when asked for), and serves
 /// until SIGTERM or ctrl-c.
 pub(crate) async fn run(args: BridgeArgs, tls: &toolmesh_transport::Tls) -> Result<(), Failure> {
-    let options = options(args.mcp(), tls)?;
-    let bridge = Bridge::start(options).await.map_err(failure)?;
+    let (kind, bridge) = match &args.kind {
+        BridgeKind::Mcp(args) => ("mcp", Bridge::start(options(args, tls)?).await),
+        BridgeKind::Grpc(args) => ("grpc", Bridge::start_grpc(grpc_options(args, tls)?).await),
+    };
+    let bridge = bridge.map_err(failure)?;
     println!(
-        "toolmesh bridge mcp {} ({}) listening on {}",
+        "toolmesh bridge {kind} {} ({}) listening on {}",
         bridge.service(),
         bridge.executor_id(),
         bridge.local_addr()
     );
     println!(
-        "toolmesh bridge mcp {} serves {} tools: {}",
+        "toolmesh bridge {kind} {} serves {} tools: {}",
         bridge.service(),
         bridge.tools().len(),
         bridge.tools().join(", ")
     );
     if let Some(addr) = bridge.health_addr() {
         println!(
-            "toolmesh bridge mcp {} health checks on {addr}",
+            "toolmesh bridge {kind} {} health checks on {addr}",
             bridge.service()
         );
     }
@@ -48,9 +56,9 @@ pub(crate) async fn run(args: BridgeArgs, tls: &toolmesh_transport::Tls) -> Resu
 fn failure(error: BridgeError) -> Failure {
     match error {
         e if e.is_usage() => Failure::Usage(e.to_string()),
-        e @ (BridgeError::Connect { .. } | BridgeError::List { .. }) => {
-            Failure::Unavailable(e.to_string())
-        }
+        e @ (BridgeError::Connect { .. }
+        | BridgeError::List { .. }
+        | BridgeError::Reflection { .. }) => Failure::Unavailable(e.to_string()),
         e => Failure::Failed(e.to_string()),
     }
 }
@@ -83,17 +91,31 @@ fn options(
     let serve = args.serve.serve_options(tls.clone());
     Ok(BridgeOptions {
         upstream,
-        name: args.name.clone(),
-        selection: selection(args)?,
+        name: args.flags.name.clone(),
+        selection: selection(&args.flags, &args.tools)?,
         serve,
     })
 }
 
-/// `--tools`, `--rename`, `--risk`, `--idempotent`, `--timeout-ms`,
-/// `--owner`, `--tag` and `--owner-tag` as a [`ToolSelection`].
-fn selection(args: &BridgeMcpArgs) -> Result<ToolSelection, FlagError> {
-    let tools = args
-        .tools
+/// The gRPC bridge options the flags ask for, or what is wrong with a flag.
+fn grpc_options(
+    args: &BridgeGrpcArgs,
+    tls: &toolmesh_transport::Tls,
+) -> Result<GrpcBridgeOptions, FlagError> {
+    Ok(GrpcBridgeOptions {
+        target: GrpcTarget::parse(&args.target)?,
+        services: args.services.clone(),
+        name: args.tools.name.clone(),
+        selection: selection(&args.tools, &args.methods)?,
+        serve: args.serve.serve_options(tls.clone()),
+    })
+}
+
+/// The globs (`--tools`, `--methods`), `--rename`, `--risk`,
+/// `--idempotent`, `--timeout-ms`, `--owner`, `--tag` and `--owner-tag` as
+/// a [`ToolSelection`].
+fn selection(args: &BridgeToolFlags, globs: &[String]) -> Result<ToolSelection, FlagError> {
+    let tools = globs
         .iter()
         .map(|glob| ToolPattern::parse(glob))
         .collect::<Result<_, _>>()?;
@@ -166,7 +188,7 @@ mod tests {
         )
         .unwrap();
         match cli.command {
-            crate::args::Command::Bridge(args) => args.mcp().clone(),
+            crate::args::Command::Bridge(args) => args.mcp().expect("bridge mcp").clone(),
             other => panic!("{other:?}"),
         }
     }

@@ -6,7 +6,7 @@ use crate::metrics::Metrics;
 use crate::{
     CallCx, ProgressHandle,
     erased::{Arguments, CallFuture, ErasedTool, Outcome},
-    tool::{FailureKind, ToolOutput, duration_ms_ceil},
+    tool::{ToolOutput, duration_ms_ceil},
 };
 use arc_swap::ArcSwap;
 use std::panic::AssertUnwindSafe;
@@ -181,11 +181,7 @@ impl Core {
         match ended {
             Ended::Finished(Outcome::Ran(Ok(output))) => success(def, output),
             Ended::Finished(Outcome::Ran(Err(fail))) => {
-                let code = match fail.kind {
-                    FailureKind::Tool => ErrorCode::ToolError,
-                    FailureKind::Unavailable => ErrorCode::Unavailable,
-                    FailureKind::Executor => ErrorCode::ExecutorFailed,
-                };
+                let code = fail.code();
                 let mut error = ToolError::new(code, fail.message).with_retryable(fail.retryable);
                 if let Some(after) = fail.retry_after {
                     error = error.with_retry_after_ms(duration_ms_ceil(after));

@@ -410,6 +410,16 @@ impl ToolFailure {
     pub fn is_retryable(&self) -> bool {
         self.retryable
     }
+
+    /// The error code the failure reaches the caller with: TOOL_ERROR,
+    /// UNAVAILABLE or EXECUTOR_FAILED.
+    pub fn code(&self) -> pb::ErrorCode {
+        match self.kind {
+            FailureKind::Tool => pb::ErrorCode::ToolError,
+            FailureKind::Unavailable => pb::ErrorCode::Unavailable,
+            FailureKind::Executor => pb::ErrorCode::ExecutorFailed,
+        }
+    }
 }
 
 impl fmt::Display for ToolFailure {

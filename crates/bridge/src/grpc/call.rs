@@ -1,0 +1,193 @@
+//! One bridged gRPC call: the JSON arguments transcoded to the request message, the method called with the call's deadline as `grpc-timeout`, the response answered as JSON, and a failing status mapped to the mesh's error classes.
+
+use prost::Message;
+use prost_reflect::{DynamicMessage, MessageDescriptor, MethodDescriptor, SerializeOptions};
+use serde_json::Value;
+use std::sync::Arc;
+use tokio::sync::Notify;
+use tonic::codec::{BufferSettings, Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
+use tonic::codegen::http::uri::PathAndQuery;
+use tonic::transport::Channel;
+use tonic::{Code, Status};
+use toolmesh::schema::quote_str;
+use toolmesh_executor::{CallCx, JsonTool, ToolFailure, ToolOutput};
+
+/// One unary method as the executor serves it.
+pub(crate) struct MethodTool {
+    /// The method: its request and response types.
+    pub(crate) method: MethodDescriptor,
+    /// The target's channel.
+    pub(crate) channel: Channel,
+    /// How messages name the target.
+    pub(crate) target: String,
+    /// Raised when a call finds the target unreachable, so the supervisor
+    /// checks it at once.
+    pub(crate) suspect: Arc<Notify>,
+}
+
+impl JsonTool for MethodTool {
+    async fn call(&self, arguments: Value, cx: CallCx) -> Result<ToolOutput, ToolFailure> {
+        let request = DynamicMessage::deserialize(self.method.input(), arguments).map_err(|e| {
+            ToolFailure::new(format!(
+                "the arguments do not fit {}: {e}",
+                self.method.input().full_name()
+            ))
+        })?;
+        let path = format!(
+            "/{}/{}",
+            self.method.parent_service().full_name(),
+            self.method.name()
+        );
+        let path = PathAndQuery::try_from(path).map_err(|e| {
+            ToolFailure::executor_failed(format!("the method's path is not a URI path: {e}"))
+        })?;
+        let mut request = tonic::Request::new(request);
+        if let Some(deadline) = cx.deadline() {
+            request.set_timeout(deadline.saturating_duration_since(tokio::time::Instant::now()));
+        }
+        let mut grpc = tonic::client::Grpc::new(self.channel.clone());
+        let codec = DynamicCodec(self.method.output());
+        let called = async {
+            grpc.ready()
+                .await
+                .map_err(|e| Status::unavailable(toolmesh::error_chain(&e)))?;
+            grpc.unary(request, path, codec).await
+        };
+        let answered = tokio::select! {
+            answered = called => answered,
+            () = cx.cancelled() => return Err(ToolFailure::new("the call was cancelled")),
+        };
+        match answered {
+            Ok(response) => {
+                let options = SerializeOptions::new();
+                let json = response
+                    .into_inner()
+                    .serialize_with_options(serde_json::value::Serializer, &options)
+                    .map_err(|e| {
+                        ToolFailure::executor_failed(format!(
+                            "the response of {} does not convert to JSON: {e}",
+                            self.method.full_name()
+                        ))
+                    })?;
+                Ok(ToolOutput::json(&json))
+            }
+            Err(status) => {
+                if status.code() == Code::Unavailable {
+                    self.suspect.notify_one();
+                }
+                Err(failure(&status, &self.target, self.method.full_name()))
+            }
+        }
+    }
+}
+
+/// A failing status as the mesh's error: what the model can act on is a
+/// tool error quoting the service's message; what is wrong beneath it is
+/// UNAVAILABLE (retryable) or EXECUTOR_FAILED.
+pub(crate) fn failure(status: &Status, target: &str, method: &str) -> ToolFailure {
+    let said = if status.message().is_empty() {
+        String::new()
+    } else {
+        format!(": {}", quote_str(status.message()))
+    };
+    let code = status.code();
+    match code {
+        Code::InvalidArgument
+        | Code::NotFound
+        | Code::FailedPrecondition
+        | Code::OutOfRange
+        | Code::AlreadyExists => ToolFailure::new(format!("{method} answered {code:?}{said}")),
+        Code::Unavailable | Code::ResourceExhausted => ToolFailure::unavailable(format!(
+            "the gRPC service at {target} is unavailable ({code:?}{said}); try again shortly"
+        )),
+        Code::Aborted => ToolFailure::executor_failed(format!(
+            "{method} was aborted by the gRPC service at {target}{said}; it may succeed if tried again"
+        ))
+        .retryable(),
+        _ => ToolFailure::executor_failed(format!(
+            "{method} failed at the gRPC service at {target} ({code:?}{said})"
+        )),
+    }
+}
+
+/// Encodes any [`DynamicMessage`] and decodes the response type it holds.
+#[derive(Clone)]
+struct DynamicCodec(MessageDescriptor);
+
+impl Codec for DynamicCodec {
+    type Encode = DynamicMessage;
+    type Decode = DynamicMessage;
+    type Encoder = DynamicCodec;
+    type Decoder = DynamicCodec;
+
+    fn encoder(&mut self) -> Self::Encoder {
+        self.clone()
+    }
+
+    fn decoder(&mut self) -> Self::Decoder {
+        self.clone()
+    }
+}
+
+impl Encoder for DynamicCodec {
+    type Item = DynamicMessage;
+    type Error = Status;
+
+    fn encode(&mut self, item: DynamicMessage, dst: &mut EncodeBuf<'_>) -> Result<(), Status> {
+        item.encode(dst)
+            .map_err(|e| Status::internal(format!("encoding the request: {e}")))
+    }
+
+    fn buffer_settings(&self) -> BufferSettings {
+        BufferSettings::default()
+    }
+}
+
+impl Decoder for DynamicCodec {
+    type Item = DynamicMessage;
+    type Error = Status;
+
+    fn decode(&mut self, src: &mut DecodeBuf<'_>) -> Result<Option<DynamicMessage>, Status> {
+        DynamicMessage::decode(self.0.clone(), src)
+            .map(Some)
+            .map_err(|e| Status::internal(format!("decoding the response: {e}")))
+    }
+
+    fn buffer_settings(&self) -> BufferSettings {
+        BufferSettings::default()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use toolmesh::pb::ErrorCode;
+
+    /// Errors the model can act on are tool errors quoting the service;
+    /// an unreachable service is UNAVAILABLE and retryable; the rest are
+    /// the executor's failures, not retryable.
+    #[test]
+    fn statuses_map_to_error_classes() {
+        let tool_errors = [
+            Code::InvalidArgument,
+            Code::NotFound,
+            Code::FailedPrecondition,
+            Code::OutOfRange,
+            Code::AlreadyExists,
+        ];
+        for code in tool_errors {
+            let failure = failure(&Status::new(code, "no such book"), "h:1", "lib.Library.Get");
+            assert_eq!(failure.code(), ErrorCode::ToolError, "{code:?}");
+            assert!(failure.message().contains("no such book"), "{failure}");
+            assert!(!failure.is_retryable());
+        }
+        let down = failure(&Status::unavailable("connection refused"), "h:1", "m");
+        assert_eq!(down.code(), ErrorCode::Unavailable);
+        assert!(down.is_retryable() && down.message().contains("h:1"));
+        for code in [Code::DeadlineExceeded, Code::Internal, Code::Unknown] {
+            let broke = failure(&Status::new(code, "boom"), "h:1", "m");
+            assert_eq!(broke.code(), ErrorCode::ExecutorFailed, "{code:?}");
+            assert!(!broke.is_retryable());
+        }
+    }
+}

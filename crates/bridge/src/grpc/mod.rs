@@ -1,0 +1,354 @@
+//! A gRPC service with server reflection as a [`ToolSource`] (`toolmesh bridge grpc`): each selected unary method a tool named `Service_Method`, its schemas from the request and response messages, its idempotency from `idempotency_level`; the service probed by reflection and NOT_SERVING while it does not answer.
+
+mod call;
+mod reflection;
+mod schema;
+
+use crate::error::BridgeError;
+use crate::mapping::{Mapped, OfferedTool, ToolSelection, map_tools};
+use crate::supervisor::{Event, ToolSource};
+use crate::{Bridge, admit};
+use call::MethodTool;
+use prost_reflect::{DescriptorPool, MethodDescriptor};
+use prost_types::method_options::IdempotencyLevel;
+use reflection::Described;
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+use tonic::transport::{Channel, Endpoint};
+use toolmesh::pb::RiskLevel;
+use toolmesh_executor::{DynamicTool, ServeOptions};
+use tracing::{error, info};
+
+/// How often the service is probed (a reflection listing).
+const PROBE_EVERY: Duration = Duration::from_secs(2);
+/// Longest a connection, a probe or the reading of descriptors may take
+/// before the service counts as gone.
+const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
+/// The version every method is registered at: a service has none of its
+/// own, and a changed schema changes the definition's fingerprint anyway.
+const METHOD_VERSION: &str = "1.0.0";
+/// Services a server runs for its own upkeep, left out unless named with
+/// `--services`.
+const UPKEEP_PREFIX: &str = "grpc.";
+
+/// Where the gRPC service listens.
+#[derive(Debug, Clone)]
+pub struct GrpcTarget {
+    /// `HOST:PORT`, as messages name it.
+    address: String,
+    /// `http://HOST:PORT`.
+    uri: String,
+}
+
+impl GrpcTarget {
+    /// `HOST:PORT` (or `http://HOST:PORT`).
+    pub fn parse(text: &str) -> Result<GrpcTarget, BridgeError> {
+        let address = text
+            .strip_prefix("http://")
+            .unwrap_or(text)
+            .trim_end_matches('/');
+        let bad = |why: &str| BridgeError::BadTarget(text.to_owned(), why.to_owned());
+        if text.starts_with("https://") {
+            return Err(bad(
+                "TLS to the target is not supported yet; give HOST:PORT of a plaintext listener",
+            ));
+        }
+        let uri = format!("http://{address}");
+        let parsed: tonic::codegen::http::Uri =
+            uri.parse().map_err(|_| bad("write it as HOST:PORT"))?;
+        if parsed.host().is_none() || parsed.port().is_none() || parsed.path() != "/" {
+            return Err(bad("write it as HOST:PORT"));
+        }
+        Ok(GrpcTarget {
+            address: address.to_owned(),
+            uri,
+        })
+    }
+}
+
+/// What to bridge and how to serve it.
+#[derive(Debug, Clone)]
+pub struct GrpcBridgeOptions {
+    /// The service's address.
+    pub target: GrpcTarget,
+    /// Services to expose, by full name (`demo.v1.Library`) or short name
+    /// (`Library`); empty: every service but the server's own `grpc.*`.
+    pub services: Vec<String>,
+    /// The executor's service name; default `grpc-` and the first exposed
+    /// service's short name, lowercased.
+    pub name: Option<String>,
+    /// Which methods (`tools` globs match full method names such as
+    /// `demo.v1.Library.GetBook`), under which names, with what risk.
+    pub selection: ToolSelection,
+    /// Registry, listen address, token… as for any executor.
+    pub serve: ServeOptions,
+}
+
+/// The service as the supervisor follows it.
+struct GrpcSource {
+    target: GrpcTarget,
+    services: Vec<String>,
+    selection: ToolSelection,
+    suspect: Arc<Notify>,
+}
+
+/// A channel to the service with its descriptors.
+struct GrpcConnection {
+    channel: Channel,
+    described: Described,
+}
+
+impl Bridge {
+    /// Reaches the service, reads its descriptors, maps its methods and
+    /// binds the executor. Fails, naming each, when a selected method
+    /// cannot join the mesh, a `--services` name is not served, or no
+    /// method is left to expose.
+    pub async fn start_grpc(options: GrpcBridgeOptions) -> Result<Bridge, BridgeError> {
+        let GrpcBridgeOptions {
+            target,
+            services,
+            name,
+            selection,
+            serve,
+        } = options;
+        let source = GrpcSource {
+            target,
+            services,
+            selection,
+            suspect: Arc::new(Notify::new()),
+        };
+        let connection = source.connect().await?;
+        let served = &connection.described.services;
+        for wanted in &source.services {
+            if !served.iter().any(|s| names_service(wanted, s)) {
+                return Err(BridgeError::NoService(
+                    wanted.clone(),
+                    source.target.address.clone(),
+                    served.join(", "),
+                ));
+            }
+        }
+        let offered = source.offered(&connection);
+        let mapped = map_tools(&offered.tools, &source.selection, METHOD_VERSION);
+        let mapped = admit(
+            &source,
+            mapped,
+            &offered.tools,
+            &source.selection,
+            "--methods",
+        )?;
+        let service = name.filter(|n| !n.trim().is_empty()).unwrap_or_else(|| {
+            let first = served.iter().find(|s| source.exposes_service(s));
+            let short = first.map_or("service", |s| s.rsplit('.').next().unwrap_or(s));
+            format!("grpc-{}", short.to_ascii_lowercase())
+        });
+        let tools = source.dynamic_tools(&connection, &offered.methods, &mapped);
+        Bridge::assemble(source, connection, &service, tools, serve).await
+    }
+}
+
+/// Whether `wanted` (a full or short name) names the service `full`.
+fn names_service(wanted: &str, full: &str) -> bool {
+    wanted == full || full.rsplit('.').next() == Some(wanted)
+}
+
+/// The methods a connection offers, as tools and by upstream name.
+struct Offered {
+    tools: Vec<OfferedTool>,
+    methods: HashMap<String, MethodDescriptor>,
+}
+
+impl GrpcSource {
+    /// Whether the methods of the service `full` are offered.
+    fn exposes_service(&self, full: &str) -> bool {
+        if self.services.is_empty() {
+            !full.starts_with(UPKEEP_PREFIX)
+        } else {
+            self.services
+                .iter()
+                .any(|wanted| names_service(wanted, full))
+        }
+    }
+
+    /// The unary methods of the exposed services, as tools.
+    fn offered(&self, connection: &GrpcConnection) -> Offered {
+        let mut offered = Offered {
+            tools: Vec::new(),
+            methods: HashMap::new(),
+        };
+        let pool: &DescriptorPool = &connection.described.pool;
+        for service in pool
+            .services()
+            .filter(|s| self.exposes_service(s.full_name()))
+        {
+            for method in service.methods() {
+                if method.is_client_streaming() || method.is_server_streaming() {
+                    info!(
+                        method = method.full_name(),
+                        "leaving out a streaming method: the bridge calls unary methods"
+                    );
+                    continue;
+                }
+                offered.tools.push(method_tool(&method));
+                offered
+                    .methods
+                    .insert(method.full_name().to_owned(), method);
+            }
+        }
+        offered
+    }
+
+    fn dynamic_tools(
+        &self,
+        connection: &GrpcConnection,
+        methods: &HashMap<String, MethodDescriptor>,
+        mapped: &Mapped,
+    ) -> Vec<DynamicTool> {
+        mapped
+            .tools
+            .iter()
+            .filter_map(|tool| {
+                let method = methods.get(&tool.upstream)?.clone();
+                let handler = Arc::new(MethodTool {
+                    method,
+                    channel: connection.channel.clone(),
+                    target: self.target.address.clone(),
+                    suspect: Arc::clone(&self.suspect),
+                });
+                Some(DynamicTool::new(tool.spec.clone(), handler))
+            })
+            .collect()
+    }
+}
+
+/// A unary method as a tool: `Service_Method`, described by its comments
+/// or a line naming it, read-only and idempotent as `idempotency_level`
+/// says.
+fn method_tool(method: &MethodDescriptor) -> OfferedTool {
+    let service = method.parent_service();
+    let level = method
+        .method_descriptor_proto()
+        .options
+        .as_ref()
+        .map_or(IdempotencyLevel::IdempotencyUnknown, |o| {
+            o.idempotency_level()
+        });
+    let read_only = level == IdempotencyLevel::NoSideEffects;
+    let description = schema::comments(method.parent_file().file_descriptor_proto(), method.path())
+        .unwrap_or_else(|| {
+            format!(
+                "Calls the gRPC method {}/{}: takes a {} and answers a {}.",
+                service.full_name(),
+                method.name(),
+                method.input().full_name(),
+                method.output().full_name()
+            )
+        });
+    OfferedTool {
+        upstream: method.full_name().to_owned(),
+        name: format!("{}_{}", service.name(), method.name()),
+        description,
+        input_schema: schema::message_schema(&method.input()),
+        output_schema: Some(schema::message_schema(&method.output())),
+        risk: if read_only {
+            RiskLevel::Low
+        } else {
+            RiskLevel::Medium
+        },
+        read_only,
+        idempotent: read_only || level == IdempotencyLevel::Idempotent,
+        streams_progress: false,
+    }
+}
+
+impl ToolSource for GrpcSource {
+    type Connection = GrpcConnection;
+
+    fn describe(&self) -> String {
+        format!("the gRPC service at {}", self.target.address)
+    }
+
+    async fn connect(&self) -> Result<GrpcConnection, BridgeError> {
+        let failed = |reason: String| BridgeError::Reflection {
+            target: self.target.address.clone(),
+            reason,
+        };
+        let endpoint = Endpoint::from_shared(self.target.uri.clone())
+            .map_err(|e| failed(e.to_string()))?
+            .connect_timeout(REQUEST_TIMEOUT)
+            .tcp_nodelay(true);
+        let channel = endpoint
+            .connect()
+            .await
+            .map_err(|e| failed(format!("cannot connect: {}", toolmesh::error_chain(&e))))?;
+        let reading = reflection::describe(&channel, |s| self.exposes_service(s));
+        let described = match tokio::time::timeout(REQUEST_TIMEOUT, reading).await {
+            Ok(described) => described.map_err(failed)?,
+            Err(_) => return Err(failed(format!("no answer within {REQUEST_TIMEOUT:?}"))),
+        };
+        Ok(GrpcConnection { channel, described })
+    }
+
+    async fn tools(&self, connection: &GrpcConnection) -> Result<Vec<DynamicTool>, BridgeError> {
+        let offered = self.offered(connection);
+        let mapped = map_tools(&offered.tools, &self.selection, METHOD_VERSION);
+        for problem in &mapped.problems {
+            error!(upstream = %self.target.address, "{problem}");
+        }
+        Ok(self.dynamic_tools(connection, &offered.methods, &mapped))
+    }
+
+    async fn watch(&self, connection: &mut GrpcConnection, stop: &CancellationToken) -> Event {
+        loop {
+            tokio::select! {
+                () = stop.cancelled() => return Event::Stopped,
+                () = tokio::time::sleep(PROBE_EVERY) => {}
+                () = self.suspect.notified() => {}
+            }
+            let probe = reflection::list_services(&connection.channel);
+            match tokio::time::timeout(REQUEST_TIMEOUT, probe).await {
+                Ok(Ok(_)) => {}
+                Ok(Err(status)) => {
+                    return Event::Gone(format!(
+                        "reflection failed ({:?}: {})",
+                        status.code(),
+                        status.message()
+                    ));
+                }
+                Err(_) => {
+                    return Event::Gone(format!(
+                        "no answer to reflection within {REQUEST_TIMEOUT:?}"
+                    ));
+                }
+            }
+        }
+    }
+
+    async fn close(&self, _connection: GrpcConnection) {}
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A target is HOST:PORT (http:// accepted); anything else is refused
+    /// saying how to write it.
+    #[test]
+    fn targets_are_host_and_port() {
+        assert_eq!(
+            GrpcTarget::parse("127.0.0.1:50051").unwrap().uri,
+            "http://127.0.0.1:50051"
+        );
+        assert_eq!(GrpcTarget::parse("http://svc:9/").unwrap().address, "svc:9");
+        for bad in ["svc", "svc:9/path", "https://svc:9"] {
+            let error = GrpcTarget::parse(bad).unwrap_err().to_string();
+            assert!(error.contains("--target"), "{bad}: {error}");
+        }
+        assert!(names_service("Library", "demo.v1.Library"));
+        assert!(names_service("demo.v1.Library", "demo.v1.Library"));
+        assert!(!names_service("Lib", "demo.v1.Library"));
+    }
+}

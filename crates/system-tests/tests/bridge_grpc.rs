@@ -1,0 +1,319 @@
+//! `toolmesh bridge grpc` against a gRPC service written with grpcio and
+//! grpcio-reflection (tests/python/grpc_target, its packages pinned by
+//! scripts/prepare/python-grpc-target.sh), every part a real process: its
+//! unary methods are listed and called through the dispatcher's Invoke,
+//! their schemas follow the proto3 JSON mapping, failing statuses reach
+//! callers as the mesh's error classes, and the service going away takes
+//! the bridge NOT_SERVING and its tools out of the listing until it is back.
+
+use serde_json::{Value, json};
+use std::process::Command;
+use std::time::Duration;
+use toolmesh::pb::{ErrorCode, ToolSpec};
+use toolmesh_system_tests::*;
+
+/// Generous: grpcio compiles its .proto at start on a loaded box.
+const READY: Duration = Duration::from_secs(30);
+
+/// The grpcio service on `port` (0: a free one), and its address.
+fn grpc_target(port: u16) -> (Proc, String) {
+    let python = prepared("TOOLMESH_TEST_PYTHON_GRPC_TARGET", "python-grpc-target.sh");
+    let mut command = Command::new(python);
+    command
+        .arg(python_script("grpc_target/server.py"))
+        .arg(port.to_string());
+    let proc = Proc::spawn("grpc-target", command);
+    let addr = proc.listen_addr();
+    (proc, addr)
+}
+
+fn error_code(response: &toolmesh::pb::InvokeResponse) -> ErrorCode {
+    ErrorCode::try_from(code(response)).unwrap_or(ErrorCode::Unspecified)
+}
+
+/// The result's JSON, or a panic with the error.
+fn data(response: &toolmesh::pb::InvokeResponse) -> Value {
+    let result = response.result.as_ref().expect("a result");
+    assert_eq!(code(response), 0, "{}", message(response));
+    serde_json::from_str(&result.output).unwrap_or_else(|e| panic!("{e}: {}", result.output))
+}
+
+fn schema(text: &str) -> Value {
+    serde_json::from_str(text).unwrap_or_else(|e| panic!("{e}: {text}"))
+}
+
+/// The methods become tools with proto3 JSON schemas and idempotency from
+/// their options; calls transcode both ways; INVALID_ARGUMENT is a tool
+/// error the model can act on, UNAVAILABLE a retryable system error; the
+/// service going away de-exposes the tools and NOT_SERVING follows, and
+/// its return brings them back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn grpcio_service_with_reflection() {
+    let (mut target, target_addr) = grpc_target(0);
+    let port: u16 = target_addr.rsplit(':').next().unwrap().parse().unwrap();
+    let (_serve, addr) = serve(&[]);
+    let mut command = Command::new(toolmesh_bin());
+    command.args([
+        "bridge",
+        "grpc",
+        "--registry",
+        &addr,
+        "--target",
+        &target_addr,
+        "--rename",
+        "demo.v1.Library.CountTopics=count_topics",
+    ]);
+    let bridge = Proc::spawn("bridge-grpc", command);
+    let bridge_addr = bridge.listen_addr();
+    let served = bridge.wait_for_line("serves ", READY);
+    assert!(
+        served.contains("grpc-library")
+            && served.contains("Library_GetBook")
+            && !served.contains("ListBooks"),
+        "{served}"
+    );
+    let mut client = dispatcher(&addr);
+    let names = [
+        "Library_GetBook",
+        "Library_AddBook",
+        "count_topics",
+        "Library_Unavailable",
+    ];
+    until_listed(&mut client, &names, READY).await;
+
+    let specs: Vec<ToolSpec> = client
+        .list_tools(toolmesh::pb::ListToolsRequest {
+            format: toolmesh::pb::ToolFormat::Native as i32,
+            ..Default::default()
+        })
+        .await
+        .unwrap()
+        .into_inner()
+        .tools;
+    let spec = |name: &str| specs.iter().find(|s| s.name == name).unwrap().clone();
+
+    // NO_SIDE_EFFECTS: read-only and idempotent; IDEMPOTENT: idempotent;
+    // neither: neither.
+    let get = spec("Library_GetBook");
+    assert!(get.read_only && get.idempotent, "{get:?}");
+    assert!(
+        get.description.contains("demo.v1.Library/GetBook"),
+        "{}",
+        get.description
+    );
+    let count = spec("count_topics");
+    assert!(count.idempotent && !count.read_only, "{count:?}");
+    let add = spec("Library_AddBook");
+    assert!(!add.idempotent && !add.read_only, "{add:?}");
+
+    // Schemas: int64 as a string, enums by name, Timestamp as date-time,
+    // nested and repeated messages, oneof as alternatives, recursion cut.
+    let book = &schema(&get.output_schema)["properties"];
+    assert_eq!(book["pages"]["type"], "string");
+    assert_eq!(
+        book["genre"]["enum"],
+        json!(["GENRE_UNSPECIFIED", "GENRE_FICTION", "GENRE_HISTORY"])
+    );
+    assert_eq!(book["published"]["format"], "date-time");
+    assert_eq!(book["author"]["properties"]["aliases"]["type"], "array");
+    assert_eq!(book["tags"]["items"]["type"], "string");
+    let add_input = schema(&add.input_schema);
+    assert!(
+        add_input["properties"]["shelfNumber"].is_object(),
+        "{add_input}"
+    );
+    let alternatives = &add_input["allOf"][0]["oneOf"];
+    assert_eq!(
+        alternatives[0],
+        json!({"required": ["shelfNumber"]}),
+        "{add_input}"
+    );
+    assert_eq!(alternatives.as_array().unwrap().len(), 3, "{add_input}");
+    let count_input = schema(&count.input_schema).to_string();
+    assert!(
+        count_input.contains("nested deeper than this schema describes it"),
+        "{count_input}"
+    );
+
+    // Calls, both ways through the JSON mapping.
+    let got = invoke(&mut client, "Library_GetBook", r#"{"id": "b1"}"#, None).await;
+    let got = data(&got);
+    assert_eq!(got["title"], "Dune");
+    assert_eq!(got["pages"], "9007199254740993");
+    assert_eq!(got["genre"], "GENRE_FICTION");
+    assert_eq!(got["published"], "1965-08-01T00:00:00Z");
+    assert_eq!(got["author"]["aliases"], json!(["FH"]));
+    let added = invoke(
+        &mut client,
+        "Library_AddBook",
+        r#"{"book": {"title": "SPQR", "genre": "GENRE_HISTORY", "pages": "608", "published": "2015-10-20T00:00:00Z"}, "shelfName": "west"}"#,
+        None,
+    )
+    .await;
+    let added = data(&added);
+    assert_eq!(added["placed"], "shelf west");
+    assert_eq!(added["totalPages"], "9007199254741601");
+    let both = invoke(
+        &mut client,
+        "Library_AddBook",
+        r#"{"book": {}, "shelfName": "west", "shelfNumber": 3}"#,
+        None,
+    )
+    .await;
+    assert_eq!(
+        error_code(&both),
+        ErrorCode::InvalidArguments,
+        "{}",
+        message(&both)
+    );
+    let tree = r#"{"root": {"name": "a", "children": [{"name": "b", "children": [{"name": "c"}]}, {"name": "d"}]}}"#;
+    let counted = invoke(&mut client, "count_topics", tree, None).await;
+    assert_eq!(data(&counted)["topics"], 4);
+
+    // INVALID_ARGUMENT: a tool error quoting the service.
+    let missing = invoke(&mut client, "Library_GetBook", r#"{"id": "nope"}"#, None).await;
+    assert_eq!(
+        error_code(&missing),
+        ErrorCode::ToolError,
+        "{}",
+        message(&missing)
+    );
+    assert!(
+        message(&missing).contains("no book with id 'nope'"),
+        "{}",
+        message(&missing)
+    );
+    // UNAVAILABLE: a system error, retryable.
+    let down = invoke(&mut client, "Library_Unavailable", "{}", None).await;
+    assert_eq!(
+        error_code(&down),
+        ErrorCode::Unavailable,
+        "{}",
+        message(&down)
+    );
+    assert!(
+        message(&down).contains("shelves are being moved"),
+        "{}",
+        message(&down)
+    );
+
+    // The service goes away: NOT_SERVING, the tools leave the listing.
+    assert_eq!(health_status(&bridge_addr, "").await, 1, "SERVING");
+    target.kill9();
+    eventually("the bridge's tools de-exposed", READY, || {
+        let mut client = client.clone();
+        async move {
+            let listed = listed(&mut client).await?;
+            (!listed.iter().any(|l| l == "Library_GetBook")).then_some(())
+        }
+    })
+    .await;
+    assert_eq!(health_status(&bridge_addr, "").await, 2, "NOT_SERVING");
+
+    // Back on its port: the tools return.
+    let (_target, _) = grpc_target(port);
+    until_listed(&mut client, &["Library_GetBook"], READY).await;
+    let again = invoke(&mut client, "Library_GetBook", r#"{"id": "b1"}"#, None).await;
+    assert_eq!(data(&again)["title"], "Dune");
+    assert_eq!(health_status(&bridge_addr, "").await, 1, "SERVING");
+}
+
+/// A `--services` name the target does not serve, and `--methods` that
+/// select nothing, are refused at start naming what it serves.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn selections_that_match_nothing_are_refused() {
+    let (_target, target_addr) = grpc_target(0);
+    let (_serve, addr) = serve(&[]);
+    let refused = |extra: &[&str]| {
+        let output = Command::new(toolmesh_bin())
+            .args([
+                "bridge",
+                "grpc",
+                "--registry",
+                &addr,
+                "--target",
+                &target_addr,
+            ])
+            .args(extra)
+            .output()
+            .unwrap();
+        assert_eq!(output.status.code(), Some(64), "{output:?}");
+        String::from_utf8_lossy(&output.stderr).into_owned()
+    };
+    let error = refused(&["--services", "Shelves"]);
+    assert!(error.contains("demo.v1.Library"), "{error}");
+    let error = refused(&["--methods", "*.Delete*"]);
+    assert!(
+        error.contains("matching --methods *.Delete*") && error.contains("demo.v1.Library.GetBook"),
+        "{error}"
+    );
+}
+
+/// README's "Bring an existing gRPC service" runs as printed: the bridge
+/// line beside a running mesh (the README's addresses and `$TOKEN` filled
+/// in with this run's: a mesh whose policy knows an executor token) and
+/// the call after it, each by `sh`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readme_bring_an_existing_grpc_service_runs_as_printed() {
+    use toolmesh_system_tests::readme::{blocks_under, shell, text, toolmesh_on_path};
+    let blocks = blocks_under("Bring an existing gRPC service", "sh");
+    assert_eq!(blocks.len(), 1, "a `bridge grpc` block");
+    let lines: Vec<&str> = blocks[0]
+        .text
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .collect();
+    assert_eq!(lines.len(), 2, "{lines:?}");
+    let dir = temp_dir("readme-bridge-grpc");
+    let policy = dir.join("policy.toml");
+    std::fs::write(
+        &policy,
+        r#"
+[auth]
+allow_anonymous = true
+anonymous = { principal = "anonymous", tenant = "dev", roles = ["agent"] }
+
+[[callers]]
+token = "readme-executor"
+principal = "library-bridge"
+tenant = "dev"
+roles = ["executor"]
+
+[[grants]]
+name = "everything"
+tools = ["*"]
+"#,
+    )
+    .unwrap();
+    let (_target, target_addr) = grpc_target(0);
+    let (_serve, addr) = serve(&["--policy", policy.to_str().unwrap()]);
+    let path = toolmesh_on_path(dir.path());
+    let env = [
+        ("TOOLMESH_SERVER", addr.as_str()),
+        ("TOKEN", "readme-executor"),
+    ];
+    let bridge_line = lines[0]
+        .replace("127.0.0.1:7070", &addr)
+        .replace("127.0.0.1:50051", &target_addr);
+    let mut command = Command::new("sh");
+    command
+        .args(["-c", &format!("exec {bridge_line}")])
+        .current_dir(dir.path())
+        .env("PATH", &path)
+        .envs(env.iter().copied());
+    for var in CLIENT_ENV {
+        command.env_remove(var);
+    }
+    let bridge = Proc::spawn("readme bridge grpc", command);
+    bridge.listen_addr();
+    let called = eventually("the README's call answers", READY, || {
+        let output = shell(lines[1], dir.path(), &path, &env);
+        std::future::ready(output.status.success().then_some(output))
+    })
+    .await;
+    assert!(
+        text(&called.stdout).contains("Dune"),
+        "{}",
+        text(&called.stdout)
+    );
+}
