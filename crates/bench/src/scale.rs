@@ -113,6 +113,8 @@ pub struct Scale {
     pub large: AtSize,
     /// `large.publish.change_us / small.publish.change_us`.
     pub publish_ratio: f64,
+    /// ListTools in pages at the paging size.
+    pub paging: crate::Paging,
 }
 
 /// Builds a small and a large registry and measures both; the publish
@@ -139,6 +141,7 @@ pub(crate) async fn run(plan: &Plan) -> Result<Scale, BenchError> {
     small.stop().await;
     let large_report = measure(plan, &large, executors, large_publish).await?;
     large.stop().await;
+    let paging = crate::paging::run(plan).await?;
 
     let tools = executors * TOOLS_PER_EXECUTOR;
     let secs = registration.as_secs_f64().max(f64::EPSILON);
@@ -156,6 +159,7 @@ pub(crate) async fn run(plan: &Plan) -> Result<Scale, BenchError> {
             / small_report.publish.change_us.max(f64::EPSILON),
         small: small_report,
         large: large_report,
+        paging,
     })
 }
 

@@ -237,13 +237,12 @@ impl Dispatcher {
             let policy = self.governance().policy();
             let entries = &projection.entries;
             let start = projection.start_after(&after);
-            let end = (start + size).min(entries.len());
-            let mut page = list::render(
-                projection.snapshot_version,
-                &entries[start..end],
-                format,
-                |e| list::narrowed(&policy, who, e),
-            );
+            let wanted = start..(start + size).min(entries.len());
+            let (mut page, end) = page::fitted(wanted, |range| {
+                list::render(projection.snapshot_version, &entries[range], format, |e| {
+                    list::narrowed(&policy, who, e)
+                })
+            });
             if end < entries.len() {
                 page.next_page_token = page::Resume {
                     snapshot_version: projection.snapshot_version,

@@ -8,13 +8,20 @@ use base64::Engine;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use prost::Message;
 use std::collections::HashMap;
+use std::ops::Range;
 use std::sync::{Arc, Mutex, Weak};
 use toolmesh::pb::{ListToolsResponse, ToolFormat};
 
 /// Tools in one ListTools page at most, and in a page whose size is not
-/// asked (`page_size` 0). A page of 1,000 tools of realistic 1–3 KiB
-/// schemas in the widest format stays well under the 8 MiB message limit.
+/// asked (`page_size` 0).
 pub const MAX_LIST_PAGE: u32 = 1_000;
+
+/// Encoded bytes of one page at most. A page carries each schema twice in
+/// a vendor's shape (the spec's and the shaped one): 1,000 tools of 2 KiB
+/// schemas are about 5 MiB, of 3.4 KiB about 8 MiB, so a page of tools
+/// with larger schemas holds fewer of them and every page stays within
+/// the 8 MiB message limit.
+const MAX_PAGE_BYTES: usize = 6 << 20;
 
 /// Pages kept at most.
 const CACHE_PAGES: usize = 1_024;
@@ -29,6 +36,23 @@ pub(crate) fn size(asked: u32) -> usize {
     match asked {
         0 => MAX_LIST_PAGE as usize,
         asked => asked.min(MAX_LIST_PAGE) as usize,
+    }
+}
+
+/// The page of the tools in `wanted` (by position) that `render` renders,
+/// and where it ends: all of them, or as many from the first as fit
+/// [`MAX_PAGE_BYTES`] (halving; at least one).
+pub(crate) fn fitted(
+    wanted: Range<usize>,
+    render: impl Fn(Range<usize>) -> ListToolsResponse,
+) -> (ListToolsResponse, usize) {
+    let mut end = wanted.end;
+    loop {
+        let page = render(wanted.start..end);
+        if end - wanted.start <= 1 || page.encoded_len() <= MAX_PAGE_BYTES {
+            return (page, end);
+        }
+        end = wanted.start + (end - wanted.start) / 2;
     }
 }
 
@@ -167,6 +191,21 @@ mod tests {
                 status.message()
             );
         }
+    }
+
+    /// A page that would pass the byte bound holds fewer tools, from the
+    /// first; one that fits is all asked for.
+    #[test]
+    fn pages_fit_the_byte_bound() {
+        let render = |range: Range<usize>| ListToolsResponse {
+            formatted: "x".repeat(range.len() << 20),
+            ..ListToolsResponse::default()
+        };
+        assert_eq!(fitted(3..7, render).1, 7);
+        let (page, end) = fitted(10..30, render);
+        assert_eq!(end, 15);
+        assert!(page.encoded_len() <= MAX_PAGE_BYTES);
+        assert_eq!(fitted(0..1, |_| render(0..9)).1, 1, "at least one");
     }
 
     /// Page sizes: 0 is the default, the maximum caps what is asked.
