@@ -25,14 +25,20 @@ const TOOLS: usize = 100_000;
 /// The caller who sees everything, and one granted a single team's tools.
 const EVERYONE: &str = "tok-all";
 const ONE_TEAM: &str = "tok-team";
+/// A caller granted the same team's tools by tag (not by name).
+const TAGGED: &str = "tok-tagged";
 
 fn policy() -> Policy {
     let toml = PolicyBuilder::new()
         .no_anonymous()
         .caller(Caller::token(EVERYONE, "platform").roles(&["platform"]))
         .caller(Caller::token(ONE_TEAM, "team-42-bot").roles(&["team42"]))
+        .caller(Caller::token(TAGGED, "tagged-bot").roles(&["tagged"]))
         .grant("everything", &["platform"], &["*"])
         .grant("team 42", &["team42"], &["t0042_*"])
+        .then(
+            "[[grants]]\nname = \"team 42 by tag\"\nroles = [\"tagged\"]\ntags = [\"team0042\"]\n",
+        )
         .build_toml();
     Policy::from_toml(&toml).expect("the test policy parses")
 }
@@ -75,6 +81,8 @@ fn entry(name: &str, version: &str, description: &str, schema: &str) -> ToolEntr
                 version: version.into(),
                 description: description.into(),
                 input_schema: schema.into(),
+                // The team, from the name's `t0042_` (the tag grant's).
+                tags: vec![format!("team{}", name.get(1..5).unwrap_or_default())],
                 ..ToolSpec::default()
             })
             .expect("a valid spec"),
@@ -359,4 +367,47 @@ async fn pages_of_large_schemas_fit_the_message_limit() {
         assert_eq!(listed, count, "{kib} KiB");
         eprintln!("{count} tools of {kib} KiB schemas: {pages} pages");
     }
+}
+
+/// A caller granted 100 of the 100,000 tools by a name pattern pays for
+/// those 100: its first page on a new snapshot (its projection worked out
+/// anew) is far cheaper than the same 100 tools granted by tag, which
+/// decides every tool; both list exactly the same tools.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_caller_of_a_hundred_pays_for_a_hundred() {
+    let (publish, dispatcher, _client) = serve(catalog(), 64).await;
+    let as_caller = |token| {
+        dispatcher
+            .governance()
+            .authenticate(Some(token), None)
+            .expect("a known caller")
+    };
+    let (by_name, by_tag) = (as_caller(ONE_TEAM), as_caller(TAGGED));
+    let mut first_pages = [Vec::new(), Vec::new()];
+    let mut listed = [Vec::new(), Vec::new()];
+    for _ in 0..5 {
+        for (at, who) in [&by_name, &by_tag].into_iter().enumerate() {
+            publish_next(&publish, &dispatcher, |_| {}).await;
+            let asked = Instant::now();
+            let answer = dispatcher
+                .list_tools_for(who, &ListToolsRequest::default())
+                .expect("a page");
+            first_pages[at].push(asked.elapsed());
+            listed[at] = answer.tools.iter().map(|t| t.name.clone()).collect();
+        }
+    }
+    assert_eq!(listed[0], (4_200..4_300).map(name).collect::<Vec<_>>());
+    assert_eq!(listed[0], listed[1], "the same tools by name and by tag");
+    let median = |samples: &mut Vec<Duration>| {
+        samples.sort();
+        samples[samples.len() / 2]
+    };
+    let [indexed, scanned] = first_pages.each_mut().map(median);
+    eprintln!(
+        "first page of 100 of {TOOLS}: names looked up {indexed:?}, every tool decided {scanned:?}"
+    );
+    assert!(
+        indexed < scanned,
+        "{indexed:?} looked up vs {scanned:?} decided"
+    );
 }
