@@ -9,6 +9,7 @@ pub mod content;
 pub mod digest;
 pub mod error;
 pub mod history;
+pub mod listing;
 pub mod principal;
 pub mod reference;
 pub mod rollout;
@@ -26,7 +27,7 @@ pub use reference::ToolRef;
 pub use rollout::Rollout;
 pub use snapshot::{Instance, Snapshot, ToolEntry};
 pub use spec::{SpecError, ToolDef};
-pub use tool_pattern::{PatternError, ToolPattern};
+pub use tool_pattern::{PatternError, Reach, ToolPattern};
 
 /// The toolmesh.v1 contract: the code generated from
 /// `proto/toolmesh/v1/*.proto` (the `toolmesh-proto` crate).

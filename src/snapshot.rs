@@ -191,6 +191,18 @@ impl Snapshot {
         self.tools.keys().map(|k| &**k)
     }
 
+    /// The tool names starting with `prefix`, sorted: one range of the
+    /// ordered map, so O(log n + matches), not a walk over every name.
+    pub fn names_with_prefix<'a>(&'a self, prefix: &'a str) -> impl Iterator<Item = &'a str> + 'a {
+        self.tools
+            .range::<_, str>((
+                std::ops::Bound::Included(prefix),
+                std::ops::Bound::Unbounded,
+            ))
+            .map(|(name, _)| &**name)
+            .take_while(move |name| name.starts_with(prefix))
+    }
+
     /// Every version of `name`, oldest first.
     pub fn versions(&self, name: &str) -> &[Arc<ToolEntry>] {
         self.tools.get(name).map(|f| &f.0[..]).unwrap_or(&[])
@@ -531,6 +543,28 @@ mod tests {
             .into(),
             disabled: None,
         }
+    }
+
+    /// A prefix range lists exactly the names starting with it, sorted,
+    /// across a catalog large enough to be a tree of many nodes.
+    #[test]
+    fn names_with_prefix_is_one_range() {
+        let mut builder = Snapshot::empty("e1").next();
+        for i in 0..1_000 {
+            builder.put(entry(
+                &format!("team{:03}_op{}", i / 10, i % 10),
+                "1.0.0",
+                true,
+            ));
+        }
+        builder.put(entry("team", "1.0.0", true));
+        let snapshot = builder.finish();
+        for prefix in ["team042_", "team04", "team", "zzz", ""] {
+            let ranged: Vec<&str> = snapshot.names_with_prefix(prefix).collect();
+            let walked: Vec<&str> = snapshot.names().filter(|n| n.starts_with(prefix)).collect();
+            assert_eq!(ranged, walked, "{prefix:?}");
+        }
+        assert_eq!(snapshot.names_with_prefix("team042_").count(), 10);
     }
 
     /// Every single change is in the delta to the next snapshot, whichever

@@ -70,6 +70,18 @@ impl ToolPattern {
         &self.text
     }
 
+    /// The names this pattern can match, as an ordered map can look them up:
+    /// one exact name, or every name starting with the literal text before
+    /// the first wildcard (empty for a pattern that starts with one: every
+    /// name).
+    pub fn reach(&self) -> Reach<'_> {
+        if !self.wildcard {
+            return Reach::Exact(&self.text);
+        }
+        let literal = self.text.find(['*', '?']).unwrap_or(self.text.len());
+        Reach::Prefix(&self.text[..literal])
+    }
+
     /// Whether `name` matches the whole pattern (case-sensitive).
     pub fn matches(&self, name: &str) -> bool {
         if !self.wildcard {
@@ -77,6 +89,16 @@ impl ToolPattern {
         }
         wildcard_match(self.text.as_bytes(), name.as_bytes())
     }
+}
+
+/// Which names a [`ToolPattern`] can match ([`ToolPattern::reach`]): a
+/// superset found by one lookup or one range of sorted names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Reach<'a> {
+    /// Exactly this name.
+    Exact(&'a str),
+    /// Names starting with this text (every name when it is empty).
+    Prefix(&'a str),
 }
 
 /// Iterative glob matching with single-star backtracking: O(pattern × name)
@@ -134,6 +156,33 @@ mod tests {
         for (pattern, name, expected) in cases {
             let p = ToolPattern::parse(pattern).unwrap();
             assert_eq!(p.matches(name), expected, "{pattern} vs {name}");
+        }
+    }
+
+    /// A pattern reaches its exact name, or the names starting with its
+    /// text before the first wildcard; every name it matches is in reach.
+    #[test]
+    fn reach_covers_every_match() {
+        let cases = [
+            ("search_kb", Reach::Exact("search_kb")),
+            ("billing_*", Reach::Prefix("billing_")),
+            ("g?t_*", Reach::Prefix("g")),
+            ("*_user", Reach::Prefix("")),
+            ("*", Reach::Prefix("")),
+        ];
+        for (pattern, reach) in cases {
+            assert_eq!(ToolPattern::parse(pattern).unwrap().reach(), reach);
+        }
+        let names = ["get_user", "got_x", "billing_a", "search_kb", "a_user"];
+        for pattern in ["search_kb", "billing_*", "g?t_*", "*_user", "get_*"] {
+            let p = ToolPattern::parse(pattern).unwrap();
+            for name in names.iter().filter(|n| p.matches(n)) {
+                let reached = match p.reach() {
+                    Reach::Exact(exact) => exact == *name,
+                    Reach::Prefix(prefix) => name.starts_with(prefix),
+                };
+                assert!(reached, "{pattern} matches {name} out of reach");
+            }
         }
     }
 

@@ -41,6 +41,7 @@ mod mesh;
 mod nginx;
 mod org;
 mod overhead;
+mod paging;
 mod procs;
 mod raw_echo;
 mod report;
@@ -60,6 +61,7 @@ pub use org::{
     run_org,
 };
 pub use overhead::{Allocations, ByTarget, MtlsRow, NginxStatus, Overhead, SdkRow, SizeResult};
+pub use paging::Paging;
 pub use report::{Report, Target, Verdict};
 pub use scale::{AtSize, ListTools, Propagation, Publish, Scale};
 pub use stats::Latency;
@@ -200,6 +202,8 @@ pub(crate) struct Plan {
     pub(crate) grpc_propagation_changes: usize,
     /// ListTools calls timed.
     pub(crate) list_calls: usize,
+    /// Tools in the ListTools paging catalog.
+    pub(crate) paging_tools: usize,
     /// Repetitions of each freshness measurement.
     pub(crate) freshness_reps: usize,
 }
@@ -224,6 +228,7 @@ impl Plan {
                 propagation_changes: 10,
                 grpc_propagation_changes: 3,
                 list_calls: 5,
+                paging_tools: 10_000,
                 freshness_reps: 2,
             }
         } else {
@@ -244,6 +249,7 @@ impl Plan {
                 propagation_changes: 50,
                 grpc_propagation_changes: 10,
                 list_calls: 30,
+                paging_tools: 100_000,
                 freshness_reps: 5,
             }
         }

@@ -58,18 +58,17 @@ pub(crate) async fn execute_token(
         .unwrap_or_default())
 }
 
-/// Whether ListTools lists `tool` right now.
+/// Whether ListTools lists `tool` right now (on any page).
 pub(crate) async fn is_listed(
     client: &mut DispatcherClient<Channel>,
     tool: &str,
 ) -> Result<bool, tonic::Status> {
-    let response = client
-        .list_tools(ListToolsRequest {
-            format: ToolFormat::Native as i32,
-            ..ListToolsRequest::default()
-        })
-        .await?;
-    Ok(response.into_inner().tools.iter().any(|t| t.name == tool))
+    let request = ListToolsRequest {
+        format: ToolFormat::Native as i32,
+        ..ListToolsRequest::default()
+    };
+    let listing = crate::scale::list_over_grpc(client, request).await?;
+    Ok(listing.tools.iter().any(|t| t.name == tool))
 }
 
 /// Polls ListTools every `poll` until `tool` is listed (`want`) or not;

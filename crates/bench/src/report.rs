@@ -886,7 +886,36 @@ fn write_scale(f: &mut fmt::Formatter<'_>, s: &Scale) -> fmt::Result {
         s.large.to_follower_over_grpc.changes,
         s.large.list_tools.in_process_native.calls
     )?;
+    write_paging(f, &s.paging)?;
     writeln!(f)
+}
+
+fn write_paging(f: &mut fmt::Formatter<'_>, p: &crate::Paging) -> fmt::Result {
+    let pair = |l: &Latency| format!("{} / {}", fmt_us(l.p50_us), fmt_us(l.p99_us));
+    writeln!(
+        f,
+        "   ListTools in pages at {} tools (pages of {}), p50 / p99:",
+        p.tools, p.page_size
+    )?;
+    let rows = [
+        (
+            "every page (the full view), in process, native",
+            &p.full_view,
+        ),
+        ("one page over gRPC, OpenAI shape", &p.page_grpc),
+        ("first page of a new snapshot over gRPC", &p.first_page_grpc),
+    ];
+    for (what, latency) in rows {
+        writeln!(f, "     {what:<58} {}", pair(latency))?;
+    }
+    writeln!(
+        f,
+        "     a caller seeing {} of {}, first page: names looked up {}; every tool decided {}",
+        p.team_tools,
+        p.tools,
+        pair(&p.team_indexed),
+        pair(&p.team_scanned)
+    )
 }
 
 fn write_freshness(f: &mut fmt::Formatter<'_>, fr: &Freshness) -> fmt::Result {

@@ -63,11 +63,12 @@ pub struct ListTools {
     pub listed: usize,
     /// Encoded size of the native response.
     pub response_bytes: usize,
-    /// `Dispatcher::list_tools`, native format, in process.
+    /// `Dispatcher::list_tools`, native format, in process (every page).
     pub in_process_native: Latency,
-    /// `Dispatcher::list_tools`, OpenAI format (JSON rendered), in process.
+    /// `Dispatcher::list_tools`, OpenAI format (JSON rendered), in process
+    /// (every page).
     pub in_process_openai: Latency,
-    /// `Dispatcher.ListTools` over gRPC on 127.0.0.1 (native).
+    /// `Dispatcher.ListTools` over gRPC on 127.0.0.1 (native, every page).
     pub grpc_native: Latency,
 }
 
@@ -112,6 +113,8 @@ pub struct Scale {
     pub large: AtSize,
     /// `large.publish.change_us / small.publish.change_us`.
     pub publish_ratio: f64,
+    /// ListTools in pages at the paging size.
+    pub paging: crate::Paging,
 }
 
 /// Builds a small and a large registry and measures both; the publish
@@ -138,6 +141,7 @@ pub(crate) async fn run(plan: &Plan) -> Result<Scale, BenchError> {
     small.stop().await;
     let large_report = measure(plan, &large, executors, large_publish).await?;
     large.stop().await;
+    let paging = crate::paging::run(plan).await?;
 
     let tools = executors * TOOLS_PER_EXECUTOR;
     let secs = registration.as_secs_f64().max(f64::EPSILON);
@@ -155,6 +159,7 @@ pub(crate) async fn run(plan: &Plan) -> Result<Scale, BenchError> {
             / small_report.publish.change_us.max(f64::EPSILON),
         small: small_report,
         large: large_report,
+        paging,
     })
 }
 
@@ -445,16 +450,56 @@ async fn wait_follower(
         .map_err(|_| BenchError::failed("follow the registry over gRPC", "the follower stopped"))
 }
 
-/// ListTools latency in process (native and OpenAI) and over gRPC.
+/// Every page of the anonymous caller's listing in `format`, in process.
+pub(crate) fn list_in_process(
+    dispatcher: &Dispatcher,
+    format: ToolFormat,
+) -> Result<toolmesh::pb::ListToolsResponse, BenchError> {
+    let request = ListToolsRequest {
+        format: format as i32,
+        ..ListToolsRequest::default()
+    };
+    let walk = toolmesh::listing::list_all(request, |page| {
+        std::future::ready(dispatcher.list_tools(&page).map(|p| (*p).clone()))
+    });
+    now_or_never(walk).map_err(|s| BenchError::rpc("Dispatcher::list_tools", s.into()))
+}
+
+/// What `walk` gives; it never waits (in-process pages are ready at once).
+fn now_or_never<T>(walk: impl std::future::Future<Output = T>) -> T {
+    let mut context = std::task::Context::from_waker(std::task::Waker::noop());
+    match std::pin::pin!(walk).poll(&mut context) {
+        std::task::Poll::Ready(done) => done,
+        std::task::Poll::Pending => unreachable!("in-process pages are ready at once"),
+    }
+}
+
+/// Every page of the listing `request` starts, over gRPC.
+pub(crate) async fn list_over_grpc(
+    client: &DispatcherClient<tonic::transport::Channel>,
+    request: ListToolsRequest,
+) -> Result<toolmesh::pb::ListToolsResponse, tonic::Status> {
+    toolmesh::listing::list_all(request, |page| {
+        let mut client = client.clone();
+        async move {
+            client
+                .list_tools(page)
+                .await
+                .map(tonic::Response::into_inner)
+        }
+    })
+    .await
+}
+
+/// ListTools latency (every page of the listing) in process (native and
+/// OpenAI) and over gRPC.
 async fn list_tools(dispatcher: &Dispatcher, calls: usize) -> Result<ListTools, BenchError> {
     let time_in_process = |format: ToolFormat| -> Result<(Latency, usize, usize), BenchError> {
         let mut samples = Vec::with_capacity(calls);
         let mut last = None;
         for _ in 0..calls.max(1) {
             let t0 = Instant::now();
-            let response = dispatcher
-                .list_tools(0, format)
-                .map_err(|s| BenchError::rpc("Dispatcher::list_tools", s.into()))?;
+            let response = list_in_process(dispatcher, format)?;
             samples.push(t0.elapsed());
             last = Some(response);
         }
@@ -472,7 +517,7 @@ async fn list_tools(dispatcher: &Dispatcher, calls: usize) -> Result<ListTools, 
             .serve_with_incoming_shutdown(incoming(listener), shutdown)
             .await
     });
-    let mut client = DispatcherClient::new(toolmesh_transport::channel(
+    let client = DispatcherClient::new(toolmesh_transport::channel(
         &addr,
         &toolmesh_transport::Tls::none(),
     )?)
@@ -481,18 +526,17 @@ async fn list_tools(dispatcher: &Dispatcher, calls: usize) -> Result<ListTools, 
         format: ToolFormat::Native as i32,
         ..ListToolsRequest::default()
     };
-    // The first call connects; it is not timed.
-    client
-        .list_tools(request())
-        .await
-        .map_err(|s| BenchError::rpc("ListTools over gRPC", s))?;
+    // The first walk connects; it is not timed.
+    let over_grpc = async || {
+        list_over_grpc(&client, request())
+            .await
+            .map_err(|s| BenchError::rpc("ListTools over gRPC", s))
+    };
+    over_grpc().await?;
     let mut samples = Vec::with_capacity(calls);
     for _ in 0..calls.max(1) {
         let t0 = Instant::now();
-        client
-            .list_tools(request())
-            .await
-            .map_err(|s| BenchError::rpc("ListTools over gRPC", s))?;
+        over_grpc().await?;
         samples.push(t0.elapsed());
     }
     server.stop().await;

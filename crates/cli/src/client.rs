@@ -130,18 +130,25 @@ fn http1_status_line(server: &str) -> Option<String> {
     line.starts_with("HTTP/1.").then(|| line.to_owned())
 }
 
-/// `toolmesh tools`.
+/// `toolmesh tools`: every page of the listing, joined.
 pub(crate) async fn tools(args: ToolsArgs, client: &Client) -> Result<(), Failure> {
-    let response = DispatcherClient::new(client.channel())
-        .max_decoding_message_size(MAX_SNAPSHOT_MESSAGE_BYTES)
-        .list_tools(client.request(ListToolsRequest {
-            context: Some(context("cli")),
-            format: args.format.to_pb() as i32,
-            snapshot_version: args.snapshot,
-        }))
-        .await
-        .map_err(|s| client.failure(s))?
-        .into_inner();
+    let dispatcher = DispatcherClient::new(client.channel())
+        .max_decoding_message_size(MAX_SNAPSHOT_MESSAGE_BYTES);
+    let request = ListToolsRequest {
+        context: Some(context("cli")),
+        format: args.format.to_pb() as i32,
+        snapshot_version: args.snapshot,
+        ..ListToolsRequest::default()
+    };
+    let response = toolmesh::listing::list_all(request, |page| {
+        let mut dispatcher = dispatcher.clone();
+        async move {
+            let answer = dispatcher.list_tools(client.request(page)).await;
+            answer.map(tonic::Response::into_inner)
+        }
+    })
+    .await
+    .map_err(|s| client.failure(s))?;
     if args.format != Format::Native {
         let value: serde_json::Value = serde_json::from_str(&response.formatted).map_err(|e| {
             Failure::Failed(format!("the server sent a tool list that is not JSON: {e}"))

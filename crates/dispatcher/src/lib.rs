@@ -15,6 +15,8 @@ mod follow;
 mod governance_service;
 mod list;
 mod metrics;
+mod page;
+mod projection;
 mod recent;
 mod refusal;
 mod request;
@@ -30,6 +32,7 @@ pub use config::DispatcherConfig;
 pub use error::{AbortError, CallError};
 pub use follow::{EPOCH_GRACE, follow_registry, follow_registry_sharing};
 pub use governance_service::GovernanceService;
+pub use page::MAX_LIST_PAGE;
 pub use recent::{RECENT_WINDOW, RecentCalls};
 pub use refusal::Refusal;
 pub use request::{CallRequest, Reply, Streamed, Unary};
@@ -50,7 +53,7 @@ use tonic_health::pb::health_server::HealthServer;
 use tonic_health::server::HealthReporter;
 use toolmesh::Principal;
 use toolmesh::pb::{
-    InvokeEvent, InvokeRequest, InvokeResponse, ListToolsResponse, ToolFormat,
+    InvokeEvent, InvokeRequest, InvokeResponse, ListToolsRequest, ListToolsResponse, ToolFormat,
     dispatcher_server::DispatcherServer, governance_server::GovernanceServer, invoke_event,
 };
 use toolmesh::{Snapshot, SnapshotHistory};
@@ -93,7 +96,10 @@ struct Accepted {
 #[derive(Clone)]
 pub struct Dispatcher {
     pipeline: Arc<Pipeline>,
-    listings: Arc<list::ListCache>,
+    /// Each caller view's tools, per snapshot (ListTools, SearchTools).
+    projections: Arc<projection::ProjectionCache>,
+    /// ListTools pages rendered from them.
+    pages: Arc<page::PageCache>,
     /// The search index of the installed snapshot (SearchTools).
     search: Arc<search::SearchIndexes>,
     admission: Arc<Semaphore>,
@@ -192,7 +198,8 @@ impl Dispatcher {
         };
         Dispatcher {
             pipeline: Arc::new(pipeline),
-            listings: Arc::default(),
+            projections: Arc::default(),
+            pages: Arc::default(),
             search,
             admission: Arc::new(Semaphore::new(config.max_in_flight)),
             max_in_flight: config.max_in_flight,
@@ -210,47 +217,115 @@ impl Dispatcher {
         matches!(reached.await, Ok(Ok(_)))
     }
 
-    /// The tools `who` can call now (or in a pinned snapshot), sorted by
-    /// name. Listings are cached per caller view: the same `Arc` comes back
-    /// while the listing stays the same.
+    /// The page of the tools `who` can call now (or in a pinned snapshot)
+    /// that `request` asks for, sorted by name; its `next_page_token`
+    /// continues the walk in the same snapshot. Pages are cached per
+    /// caller view: the same `Arc` comes back while the page stays the same.
     pub fn list_tools_for(
         &self,
         who: &Principal,
-        snapshot_version: u64,
-        format: ToolFormat,
+        request: &ListToolsRequest,
     ) -> Result<Arc<ListToolsResponse>, Refusal> {
-        self.list_tools_in(who, "", snapshot_version, format)
+        let format = ToolFormat::try_from(request.format)
+            .map_err(|_| Refusal::UnknownFormat(request.format))?;
+        let (snapshot, after) = self.page_start(request)?;
+        let session = call::session(&request.context);
+        let projection = self.projection(who, session, &snapshot)?;
+        let size = page::size(request.page_size);
+        let shape = (format, after.as_str(), size);
+        Ok(self.pages.get_or_render(&projection, shape, || {
+            let policy = self.governance().policy();
+            let entries = &projection.entries;
+            let start = projection.start_after(&after);
+            let wanted = start..(start + size).min(entries.len());
+            let (mut page, end) = page::fitted(wanted, |range| {
+                list::render(projection.snapshot_version, &entries[range], format, |e| {
+                    list::narrowed(&policy, who, e)
+                })
+            });
+            if end < entries.len() {
+                page.next_page_token = page::Resume {
+                    snapshot_version: projection.snapshot_version,
+                    epoch: projection.epoch.clone(),
+                    after: entries[end - 1].def.name().to_owned(),
+                }
+                .token();
+            }
+            page
+        }))
     }
 
-    /// [`list_tools_for`](Self::list_tools_for) in agent session `session`:
-    /// an anonymous caller's rollout assignment (canary or stable) is its
-    /// session's, so each tool is listed in the version its calls get.
-    pub fn list_tools_in(
+    /// [`list_tools_for`](Self::list_tools_for) the anonymous caller.
+    pub fn list_tools(
+        &self,
+        request: &ListToolsRequest,
+    ) -> Result<Arc<ListToolsResponse>, Refusal> {
+        self.list_tools_for(&self.anonymous()?, request)
+    }
+
+    /// The snapshot a ListTools page lists and the name its tools follow
+    /// ("" for the first page): the one its `page_token` continues, else
+    /// the one it pins (or the newest).
+    fn page_start(&self, request: &ListToolsRequest) -> Result<(Arc<Snapshot>, String), Refusal> {
+        if request.page_token.is_empty() {
+            let snapshot = self.pipeline.snapshots.get(request.snapshot_version)?;
+            return Ok((snapshot, String::new()));
+        }
+        let resume = page::Resume::parse(&request.page_token)?;
+        if request.snapshot_version != 0 && request.snapshot_version != resume.snapshot_version {
+            return Err(Refusal::BadPageToken {
+                token: request.page_token.chars().take(64).collect(),
+                why: format!(
+                    "it continues snapshot {}, not snapshot_version {}",
+                    resume.snapshot_version, request.snapshot_version
+                ),
+            });
+        }
+        let gone = || Refusal::PageGone {
+            version: resume.snapshot_version,
+            epoch: resume.epoch.clone(),
+        };
+        let snapshot = self
+            .pipeline
+            .snapshots
+            .get(resume.snapshot_version)
+            .map_err(|_| gone())?;
+        if snapshot.epoch() != resume.epoch {
+            return Err(gone());
+        }
+        Ok((snapshot, resume.after))
+    }
+
+    /// What `who` (in agent session `session`: an anonymous caller's
+    /// rollout assignment is its session's) may list in `snapshot`, each
+    /// tool in the version its calls get: found through the names its
+    /// grants reach ([`toolmesh_policy::Policy::candidates`]), each then
+    /// decided; one projection per caller view and snapshot, reused.
+    pub(crate) fn projection(
         &self,
         who: &Principal,
         session: &str,
-        snapshot_version: u64,
-        format: ToolFormat,
-    ) -> Result<Arc<ListToolsResponse>, Refusal> {
+        snapshot: &Arc<Snapshot>,
+    ) -> Result<Arc<projection::Projection>, Refusal> {
         if let Some(scope) = who.missing_list_scope() {
             return Err(Refusal::MissingListScope(scope.to_owned()));
         }
-        let snapshot = self.pipeline.snapshots.get(snapshot_version)?;
         let current = self.pipeline.snapshots.current();
-        let pinned = !Arc::ptr_eq(&snapshot, &current);
+        let pinned = !Arc::ptr_eq(snapshot, &current);
         let pool = &self.pipeline.attempts.pool;
         let governance = &self.pipeline.governance;
         let policy = governance.policy();
         let caller = call::resolve::caller(who, session);
-        let key = list::cache_key(
+        let key = projection::view_key(
             (snapshot.version(), current.version()),
             governance.policy.generation(),
             who,
-            &call::resolve::rollout_view(&snapshot, &caller),
-            format,
+            &call::resolve::rollout_view(snapshot, &caller),
         );
-        Ok(self.listings.get_or_render(key, || {
-            let entries = list::callable(&snapshot, &current, &caller, |e| {
+        Ok(self.projections.get_or_build(key, || {
+            let candidates = policy.candidates(who);
+            let names = projection::reached(snapshot, &candidates);
+            let entries = projection::callable(snapshot, &current, &caller, names, |e| {
                 // A pin fixes the specs listed, never the switches or instances.
                 let in_rotation = if pinned {
                     route::in_rotation(&e.as_of(&current), pool)
@@ -259,19 +334,12 @@ impl Dispatcher {
                 };
                 in_rotation && policy.decide(who, e.def.spec()).is_allowed()
             });
-            list::render(snapshot.version(), &entries, format, |e| {
-                list::narrowed(&policy, who, e)
-            })
+            projection::Projection {
+                snapshot_version: snapshot.version(),
+                epoch: snapshot.epoch().to_owned(),
+                entries,
+            }
         }))
-    }
-
-    /// [`list_tools_for`](Self::list_tools_for) the anonymous caller.
-    pub fn list_tools(
-        &self,
-        snapshot_version: u64,
-        format: ToolFormat,
-    ) -> Result<Arc<ListToolsResponse>, Refusal> {
-        self.list_tools_for(&self.anonymous()?, snapshot_version, format)
     }
 
     /// Runs one call through the pipeline, answered as `call` asks: by

@@ -5,114 +5,12 @@
 //! accepts (`toolmesh::spec::validate_name`), so a model calls a tool by
 //! the name it was shown and no format needs a mapping back.
 
-use crate::call::resolve;
 use serde_json::{Value, json};
-use std::collections::HashMap;
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::sync::Arc;
 use toolmesh::Principal;
-use toolmesh::pb::{ListToolsResponse, RiskLevel, ToolFormat};
-use toolmesh::rollout::Caller;
-use toolmesh::{Snapshot, ToolDef, ToolEntry};
+use toolmesh::pb::{ListToolsResponse, RiskLevel, ToolFormat, ToolSpec};
+use toolmesh::{ToolDef, ToolEntry};
 use toolmesh_policy::{Decision, Policy};
-
-/// How long a rendered listing is reused. Snapshots and policies are keyed
-/// exactly; this bounds only how long an expired ejection stays hidden.
-const CACHE_TTL: Duration = Duration::from_secs(1);
-/// Listings kept at most (distinct caller views × formats).
-const CACHE_ENTRIES: usize = 256;
-
-/// Which listing: the snapshot listed, the current one (whose switches and
-/// instances apply to a pinned listing too), policy generation, the
-/// caller's identity and roles with the side of each rollout it is on, the
-/// format.
-type CacheKey = (u64, u64, u64, String, i32);
-
-/// Rendered ListTools answers: a snapshot never changes, so a listing for
-/// the same caller view is built once, not on every call, and a hit is a
-/// pointer copy (a listing of 10,000 tools is megabytes).
-#[derive(Debug, Default)]
-pub(crate) struct ListCache {
-    entries: Mutex<HashMap<CacheKey, (Instant, Arc<ListToolsResponse>)>>,
-}
-
-impl ListCache {
-    /// The cached answer for `key`, or `render`'s, remembered. A listing
-    /// rendered again after the TTL that came out the same keeps the
-    /// earlier `Arc`, so callers may take an unchanged pointer for an
-    /// unchanged listing.
-    pub(crate) fn get_or_render(
-        &self,
-        key: CacheKey,
-        render: impl FnOnce() -> ListToolsResponse,
-    ) -> Arc<ListToolsResponse> {
-        let stale = match self.lock().get(&key) {
-            Some((at, hit)) if at.elapsed() < CACHE_TTL => return hit.clone(),
-            Some((_, hit)) => Some(hit.clone()),
-            None => None,
-        };
-        let rendered = render();
-        let response = match stale {
-            Some(stale) if *stale == rendered => stale,
-            _ => Arc::new(rendered),
-        };
-        let mut entries = self.lock();
-        if entries.len() >= CACHE_ENTRIES {
-            entries.clear();
-        }
-        entries.insert(key, (Instant::now(), response.clone()));
-        response
-    }
-
-    fn lock(
-        &self,
-    ) -> std::sync::MutexGuard<'_, HashMap<CacheKey, (Instant, Arc<ListToolsResponse>)>> {
-        self.entries.lock().unwrap_or_else(|e| e.into_inner())
-    }
-}
-
-/// The cache key of a listing for `who` of `(snapshot listed, current
-/// snapshot)`, with `rollouts` the sides of the rollouts `who` is on
-/// ([`resolve::rollout_view`]).
-pub(crate) fn cache_key(
-    (snapshot_version, current_version): (u64, u64),
-    policy_generation: u64,
-    who: &toolmesh::Principal,
-    rollouts: &str,
-    format: ToolFormat,
-) -> CacheKey {
-    let view = format!(
-        "{}/{}/{}/{rollouts}",
-        who.tenant,
-        who.name,
-        who.roles.join(",")
-    );
-    (
-        snapshot_version,
-        current_version,
-        policy_generation,
-        view,
-        format as i32,
-    )
-}
-
-/// Per name, sorted by name, the version a bare name resolves to for
-/// `caller` ([`resolve::version`]: the one its calls go to, rollouts
-/// included), when `keep` keeps it (in rotation here, granted).
-pub(crate) fn callable<'s>(
-    snapshot: &'s Snapshot,
-    current: &Snapshot,
-    caller: &Caller<'_>,
-    keep: impl Fn(&Arc<ToolEntry>) -> bool,
-) -> Vec<&'s Arc<ToolEntry>> {
-    let exposed = resolve::exposed_in(snapshot, current);
-    snapshot
-        .names()
-        .filter_map(|name| resolve::version(snapshot, name, caller, &exposed))
-        .map(|choice| choice.entry)
-        .filter(|entry| keep(entry))
-        .collect()
-}
 
 /// The input schema of `entry` as `who`'s grant narrows it, when it does
 /// (`[grants.arguments.TOOL]`); nothing is decided when no grant narrows.
@@ -131,11 +29,21 @@ pub(crate) fn narrowed(policy: &Policy, who: &Principal, entry: &ToolEntry) -> O
     )
 }
 
+/// `entry`'s spec as a caller's listing shows it: with the input schema
+/// `schema` its grant narrows it to, when one does.
+pub(crate) fn listed_spec(entry: &ToolEntry, schema: Option<&Value>) -> ToolSpec {
+    let mut spec = entry.def.spec().clone();
+    if let Some(schema) = schema {
+        spec.input_schema = schema.to_string();
+    }
+    spec
+}
+
 /// Builds the response for `entries` in `format`; `schema_of` gives the
 /// input schema a caller sees where it differs from the tool's own.
 pub(crate) fn render(
     snapshot_version: u64,
-    entries: &[&Arc<ToolEntry>],
+    entries: &[Arc<ToolEntry>],
     format: ToolFormat,
     schema_of: impl Fn(&ToolEntry) -> Option<Value>,
 ) -> ListToolsResponse {
@@ -170,18 +78,13 @@ pub(crate) fn render(
     let tools = entries
         .iter()
         .zip(&narrowed)
-        .map(|(e, schema)| {
-            let mut spec = e.def.spec().clone();
-            if let Some(schema) = schema {
-                spec.input_schema = schema.to_string();
-            }
-            spec
-        })
+        .map(|(e, schema)| listed_spec(e, schema.as_ref()))
         .collect();
     ListToolsResponse {
         snapshot_version,
         tools,
         formatted,
+        next_page_token: String::new(),
     }
 }
 
@@ -318,12 +221,12 @@ pub(crate) fn is_strict(schema: &Value) -> bool {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use toolmesh::pb::ToolSpec;
-    use toolmesh::rollout::Sticky;
-    use toolmesh::{Instance, ToolDef};
+    use crate::projection::callable;
+    use toolmesh::rollout::{Caller, Sticky};
+    use toolmesh::{Instance, Snapshot, ToolDef};
 
     /// A caller no rollout routes.
-    const ANYONE: Caller<'static> = Caller {
+    pub(crate) const ANYONE: Caller<'static> = Caller {
         tenant: "t",
         principal: "p",
         sticky: Sticky::None,
@@ -357,57 +260,6 @@ pub(crate) mod tests {
         }
     }
 
-    /// Only callable tools are listed, one version per name (the one a bare
-    /// name resolves to), sorted; pre-releases and unhealthy ones are left out.
-    #[test]
-    fn lists_callable_tools_sorted() {
-        let mut b = Snapshot::empty("e").next();
-        b.put(entry("zeta", "1.0.0", true))
-            .put(entry("alpha", "1.0.0", true))
-            .put(entry("alpha", "1.1.0", true))
-            .put(entry("alpha", "2.0.0-rc.1", true))
-            .put(entry("down", "1.0.0", false));
-        let s = b.finish();
-        let listed = callable(&s, &s, &ANYONE, |_| true);
-        let names: Vec<String> = listed.iter().map(|e| e.def.label()).collect();
-        assert_eq!(names, ["alpha@1.1.0", "zeta@1.0.0"]);
-    }
-
-    /// A listing is rendered once per snapshot, policy and caller view; a
-    /// new snapshot version renders again.
-    #[test]
-    fn listings_are_cached_per_view() {
-        let cache = ListCache::default();
-        let who = toolmesh_testkit::principal("a", "t", &["agent"]);
-        let renders = std::cell::Cell::new(0);
-        let render = |version| {
-            renders.set(renders.get() + 1);
-            render(version, &[], ToolFormat::Native, |_| None)
-        };
-        for _ in 0..3 {
-            cache.get_or_render(cache_key((7, 7), 1, &who, "", ToolFormat::Native), || {
-                render(7)
-            });
-        }
-        assert_eq!(renders.get(), 1);
-        let other = Principal {
-            roles: vec!["admin".into()],
-            ..who.clone()
-        };
-        cache.get_or_render(cache_key((7, 7), 1, &other, "", ToolFormat::Native), || {
-            render(7)
-        });
-        let fresh = cache.get_or_render(cache_key((8, 8), 1, &who, "", ToolFormat::Native), || {
-            render(8)
-        });
-        assert_eq!(renders.get(), 3);
-        assert_eq!(fresh.snapshot_version, 8);
-        let again = cache.get_or_render(cache_key((8, 8), 1, &who, "", ToolFormat::Native), || {
-            render(8)
-        });
-        assert!(Arc::ptr_eq(&fresh, &again), "a hit is the same listing");
-    }
-
     /// The OpenAI export is the function-calling array with the input schema
     /// as parameters.
     #[test]
@@ -415,7 +267,7 @@ pub(crate) mod tests {
         let mut b = Snapshot::empty("e").next();
         b.put(entry("search_kb", "1.0.0", true));
         let s = b.finish();
-        let listed = callable(&s, &s, &ANYONE, |_| true);
+        let listed = callable(&s, &s, &ANYONE, s.names(), |_| true);
         let response = render(s.version(), &listed, ToolFormat::Openai, |_| None);
         let value: Value = serde_json::from_str(&response.formatted).unwrap();
         assert_eq!(
@@ -573,7 +425,7 @@ pub(crate) mod tests {
         let mut b = Snapshot::empty("e").next();
         b.put(entry("search_kb", "1.0.0", true));
         let s = b.finish();
-        let listed = callable(&s, &s, &ANYONE, |_| true);
+        let listed = callable(&s, &s, &ANYONE, s.names(), |_| true);
         let value: Value = serde_json::from_str(
             &render(s.version(), &listed, ToolFormat::Gemini, |_| None).formatted,
         )

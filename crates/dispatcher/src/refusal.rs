@@ -18,6 +18,26 @@ pub enum Refusal {
     /// A pinned snapshot this dispatcher no longer holds.
     #[error("{0}; list the tools again and pin the version it returns")]
     PinExpired(#[from] NotHeld),
+    /// A ListTools `page_token` this server did not issue.
+    #[error(
+        "page_token {token:?} was not issued by this server ({why}); list again from the first page, without a page_token"
+    )]
+    BadPageToken {
+        /// The token (its first 64 characters).
+        token: String,
+        /// What is wrong with it.
+        why: String,
+    },
+    /// A ListTools `page_token` whose snapshot this server no longer holds.
+    #[error(
+        "page_token continues a listing of snapshot {version} (registry epoch {epoch}), which this server no longer holds; list again from the first page, without a page_token"
+    )]
+    PageGone {
+        /// The snapshot the walk listed.
+        version: u64,
+        /// Its registry lifetime.
+        epoch: String,
+    },
     /// The caller could not be identified.
     #[error("{0}")]
     Unauthenticated(#[from] AuthError),
@@ -59,12 +79,15 @@ impl From<Refusal> for Status {
         match refusal {
             Refusal::Overloaded { .. } => Status::resource_exhausted(message),
             Refusal::Approval(ApprovalError::Unavailable { .. }) => Status::unavailable(message),
-            Refusal::PinExpired(_) | Refusal::Approval(_) => Status::failed_precondition(message),
+            Refusal::PinExpired(_) | Refusal::PageGone { .. } | Refusal::Approval(_) => {
+                Status::failed_precondition(message)
+            }
             Refusal::Unauthenticated(e) if e.is_transient() => Status::unavailable(message),
             Refusal::Unauthenticated(_) => Status::unauthenticated(message),
             Refusal::UnknownFormat(_)
             | Refusal::BadCallerToken(_)
             | Refusal::BadReference(_)
+            | Refusal::BadPageToken { .. }
             | Refusal::BadQuery(_)
             | Refusal::UnknownRisk(_) => Status::invalid_argument(message),
             Refusal::UnknownTool(_) => Status::not_found(message),
@@ -97,6 +120,22 @@ mod tests {
                 }),
                 Code::FailedPrecondition,
                 "list the tools again",
+            ),
+            (
+                Refusal::PageGone {
+                    version: 4,
+                    epoch: "e".into(),
+                },
+                Code::FailedPrecondition,
+                "list again from the first page",
+            ),
+            (
+                Refusal::BadPageToken {
+                    token: "x".into(),
+                    why: "unknown layout".into(),
+                },
+                Code::InvalidArgument,
+                "list again from the first page",
             ),
             (
                 Refusal::Unauthenticated(AuthError::MissingToken),

@@ -1,11 +1,10 @@
 //! SearchTools: the caller's own listing ranked against a query, over a
 //! search index that follows the snapshots the dispatcher installs.
 
+use crate::projection::Projection;
 use crate::{Dispatcher, Principal, Refusal};
 use std::sync::{Arc, Mutex, RwLock};
-use toolmesh::pb::{
-    ListToolsResponse, RiskLevel, SearchToolsRequest, SearchToolsResponse, ToolFormat, ToolMatch,
-};
+use toolmesh::pb::{RiskLevel, SearchToolsRequest, SearchToolsResponse, ToolMatch};
 use toolmesh::{Snapshot, ToolDef};
 use toolmesh_search::{PreparedView, Query, Ranking, SearchIndex, View, clamp_limit};
 
@@ -16,12 +15,12 @@ pub(crate) struct Indexed {
     index: SearchIndex,
 }
 
-/// Prepared views kept at most (distinct caller listings).
+/// Prepared views kept at most (distinct caller projections).
 const PREPARED_VIEWS: usize = 256;
 
-/// A caller's listing resolved against an index, with the two it was made
-/// from: held, so their addresses identify them while the entry lives.
-type Prepared = (Arc<ListToolsResponse>, Arc<Indexed>, Arc<PreparedView>);
+/// A caller's projection resolved against an index, with the two it was
+/// made from: held, so their addresses identify them while the entry lives.
+type Prepared = (Arc<Projection>, Arc<Indexed>, Arc<PreparedView>);
 
 /// The index of the newest snapshot installed. The follower advances it
 /// right after installing a snapshot, so the version it holds is always
@@ -29,10 +28,10 @@ type Prepared = (Arc<ListToolsResponse>, Arc<Indexed>, Arc<PreparedView>);
 #[derive(Debug)]
 pub(crate) struct SearchIndexes {
     current: RwLock<Arc<Indexed>>,
-    /// Views prepared for listings: a listing is cached and shared while
-    /// it stays the same ([`crate::list::ListCache`]), so a caller's
-    /// searches resolve its view once per listing and index, not once per
-    /// query (that walk is as long as the listing).
+    /// Views prepared for projections: a projection is cached and shared
+    /// while it stays the same ([`crate::projection::ProjectionCache`]), so
+    /// a caller's searches resolve its view once per projection and index,
+    /// not once per query (that walk is as long as the projection).
     prepared: Mutex<Vec<Prepared>>,
 }
 
@@ -59,26 +58,22 @@ impl SearchIndexes {
         *self.current.write().unwrap_or_else(|e| e.into_inner()) = indexed;
     }
 
-    /// `listing` resolved against `indexed`, prepared once and reused.
-    fn prepared(
-        &self,
-        listing: &Arc<ListToolsResponse>,
-        indexed: &Arc<Indexed>,
-    ) -> Arc<PreparedView> {
+    /// `projection` resolved against `indexed`, prepared once and reused.
+    fn prepared(&self, projection: &Arc<Projection>, indexed: &Arc<Indexed>) -> Arc<PreparedView> {
         let lock = || self.prepared.lock().unwrap_or_else(|e| e.into_inner());
         let hit = lock()
             .iter()
-            .find(|(l, i, _)| Arc::ptr_eq(l, listing) && Arc::ptr_eq(i, indexed))
+            .find(|(p, i, _)| Arc::ptr_eq(p, projection) && Arc::ptr_eq(i, indexed))
             .map(|(_, _, view)| view.clone());
         if let Some(view) = hit {
             return view;
         }
-        let view = Arc::new(indexed.index.prepare(&Listed(listing)));
+        let view = Arc::new(indexed.index.prepare(&Listed(projection)));
         let mut prepared = lock();
         if prepared.len() >= PREPARED_VIEWS {
             prepared.clear();
         }
-        prepared.push((listing.clone(), indexed.clone(), view.clone()));
+        prepared.push((projection.clone(), indexed.clone(), view.clone()));
         view
     }
 
@@ -90,28 +85,16 @@ impl SearchIndexes {
     }
 }
 
-/// A caller's listing as the view a search ranks within: its tools, sorted
-/// by name, one version each.
-struct Listed<'a>(&'a ListToolsResponse);
-
-impl Listed<'_> {
-    /// Where `name` at `version` is in the listing.
-    fn position(&self, name: &str, version: &str) -> Option<usize> {
-        let at = self
-            .0
-            .tools
-            .binary_search_by(|tool| tool.name.as_str().cmp(name))
-            .ok()?;
-        (self.0.tools[at].version == version).then_some(at)
-    }
-}
+/// A caller's projection as the view a search ranks within: its tools,
+/// sorted by name, one version each.
+struct Listed<'a>(&'a Projection);
 
 impl View for Listed<'_> {
     fn members(&self) -> impl Iterator<Item = (&str, &str)> {
         self.0
-            .tools
+            .entries
             .iter()
-            .map(|tool| (tool.name.as_str(), tool.version.as_str()))
+            .map(|e| (e.def.name(), e.def.spec().version.as_str()))
     }
 }
 
@@ -144,8 +127,8 @@ impl<'a> Filter<'a> {
 impl Dispatcher {
     /// The tools `who` may list that best match `request.query`, best
     /// first, each as its ListTools shows it (one projection decides what
-    /// a caller sees: [`list_tools_in`](Self::list_tools_in)), ranked within
-    /// that listing.
+    /// a caller sees, the one ListTools pages), ranked within
+    /// that projection.
     pub fn search_tools_in(
         &self,
         who: &Principal,
@@ -155,18 +138,14 @@ impl Dispatcher {
         let query = Query::parse(&request.query)?;
         let filter = Filter::of(request)?;
         let indexed = self.search.current();
-        let listing = match self.list_tools_in(
-            who,
-            session,
-            indexed.snapshot.version(),
-            ToolFormat::Native,
-        ) {
+        let snapshot = match self.pipeline.snapshots.get(indexed.snapshot.version()) {
             // The indexed snapshot left the history meanwhile (many
             // installs in a moment): search the index that replaced it.
-            Err(Refusal::PinExpired(_)) => return self.search_tools_in(who, session, request),
-            listing => listing?,
+            Err(_) => return self.search_tools_in(who, session, request),
+            Ok(snapshot) => snapshot,
         };
-        let view = self.search.prepared(&listing, &indexed);
+        let projection = self.projection(who, session, &snapshot)?;
+        let view = self.search.prepared(&projection, &indexed);
         let found = indexed.index.search(
             &query,
             &view,
@@ -174,18 +153,21 @@ impl Dispatcher {
             clamp_limit(request.limit),
             |def| filter.keeps(def),
         );
+        let policy = self.governance().policy();
         let matches = found
             .iter()
             .filter_map(|found| {
-                let at = Listed(&listing).position(found.def.name(), &found.def.spec().version)?;
+                let at = projection.position(found.def.name(), &found.def.spec().version)?;
+                let entry = &projection.entries[at];
+                let schema = crate::list::narrowed(&policy, who, entry);
                 Some(ToolMatch {
-                    tool: Some(listing.tools[at].clone()),
+                    tool: Some(crate::list::listed_spec(entry, schema.as_ref())),
                     score: found.score,
                 })
             })
             .collect();
         Ok(SearchToolsResponse {
-            snapshot_version: listing.snapshot_version,
+            snapshot_version: projection.snapshot_version,
             matches,
         })
     }

@@ -1,7 +1,7 @@
 //! The `toolmesh.v1.Dispatcher` gRPC front door: identifies the caller,
 //! hands the call to the pipeline, and turns refusals into statuses.
 
-use crate::{CallRequest, Dispatcher, Refusal};
+use crate::{CallRequest, Dispatcher};
 use std::pin::Pin;
 use std::time::Duration;
 use tokio_stream::{Stream, StreamExt, wrappers::ReceiverStream};
@@ -9,7 +9,7 @@ use tonic::{Request, Response, Status};
 use toolmesh::Principal;
 use toolmesh::pb::{
     InvokeEvent, InvokeRequest, InvokeResponse, ListToolsRequest, ListToolsResponse,
-    SearchToolsRequest, SearchToolsResponse, ToolFormat, dispatcher_server,
+    SearchToolsRequest, SearchToolsResponse, dispatcher_server,
 };
 use toolmesh_telemetry::trace::Context as TraceContext;
 
@@ -29,13 +29,7 @@ impl dispatcher_server::Dispatcher for DispatcherService {
         request: Request<ListToolsRequest>,
     ) -> Result<Response<ListToolsResponse>, Status> {
         let who = self.dispatcher.caller(&request)?;
-        let request = request.into_inner();
-        let format = ToolFormat::try_from(request.format)
-            .map_err(|_| Refusal::UnknownFormat(request.format))?;
-        let session = crate::call::session(&request.context);
-        let listing =
-            self.dispatcher
-                .list_tools_in(&who, session, request.snapshot_version, format)?;
+        let listing = self.dispatcher.list_tools_for(&who, request.get_ref())?;
         Ok(Response::new(std::sync::Arc::unwrap_or_clone(listing)))
     }
 

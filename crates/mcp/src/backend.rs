@@ -8,8 +8,8 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 use toolmesh::Principal;
 use toolmesh::pb::{
-    InvokeEvent, InvokeRequest, InvokeResponse, ListToolsResponse, Progress, ToolFormat,
-    invoke_event,
+    InvokeEvent, InvokeRequest, InvokeResponse, ListToolsRequest, ListToolsResponse, Progress,
+    ToolFormat, invoke_event,
 };
 use toolmesh_dispatcher::{CallRequest, Dispatcher};
 use toolmesh_telemetry::trace::Context as TraceContext;
@@ -30,12 +30,15 @@ pub trait Backend: Clone + Send + Sync + 'static {
         certificate: Option<&PeerCertificate>,
     ) -> Result<Self::Caller, BackendError>;
 
-    /// `ListTools` for `who` in `format`. The same `Arc` for an unchanged
-    /// listing lets the handler skip work it did for it already.
+    /// One page of `ListTools` for `who` in `format`: the first for an
+    /// empty `page_token`, else the page it continues (the dispatcher's
+    /// page size). The same `Arc` for an unchanged page lets the handler
+    /// skip work it did for it already.
     fn list_tools(
         &self,
         who: &Self::Caller,
         format: ToolFormat,
+        page_token: &str,
     ) -> impl Future<Output = Result<Arc<ListToolsResponse>, BackendError>> + Send;
 
     /// `Invoke` for `who` within the client's deadline `timeout`,
@@ -133,8 +136,14 @@ impl Backend for Dispatcher {
         &self,
         who: &Principal,
         format: ToolFormat,
+        page_token: &str,
     ) -> Result<Arc<ListToolsResponse>, BackendError> {
-        Ok(self.list_tools_for(who, 0, format)?)
+        let request = ListToolsRequest {
+            format: format as i32,
+            page_token: page_token.to_owned(),
+            ..ListToolsRequest::default()
+        };
+        Ok(self.list_tools_for(who, &request)?)
     }
 
     async fn invoke(

@@ -80,9 +80,11 @@ impl Backend for GrpcBackend {
         &self,
         who: &Option<String>,
         format: ToolFormat,
+        page_token: &str,
     ) -> Result<Arc<ListToolsResponse>, BackendError> {
         let request = ListToolsRequest {
             format: format as i32,
+            page_token: page_token.to_owned(),
             ..ListToolsRequest::default()
         };
         let mut client = self.client.clone();

@@ -24,8 +24,9 @@ use toolmesh::pb::{
 };
 use toolmesh_telemetry::trace::Context as TraceContext;
 
-/// Tools per `tools/list` page: 10,000 tools are 50 pages, not one 3 MiB answer.
-pub const PAGE_SIZE: usize = 200;
+/// Tools per `tools/list` page: the dispatcher's ListTools page, so a
+/// cursor is one dispatcher page and 100,000 tools are 100 pages.
+pub const PAGE_SIZE: usize = toolmesh_dispatcher::MAX_LIST_PAGE as usize;
 /// `_meta` key of `tools/call` naming the agent session (for preconditions).
 pub const SESSION_META: &str = "toolmesh/session_id";
 /// `_meta` key of `tools/call` giving the client's deadline for the whole
@@ -34,9 +35,10 @@ pub const TIMEOUT_META: &str = "toolmesh/timeout_ms";
 /// How long a client may reuse a listing (`ttlMs`); changes within it are
 /// announced by `notifications/tools/list_changed` to subscribers.
 const LIST_TTL_MS: u64 = 5_000;
-/// Prefix of the opaque cursor: the name of the last tool on the page
-/// (listings are sorted by name, so any replica continues from it).
-const CURSOR_PREFIX: &str = "after:";
+/// Prefix of the opaque cursor, before the dispatcher's `page_token` (which
+/// names the snapshot and the last tool listed, so any replica following
+/// the same registry continues from it).
+const CURSOR_PREFIX: &str = "page:";
 /// Listings whose digest is remembered, and parsed listings kept, at most.
 const PARSED_ENTRIES: usize = 64;
 /// Progress reports of one call waiting for their notification to go out.
@@ -106,9 +108,25 @@ impl<B: Backend> McpHandler<B> {
         }
     }
 
-    /// The caller's projection in MCP shape (sorted by name).
+    /// The caller's whole projection in MCP shape (sorted by name), every
+    /// page's text joined: what a `list_changed` look compares. A
+    /// projection of one page comes as the backend gave it (the same `Arc`
+    /// while unchanged).
     async fn listing(&self, who: &B::Caller) -> Result<Arc<ListToolsResponse>, BackendError> {
-        self.backend.list_tools(who, ToolFormat::Mcp).await
+        let first = self.backend.list_tools(who, ToolFormat::Mcp, "").await?;
+        if first.next_page_token.is_empty() {
+            return Ok(first);
+        }
+        let mut joined = ListToolsResponse::clone(&first);
+        while !joined.next_page_token.is_empty() {
+            let page = self
+                .backend
+                .list_tools(who, ToolFormat::Mcp, &joined.next_page_token)
+                .await?;
+            joined.formatted.push_str(&page.formatted);
+            joined.next_page_token.clone_from(&page.next_page_token);
+        }
+        Ok(Arc::new(joined))
     }
 
     /// The digest of `listing`'s text, computed once per listing.
@@ -135,10 +153,42 @@ impl<B: Backend> McpHandler<B> {
         digest
     }
 
-    /// The caller's projection, parsed once per distinct listing.
-    async fn projection(&self, who: &B::Caller) -> Result<Arc<[Tool]>, BackendError> {
-        let listing = self.listing(who).await?;
-        let key = (self.digest(&listing), listing.formatted.len());
+    /// The page of `who`'s projection `cursor` asks for (the first for
+    /// none): one dispatcher page, parsed once per distinct page, whose
+    /// next page's token is the next cursor.
+    async fn page(
+        &self,
+        who: &B::Caller,
+        cursor: Option<&str>,
+    ) -> Result<ListToolsResult, ErrorData> {
+        let page_token = match cursor {
+            None => "",
+            Some(cursor) => cursor.strip_prefix(CURSOR_PREFIX).ok_or_else(|| {
+                ErrorData::invalid_params(
+                    format!(
+                        "cursor {cursor:?} was not given by this server; list again without a cursor"
+                    ),
+                    None,
+                )
+            })?,
+        };
+        let listing = self
+            .backend
+            .list_tools(who, ToolFormat::Mcp, page_token)
+            .await?;
+        let tools = self.parsed(&listing)?;
+        let mut result = ListToolsResult::with_all_items(tools.to_vec())
+            .with_ttl_ms(LIST_TTL_MS)
+            .with_cache_scope(CacheScope::Private);
+        if !listing.next_page_token.is_empty() {
+            result.next_cursor = Some(format!("{CURSOR_PREFIX}{}", listing.next_page_token));
+        }
+        Ok(result)
+    }
+
+    /// The MCP tools of `listing` (one page), parsed once per distinct page.
+    fn parsed(&self, listing: &Arc<ListToolsResponse>) -> Result<Arc<[Tool]>, BackendError> {
+        let key = (self.digest(listing), listing.formatted.len());
         if let Some(tools) = Parsed::lock(&self.parsed).tools.get(&key) {
             return Ok(tools.clone());
         }
@@ -247,32 +297,6 @@ fn progress_token(
     })
 }
 
-/// The page of `tools` after `cursor`, and the cursor of the next page.
-fn page(tools: &[Tool], cursor: Option<&str>) -> Result<ListToolsResult, ErrorData> {
-    let start = match cursor {
-        None => 0,
-        Some(cursor) => {
-            let Some(after) = cursor.strip_prefix(CURSOR_PREFIX) else {
-                return Err(ErrorData::invalid_params(
-                    format!(
-                        "cursor {cursor:?} was not given by this server; list again without a cursor"
-                    ),
-                    None,
-                ));
-            };
-            tools.partition_point(|t| t.name.as_ref() <= after)
-        }
-    };
-    let end = (start + PAGE_SIZE).min(tools.len());
-    let mut result = ListToolsResult::with_all_items(tools[start..end].to_vec())
-        .with_ttl_ms(LIST_TTL_MS)
-        .with_cache_scope(CacheScope::Private);
-    if end < tools.len() {
-        result.next_cursor = Some(format!("{CURSOR_PREFIX}{}", tools[end - 1].name));
-    }
-    Ok(result)
-}
-
 /// The value under `key` in the request's `_meta` (rmcp hands it over in
 /// the context, `meta`; the params' own copy is read too).
 fn meta_value<'a>(
@@ -371,8 +395,8 @@ impl<B: Backend> ServerHandler for McpHandler<B> {
         context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
         let who = self.caller(&context)?;
-        let tools = self.projection(&who).await?;
-        page(&tools, request.as_ref().and_then(|r| r.cursor.as_deref()))
+        self.page(&who, request.as_ref().and_then(|r| r.cursor.as_deref()))
+            .await
     }
 
     async fn call_tool(
@@ -477,35 +501,20 @@ mod tests {
             .collect()
     }
 
-    /// Pages follow each other by cursor with nothing lost or repeated, and
-    /// the last page has no cursor.
-    #[test]
-    fn pages_cover_everything_once() {
-        let all = tools(PAGE_SIZE * 2 + 3);
-        let mut seen = Vec::new();
-        let mut cursor = None;
-        loop {
-            let page = page(&all, cursor.as_deref()).unwrap();
-            assert_eq!(page.ttl_ms, Some(LIST_TTL_MS));
-            seen.extend(page.tools.iter().map(|t| t.name.to_string()));
-            match page.next_cursor {
-                Some(next) => cursor = Some(next),
-                None => break,
-            }
-        }
-        let names: Vec<String> = all.iter().map(|t| t.name.to_string()).collect();
-        assert_eq!(seen, names);
-        assert!(
-            page(&all, Some("bogus"))
-                .unwrap_err()
-                .message
-                .contains("without a cursor")
-        );
-    }
-
-    /// A backend that answers one fixed listing.
+    /// A backend that answers fixed pages; a page token is the page's
+    /// index.
     #[derive(Clone)]
-    struct Fixed(Arc<Mutex<Arc<ListToolsResponse>>>);
+    struct Fixed(Arc<Mutex<Vec<Arc<ListToolsResponse>>>>);
+
+    impl Fixed {
+        fn new(pages: Vec<Arc<ListToolsResponse>>) -> Self {
+            Fixed(Arc::new(Mutex::new(pages)))
+        }
+
+        fn set(&self, pages: Vec<Arc<ListToolsResponse>>) {
+            *self.0.lock().unwrap() = pages;
+        }
+    }
 
     impl Backend for Fixed {
         type Caller = ();
@@ -520,8 +529,18 @@ mod tests {
             &self,
             _: &(),
             _: ToolFormat,
+            page_token: &str,
         ) -> Result<Arc<ListToolsResponse>, BackendError> {
-            Ok(self.0.lock().unwrap().clone())
+            let at = match page_token {
+                "" => Some(0),
+                token => token.parse::<usize>().ok(),
+            };
+            let pages = self.0.lock().unwrap();
+            at.and_then(|at| pages.get(at)).cloned().ok_or_else(|| {
+                BackendError::Refused(format!(
+                    "page_token {page_token:?}: list again from the first page"
+                ))
+            })
         }
         async fn invoke(
             &self,
@@ -547,31 +566,114 @@ mod tests {
         }
     }
 
-    fn listing(n: usize, snapshot_version: u64) -> Arc<ListToolsResponse> {
-        Arc::new(ListToolsResponse {
-            snapshot_version,
-            formatted: serde_json::to_string(&tools(n)).unwrap(),
-            ..ListToolsResponse::default()
-        })
+    /// `all` in pages of `size`, each naming the next by its index.
+    fn pages_of(all: &[Tool], size: usize, snapshot_version: u64) -> Vec<Arc<ListToolsResponse>> {
+        let count = all.len().div_ceil(size).max(1);
+        (0..count)
+            .map(|at| {
+                let end = ((at + 1) * size).min(all.len());
+                Arc::new(ListToolsResponse {
+                    snapshot_version,
+                    formatted: serde_json::to_string(&all[at * size..end]).unwrap(),
+                    next_page_token: if at + 1 < count {
+                        (at + 1).to_string()
+                    } else {
+                        String::new()
+                    },
+                    ..ListToolsResponse::default()
+                })
+            })
+            .collect()
     }
 
-    /// A listing is parsed once, not per page: the same listing (or an
-    /// equal one from another snapshot) gives the same parsed tools, and a
+    /// A listing of `n` tools in one page.
+    fn listing(n: usize, snapshot_version: u64) -> Vec<Arc<ListToolsResponse>> {
+        pages_of(&tools(n), PAGE_SIZE, snapshot_version)
+    }
+
+    /// Pages follow each other by cursor, one dispatcher page each, with
+    /// nothing lost or repeated, and the last page has no cursor; a cursor
+    /// this server never gave, or one the dispatcher refuses, says to list
+    /// again from the start.
+    #[tokio::test]
+    async fn pages_cover_everything_once() {
+        let all = tools(PAGE_SIZE * 2 + 3);
+        let handler = McpHandler::new(Fixed::new(pages_of(&all, PAGE_SIZE, 1)));
+        let mut seen = Vec::new();
+        let (mut cursor, mut pages) = (None, 0);
+        loop {
+            let page = handler.page(&(), cursor.as_deref()).await.unwrap();
+            pages += 1;
+            assert_eq!(page.ttl_ms, Some(LIST_TTL_MS));
+            assert!(page.tools.len() <= PAGE_SIZE);
+            seen.extend(page.tools.iter().map(|t| t.name.to_string()));
+            match page.next_cursor {
+                Some(next) => cursor = Some(next),
+                None => break,
+            }
+        }
+        assert_eq!(pages, 3);
+        let names: Vec<String> = all.iter().map(|t| t.name.to_string()).collect();
+        assert_eq!(seen, names);
+        let bogus = handler.page(&(), Some("bogus")).await.unwrap_err();
+        assert!(
+            bogus.message.contains("without a cursor"),
+            "{}",
+            bogus.message
+        );
+        let refused = handler
+            .page(&(), Some(&format!("{CURSOR_PREFIX}99")))
+            .await
+            .unwrap_err();
+        assert!(
+            refused.message.contains("list again from the first page"),
+            "{}",
+            refused.message
+        );
+    }
+
+    /// The tools of the first page, parsed.
+    async fn first_page(handler: &McpHandler<Fixed>) -> Arc<[Tool]> {
+        let page = handler
+            .backend
+            .list_tools(&(), ToolFormat::Mcp, "")
+            .await
+            .unwrap();
+        handler.parsed(&page).unwrap()
+    }
+
+    /// A page is parsed once, not per request: the same page (or an equal
+    /// one from another snapshot) gives the same parsed tools, and a
     /// changed one a new digest.
     #[tokio::test]
     async fn listings_are_parsed_once() {
-        let backend = Fixed(Arc::new(Mutex::new(listing(3, 1))));
+        let backend = Fixed::new(listing(3, 1));
         let handler = McpHandler::new(backend.clone());
-        let first = handler.projection(&()).await.unwrap();
-        let again = handler.clone().projection(&()).await.unwrap();
+        let first = first_page(&handler).await;
+        let again = first_page(&handler.clone()).await;
         assert!(Arc::ptr_eq(&first, &again));
         let before = handler.digest(&handler.listing(&()).await.unwrap());
-        *backend.0.lock().unwrap() = listing(3, 2);
-        let equal = handler.projection(&()).await.unwrap();
+        backend.set(listing(3, 2));
+        let equal = first_page(&handler).await;
         assert!(Arc::ptr_eq(&first, &equal), "same tools, another snapshot");
         assert_eq!(before, handler.digest(&handler.listing(&()).await.unwrap()));
-        *backend.0.lock().unwrap() = listing(4, 3);
-        assert_eq!(handler.projection(&()).await.unwrap().len(), 4);
+        backend.set(listing(4, 3));
+        assert_eq!(first_page(&handler).await.len(), 4);
+        assert_ne!(before, handler.digest(&handler.listing(&()).await.unwrap()));
+    }
+
+    /// What a `list_changed` look compares is every page: a change on a
+    /// later page changes it, and the same pages again do not.
+    #[tokio::test]
+    async fn a_change_on_a_later_page_is_a_change() {
+        let mut all = tools(5);
+        let backend = Fixed::new(pages_of(&all, 2, 1));
+        let handler = McpHandler::new(backend.clone());
+        let before = handler.digest(&handler.listing(&()).await.unwrap());
+        backend.set(pages_of(&all, 2, 2));
+        assert_eq!(before, handler.digest(&handler.listing(&()).await.unwrap()));
+        all[4].description = Some("changed".into());
+        backend.set(pages_of(&all, 2, 3));
         assert_ne!(before, handler.digest(&handler.listing(&()).await.unwrap()));
     }
 

@@ -257,9 +257,7 @@ fn decide(policy: &Policy, who: &Principal, spec: &ToolSpec) -> Decision {
 
 /// The same answer as `verdict(..) == Allows`, without building any text.
 fn allows(grant: &Grant, who: &Principal, spec: &ToolSpec, risk: RiskLevel) -> bool {
-    (grant.principals.is_empty() || grant.principals.contains(&who.name))
-        && (grant.tenants.is_empty() || grant.tenants.contains(&who.tenant))
-        && (grant.roles.is_empty() || who.has_any_role(&grant.roles))
+    grant.covers(who)
         && (grant.tools.iter().any(|p| p.matches(&spec.name))
             || grant.tags.iter().any(|t| spec.tags.contains(t)))
         && (risk as i32) <= (grant.max_risk as i32)

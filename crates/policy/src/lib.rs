@@ -32,6 +32,7 @@ mod issuers;
 pub mod limits;
 pub mod narrowing;
 mod policy;
+mod reach;
 
 pub use approval::ApprovalSettings;
 pub use cache_policy::{CachePolicy, CacheRule, CacheScope};
@@ -41,6 +42,7 @@ pub use error::{PolicyError, Problem, RiskError};
 pub use limits::{LimitKind, Limited, Limits, Permit};
 pub use narrowing::{FieldLimit, Narrowing};
 pub use policy::{DEV_APPROVER_TOKEN, DEV_POLICY_TOML, MAX_RATE_PER_SEC, MAX_TTL_SECS, Policy};
+pub use reach::Candidates;
 pub use toolmesh_identity::DEFAULT_TENANT;
 
 /// The full example policy shown in the crate docs (`policy.example.toml`).

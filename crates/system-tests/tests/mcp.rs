@@ -100,8 +100,8 @@ fn tool_error(result: &CallToolResult, code: &str) -> String {
     message
 }
 
-/// tools/list is the caller's projection: sorted, in pages of at most 200
-/// with a cursor (1,000+ tools are never one page), private with a ttl;
+/// tools/list is the caller's projection: sorted, in the dispatcher's pages
+/// of at most 1,000 with a cursor (1,005 tools are two), private with a ttl;
 /// hidden tools are left out; the MCP shape carries schemas, hints and
 /// toolmesh's facts.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

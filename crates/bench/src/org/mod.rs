@@ -507,20 +507,20 @@ async fn cold_join(
     )?;
     let addr = dispatcher.listen_addr().await?;
     let channel = toolmesh_transport::channel(&addr, &toolmesh_transport::Tls::none())?;
-    let mut client = DispatcherClient::new(channel).max_decoding_message_size(usize::MAX);
+    let client = DispatcherClient::new(channel).max_decoding_message_size(usize::MAX);
     let t0 = Instant::now();
     let mut listed = 0;
     let mut list_ms = None;
     while t0.elapsed() < COLD_LIMIT {
         let asked = Instant::now();
-        let answer = client
-            .list_tools(ListToolsRequest {
-                format: ToolFormat::Native as i32,
-                ..Default::default()
-            })
-            .await;
+        let request = ListToolsRequest {
+            format: ToolFormat::Native as i32,
+            ..Default::default()
+        };
+        // Every page: 100,000 tools are 100 of them.
+        let answer = crate::scale::list_over_grpc(&client, request).await;
         if let Ok(answer) = answer {
-            listed = answer.get_ref().tools.len();
+            listed = answer.tools.len();
             if listed >= names {
                 list_ms = Some(asked.elapsed().as_secs_f64() * 1e3);
                 break;

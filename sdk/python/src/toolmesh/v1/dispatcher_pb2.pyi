@@ -8,24 +8,30 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class ListToolsRequest(_message.Message):
-    __slots__ = ("context", "format", "snapshot_version")
+    __slots__ = ("context", "format", "snapshot_version", "page_size", "page_token")
     CONTEXT_FIELD_NUMBER: _ClassVar[int]
     FORMAT_FIELD_NUMBER: _ClassVar[int]
     SNAPSHOT_VERSION_FIELD_NUMBER: _ClassVar[int]
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
     context: _common_pb2.CallContext
     format: _common_pb2.ToolFormat
     snapshot_version: int
-    def __init__(self, context: _Optional[_Union[_common_pb2.CallContext, _Mapping]] = ..., format: _Optional[_Union[_common_pb2.ToolFormat, str]] = ..., snapshot_version: _Optional[int] = ...) -> None: ...
+    page_size: int
+    page_token: str
+    def __init__(self, context: _Optional[_Union[_common_pb2.CallContext, _Mapping]] = ..., format: _Optional[_Union[_common_pb2.ToolFormat, str]] = ..., snapshot_version: _Optional[int] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
 
 class ListToolsResponse(_message.Message):
-    __slots__ = ("snapshot_version", "tools", "formatted")
+    __slots__ = ("snapshot_version", "tools", "formatted", "next_page_token")
     SNAPSHOT_VERSION_FIELD_NUMBER: _ClassVar[int]
     TOOLS_FIELD_NUMBER: _ClassVar[int]
     FORMATTED_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
     snapshot_version: int
     tools: _containers.RepeatedCompositeFieldContainer[_common_pb2.ToolSpec]
     formatted: str
-    def __init__(self, snapshot_version: _Optional[int] = ..., tools: _Optional[_Iterable[_Union[_common_pb2.ToolSpec, _Mapping]]] = ..., formatted: _Optional[str] = ...) -> None: ...
+    next_page_token: str
+    def __init__(self, snapshot_version: _Optional[int] = ..., tools: _Optional[_Iterable[_Union[_common_pb2.ToolSpec, _Mapping]]] = ..., formatted: _Optional[str] = ..., next_page_token: _Optional[str] = ...) -> None: ...
 
 class InvokeRequest(_message.Message):
     __slots__ = ("tool", "arguments", "call_id", "context", "snapshot_version", "approval_id")

@@ -60,7 +60,10 @@ class DispatcherServicer:
     """Missing associated documentation comment in .proto file."""
 
     def ListTools(self, request, context):
-        """The exposed tools, sorted by name.
+        """The exposed tools, sorted by name, in pages: at most page_size tools
+        per answer (0 or more than 1,000 means 1,000), and next_page_token to
+        ask for the next page until it comes back empty. A caller with at
+        most 1,000 tools gets them all in one answer.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
