@@ -27,17 +27,6 @@ fn grpc_target(port: u16) -> (Proc, String) {
     (proc, addr)
 }
 
-fn error_code(response: &toolmesh::pb::InvokeResponse) -> ErrorCode {
-    ErrorCode::try_from(code(response)).unwrap_or(ErrorCode::Unspecified)
-}
-
-/// The result's JSON, or a panic with the error.
-fn data(response: &toolmesh::pb::InvokeResponse) -> Value {
-    let result = response.result.as_ref().expect("a result");
-    assert_eq!(code(response), 0, "{}", message(response));
-    serde_json::from_str(&result.output).unwrap_or_else(|e| panic!("{e}: {}", result.output))
-}
-
 fn schema(text: &str) -> Value {
     serde_json::from_str(text).unwrap_or_else(|e| panic!("{e}: {text}"))
 }
@@ -137,7 +126,7 @@ async fn grpcio_service_with_reflection() {
 
     // Calls, both ways through the JSON mapping.
     let got = invoke(&mut client, "Library_GetBook", r#"{"id": "b1"}"#, None).await;
-    let got = data(&got);
+    let got = result_json(&got);
     assert_eq!(got["title"], "Dune");
     assert_eq!(got["pages"], "9007199254740993");
     assert_eq!(got["genre"], "GENRE_FICTION");
@@ -150,7 +139,7 @@ async fn grpcio_service_with_reflection() {
         None,
     )
     .await;
-    let added = data(&added);
+    let added = result_json(&added);
     assert_eq!(added["placed"], "shelf west");
     assert_eq!(added["totalPages"], "9007199254741601");
     let both = invoke(
@@ -168,7 +157,7 @@ async fn grpcio_service_with_reflection() {
     );
     let tree = r#"{"root": {"name": "a", "children": [{"name": "b", "children": [{"name": "c"}]}, {"name": "d"}]}}"#;
     let counted = invoke(&mut client, "count_topics", tree, None).await;
-    assert_eq!(data(&counted)["topics"], 4);
+    assert_eq!(result_json(&counted)["topics"], 4);
 
     // INVALID_ARGUMENT: a tool error quoting the service.
     let missing = invoke(&mut client, "Library_GetBook", r#"{"id": "nope"}"#, None).await;
@@ -214,7 +203,7 @@ async fn grpcio_service_with_reflection() {
     let (_target, _) = grpc_target(port);
     until_listed(&mut client, &["Library_GetBook"], READY).await;
     let again = invoke(&mut client, "Library_GetBook", r#"{"id": "b1"}"#, None).await;
-    assert_eq!(data(&again)["title"], "Dune");
+    assert_eq!(result_json(&again)["title"], "Dune");
     assert_eq!(health_status(&bridge_addr, "").await, 1, "SERVING");
 }
 

@@ -150,13 +150,13 @@ impl OperationTool {
             HeaderValue::from_static("application/json, */*;q=0.5"),
         );
         let mut request = self.api.client.request(method, url);
-        if let Some(body) = &operation.body {
-            if let Some(value) = arguments.get(&body.key) {
-                let media = HeaderValue::from_str(&body.media_type)
-                    .unwrap_or(HeaderValue::from_static("application/json"));
-                headers.insert(CONTENT_TYPE, media);
-                request = request.body(value.to_string());
-            }
+        if let Some(body) = &operation.body
+            && let Some(value) = arguments.get(&body.key)
+        {
+            let media = HeaderValue::from_str(&body.media_type)
+                .unwrap_or(HeaderValue::from_static("application/json"));
+            headers.insert(CONTENT_TYPE, media);
+            request = request.body(value.to_string());
         }
         for (name, value) in self.api.credentials.load().iter() {
             headers.insert(name.clone(), value.clone());

@@ -544,28 +544,26 @@ impl<'a> Schemas<'a> {
 /// 3.0's `nullable: true` as a `null` type, and its boolean
 /// `exclusiveMinimum`/`exclusiveMaximum` as the bounds themselves.
 fn from_openapi_30(schema: &mut Map<String, Value>) {
-    if let Some(nullable) = schema.remove("nullable") {
-        if nullable == Value::Bool(true) {
-            match schema.get_mut("type") {
-                Some(Value::String(kind)) => {
-                    let kind = std::mem::take(kind);
-                    schema.insert("type".to_owned(), json!([kind, "null"]));
-                }
-                Some(Value::Array(kinds)) if !kinds.contains(&json!("null")) => {
-                    kinds.push(json!("null"));
-                }
-                Some(_) => {}
-                None => {
-                    let rest = std::mem::take(schema);
-                    schema.insert("anyOf".to_owned(), json!([rest, {"type": "null"}]));
-                    return;
-                }
+    if schema.remove("nullable") == Some(Value::Bool(true)) {
+        match schema.get_mut("type") {
+            Some(Value::String(kind)) => {
+                let kind = std::mem::take(kind);
+                schema.insert("type".to_owned(), json!([kind, "null"]));
             }
-            if let Some(Value::Array(values)) = schema.get_mut("enum") {
-                if !values.contains(&Value::Null) {
-                    values.push(Value::Null);
-                }
+            Some(Value::Array(kinds)) if !kinds.contains(&json!("null")) => {
+                kinds.push(json!("null"));
             }
+            Some(_) => {}
+            None => {
+                let rest = std::mem::take(schema);
+                schema.insert("anyOf".to_owned(), json!([rest, {"type": "null"}]));
+                return;
+            }
+        }
+        if let Some(Value::Array(values)) = schema.get_mut("enum")
+            && !values.contains(&Value::Null)
+        {
+            values.push(Value::Null);
         }
     }
     for (exclusive, bound) in [
@@ -575,10 +573,8 @@ fn from_openapi_30(schema: &mut Map<String, Value>) {
         if let Some(Value::Bool(flag)) = schema.get(exclusive) {
             let flag = *flag;
             schema.remove(exclusive);
-            if flag {
-                if let Some(limit) = schema.remove(bound) {
-                    schema.insert(exclusive.to_owned(), limit);
-                }
+            if flag && let Some(limit) = schema.remove(bound) {
+                schema.insert(exclusive.to_owned(), limit);
             }
         }
     }
