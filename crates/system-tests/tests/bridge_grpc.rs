@@ -244,65 +244,19 @@ async fn selections_that_match_nothing_are_refused() {
 /// the call after it, each by `sh`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn readme_bring_an_existing_grpc_service_runs_as_printed() {
-    use toolmesh_system_tests::readme::{blocks_under, shell, text, toolmesh_on_path};
-    let blocks = blocks_under("Bring an existing gRPC service", "sh");
-    assert_eq!(blocks.len(), 1, "a `bridge grpc` block");
-    let lines: Vec<&str> = blocks[0]
-        .text
-        .lines()
-        .filter(|l| !l.trim().is_empty())
-        .collect();
-    assert_eq!(lines.len(), 2, "{lines:?}");
+    use toolmesh_system_tests::readme::{bridge_block_policy, bridge_block_runs};
     let dir = temp_dir("readme-bridge-grpc");
     let policy = dir.join("policy.toml");
-    std::fs::write(
-        &policy,
-        r#"
-[auth]
-allow_anonymous = true
-anonymous = { principal = "anonymous", tenant = "dev", roles = ["agent"] }
-
-[[callers]]
-token = "readme-executor"
-principal = "library-bridge"
-tenant = "dev"
-roles = ["executor"]
-
-[[grants]]
-name = "everything"
-tools = ["*"]
-"#,
-    )
-    .unwrap();
+    std::fs::write(&policy, bridge_block_policy()).unwrap();
     let (_target, target_addr) = grpc_target(0);
     let (_serve, addr) = serve(&["--policy", policy.to_str().unwrap()]);
-    let path = toolmesh_on_path(dir.path());
-    let env = [
-        ("TOOLMESH_SERVER", addr.as_str()),
-        ("TOKEN", "readme-executor"),
-    ];
-    let bridge_line = lines[0]
-        .replace("127.0.0.1:7070", &addr)
-        .replace("127.0.0.1:50051", &target_addr);
-    let mut command = Command::new("sh");
-    command
-        .args(["-c", &format!("exec {bridge_line}")])
-        .current_dir(dir.path())
-        .env("PATH", &path)
-        .envs(env.iter().copied());
-    for var in CLIENT_ENV {
-        command.env_remove(var);
-    }
-    let bridge = Proc::spawn("readme bridge grpc", command);
-    bridge.listen_addr();
-    let called = eventually("the README's call answers", READY, || {
-        let output = shell(lines[1], dir.path(), &path, &env);
-        std::future::ready(output.status.success().then_some(output))
-    })
+    let called = bridge_block_runs(
+        "Bring an existing gRPC service",
+        dir.path(),
+        &addr,
+        &[("127.0.0.1:50051", &target_addr)],
+        READY,
+    )
     .await;
-    assert!(
-        text(&called.stdout).contains("Dune"),
-        "{}",
-        text(&called.stdout)
-    );
+    assert!(called.contains("Dune"), "{called}");
 }

@@ -435,3 +435,25 @@ async fn governance_applies_to_bridged_operations() {
     .await;
     assert_eq!(result_json(&added)["id"], "b7");
 }
+
+/// README's "Bring an existing HTTP API" runs as printed: the bridge line
+/// beside a running mesh (the README's addresses and `$TOKEN` filled in
+/// with this run's) and the call after it, each by `sh`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn readme_bring_an_existing_http_api_runs_as_printed() {
+    use toolmesh_system_tests::readme::{bridge_block_policy, bridge_block_runs};
+    let dir = temp_dir("readme-bridge-openapi");
+    let policy = dir.join("policy.toml");
+    std::fs::write(&policy, bridge_block_policy()).unwrap();
+    let (_app, app_addr) = bookshop(0);
+    let (_serve, addr) = serve(&["--policy", policy.to_str().unwrap()]);
+    let called = bridge_block_runs(
+        "Bring an existing HTTP API",
+        dir.path(),
+        &addr,
+        &[("127.0.0.1:8000", &app_addr)],
+        READY,
+    )
+    .await;
+    assert!(called.contains("Dune"), "{called}");
+}
