@@ -21,6 +21,15 @@ pub(crate) const IDEMPOTENT_EXTENSION: &str = "x-idempotent";
 const IGNORED_HEADERS: [&str; 3] = ["accept", "content-type", "authorization"];
 /// Keywords whose values are data, not schemas: never rewritten.
 const DATA_KEYWORDS: [&str; 5] = ["example", "examples", "default", "enum", "const"];
+/// Keywords whose values map names to schemas (a property may be called
+/// `default` or `example`).
+const NAMED_SCHEMAS: [&str; 5] = [
+    "properties",
+    "patternProperties",
+    "dependentSchemas",
+    "$defs",
+    "definitions",
+];
 
 /// Why a document cannot be read.
 #[derive(Debug, thiserror::Error)]
@@ -466,7 +475,16 @@ impl<'a> Schemas<'a> {
             Value::Object(object) => {
                 let mut out = Map::new();
                 for (key, value) in object {
-                    if DATA_KEYWORDS.contains(&key.as_str()) {
+                    if let (true, Value::Object(named)) =
+                        (NAMED_SCHEMAS.contains(&key.as_str()), value)
+                    {
+                        // Names, not keywords: each value a schema.
+                        let schemas = named
+                            .iter()
+                            .map(|(name, schema)| (name.clone(), self.rewrite(schema)))
+                            .collect();
+                        out.insert(key.clone(), Value::Object(schemas));
+                    } else if DATA_KEYWORDS.contains(&key.as_str()) {
                         out.insert(key.clone(), value.clone());
                     } else if key == "$ref" {
                         out.insert(key.clone(), self.reference(value));
@@ -628,6 +646,7 @@ components:
       required: [name]
       properties:
         name: {type: string, maxLength: 20, nullable: true}
+        default: {$ref: "#/components/schemas/Pet"}
         weight: {type: number, minimum: 0, exclusiveMinimum: true}
         parent: {$ref: "#/components/schemas/Pet"}
 "##;
@@ -675,6 +694,10 @@ components:
         assert_eq!(pet["properties"]["weight"]["exclusiveMinimum"], 0);
         assert!(pet["properties"]["weight"].get("minimum").is_none());
         assert_eq!(pet["properties"]["parent"]["$ref"], "#/$defs/Pet");
+        assert_eq!(
+            pet["properties"]["default"]["$ref"], "#/$defs/Pet",
+            "a property called default"
+        );
         toolmesh::schema::compile(output).expect("the output schema compiles");
 
         let delete = operation(&document, "delete_pets_pet_id");
