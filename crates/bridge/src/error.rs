@@ -75,9 +75,10 @@ pub enum BridgeError {
     /// Nothing to expose.
     #[error("{upstream} offers no tool to expose{selected}; it offers: {offered}")]
     NoTools {
-        /// The upstream, as "the MCP server `cmd`" or "the gRPC service at HOST:PORT".
+        /// The upstream, as "the MCP server `cmd`", "the gRPC service at
+        /// HOST:PORT" or "the HTTP API described by URL".
         upstream: String,
-        /// ` matching --tools …` (or `--methods`), when given.
+        /// ` matching --tools …` (or `--methods`, `--operations`), when given.
         selected: String,
         /// The upstream's tool names, or "nothing".
         offered: String,
@@ -99,6 +100,35 @@ pub enum BridgeError {
         /// What went wrong.
         reason: String,
     },
+    /// A `--spec` that is neither a URL nor a file name.
+    #[error("--spec {0:?} is not an OpenAPI document's URL or file: {1}")]
+    BadSpec(String, String),
+    /// A `--base-url` that is not an http(s) URL.
+    #[error("--base-url {0:?}: write it as http://HOST:PORT/PATH or https://HOST/PATH")]
+    BadBaseUrl(String),
+    /// The OpenAPI document could not be fetched or read, or names no
+    /// server to call.
+    #[error("the OpenAPI document {spec} could not be used: {reason}")]
+    Document {
+        /// Its URL or file.
+        spec: String,
+        /// What went wrong.
+        reason: String,
+    },
+    /// The document is not one the bridge reads.
+    #[error(
+        "the document {spec} cannot be bridged: {reason}; give an OpenAPI 3.0 or 3.1 document in JSON or YAML"
+    )]
+    NotOpenApi {
+        /// Its URL or file.
+        spec: String,
+        /// What it is instead.
+        reason: String,
+    },
+    /// `--bearer-file`, `--bearer-env` or `--header-env` that gives no
+    /// usable credential.
+    #[error("{0}")]
+    Credentials(String),
     /// The task that follows the upstream stopped unexpectedly.
     #[error(
         "the bridge stopped following the upstream MCP server ({0}); it drained and exits so it can be started again"
@@ -124,6 +154,10 @@ impl BridgeError {
             | BridgeError::Tools(_)
             | BridgeError::BadTarget(..)
             | BridgeError::NoService(..)
+            | BridgeError::BadSpec(..)
+            | BridgeError::BadBaseUrl(..)
+            | BridgeError::NotOpenApi { .. }
+            | BridgeError::Credentials(_)
             | BridgeError::NoTools { .. } => true,
             BridgeError::Executor(e) => matches!(
                 e,
@@ -132,6 +166,7 @@ impl BridgeError {
             BridgeError::Connect { .. }
             | BridgeError::List { .. }
             | BridgeError::Reflection { .. }
+            | BridgeError::Document { .. }
             | BridgeError::Supervisor(_) => false,
         }
     }

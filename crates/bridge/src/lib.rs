@@ -1,4 +1,4 @@
-//! Existing services as toolmesh executors: an MCP server (`toolmesh bridge mcp`) or a gRPC service with server reflection (`toolmesh bridge grpc`).
+//! Existing services as toolmesh executors: an MCP server (`toolmesh bridge mcp`), a gRPC service with server reflection (`toolmesh bridge grpc`) or an HTTP API described by an OpenAPI document (`toolmesh bridge openapi`).
 //!
 //! The MCP bridge is an MCP client of one upstream server — a command it
 //! starts and speaks to over stdio, or a Streamable HTTP URL; of the
@@ -14,12 +14,15 @@
 //!
 //! The gRPC bridge reads a service's descriptors by server reflection and
 //! registers each selected unary method as a tool whose schemas follow the
-//! proto3 JSON mapping; a call is transcoded to protobuf and back. Both
-//! share the supervisor ([`supervisor::ToolSource`]), the selection and
-//! naming, and the health they report.
+//! proto3 JSON mapping; a call is transcoded to protobuf and back. The
+//! OpenAPI bridge registers each selected operation of the document as a
+//! tool and turns a call into the HTTP request. All three share the
+//! supervisor ([`supervisor::ToolSource`]), the selection and naming, and
+//! the health they report.
 //!
 //! The upstream sees the bridge's own identity and credentials (its
-//! `--header` / `--bearer-env`, never a caller's token), and a stdio child
+//! `--header` / `--bearer-env` / `--bearer-file` / `--header-env`, never a
+//! caller's token), and a stdio child
 //! does not inherit the bridge's `TOOLMESH_*` environment.
 #![forbid(unsafe_code)]
 
@@ -30,6 +33,7 @@ mod grpc;
 mod http;
 mod mapping;
 mod mcp;
+mod openapi;
 mod supervisor;
 mod upstream;
 
@@ -37,6 +41,7 @@ pub use error::BridgeError;
 pub use grpc::{GrpcBridgeOptions, GrpcTarget};
 pub use http::{HttpsFiles, HttpsSettings};
 pub use mapping::{ProblemKind, ServerIdentity, ToolProblem, ToolSelection};
+pub use openapi::{OpenApiBridgeOptions, OutboundAuth, SpecLocation};
 pub use supervisor::{BACKOFF_INITIAL, BACKOFF_MAX};
 pub use upstream::Upstream;
 

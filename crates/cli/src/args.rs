@@ -684,7 +684,7 @@ impl BridgeArgs {
     pub(crate) fn mcp(&self) -> Option<&BridgeMcpArgs> {
         match &self.kind {
             BridgeKind::Mcp(args) => Some(args),
-            BridgeKind::Grpc(_) => None,
+            BridgeKind::Grpc(_) | BridgeKind::Openapi(_) => None,
         }
     }
 
@@ -693,6 +693,7 @@ impl BridgeArgs {
         match &self.kind {
             BridgeKind::Mcp(args) => &args.serve,
             BridgeKind::Grpc(args) => &args.serve,
+            BridgeKind::Openapi(args) => &args.serve,
         }
     }
 }
@@ -714,6 +715,14 @@ pub(crate) enum BridgeKind {
         after_help = "Examples:\n  toolmesh bridge grpc --registry 127.0.0.1:7070 --target 127.0.0.1:50051\n  toolmesh bridge grpc --target orders:50051 --services Orders --methods '*.Get*' --rename Orders_GetOrder=get_order"
     )]
     Grpc(BridgeGrpcArgs),
+    /// An HTTP API described by an OpenAPI 3.0 or 3.1 document (JSON or
+    /// YAML) as an executor: each operation a tool named by its
+    /// operationId, its input from the path, query and header parameters
+    /// and the JSON body (under `body`), its output from the 2xx response.
+    #[command(
+        after_help = "Examples:\n  toolmesh bridge openapi --registry 127.0.0.1:7070 --spec http://127.0.0.1:8000/openapi.json\n  toolmesh bridge openapi --spec api.yaml --base-url https://api.example.com/v2 --bearer-env API_TOKEN --operations 'get_*,list_*'"
+    )]
+    Openapi(BridgeOpenApiArgs),
 }
 
 /// What every bridge says of the tools it brings in beyond what the
@@ -774,6 +783,41 @@ pub(crate) struct BridgeGrpcArgs {
     /// globs with `*` and `?` (comma-separated); default all unary ones.
     #[arg(long, value_delimiter = ',', value_name = "GLOB")]
     pub(crate) methods: Vec<String>,
+}
+
+/// `toolmesh bridge openapi`.
+#[derive(Debug, Args, Clone)]
+pub(crate) struct BridgeOpenApiArgs {
+    /// Where the bridge listens, what it advertises, how it registers.
+    #[command(flatten)]
+    pub(crate) serve: toolmesh_examples::ServeFlags,
+    /// Names, renames, risk, idempotency and timeout of the tools.
+    #[command(flatten)]
+    pub(crate) tools: BridgeToolFlags,
+    /// The OpenAPI document: its http(s):// URL (fetched again as the API
+    /// is probed) or a file.
+    #[arg(long, value_name = "URL|FILE")]
+    pub(crate) spec: String,
+    /// Where the operations' paths are appended (default: the document's
+    /// first server, else the origin of --spec's URL).
+    #[arg(long, value_name = "URL")]
+    pub(crate) base_url: Option<String>,
+    /// The operations to expose: operationIds or globs with `*` and `?`
+    /// (comma-separated); default all.
+    #[arg(long, value_delimiter = ',', value_name = "GLOB")]
+    pub(crate) operations: Vec<String>,
+    /// Send `Authorization: Bearer …` with the token this file holds (read
+    /// again as the API is probed, so a rotated token is picked up).
+    #[arg(long, value_name = "PATH", conflicts_with = "bearer_env")]
+    pub(crate) bearer_file: Option<std::path::PathBuf>,
+    /// Send `Authorization: Bearer …` with the token this environment
+    /// variable holds.
+    #[arg(long, value_name = "VAR")]
+    pub(crate) bearer_env: Option<String>,
+    /// Send the header NAME with the value this environment variable holds
+    /// (repeatable), e.g. an API key: --header-env X-Api-Key=API_KEY.
+    #[arg(long, value_name = "NAME=VAR")]
+    pub(crate) header_env: Vec<String>,
 }
 
 /// `toolmesh bridge mcp`.

@@ -1,15 +1,16 @@
-//! `toolmesh bridge mcp` and `toolmesh bridge grpc`: read the flags into `toolmesh-bridge`'s options, print the lines scripts wait for, and serve until SIGTERM.
+//! `toolmesh bridge mcp`, `toolmesh bridge grpc` and `toolmesh bridge openapi`: read the flags into `toolmesh-bridge`'s options, print the lines scripts wait for, and serve until SIGTERM.
 
 use crate::Failure;
 use crate::args::{
-    BridgeArgs, BridgeGrpcArgs, BridgeKind, BridgeMcpArgs, BridgeToolFlags, FlagError,
+    BridgeArgs, BridgeGrpcArgs, BridgeKind, BridgeMcpArgs, BridgeOpenApiArgs, BridgeToolFlags,
+    FlagError,
 };
 use std::time::Duration;
 use toolmesh::ToolPattern;
 use toolmesh::pb::RiskLevel;
 use toolmesh_bridge::{
-    Bridge, BridgeError, BridgeOptions, GrpcBridgeOptions, GrpcTarget, HttpsFiles, ToolSelection,
-    Upstream,
+    Bridge, BridgeError, BridgeOptions, GrpcBridgeOptions, GrpcTarget, HttpsFiles,
+    OpenApiBridgeOptions, OutboundAuth, SpecLocation, ToolSelection, Upstream,
 };
 
 /// Longest `--timeout-ms` a tool may declare.
@@ -22,6 +23,10 @@ pub(crate) async fn run(args: BridgeArgs, tls: &toolmesh_transport::Tls) -> Resu
     let (kind, bridge) = match &args.kind {
         BridgeKind::Mcp(args) => ("mcp", Bridge::start(options(args, tls)?).await),
         BridgeKind::Grpc(args) => ("grpc", Bridge::start_grpc(grpc_options(args, tls)?).await),
+        BridgeKind::Openapi(args) => (
+            "openapi",
+            Bridge::start_openapi(openapi_options(args, tls)?).await,
+        ),
     };
     let bridge = bridge.map_err(failure)?;
     println!(
@@ -58,7 +63,8 @@ fn failure(error: BridgeError) -> Failure {
         e if e.is_usage() => Failure::Usage(e.to_string()),
         e @ (BridgeError::Connect { .. }
         | BridgeError::List { .. }
-        | BridgeError::Reflection { .. }) => Failure::Unavailable(e.to_string()),
+        | BridgeError::Reflection { .. }
+        | BridgeError::Document { .. }) => Failure::Unavailable(e.to_string()),
         e => Failure::Failed(e.to_string()),
     }
 }
@@ -111,7 +117,37 @@ fn grpc_options(
     })
 }
 
-/// The globs (`--tools`, `--methods`), `--rename`, `--risk`,
+/// The OpenAPI bridge options the flags ask for, or what is wrong with a
+/// flag.
+fn openapi_options(
+    args: &BridgeOpenApiArgs,
+    tls: &toolmesh_transport::Tls,
+) -> Result<OpenApiBridgeOptions, FlagError> {
+    let base_url = args
+        .base_url
+        .as_deref()
+        .map(SpecLocation::base_url)
+        .transpose()?;
+    let header_env = args
+        .header_env
+        .iter()
+        .map(|pair| split_pair("--header-env", pair, "NAME=VAR"))
+        .collect::<Result<_, _>>()?;
+    Ok(OpenApiBridgeOptions {
+        spec: SpecLocation::parse(&args.spec)?,
+        base_url,
+        auth: OutboundAuth {
+            bearer_file: args.bearer_file.clone(),
+            bearer_env: args.bearer_env.clone(),
+            header_env,
+        },
+        name: args.tools.name.clone(),
+        selection: selection(&args.tools, &args.operations)?,
+        serve: args.serve.serve_options(tls.clone()),
+    })
+}
+
+/// The globs (`--tools`, `--methods`, `--operations`), `--rename`, `--risk`,
 /// `--idempotent`, `--timeout-ms`, `--owner`, `--tag` and `--owner-tag` as
 /// a [`ToolSelection`].
 fn selection(args: &BridgeToolFlags, globs: &[String]) -> Result<ToolSelection, FlagError> {

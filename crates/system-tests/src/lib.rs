@@ -393,6 +393,19 @@ pub fn code(response: &InvokeResponse) -> i32 {
         .map_or(0, |e| e.code)
 }
 
+/// The error code of a response as the enum (`Unspecified` on success).
+pub fn error_code(response: &InvokeResponse) -> toolmesh::pb::ErrorCode {
+    toolmesh::pb::ErrorCode::try_from(code(response))
+        .unwrap_or(toolmesh::pb::ErrorCode::Unspecified)
+}
+
+/// A successful result's output as JSON, or a panic with the error.
+pub fn result_json(response: &InvokeResponse) -> serde_json::Value {
+    let result = response.result.as_ref().expect("a result");
+    assert_eq!(code(response), 0, "{}", message(response));
+    serde_json::from_str(&result.output).unwrap_or_else(|e| panic!("{e}: {}", result.output))
+}
+
 /// The error message of a response ("" on success).
 pub fn message(response: &InvokeResponse) -> String {
     response

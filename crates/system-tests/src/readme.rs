@@ -103,3 +103,68 @@ pub fn shell(line: &str, dir: &Path, path: &std::ffi::OsStr, env: &[(&str, &str)
     command.envs(env.iter().copied());
     command.output().expect("run sh")
 }
+
+/// The executor token a README bridge block's `$TOKEN` stands for, known
+/// to [`bridge_block_policy`].
+pub const README_EXECUTOR_TOKEN: &str = "readme-executor";
+
+/// A mesh policy for a README bridge block: anonymous agents of tenant dev
+/// may use every tool, and [`README_EXECUTOR_TOKEN`] is an executor.
+pub fn bridge_block_policy() -> String {
+    crate::PolicyBuilder::new()
+        .anonymous("anonymous", "dev", &["agent"])
+        .caller(
+            crate::Caller::token(README_EXECUTOR_TOKEN, "readme-bridge")
+                .tenant("dev")
+                .roles(&["executor"]),
+        )
+        .grant("everything", &[], &["*"])
+        .build_toml()
+}
+
+/// The README's block under `heading` — a `toolmesh bridge …` line, then
+/// a call — run as printed in `dir` beside the mesh at `mesh` (whose policy
+/// is [`bridge_block_policy`]): the bridge line, with the README's
+/// `127.0.0.1:7070` and each of `targets` replaced by this run's
+/// addresses, started by `sh`; then the call, by `sh`, until it succeeds
+/// within `ready`. Answers what the call printed.
+pub async fn bridge_block_runs(
+    heading: &str,
+    dir: &Path,
+    mesh: &str,
+    targets: &[(&str, &str)],
+    ready: std::time::Duration,
+) -> String {
+    use crate::TestProc;
+    let blocks = blocks_under(heading, "sh");
+    assert_eq!(blocks.len(), 1, "one block under {heading:?}");
+    let lines: Vec<&str> = blocks[0]
+        .text
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .collect();
+    assert_eq!(lines.len(), 2, "{lines:?}");
+    let path = toolmesh_on_path(dir);
+    let env = [("TOOLMESH_SERVER", mesh), ("TOKEN", README_EXECUTOR_TOKEN)];
+    let mut bridge_line = lines[0].replace("127.0.0.1:7070", mesh);
+    for (printed, real) in targets {
+        bridge_line = bridge_line.replace(printed, real);
+    }
+    let mut command = Command::new("sh");
+    command
+        .args(["-c", &format!("exec {bridge_line}")])
+        .current_dir(dir)
+        .env("PATH", &path)
+        .envs(env.iter().copied());
+    for var in crate::CLIENT_ENV {
+        command.env_remove(var);
+    }
+    let bridge = crate::Proc::spawn(&format!("readme {heading}"), command);
+    bridge.listen_addr();
+    let called = crate::eventually("the README's call answers", ready, || {
+        let output = shell(lines[1], dir, &path, &env);
+        std::future::ready(output.status.success().then_some(output))
+    })
+    .await;
+    text(&called.stdout)
+}

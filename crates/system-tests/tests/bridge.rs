@@ -173,10 +173,6 @@ fn door(scenario: &str, url: &str, env: &[(&str, &str)], checks: &[&str]) {
 }
 
 /// The error code of a response, as the enum.
-fn error_code(response: &toolmesh::pb::InvokeResponse) -> ErrorCode {
-    ErrorCode::try_from(code(response)).unwrap_or(ErrorCode::Unspecified)
-}
-
 fn output(response: &toolmesh::pb::InvokeResponse) -> String {
     response
         .result

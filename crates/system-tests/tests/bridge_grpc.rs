@@ -27,17 +27,6 @@ fn grpc_target(port: u16) -> (Proc, String) {
     (proc, addr)
 }
 
-fn error_code(response: &toolmesh::pb::InvokeResponse) -> ErrorCode {
-    ErrorCode::try_from(code(response)).unwrap_or(ErrorCode::Unspecified)
-}
-
-/// The result's JSON, or a panic with the error.
-fn data(response: &toolmesh::pb::InvokeResponse) -> Value {
-    let result = response.result.as_ref().expect("a result");
-    assert_eq!(code(response), 0, "{}", message(response));
-    serde_json::from_str(&result.output).unwrap_or_else(|e| panic!("{e}: {}", result.output))
-}
-
 fn schema(text: &str) -> Value {
     serde_json::from_str(text).unwrap_or_else(|e| panic!("{e}: {text}"))
 }
@@ -137,7 +126,7 @@ async fn grpcio_service_with_reflection() {
 
     // Calls, both ways through the JSON mapping.
     let got = invoke(&mut client, "Library_GetBook", r#"{"id": "b1"}"#, None).await;
-    let got = data(&got);
+    let got = result_json(&got);
     assert_eq!(got["title"], "Dune");
     assert_eq!(got["pages"], "9007199254740993");
     assert_eq!(got["genre"], "GENRE_FICTION");
@@ -150,7 +139,7 @@ async fn grpcio_service_with_reflection() {
         None,
     )
     .await;
-    let added = data(&added);
+    let added = result_json(&added);
     assert_eq!(added["placed"], "shelf west");
     assert_eq!(added["totalPages"], "9007199254741601");
     let both = invoke(
@@ -168,7 +157,7 @@ async fn grpcio_service_with_reflection() {
     );
     let tree = r#"{"root": {"name": "a", "children": [{"name": "b", "children": [{"name": "c"}]}, {"name": "d"}]}}"#;
     let counted = invoke(&mut client, "count_topics", tree, None).await;
-    assert_eq!(data(&counted)["topics"], 4);
+    assert_eq!(result_json(&counted)["topics"], 4);
 
     // INVALID_ARGUMENT: a tool error quoting the service.
     let missing = invoke(&mut client, "Library_GetBook", r#"{"id": "nope"}"#, None).await;
@@ -214,7 +203,7 @@ async fn grpcio_service_with_reflection() {
     let (_target, _) = grpc_target(port);
     until_listed(&mut client, &["Library_GetBook"], READY).await;
     let again = invoke(&mut client, "Library_GetBook", r#"{"id": "b1"}"#, None).await;
-    assert_eq!(data(&again)["title"], "Dune");
+    assert_eq!(result_json(&again)["title"], "Dune");
     assert_eq!(health_status(&bridge_addr, "").await, 1, "SERVING");
 }
 
@@ -255,65 +244,19 @@ async fn selections_that_match_nothing_are_refused() {
 /// the call after it, each by `sh`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn readme_bring_an_existing_grpc_service_runs_as_printed() {
-    use toolmesh_system_tests::readme::{blocks_under, shell, text, toolmesh_on_path};
-    let blocks = blocks_under("Bring an existing gRPC service", "sh");
-    assert_eq!(blocks.len(), 1, "a `bridge grpc` block");
-    let lines: Vec<&str> = blocks[0]
-        .text
-        .lines()
-        .filter(|l| !l.trim().is_empty())
-        .collect();
-    assert_eq!(lines.len(), 2, "{lines:?}");
+    use toolmesh_system_tests::readme::{bridge_block_policy, bridge_block_runs};
     let dir = temp_dir("readme-bridge-grpc");
     let policy = dir.join("policy.toml");
-    std::fs::write(
-        &policy,
-        r#"
-[auth]
-allow_anonymous = true
-anonymous = { principal = "anonymous", tenant = "dev", roles = ["agent"] }
-
-[[callers]]
-token = "readme-executor"
-principal = "library-bridge"
-tenant = "dev"
-roles = ["executor"]
-
-[[grants]]
-name = "everything"
-tools = ["*"]
-"#,
-    )
-    .unwrap();
+    std::fs::write(&policy, bridge_block_policy()).unwrap();
     let (_target, target_addr) = grpc_target(0);
     let (_serve, addr) = serve(&["--policy", policy.to_str().unwrap()]);
-    let path = toolmesh_on_path(dir.path());
-    let env = [
-        ("TOOLMESH_SERVER", addr.as_str()),
-        ("TOKEN", "readme-executor"),
-    ];
-    let bridge_line = lines[0]
-        .replace("127.0.0.1:7070", &addr)
-        .replace("127.0.0.1:50051", &target_addr);
-    let mut command = Command::new("sh");
-    command
-        .args(["-c", &format!("exec {bridge_line}")])
-        .current_dir(dir.path())
-        .env("PATH", &path)
-        .envs(env.iter().copied());
-    for var in CLIENT_ENV {
-        command.env_remove(var);
-    }
-    let bridge = Proc::spawn("readme bridge grpc", command);
-    bridge.listen_addr();
-    let called = eventually("the README's call answers", READY, || {
-        let output = shell(lines[1], dir.path(), &path, &env);
-        std::future::ready(output.status.success().then_some(output))
-    })
+    let called = bridge_block_runs(
+        "Bring an existing gRPC service",
+        dir.path(),
+        &addr,
+        &[("127.0.0.1:50051", &target_addr)],
+        READY,
+    )
     .await;
-    assert!(
-        text(&called.stdout).contains("Dune"),
-        "{}",
-        text(&called.stdout)
-    );
+    assert!(called.contains("Dune"), "{called}");
 }
