@@ -3,6 +3,8 @@
 //! everything unchanged with that of N and costs only what changed.
 
 use crate::document::{Analyzed, FIELDS};
+use crate::postings::{Posting, Postings};
+use std::collections::HashMap;
 use std::sync::Arc;
 use toolmesh::{Snapshot, ToolDef};
 
@@ -20,15 +22,27 @@ pub(crate) struct Doc {
     terms: Box<[Box<str>]>,
 }
 
-/// One definition holding one term, with the term's frequency per field.
-#[derive(Debug, Clone)]
-pub(crate) struct Posting {
-    pub(crate) doc: Arc<Doc>,
-    pub(crate) frequencies: [u16; FIELDS],
+impl Doc {
+    /// `def` analyzed as definition `id`, with each of its terms'
+    /// frequencies per field.
+    pub(crate) fn analyzed(
+        id: DocId,
+        def: Arc<ToolDef>,
+    ) -> (Arc<Doc>, HashMap<String, [u16; FIELDS]>) {
+        let analyzed = Analyzed::of(&def);
+        let doc = Arc::new(Doc {
+            id,
+            def,
+            lengths: analyzed.lengths,
+            terms: analyzed
+                .frequencies
+                .keys()
+                .map(|t| t.as_str().into())
+                .collect(),
+        });
+        (doc, analyzed.frequencies)
+    }
 }
-
-/// The postings of one term, by definition.
-pub(crate) type Postings = imbl::HashMap<DocId, Posting>;
 
 /// The search index of one snapshot. Cloning is cheap (shared structure),
 /// and [`advance`](Self::advance) costs what the snapshot change touched.
@@ -126,29 +140,22 @@ impl SearchIndex {
 
     /// Analyzes `def` and adds its postings.
     fn insert(&mut self, def: Arc<ToolDef>) -> Arc<Doc> {
-        let analyzed = Analyzed::of(&def);
         let id = self.next_id;
         self.next_id += 1;
         self.documents += 1;
-        let doc = Arc::new(Doc {
-            id,
-            def,
-            lengths: analyzed.lengths,
-            terms: analyzed
-                .frequencies
-                .keys()
-                .map(|t| t.as_str().into())
-                .collect(),
-        });
-        for (term, frequencies) in analyzed.frequencies {
+        let (doc, frequencies) = Doc::analyzed(id, def);
+        let lengths = doc.lengths.map(|l| u16::try_from(l).unwrap_or(u16::MAX));
+        for (term, frequencies) in frequencies {
             let posting = Posting {
+                id,
                 doc: doc.clone(),
                 frequencies,
+                lengths,
             };
             self.postings
                 .entry(term.into_boxed_str())
                 .or_default()
-                .insert(id, posting);
+                .insert(posting);
         }
         doc
     }
@@ -158,7 +165,7 @@ impl SearchIndex {
         self.documents -= 1;
         for term in &doc.terms {
             let now_empty = self.postings.get_mut(term).is_some_and(|postings| {
-                postings.remove(&doc.id);
+                postings.remove(doc.id);
                 postings.is_empty()
             });
             if now_empty {

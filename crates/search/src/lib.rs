@@ -6,6 +6,7 @@
 mod analyze;
 mod document;
 mod index;
+mod postings;
 mod query;
 mod rank;
 

@@ -5,8 +5,10 @@
 
 use crate::document::{FIELDS, Field};
 use crate::index::{Doc, SearchIndex};
+use crate::postings::Posting;
 use crate::query::Query;
-use std::collections::HashMap;
+use std::cmp::Ordering;
+use std::collections::BinaryHeap;
 use std::sync::Arc;
 use toolmesh::ToolDef;
 
@@ -81,7 +83,106 @@ impl Ranking {
     fn b(&self, field: Field) -> f64 {
         self.length_normalization[field.index()]
     }
+
+    /// BM25F's combined term frequency of `posting` in `view`: each
+    /// field's frequency weighted and normalized by the field's length
+    /// against the view's average.
+    fn term_frequency(&self, posting: &Posting, view: &PreparedView) -> f64 {
+        Field::ALL
+            .iter()
+            .map(|&field| {
+                let i = field.index();
+                let frequency = f64::from(posting.frequencies[i]);
+                if frequency == 0.0 {
+                    return 0.0;
+                }
+                let relative = match view.average_lengths[i] {
+                    average if average > 0.0 => f64::from(posting.lengths[i]) / average,
+                    _ => 1.0,
+                };
+                let norm = 1.0 - self.b(field) + self.b(field) * relative;
+                self.weight(field) * frequency / norm
+            })
+            .sum()
+    }
 }
+
+/// The best matches offered so far, at most `limit`: a heap whose top is
+/// the worst kept, so a definition that cannot enter costs one comparison
+/// and the filter runs only on those that would.
+struct Best<'a> {
+    limit: usize,
+    heap: BinaryHeap<Candidate<'a>>,
+}
+
+/// A scored definition; greater is worse (lower score, then later name,
+/// then later number), so the heap's top is the first to leave.
+struct Candidate<'a> {
+    doc: &'a Arc<Doc>,
+    score: f64,
+}
+
+impl Ord for Candidate<'_> {
+    fn cmp(&self, other: &Self) -> Ordering {
+        other
+            .score
+            .total_cmp(&self.score)
+            .then_with(|| self.doc.def.name().cmp(other.doc.def.name()))
+            .then_with(|| self.doc.id.cmp(&other.doc.id))
+    }
+}
+
+impl PartialOrd for Candidate<'_> {
+    fn partial_cmp(&self, other: &Self) -> Option<Ordering> {
+        Some(self.cmp(other))
+    }
+}
+
+impl PartialEq for Candidate<'_> {
+    fn eq(&self, other: &Self) -> bool {
+        self.cmp(other) == Ordering::Equal
+    }
+}
+
+impl Eq for Candidate<'_> {}
+
+impl<'a> Best<'a> {
+    fn new(limit: usize) -> Self {
+        Best {
+            limit,
+            heap: BinaryHeap::with_capacity(limit.min(MAX_KEPT) + 1),
+        }
+    }
+
+    /// Keeps `doc` if it is among the best so far and `keep` accepts it.
+    fn offer(&mut self, doc: &'a Arc<Doc>, score: f64, keep: impl Fn(&ToolDef) -> bool) {
+        let candidate = Candidate { doc, score };
+        let enters = self.heap.len() < self.limit
+            || self.heap.peek().is_some_and(|worst| candidate < *worst);
+        if enters && keep(&doc.def) {
+            self.heap.push(candidate);
+            if self.heap.len() > self.limit {
+                self.heap.pop();
+            }
+        }
+    }
+
+    /// The matches kept, best first.
+    fn into_matches(self) -> Vec<Match> {
+        self.heap
+            .into_sorted_vec()
+            .into_iter()
+            .map(|c| Match {
+                def: c.doc.def.clone(),
+                score: c.score,
+            })
+            .collect()
+    }
+}
+
+/// The heap's capacity reserved up front at most (a limit is clamped by
+/// callers; this only bounds the allocation of an unclamped one).
+const MAX_KEPT: usize = 1024;
 
 /// One tool found, with its score (higher is better).
 #[derive(Debug, Clone)]
@@ -108,60 +209,44 @@ impl SearchIndex {
         if query.terms.is_empty() || limit == 0 {
             return Vec::new();
         }
-        let stats = view;
-        let mut scores: HashMap<u64, (&Arc<Doc>, f64)> = HashMap::new();
+        // One cursor per query term over the postings the view holds, each
+        // with the term's weight in this view; the cursors advance together
+        // in definition order, so each definition is scored once, from
+        // postings alone, and only the best `limit` are kept.
+        let mut cursors = Vec::new();
         for term in &query.terms {
             let Some(postings) = self.postings.get(term.as_str()) else {
                 continue;
             };
-            let visible: Vec<_> = postings
-                .values()
-                .filter(|p| view.contains(p.doc.id))
-                .collect();
-            if visible.is_empty() {
+            let visible = || postings.values().filter(|p| view.contains(p.id));
+            let df = visible().count();
+            if df == 0 {
                 continue;
             }
-            let df = visible.len() as f64;
-            let idf = (1.0 + (stats.documents - df + 0.5) / (df + 0.5)).ln();
-            for posting in visible {
-                let tf: f64 = Field::ALL
-                    .iter()
-                    .map(|&field| {
-                        let i = field.index();
-                        let frequency = f64::from(posting.frequencies[i]);
-                        if frequency == 0.0 {
-                            return 0.0;
-                        }
-                        let relative = match stats.average_lengths[i] {
-                            average if average > 0.0 => f64::from(posting.doc.lengths[i]) / average,
-                            _ => 1.0,
-                        };
-                        let norm = 1.0 - ranking.b(field) + ranking.b(field) * relative;
-                        ranking.weight(field) * frequency / norm
-                    })
-                    .sum();
-                let gain = idf * tf / (ranking.k1 + tf);
-                scores
-                    .entry(posting.doc.id)
-                    .or_insert((&posting.doc, 0.0))
-                    .1 += gain;
+            let df = df as f64;
+            let idf = (1.0 + (view.documents - df + 0.5) / (df + 0.5)).ln();
+            cursors.push((idf, visible().peekable()));
+        }
+        let mut best = Best::new(limit);
+        while let Some(id) = cursors
+            .iter_mut()
+            .filter_map(|(_, cursor)| cursor.peek().map(|p| p.id))
+            .min()
+        {
+            let mut score = 0.0;
+            let mut doc = None;
+            for (idf, cursor) in &mut cursors {
+                if let Some(posting) = cursor.next_if(|p| p.id == id) {
+                    let tf = ranking.term_frequency(posting, view);
+                    score += *idf * tf / (ranking.k1 + tf);
+                    doc = Some(&posting.doc);
+                }
+            }
+            if let Some(doc) = doc {
+                best.offer(doc, score, &keep);
             }
         }
-        let mut found: Vec<Match> = scores
-            .into_values()
-            .filter(|(doc, _)| keep(&doc.def))
-            .map(|(doc, score)| Match {
-                def: doc.def.clone(),
-                score,
-            })
-            .collect();
-        found.sort_by(|a, b| {
-            b.score
-                .total_cmp(&a.score)
-                .then_with(|| a.def.name().cmp(b.def.name()))
-        });
-        found.truncate(limit);
-        found
+        best.into_matches()
     }
 
     /// `view` resolved against this index: its definitions and its
