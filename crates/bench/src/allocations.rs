@@ -1,11 +1,15 @@
-//! Heap allocations counted while the bench measures one series: the `toolmesh` binary's allocator (in bench builds) reports each to [`note`]; the rest of the time counting is off and costs one relaxed load.
+//! Heap allocations counted while the bench measures one series: the `toolmesh` binary's allocator (in bench builds) reports each to [`note`] and each release to [`note_free`]; the rest of the time counting is off and costs one relaxed load.
 
 use serde::Serialize;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
+use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, Ordering::Relaxed};
 
 static COUNTING: AtomicBool = AtomicBool::new(false);
 static ALLOCATIONS: AtomicU64 = AtomicU64::new(0);
 static BYTES: AtomicU64 = AtomicU64::new(0);
+/// Whether bytes still held are being counted ([`retained`]).
+static HOLDING: AtomicBool = AtomicBool::new(false);
+/// Bytes allocated less bytes released while [`HOLDING`].
+static HELD: AtomicI64 = AtomicI64::new(0);
 
 /// Notes one allocation (or reallocation) of `bytes`; the global allocator
 /// of a bench build calls it for each.
@@ -15,6 +19,31 @@ pub fn note(bytes: usize) {
         ALLOCATIONS.fetch_add(1, Relaxed);
         BYTES.fetch_add(bytes as u64, Relaxed);
     }
+    if HOLDING.load(Relaxed) {
+        HELD.fetch_add(i64::try_from(bytes).unwrap_or(i64::MAX), Relaxed);
+    }
+}
+
+/// Notes the release of `bytes` (a reallocation notes its old size here
+/// and its new one to [`note`]).
+#[inline]
+pub fn note_free(bytes: usize) {
+    if HOLDING.load(Relaxed) {
+        HELD.fetch_sub(i64::try_from(bytes).unwrap_or(i64::MAX), Relaxed);
+    }
+}
+
+/// What `make` builds, with the heap bytes it still holds once built
+/// (allocated less released meanwhile, in the whole process: run it while
+/// nothing else is going on). None for the bytes when nothing was counted:
+/// a build whose allocator does not report to [`note`].
+pub(crate) fn retained<T>(make: impl FnOnce() -> T) -> (T, Option<u64>) {
+    let before = HELD.load(Relaxed);
+    HOLDING.store(true, Relaxed);
+    let made = make();
+    HOLDING.store(false, Relaxed);
+    let held = HELD.load(Relaxed) - before;
+    (made, u64::try_from(held).ok().filter(|&held| held > 0))
 }
 
 /// What one call allocated, on average, in the whole process.

@@ -4,7 +4,8 @@
 //! behind `toolmesh bridge mcp` cost beside it), how the registry behaves
 //! at 10,000 tools, how fresh the
 //! dispatcher's view is when executors die or turn unhealthy, the two
-//! registry stores side by side, and what the result cache saves.
+//! registry stores side by side, and what the result cache saves; tool
+//! search's speed and retrieval quality apart ([`run_search`]).
 //!
 //! [`run`] starts everything it needs on 127.0.0.1 (the `toolmesh` binary as
 //! separate processes, nginx if it is on PATH, and registries, dispatchers
@@ -46,6 +47,7 @@ mod procs;
 mod raw_echo;
 mod report;
 mod scale;
+mod search;
 mod stats;
 mod stores;
 mod turns;
@@ -64,6 +66,11 @@ pub use overhead::{Allocations, ByTarget, MtlsRow, NginxStatus, Overhead, SdkRow
 pub use paging::Paging;
 pub use report::{Report, Target, Verdict};
 pub use scale::{AtSize, ListTools, Propagation, Publish, Scale};
+pub use search::{
+    AtVisible, BfclFunction, Converted, DEVELOPMENT, EvalOptions, HELD_OUT, IndexChange,
+    IndexMemory, Quality, Scores, SearchOptions, SearchReport, SearchSpeed, SetScores, Tuned,
+    mesh_name, run_search, to_spec,
+};
 pub use stats::Latency;
 pub use stores::{Failover, StoreAtSize, Stores};
 

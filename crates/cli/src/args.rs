@@ -332,6 +332,41 @@ pub(crate) enum BenchWhat {
     /// registry replicas and a three-member etcd cluster (etcd on PATH), at
     /// 1/100, 1/10 and the full scale; MET or MISS per target.
     Scale(BenchScaleArgs),
+    /// Tool search: SearchTools beside ListTools at 10,000 and 100,000
+    /// visible tools, index upkeep and memory; with --eval, retrieval
+    /// quality on the Berkeley Function Calling Leaderboard beside a plain
+    /// BM25 (source scripts/prepare/bfcl.sh first).
+    Search(BenchSearchArgs),
+}
+
+/// `toolmesh bench search`.
+#[cfg(feature = "bench")]
+#[derive(Debug, Args, Clone)]
+pub(crate) struct BenchSearchArgs {
+    /// 1,000 and 10,000 tools and fewer calls.
+    #[arg(long)]
+    pub(crate) quick: bool,
+    /// The retrieval evaluation instead of the speed part (development
+    /// categories only, unless --held-out).
+    #[arg(long)]
+    pub(crate) eval: bool,
+    /// With --eval, also score the held-out live_* categories (report
+    /// them; never tune on them).
+    #[arg(long, requires = "eval")]
+    pub(crate) held_out: bool,
+    /// With --eval, search the ranking's parameters for the best on the
+    /// development categories and print them.
+    #[arg(long, requires = "eval", conflicts_with = "held_out")]
+    pub(crate) tune: bool,
+    /// The bfcl-eval package's bfcl_eval/data directory.
+    #[arg(long, value_name = "DIR", env = "TOOLMESH_BFCL_DATA")]
+    pub(crate) bfcl_data: Option<PathBuf>,
+    /// A python with rank_bm25, for the baseline.
+    #[arg(long, value_name = "PATH", env = "TOOLMESH_BFCL_PYTHON")]
+    pub(crate) bfcl_python: Option<PathBuf>,
+    /// Also write the report as JSON to this file.
+    #[arg(long, value_name = "FILE")]
+    pub(crate) json_file: Option<PathBuf>,
 }
 
 /// `toolmesh bench scale`.

@@ -237,6 +237,9 @@ fn node_failure(error: toolmesh_node::NodeError) -> Failure {
 async fn bench(args: args::BenchArgs, arm: toolmesh_procs::ArmParentDeath) -> Result<(), Failure> {
     let exe = std::env::current_exe()
         .map_err(|e| Failure::Failed(format!("cannot find the toolmesh binary: {e}")))?;
+    if let Some(args::BenchWhat::Search(search)) = args.what {
+        return bench_search(search).await;
+    }
     if let Some(args::BenchWhat::Scale(scale)) = args.what {
         let report = toolmesh_bench::run_org(toolmesh_bench::OrgOptions {
             toolmesh_exe: exe,
@@ -257,6 +260,41 @@ async fn bench(args: args::BenchArgs, arm: toolmesh_procs::ArmParentDeath) -> Re
         fixture_exe: exe,
         parent_death: Some(arm),
         quick: args.quick,
+        json: args.json_file,
+    })
+    .await
+    .map_err(|e| Failure::Failed(e.to_string()))?;
+    println!("{report}");
+    Ok(())
+}
+
+#[cfg(feature = "bench")]
+/// `toolmesh bench search`: search speed, or with `--eval` retrieval quality.
+async fn bench_search(args: args::BenchSearchArgs) -> Result<(), Failure> {
+    let eval = if args.eval {
+        let prepared = "source scripts/prepare/bfcl.sh, or give";
+        let data = args.bfcl_data.ok_or_else(|| {
+            Failure::Usage(format!(
+                "--eval needs the BFCL data: {prepared} --bfcl-data DIR"
+            ))
+        })?;
+        let python = args.bfcl_python.ok_or_else(|| {
+            Failure::Usage(format!(
+                "--eval needs a python with rank_bm25: {prepared} --bfcl-python PATH"
+            ))
+        })?;
+        Some(toolmesh_bench::EvalOptions {
+            data,
+            python,
+            held_out: args.held_out,
+            tune: args.tune,
+        })
+    } else {
+        None
+    };
+    let report = toolmesh_bench::run_search(toolmesh_bench::SearchOptions {
+        quick: args.quick,
+        eval,
         json: args.json_file,
     })
     .await

@@ -7,8 +7,9 @@
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
 
-/// In bench builds, mimalloc reporting each allocation to the bench, which
-/// counts them only while it measures allocations per call.
+/// In bench builds, mimalloc reporting each allocation and release to the
+/// bench, which counts them only while it measures allocations per call or
+/// the memory a structure holds.
 #[cfg(feature = "bench")]
 #[global_allocator]
 static ALLOCATOR: counted::Counted = counted::Counted;
@@ -17,7 +18,7 @@ static ALLOCATOR: counted::Counted = counted::Counted;
 mod counted {
     use mimalloc::MiMalloc;
     use std::alloc::{GlobalAlloc, Layout};
-    use toolmesh_bench::allocations::note;
+    use toolmesh_bench::allocations::{note, note_free};
 
     pub(crate) struct Counted;
 
@@ -36,10 +37,12 @@ mod counted {
             unsafe { MiMalloc.alloc_zeroed(layout) }
         }
         unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+            note_free(layout.size());
             // SAFETY: `ptr` came from this allocator, i.e. from mimalloc.
             unsafe { MiMalloc.dealloc(ptr, layout) }
         }
         unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
+            note_free(layout.size());
             note(new_size);
             // SAFETY: `ptr` came from mimalloc; the arguments are the caller's.
             unsafe { MiMalloc.realloc(ptr, layout, new_size) }

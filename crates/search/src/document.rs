@@ -23,7 +23,7 @@ pub enum Field {
 }
 
 /// How many fields there are.
-pub(crate) const FIELDS: usize = 6;
+pub const FIELDS: usize = 6;
 
 impl Field {
     /// Every field, in index order.
@@ -53,25 +53,11 @@ pub(crate) struct Analyzed {
 impl Analyzed {
     /// The fields of `def`, analyzed.
     pub(crate) fn of(def: &ToolDef) -> Self {
-        let spec = def.spec();
-        // Read once without keeping the tree: an index over the whole mesh
-        // must not make every definition hold its parsed schema.
-        def.read_input_schema(|schema| {
-            let mut parameters = Parameters::default();
-            parameters.collect(schema);
-            let title = schema.get("title").and_then(Value::as_str).unwrap_or("");
-            let mut analyzed = Analyzed::default();
-            analyzed.add(Field::Name, def.name());
-            analyzed.add(Field::Title, title);
-            analyzed.add(Field::Description, &spec.description);
-            analyzed.add(Field::Tags, &spec.tags.join(" "));
-            analyzed.add(Field::ParameterNames, &parameters.names.join(" "));
-            analyzed.add(
-                Field::ParameterDescriptions,
-                &parameters.descriptions.join(" "),
-            );
-            analyzed
-        })
+        let mut analyzed = Analyzed::default();
+        for (field, text) in Field::ALL.into_iter().zip(field_texts(def)) {
+            analyzed.add(field, &text);
+        }
+        analyzed
     }
 
     fn add(&mut self, field: Field, text: &str) {
@@ -81,6 +67,27 @@ impl Analyzed {
             counts[field.index()] = counts[field.index()].saturating_add(1);
         }
     }
+}
+
+/// The text of each searched field of `def`, in [`Field::ALL`] order (what
+/// the index analyzes; other rankings can be given the same text).
+pub fn field_texts(def: &ToolDef) -> [String; FIELDS] {
+    let spec = def.spec();
+    // Read once without keeping the tree: an index over the whole mesh
+    // must not make every definition hold its parsed schema.
+    def.read_input_schema(|schema| {
+        let mut parameters = Parameters::default();
+        parameters.collect(schema);
+        let title = schema.get("title").and_then(Value::as_str).unwrap_or("");
+        [
+            def.name().to_owned(),
+            title.to_owned(),
+            spec.description.clone(),
+            spec.tags.join(" "),
+            parameters.names.join(" "),
+            parameters.descriptions.join(" "),
+        ]
+    })
 }
 
 /// The parameter names and descriptions of an input schema.

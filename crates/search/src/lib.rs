@@ -10,7 +10,7 @@ mod postings;
 mod query;
 mod rank;
 
-pub use document::Field;
+pub use document::{FIELDS, Field, field_texts};
 pub use index::{SearchIndex, Update};
 pub use query::{DEFAULT_LIMIT, MAX_LIMIT, MAX_QUERY_BYTES, Query, QueryError, clamp_limit};
 pub use rank::{Match, PreparedView, Ranking, View};
