@@ -63,13 +63,16 @@ pub struct Ranking {
 }
 
 impl Default for Ranking {
-    /// A name or title word counts most, then tags and parameter names,
-    /// then the description; parameter descriptions least (long, and often
-    /// about neighbouring concepts).
+    /// Tuned on the development categories of the Berkeley Function
+    /// Calling Leaderboard (`toolmesh bench search --eval --tune`; never on
+    /// its held-out live categories): a name, title or tag word counts
+    /// most beside the description; parameter names and descriptions
+    /// little (they name the inputs, not what the tool does), and the
+    /// name and description are normalized fully by their length.
     fn default() -> Self {
         Ranking {
-            weights: [3.0, 2.0, 1.0, 1.5, 1.5, 0.5],
-            length_normalization: [0.5, 0.5, 0.75, 0.3, 0.5, 0.75],
+            weights: [1.5, 2.0, 1.0, 1.5, 0.125, 0.375],
+            length_normalization: [0.9, 0.5, 1.0, 0.3, 0.25, 1.0],
             k1: 1.2,
         }
     }
