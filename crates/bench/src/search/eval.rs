@@ -309,15 +309,16 @@ fn tune(
         for parameter in 0..2 * FIELDS + 1 {
             for factor in [0.0, 0.25, 0.5, 0.75, 0.9, 1.1, 1.5, 2.0, 3.0] {
                 let mut trial = best.clone();
-                let value = match parameter {
-                    p if p < FIELDS => &mut trial.weights[p],
-                    p if p < 2 * FIELDS => &mut trial.length_normalization[p - FIELDS],
-                    _ => &mut trial.k1,
+                // Each parameter with its ceiling (a length normalization
+                // is at most 1); scaled, a value stays above zero unless
+                // switched off.
+                let (value, ceiling) = match parameter {
+                    p if p < FIELDS => (&mut trial.weights[p], f64::MAX),
+                    p if p < 2 * FIELDS => (&mut trial.length_normalization[p - FIELDS], 1.0),
+                    _ => (&mut trial.k1, f64::MAX),
                 };
-                *value = (*value * factor).max(if factor == 0.0 { 0.0 } else { 0.05 });
-                if parameter >= FIELDS && parameter < 2 * FIELDS {
-                    *value = value.min(1.0);
-                }
+                let floor = if factor == 0.0 { 0.0 } else { 0.05 };
+                *value = (*value * factor).clamp(floor, ceiling);
                 let scores = score(&trial);
                 if objective(&scores) > objective(&best_scores) + 1e-9 {
                     (best, best_scores) = (trial, scores);
