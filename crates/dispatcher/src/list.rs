@@ -108,10 +108,24 @@ pub(crate) fn callable<'s>(
     let exposed = resolve::exposed_in(snapshot, current);
     snapshot
         .names()
-        .filter_map(|name| resolve::version(snapshot, name, caller, &exposed))
+        .filter_map(|name| listed(snapshot, name, caller, &exposed, &keep))
+        .collect()
+}
+
+/// The version of `name` listed for `caller`: the one a bare name resolves
+/// to among the `exposed` ([`resolve::version`]), when `keep` keeps it.
+/// One name of [`callable`], for a watch that looks only at the names a
+/// change touched.
+pub(crate) fn listed<'s>(
+    snapshot: &'s Snapshot,
+    name: &str,
+    caller: &Caller<'_>,
+    exposed: &impl Fn(&Arc<ToolEntry>) -> bool,
+    keep: &impl Fn(&Arc<ToolEntry>) -> bool,
+) -> Option<&'s Arc<ToolEntry>> {
+    resolve::version(snapshot, name, caller, exposed)
         .map(|choice| choice.entry)
         .filter(|entry| keep(entry))
-        .collect()
 }
 
 /// The input schema of `entry` as `who`'s grant narrows it, when it does
@@ -136,13 +150,24 @@ pub(crate) fn render(
     schema_of: impl Fn(&ToolEntry) -> Option<Value>,
 ) -> ListToolsResponse {
     let narrowed: Vec<Option<Value>> = entries.iter().map(|e| schema_of(e)).collect();
+    render_narrowed(snapshot_version, entries, &narrowed, format)
+}
+
+/// [`render`] with the schema each entry is narrowed to already worked out
+/// (`narrowed[i]` for `entries[i]`; none: the tool's own).
+pub(crate) fn render_narrowed(
+    snapshot_version: u64,
+    entries: &[&Arc<ToolEntry>],
+    narrowed: &[Option<Value>],
+    format: ToolFormat,
+) -> ListToolsResponse {
     // Each shape shows the schema this caller is held to (its grant may
     // narrow the tool's own).
     let each = |shape: fn(&ToolDef, &Value) -> Value| {
         Value::Array(
             entries
                 .iter()
-                .zip(&narrowed)
+                .zip(narrowed)
                 .map(|(e, schema)| shape(&e.def, schema.as_ref().unwrap_or(e.def.input_schema())))
                 .collect(),
         )
@@ -162,7 +187,7 @@ pub(crate) fn render(
     };
     let tools = entries
         .iter()
-        .zip(&narrowed)
+        .zip(narrowed)
         .map(|(e, schema)| {
             let mut spec = e.def.spec().clone();
             if let Some(schema) = schema {

@@ -9,12 +9,16 @@ use tonic::{Request, Response, Status};
 use toolmesh::Principal;
 use toolmesh::pb::{
     InvokeEvent, InvokeRequest, InvokeResponse, ListToolsRequest, ListToolsResponse,
-    SearchToolsRequest, SearchToolsResponse, ToolFormat, dispatcher_server,
+    SearchToolsRequest, SearchToolsResponse, ToolFormat, ToolsChange, WatchToolsRequest,
+    dispatcher_server,
 };
 use toolmesh_telemetry::trace::Context as TraceContext;
 
 /// The events of one `InvokeStream`, as tonic sends them.
 type Events = Pin<Box<dyn Stream<Item = Result<InvokeEvent, Status>> + Send>>;
+
+/// The messages of one `WatchTools`, as tonic sends them.
+type Changes = Pin<Box<dyn Stream<Item = Result<ToolsChange, Status>> + Send>>;
 
 /// gRPC adapter over a [`Dispatcher`].
 #[derive(Clone)]
@@ -37,6 +41,27 @@ impl dispatcher_server::Dispatcher for DispatcherService {
             self.dispatcher
                 .list_tools_in(&who, session, request.snapshot_version, format)?;
         Ok(Response::new(std::sync::Arc::unwrap_or_clone(listing)))
+    }
+
+    type WatchToolsStream = Changes;
+
+    /// Each message is worked out when tonic asks for the next one (when
+    /// the caller has read the last), so nothing queues for a slow caller.
+    async fn watch_tools(
+        &self,
+        request: Request<WatchToolsRequest>,
+    ) -> Result<Response<Changes>, Status> {
+        let who = self.dispatcher.caller(&request)?;
+        let request = request.into_inner();
+        let format = ToolFormat::try_from(request.format)
+            .map_err(|_| Refusal::UnknownFormat(request.format))?;
+        let session = crate::call::session(&request.context);
+        let watch = self.dispatcher.watch_tools(&who, session, format)?;
+        let changes = futures_util::stream::unfold(watch, |mut watch| async move {
+            let change = watch.next().await?;
+            Some((Ok(change), watch))
+        });
+        Ok(Response::new(Box::pin(changes)))
     }
 
     async fn search_tools(
