@@ -113,6 +113,14 @@ impl ToolsWatch {
         watch
     }
 
+    /// The watch without its initial view, for a caller that has it
+    /// already (the MCP door lists on its own and waits only for changes).
+    pub fn changes_only(mut self) -> Self {
+        self.unsent.clear();
+        self.synced = true;
+        self
+    }
+
     /// The next message for the caller: the next part of its initial view,
     /// else the next change of its view, waiting for one. None once nothing
     /// can change any more.

@@ -5,6 +5,7 @@
 
 use crate::result::APPROVAL_META;
 use crate::{Backend, BackendError};
+use futures_util::StreamExt;
 use rmcp::model::{
     CacheScope, CallToolRequestParams, CallToolResponse, Implementation, InitializeRequestParams,
     InitializeResult, ListToolsResult, PaginatedRequestParams, ProgressNotificationParam,
@@ -39,6 +40,8 @@ const LIST_TTL_MS: u64 = 5_000;
 const CURSOR_PREFIX: &str = "after:";
 /// Listings whose digest is remembered, and parsed listings kept, at most.
 const PARSED_ENTRIES: usize = 64;
+/// How often a stdio watch looks whether its client has gone.
+const TRANSPORT_CHECK: Duration = Duration::from_secs(1);
 /// Progress reports of one call waiting for their notification to go out.
 const PROGRESS_BUFFER: usize = 16;
 
@@ -157,11 +160,11 @@ impl<B: Backend> McpHandler<B> {
         Ok(tools)
     }
 
-    /// Compares `who`'s projection now and then (by digest, computed once
-    /// per listing) and calls `announce` when it changed: only their own (a
-    /// new snapshot, a policy reload or a disable that leaves their tools as
-    /// they were says nothing). Ends when `stop` does or `announce` answers
-    /// false (the listener went away).
+    /// Calls `announce` at each change of `who`'s projection, as the
+    /// backend tells it (no polling): only their own (a new snapshot, a
+    /// policy reload or a disable that leaves their tools as they were says
+    /// nothing). Ends when `stop` does, when no change can come any more,
+    /// or when `announce` answers false (the listener went away).
     async fn watch<A, F>(
         &self,
         who: &B::Caller,
@@ -172,21 +175,15 @@ impl<B: Backend> McpHandler<B> {
         A: FnMut() -> F,
         F: Future<Output = bool>,
     {
-        let mut seen = self.digest(&self.listing(who).await?);
-        let mut tick = tokio::time::interval(self.backend.watch_interval());
+        let mut changes = self.backend.view_changes(who).await?;
         let mut stop = std::pin::pin!(stop);
         loop {
             tokio::select! {
                 () = &mut stop => return Ok(()),
-                _ = tick.tick() => {}
-            }
-            let Ok(now) = self.listing(who).await.map(|l| self.digest(&l)) else {
-                continue; // the dispatcher is away: look again next tick
-            };
-            if now != seen {
-                seen = now;
-                if !announce().await {
-                    return Ok(());
+                change = changes.next() => {
+                    if change.is_none() || !announce().await {
+                        return Ok(());
+                    }
                 }
             }
         }
@@ -427,11 +424,11 @@ impl<B: Backend> ServerHandler for McpHandler<B> {
             return; // the first call says why
         };
         let (handler, peer) = (self.clone(), context.peer);
-        let interval = self.backend.watch_interval();
         tokio::spawn(async move {
+            // A local look (rmcp offers nothing to wait on), not a request.
             let closed = async {
                 while !peer.is_transport_closed() {
-                    tokio::time::sleep(interval).await;
+                    tokio::time::sleep(TRANSPORT_CHECK).await;
                 }
             };
             let _ = handler
@@ -542,8 +539,8 @@ mod tests {
         ) -> Result<toolmesh::pb::InvokeResponse, BackendError> {
             unreachable!()
         }
-        fn watch_interval(&self) -> std::time::Duration {
-            std::time::Duration::from_secs(1)
+        async fn view_changes(&self, _: &()) -> Result<crate::ViewChanges, BackendError> {
+            Ok(Box::pin(futures_util::stream::pending()))
         }
     }
 
