@@ -61,7 +61,11 @@ impl dispatcher_server::Dispatcher for DispatcherService {
             let change = watch.next().await?;
             Some((Ok(change), watch))
         });
-        Ok(Response::new(Box::pin(changes)))
+        // A stream outlives no token: the caller is identified again.
+        Ok(Response::new(match who.expires_at() {
+            Some(until) => Box::pin(toolmesh_transport::ends_when_token_expires(changes, until)),
+            None => Box::pin(changes),
+        }))
     }
 
     async fn search_tools(
