@@ -121,6 +121,30 @@ pub fn is_spiffe_id(id: &str) -> bool {
     domain_ok && path_ok && id.len() <= 2048
 }
 
+/// `stream` until `until` (the token it was opened with expires), then an
+/// UNAVAILABLE end: the caller reconnects at once and is identified again,
+/// with the fresh token it holds by then, or refused. A stream that ends
+/// first (as on shutdown) just ends.
+pub fn ends_when_token_expires<T: Send + 'static>(
+    stream: impl Stream<Item = Result<T, Status>> + Send + 'static,
+    until: std::time::SystemTime,
+) -> impl Stream<Item = Result<T, Status>> + Send {
+    let left = until
+        .duration_since(std::time::SystemTime::now())
+        .unwrap_or_default();
+    // Said only when the time has come.
+    let expired = async move {
+        (std::time::SystemTime::now() >= until).then(|| {
+            Err(Status::unavailable(
+                "the token this watch was opened with has expired: reconnect with a fresh one",
+            ))
+        })
+    };
+    stream
+        .take_until(tokio::time::sleep(left))
+        .chain(stream::once(expired).filter_map(std::future::ready))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -222,28 +246,4 @@ mod tests {
             Some("Bearer Bearer tok")
         );
     }
-}
-
-/// `stream` until `until` (the token it was opened with expires), then an
-/// UNAVAILABLE end: the caller reconnects at once and is identified again,
-/// with the fresh token it holds by then, or refused. A stream that ends
-/// first (as on shutdown) just ends.
-pub fn ends_when_token_expires<T: Send + 'static>(
-    stream: impl Stream<Item = Result<T, Status>> + Send + 'static,
-    until: std::time::SystemTime,
-) -> impl Stream<Item = Result<T, Status>> + Send {
-    let left = until
-        .duration_since(std::time::SystemTime::now())
-        .unwrap_or_default();
-    // Said only when the time has come.
-    let expired = async move {
-        (std::time::SystemTime::now() >= until).then(|| {
-            Err(Status::unavailable(
-                "the token this watch was opened with has expired: reconnect with a fresh one",
-            ))
-        })
-    };
-    stream
-        .take_until(tokio::time::sleep(left))
-        .chain(stream::once(expired).filter_map(std::future::ready))
 }
