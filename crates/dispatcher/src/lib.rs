@@ -102,6 +102,9 @@ pub struct Dispatcher {
     max_in_flight: usize,
     /// The version of the snapshot calls and listings use now.
     installed: watch::Receiver<u64>,
+    /// Cancelled when the server stops: callers' watches of their tools
+    /// end then, rather than holding its drain open.
+    watches_ended: CancellationToken,
     _tasks: Arc<DropGuard>,
 }
 
@@ -199,6 +202,7 @@ impl Dispatcher {
             admission: Arc::new(Semaphore::new(config.max_in_flight)),
             max_in_flight: config.max_in_flight,
             installed,
+            watches_ended: CancellationToken::new(),
             _tasks: Arc::new(stop.drop_guard()),
         }
     }
@@ -298,6 +302,14 @@ impl Dispatcher {
             return Err(Refusal::MissingListScope(scope.to_owned()));
         }
         Ok(ToolsWatch::new(self.clone(), who.clone(), session, format))
+    }
+
+    /// Ends every watch of the tools ([`watch_tools`](Self::watch_tools),
+    /// WatchTools streams, the MCP door's `list_changed`): a stopping
+    /// server drains calls, and a watch never ends by itself. Their
+    /// callers open them again elsewhere.
+    pub fn end_watches(&self) {
+        self.watches_ended.cancel();
     }
 
     /// [`list_tools_for`](Self::list_tools_for) the anonymous caller.

@@ -45,8 +45,8 @@ impl dispatcher_server::Dispatcher for DispatcherService {
 
     type WatchToolsStream = Changes;
 
-    /// Each message is worked out when tonic asks for the next one (when
-    /// the caller has read the last), so nothing queues for a slow caller.
+    /// Each message is worked out when tonic asks for the next one, so
+    /// nothing queues for a slow caller.
     async fn watch_tools(
         &self,
         request: Request<WatchToolsRequest>,
@@ -57,10 +57,7 @@ impl dispatcher_server::Dispatcher for DispatcherService {
             .map_err(|_| Refusal::UnknownFormat(request.format))?;
         let session = crate::call::session(&request.context);
         let watch = self.dispatcher.watch_tools(&who, session, format)?;
-        let changes = futures_util::stream::unfold(watch, |mut watch| async move {
-            let change = watch.next().await?;
-            Some((Ok(change), watch))
-        });
+        let changes = watch.into_stream().map(Ok);
         // A stream outlives no token: the caller is identified again.
         Ok(Response::new(match who.expires_at() {
             Some(until) => Box::pin(toolmesh_transport::ends_when_token_expires(changes, until)),

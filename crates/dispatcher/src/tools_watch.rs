@@ -4,6 +4,7 @@
 
 use crate::call::resolve;
 use crate::{Dispatcher, list};
+use futures_util::Stream;
 use serde_json::Value;
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;
@@ -46,7 +47,8 @@ enum Wake {
     Changed,
     /// An ejection may have ended: look at the whole view.
     Recheck,
-    /// Nothing can change any more (the dispatcher stopped following).
+    /// The watch is over: the server is stopping, or nothing can change
+    /// any more (the dispatcher stopped following).
     Ended,
 }
 
@@ -121,10 +123,23 @@ impl ToolsWatch {
         self
     }
 
+    /// The watch's messages as a stream, each worked out when it is asked
+    /// for (so nothing queues for a reader that is slow).
+    pub fn into_stream(self) -> impl Stream<Item = ToolsChange> + Send + 'static {
+        futures_util::stream::unfold(self, |mut watch| async move {
+            let change = watch.next().await?;
+            Some((change, watch))
+        })
+    }
+
     /// The next message for the caller: the next part of its initial view,
-    /// else the next change of its view, waiting for one. None once nothing
-    /// can change any more.
+    /// else the next change of its view, waiting for one. None once the
+    /// watch is over ([`Dispatcher::end_watches`], or nothing can change
+    /// any more).
     pub async fn next(&mut self) -> Option<ToolsChange> {
+        if self.dispatcher.watches_ended.is_cancelled() {
+            return None;
+        }
         if !self.synced {
             return Some(self.initial_part());
         }
@@ -239,6 +254,7 @@ impl ToolsWatch {
         let pool = &self.dispatcher.pipeline.attempts.pool;
         let recheck = pool.ejections_recent(EJECTION_RECHECK * 2);
         tokio::select! {
+            () = self.dispatcher.watches_ended.cancelled() => Wake::Ended,
             Ok(()) = self.installed.changed() => Wake::Changed,
             Ok(()) = self.reloads.changed() => Wake::Changed,
             Ok(()) = self.ejections.changed() => Wake::Changed,

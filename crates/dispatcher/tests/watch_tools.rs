@@ -338,3 +338,22 @@ async fn a_late_reader_gets_the_net_change() {
     let nothing_more = tokio::time::timeout(Duration::from_millis(300), watch.next()).await;
     assert!(nothing_more.is_err(), "nothing queued: {nothing_more:?}");
 }
+
+/// A stopping server ends its watches (they never end by themselves, and
+/// its drain would wait for them): an open stream ends cleanly, and one
+/// opened after ends at once.
+#[tokio::test]
+async fn ending_watches_ends_open_streams() {
+    let mut first = Snapshot::empty("e").next();
+    first.put(tool("acme_status", "1.0.0"));
+    let served = Served::start(first.finish()).await;
+    let mut acme = served.watch("tok-acme").await;
+    assert!(next(&mut acme).await.synced);
+    served.dispatcher.end_watches();
+    let ended = tokio::time::timeout(patient(Duration::from_secs(5)), acme.message())
+        .await
+        .expect("the stream ends in time");
+    assert!(matches!(ended, Ok(None)), "{ended:?}");
+    let mut late = served.watch("tok-acme").await;
+    assert!(matches!(late.message().await, Ok(None)));
+}

@@ -2,7 +2,7 @@
 //! the in-process dispatcher and a dispatcher over gRPC.
 
 use crate::BackendError;
-use futures_util::Stream;
+use futures_util::{Stream, StreamExt};
 use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
@@ -181,16 +181,8 @@ impl Backend for Dispatcher {
     }
 
     async fn view_changes(&self, who: &Principal) -> Result<ViewChanges, BackendError> {
-        let watch = self
-            .watch_tools(who, "", ToolFormat::Native)?
-            .changes_only();
-        Ok(Box::pin(futures_util::stream::unfold(
-            watch,
-            |mut watch| async move {
-                watch.next().await?;
-                Some(((), watch))
-            },
-        )))
+        let watch = self.watch_tools(who, "", ToolFormat::Native)?;
+        Ok(Box::pin(watch.changes_only().into_stream().map(|_| ())))
     }
 }
 
