@@ -900,8 +900,14 @@ pub(crate) struct ToolsArgs {
     #[arg(long, value_enum, default_value_t = Format::Native)]
     pub(crate) format: Format,
     /// List from this snapshot version (0 = newest).
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, default_value_t = 0, conflicts_with = "watch")]
     pub(crate) snapshot: u64,
+    /// Keep watching: after the list, print each change of it as it
+    /// happens (tools added or changed, names removed) until interrupted.
+    /// With --json or a --format other than native, one JSON object per
+    /// message (`snapshot_version`, `synced`, `tools`, `removed`).
+    #[arg(long)]
+    pub(crate) watch: bool,
 }
 
 /// `toolmesh search`.

@@ -5,12 +5,30 @@
 //! accepts (`toolmesh::spec::validate_name`), so a model calls a tool by
 //! the name it was shown and no format needs a mapping back.
 
+use crate::call::resolve;
 use serde_json::{Value, json};
 use std::sync::Arc;
 use toolmesh::Principal;
 use toolmesh::pb::{ListToolsResponse, RiskLevel, ToolFormat, ToolSpec};
-use toolmesh::{ToolDef, ToolEntry};
+use toolmesh::rollout::Caller;
+use toolmesh::{Snapshot, ToolDef, ToolEntry};
 use toolmesh_policy::{Decision, Policy};
+
+/// The version of `name` listed for `caller`: the one a bare name resolves
+/// to among the `exposed` ([`resolve::version`]), when `keep` keeps it.
+/// One name of [`callable`](crate::projection::callable), for a watch that looks only at the names a
+/// change touched.
+pub(crate) fn listed<'s>(
+    snapshot: &'s Snapshot,
+    name: &str,
+    caller: &Caller<'_>,
+    exposed: &impl Fn(&Arc<ToolEntry>) -> bool,
+    keep: &impl Fn(&Arc<ToolEntry>) -> bool,
+) -> Option<&'s Arc<ToolEntry>> {
+    resolve::version(snapshot, name, caller, exposed)
+        .map(|choice| choice.entry)
+        .filter(|entry| keep(entry))
+}
 
 /// The input schema of `entry` as `who`'s grant narrows it, when it does
 /// (`[grants.arguments.TOOL]`); nothing is decided when no grant narrows.
@@ -48,13 +66,25 @@ pub(crate) fn render(
     schema_of: impl Fn(&ToolEntry) -> Option<Value>,
 ) -> ListToolsResponse {
     let narrowed: Vec<Option<Value>> = entries.iter().map(|e| schema_of(e)).collect();
+    let entries: Vec<&Arc<ToolEntry>> = entries.iter().collect();
+    render_narrowed(snapshot_version, &entries, &narrowed, format)
+}
+
+/// [`render`] with the schema each entry is narrowed to already worked out
+/// (`narrowed[i]` for `entries[i]`; none: the tool's own).
+pub(crate) fn render_narrowed(
+    snapshot_version: u64,
+    entries: &[&Arc<ToolEntry>],
+    narrowed: &[Option<Value>],
+    format: ToolFormat,
+) -> ListToolsResponse {
     // Each shape shows the schema this caller is held to (its grant may
     // narrow the tool's own).
     let each = |shape: fn(&ToolDef, &Value) -> Value| {
         Value::Array(
             entries
                 .iter()
-                .zip(&narrowed)
+                .zip(narrowed)
                 .map(|(e, schema)| match schema {
                     Some(schema) => shape(&e.def, schema),
                     None => e.def.read_input_schema(|schema| shape(&e.def, schema)),
@@ -77,7 +107,7 @@ pub(crate) fn render(
     };
     let tools = entries
         .iter()
-        .zip(&narrowed)
+        .zip(narrowed)
         .map(|(e, schema)| listed_spec(e, schema.as_ref()))
         .collect();
     ListToolsResponse {

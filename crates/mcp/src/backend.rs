@@ -2,7 +2,9 @@
 //! the in-process dispatcher and a dispatcher over gRPC.
 
 use crate::BackendError;
+use futures_util::{Stream, StreamExt};
 use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::mpsc;
@@ -14,6 +16,10 @@ use toolmesh::pb::{
 use toolmesh_dispatcher::{CallRequest, Dispatcher};
 use toolmesh_telemetry::trace::Context as TraceContext;
 use toolmesh_transport::PeerCertificate;
+
+/// Each change of a caller's view of the tools, one item per change, as it
+/// happens.
+pub type ViewChanges = Pin<Box<dyn Stream<Item = ()> + Send>>;
 
 /// A dispatcher as the MCP handler sees it: who is calling, their listing,
 /// their calls.
@@ -65,10 +71,16 @@ pub trait Backend: Clone + Send + Sync + 'static {
         progress: mpsc::Sender<Progress>,
     ) -> impl Future<Output = Result<InvokeResponse, BackendError>> + Send;
 
-    /// How often a `list_changed` subscription compares the caller's
-    /// projection (in process a look is a cache hit and a pointer compare;
-    /// over gRPC each look is a round trip and a digest of the listing).
-    fn watch_interval(&self) -> Duration;
+    /// The changes of `who`'s view of the tools from now on, waited for
+    /// rather than looked for: one item per change of their own view (a
+    /// snapshot, policy reload or disable that leaves it as it was gives
+    /// none). In process the dispatcher's watch; over gRPC a `WatchTools`
+    /// stream. Fails when the view cannot be had now; ends when no change
+    /// can come any more.
+    fn view_changes(
+        &self,
+        who: &Self::Caller,
+    ) -> impl Future<Output = Result<ViewChanges, BackendError>> + Send;
 
     /// The issuers whose tokens the backend accepts (the policy's
     /// `[[issuers]]`), named as authorization servers in the door's
@@ -177,8 +189,9 @@ impl Backend for Dispatcher {
         Ok(self.call(call).await?)
     }
 
-    fn watch_interval(&self) -> Duration {
-        Duration::from_millis(200)
+    async fn view_changes(&self, who: &Principal) -> Result<ViewChanges, BackendError> {
+        let watch = self.watch_tools(who, "", ToolFormat::Native)?;
+        Ok(Box::pin(watch.changes_only().into_stream().map(|_| ())))
     }
 }
 

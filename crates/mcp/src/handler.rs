@@ -5,6 +5,7 @@
 
 use crate::result::APPROVAL_META;
 use crate::{Backend, BackendError};
+use futures_util::StreamExt;
 use rmcp::model::{
     CacheScope, CallToolRequestParams, CallToolResponse, Implementation, InitializeRequestParams,
     InitializeResult, ListToolsResult, PaginatedRequestParams, ProgressNotificationParam,
@@ -41,6 +42,8 @@ const LIST_TTL_MS: u64 = 5_000;
 const CURSOR_PREFIX: &str = "page:";
 /// Listings whose digest is remembered, and parsed listings kept, at most.
 const PARSED_ENTRIES: usize = 64;
+/// How often a stdio watch looks whether its client has gone.
+const TRANSPORT_CHECK: Duration = Duration::from_secs(1);
 /// Progress reports of one call waiting for their notification to go out.
 const PROGRESS_BUFFER: usize = 16;
 
@@ -106,27 +109,6 @@ impl<B: Backend> McpHandler<B> {
                 None,
             )),
         }
-    }
-
-    /// The caller's whole projection in MCP shape (sorted by name), every
-    /// page's text joined: what a `list_changed` look compares. A
-    /// projection of one page comes as the backend gave it (the same `Arc`
-    /// while unchanged).
-    async fn listing(&self, who: &B::Caller) -> Result<Arc<ListToolsResponse>, BackendError> {
-        let first = self.backend.list_tools(who, ToolFormat::Mcp, "").await?;
-        if first.next_page_token.is_empty() {
-            return Ok(first);
-        }
-        let mut joined = ListToolsResponse::clone(&first);
-        while !joined.next_page_token.is_empty() {
-            let page = self
-                .backend
-                .list_tools(who, ToolFormat::Mcp, &joined.next_page_token)
-                .await?;
-            joined.formatted.push_str(&page.formatted);
-            joined.next_page_token.clone_from(&page.next_page_token);
-        }
-        Ok(Arc::new(joined))
     }
 
     /// The digest of `listing`'s text, computed once per listing.
@@ -207,11 +189,11 @@ impl<B: Backend> McpHandler<B> {
         Ok(tools)
     }
 
-    /// Compares `who`'s projection now and then (by digest, computed once
-    /// per listing) and calls `announce` when it changed: only their own (a
-    /// new snapshot, a policy reload or a disable that leaves their tools as
-    /// they were says nothing). Ends when `stop` does or `announce` answers
-    /// false (the listener went away).
+    /// Calls `announce` at each change of `who`'s projection, as the
+    /// backend tells it (no polling): only their own (a new snapshot, a
+    /// policy reload or a disable that leaves their tools as they were says
+    /// nothing). Ends when `stop` does, when no change can come any more,
+    /// or when `announce` answers false (the listener went away).
     async fn watch<A, F>(
         &self,
         who: &B::Caller,
@@ -222,21 +204,15 @@ impl<B: Backend> McpHandler<B> {
         A: FnMut() -> F,
         F: Future<Output = bool>,
     {
-        let mut seen = self.digest(&self.listing(who).await?);
-        let mut tick = tokio::time::interval(self.backend.watch_interval());
+        let mut changes = self.backend.view_changes(who).await?;
         let mut stop = std::pin::pin!(stop);
         loop {
             tokio::select! {
                 () = &mut stop => return Ok(()),
-                _ = tick.tick() => {}
-            }
-            let Ok(now) = self.listing(who).await.map(|l| self.digest(&l)) else {
-                continue; // the dispatcher is away: look again next tick
-            };
-            if now != seen {
-                seen = now;
-                if !announce().await {
-                    return Ok(());
+                change = changes.next() => {
+                    if change.is_none() || !announce().await {
+                        return Ok(());
+                    }
                 }
             }
         }
@@ -451,11 +427,11 @@ impl<B: Backend> ServerHandler for McpHandler<B> {
             return; // the first call says why
         };
         let (handler, peer) = (self.clone(), context.peer);
-        let interval = self.backend.watch_interval();
         tokio::spawn(async move {
+            // A local look (rmcp offers nothing to wait on), not a request.
             let closed = async {
                 while !peer.is_transport_closed() {
-                    tokio::time::sleep(interval).await;
+                    tokio::time::sleep(TRANSPORT_CHECK).await;
                 }
             };
             let _ = handler
@@ -561,8 +537,8 @@ mod tests {
         ) -> Result<toolmesh::pb::InvokeResponse, BackendError> {
             unreachable!()
         }
-        fn watch_interval(&self) -> std::time::Duration {
-            std::time::Duration::from_secs(1)
+        async fn view_changes(&self, _: &()) -> Result<crate::ViewChanges, BackendError> {
+            Ok(Box::pin(futures_util::stream::pending()))
         }
     }
 
@@ -652,29 +628,38 @@ mod tests {
         let first = first_page(&handler).await;
         let again = first_page(&handler.clone()).await;
         assert!(Arc::ptr_eq(&first, &again));
-        let before = handler.digest(&handler.listing(&()).await.unwrap());
+        let before = handler.digest(
+            &handler
+                .backend
+                .list_tools(&(), ToolFormat::Mcp, "")
+                .await
+                .unwrap(),
+        );
         backend.set(listing(3, 2));
         let equal = first_page(&handler).await;
         assert!(Arc::ptr_eq(&first, &equal), "same tools, another snapshot");
-        assert_eq!(before, handler.digest(&handler.listing(&()).await.unwrap()));
+        assert_eq!(
+            before,
+            handler.digest(
+                &handler
+                    .backend
+                    .list_tools(&(), ToolFormat::Mcp, "")
+                    .await
+                    .unwrap()
+            )
+        );
         backend.set(listing(4, 3));
         assert_eq!(first_page(&handler).await.len(), 4);
-        assert_ne!(before, handler.digest(&handler.listing(&()).await.unwrap()));
-    }
-
-    /// What a `list_changed` look compares is every page: a change on a
-    /// later page changes it, and the same pages again do not.
-    #[tokio::test]
-    async fn a_change_on_a_later_page_is_a_change() {
-        let mut all = tools(5);
-        let backend = Fixed::new(pages_of(&all, 2, 1));
-        let handler = McpHandler::new(backend.clone());
-        let before = handler.digest(&handler.listing(&()).await.unwrap());
-        backend.set(pages_of(&all, 2, 2));
-        assert_eq!(before, handler.digest(&handler.listing(&()).await.unwrap()));
-        all[4].description = Some("changed".into());
-        backend.set(pages_of(&all, 2, 3));
-        assert_ne!(before, handler.digest(&handler.listing(&()).await.unwrap()));
+        assert_ne!(
+            before,
+            handler.digest(
+                &handler
+                    .backend
+                    .list_tools(&(), ToolFormat::Mcp, "")
+                    .await
+                    .unwrap()
+            )
+        );
     }
 
     /// A call's `_meta.traceparent` reaches the Invoke as the trace id it

@@ -20,7 +20,7 @@ mod result;
 mod rmcp_noise;
 mod stdio_gate;
 
-pub use backend::Backend;
+pub use backend::{Backend, ViewChanges};
 pub use error::BackendError;
 pub use grpc::GrpcBackend;
 pub use handler::{McpHandler, PAGE_SIZE, SESSION_META, TIMEOUT_META};

@@ -75,6 +75,11 @@ impl Running {
         if let Some(admin) = self.admin {
             admin.stop().await;
         }
+        if let Some(dispatcher) = &self.dispatcher {
+            // Watches of the tools never end by themselves: the drain
+            // would wait the whole grace period for them.
+            dispatcher.end_watches();
+        }
         if let Some(mcp) = self.mcp {
             mcp.stop.cancel();
             if let Ok(Ok(Err(e))) = tokio::time::timeout(grace, mcp.task).await {

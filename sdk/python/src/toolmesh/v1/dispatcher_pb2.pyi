@@ -105,6 +105,28 @@ class ToolMatch(_message.Message):
     score: float
     def __init__(self, tool: _Optional[_Union[_common_pb2.ToolSpec, _Mapping]] = ..., score: _Optional[float] = ...) -> None: ...
 
+class WatchToolsRequest(_message.Message):
+    __slots__ = ("context", "format")
+    CONTEXT_FIELD_NUMBER: _ClassVar[int]
+    FORMAT_FIELD_NUMBER: _ClassVar[int]
+    context: _common_pb2.CallContext
+    format: _common_pb2.ToolFormat
+    def __init__(self, context: _Optional[_Union[_common_pb2.CallContext, _Mapping]] = ..., format: _Optional[_Union[_common_pb2.ToolFormat, str]] = ...) -> None: ...
+
+class ToolsChange(_message.Message):
+    __slots__ = ("snapshot_version", "tools", "formatted", "removed", "synced")
+    SNAPSHOT_VERSION_FIELD_NUMBER: _ClassVar[int]
+    TOOLS_FIELD_NUMBER: _ClassVar[int]
+    FORMATTED_FIELD_NUMBER: _ClassVar[int]
+    REMOVED_FIELD_NUMBER: _ClassVar[int]
+    SYNCED_FIELD_NUMBER: _ClassVar[int]
+    snapshot_version: int
+    tools: _containers.RepeatedCompositeFieldContainer[_common_pb2.ToolSpec]
+    formatted: str
+    removed: _containers.RepeatedScalarFieldContainer[str]
+    synced: bool
+    def __init__(self, snapshot_version: _Optional[int] = ..., tools: _Optional[_Iterable[_Union[_common_pb2.ToolSpec, _Mapping]]] = ..., formatted: _Optional[str] = ..., removed: _Optional[_Iterable[str]] = ..., synced: _Optional[bool] = ...) -> None: ...
+
 class ExplainRequest(_message.Message):
     __slots__ = ("tool", "caller_token", "session_id")
     TOOL_FIELD_NUMBER: _ClassVar[int]
