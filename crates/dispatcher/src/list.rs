@@ -9,6 +9,7 @@ use serde_json::{Value, json};
 use std::sync::Arc;
 use toolmesh::Principal;
 use toolmesh::pb::{ListToolsResponse, RiskLevel, ToolFormat, ToolSpec};
+use toolmesh::spec::SEARCH_TOOL;
 use toolmesh::{ToolDef, ToolEntry};
 use toolmesh_policy::{Decision, Policy};
 
@@ -31,7 +32,7 @@ pub(crate) fn narrowed(policy: &Policy, who: &Principal, entry: &ToolEntry) -> O
 
 /// `entry`'s spec as a caller's listing shows it: with the input schema
 /// `schema` its grant narrows it to, when one does.
-pub(crate) fn listed_spec(entry: &ToolEntry, schema: Option<&Value>) -> ToolSpec {
+fn listed_spec(entry: &ToolEntry, schema: Option<&Value>) -> ToolSpec {
     let mut spec = entry.def.spec().clone();
     if let Some(schema) = schema {
         spec.input_schema = schema.to_string();
@@ -40,11 +41,13 @@ pub(crate) fn listed_spec(entry: &ToolEntry, schema: Option<&Value>) -> ToolSpec
 }
 
 /// Builds the response for `entries` in `format`; `schema_of` gives the
-/// input schema a caller sees where it differs from the tool's own.
+/// input schema a caller sees where it differs from the tool's own. In a
+/// `deferred` listing the Anthropic shape marks every tool
+/// `"defer_loading": true` but the dispatcher's own `search_tools`.
 pub(crate) fn render(
     snapshot_version: u64,
     entries: &[Arc<ToolEntry>],
-    format: ToolFormat,
+    (format, deferred): (ToolFormat, bool),
     schema_of: impl Fn(&ToolEntry) -> Option<Value>,
 ) -> ListToolsResponse {
     let narrowed: Vec<Option<Value>> = entries.iter().map(|e| schema_of(e)).collect();
@@ -65,6 +68,13 @@ pub(crate) fn render(
     let formatted = match format {
         ToolFormat::Openai => each(openai_chat),
         ToolFormat::OpenaiResponses => each(openai_responses),
+        ToolFormat::Anthropic if deferred => each(|def, schema| {
+            let mut tool = anthropic(def, schema);
+            if def.name() != SEARCH_TOOL {
+                tool["defer_loading"] = Value::Bool(true);
+            }
+            tool
+        }),
         ToolFormat::Anthropic => each(anthropic),
         ToolFormat::Gemini => json!({ "functionDeclarations": each(gemini) }),
         ToolFormat::Mcp => each(mcp),
@@ -268,7 +278,7 @@ pub(crate) mod tests {
         b.put(entry("search_kb", "1.0.0", true));
         let s = b.finish();
         let listed = callable(&s, &s, &ANYONE, s.names(), |_| true);
-        let response = render(s.version(), &listed, ToolFormat::Openai, |_| None);
+        let response = render(s.version(), &listed, (ToolFormat::Openai, false), |_| None);
         let value: Value = serde_json::from_str(&response.formatted).unwrap();
         assert_eq!(
             value,
@@ -282,7 +292,7 @@ pub(crate) mod tests {
             }])
         );
         assert!(
-            render(1, &listed, ToolFormat::Native, |_| None)
+            render(1, &listed, (ToolFormat::Native, false), |_| None)
                 .formatted
                 .is_empty()
         );
@@ -427,7 +437,7 @@ pub(crate) mod tests {
         let s = b.finish();
         let listed = callable(&s, &s, &ANYONE, s.names(), |_| true);
         let value: Value = serde_json::from_str(
-            &render(s.version(), &listed, ToolFormat::Gemini, |_| None).formatted,
+            &render(s.version(), &listed, (ToolFormat::Gemini, false), |_| None).formatted,
         )
         .unwrap();
         assert_eq!(keys(&value), ["functionDeclarations"]);

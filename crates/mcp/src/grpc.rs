@@ -8,8 +8,8 @@ use std::time::Duration;
 use tokio::sync::mpsc;
 use tonic::transport::Channel;
 use toolmesh::pb::{
-    InvokeRequest, InvokeResponse, ListToolsRequest, ListToolsResponse, Progress, ToolFormat,
-    dispatcher_client::DispatcherClient,
+    InvokeRequest, InvokeResponse, ListToolsRequest, ListToolsResponse, Progress,
+    SearchToolsRequest, SearchToolsResponse, ToolFormat, dispatcher_client::DispatcherClient,
 };
 use toolmesh_transport::{MAX_SNAPSHOT_MESSAGE_BYTES, PeerCertificate};
 
@@ -94,6 +94,18 @@ impl Backend for GrpcBackend {
                 .await?
                 .into_inner(),
         ))
+    }
+
+    async fn search_tools(
+        &self,
+        who: &Option<String>,
+        request: SearchToolsRequest,
+    ) -> Result<SearchToolsResponse, BackendError> {
+        let mut client = self.client.clone();
+        Ok(client
+            .search_tools(self.request(who, request))
+            .await?
+            .into_inner())
     }
 
     async fn invoke(

@@ -59,6 +59,15 @@ pub(crate) fn validate_tools(specs: Vec<pb::ToolSpec>) -> (Vec<ToolDef>, Vec<Rej
     let mut patterns = 0;
     for spec in specs {
         let name = spec.name.clone();
+        if toolmesh::spec::RESERVED_NAMES.contains(&name.as_str()) {
+            rejected.push(RejectedTool {
+                reason: format!(
+                    "{name:?} is the name of the mesh's own tool search (a dispatcher serves it); register the tool under another name"
+                ),
+                name,
+            });
+            continue;
+        }
         match ToolDef::new(spec) {
             Err(error) => rejected.push(RejectedTool {
                 name,
