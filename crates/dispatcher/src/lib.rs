@@ -28,6 +28,7 @@ mod service;
 mod tool_health;
 mod window;
 
+pub use call::session as session_of;
 pub use canary::RolloutControl;
 pub use config::DispatcherConfig;
 pub use error::{AbortError, CallError};
@@ -37,7 +38,6 @@ pub use page::MAX_LIST_PAGE;
 pub use recent::{RECENT_WINDOW, RecentCalls};
 pub use refusal::Refusal;
 pub use request::{CallRequest, Reply, Streamed, Unary};
-pub use call::session as session_of;
 pub use search_tool::{SEARCH_TOOL_DESCRIPTION, search_tool_request, search_tool_schema};
 pub use service::DispatcherService;
 

@@ -6,8 +6,8 @@ use crate::{Dispatcher, Refusal};
 use serde_json::{Map, Value, json};
 use std::sync::{Arc, OnceLock};
 use toolmesh::pb::{
-    ErrorCode, InvokeRequest, InvokeResponse, RiskLevel, SearchToolsRequest, ToolError,
-    ToolFormat, ToolResult, ToolSpec,
+    ErrorCode, InvokeRequest, InvokeResponse, RiskLevel, SearchToolsRequest, ToolError, ToolFormat,
+    ToolResult, ToolSpec,
 };
 use toolmesh::spec::SEARCH_TOOL;
 use toolmesh::{ToolDef, ToolEntry, ToolErrorExt};
@@ -171,10 +171,7 @@ impl Dispatcher {
         let session = crate::call::session(&request.context);
         let searched = request_of(request)
             .map_err(|why| ToolError::new(ErrorCode::InvalidArguments, why))
-            .and_then(|search| {
-                self.search_tools_in(who, session, &search)
-                    .map_err(refused)
-            });
+            .and_then(|search| self.search_tools_in(who, session, &search).map_err(refused));
         let (result, snapshot_version) = match searched {
             Ok(response) => (found(&response.formatted), response.snapshot_version),
             Err(error) => (error.into_result(), 0),
@@ -193,9 +190,7 @@ impl Dispatcher {
 fn refused(refusal: Refusal) -> ToolError {
     let status = tonic::Status::from(refusal);
     let code = match status.code() {
-        tonic::Code::PermissionDenied | tonic::Code::Unauthenticated => {
-            ErrorCode::PermissionDenied
-        }
+        tonic::Code::PermissionDenied | tonic::Code::Unauthenticated => ErrorCode::PermissionDenied,
         tonic::Code::InvalidArgument => ErrorCode::InvalidArguments,
         _ => ErrorCode::Unavailable,
     };

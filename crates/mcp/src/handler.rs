@@ -453,9 +453,11 @@ impl<B: Backend> ServerHandler for McpHandler<B> {
         let who = self.caller(&context)?;
         let cursor = request.as_ref().and_then(|r| r.cursor.as_deref());
         if cursor.is_none() && self.in_search_mode(&who).await? {
-            return Ok(ListToolsResult::with_all_items(search_mode::door_tools().to_vec())
-                .with_ttl_ms(LIST_TTL_MS)
-                .with_cache_scope(CacheScope::Private));
+            return Ok(
+                ListToolsResult::with_all_items(search_mode::door_tools().to_vec())
+                    .with_ttl_ms(LIST_TTL_MS)
+                    .with_cache_scope(CacheScope::Private),
+            );
         }
         self.page(&who, cursor).await
     }
@@ -770,7 +772,10 @@ mod tests {
         assert!(!mode_for(auto, 40, listing(40, 1)).await);
         assert!(mode_for(auto, 40, listing(41, 1)).await);
         assert!(!mode_for(auto, 5, pages_of(&tools(5), 2, 1)).await);
-        assert!(mode_for(auto, 5, pages_of(&tools(6), 2, 1)).await, "on a later page");
+        assert!(
+            mode_for(auto, 5, pages_of(&tools(6), 2, 1)).await,
+            "on a later page"
+        );
         assert!(mode_for(ToolSearchMode::On, 40, listing(1, 1)).await);
         assert!(!mode_for(ToolSearchMode::Off, 0, listing(1_000, 1)).await);
     }

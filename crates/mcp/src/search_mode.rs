@@ -147,7 +147,9 @@ pub(crate) fn search_result(found: &SearchToolsResponse) -> Result<CallToolResul
 /// The direct call a `call_tool` call stands for: the tool it names with
 /// its arguments, and the same `_meta` (progress token, approval id,
 /// session, deadline, trace).
-pub(crate) fn unwrapped(params: &CallToolRequestParams) -> Result<CallToolRequestParams, ErrorData> {
+pub(crate) fn unwrapped(
+    params: &CallToolRequestParams,
+) -> Result<CallToolRequestParams, ErrorData> {
     let invalid = |why: String| ErrorData::invalid_params(format!("{CALL_TOOL}: {why}"), None);
     let arguments = params.arguments.clone().unwrap_or_default();
     let name = match arguments.get("name") {
@@ -159,7 +161,9 @@ pub(crate) fn unwrapped(params: &CallToolRequestParams) -> Result<CallToolReques
         }
     };
     if name == CALL_TOOL {
-        return Err(invalid(format!("name the tool to run, not {CALL_TOOL} itself")));
+        return Err(invalid(format!(
+            "name the tool to run, not {CALL_TOOL} itself"
+        )));
     }
     let tool_arguments = match arguments.get("arguments") {
         None | Some(Value::Null) => Map::new(),
@@ -194,7 +198,10 @@ mod tests {
     /// naming itself, it says what to give.
     #[test]
     fn call_tool_unwraps_to_the_named_tool() {
-        let direct = unwrapped(&params(json!({"name": "refund", "arguments": {"order": 7}}))).unwrap();
+        let direct = unwrapped(&params(
+            json!({"name": "refund", "arguments": {"order": 7}}),
+        ))
+        .unwrap();
         assert_eq!(direct.name, "refund");
         assert_eq!(direct.arguments.unwrap()["order"], 7);
         let meta = direct.meta.unwrap();
@@ -205,8 +212,14 @@ mod tests {
         for (bad, says) in [
             (json!({}), "\"name\" is required"),
             (json!({"name": ""}), "\"name\" is required"),
-            (json!({"name": "refund", "arguments": [1]}), "must be a JSON object"),
-            (json!({"name": "refund", "arguments": "{}"}), "must be a JSON object"),
+            (
+                json!({"name": "refund", "arguments": [1]}),
+                "must be a JSON object",
+            ),
+            (
+                json!({"name": "refund", "arguments": "{}"}),
+                "must be a JSON object",
+            ),
             (json!({"name": CALL_TOOL}), "not call_tool itself"),
         ] {
             let refused = unwrapped(&params(bad.clone())).unwrap_err();
@@ -225,12 +238,18 @@ mod tests {
                 None,
             )
         };
-        let request = asked(json!({"query": "refund an order", "limit": 3, "tags": ["billing"]})).unwrap();
+        let request =
+            asked(json!({"query": "refund an order", "limit": 3, "tags": ["billing"]})).unwrap();
         assert_eq!(request.query, "refund an order");
         assert_eq!(request.limit, 3);
         assert_eq!(request.tags, ["billing"]);
         assert_eq!(request.format, ToolFormat::Mcp as i32);
-        for bad in [json!({}), json!({"query": 1}), json!({"query": "x", "limit": -1}), json!({"query": "x", "tags": "a"})] {
+        for bad in [
+            json!({}),
+            json!({"query": 1}),
+            json!({"query": "x", "limit": -1}),
+            json!({"query": "x", "tags": "a"}),
+        ] {
             assert!(asked(bad.clone()).is_err(), "{bad}");
         }
     }
