@@ -1053,6 +1053,50 @@ mod tests {
         checked(&matches)
     }
 
+    /// The MCP door's search mode: off by default with the documented
+    /// threshold, set by the same flags on the commands that serve the
+    /// door and on the stdio bridge.
+    #[test]
+    fn mcp_tool_search_flags() {
+        use toolmesh_mcp::{ToolSearch, ToolSearchMode};
+        let setting = |line: &[&str]| match parse(line).unwrap().command {
+            Command::Up(args) => args.serve.server.mcp_tool_search.setting(),
+            Command::Serve(args) => args.server.mcp_tool_search.setting(),
+            Command::Dispatcher(args) => args.server.mcp_tool_search.setting(),
+            Command::Mcp(args) => args.tool_search.setting(),
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(setting(&["serve"]), ToolSearch::default());
+        assert_eq!(ToolSearch::default().mode, ToolSearchMode::Off);
+        assert_eq!(
+            setting(&["mcp"]).threshold,
+            toolmesh_mcp::DEFAULT_SEARCH_THRESHOLD
+        );
+        let auto = ToolSearch {
+            mode: ToolSearchMode::Auto,
+            threshold: 7,
+        };
+        let flags = [
+            "--mcp-tool-search",
+            "auto",
+            "--mcp-tool-search-threshold",
+            "7",
+        ];
+        for command in [
+            &["up"][..],
+            &["serve"],
+            &["dispatcher", "--registry", "127.0.0.1:7070"],
+            &["mcp"],
+        ] {
+            let line: Vec<&str> = command.iter().chain(&flags).copied().collect();
+            assert_eq!(setting(&line), auto, "{line:?}");
+        }
+        assert_eq!(
+            setting(&["mcp", "--mcp-tool-search", "on"]).mode,
+            ToolSearchMode::On
+        );
+    }
+
     /// `up --examples` adds to the default three, once each, in order;
     /// `--no-default-examples` keeps only those named.
     #[test]

@@ -298,6 +298,35 @@ pub(crate) mod tests {
         );
     }
 
+    /// A deferred listing in the Anthropic shape marks every tool
+    /// `defer_loading` but `search_tools`; other shapes, and listings not
+    /// deferred, carry no such key.
+    #[test]
+    fn deferred_anthropic_marks_all_but_search_tools() {
+        let mut b = Snapshot::empty("e").next();
+        b.put(entry("search_kb", "1.0.0", true));
+        let s = b.finish();
+        let mut listed = vec![crate::search_tool::entry()];
+        listed.extend(callable(&s, &s, &ANYONE, s.names(), |_| true));
+        let shaped = |format, deferred| -> Value {
+            serde_json::from_str(&render(1, &listed, (format, deferred), |_| None).formatted)
+                .unwrap()
+        };
+        let deferred = shaped(ToolFormat::Anthropic, true);
+        assert_eq!(deferred[0]["name"], SEARCH_TOOL);
+        assert!(deferred[0].get("defer_loading").is_none());
+        assert_eq!(deferred[1]["defer_loading"], true);
+        assert_eq!(
+            keys(&deferred[1]),
+            ["defer_loading", "description", "input_schema", "name"]
+        );
+        let plain = shaped(ToolFormat::Anthropic, false);
+        assert!(plain[1].get("defer_loading").is_none());
+        let openai = shaped(ToolFormat::Openai, true);
+        assert_eq!(openai[0]["function"]["name"], SEARCH_TOOL);
+        assert!(openai[1].get("defer_loading").is_none());
+    }
+
     /// A definition with `input_schema`, risk, idempotency, owner and
     /// deprecation for the shape tests.
     fn def_with(name: &str, input_schema: &str, output_schema: &str) -> ToolDef {

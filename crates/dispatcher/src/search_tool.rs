@@ -196,3 +196,56 @@ fn refused(refusal: Refusal) -> ToolError {
     };
     ToolError::new(code, status.message())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Arguments read as SearchTools asks them; anything else says what to
+    /// give.
+    #[test]
+    fn arguments_become_a_search() {
+        let invoke = |arguments: &str| InvokeRequest {
+            tool: SEARCH_TOOL.into(),
+            arguments: arguments.into(),
+            ..InvokeRequest::default()
+        };
+        let asked = request_of(&invoke(
+            r#"{"query":"refund","limit":3,"tags":["billing"]}"#,
+        ))
+        .unwrap();
+        assert_eq!((asked.query.as_str(), asked.limit), ("refund", 3));
+        assert_eq!(asked.tags, ["billing"]);
+        assert_eq!(asked.format, ToolFormat::Anthropic as i32);
+        for (bad, says) in [
+            ("", "\"query\" is required"),
+            ("[1]", "JSON object"),
+            (r#"{"query":"x","limit":-2}"#, "\"limit\""),
+            (r#"{"query":"x","tags":[1]}"#, "\"tags\""),
+        ] {
+            let refused = request_of(&invoke(bad)).unwrap_err();
+            assert!(refused.contains(says), "{bad}: {refused}");
+        }
+        assert!(is_named("search_tools") && is_named("search_tools@1.0.0"));
+        assert!(!is_named("search_tools@2.0.0") && !is_named("search_kb"));
+    }
+
+    /// The matches come back as data and, as text, as Anthropic
+    /// `tool_reference` blocks in the same order.
+    #[test]
+    fn matches_are_tool_references() {
+        let result = found(
+            r#"[{"name":"b","description":"","input_schema":{}},{"name":"a","description":"","input_schema":{}}]"#,
+        );
+        let references: Value = serde_json::from_str(&result.output).unwrap();
+        assert_eq!(
+            references,
+            json!([
+                {"type": "tool_reference", "tool_name": "b"},
+                {"type": "tool_reference", "tool_name": "a"}
+            ])
+        );
+        let data: Value = serde_json::from_str(&result.data).unwrap();
+        assert_eq!(data["tools"][1]["name"], "a");
+    }
+}
