@@ -2,8 +2,8 @@
 
 use crate::Failure;
 use crate::args::{
-    CallArgs, ClientArgs, DecideArgs, DisableArgs, ExplainArgs, Format, HealthArgs, SearchArgs,
-    SnapshotArgs, ToolArg, ToolsArgs,
+    CallArgs, ClientArgs, DecideArgs, DisableArgs, ExplainArgs, Format, HealthArgs, McpArgs,
+    SearchArgs, SnapshotArgs, ToolArg, ToolsArgs,
 };
 use crate::call_input;
 use crate::output::{self, Table, ToolHealth};
@@ -141,6 +141,7 @@ pub(crate) async fn tools(args: ToolsArgs, client: &Client) -> Result<(), Failur
         context: Some(context("cli")),
         format: args.format.to_pb() as i32,
         snapshot_version: args.snapshot,
+        defer_loading: args.defer_loading,
         ..ListToolsRequest::default()
     };
     let response = toolmesh::listing::list_all(request, |page| {
@@ -283,6 +284,7 @@ pub(crate) async fn search(args: SearchArgs, client: &Client) -> Result<(), Fail
             limit: args.limit,
             tags: args.tags,
             max_risk: args.max_risk.map_or(0, |risk| risk.to_pb() as i32),
+            ..SearchToolsRequest::default()
         }))
         .await
         .map_err(|s| client.failure(s))?
@@ -692,11 +694,14 @@ fn print_switch(client: &Client, tool: &str, disabled_for: Option<&str>, snapsho
 
 /// `toolmesh mcp`: the MCP handler on stdin/stdout, calling the dispatcher
 /// at `--server` as the holder of `--token`.
-pub(crate) async fn mcp_bridge(client: &Client) -> Result<(), Failure> {
+pub(crate) async fn mcp_bridge(args: &McpArgs, client: &Client) -> Result<(), Failure> {
     let backend = toolmesh_mcp::GrpcBackend::new(client.channel(), client.args.token.clone());
     // --timeout-ms bounds each call whose `_meta` names no deadline.
     let timeout = client.args.timeout_ms.map(Duration::from_millis);
-    toolmesh_mcp::serve_stdio(toolmesh_mcp::McpHandler::new(backend).with_timeout(timeout))
+    let handler = toolmesh_mcp::McpHandler::new(backend)
+        .with_timeout(timeout)
+        .with_tool_search(args.tool_search.setting());
+    toolmesh_mcp::serve_stdio(handler)
         .await
         .map_err(|e| Failure::Failed(e.to_string()))
 }

@@ -23,11 +23,13 @@ mod request;
 mod result_cache;
 mod route;
 mod search;
+mod search_tool;
 mod service;
 mod tool_health;
 mod tools_watch;
 mod window;
 
+pub use call::session as session_of;
 pub use canary::RolloutControl;
 pub use config::DispatcherConfig;
 pub use error::{AbortError, CallError};
@@ -37,6 +39,7 @@ pub use page::MAX_LIST_PAGE;
 pub use recent::{RECENT_WINDOW, RecentCalls};
 pub use refusal::Refusal;
 pub use request::{CallRequest, Reply, Streamed, Unary};
+pub use search_tool::{SEARCH_TOOL_DESCRIPTION, search_tool_request, search_tool_schema};
 pub use service::DispatcherService;
 pub use tools_watch::{ToolsWatch, WATCH_CHUNK};
 
@@ -238,16 +241,24 @@ impl Dispatcher {
         let session = call::session(&request.context);
         let projection = self.projection(who, session, &snapshot)?;
         let size = page::size(request.page_size);
-        let shape = (format, after.as_str(), size);
+        let deferred = request.defer_loading;
+        let shape = (format, after.as_str(), size, deferred);
         Ok(self.pages.get_or_render(&projection, shape, || {
             let policy = self.governance().policy();
             let entries = &projection.entries;
             let start = projection.start_after(&after);
             let wanted = start..(start + size).min(entries.len());
+            // A deferred listing's first page leads with `search_tools`.
+            let search = (deferred && after.is_empty()).then(search_tool::entry);
             let (mut page, end) = page::fitted(wanted, |range| {
-                list::render(projection.snapshot_version, &entries[range], format, |e| {
-                    list::narrowed(&policy, who, e)
-                })
+                let listed: Vec<Arc<toolmesh::ToolEntry>> =
+                    search.iter().chain(&entries[range]).cloned().collect();
+                list::render(
+                    projection.snapshot_version,
+                    &listed,
+                    (format, deferred),
+                    |e| list::narrowed(&policy, who, e),
+                )
             });
             if end < entries.len() {
                 page.next_page_token = page::Resume {
@@ -484,6 +495,10 @@ impl Dispatcher {
         });
         // The slot is held until the call ends.
         let Accepted { _slot, snapshot } = accepted;
+        if search_tool::is_named(&request.tool) {
+            // The dispatcher's own tool: no executor, no pipeline stage.
+            return self.invoke_search_tool(who, &request, call::call_id(&request));
+        }
         self.pipeline
             .run(snapshot, who, request, caller_timeout, parent, relay)
             .await

@@ -239,7 +239,12 @@ impl ToolsWatch {
     fn message(&self, shown: &[(Arc<str>, Shown)], removed: Vec<String>) -> ToolsChange {
         let entries: Vec<&Arc<ToolEntry>> = shown.iter().map(|(_, s)| &s.entry).collect();
         let narrowed: Vec<Option<Value>> = shown.iter().map(|(_, s)| s.narrowed.clone()).collect();
-        let rendered = list::render_narrowed(self.seen.version(), &entries, &narrowed, self.format);
+        let rendered = list::render_narrowed(
+            self.seen.version(),
+            &entries,
+            &narrowed,
+            (self.format, false),
+        );
         ToolsChange {
             snapshot_version: self.seen.version(),
             tools: rendered.tools,

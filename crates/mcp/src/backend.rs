@@ -11,7 +11,7 @@ use tokio::sync::mpsc;
 use toolmesh::Principal;
 use toolmesh::pb::{
     InvokeEvent, InvokeRequest, InvokeResponse, ListToolsRequest, ListToolsResponse, Progress,
-    ToolFormat, invoke_event,
+    SearchToolsRequest, SearchToolsResponse, ToolFormat, invoke_event,
 };
 use toolmesh_dispatcher::{CallRequest, Dispatcher};
 use toolmesh_telemetry::trace::Context as TraceContext;
@@ -46,6 +46,13 @@ pub trait Backend: Clone + Send + Sync + 'static {
         format: ToolFormat,
         page_token: &str,
     ) -> impl Future<Output = Result<Arc<ListToolsResponse>, BackendError>> + Send;
+
+    /// `SearchTools` for `who` (the door's `search_tools` in search mode).
+    fn search_tools(
+        &self,
+        who: &Self::Caller,
+        request: SearchToolsRequest,
+    ) -> impl Future<Output = Result<SearchToolsResponse, BackendError>> + Send;
 
     /// `Invoke` for `who` within the client's deadline `timeout`,
     /// continuing the client's trace `parent` (from the call's `_meta`). Dropping the future cancels the call end to end.
@@ -156,6 +163,15 @@ impl Backend for Dispatcher {
             ..ListToolsRequest::default()
         };
         Ok(self.list_tools_for(who, &request)?)
+    }
+
+    async fn search_tools(
+        &self,
+        who: &Principal,
+        request: SearchToolsRequest,
+    ) -> Result<SearchToolsResponse, BackendError> {
+        let session = toolmesh_dispatcher::session_of(&request.context);
+        Ok(self.search_tools_in(who, session, &request)?)
     }
 
     async fn invoke(

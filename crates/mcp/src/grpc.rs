@@ -10,8 +10,9 @@ use tokio::sync::mpsc;
 use tonic::Streaming;
 use tonic::transport::Channel;
 use toolmesh::pb::{
-    InvokeRequest, InvokeResponse, ListToolsRequest, ListToolsResponse, Progress, ToolFormat,
-    ToolSpec, ToolsChange, WatchToolsRequest, dispatcher_client::DispatcherClient,
+    InvokeRequest, InvokeResponse, ListToolsRequest, ListToolsResponse, Progress,
+    SearchToolsRequest, SearchToolsResponse, ToolFormat, ToolSpec, ToolsChange, WatchToolsRequest,
+    dispatcher_client::DispatcherClient,
 };
 use toolmesh_transport::{MAX_SNAPSHOT_MESSAGE_BYTES, PeerCertificate};
 
@@ -132,6 +133,18 @@ impl Backend for GrpcBackend {
                 .await?
                 .into_inner(),
         ))
+    }
+
+    async fn search_tools(
+        &self,
+        who: &Option<String>,
+        request: SearchToolsRequest,
+    ) -> Result<SearchToolsResponse, BackendError> {
+        let mut client = self.client.clone();
+        Ok(client
+            .search_tools(self.request(who, request))
+            .await?
+            .into_inner())
     }
 
     async fn invoke(

@@ -1,9 +1,11 @@
-//! The MCP server handler: `tools/list` (the caller's projection, paged),
-//! `tools/call` (one Invoke; an InvokeStream whose progress becomes
-//! `notifications/progress` when the request carries a `progressToken`), and
-//! `list_changed` when the caller's projection changes.
+//! The MCP server handler: `tools/list` (the caller's projection, paged;
+//! in search mode `search_tools` and `call_tool` instead), `tools/call` (one
+//! Invoke; an InvokeStream whose progress becomes `notifications/progress`
+//! when the request carries a `progressToken`), and `list_changed` when the
+//! caller's projection changes.
 
 use crate::result::APPROVAL_META;
+use crate::search_mode::{self, DoorTool, ToolSearch, ToolSearchMode};
 use crate::{Backend, BackendError};
 use futures_util::StreamExt;
 use rmcp::model::{
@@ -55,6 +57,8 @@ pub struct McpHandler<B> {
     parsed: Arc<Mutex<Parsed>>,
     /// The transport's deadline for a call whose `_meta` gives none.
     timeout: Option<Duration>,
+    /// When `tools/list` answers in search mode.
+    search: ToolSearch,
 }
 
 /// The caller the HTTP layer authenticated, in the request's extensions.
@@ -86,7 +90,59 @@ impl<B: Backend> McpHandler<B> {
             backend,
             parsed: Arc::default(),
             timeout: None,
+            search: ToolSearch::default(),
         }
+    }
+
+    /// The handler with the door's tool search setting
+    /// (`--mcp-tool-search`, `--mcp-tool-search-threshold`).
+    pub fn with_tool_search(self, search: ToolSearch) -> Self {
+        McpHandler { search, ..self }
+    }
+
+    /// Whether `who`'s `tools/list` answers in search mode: always with
+    /// `on`, never with `off`, and with `auto` when `who` may use more
+    /// tools than the threshold (counted page by page, as far as needed).
+    async fn in_search_mode(&self, who: &B::Caller) -> Result<bool, BackendError> {
+        match self.search.mode {
+            ToolSearchMode::Off => Ok(false),
+            ToolSearchMode::On => Ok(true),
+            ToolSearchMode::Auto => {
+                let (mut visible, mut page_token) = (0, String::new());
+                loop {
+                    let page = self
+                        .backend
+                        .list_tools(who, ToolFormat::Mcp, &page_token)
+                        .await?;
+                    visible += self.parsed(&page)?.len();
+                    if visible > self.search.threshold {
+                        return Ok(true);
+                    }
+                    if page.next_page_token.is_empty() {
+                        return Ok(false);
+                    }
+                    page_token.clone_from(&page.next_page_token);
+                }
+            }
+        }
+    }
+
+    /// The answer to the door's `search_tools`: `who`'s SearchTools, each
+    /// match as `tools/list` shows it.
+    async fn search_tools(
+        &self,
+        who: &B::Caller,
+        params: &CallToolRequestParams,
+        meta: &RequestMetaObject,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let session_id = meta_text(params, meta, SESSION_META);
+        let context = (!session_id.is_empty()).then(|| CallContext {
+            session_id,
+            ..CallContext::default()
+        });
+        let request = search_mode::search_request(params, context)?;
+        let found = self.backend.search_tools(who, request).await?;
+        Ok(search_mode::search_result(&found)?.into())
     }
 
     /// The handler with the transport's deadline for every call (the
@@ -371,8 +427,15 @@ impl<B: Backend> ServerHandler for McpHandler<B> {
         context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
         let who = self.caller(&context)?;
-        self.page(&who, request.as_ref().and_then(|r| r.cursor.as_deref()))
-            .await
+        let cursor = request.as_ref().and_then(|r| r.cursor.as_deref());
+        if cursor.is_none() && self.in_search_mode(&who).await? {
+            return Ok(
+                ListToolsResult::with_all_items(search_mode::door_tools().to_vec())
+                    .with_ttl_ms(LIST_TTL_MS)
+                    .with_cache_scope(CacheScope::Private),
+            );
+        }
+        self.page(&who, cursor).await
     }
 
     async fn call_tool(
@@ -381,6 +444,15 @@ impl<B: Backend> ServerHandler for McpHandler<B> {
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
         let who = self.caller(&context)?;
+        // In search mode `call_tool` is the direct call of the tool it
+        // names, from here on the same in every step.
+        let request = match self.search.door_tool(&request.name) {
+            Some(DoorTool::Search) => {
+                return self.search_tools(&who, &request, &context.meta).await;
+            }
+            Some(DoorTool::Call) => search_mode::unwrapped(&request)?,
+            None => request,
+        };
         let call = invocation(&request, &context.meta);
         let timeout = meta_timeout(&request, &context.meta)?.or(self.timeout);
         let token = progress_token(&request, &context.meta);
@@ -517,6 +589,13 @@ mod tests {
                     "page_token {page_token:?}: list again from the first page"
                 ))
             })
+        }
+        async fn search_tools(
+            &self,
+            _: &(),
+            _: toolmesh::pb::SearchToolsRequest,
+        ) -> Result<toolmesh::pb::SearchToolsResponse, BackendError> {
+            unreachable!()
         }
         async fn invoke(
             &self,
@@ -660,6 +739,30 @@ mod tests {
                     .unwrap()
             )
         );
+    }
+
+    /// `auto` answers in search mode exactly when the caller may use more
+    /// tools than the threshold, counting every page; `on` and `off`
+    /// whatever the count.
+    #[tokio::test]
+    async fn auto_search_mode_follows_the_threshold() {
+        let mode_for = |mode, threshold, pages| async move {
+            McpHandler::new(Fixed::new(pages))
+                .with_tool_search(ToolSearch { mode, threshold })
+                .in_search_mode(&())
+                .await
+                .unwrap()
+        };
+        let auto = ToolSearchMode::Auto;
+        assert!(!mode_for(auto, 40, listing(40, 1)).await);
+        assert!(mode_for(auto, 40, listing(41, 1)).await);
+        assert!(!mode_for(auto, 5, pages_of(&tools(5), 2, 1)).await);
+        assert!(
+            mode_for(auto, 5, pages_of(&tools(6), 2, 1)).await,
+            "on a later page"
+        );
+        assert!(mode_for(ToolSearchMode::On, 40, listing(1, 1)).await);
+        assert!(!mode_for(ToolSearchMode::Off, 0, listing(1_000, 1)).await);
     }
 
     /// A call's `_meta.traceparent` reaches the Invoke as the trace id it

@@ -137,7 +137,7 @@ async fn start_mcp(
         https: tls.is_some(),
     };
     let router = toolmesh_mcp::router(
-        toolmesh_mcp::McpHandler::new(dispatcher.clone()),
+        toolmesh_mcp::McpHandler::new(dispatcher.clone()).with_tool_search(config.mcp_tool_search),
         dispatcher.clone(),
         &http,
         stop.child_token(),

@@ -533,61 +533,8 @@ async fn stdio_bridge_serves_the_same_tools() {
 /// bridge; the approval is granted here when the script asks for it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn official_python_client() {
-    let python = std::env::var("TOOLMESH_TEST_PYTHON").expect(
-        "TOOLMESH_TEST_PYTHON is not set: run scripts/test (scripts/prepare/python.sh makes the venv with the pinned `mcp` client)",
-    );
     let mesh = Mesh::start().await;
-    let script = toolmesh_system_tests::python_script("mcp_client.py");
-    let mut child = tokio::process::Command::new(python)
-        .arg(script)
-        .env("MCP_URL", &mesh.url)
-        .env("TOOLMESH", toolmesh_testkit::toolmesh_bin())
-        .env("TOOLMESH_GRPC", &mesh.grpc)
-        .env("AGENT_TOKEN", AGENT)
-        .env("ADMIN_TOKEN", ADMIN)
-        .env("BULK", BULK.to_string())
-        .env("VISIBLE", VISIBLE.to_string())
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let mut stdin = child.stdin.take().unwrap();
-    let mut lines =
-        tokio::io::AsyncBufReadExt::lines(tokio::io::BufReader::new(child.stdout.take().unwrap()));
-    let mut passed = Vec::new();
-    let run = async {
-        while let Some(line) = lines.next_line().await.unwrap() {
-            if let Some(id) = line.strip_prefix("APPROVE ") {
-                mesh.approve(id).await;
-                stdin.write_all(b"ok\n").await.unwrap();
-            } else if let Some(what) = line.strip_prefix("AWAIT ") {
-                let notify = match what {
-                    "wait_started" => &mesh.wait_started,
-                    _ => &mesh.wait_cancelled,
-                };
-                let seen = tokio::time::timeout(
-                    toolmesh_testkit::patient(Duration::from_secs(10)),
-                    notify.notified(),
-                )
-                .await;
-                let answer: &[u8] = if seen.is_ok() { b"ok\n" } else { b"timeout\n" };
-                stdin.write_all(answer).await.unwrap();
-            } else if let Some(check) = line.strip_prefix("PASS ") {
-                passed.push(check.to_owned());
-            } else {
-                println!("python: {line}");
-            }
-        }
-    };
-    tokio::time::timeout(toolmesh_testkit::patient(Duration::from_secs(120)), run)
-        .await
-        .expect("the Python client finished within 2 minutes");
-    let status = child.wait().await.unwrap();
-    assert!(
-        status.success(),
-        "the Python client failed ({status}); passed: {passed:?}"
-    );
+    let passed = mesh.run_python("mcp_client.py").await;
     for check in [
         "401 without token",
         "projection",
