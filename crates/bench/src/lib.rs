@@ -36,6 +36,7 @@ mod cpu;
 mod error;
 mod freshness;
 mod load;
+mod loopback;
 mod machine;
 mod mesh;
 mod nginx;
