@@ -19,6 +19,12 @@ pub const MAX_DESCRIPTION_CHARS: usize = crate::pb::Limit::MaxDescriptionChars a
 pub use crate::reference::MAX_NAME_CHARS;
 /// Most attempts any retry policy may ask for (gRFC A6).
 pub const MAX_ATTEMPTS_CAP: u32 = 5;
+/// The dispatcher's own tool: runs the caller's SearchTools when invoked.
+pub const SEARCH_TOOL: &str = "search_tools";
+/// The MCP door's tool (search mode) that calls another tool by name.
+pub const CALL_TOOL: &str = "call_tool";
+/// Names the mesh answers itself, which no executor may register.
+pub const RESERVED_NAMES: [&str; 2] = [SEARCH_TOOL, CALL_TOOL];
 
 /// Why one tool of a registration was rejected. The text is for the person
 /// who wrote the spec: it says what to change.

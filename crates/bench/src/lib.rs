@@ -37,6 +37,7 @@ mod cpu;
 mod error;
 mod freshness;
 mod load;
+mod loopback;
 mod machine;
 mod mesh;
 mod nginx;

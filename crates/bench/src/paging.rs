@@ -4,7 +4,7 @@
 
 use crate::Plan;
 use crate::error::BenchError;
-use crate::scale::bind;
+use crate::loopback::bind;
 use crate::stats::Latency;
 use serde::Serialize;
 use std::sync::Arc;

@@ -5,12 +5,12 @@
 
 use crate::Plan;
 use crate::error::BenchError;
+use crate::loopback::bind;
 use crate::procs::AbortOnDrop;
 use crate::stats::{self, Latency};
 use prost::Message;
 use serde::Serialize;
 use std::time::{Duration, Instant};
-use tokio::net::TcpListener;
 use tokio::sync::{oneshot, watch};
 use tonic::transport::Server;
 use toolmesh::Snapshot;
@@ -228,18 +228,6 @@ impl Served {
         let _ = stop.send(());
         let _ = tokio::time::timeout(Duration::from_secs(2), &mut task.0).await;
     }
-}
-
-/// A listener on 127.0.0.1:0 and its address.
-pub(crate) async fn bind() -> Result<(TcpListener, String), BenchError> {
-    let listener = TcpListener::bind("127.0.0.1:0")
-        .await
-        .map_err(|e| BenchError::io("bind 127.0.0.1:0", e))?;
-    let addr = listener
-        .local_addr()
-        .map_err(|e| BenchError::io("read a listener's address", e))?
-        .to_string();
-    Ok((listener, addr))
 }
 
 /// Propagation and ListTools for one populated world.

@@ -78,7 +78,7 @@ pub struct Stores {
 pub(crate) async fn run(plan: &Plan, bins: &Binaries, logs: &Path) -> Result<Stores, BenchError> {
     // Every fake executor registers this endpoint: health SERVING, so the
     // registries' watches keep every tool exposed and write no verdicts.
-    let sink = crate::org::HealthServer::start().await?;
+    let sink = crate::loopback::HealthServer::start().await?;
     let sizes = [plan.baseline_tools, plan.scale_tools];
     let run = Run {
         plan,

@@ -209,7 +209,7 @@ impl Command {
                 | Command::Approvals
                 | Command::Approve(_)
                 | Command::Deny(_)
-                | Command::Mcp
+                | Command::Mcp(_)
                 | Command::Disable(_)
                 | Command::Enable(_)
                 | Command::Rollout(_)
@@ -279,7 +279,7 @@ pub(crate) enum Command {
     Deny(DecideArgs),
     /// Serve MCP on stdin/stdout for a desktop client that starts a command,
     /// over a dispatcher reached by gRPC.
-    Mcp,
+    Mcp(McpArgs),
     /// Switch a tool off (admin): it leaves every listing, calls answer DISABLED.
     Disable(DisableArgs),
     /// Switch a disabled tool back on (admin).
@@ -297,6 +297,14 @@ pub(crate) enum Command {
     #[cfg(feature = "bench")]
     #[command(hide = true)]
     McpEcho(McpEchoArgs),
+}
+
+/// `toolmesh mcp`.
+#[derive(Debug, Args, Clone, Copy)]
+pub(crate) struct McpArgs {
+    /// Tool search for the MCP client.
+    #[command(flatten)]
+    pub(crate) tool_search: McpToolSearchFlags,
 }
 
 /// `toolmesh mcp-echo` (bench builds).
@@ -492,11 +500,57 @@ pub(crate) struct ServerArgs {
     /// origins on an allowed host. Requests without Origin always pass.
     #[arg(long, env = "TOOLMESH_MCP_ALLOWED_ORIGINS", value_delimiter = ',')]
     pub(crate) mcp_allowed_origins: Vec<String>,
+    /// Tool search at the MCP endpoint.
+    #[command(flatten)]
+    pub(crate) mcp_tool_search: McpToolSearchFlags,
     /// Serve /metrics on the admin listener without a credential. Its
     /// labels name tools (hidden ones too); without this flag it needs the
     /// token of a policy caller with the role "admin" or "operator".
     #[arg(long, env = "TOOLMESH_PUBLIC_METRICS")]
     pub(crate) public_metrics: bool,
+}
+
+/// The MCP door's search mode (`--mcp-listen` of serve, dispatcher and
+/// up, and `toolmesh mcp`).
+#[derive(Debug, Args, Clone, Copy)]
+pub(crate) struct McpToolSearchFlags {
+    /// Search mode for MCP clients: `tools/list` answers two tools,
+    /// `search_tools` (query, limit, tags) and `call_tool` (name,
+    /// arguments), instead of every tool; `auto` does when the caller may
+    /// use more tools than --mcp-tool-search-threshold. Every tool stays
+    /// callable by name.
+    #[arg(long, env = "TOOLMESH_MCP_TOOL_SEARCH", value_enum, default_value_t = McpToolSearch::Off)]
+    pub(crate) mcp_tool_search: McpToolSearch,
+    /// With `--mcp-tool-search auto`: search mode for a caller that may
+    /// use more tools than this.
+    #[arg(long, env = "TOOLMESH_MCP_TOOL_SEARCH_THRESHOLD", default_value_t = toolmesh_mcp::DEFAULT_SEARCH_THRESHOLD)]
+    pub(crate) mcp_tool_search_threshold: usize,
+}
+
+/// `--mcp-tool-search`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum McpToolSearch {
+    /// When the caller may use more tools than the threshold.
+    Auto,
+    /// Always.
+    On,
+    /// Never: `tools/list` lists every tool.
+    Off,
+}
+
+impl McpToolSearchFlags {
+    /// The door's setting these flags ask for.
+    pub(crate) fn setting(self) -> toolmesh_mcp::ToolSearch {
+        use toolmesh_mcp::ToolSearchMode;
+        toolmesh_mcp::ToolSearch {
+            mode: match self.mcp_tool_search {
+                McpToolSearch::Auto => ToolSearchMode::Auto,
+                McpToolSearch::On => ToolSearchMode::On,
+                McpToolSearch::Off => ToolSearchMode::Off,
+            },
+            threshold: self.mcp_tool_search_threshold,
+        }
+    }
 }
 
 /// `--mcp-listen`: an address, or "none".
@@ -556,6 +610,7 @@ impl ServerArgs {
             mcp_listen: self.mcp_listen.and_then(McpListen::addr),
             mcp_allowed_hosts: self.mcp_allowed_hosts.clone(),
             mcp_allowed_origins: self.mcp_allowed_origins.clone(),
+            mcp_tool_search: self.mcp_tool_search.setting(),
         }
     }
 }
@@ -935,8 +990,20 @@ pub(crate) struct ToolsArgs {
     #[arg(long, value_enum, default_value_t = Format::Native)]
     pub(crate) format: Format,
     /// List from this snapshot version (0 = newest).
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, default_value_t = 0, conflicts_with = "watch")]
     pub(crate) snapshot: u64,
+    /// Keep watching: after the list, print each change of it as it
+    /// happens (tools added or changed, names removed) until interrupted.
+    /// With --json or a --format other than native, one JSON object per
+    /// message (`snapshot_version`, `synced`, `tools`, `removed`).
+    #[arg(long)]
+    pub(crate) watch: bool,
+    /// For tool search on the model's side: list `search_tools` first (the
+    /// dispatcher's own tool, called through Invoke like any other) and,
+    /// with --format anthropic, mark every other tool
+    /// `"defer_loading": true`.
+    #[arg(long)]
+    pub(crate) defer_loading: bool,
 }
 
 /// `toolmesh search`.
@@ -1069,6 +1136,50 @@ mod tests {
             .try_get_matches_from(std::iter::once("toolmesh").chain(line.iter().copied()))
             .unwrap_or_else(|e| panic!("{line:?}: {e}"));
         checked(&matches)
+    }
+
+    /// The MCP door's search mode: off by default with the documented
+    /// threshold, set by the same flags on the commands that serve the
+    /// door and on the stdio bridge.
+    #[test]
+    fn mcp_tool_search_flags() {
+        use toolmesh_mcp::{ToolSearch, ToolSearchMode};
+        let setting = |line: &[&str]| match parse(line).unwrap().command {
+            Command::Up(args) => args.serve.server.mcp_tool_search.setting(),
+            Command::Serve(args) => args.server.mcp_tool_search.setting(),
+            Command::Dispatcher(args) => args.server.mcp_tool_search.setting(),
+            Command::Mcp(args) => args.tool_search.setting(),
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(setting(&["serve"]), ToolSearch::default());
+        assert_eq!(ToolSearch::default().mode, ToolSearchMode::Off);
+        assert_eq!(
+            setting(&["mcp"]).threshold,
+            toolmesh_mcp::DEFAULT_SEARCH_THRESHOLD
+        );
+        let auto = ToolSearch {
+            mode: ToolSearchMode::Auto,
+            threshold: 7,
+        };
+        let flags = [
+            "--mcp-tool-search",
+            "auto",
+            "--mcp-tool-search-threshold",
+            "7",
+        ];
+        for command in [
+            &["up"][..],
+            &["serve"],
+            &["dispatcher", "--registry", "127.0.0.1:7070"],
+            &["mcp"],
+        ] {
+            let line: Vec<&str> = command.iter().chain(&flags).copied().collect();
+            assert_eq!(setting(&line), auto, "{line:?}");
+        }
+        assert_eq!(
+            setting(&["mcp", "--mcp-tool-search", "on"]).mode,
+            ToolSearchMode::On
+        );
     }
 
     /// `up --examples` adds to the default three, once each, in order;

@@ -2,8 +2,8 @@
 
 use crate::Failure;
 use crate::args::{
-    CallArgs, ClientArgs, DecideArgs, DisableArgs, ExplainArgs, Format, HealthArgs, SearchArgs,
-    SnapshotArgs, ToolArg, ToolsArgs,
+    CallArgs, ClientArgs, DecideArgs, DisableArgs, ExplainArgs, Format, HealthArgs, McpArgs,
+    SearchArgs, SnapshotArgs, ToolArg, ToolsArgs,
 };
 use crate::call_input;
 use crate::output::{self, Table, ToolHealth};
@@ -18,9 +18,9 @@ use tonic_health::pb::{
 use toolmesh::pb::{
     ApproveRequest, CallContext, DenyRequest, DisableToolRequest, EnableToolRequest,
     ExplainRequest, GetSnapshotRequest, InvokeRequest, InvokeResponse, ListApprovalsRequest,
-    ListToolsRequest, ListToolsResponse, SearchToolsRequest, SearchToolsResponse,
-    dispatcher_client::DispatcherClient, governance_client::GovernanceClient, invoke_event,
-    registry_client::RegistryClient,
+    ListToolsRequest, ListToolsResponse, SearchToolsRequest, SearchToolsResponse, ToolsChange,
+    WatchToolsRequest, dispatcher_client::DispatcherClient, governance_client::GovernanceClient,
+    invoke_event, registry_client::RegistryClient,
 };
 use toolmesh::{ErrorCodeExt, ToolErrorExt};
 use toolmesh_transport::{
@@ -132,12 +132,16 @@ fn http1_status_line(server: &str) -> Option<String> {
 
 /// `toolmesh tools`: every page of the listing, joined.
 pub(crate) async fn tools(args: ToolsArgs, client: &Client) -> Result<(), Failure> {
+    if args.watch {
+        return watch_tools(args, client).await;
+    }
     let dispatcher = DispatcherClient::new(client.channel())
         .max_decoding_message_size(MAX_SNAPSHOT_MESSAGE_BYTES);
     let request = ListToolsRequest {
         context: Some(context("cli")),
         format: args.format.to_pb() as i32,
         snapshot_version: args.snapshot,
+        defer_loading: args.defer_loading,
         ..ListToolsRequest::default()
     };
     let response = toolmesh::listing::list_all(request, |page| {
@@ -163,6 +167,84 @@ pub(crate) async fn tools(args: ToolsArgs, client: &Client) -> Result<(), Failur
         print_tools(&response);
     }
     Ok(())
+}
+
+/// `toolmesh tools --watch`: the list, then each change of it as the
+/// server streams it (WatchTools), until interrupted.
+async fn watch_tools(args: ToolsArgs, client: &Client) -> Result<(), Failure> {
+    let mut changes = DispatcherClient::new(client.channel())
+        .max_decoding_message_size(MAX_SNAPSHOT_MESSAGE_BYTES)
+        .watch_tools(client.request(WatchToolsRequest {
+            context: Some(context("cli")),
+            format: args.format.to_pb() as i32,
+        }))
+        .await
+        .map_err(|s| client.failure(s))?
+        .into_inner();
+    let as_json = client.json() || args.format != Format::Native;
+    // Plain: the initial view is one table; each change after it a line
+    // per tool, `+` for a tool new to the list, `~` for a changed one.
+    let mut initial = ListToolsResponse::default();
+    let mut listed = std::collections::HashSet::new();
+    let mut synced = false;
+    while let Some(change) = changes.message().await.map_err(|s| client.failure(s))? {
+        if as_json {
+            output::print_json_line(&change_json(&change, args.format)?);
+        } else if !synced {
+            listed.extend(change.tools.iter().map(|t| t.name.clone()));
+            initial.snapshot_version = change.snapshot_version;
+            initial.tools.extend(change.tools);
+            if change.synced {
+                print_tools(&initial);
+            }
+        } else {
+            for spec in &change.tools {
+                let mark = if listed.insert(spec.name.clone()) {
+                    '+'
+                } else {
+                    '~'
+                };
+                println!(
+                    "{mark} {}@{} (snapshot {})",
+                    spec.name, spec.version, change.snapshot_version
+                );
+            }
+            for name in &change.removed {
+                listed.remove(name);
+                println!("- {name} (snapshot {})", change.snapshot_version);
+            }
+        }
+        synced |= change.synced;
+    }
+    Err(Failure::Failed(
+        "the server ended the watch (it is shutting down?); run the command again".into(),
+    ))
+}
+
+/// One WatchTools message as a JSON line: the tools as the specs (native)
+/// or in the vendor shape asked for.
+fn change_json(change: &ToolsChange, format: Format) -> Result<serde_json::Value, Failure> {
+    let tools = if format == Format::Native {
+        json!(
+            change
+                .tools
+                .iter()
+                .map(output::spec_json)
+                .collect::<Vec<_>>()
+        )
+    } else {
+        serde_json::from_str(&change.formatted).map_err(|e| {
+            Failure::Failed(format!(
+                "the server sent a tool change that is not JSON: {e}"
+            ))
+        })?
+    };
+    Ok(json!({
+        "snapshot_version": change.snapshot_version,
+        "synced": change.synced,
+        "tools": tools,
+        "removed": change.removed,
+    }))
 }
 
 fn print_tools(response: &ListToolsResponse) {
@@ -202,6 +284,7 @@ pub(crate) async fn search(args: SearchArgs, client: &Client) -> Result<(), Fail
             limit: args.limit,
             tags: args.tags,
             max_risk: args.max_risk.map_or(0, |risk| risk.to_pb() as i32),
+            ..SearchToolsRequest::default()
         }))
         .await
         .map_err(|s| client.failure(s))?
@@ -611,11 +694,14 @@ fn print_switch(client: &Client, tool: &str, disabled_for: Option<&str>, snapsho
 
 /// `toolmesh mcp`: the MCP handler on stdin/stdout, calling the dispatcher
 /// at `--server` as the holder of `--token`.
-pub(crate) async fn mcp_bridge(client: &Client) -> Result<(), Failure> {
+pub(crate) async fn mcp_bridge(args: &McpArgs, client: &Client) -> Result<(), Failure> {
     let backend = toolmesh_mcp::GrpcBackend::new(client.channel(), client.args.token.clone());
     // --timeout-ms bounds each call whose `_meta` names no deadline.
     let timeout = client.args.timeout_ms.map(Duration::from_millis);
-    toolmesh_mcp::serve_stdio(toolmesh_mcp::McpHandler::new(backend).with_timeout(timeout))
+    let handler = toolmesh_mcp::McpHandler::new(backend)
+        .with_timeout(timeout)
+        .with_tool_search(args.tool_search.setting());
+    toolmesh_mcp::serve_stdio(handler)
         .await
         .map_err(|e| Failure::Failed(e.to_string()))
 }

@@ -203,7 +203,7 @@ async fn run(
         Command::Disable(args) => client::disable(args, &connect()?).await,
         Command::Rollout(args) => rollout::run(args, &connect()?).await,
         Command::Enable(args) => client::enable(args, &connect()?).await,
-        Command::Mcp => client::mcp_bridge(&connect()?).await,
+        Command::Mcp(args) => client::mcp_bridge(&args, &connect()?).await,
         Command::Completions(args) => completions::print(args.shell),
         #[cfg(feature = "bench")]
         Command::Bench(args) => bench(args, arm).await,

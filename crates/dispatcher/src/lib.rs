@@ -23,10 +23,13 @@ mod request;
 mod result_cache;
 mod route;
 mod search;
+mod search_tool;
 mod service;
 mod tool_health;
+mod tools_watch;
 mod window;
 
+pub use call::session as session_of;
 pub use canary::RolloutControl;
 pub use config::DispatcherConfig;
 pub use error::{AbortError, CallError};
@@ -36,7 +39,9 @@ pub use page::MAX_LIST_PAGE;
 pub use recent::{RECENT_WINDOW, RecentCalls};
 pub use refusal::Refusal;
 pub use request::{CallRequest, Reply, Streamed, Unary};
+pub use search_tool::{SEARCH_TOOL_DESCRIPTION, search_tool_request, search_tool_schema};
 pub use service::DispatcherService;
+pub use tools_watch::{ToolsWatch, WATCH_CHUNK};
 
 use call::{Attempts, Pipeline, Relay};
 use endpoints::{EjectionPolicy, Endpoints};
@@ -106,6 +111,9 @@ pub struct Dispatcher {
     max_in_flight: usize,
     /// The version of the snapshot calls and listings use now.
     installed: watch::Receiver<u64>,
+    /// Cancelled when the server stops: callers' watches of their tools
+    /// end then, rather than holding its drain open.
+    watches_ended: CancellationToken,
     _tasks: Arc<DropGuard>,
 }
 
@@ -151,14 +159,14 @@ impl Dispatcher {
         let metrics = Arc::new(Metrics::new(&config.metrics, pool.clone()));
         metrics.snapshot_installed(snapshots.current().version());
         let changed = Arc::new(Notify::new());
-        let ejections = Arc::new(Notify::new());
+        let ejections = watch::Sender::new(0);
         let stop = CancellationToken::new();
         tokio::spawn(tool_health::run(
             snapshots.clone(),
             pool.clone(),
             health,
             changed.clone(),
-            ejections.clone(),
+            ejections.subscribe(),
             stop.clone(),
         ));
         let cache = Arc::new(ResultCache::default());
@@ -204,6 +212,7 @@ impl Dispatcher {
             admission: Arc::new(Semaphore::new(config.max_in_flight)),
             max_in_flight: config.max_in_flight,
             installed,
+            watches_ended: CancellationToken::new(),
             _tasks: Arc::new(stop.drop_guard()),
         }
     }
@@ -232,16 +241,24 @@ impl Dispatcher {
         let session = call::session(&request.context);
         let projection = self.projection(who, session, &snapshot)?;
         let size = page::size(request.page_size);
-        let shape = (format, after.as_str(), size);
+        let deferred = request.defer_loading;
+        let shape = (format, after.as_str(), size, deferred);
         Ok(self.pages.get_or_render(&projection, shape, || {
             let policy = self.governance().policy();
             let entries = &projection.entries;
             let start = projection.start_after(&after);
             let wanted = start..(start + size).min(entries.len());
+            // A deferred listing's first page leads with `search_tools`.
+            let search = (deferred && after.is_empty()).then(search_tool::entry);
             let (mut page, end) = page::fitted(wanted, |range| {
-                list::render(projection.snapshot_version, &entries[range], format, |e| {
-                    list::narrowed(&policy, who, e)
-                })
+                let listed: Vec<Arc<toolmesh::ToolEntry>> =
+                    search.iter().chain(&entries[range]).cloned().collect();
+                list::render(
+                    projection.snapshot_version,
+                    &listed,
+                    (format, deferred),
+                    |e| list::narrowed(&policy, who, e),
+                )
             });
             if end < entries.len() {
                 page.next_page_token = page::Resume {
@@ -312,7 +329,6 @@ impl Dispatcher {
         }
         let current = self.pipeline.snapshots.current();
         let pinned = !Arc::ptr_eq(snapshot, &current);
-        let pool = &self.pipeline.attempts.pool;
         let governance = &self.pipeline.governance;
         let policy = governance.policy();
         let caller = call::resolve::caller(who, session);
@@ -325,21 +341,59 @@ impl Dispatcher {
         Ok(self.projections.get_or_build(key, || {
             let candidates = policy.candidates(who);
             let names = projection::reached(snapshot, &candidates);
-            let entries = projection::callable(snapshot, &current, &caller, names, |e| {
-                // A pin fixes the specs listed, never the switches or instances.
-                let in_rotation = if pinned {
-                    route::in_rotation(&e.as_of(&current), pool)
-                } else {
-                    route::in_rotation(e, pool)
-                };
-                in_rotation && policy.decide(who, e.def.spec()).is_allowed()
-            });
+            let pinned = pinned.then_some(&*current);
+            let keep = self.listable(who, &policy, pinned);
+            let entries = projection::callable(snapshot, &current, &caller, names, keep);
             projection::Projection {
                 snapshot_version: snapshot.version(),
                 epoch: snapshot.epoch().to_owned(),
                 entries,
             }
         }))
+    }
+
+    /// Whether a resolved entry is listed for `who` under `policy`: in
+    /// rotation here and granted. A listing `pinned` to an older snapshot
+    /// takes the switches and instances of the current one (a pin fixes
+    /// the specs listed, never those).
+    fn listable<'a>(
+        &'a self,
+        who: &'a Principal,
+        policy: &'a toolmesh_policy::Policy,
+        pinned: Option<&'a Snapshot>,
+    ) -> impl Fn(&Arc<toolmesh::ToolEntry>) -> bool + 'a {
+        let pool = &self.pipeline.attempts.pool;
+        move |entry| {
+            let in_rotation = match pinned {
+                Some(current) => route::in_rotation(&entry.as_of(current), pool),
+                None => route::in_rotation(entry, pool),
+            };
+            in_rotation && policy.decide(who, entry.def.spec()).is_allowed()
+        }
+    }
+
+    /// `who`'s view of the tools in agent `session` (as
+    /// [`list_tools_for`](Self::list_tools_for) shows it, in `format`),
+    /// sent whole and then as each change of it: what `WatchTools` streams
+    /// and the MCP door's `list_changed` waits on.
+    pub fn watch_tools(
+        &self,
+        who: &Principal,
+        session: &str,
+        format: ToolFormat,
+    ) -> Result<ToolsWatch, Refusal> {
+        if let Some(scope) = who.missing_list_scope() {
+            return Err(Refusal::MissingListScope(scope.to_owned()));
+        }
+        Ok(ToolsWatch::new(self.clone(), who.clone(), session, format))
+    }
+
+    /// Ends every watch of the tools ([`watch_tools`](Self::watch_tools),
+    /// WatchTools streams, the MCP door's `list_changed`): a stopping
+    /// server drains calls, and a watch never ends by itself. Their
+    /// callers open them again elsewhere.
+    pub fn end_watches(&self) {
+        self.watches_ended.cancel();
     }
 
     /// Runs one call through the pipeline, answered as `call` asks: by
@@ -441,6 +495,10 @@ impl Dispatcher {
         });
         // The slot is held until the call ends.
         let Accepted { _slot, snapshot } = accepted;
+        if search_tool::is_named(&request.tool) {
+            // The dispatcher's own tool: no executor, no pipeline stage.
+            return self.invoke_search_tool(who, &request, call::call_id(&request));
+        }
         self.pipeline
             .run(snapshot, who, request, caller_timeout, parent, relay)
             .await

@@ -5,12 +5,31 @@
 //! accepts (`toolmesh::spec::validate_name`), so a model calls a tool by
 //! the name it was shown and no format needs a mapping back.
 
+use crate::call::resolve;
 use serde_json::{Value, json};
 use std::sync::Arc;
 use toolmesh::Principal;
 use toolmesh::pb::{ListToolsResponse, RiskLevel, ToolFormat, ToolSpec};
-use toolmesh::{ToolDef, ToolEntry};
+use toolmesh::rollout::Caller;
+use toolmesh::spec::SEARCH_TOOL;
+use toolmesh::{Snapshot, ToolDef, ToolEntry};
 use toolmesh_policy::{Decision, Policy};
+
+/// The version of `name` listed for `caller`: the one a bare name resolves
+/// to among the `exposed` ([`resolve::version`]), when `keep` keeps it.
+/// One name of [`callable`](crate::projection::callable), for a watch that looks only at the names a
+/// change touched.
+pub(crate) fn listed<'s>(
+    snapshot: &'s Snapshot,
+    name: &str,
+    caller: &Caller<'_>,
+    exposed: &impl Fn(&Arc<ToolEntry>) -> bool,
+    keep: &impl Fn(&Arc<ToolEntry>) -> bool,
+) -> Option<&'s Arc<ToolEntry>> {
+    resolve::version(snapshot, name, caller, exposed)
+        .map(|choice| choice.entry)
+        .filter(|entry| keep(entry))
+}
 
 /// The input schema of `entry` as `who`'s grant narrows it, when it does
 /// (`[grants.arguments.TOOL]`); nothing is decided when no grant narrows.
@@ -31,7 +50,7 @@ pub(crate) fn narrowed(policy: &Policy, who: &Principal, entry: &ToolEntry) -> O
 
 /// `entry`'s spec as a caller's listing shows it: with the input schema
 /// `schema` its grant narrows it to, when one does.
-pub(crate) fn listed_spec(entry: &ToolEntry, schema: Option<&Value>) -> ToolSpec {
+fn listed_spec(entry: &ToolEntry, schema: Option<&Value>) -> ToolSpec {
     let mut spec = entry.def.spec().clone();
     if let Some(schema) = schema {
         spec.input_schema = schema.to_string();
@@ -40,21 +59,35 @@ pub(crate) fn listed_spec(entry: &ToolEntry, schema: Option<&Value>) -> ToolSpec
 }
 
 /// Builds the response for `entries` in `format`; `schema_of` gives the
-/// input schema a caller sees where it differs from the tool's own.
+/// input schema a caller sees where it differs from the tool's own. In a
+/// `deferred` listing the Anthropic shape marks every tool
+/// `"defer_loading": true` but the dispatcher's own `search_tools`.
 pub(crate) fn render(
     snapshot_version: u64,
     entries: &[Arc<ToolEntry>],
-    format: ToolFormat,
+    (format, deferred): (ToolFormat, bool),
     schema_of: impl Fn(&ToolEntry) -> Option<Value>,
 ) -> ListToolsResponse {
     let narrowed: Vec<Option<Value>> = entries.iter().map(|e| schema_of(e)).collect();
+    let entries: Vec<&Arc<ToolEntry>> = entries.iter().collect();
+    render_narrowed(snapshot_version, &entries, &narrowed, (format, deferred))
+}
+
+/// [`render`] with the schema each entry is narrowed to already worked out
+/// (`narrowed[i]` for `entries[i]`; none: the tool's own).
+pub(crate) fn render_narrowed(
+    snapshot_version: u64,
+    entries: &[&Arc<ToolEntry>],
+    narrowed: &[Option<Value>],
+    (format, deferred): (ToolFormat, bool),
+) -> ListToolsResponse {
     // Each shape shows the schema this caller is held to (its grant may
     // narrow the tool's own).
     let each = |shape: fn(&ToolDef, &Value) -> Value| {
         Value::Array(
             entries
                 .iter()
-                .zip(&narrowed)
+                .zip(narrowed)
                 .map(|(e, schema)| match schema {
                     Some(schema) => shape(&e.def, schema),
                     None => e.def.read_input_schema(|schema| shape(&e.def, schema)),
@@ -65,6 +98,13 @@ pub(crate) fn render(
     let formatted = match format {
         ToolFormat::Openai => each(openai_chat),
         ToolFormat::OpenaiResponses => each(openai_responses),
+        ToolFormat::Anthropic if deferred => each(|def, schema| {
+            let mut tool = anthropic(def, schema);
+            if def.name() != SEARCH_TOOL {
+                tool["defer_loading"] = Value::Bool(true);
+            }
+            tool
+        }),
         ToolFormat::Anthropic => each(anthropic),
         ToolFormat::Gemini => json!({ "functionDeclarations": each(gemini) }),
         ToolFormat::Mcp => each(mcp),
@@ -77,7 +117,7 @@ pub(crate) fn render(
     };
     let tools = entries
         .iter()
-        .zip(&narrowed)
+        .zip(narrowed)
         .map(|(e, schema)| listed_spec(e, schema.as_ref()))
         .collect();
     ListToolsResponse {
@@ -268,7 +308,7 @@ pub(crate) mod tests {
         b.put(entry("search_kb", "1.0.0", true));
         let s = b.finish();
         let listed = callable(&s, &s, &ANYONE, s.names(), |_| true);
-        let response = render(s.version(), &listed, ToolFormat::Openai, |_| None);
+        let response = render(s.version(), &listed, (ToolFormat::Openai, false), |_| None);
         let value: Value = serde_json::from_str(&response.formatted).unwrap();
         assert_eq!(
             value,
@@ -282,10 +322,39 @@ pub(crate) mod tests {
             }])
         );
         assert!(
-            render(1, &listed, ToolFormat::Native, |_| None)
+            render(1, &listed, (ToolFormat::Native, false), |_| None)
                 .formatted
                 .is_empty()
         );
+    }
+
+    /// A deferred listing in the Anthropic shape marks every tool
+    /// `defer_loading` but `search_tools`; other shapes, and listings not
+    /// deferred, carry no such key.
+    #[test]
+    fn deferred_anthropic_marks_all_but_search_tools() {
+        let mut b = Snapshot::empty("e").next();
+        b.put(entry("search_kb", "1.0.0", true));
+        let s = b.finish();
+        let mut listed = vec![crate::search_tool::entry()];
+        listed.extend(callable(&s, &s, &ANYONE, s.names(), |_| true));
+        let shaped = |format, deferred| -> Value {
+            serde_json::from_str(&render(1, &listed, (format, deferred), |_| None).formatted)
+                .unwrap()
+        };
+        let deferred = shaped(ToolFormat::Anthropic, true);
+        assert_eq!(deferred[0]["name"], SEARCH_TOOL);
+        assert!(deferred[0].get("defer_loading").is_none());
+        assert_eq!(deferred[1]["defer_loading"], true);
+        assert_eq!(
+            keys(&deferred[1]),
+            ["defer_loading", "description", "input_schema", "name"]
+        );
+        let plain = shaped(ToolFormat::Anthropic, false);
+        assert!(plain[1].get("defer_loading").is_none());
+        let openai = shaped(ToolFormat::Openai, true);
+        assert_eq!(openai[0]["function"]["name"], SEARCH_TOOL);
+        assert!(openai[1].get("defer_loading").is_none());
     }
 
     /// A definition with `input_schema`, risk, idempotency, owner and
@@ -427,7 +496,7 @@ pub(crate) mod tests {
         let s = b.finish();
         let listed = callable(&s, &s, &ANYONE, s.names(), |_| true);
         let value: Value = serde_json::from_str(
-            &render(s.version(), &listed, ToolFormat::Gemini, |_| None).formatted,
+            &render(s.version(), &listed, (ToolFormat::Gemini, false), |_| None).formatted,
         )
         .unwrap();
         assert_eq!(keys(&value), ["functionDeclarations"]);

@@ -105,8 +105,8 @@ impl Resume {
 }
 
 /// Which page: of which projection (by address, alive while its `Weak`
-/// is), in which format, after which name, how many tools.
-type PageKey = (usize, i32, String, usize);
+/// is), in which format, after which name, how many tools, deferred or not.
+type PageKey = (usize, i32, String, usize, bool);
 
 /// Rendered pages: a walk, or many callers with one view, render each page
 /// once. Bounded by count and by bytes; a projection built anew starts its
@@ -123,12 +123,13 @@ struct Kept {
 }
 
 impl PageCache {
-    /// The page of `projection` in `format` after `after` of `size` tools,
-    /// or `render`'s, remembered.
+    /// The page of `projection` in `format` after `after` of `size` tools
+    /// (`deferred`: for tool search on the model's side), or `render`'s,
+    /// remembered.
     pub(crate) fn get_or_render(
         &self,
         projection: &Arc<Projection>,
-        (format, after, size): (ToolFormat, &str, usize),
+        (format, after, size, deferred): (ToolFormat, &str, usize, bool),
         render: impl FnOnce() -> ListToolsResponse,
     ) -> Arc<ListToolsResponse> {
         let key = (
@@ -136,6 +137,7 @@ impl PageCache {
             format as i32,
             after.to_owned(),
             size,
+            deferred,
         );
         if let Some((_, page)) = self.lock().pages.get(&key) {
             return page.clone();

@@ -170,9 +170,7 @@ pub(crate) fn callable<'n>(
 ) -> Vec<Arc<ToolEntry>> {
     let exposed = resolve::exposed_in(snapshot, current);
     names
-        .filter_map(|name| resolve::version(snapshot, name, caller, &exposed))
-        .map(|choice| choice.entry)
-        .filter(|entry| keep(entry))
+        .filter_map(|name| crate::list::listed(snapshot, name, caller, &exposed, &keep))
         .cloned()
         .collect()
 }

@@ -4,7 +4,7 @@
 use crate::projection::Projection;
 use crate::{Dispatcher, Principal, Refusal};
 use std::sync::{Arc, Mutex, RwLock};
-use toolmesh::pb::{RiskLevel, SearchToolsRequest, SearchToolsResponse, ToolMatch};
+use toolmesh::pb::{RiskLevel, SearchToolsRequest, SearchToolsResponse, ToolFormat, ToolMatch};
 use toolmesh::{Snapshot, ToolDef};
 use toolmesh_search::{PreparedView, Query, Ranking, SearchIndex, View, clamp_limit};
 
@@ -128,7 +128,8 @@ impl Dispatcher {
     /// The tools `who` may list that best match `request.query`, best
     /// first, each as its ListTools shows it (one projection decides what
     /// a caller sees, the one ListTools pages), ranked within
-    /// that projection.
+    /// that projection; in `request.format` too, rendered as ListTools
+    /// renders it.
     pub fn search_tools_in(
         &self,
         who: &Principal,
@@ -137,6 +138,8 @@ impl Dispatcher {
     ) -> Result<SearchToolsResponse, Refusal> {
         let query = Query::parse(&request.query)?;
         let filter = Filter::of(request)?;
+        let format = ToolFormat::try_from(request.format)
+            .map_err(|_| Refusal::UnknownFormat(request.format))?;
         let indexed = self.search.current();
         let snapshot = match self.pipeline.snapshots.get(indexed.snapshot.version()) {
             // The indexed snapshot left the history meanwhile (many
@@ -153,22 +156,35 @@ impl Dispatcher {
             clamp_limit(request.limit),
             |def| filter.keeps(def),
         );
-        let policy = self.governance().policy();
-        let matches = found
+        let (entries, scores): (Vec<_>, Vec<_>) = found
             .iter()
             .filter_map(|found| {
                 let at = projection.position(found.def.name(), &found.def.spec().version)?;
-                let entry = &projection.entries[at];
-                let schema = crate::list::narrowed(&policy, who, entry);
-                Some(ToolMatch {
-                    tool: Some(crate::list::listed_spec(entry, schema.as_ref())),
-                    score: found.score,
-                })
+                Some((projection.entries[at].clone(), found.score))
+            })
+            .unzip();
+        // Rendered as the listing renders them, so a match shows exactly
+        // as ListTools in that format shows the tool.
+        let policy = self.governance().policy();
+        let listed = crate::list::render(
+            projection.snapshot_version,
+            &entries,
+            (format, false),
+            |e| crate::list::narrowed(&policy, who, e),
+        );
+        let matches = listed
+            .tools
+            .into_iter()
+            .zip(scores)
+            .map(|(tool, score)| ToolMatch {
+                tool: Some(tool),
+                score,
             })
             .collect();
         Ok(SearchToolsResponse {
             snapshot_version: projection.snapshot_version,
             matches,
+            formatted: listed.formatted,
         })
     }
 }

@@ -1,7 +1,7 @@
 //! The `toolmesh.v1.Dispatcher` gRPC front door: identifies the caller,
 //! hands the call to the pipeline, and turns refusals into statuses.
 
-use crate::{CallRequest, Dispatcher};
+use crate::{CallRequest, Dispatcher, Refusal};
 use std::pin::Pin;
 use std::time::Duration;
 use tokio_stream::{Stream, StreamExt, wrappers::ReceiverStream};
@@ -9,12 +9,16 @@ use tonic::{Request, Response, Status};
 use toolmesh::Principal;
 use toolmesh::pb::{
     InvokeEvent, InvokeRequest, InvokeResponse, ListToolsRequest, ListToolsResponse,
-    SearchToolsRequest, SearchToolsResponse, dispatcher_server,
+    SearchToolsRequest, SearchToolsResponse, ToolFormat, ToolsChange, WatchToolsRequest,
+    dispatcher_server,
 };
 use toolmesh_telemetry::trace::Context as TraceContext;
 
 /// The events of one `InvokeStream`, as tonic sends them.
 type Events = Pin<Box<dyn Stream<Item = Result<InvokeEvent, Status>> + Send>>;
+
+/// The messages of one `WatchTools`, as tonic sends them.
+type Changes = Pin<Box<dyn Stream<Item = Result<ToolsChange, Status>> + Send>>;
 
 /// gRPC adapter over a [`Dispatcher`].
 #[derive(Clone)]
@@ -31,6 +35,28 @@ impl dispatcher_server::Dispatcher for DispatcherService {
         let who = self.dispatcher.caller(&request)?;
         let listing = self.dispatcher.list_tools_for(&who, request.get_ref())?;
         Ok(Response::new(std::sync::Arc::unwrap_or_clone(listing)))
+    }
+
+    type WatchToolsStream = Changes;
+
+    /// Each message is worked out when tonic asks for the next one, so
+    /// nothing queues for a slow caller.
+    async fn watch_tools(
+        &self,
+        request: Request<WatchToolsRequest>,
+    ) -> Result<Response<Changes>, Status> {
+        let who = self.dispatcher.caller(&request)?;
+        let request = request.into_inner();
+        let format = ToolFormat::try_from(request.format)
+            .map_err(|_| Refusal::UnknownFormat(request.format))?;
+        let session = crate::call::session(&request.context);
+        let watch = self.dispatcher.watch_tools(&who, session, format)?;
+        let changes = watch.into_stream().map(Ok);
+        // A stream outlives no token: the caller is identified again.
+        Ok(Response::new(match who.expires_at() {
+            Some(until) => Box::pin(toolmesh_transport::ends_when_token_expires(changes, until)),
+            None => Box::pin(changes),
+        }))
     }
 
     async fn search_tools(

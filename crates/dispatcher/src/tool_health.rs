@@ -7,7 +7,7 @@ use crate::route;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::sync::Notify;
+use tokio::sync::{Notify, watch};
 use tokio_util::sync::CancellationToken;
 use tonic_health::{ServingStatus, server::HealthReporter};
 use toolmesh::Snapshot;
@@ -25,7 +25,7 @@ pub(crate) async fn run(
     pool: Arc<Endpoints>,
     mut reporter: HealthReporter,
     snapshots: Arc<Notify>,
-    ejections: Arc<Notify>,
+    mut ejections: watch::Receiver<u64>,
     stop: CancellationToken,
 ) {
     let mut published: HashMap<Arc<str>, bool> = HashMap::new();
@@ -36,7 +36,7 @@ pub(crate) async fn run(
         let full = tokio::select! {
             _ = stop.cancelled() => return,
             _ = snapshots.notified() => false,
-            _ = ejections.notified() => true,
+            Ok(()) = ejections.changed() => true,
             // Ejections end on their own; with none in force or just ended,
             // nothing can have changed without a snapshot.
             _ = tokio::time::sleep(RECHECK) => {

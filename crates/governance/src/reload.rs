@@ -8,13 +8,10 @@
 use arc_swap::ArcSwap;
 use std::{
     path::{Path, PathBuf},
-    sync::{
-        Arc, Mutex,
-        atomic::{AtomicU64, Ordering},
-    },
+    sync::{Arc, Mutex},
     time::{Duration, SystemTime},
 };
-use tokio::{task::JoinHandle, time::MissedTickBehavior};
+use tokio::{sync::watch, task::JoinHandle, time::MissedTickBehavior};
 use toolmesh_policy::{Policy, PolicyError};
 
 /// How often the watcher looks at the file's modification time and length.
@@ -24,7 +21,8 @@ pub const POLL_EVERY: Duration = Duration::from_millis(500);
 #[derive(Debug)]
 pub struct PolicyHandle {
     current: ArcSwap<Policy>,
-    generation: AtomicU64,
+    /// Counts the policies put in force; its receivers hear each reload.
+    generation: watch::Sender<u64>,
     last_error: Mutex<Option<String>>,
 }
 
@@ -46,7 +44,7 @@ impl PolicyHandle {
     pub fn new(policy: Policy) -> Self {
         PolicyHandle {
             current: ArcSwap::from_pointee(policy),
-            generation: AtomicU64::new(1),
+            generation: watch::Sender::new(1),
             last_error: Mutex::new(None),
         }
     }
@@ -88,7 +86,7 @@ impl PolicyHandle {
     /// Puts `policy` in force.
     pub fn replace(&self, policy: Policy) {
         self.current.store(Arc::new(policy));
-        self.generation.fetch_add(1, Ordering::AcqRel);
+        self.generation.send_modify(|generation| *generation += 1);
         *self.errors() = None;
     }
 
@@ -109,7 +107,14 @@ impl PolicyHandle {
 
     /// How many policies have been put in force (1 for the first).
     pub fn generation(&self) -> u64 {
-        self.generation.load(Ordering::Acquire)
+        *self.generation.borrow()
+    }
+
+    /// The generation, changing with each policy put in force: what a
+    /// caller's watch of its tools waits on (rather than looking again
+    /// now and then).
+    pub fn reloads(&self) -> watch::Receiver<u64> {
+        self.generation.subscribe()
     }
 
     /// The error of the last reload attempt, if it failed and nothing has replaced the policy since.

@@ -2,18 +2,24 @@
 //! the in-process dispatcher and a dispatcher over gRPC.
 
 use crate::BackendError;
+use futures_util::{Stream, StreamExt};
 use std::future::Future;
+use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::mpsc;
 use toolmesh::Principal;
 use toolmesh::pb::{
     InvokeEvent, InvokeRequest, InvokeResponse, ListToolsRequest, ListToolsResponse, Progress,
-    ToolFormat, invoke_event,
+    SearchToolsRequest, SearchToolsResponse, ToolFormat, invoke_event,
 };
 use toolmesh_dispatcher::{CallRequest, Dispatcher};
 use toolmesh_telemetry::trace::Context as TraceContext;
 use toolmesh_transport::PeerCertificate;
+
+/// Each change of a caller's view of the tools, one item per change, as it
+/// happens.
+pub type ViewChanges = Pin<Box<dyn Stream<Item = ()> + Send>>;
 
 /// A dispatcher as the MCP handler sees it: who is calling, their listing,
 /// their calls.
@@ -41,6 +47,13 @@ pub trait Backend: Clone + Send + Sync + 'static {
         page_token: &str,
     ) -> impl Future<Output = Result<Arc<ListToolsResponse>, BackendError>> + Send;
 
+    /// `SearchTools` for `who` (the door's `search_tools` in search mode).
+    fn search_tools(
+        &self,
+        who: &Self::Caller,
+        request: SearchToolsRequest,
+    ) -> impl Future<Output = Result<SearchToolsResponse, BackendError>> + Send;
+
     /// `Invoke` for `who` within the client's deadline `timeout`,
     /// continuing the client's trace `parent` (from the call's `_meta`). Dropping the future cancels the call end to end.
     fn invoke(
@@ -65,10 +78,16 @@ pub trait Backend: Clone + Send + Sync + 'static {
         progress: mpsc::Sender<Progress>,
     ) -> impl Future<Output = Result<InvokeResponse, BackendError>> + Send;
 
-    /// How often a `list_changed` subscription compares the caller's
-    /// projection (in process a look is a cache hit and a pointer compare;
-    /// over gRPC each look is a round trip and a digest of the listing).
-    fn watch_interval(&self) -> Duration;
+    /// The changes of `who`'s view of the tools from now on, waited for
+    /// rather than looked for: one item per change of their own view (a
+    /// snapshot, policy reload or disable that leaves it as it was gives
+    /// none). In process the dispatcher's watch; over gRPC a `WatchTools`
+    /// stream. Fails when the view cannot be had now; ends when no change
+    /// can come any more.
+    fn view_changes(
+        &self,
+        who: &Self::Caller,
+    ) -> impl Future<Output = Result<ViewChanges, BackendError>> + Send;
 
     /// The issuers whose tokens the backend accepts (the policy's
     /// `[[issuers]]`), named as authorization servers in the door's
@@ -146,6 +165,15 @@ impl Backend for Dispatcher {
         Ok(self.list_tools_for(who, &request)?)
     }
 
+    async fn search_tools(
+        &self,
+        who: &Principal,
+        request: SearchToolsRequest,
+    ) -> Result<SearchToolsResponse, BackendError> {
+        let session = toolmesh_dispatcher::session_of(&request.context);
+        Ok(self.search_tools_in(who, session, &request)?)
+    }
+
     async fn invoke(
         &self,
         who: &Principal,
@@ -177,8 +205,9 @@ impl Backend for Dispatcher {
         Ok(self.call(call).await?)
     }
 
-    fn watch_interval(&self) -> Duration {
-        Duration::from_millis(200)
+    async fn view_changes(&self, who: &Principal) -> Result<ViewChanges, BackendError> {
+        let watch = self.watch_tools(who, "", ToolFormat::Native)?;
+        Ok(Box::pin(watch.changes_only().into_stream().map(|_| ())))
     }
 }
 

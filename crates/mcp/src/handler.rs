@@ -1,10 +1,13 @@
-//! The MCP server handler: `tools/list` (the caller's projection, paged),
-//! `tools/call` (one Invoke; an InvokeStream whose progress becomes
-//! `notifications/progress` when the request carries a `progressToken`), and
-//! `list_changed` when the caller's projection changes.
+//! The MCP server handler: `tools/list` (the caller's projection, paged;
+//! in search mode `search_tools` and `call_tool` instead), `tools/call` (one
+//! Invoke; an InvokeStream whose progress becomes `notifications/progress`
+//! when the request carries a `progressToken`), and `list_changed` when the
+//! caller's projection changes.
 
 use crate::result::APPROVAL_META;
+use crate::search_mode::{self, DoorTool, ToolSearch, ToolSearchMode};
 use crate::{Backend, BackendError};
+use futures_util::StreamExt;
 use rmcp::model::{
     CacheScope, CallToolRequestParams, CallToolResponse, Implementation, InitializeRequestParams,
     InitializeResult, ListToolsResult, PaginatedRequestParams, ProgressNotificationParam,
@@ -41,6 +44,8 @@ const LIST_TTL_MS: u64 = 5_000;
 const CURSOR_PREFIX: &str = "page:";
 /// Listings whose digest is remembered, and parsed listings kept, at most.
 const PARSED_ENTRIES: usize = 64;
+/// How often a stdio watch looks whether its client has gone.
+const TRANSPORT_CHECK: Duration = Duration::from_secs(1);
 /// Progress reports of one call waiting for their notification to go out.
 const PROGRESS_BUFFER: usize = 16;
 
@@ -52,6 +57,8 @@ pub struct McpHandler<B> {
     parsed: Arc<Mutex<Parsed>>,
     /// The transport's deadline for a call whose `_meta` gives none.
     timeout: Option<Duration>,
+    /// When `tools/list` answers in search mode.
+    search: ToolSearch,
 }
 
 /// The caller the HTTP layer authenticated, in the request's extensions.
@@ -83,7 +90,59 @@ impl<B: Backend> McpHandler<B> {
             backend,
             parsed: Arc::default(),
             timeout: None,
+            search: ToolSearch::default(),
         }
+    }
+
+    /// The handler with the door's tool search setting
+    /// (`--mcp-tool-search`, `--mcp-tool-search-threshold`).
+    pub fn with_tool_search(self, search: ToolSearch) -> Self {
+        McpHandler { search, ..self }
+    }
+
+    /// Whether `who`'s `tools/list` answers in search mode: always with
+    /// `on`, never with `off`, and with `auto` when `who` may use more
+    /// tools than the threshold (counted page by page, as far as needed).
+    async fn in_search_mode(&self, who: &B::Caller) -> Result<bool, BackendError> {
+        match self.search.mode {
+            ToolSearchMode::Off => Ok(false),
+            ToolSearchMode::On => Ok(true),
+            ToolSearchMode::Auto => {
+                let (mut visible, mut page_token) = (0, String::new());
+                loop {
+                    let page = self
+                        .backend
+                        .list_tools(who, ToolFormat::Mcp, &page_token)
+                        .await?;
+                    visible += self.parsed(&page)?.len();
+                    if visible > self.search.threshold {
+                        return Ok(true);
+                    }
+                    if page.next_page_token.is_empty() {
+                        return Ok(false);
+                    }
+                    page_token.clone_from(&page.next_page_token);
+                }
+            }
+        }
+    }
+
+    /// The answer to the door's `search_tools`: `who`'s SearchTools, each
+    /// match as `tools/list` shows it.
+    async fn search_tools(
+        &self,
+        who: &B::Caller,
+        params: &CallToolRequestParams,
+        meta: &RequestMetaObject,
+    ) -> Result<CallToolResponse, ErrorData> {
+        let session_id = meta_text(params, meta, SESSION_META);
+        let context = (!session_id.is_empty()).then(|| CallContext {
+            session_id,
+            ..CallContext::default()
+        });
+        let request = search_mode::search_request(params, context)?;
+        let found = self.backend.search_tools(who, request).await?;
+        Ok(search_mode::search_result(&found)?.into())
     }
 
     /// The handler with the transport's deadline for every call (the
@@ -106,27 +165,6 @@ impl<B: Backend> McpHandler<B> {
                 None,
             )),
         }
-    }
-
-    /// The caller's whole projection in MCP shape (sorted by name), every
-    /// page's text joined: what a `list_changed` look compares. A
-    /// projection of one page comes as the backend gave it (the same `Arc`
-    /// while unchanged).
-    async fn listing(&self, who: &B::Caller) -> Result<Arc<ListToolsResponse>, BackendError> {
-        let first = self.backend.list_tools(who, ToolFormat::Mcp, "").await?;
-        if first.next_page_token.is_empty() {
-            return Ok(first);
-        }
-        let mut joined = ListToolsResponse::clone(&first);
-        while !joined.next_page_token.is_empty() {
-            let page = self
-                .backend
-                .list_tools(who, ToolFormat::Mcp, &joined.next_page_token)
-                .await?;
-            joined.formatted.push_str(&page.formatted);
-            joined.next_page_token.clone_from(&page.next_page_token);
-        }
-        Ok(Arc::new(joined))
     }
 
     /// The digest of `listing`'s text, computed once per listing.
@@ -207,11 +245,11 @@ impl<B: Backend> McpHandler<B> {
         Ok(tools)
     }
 
-    /// Compares `who`'s projection now and then (by digest, computed once
-    /// per listing) and calls `announce` when it changed: only their own (a
-    /// new snapshot, a policy reload or a disable that leaves their tools as
-    /// they were says nothing). Ends when `stop` does or `announce` answers
-    /// false (the listener went away).
+    /// Calls `announce` at each change of `who`'s projection, as the
+    /// backend tells it (no polling): only their own (a new snapshot, a
+    /// policy reload or a disable that leaves their tools as they were says
+    /// nothing). Ends when `stop` does, when no change can come any more,
+    /// or when `announce` answers false (the listener went away).
     async fn watch<A, F>(
         &self,
         who: &B::Caller,
@@ -222,21 +260,15 @@ impl<B: Backend> McpHandler<B> {
         A: FnMut() -> F,
         F: Future<Output = bool>,
     {
-        let mut seen = self.digest(&self.listing(who).await?);
-        let mut tick = tokio::time::interval(self.backend.watch_interval());
+        let mut changes = self.backend.view_changes(who).await?;
         let mut stop = std::pin::pin!(stop);
         loop {
             tokio::select! {
                 () = &mut stop => return Ok(()),
-                _ = tick.tick() => {}
-            }
-            let Ok(now) = self.listing(who).await.map(|l| self.digest(&l)) else {
-                continue; // the dispatcher is away: look again next tick
-            };
-            if now != seen {
-                seen = now;
-                if !announce().await {
-                    return Ok(());
+                change = changes.next() => {
+                    if change.is_none() || !announce().await {
+                        return Ok(());
+                    }
                 }
             }
         }
@@ -395,8 +427,15 @@ impl<B: Backend> ServerHandler for McpHandler<B> {
         context: RequestContext<RoleServer>,
     ) -> Result<ListToolsResult, ErrorData> {
         let who = self.caller(&context)?;
-        self.page(&who, request.as_ref().and_then(|r| r.cursor.as_deref()))
-            .await
+        let cursor = request.as_ref().and_then(|r| r.cursor.as_deref());
+        if cursor.is_none() && self.in_search_mode(&who).await? {
+            return Ok(
+                ListToolsResult::with_all_items(search_mode::door_tools().to_vec())
+                    .with_ttl_ms(LIST_TTL_MS)
+                    .with_cache_scope(CacheScope::Private),
+            );
+        }
+        self.page(&who, cursor).await
     }
 
     async fn call_tool(
@@ -405,6 +444,15 @@ impl<B: Backend> ServerHandler for McpHandler<B> {
         context: RequestContext<RoleServer>,
     ) -> Result<CallToolResponse, ErrorData> {
         let who = self.caller(&context)?;
+        // In search mode `call_tool` is the direct call of the tool it
+        // names, from here on the same in every step.
+        let request = match self.search.door_tool(&request.name) {
+            Some(DoorTool::Search) => {
+                return self.search_tools(&who, &request, &context.meta).await;
+            }
+            Some(DoorTool::Call) => search_mode::unwrapped(&request)?,
+            None => request,
+        };
         let call = invocation(&request, &context.meta);
         let timeout = meta_timeout(&request, &context.meta)?.or(self.timeout);
         let token = progress_token(&request, &context.meta);
@@ -451,11 +499,11 @@ impl<B: Backend> ServerHandler for McpHandler<B> {
             return; // the first call says why
         };
         let (handler, peer) = (self.clone(), context.peer);
-        let interval = self.backend.watch_interval();
         tokio::spawn(async move {
+            // A local look (rmcp offers nothing to wait on), not a request.
             let closed = async {
                 while !peer.is_transport_closed() {
-                    tokio::time::sleep(interval).await;
+                    tokio::time::sleep(TRANSPORT_CHECK).await;
                 }
             };
             let _ = handler
@@ -542,6 +590,13 @@ mod tests {
                 ))
             })
         }
+        async fn search_tools(
+            &self,
+            _: &(),
+            _: toolmesh::pb::SearchToolsRequest,
+        ) -> Result<toolmesh::pb::SearchToolsResponse, BackendError> {
+            unreachable!()
+        }
         async fn invoke(
             &self,
             _: &(),
@@ -561,8 +616,8 @@ mod tests {
         ) -> Result<toolmesh::pb::InvokeResponse, BackendError> {
             unreachable!()
         }
-        fn watch_interval(&self) -> std::time::Duration {
-            std::time::Duration::from_secs(1)
+        async fn view_changes(&self, _: &()) -> Result<crate::ViewChanges, BackendError> {
+            Ok(Box::pin(futures_util::stream::pending()))
         }
     }
 
@@ -652,29 +707,62 @@ mod tests {
         let first = first_page(&handler).await;
         let again = first_page(&handler.clone()).await;
         assert!(Arc::ptr_eq(&first, &again));
-        let before = handler.digest(&handler.listing(&()).await.unwrap());
+        let before = handler.digest(
+            &handler
+                .backend
+                .list_tools(&(), ToolFormat::Mcp, "")
+                .await
+                .unwrap(),
+        );
         backend.set(listing(3, 2));
         let equal = first_page(&handler).await;
         assert!(Arc::ptr_eq(&first, &equal), "same tools, another snapshot");
-        assert_eq!(before, handler.digest(&handler.listing(&()).await.unwrap()));
+        assert_eq!(
+            before,
+            handler.digest(
+                &handler
+                    .backend
+                    .list_tools(&(), ToolFormat::Mcp, "")
+                    .await
+                    .unwrap()
+            )
+        );
         backend.set(listing(4, 3));
         assert_eq!(first_page(&handler).await.len(), 4);
-        assert_ne!(before, handler.digest(&handler.listing(&()).await.unwrap()));
+        assert_ne!(
+            before,
+            handler.digest(
+                &handler
+                    .backend
+                    .list_tools(&(), ToolFormat::Mcp, "")
+                    .await
+                    .unwrap()
+            )
+        );
     }
 
-    /// What a `list_changed` look compares is every page: a change on a
-    /// later page changes it, and the same pages again do not.
+    /// `auto` answers in search mode exactly when the caller may use more
+    /// tools than the threshold, counting every page; `on` and `off`
+    /// whatever the count.
     #[tokio::test]
-    async fn a_change_on_a_later_page_is_a_change() {
-        let mut all = tools(5);
-        let backend = Fixed::new(pages_of(&all, 2, 1));
-        let handler = McpHandler::new(backend.clone());
-        let before = handler.digest(&handler.listing(&()).await.unwrap());
-        backend.set(pages_of(&all, 2, 2));
-        assert_eq!(before, handler.digest(&handler.listing(&()).await.unwrap()));
-        all[4].description = Some("changed".into());
-        backend.set(pages_of(&all, 2, 3));
-        assert_ne!(before, handler.digest(&handler.listing(&()).await.unwrap()));
+    async fn auto_search_mode_follows_the_threshold() {
+        let mode_for = |mode, threshold, pages| async move {
+            McpHandler::new(Fixed::new(pages))
+                .with_tool_search(ToolSearch { mode, threshold })
+                .in_search_mode(&())
+                .await
+                .unwrap()
+        };
+        let auto = ToolSearchMode::Auto;
+        assert!(!mode_for(auto, 40, listing(40, 1)).await);
+        assert!(mode_for(auto, 40, listing(41, 1)).await);
+        assert!(!mode_for(auto, 5, pages_of(&tools(5), 2, 1)).await);
+        assert!(
+            mode_for(auto, 5, pages_of(&tools(6), 2, 1)).await,
+            "on a later page"
+        );
+        assert!(mode_for(ToolSearchMode::On, 40, listing(1, 1)).await);
+        assert!(!mode_for(ToolSearchMode::Off, 0, listing(1_000, 1)).await);
     }
 
     /// A call's `_meta.traceparent` reaches the Invoke as the trace id it

@@ -18,15 +18,17 @@ mod http_wire;
 mod repeated_keys;
 mod result;
 mod rmcp_noise;
+mod search_mode;
 mod stdio_gate;
 
-pub use backend::Backend;
+pub use backend::{Backend, ViewChanges};
 pub use error::BackendError;
 pub use grpc::GrpcBackend;
 pub use handler::{McpHandler, PAGE_SIZE, SESSION_META, TIMEOUT_META};
 pub use http::{McpHttpConfig, router};
 pub use result::APPROVAL_META;
 pub use rmcp_noise::QuietRmcp;
+pub use search_mode::{DEFAULT_SEARCH_THRESHOLD, ToolSearch, ToolSearchMode};
 
 /// Serves `handler` on stdin/stdout until the client closes them.
 pub async fn serve_stdio<B: Backend>(handler: McpHandler<B>) -> Result<(), BackendError> {

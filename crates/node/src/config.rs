@@ -107,6 +107,9 @@ pub struct NodeConfig {
     /// `Origin` values the MCP endpoint accepts from browser pages
     /// (`--mcp-allowed-origins`); empty accepts origins on an allowed host.
     pub mcp_allowed_origins: Vec<String>,
+    /// When the MCP endpoint's `tools/list` answers in search mode
+    /// (`--mcp-tool-search`, `--mcp-tool-search-threshold`).
+    pub mcp_tool_search: toolmesh_mcp::ToolSearch,
 }
 
 impl Default for NodeConfig {
@@ -133,6 +136,7 @@ impl Default for NodeConfig {
             mcp_listen: None,
             mcp_allowed_hosts: Vec::new(),
             mcp_allowed_origins: Vec::new(),
+            mcp_tool_search: toolmesh_mcp::ToolSearch::default(),
         }
     }
 }

@@ -75,6 +75,11 @@ impl Running {
         if let Some(admin) = self.admin {
             admin.stop().await;
         }
+        if let Some(dispatcher) = &self.dispatcher {
+            // Watches of the tools never end by themselves: the drain
+            // would wait the whole grace period for them.
+            dispatcher.end_watches();
+        }
         if let Some(mcp) = self.mcp {
             mcp.stop.cancel();
             if let Ok(Ok(Err(e))) = tokio::time::timeout(grace, mcp.task).await {
@@ -132,7 +137,7 @@ async fn start_mcp(
         https: tls.is_some(),
     };
     let router = toolmesh_mcp::router(
-        toolmesh_mcp::McpHandler::new(dispatcher.clone()),
+        toolmesh_mcp::McpHandler::new(dispatcher.clone()).with_tool_search(config.mcp_tool_search),
         dispatcher.clone(),
         &http,
         stop.child_token(),

@@ -59,6 +59,15 @@ pub(crate) fn validate_tools(specs: Vec<pb::ToolSpec>) -> (Vec<ToolDef>, Vec<Rej
     let mut patterns = 0;
     for spec in specs {
         let name = spec.name.clone();
+        if toolmesh::spec::RESERVED_NAMES.contains(&name.as_str()) {
+            rejected.push(RejectedTool {
+                reason: format!(
+                    "{name:?} is the name of the mesh's own tool search (a dispatcher serves it); register the tool under another name"
+                ),
+                name,
+            });
+            continue;
+        }
         match ToolDef::new(spec) {
             Err(error) => rejected.push(RejectedTool {
                 name,
@@ -135,5 +144,41 @@ fn check_endpoint(endpoint: &str) -> Result<(), RegistryError> {
         Ok(())
     } else {
         Err(bad())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn spec(name: &str) -> pb::ToolSpec {
+        pb::ToolSpec {
+            name: name.into(),
+            version: "1.0.0".into(),
+            description: "Does it.".into(),
+            input_schema: r#"{"type":"object"}"#.into(),
+            ..pb::ToolSpec::default()
+        }
+    }
+
+    /// The names the mesh answers itself (`search_tools`, `call_tool`) are
+    /// refused, saying why; the rest of the registration stands.
+    #[test]
+    fn reserved_names_are_refused() {
+        let (accepted, rejected) = validate_tools(vec![
+            spec("search_tools"),
+            spec("refund"),
+            spec("call_tool"),
+        ]);
+        let accepted: Vec<&str> = accepted.iter().map(ToolDef::name).collect();
+        assert_eq!(accepted, ["refund"]);
+        let refused: Vec<&str> = rejected.iter().map(|r| r.name.as_str()).collect();
+        assert_eq!(refused, ["search_tools", "call_tool"]);
+        assert!(
+            rejected
+                .iter()
+                .all(|r| r.reason.contains("register the tool under another name")),
+            "{rejected:?}"
+        );
     }
 }

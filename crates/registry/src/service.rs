@@ -361,34 +361,10 @@ impl pb::registry_server::Registry for RegistryService {
         let until = reader.until;
         let stream = stream.map(move |message| message.map(|m| for_reader(m, &reader)));
         Ok(Response::new(match until {
-            Some(until) => ends_at(stream, until).boxed(),
+            Some(until) => toolmesh_transport::ends_when_token_expires(stream, until).boxed(),
             None => stream.boxed(),
         }))
     }
-}
-
-/// `stream` until `until` (the reader's token expires), then an UNAVAILABLE
-/// end: the follower reconnects at once and is identified again, with
-/// the fresh token it holds by then, or refused.
-fn ends_at(
-    stream: impl Stream<Item = Result<pb::Snapshot, Status>> + Send + 'static,
-    until: std::time::SystemTime,
-) -> impl Stream<Item = Result<pb::Snapshot, Status>> + Send {
-    let left = until
-        .duration_since(std::time::SystemTime::now())
-        .unwrap_or_default();
-    // Said only when the time has come (a stream that ended first, as on
-    // shutdown, just ends).
-    let expired = async move {
-        (std::time::SystemTime::now() >= until).then(|| {
-            Err(Status::unavailable(
-                "the token this watch was opened with has expired: reconnect with a fresh one",
-            ))
-        })
-    };
-    stream
-        .take_until(tokio::time::sleep(left))
-        .chain(stream::once(expired).filter_map(std::future::ready))
 }
 
 /// For a watcher that holds `held` (same epoch): a delta to the newest at

@@ -212,12 +212,18 @@ pub struct Mesh {
 impl Mesh {
     /// Starts the node and the executor and waits until every tool is listed.
     pub async fn start() -> Mesh {
+        Mesh::start_with(toolmesh_mcp::ToolSearch::default()).await
+    }
+
+    /// [`start`](Mesh::start) with `/mcp` in the tool search mode `search`.
+    pub async fn start_with(search: toolmesh_mcp::ToolSearch) -> Mesh {
         let dir = toolmesh_testkit::TempDir::new("mcp").unwrap();
         let policy = dir.path().join("policy.toml");
         std::fs::write(&policy, mesh_policy()).unwrap();
         let config = NodeConfig {
             listen: ([127, 0, 0, 1], 0).into(),
             mcp_listen: Some(([127, 0, 0, 1], 0).into()),
+            mcp_tool_search: search,
             policy: Some(policy),
             ..NodeConfig::default()
         };
@@ -271,6 +277,67 @@ impl Mesh {
             _dir: dir,
             _stop_executor: stop,
         }
+    }
+
+    /// Runs tests/python/`script` (the official Python `mcp` client)
+    /// against this mesh and answers what it asks on stdout: "APPROVE <id>"
+    /// (granted as the admin) and "AWAIT wait_started|wait_cancelled";
+    /// the checks it passed ("PASS <check>"), once it exited successfully.
+    pub async fn run_python(&self, script: &str) -> Vec<String> {
+        use tokio::io::{AsyncBufReadExt, AsyncWriteExt};
+        let python = std::env::var("TOOLMESH_TEST_PYTHON").expect(
+            "TOOLMESH_TEST_PYTHON is not set: run scripts/test (scripts/prepare/python.sh makes the venv with the pinned `mcp` client)",
+        );
+        let mut child = tokio::process::Command::new(python)
+            .arg(crate::python_script(script))
+            .env("MCP_URL", &self.url)
+            .env("TOOLMESH", toolmesh_testkit::toolmesh_bin())
+            .env("TOOLMESH_GRPC", &self.grpc)
+            .env("AGENT_TOKEN", AGENT)
+            .env("ADMIN_TOKEN", ADMIN)
+            .env("BULK", BULK.to_string())
+            .env("VISIBLE", VISIBLE.to_string())
+            .stdin(std::process::Stdio::piped())
+            .stdout(std::process::Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        let mut stdin = child.stdin.take().unwrap();
+        let mut lines = tokio::io::BufReader::new(child.stdout.take().unwrap()).lines();
+        let mut passed = Vec::new();
+        let run = async {
+            while let Some(line) = lines.next_line().await.unwrap() {
+                if let Some(id) = line.strip_prefix("APPROVE ") {
+                    self.approve(id).await;
+                    stdin.write_all(b"ok\n").await.unwrap();
+                } else if let Some(what) = line.strip_prefix("AWAIT ") {
+                    let notify = match what {
+                        "wait_started" => &self.wait_started,
+                        _ => &self.wait_cancelled,
+                    };
+                    let seen = tokio::time::timeout(
+                        toolmesh_testkit::patient(Duration::from_secs(10)),
+                        notify.notified(),
+                    )
+                    .await;
+                    let answer: &[u8] = if seen.is_ok() { b"ok\n" } else { b"timeout\n" };
+                    stdin.write_all(answer).await.unwrap();
+                } else if let Some(check) = line.strip_prefix("PASS ") {
+                    passed.push(check.to_owned());
+                } else {
+                    println!("python: {line}");
+                }
+            }
+        };
+        tokio::time::timeout(toolmesh_testkit::patient(Duration::from_secs(120)), run)
+            .await
+            .expect("the Python client finished within 2 minutes");
+        let status = child.wait().await.unwrap();
+        assert!(
+            status.success(),
+            "the Python client failed ({status}); passed: {passed:?}"
+        );
+        passed
     }
 
     /// Grants approval `id` as the admin, over gRPC.

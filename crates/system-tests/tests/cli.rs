@@ -1,4 +1,4 @@
-//! The CLI as a newcomer meets it: every command `toolmesh up` prints runs as printed, client flags before or after the subcommand, `toolmesh health` from one snapshot, arguments from a file or stdin, `--json` everywhere, shell completions.
+//! The CLI as a newcomer meets it: every command `toolmesh up` prints runs as printed, client flags before or after the subcommand, `toolmesh health` from one snapshot, arguments from a file or stdin, `--json` everywhere, `tools --watch`, shell completions.
 
 use std::collections::HashMap;
 use std::process::{Command, Output, Stdio};
@@ -694,4 +694,98 @@ fn mcp_with_stdin_closed_says_so() {
             && !said.contains("toolmesh dispatcher"),
         "{said}"
     );
+}
+
+/// `toolmesh tools --watch` prints the list, then each change of it as it
+/// happens: with `--json` one object per message (the list until `synced`,
+/// then a disabled tool under `removed` and the enabled one back under
+/// `tools`); plain, the table and then a `-` and a `+` line.
+#[tokio::test]
+async fn tools_watch_prints_changes_as_they_come() {
+    use tokio::io::{AsyncBufReadExt, BufReader};
+    let mesh = acceptance(&[], &[]).await;
+    let watch = |json: bool| {
+        let mut args = vec!["--server", mesh.addr.as_str(), "tools", "--watch"];
+        if json {
+            args.push("--json");
+        }
+        let mut child = tokio::process::Command::new(toolmesh_bin())
+            .args(&args)
+            .stdout(Stdio::piped())
+            .kill_on_drop(true)
+            .spawn()
+            .unwrap();
+        let lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        (child, lines)
+    };
+    let (_json_child, mut json_lines) = watch(true);
+    let (_plain_child, mut plain_lines) = watch(false);
+    let mut listed = Vec::new();
+    loop {
+        let message: serde_json::Value =
+            serde_json::from_str(&next(&mut json_lines).await).unwrap();
+        listed.extend(
+            message["tools"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|t| t["name"].clone()),
+        );
+        if message["synced"] == true {
+            break;
+        }
+    }
+    assert!(
+        listed.contains(&serde_json::json!("acc_panic")),
+        "{listed:?}"
+    );
+    loop {
+        if next(&mut plain_lines).await.contains("tools, snapshot") {
+            break; // the table's last line
+        }
+    }
+    let addr = mesh.addr.as_str();
+    assert_exit(
+        &toolmesh(
+            &["--server", addr, "disable", "acc_panic", "--reason", "r"],
+            "",
+        ),
+        0,
+        "disable",
+    );
+    let removed: serde_json::Value = serde_json::from_str(&next(&mut json_lines).await).unwrap();
+    assert_eq!(
+        removed["removed"],
+        serde_json::json!(["acc_panic"]),
+        "{removed}"
+    );
+    assert_eq!(removed["tools"], serde_json::json!([]));
+    assert!(
+        next(&mut plain_lines)
+            .await
+            .starts_with("- acc_panic (snapshot ")
+    );
+    assert_exit(
+        &toolmesh(&["--server", addr, "enable", "acc_panic"], ""),
+        0,
+        "enable",
+    );
+    let back: serde_json::Value = serde_json::from_str(&next(&mut json_lines).await).unwrap();
+    assert_eq!(back["tools"][0]["name"], "acc_panic", "{back}");
+    assert!(back["synced"] == true && back["removed"] == serde_json::json!([]));
+    assert!(next(&mut plain_lines).await.starts_with("+ acc_panic@"));
+}
+
+/// The next line a watching `toolmesh` prints, within a patient limit.
+async fn next(
+    lines: &mut tokio::io::Lines<tokio::io::BufReader<tokio::process::ChildStdout>>,
+) -> String {
+    tokio::time::timeout(
+        toolmesh_testkit::patient(Duration::from_secs(10)),
+        lines.next_line(),
+    )
+    .await
+    .expect("a line in time")
+    .unwrap()
+    .expect("a line")
 }

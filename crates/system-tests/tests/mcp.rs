@@ -533,61 +533,8 @@ async fn stdio_bridge_serves_the_same_tools() {
 /// bridge; the approval is granted here when the script asks for it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn official_python_client() {
-    let python = std::env::var("TOOLMESH_TEST_PYTHON").expect(
-        "TOOLMESH_TEST_PYTHON is not set: run scripts/test (scripts/prepare/python.sh makes the venv with the pinned `mcp` client)",
-    );
     let mesh = Mesh::start().await;
-    let script = toolmesh_system_tests::python_script("mcp_client.py");
-    let mut child = tokio::process::Command::new(python)
-        .arg(script)
-        .env("MCP_URL", &mesh.url)
-        .env("TOOLMESH", toolmesh_testkit::toolmesh_bin())
-        .env("TOOLMESH_GRPC", &mesh.grpc)
-        .env("AGENT_TOKEN", AGENT)
-        .env("ADMIN_TOKEN", ADMIN)
-        .env("BULK", BULK.to_string())
-        .env("VISIBLE", VISIBLE.to_string())
-        .stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
-    let mut stdin = child.stdin.take().unwrap();
-    let mut lines =
-        tokio::io::AsyncBufReadExt::lines(tokio::io::BufReader::new(child.stdout.take().unwrap()));
-    let mut passed = Vec::new();
-    let run = async {
-        while let Some(line) = lines.next_line().await.unwrap() {
-            if let Some(id) = line.strip_prefix("APPROVE ") {
-                mesh.approve(id).await;
-                stdin.write_all(b"ok\n").await.unwrap();
-            } else if let Some(what) = line.strip_prefix("AWAIT ") {
-                let notify = match what {
-                    "wait_started" => &mesh.wait_started,
-                    _ => &mesh.wait_cancelled,
-                };
-                let seen = tokio::time::timeout(
-                    toolmesh_testkit::patient(Duration::from_secs(10)),
-                    notify.notified(),
-                )
-                .await;
-                let answer: &[u8] = if seen.is_ok() { b"ok\n" } else { b"timeout\n" };
-                stdin.write_all(answer).await.unwrap();
-            } else if let Some(check) = line.strip_prefix("PASS ") {
-                passed.push(check.to_owned());
-            } else {
-                println!("python: {line}");
-            }
-        }
-    };
-    tokio::time::timeout(toolmesh_testkit::patient(Duration::from_secs(120)), run)
-        .await
-        .expect("the Python client finished within 2 minutes");
-    let status = child.wait().await.unwrap();
-    assert!(
-        status.success(),
-        "the Python client failed ({status}); passed: {passed:?}"
-    );
+    let passed = mesh.run_python("mcp_client.py").await;
     for check in [
         "401 without token",
         "projection",
@@ -978,6 +925,126 @@ async fn stdio_bridge_announces_list_changed() {
         || heard.0.load(std::sync::atomic::Ordering::SeqCst) > 0,
     )
     .await;
+    assert!(!names(&bridge.list_all_tools().await.unwrap()).contains(&"echo".to_owned()));
+    bridge.cancel().await.unwrap();
+    mesh.node.stop(Duration::from_secs(1)).await.unwrap();
+}
+
+/// A TCP relay to a gRPC server whose connections can be cut and refused
+/// (a dispatcher going away and coming back, as the bridge sees it).
+struct Relay {
+    addr: std::net::SocketAddr,
+    open: Arc<std::sync::atomic::AtomicBool>,
+    connections: Arc<Mutex<Vec<tokio::task::JoinHandle<()>>>>,
+}
+
+impl Relay {
+    async fn to(target: std::net::SocketAddr) -> Relay {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let relay = Relay {
+            addr: listener.local_addr().unwrap(),
+            open: Arc::new(std::sync::atomic::AtomicBool::new(true)),
+            connections: Arc::default(),
+        };
+        let (open, connections) = (relay.open.clone(), relay.connections.clone());
+        tokio::spawn(async move {
+            while let Ok((mut inbound, _)) = listener.accept().await {
+                if !open.load(std::sync::atomic::Ordering::SeqCst) {
+                    continue; // refused: dropped at once
+                }
+                connections.lock().unwrap().push(tokio::spawn(async move {
+                    if let Ok(mut upstream) = tokio::net::TcpStream::connect(target).await {
+                        let _ = tokio::io::copy_bidirectional(&mut inbound, &mut upstream).await;
+                    }
+                }));
+            }
+        });
+        relay
+    }
+
+    /// Cuts every connection and refuses new ones (`false`), or takes
+    /// them again (`true`).
+    fn set_open(&self, open: bool) {
+        self.open.store(open, std::sync::atomic::Ordering::SeqCst);
+        if !open {
+            for connection in self.connections.lock().unwrap().drain(..) {
+                connection.abort();
+            }
+        }
+    }
+}
+
+/// The stdio bridge learns of changes from WatchTools, never by calling
+/// ListTools now and then (it used to, every second): while its client
+/// asks nothing, no ListTools reaches the dispatcher. When its stream
+/// breaks and a change happens meanwhile, the bridge opens the stream
+/// again and, comparing the view it is sent, announces the change.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stdio_bridge_watches_without_polling_and_reconnects() {
+    use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+    let mesh = Mesh::start().await;
+    let list_calls = Arc::new(AtomicUsize::new(0));
+    let counted = list_calls.clone();
+    let dispatcher = mesh.node.dispatcher.clone().expect("the node dispatches");
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let dispatcher_addr = listener.local_addr().unwrap();
+    let counting = tonic::transport::Server::builder()
+        .layer(tower::util::MapRequestLayer::new(
+            move |request: tonic::codegen::http::Request<tonic::body::Body>| {
+                if request.uri().path() == "/toolmesh.v1.Dispatcher/ListTools" {
+                    counted.fetch_add(1, SeqCst);
+                }
+                request
+            },
+        ))
+        .add_service(dispatcher.grpc_service());
+    tokio::spawn(
+        counting.serve_with_incoming(tokio_stream::wrappers::TcpListenerStream::new(listener)),
+    );
+    let relay = Relay::to(dispatcher_addr).await;
+    let mut command = tokio::process::Command::new(toolmesh_testkit::toolmesh_bin());
+    command.args(["mcp", "--server", &relay.addr.to_string(), "--token", AGENT]);
+    let heard = ListChanges::default();
+    let bridge = heard
+        .clone()
+        .serve_with_lifecycle(
+            TokioChildProcess::new(command).unwrap(),
+            ClientLifecycleMode::Initialize,
+        )
+        .await
+        .unwrap();
+    assert!(names(&bridge.list_all_tools().await.unwrap()).contains(&"echo".to_owned()));
+    let listed = list_calls.load(SeqCst);
+    assert!(listed > 0, "the client's own listing is counted");
+    // The old bridge called ListTools every second.
+    tokio::time::sleep(Duration::from_millis(3_500)).await;
+    assert_eq!(list_calls.load(SeqCst), listed, "no ListTools unasked");
+
+    mesh.disable("wipe").await;
+    toolmesh_testkit::until(
+        "tools/list_changed over stdio",
+        Duration::from_secs(10),
+        || heard.0.load(SeqCst) > 0,
+    )
+    .await;
+    assert_eq!(list_calls.load(SeqCst), listed, "heard without ListTools");
+
+    relay.set_open(false);
+    mesh.disable("echo").await;
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let before = heard.0.load(SeqCst);
+    relay.set_open(true);
+    toolmesh_testkit::until(
+        "tools/list_changed after the stream came back",
+        Duration::from_secs(10),
+        || heard.0.load(SeqCst) > before,
+    )
+    .await;
+    assert_eq!(
+        list_calls.load(SeqCst),
+        listed,
+        "resynced without ListTools"
+    );
     assert!(!names(&bridge.list_all_tools().await.unwrap()).contains(&"echo".to_owned()));
     bridge.cancel().await.unwrap();
     mesh.node.stop(Duration::from_secs(1)).await.unwrap();

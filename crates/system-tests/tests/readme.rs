@@ -231,7 +231,10 @@ async fn mcp_client_snippets_run_as_printed() {
 
 /// "Finding tools" runs as printed under `toolmesh up`: each line
 /// succeeds, the plain search answers a table of the example tools and the
-/// `--json` one the shape docs/cli.md gives, the clock tool first.
+/// `--json` one the shape docs/cli.md gives, the clock tool first; the
+/// deferred Anthropic listing leads with `search_tools` and defers every
+/// other tool, and calling `search_tools` prints `tool_reference` blocks,
+/// the clock tool first.
 #[tokio::test]
 async fn finding_tools_runs_as_printed() {
     let heading = "Finding tools";
@@ -263,6 +266,35 @@ async fn finding_tools_runs_as_printed() {
     let json: serde_json::Value = serde_json::from_str(&outputs[1]).expect("--json prints JSON");
     assert!(json["snapshot_version"].as_u64().is_some(), "{json}");
     assert_eq!(json["matches"][0]["name"], "get_current_time", "{json}");
+
+    let deferred = filled(&blocks_under(heading, "sh")[1].text, &up);
+    let lines: Vec<&str> = deferred.lines().filter(|l| !l.trim().is_empty()).collect();
+    assert_eq!(lines.len(), 2, "{deferred}");
+    let outputs: Vec<String> = lines
+        .iter()
+        .map(|line| {
+            let output = shell(line, dir.path(), &path, &env);
+            assert!(
+                output.status.success(),
+                "`{line}` failed:\n{}\n{}",
+                text(&output.stdout),
+                text(&output.stderr)
+            );
+            text(&output.stdout)
+        })
+        .collect();
+    let tools: Vec<serde_json::Value> =
+        serde_json::from_slice(&std::fs::read(dir.join("tools.json")).unwrap())
+            .expect("tools.json is an Anthropic tools array");
+    assert_eq!(tools[0]["name"], "search_tools");
+    assert!(tools.len() > 1 && tools[1..].iter().all(|t| t["defer_loading"] == true));
+    let references: serde_json::Value =
+        serde_json::from_str(outputs[1].trim()).expect("the output is JSON blocks");
+    assert_eq!(
+        references[0],
+        serde_json::json!({"type": "tool_reference", "tool_name": "get_current_time"}),
+        "{references}"
+    );
 }
 
 /// "In Python": the SDK program, saved under the name its run line uses,

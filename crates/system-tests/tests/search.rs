@@ -268,3 +268,167 @@ async fn a_registration_is_found_at_the_version_it_is_listed() {
         "{refused:?}"
     );
 }
+
+/// Anthropic's tool search with the mesh's search: `toolmesh tools --format
+/// anthropic --defer-loading` lists `search_tools` (not deferred) and every
+/// other tool `"defer_loading": true`; `search_tools` invoked through
+/// Invoke answers `tool_reference` blocks (and the matches as data) naming
+/// only tools its caller may list, and a SearchTools in a format shows
+/// each match exactly as ListTools in that format does.
+#[tokio::test]
+async fn deferred_anthropic_listing_and_search_tools_through_invoke() {
+    let mesh = start("search-deferred", &["knowledge", "support", "accounts"]);
+    let mut client = dispatcher(&mesh.addr);
+    eventually(
+        "every example tool registered",
+        Duration::from_secs(15),
+        || {
+            let mut client = client.clone();
+            async move {
+                let acme = listed_at(&mut client, "tok-acme", 0).await;
+                let globex = listed_at(&mut client, "tok-globex", 0).await;
+                (acme.len() == 3 && globex.len() == 3).then_some(())
+            }
+        },
+    )
+    .await;
+
+    let printed = cli_as(
+        &mesh.addr,
+        "tok-acme",
+        &["tools", "--format", "anthropic", "--defer-loading"],
+    );
+    assert!(printed.status.success(), "{printed:?}");
+    let tools: Vec<serde_json::Value> =
+        serde_json::from_slice(&printed.stdout).expect("an Anthropic tools array");
+    assert_eq!(tools[0]["name"], "search_tools", "{tools:?}");
+    assert!(tools[0].get("defer_loading").is_none(), "{:?}", tools[0]);
+    assert_eq!(
+        tools[0]["input_schema"]["required"],
+        serde_json::json!(["query"])
+    );
+    let deferred: BTreeSet<&str> = tools[1..]
+        .iter()
+        .inspect(|tool| assert_eq!(tool["defer_loading"], true, "{tool}"))
+        .map(|tool| tool["name"].as_str().expect("a name"))
+        .collect();
+    assert_eq!(
+        deferred,
+        BTreeSet::from(["create_ticket", "search_kb", "send_email"])
+    );
+    let plain = cli_as(&mesh.addr, "tok-acme", &["tools", "--format", "anthropic"]);
+    let plain: Vec<serde_json::Value> = serde_json::from_slice(&plain.stdout).expect("JSON");
+    assert!(
+        plain
+            .iter()
+            .all(|t| t.get("defer_loading").is_none() && t["name"] != "search_tools")
+    );
+
+    let query = "customer user ticket report email time search";
+    for (token, visible) in [
+        ("tok-acme", ["create_ticket", "search_kb", "send_email"]),
+        (
+            "tok-globex",
+            ["export_report", "get_current_time", "get_user_info"],
+        ),
+    ] {
+        let request = toolmesh::pb::InvokeRequest {
+            tool: "search_tools".into(),
+            arguments: serde_json::json!({"query": query, "limit": 10}).to_string(),
+            ..Default::default()
+        };
+        let answer = client
+            .invoke(with_token(request, Some(token)))
+            .await
+            .expect("invoke search_tools")
+            .into_inner();
+        let result = answer.result.expect("a result");
+        assert!(result.error.is_none(), "{result:?}");
+        let references: Vec<serde_json::Value> =
+            serde_json::from_str(&result.output).expect("tool_reference blocks");
+        assert!(!references.is_empty(), "{token}: {references:?}");
+        let named: BTreeSet<&str> = references
+            .iter()
+            .inspect(|block| assert_eq!(block["type"], "tool_reference", "{block}"))
+            .map(|block| block["tool_name"].as_str().expect("a tool name"))
+            .collect();
+        assert!(
+            named.is_subset(&BTreeSet::from(visible)),
+            "{token} was referred to {named:?}, beyond {visible:?}"
+        );
+        let data: serde_json::Value = serde_json::from_str(&result.data).expect("JSON data");
+        let data_names: Vec<&str> = data["tools"]
+            .as_array()
+            .expect("tools")
+            .iter()
+            .map(|t| t["name"].as_str().expect("a name"))
+            .collect();
+        let reference_names: Vec<&str> = references
+            .iter()
+            .map(|b| b["tool_name"].as_str().expect("a name"))
+            .collect();
+        assert_eq!(data_names, reference_names, "the same matches, best first");
+        assert!(data["tools"][0]["input_schema"].is_object(), "{data}");
+
+        // SearchTools in a format: each match as ListTools in it shows it.
+        let shaped = client
+            .search_tools(with_token(
+                SearchToolsRequest {
+                    query: query.into(),
+                    format: toolmesh::pb::ToolFormat::Openai as i32,
+                    ..SearchToolsRequest::default()
+                },
+                Some(token),
+            ))
+            .await
+            .expect("search tools")
+            .into_inner();
+        let listed = client
+            .list_tools(with_token(
+                ListToolsRequest {
+                    format: toolmesh::pb::ToolFormat::Openai as i32,
+                    snapshot_version: shaped.snapshot_version,
+                    ..ListToolsRequest::default()
+                },
+                Some(token),
+            ))
+            .await
+            .expect("list tools")
+            .into_inner();
+        let listed: Vec<serde_json::Value> = serde_json::from_str(&listed.formatted).expect("JSON");
+        let found: Vec<serde_json::Value> = serde_json::from_str(&shaped.formatted).expect("JSON");
+        assert_eq!(found.len(), shaped.matches.len());
+        for (tool, matched) in found.iter().zip(&shaped.matches) {
+            assert_eq!(
+                tool["function"]["name"],
+                matched.tool.as_ref().expect("a tool").name
+            );
+            assert!(listed.contains(tool), "{tool} as ListTools shows it");
+        }
+    }
+
+    let bad = toolmesh::pb::InvokeRequest {
+        tool: "search_tools".into(),
+        arguments: "{}".into(),
+        ..Default::default()
+    };
+    let refused = client
+        .invoke(with_token(bad, Some("tok-acme")))
+        .await
+        .expect("invoke")
+        .into_inner()
+        .result
+        .expect("a result")
+        .error
+        .expect("an error");
+    assert_eq!(
+        refused.code,
+        toolmesh::pb::ErrorCode::InvalidArguments as i32
+    );
+    assert!(
+        refused.message.contains("\"query\" is required"),
+        "{refused:?}"
+    );
+    drop(mesh.examples);
+    drop(mesh.serve);
+}

@@ -1,4 +1,8 @@
-//! Who a request comes from: its bearer token and its verified client certificate.
+//! Who a request comes from: its bearer token and its verified client
+//! certificate, and how long a stream opened with that token may run.
+
+use futures_util::{Stream, StreamExt, stream};
+use tonic::Status;
 
 /// The bearer token of a request (`authorization: Bearer TOKEN`, the
 /// prefix in any case, or a bare token), if any.
@@ -115,6 +119,30 @@ pub fn is_spiffe_id(id: &str) -> bool {
         })
     });
     domain_ok && path_ok && id.len() <= 2048
+}
+
+/// `stream` until `until` (the token it was opened with expires), then an
+/// UNAVAILABLE end: the caller reconnects at once and is identified again,
+/// with the fresh token it holds by then, or refused. A stream that ends
+/// first (as on shutdown) just ends.
+pub fn ends_when_token_expires<T: Send + 'static>(
+    stream: impl Stream<Item = Result<T, Status>> + Send + 'static,
+    until: std::time::SystemTime,
+) -> impl Stream<Item = Result<T, Status>> + Send {
+    let left = until
+        .duration_since(std::time::SystemTime::now())
+        .unwrap_or_default();
+    // Said only when the time has come.
+    let expired = async move {
+        (std::time::SystemTime::now() >= until).then(|| {
+            Err(Status::unavailable(
+                "the token this watch was opened with has expired: reconnect with a fresh one",
+            ))
+        })
+    };
+    stream
+        .take_until(tokio::time::sleep(left))
+        .chain(stream::once(expired).filter_map(std::future::ready))
 }
 
 #[cfg(test)]

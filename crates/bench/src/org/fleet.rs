@@ -7,8 +7,8 @@
 
 use super::shape::Shape;
 use crate::error::BenchError;
+use crate::loopback::{HealthServer, bind};
 use crate::procs::AbortOnDrop;
-use crate::scale::bind;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
@@ -17,7 +17,7 @@ use tokio::net::TcpStream;
 use tokio::sync::Semaphore;
 use tokio::task::JoinSet;
 use tonic::Code;
-use tonic::transport::{Channel, Server};
+use tonic::transport::Channel;
 use toolmesh::pb::{HeartbeatRequest, registry_client::RegistryClient};
 
 /// The lease every simulated executor asks for (the SDKs' default).
@@ -270,32 +270,6 @@ async fn heartbeat_loop(
 /// A fraction in [0, 1) that differs between executors.
 fn rand_fraction(e: usize) -> f64 {
     (e.wrapping_mul(2_654_435_761) % 1_000) as f64 / 1_000.0
-}
-
-/// A gRPC server with only a health service, SERVING for every watch: the
-/// endpoint fake executors share (here and in the stores' comparison).
-pub(crate) struct HealthServer {
-    pub(crate) addr: String,
-    _server: AbortOnDrop<Result<(), tonic::transport::Error>>,
-    _reporter: tonic_health::server::HealthReporter,
-}
-
-impl HealthServer {
-    /// Serves on a free port of 127.0.0.1 until dropped.
-    pub(crate) async fn start() -> Result<HealthServer, BenchError> {
-        let (listener, addr) = bind().await?;
-        let (reporter, health) = tonic_health::server::health_reporter();
-        let server = AbortOnDrop(tokio::spawn(
-            Server::builder()
-                .add_service(health)
-                .serve_with_incoming(toolmesh_transport::incoming(listener)),
-        ));
-        Ok(HealthServer {
-            addr,
-            _server: server,
-            _reporter: reporter,
-        })
-    }
 }
 
 /// An executor's own endpoint: a TCP relay to the shared health server.

@@ -20,7 +20,6 @@ use crate::procs::{self, Ready, SpawnOptions, TempDir};
 use crate::stats::Latency;
 use crate::{Binaries, progress};
 use fleet::Fleet;
-pub(crate) use fleet::HealthServer;
 use followers::{Followers, serves, until_each};
 use prost::Message;
 use shape::Shape;

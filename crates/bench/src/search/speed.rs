@@ -6,7 +6,7 @@
 use super::{Served, TOKEN};
 use crate::allocations::retained;
 use crate::error::BenchError;
-use crate::scale::bind;
+use crate::loopback::bind;
 use crate::stats::{Latency, ms};
 use serde::Serialize;
 use std::sync::Arc;

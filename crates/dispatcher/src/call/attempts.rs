@@ -13,7 +13,7 @@ use crate::metrics::{Metrics, RetryLabels};
 use crate::route::{self, NoInstance, Pick};
 use std::sync::Arc;
 use std::time::Duration;
-use tokio::sync::Notify;
+use tokio::sync::watch;
 use tokio::time::Instant;
 use toolmesh::ToolEntry;
 use toolmesh::pb::{InvokeRequest, ToolResult};
@@ -27,8 +27,9 @@ pub(crate) struct Attempts {
     pub(crate) pool: Arc<Endpoints>,
     /// Retries allowed as a share of calls (plus a floor per second).
     pub(crate) budget: TpsBudget,
-    /// Woken when an instance is ejected, so tool health is recomputed.
-    pub(crate) ejections: Arc<Notify>,
+    /// Counts the ejections: tool health and callers' watches of their
+    /// tools hear each one and look again.
+    pub(crate) ejections: watch::Sender<u64>,
     pub(crate) metrics: Arc<Metrics>,
     pub(crate) max_in_flight_per_instance: u32,
     /// No attempt starts with less than this left.
@@ -173,7 +174,7 @@ impl Attempts {
                 "ejected after repeated failures (the instance, or this tool on it)"
             );
             self.metrics.ejections.inc();
-            self.ejections.notify_one();
+            self.ejections.send_modify(|count| *count += 1);
         }
     }
 }

@@ -158,12 +158,12 @@ impl Pipeline {
 }
 
 /// The agent session a call or listing names (empty when none).
-pub(crate) fn session(context: &Option<CallContext>) -> &str {
+pub fn session(context: &Option<CallContext>) -> &str {
     context.as_ref().map_or("", |c| c.session_id.as_str())
 }
 
 /// The caller's call id, or a fresh one.
-fn call_id(request: &InvokeRequest) -> String {
+pub(crate) fn call_id(request: &InvokeRequest) -> String {
     if request.call_id.is_empty() {
         // From the thread-local generator: no system call per call.
         uuid::Builder::from_random_bytes(rand::random())

@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from toolmesh.v1 import common_pb2 as toolmesh_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1ctoolmesh/v1/dispatcher.proto\x12\x0btoolmesh.v1\x1a\x18toolmesh/v1/common.proto\"\xa7\x01\n\x10ListToolsRequest\x12)\n\x07\x63ontext\x18\x01 \x01(\x0b\x32\x18.toolmesh.v1.CallContext\x12\'\n\x06\x66ormat\x18\x02 \x01(\x0e\x32\x17.toolmesh.v1.ToolFormat\x12\x18\n\x10snapshot_version\x18\x03 \x01(\x04\x12\x11\n\tpage_size\x18\x04 \x01(\r\x12\x12\n\npage_token\x18\x05 \x01(\t\"\x7f\n\x11ListToolsResponse\x12\x18\n\x10snapshot_version\x18\x01 \x01(\x04\x12$\n\x05tools\x18\x02 \x03(\x0b\x32\x15.toolmesh.v1.ToolSpec\x12\x11\n\tformatted\x18\x03 \x01(\t\x12\x17\n\x0fnext_page_token\x18\x04 \x01(\t\"\x9b\x01\n\rInvokeRequest\x12\x0c\n\x04tool\x18\x01 \x01(\t\x12\x11\n\targuments\x18\x02 \x01(\t\x12\x0f\n\x07\x63\x61ll_id\x18\x03 \x01(\t\x12)\n\x07\x63ontext\x18\x04 \x01(\x0b\x32\x18.toolmesh.v1.CallContext\x12\x18\n\x10snapshot_version\x18\x05 \x01(\x04\x12\x13\n\x0b\x61pproval_id\x18\x06 \x01(\t\"\xa1\x01\n\x0eInvokeResponse\x12\'\n\x06result\x18\x01 \x01(\x0b\x32\x17.toolmesh.v1.ToolResult\x12\x0f\n\x07\x63\x61ll_id\x18\x02 \x01(\t\x12\x13\n\x0b\x65xecutor_id\x18\x03 \x01(\t\x12\x10\n\x08\x61ttempts\x18\x04 \x01(\r\x12\x18\n\x10snapshot_version\x18\x05 \x01(\x04\x12\x14\n\x0ctool_version\x18\x06 \x01(\t\"\x99\x01\n\x0bInvokeEvent\x12)\n\x08progress\x18\x01 \x01(\x0b\x32\x15.toolmesh.v1.ProgressH\x00\x12)\n\x05\x63hunk\x18\x02 \x01(\x0b\x32\x18.toolmesh.v1.OutputChunkH\x00\x12+\n\x04\x64one\x18\x03 \x01(\x0b\x32\x1b.toolmesh.v1.InvokeResponseH\x00\x42\x07\n\x05\x65vent\"\x95\x01\n\x12SearchToolsRequest\x12)\n\x07\x63ontext\x18\x01 \x01(\x0b\x32\x18.toolmesh.v1.CallContext\x12\r\n\x05query\x18\x02 \x01(\t\x12\r\n\x05limit\x18\x03 \x01(\r\x12\x0c\n\x04tags\x18\x04 \x03(\t\x12(\n\x08max_risk\x18\x05 \x01(\x0e\x32\x16.toolmesh.v1.RiskLevel\"X\n\x13SearchToolsResponse\x12\x18\n\x10snapshot_version\x18\x01 \x01(\x04\x12\'\n\x07matches\x18\x02 \x03(\x0b\x32\x16.toolmesh.v1.ToolMatch\"?\n\tToolMatch\x12#\n\x04tool\x18\x01 \x01(\x0b\x32\x15.toolmesh.v1.ToolSpec\x12\r\n\x05score\x18\x02 \x01(\x01\"H\n\x0e\x45xplainRequest\x12\x0c\n\x04tool\x18\x01 \x01(\t\x12\x14\n\x0c\x63\x61ller_token\x18\x02 \x01(\t\x12\x12\n\nsession_id\x18\x03 \x01(\t\"\x84\x02\n\x0f\x45xplainResponse\x12\x0f\n\x07verdict\x18\x01 \x01(\t\x12\x11\n\tprincipal\x18\x02 \x01(\t\x12\x0e\n\x06tenant\x18\x03 \x01(\t\x12\r\n\x05roles\x18\x04 \x03(\t\x12\x0c\n\x04rule\x18\x05 \x01(\t\x12\x0e\n\x06reason\x18\x06 \x01(\t\x12\r\n\x05trace\x18\x07 \x03(\t\x12\x14\n\x0ctool_version\x18\x08 \x01(\t\x12\x19\n\x11\x61pproval_required\x18\t \x01(\x08\x12\x17\n\x0f\x61rgument_limits\x18\n \x03(\t\x12\x14\n\x0cinput_schema\x18\x0b \x01(\t\x12\x10\n\x08\x66\x61llback\x18\x0c \x01(\t\x12\x0f\n\x07rollout\x18\r \x01(\t\"\xba\x01\n\x08\x41pproval\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0c\n\x04tool\x18\x02 \x01(\t\x12\x0f\n\x07version\x18\x03 \x01(\t\x12\x18\n\x10\x61rguments_sha256\x18\x04 \x01(\t\x12\x0e\n\x06\x63\x61ller\x18\x05 \x01(\t\x12\x0e\n\x06tenant\x18\x06 \x01(\t\x12\x0f\n\x07summary\x18\x07 \x01(\t\x12\r\n\x05state\x18\x08 \x01(\t\x12\x15\n\rexpires_in_ms\x18\t \x01(\x04\x12\x12\n\ndecided_by\x18\n \x01(\t\"\x16\n\x14ListApprovalsRequest\"A\n\x15ListApprovalsResponse\x12(\n\tapprovals\x18\x01 \x03(\x0b\x32\x15.toolmesh.v1.Approval\"\x1c\n\x0e\x41pproveRequest\x12\n\n\x02id\x18\x01 \x01(\t\")\n\x0b\x44\x65nyRequest\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0e\n\x06reason\x18\x02 \x01(\t\";\n\x10\x41pprovalResponse\x12\'\n\x08\x61pproval\x18\x01 \x01(\x0b\x32\x15.toolmesh.v1.Approval2\xb5\x02\n\nDispatcher\x12J\n\tListTools\x12\x1d.toolmesh.v1.ListToolsRequest\x1a\x1e.toolmesh.v1.ListToolsResponse\x12\x41\n\x06Invoke\x12\x1a.toolmesh.v1.InvokeRequest\x1a\x1b.toolmesh.v1.InvokeResponse\x12\x46\n\x0cInvokeStream\x12\x1a.toolmesh.v1.InvokeRequest\x1a\x18.toolmesh.v1.InvokeEvent0\x01\x12P\n\x0bSearchTools\x12\x1f.toolmesh.v1.SearchToolsRequest\x1a .toolmesh.v1.SearchToolsResponse2\xb2\x02\n\nGovernance\x12\x44\n\x07\x45xplain\x12\x1b.toolmesh.v1.ExplainRequest\x1a\x1c.toolmesh.v1.ExplainResponse\x12V\n\rListApprovals\x12!.toolmesh.v1.ListApprovalsRequest\x1a\".toolmesh.v1.ListApprovalsResponse\x12\x45\n\x07\x41pprove\x12\x1b.toolmesh.v1.ApproveRequest\x1a\x1d.toolmesh.v1.ApprovalResponse\x12?\n\x04\x44\x65ny\x12\x18.toolmesh.v1.DenyRequest\x1a\x1d.toolmesh.v1.ApprovalResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1ctoolmesh/v1/dispatcher.proto\x12\x0btoolmesh.v1\x1a\x18toolmesh/v1/common.proto\"\xbe\x01\n\x10ListToolsRequest\x12)\n\x07\x63ontext\x18\x01 \x01(\x0b\x32\x18.toolmesh.v1.CallContext\x12\'\n\x06\x66ormat\x18\x02 \x01(\x0e\x32\x17.toolmesh.v1.ToolFormat\x12\x18\n\x10snapshot_version\x18\x03 \x01(\x04\x12\x11\n\tpage_size\x18\x04 \x01(\r\x12\x12\n\npage_token\x18\x05 \x01(\t\x12\x15\n\rdefer_loading\x18\x06 \x01(\x08\"\x7f\n\x11ListToolsResponse\x12\x18\n\x10snapshot_version\x18\x01 \x01(\x04\x12$\n\x05tools\x18\x02 \x03(\x0b\x32\x15.toolmesh.v1.ToolSpec\x12\x11\n\tformatted\x18\x03 \x01(\t\x12\x17\n\x0fnext_page_token\x18\x04 \x01(\t\"\x9b\x01\n\rInvokeRequest\x12\x0c\n\x04tool\x18\x01 \x01(\t\x12\x11\n\targuments\x18\x02 \x01(\t\x12\x0f\n\x07\x63\x61ll_id\x18\x03 \x01(\t\x12)\n\x07\x63ontext\x18\x04 \x01(\x0b\x32\x18.toolmesh.v1.CallContext\x12\x18\n\x10snapshot_version\x18\x05 \x01(\x04\x12\x13\n\x0b\x61pproval_id\x18\x06 \x01(\t\"\xa1\x01\n\x0eInvokeResponse\x12\'\n\x06result\x18\x01 \x01(\x0b\x32\x17.toolmesh.v1.ToolResult\x12\x0f\n\x07\x63\x61ll_id\x18\x02 \x01(\t\x12\x13\n\x0b\x65xecutor_id\x18\x03 \x01(\t\x12\x10\n\x08\x61ttempts\x18\x04 \x01(\r\x12\x18\n\x10snapshot_version\x18\x05 \x01(\x04\x12\x14\n\x0ctool_version\x18\x06 \x01(\t\"\x99\x01\n\x0bInvokeEvent\x12)\n\x08progress\x18\x01 \x01(\x0b\x32\x15.toolmesh.v1.ProgressH\x00\x12)\n\x05\x63hunk\x18\x02 \x01(\x0b\x32\x18.toolmesh.v1.OutputChunkH\x00\x12+\n\x04\x64one\x18\x03 \x01(\x0b\x32\x1b.toolmesh.v1.InvokeResponseH\x00\x42\x07\n\x05\x65vent\"\xbe\x01\n\x12SearchToolsRequest\x12)\n\x07\x63ontext\x18\x01 \x01(\x0b\x32\x18.toolmesh.v1.CallContext\x12\r\n\x05query\x18\x02 \x01(\t\x12\r\n\x05limit\x18\x03 \x01(\r\x12\x0c\n\x04tags\x18\x04 \x03(\t\x12(\n\x08max_risk\x18\x05 \x01(\x0e\x32\x16.toolmesh.v1.RiskLevel\x12\'\n\x06\x66ormat\x18\x06 \x01(\x0e\x32\x17.toolmesh.v1.ToolFormat\"k\n\x13SearchToolsResponse\x12\x18\n\x10snapshot_version\x18\x01 \x01(\x04\x12\'\n\x07matches\x18\x02 \x03(\x0b\x32\x16.toolmesh.v1.ToolMatch\x12\x11\n\tformatted\x18\x03 \x01(\t\"?\n\tToolMatch\x12#\n\x04tool\x18\x01 \x01(\x0b\x32\x15.toolmesh.v1.ToolSpec\x12\r\n\x05score\x18\x02 \x01(\x01\"g\n\x11WatchToolsRequest\x12)\n\x07\x63ontext\x18\x01 \x01(\x0b\x32\x18.toolmesh.v1.CallContext\x12\'\n\x06\x66ormat\x18\x02 \x01(\x0e\x32\x17.toolmesh.v1.ToolFormat\"\x81\x01\n\x0bToolsChange\x12\x18\n\x10snapshot_version\x18\x01 \x01(\x04\x12$\n\x05tools\x18\x02 \x03(\x0b\x32\x15.toolmesh.v1.ToolSpec\x12\x11\n\tformatted\x18\x03 \x01(\t\x12\x0f\n\x07removed\x18\x04 \x03(\t\x12\x0e\n\x06synced\x18\x05 \x01(\x08\"H\n\x0e\x45xplainRequest\x12\x0c\n\x04tool\x18\x01 \x01(\t\x12\x14\n\x0c\x63\x61ller_token\x18\x02 \x01(\t\x12\x12\n\nsession_id\x18\x03 \x01(\t\"\x84\x02\n\x0f\x45xplainResponse\x12\x0f\n\x07verdict\x18\x01 \x01(\t\x12\x11\n\tprincipal\x18\x02 \x01(\t\x12\x0e\n\x06tenant\x18\x03 \x01(\t\x12\r\n\x05roles\x18\x04 \x03(\t\x12\x0c\n\x04rule\x18\x05 \x01(\t\x12\x0e\n\x06reason\x18\x06 \x01(\t\x12\r\n\x05trace\x18\x07 \x03(\t\x12\x14\n\x0ctool_version\x18\x08 \x01(\t\x12\x19\n\x11\x61pproval_required\x18\t \x01(\x08\x12\x17\n\x0f\x61rgument_limits\x18\n \x03(\t\x12\x14\n\x0cinput_schema\x18\x0b \x01(\t\x12\x10\n\x08\x66\x61llback\x18\x0c \x01(\t\x12\x0f\n\x07rollout\x18\r \x01(\t\"\xba\x01\n\x08\x41pproval\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0c\n\x04tool\x18\x02 \x01(\t\x12\x0f\n\x07version\x18\x03 \x01(\t\x12\x18\n\x10\x61rguments_sha256\x18\x04 \x01(\t\x12\x0e\n\x06\x63\x61ller\x18\x05 \x01(\t\x12\x0e\n\x06tenant\x18\x06 \x01(\t\x12\x0f\n\x07summary\x18\x07 \x01(\t\x12\r\n\x05state\x18\x08 \x01(\t\x12\x15\n\rexpires_in_ms\x18\t \x01(\x04\x12\x12\n\ndecided_by\x18\n \x01(\t\"\x16\n\x14ListApprovalsRequest\"A\n\x15ListApprovalsResponse\x12(\n\tapprovals\x18\x01 \x03(\x0b\x32\x15.toolmesh.v1.Approval\"\x1c\n\x0e\x41pproveRequest\x12\n\n\x02id\x18\x01 \x01(\t\")\n\x0b\x44\x65nyRequest\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0e\n\x06reason\x18\x02 \x01(\t\";\n\x10\x41pprovalResponse\x12\'\n\x08\x61pproval\x18\x01 \x01(\x0b\x32\x15.toolmesh.v1.Approval2\xff\x02\n\nDispatcher\x12J\n\tListTools\x12\x1d.toolmesh.v1.ListToolsRequest\x1a\x1e.toolmesh.v1.ListToolsResponse\x12\x41\n\x06Invoke\x12\x1a.toolmesh.v1.InvokeRequest\x1a\x1b.toolmesh.v1.InvokeResponse\x12\x46\n\x0cInvokeStream\x12\x1a.toolmesh.v1.InvokeRequest\x1a\x18.toolmesh.v1.InvokeEvent0\x01\x12P\n\x0bSearchTools\x12\x1f.toolmesh.v1.SearchToolsRequest\x1a .toolmesh.v1.SearchToolsResponse\x12H\n\nWatchTools\x12\x1e.toolmesh.v1.WatchToolsRequest\x1a\x18.toolmesh.v1.ToolsChange0\x01\x32\xb2\x02\n\nGovernance\x12\x44\n\x07\x45xplain\x12\x1b.toolmesh.v1.ExplainRequest\x1a\x1c.toolmesh.v1.ExplainResponse\x12V\n\rListApprovals\x12!.toolmesh.v1.ListApprovalsRequest\x1a\".toolmesh.v1.ListApprovalsResponse\x12\x45\n\x07\x41pprove\x12\x1b.toolmesh.v1.ApproveRequest\x1a\x1d.toolmesh.v1.ApprovalResponse\x12?\n\x04\x44\x65ny\x12\x18.toolmesh.v1.DenyRequest\x1a\x1d.toolmesh.v1.ApprovalResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -33,39 +33,43 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'toolmesh.v1.dispatcher_pb2'
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_LISTTOOLSREQUEST']._serialized_start=72
-  _globals['_LISTTOOLSREQUEST']._serialized_end=239
-  _globals['_LISTTOOLSRESPONSE']._serialized_start=241
-  _globals['_LISTTOOLSRESPONSE']._serialized_end=368
-  _globals['_INVOKEREQUEST']._serialized_start=371
-  _globals['_INVOKEREQUEST']._serialized_end=526
-  _globals['_INVOKERESPONSE']._serialized_start=529
-  _globals['_INVOKERESPONSE']._serialized_end=690
-  _globals['_INVOKEEVENT']._serialized_start=693
-  _globals['_INVOKEEVENT']._serialized_end=846
-  _globals['_SEARCHTOOLSREQUEST']._serialized_start=849
-  _globals['_SEARCHTOOLSREQUEST']._serialized_end=998
-  _globals['_SEARCHTOOLSRESPONSE']._serialized_start=1000
-  _globals['_SEARCHTOOLSRESPONSE']._serialized_end=1088
-  _globals['_TOOLMATCH']._serialized_start=1090
-  _globals['_TOOLMATCH']._serialized_end=1153
-  _globals['_EXPLAINREQUEST']._serialized_start=1155
-  _globals['_EXPLAINREQUEST']._serialized_end=1227
-  _globals['_EXPLAINRESPONSE']._serialized_start=1230
-  _globals['_EXPLAINRESPONSE']._serialized_end=1490
-  _globals['_APPROVAL']._serialized_start=1493
-  _globals['_APPROVAL']._serialized_end=1679
-  _globals['_LISTAPPROVALSREQUEST']._serialized_start=1681
-  _globals['_LISTAPPROVALSREQUEST']._serialized_end=1703
-  _globals['_LISTAPPROVALSRESPONSE']._serialized_start=1705
-  _globals['_LISTAPPROVALSRESPONSE']._serialized_end=1770
-  _globals['_APPROVEREQUEST']._serialized_start=1772
-  _globals['_APPROVEREQUEST']._serialized_end=1800
-  _globals['_DENYREQUEST']._serialized_start=1802
-  _globals['_DENYREQUEST']._serialized_end=1843
-  _globals['_APPROVALRESPONSE']._serialized_start=1845
-  _globals['_APPROVALRESPONSE']._serialized_end=1904
-  _globals['_DISPATCHER']._serialized_start=1907
-  _globals['_DISPATCHER']._serialized_end=2216
-  _globals['_GOVERNANCE']._serialized_start=2219
-  _globals['_GOVERNANCE']._serialized_end=2525
+  _globals['_LISTTOOLSREQUEST']._serialized_end=262
+  _globals['_LISTTOOLSRESPONSE']._serialized_start=264
+  _globals['_LISTTOOLSRESPONSE']._serialized_end=391
+  _globals['_INVOKEREQUEST']._serialized_start=394
+  _globals['_INVOKEREQUEST']._serialized_end=549
+  _globals['_INVOKERESPONSE']._serialized_start=552
+  _globals['_INVOKERESPONSE']._serialized_end=713
+  _globals['_INVOKEEVENT']._serialized_start=716
+  _globals['_INVOKEEVENT']._serialized_end=869
+  _globals['_SEARCHTOOLSREQUEST']._serialized_start=872
+  _globals['_SEARCHTOOLSREQUEST']._serialized_end=1062
+  _globals['_SEARCHTOOLSRESPONSE']._serialized_start=1064
+  _globals['_SEARCHTOOLSRESPONSE']._serialized_end=1171
+  _globals['_TOOLMATCH']._serialized_start=1173
+  _globals['_TOOLMATCH']._serialized_end=1236
+  _globals['_WATCHTOOLSREQUEST']._serialized_start=1238
+  _globals['_WATCHTOOLSREQUEST']._serialized_end=1341
+  _globals['_TOOLSCHANGE']._serialized_start=1344
+  _globals['_TOOLSCHANGE']._serialized_end=1473
+  _globals['_EXPLAINREQUEST']._serialized_start=1475
+  _globals['_EXPLAINREQUEST']._serialized_end=1547
+  _globals['_EXPLAINRESPONSE']._serialized_start=1550
+  _globals['_EXPLAINRESPONSE']._serialized_end=1810
+  _globals['_APPROVAL']._serialized_start=1813
+  _globals['_APPROVAL']._serialized_end=1999
+  _globals['_LISTAPPROVALSREQUEST']._serialized_start=2001
+  _globals['_LISTAPPROVALSREQUEST']._serialized_end=2023
+  _globals['_LISTAPPROVALSRESPONSE']._serialized_start=2025
+  _globals['_LISTAPPROVALSRESPONSE']._serialized_end=2090
+  _globals['_APPROVEREQUEST']._serialized_start=2092
+  _globals['_APPROVEREQUEST']._serialized_end=2120
+  _globals['_DENYREQUEST']._serialized_start=2122
+  _globals['_DENYREQUEST']._serialized_end=2163
+  _globals['_APPROVALRESPONSE']._serialized_start=2165
+  _globals['_APPROVALRESPONSE']._serialized_end=2224
+  _globals['_DISPATCHER']._serialized_start=2227
+  _globals['_DISPATCHER']._serialized_end=2610
+  _globals['_GOVERNANCE']._serialized_start=2613
+  _globals['_GOVERNANCE']._serialized_end=2919
 # @@protoc_insertion_point(module_scope)

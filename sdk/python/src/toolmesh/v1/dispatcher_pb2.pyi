@@ -8,18 +8,20 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class ListToolsRequest(_message.Message):
-    __slots__ = ("context", "format", "snapshot_version", "page_size", "page_token")
+    __slots__ = ("context", "format", "snapshot_version", "page_size", "page_token", "defer_loading")
     CONTEXT_FIELD_NUMBER: _ClassVar[int]
     FORMAT_FIELD_NUMBER: _ClassVar[int]
     SNAPSHOT_VERSION_FIELD_NUMBER: _ClassVar[int]
     PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
     PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    DEFER_LOADING_FIELD_NUMBER: _ClassVar[int]
     context: _common_pb2.CallContext
     format: _common_pb2.ToolFormat
     snapshot_version: int
     page_size: int
     page_token: str
-    def __init__(self, context: _Optional[_Union[_common_pb2.CallContext, _Mapping]] = ..., format: _Optional[_Union[_common_pb2.ToolFormat, str]] = ..., snapshot_version: _Optional[int] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
+    defer_loading: bool
+    def __init__(self, context: _Optional[_Union[_common_pb2.CallContext, _Mapping]] = ..., format: _Optional[_Union[_common_pb2.ToolFormat, str]] = ..., snapshot_version: _Optional[int] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ..., defer_loading: _Optional[bool] = ...) -> None: ...
 
 class ListToolsResponse(_message.Message):
     __slots__ = ("snapshot_version", "tools", "formatted", "next_page_token")
@@ -76,26 +78,30 @@ class InvokeEvent(_message.Message):
     def __init__(self, progress: _Optional[_Union[_common_pb2.Progress, _Mapping]] = ..., chunk: _Optional[_Union[_common_pb2.OutputChunk, _Mapping]] = ..., done: _Optional[_Union[InvokeResponse, _Mapping]] = ...) -> None: ...
 
 class SearchToolsRequest(_message.Message):
-    __slots__ = ("context", "query", "limit", "tags", "max_risk")
+    __slots__ = ("context", "query", "limit", "tags", "max_risk", "format")
     CONTEXT_FIELD_NUMBER: _ClassVar[int]
     QUERY_FIELD_NUMBER: _ClassVar[int]
     LIMIT_FIELD_NUMBER: _ClassVar[int]
     TAGS_FIELD_NUMBER: _ClassVar[int]
     MAX_RISK_FIELD_NUMBER: _ClassVar[int]
+    FORMAT_FIELD_NUMBER: _ClassVar[int]
     context: _common_pb2.CallContext
     query: str
     limit: int
     tags: _containers.RepeatedScalarFieldContainer[str]
     max_risk: _common_pb2.RiskLevel
-    def __init__(self, context: _Optional[_Union[_common_pb2.CallContext, _Mapping]] = ..., query: _Optional[str] = ..., limit: _Optional[int] = ..., tags: _Optional[_Iterable[str]] = ..., max_risk: _Optional[_Union[_common_pb2.RiskLevel, str]] = ...) -> None: ...
+    format: _common_pb2.ToolFormat
+    def __init__(self, context: _Optional[_Union[_common_pb2.CallContext, _Mapping]] = ..., query: _Optional[str] = ..., limit: _Optional[int] = ..., tags: _Optional[_Iterable[str]] = ..., max_risk: _Optional[_Union[_common_pb2.RiskLevel, str]] = ..., format: _Optional[_Union[_common_pb2.ToolFormat, str]] = ...) -> None: ...
 
 class SearchToolsResponse(_message.Message):
-    __slots__ = ("snapshot_version", "matches")
+    __slots__ = ("snapshot_version", "matches", "formatted")
     SNAPSHOT_VERSION_FIELD_NUMBER: _ClassVar[int]
     MATCHES_FIELD_NUMBER: _ClassVar[int]
+    FORMATTED_FIELD_NUMBER: _ClassVar[int]
     snapshot_version: int
     matches: _containers.RepeatedCompositeFieldContainer[ToolMatch]
-    def __init__(self, snapshot_version: _Optional[int] = ..., matches: _Optional[_Iterable[_Union[ToolMatch, _Mapping]]] = ...) -> None: ...
+    formatted: str
+    def __init__(self, snapshot_version: _Optional[int] = ..., matches: _Optional[_Iterable[_Union[ToolMatch, _Mapping]]] = ..., formatted: _Optional[str] = ...) -> None: ...
 
 class ToolMatch(_message.Message):
     __slots__ = ("tool", "score")
@@ -104,6 +110,28 @@ class ToolMatch(_message.Message):
     tool: _common_pb2.ToolSpec
     score: float
     def __init__(self, tool: _Optional[_Union[_common_pb2.ToolSpec, _Mapping]] = ..., score: _Optional[float] = ...) -> None: ...
+
+class WatchToolsRequest(_message.Message):
+    __slots__ = ("context", "format")
+    CONTEXT_FIELD_NUMBER: _ClassVar[int]
+    FORMAT_FIELD_NUMBER: _ClassVar[int]
+    context: _common_pb2.CallContext
+    format: _common_pb2.ToolFormat
+    def __init__(self, context: _Optional[_Union[_common_pb2.CallContext, _Mapping]] = ..., format: _Optional[_Union[_common_pb2.ToolFormat, str]] = ...) -> None: ...
+
+class ToolsChange(_message.Message):
+    __slots__ = ("snapshot_version", "tools", "formatted", "removed", "synced")
+    SNAPSHOT_VERSION_FIELD_NUMBER: _ClassVar[int]
+    TOOLS_FIELD_NUMBER: _ClassVar[int]
+    FORMATTED_FIELD_NUMBER: _ClassVar[int]
+    REMOVED_FIELD_NUMBER: _ClassVar[int]
+    SYNCED_FIELD_NUMBER: _ClassVar[int]
+    snapshot_version: int
+    tools: _containers.RepeatedCompositeFieldContainer[_common_pb2.ToolSpec]
+    formatted: str
+    removed: _containers.RepeatedScalarFieldContainer[str]
+    synced: bool
+    def __init__(self, snapshot_version: _Optional[int] = ..., tools: _Optional[_Iterable[_Union[_common_pb2.ToolSpec, _Mapping]]] = ..., formatted: _Optional[str] = ..., removed: _Optional[_Iterable[str]] = ..., synced: _Optional[bool] = ...) -> None: ...
 
 class ExplainRequest(_message.Message):
     __slots__ = ("tool", "caller_token", "session_id")

@@ -54,6 +54,11 @@ class DispatcherStub:
                 request_serializer=toolmesh_dot_v1_dot_dispatcher__pb2.SearchToolsRequest.SerializeToString,
                 response_deserializer=toolmesh_dot_v1_dot_dispatcher__pb2.SearchToolsResponse.FromString,
                 _registered_method=True)
+        self.WatchTools = channel.unary_stream(
+                '/toolmesh.v1.Dispatcher/WatchTools',
+                request_serializer=toolmesh_dot_v1_dot_dispatcher__pb2.WatchToolsRequest.SerializeToString,
+                response_deserializer=toolmesh_dot_v1_dot_dispatcher__pb2.ToolsChange.FromString,
+                _registered_method=True)
 
 
 class DispatcherServicer:
@@ -99,6 +104,23 @@ class DispatcherServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def WatchTools(self, request, context):
+        """The tools this caller may list, kept up to date without polling: first
+        its whole view exactly as ListTools shows it (the input schema a grant
+        narrows a tool to included), over as many messages as it takes at no
+        more than 1,000 tools each, the last one with synced set; then one
+        message per change of THIS caller's view, with the tools added or
+        changed and the names removed. A snapshot, policy reload, disable or
+        ejection that leaves the caller's view as it was sends nothing. Nothing
+        queues up for a caller that reads slowly: when it reads again it gets
+        the net change against what it last received (a tool added and removed
+        meanwhile never shows). The stream has no end; a caller whose stream
+        breaks calls again and gets its whole view again.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_DispatcherServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -121,6 +143,11 @@ def add_DispatcherServicer_to_server(servicer, server):
                     servicer.SearchTools,
                     request_deserializer=toolmesh_dot_v1_dot_dispatcher__pb2.SearchToolsRequest.FromString,
                     response_serializer=toolmesh_dot_v1_dot_dispatcher__pb2.SearchToolsResponse.SerializeToString,
+            ),
+            'WatchTools': grpc.unary_stream_rpc_method_handler(
+                    servicer.WatchTools,
+                    request_deserializer=toolmesh_dot_v1_dot_dispatcher__pb2.WatchToolsRequest.FromString,
+                    response_serializer=toolmesh_dot_v1_dot_dispatcher__pb2.ToolsChange.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -231,6 +258,33 @@ class Dispatcher:
             '/toolmesh.v1.Dispatcher/SearchTools',
             toolmesh_dot_v1_dot_dispatcher__pb2.SearchToolsRequest.SerializeToString,
             toolmesh_dot_v1_dot_dispatcher__pb2.SearchToolsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def WatchTools(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/toolmesh.v1.Dispatcher/WatchTools',
+            toolmesh_dot_v1_dot_dispatcher__pb2.WatchToolsRequest.SerializeToString,
+            toolmesh_dot_v1_dot_dispatcher__pb2.ToolsChange.FromString,
             options,
             channel_credentials,
             insecure,
