@@ -343,7 +343,7 @@ pub(crate) enum BenchWhat {
     /// Tool search: SearchTools beside ListTools at 10,000 and 100,000
     /// visible tools, index upkeep and memory; with --eval, retrieval
     /// quality on the Berkeley Function Calling Leaderboard beside a plain
-    /// BM25 (source scripts/prepare/bfcl.sh first).
+    /// BM25 (source scripts/bench/bfcl.sh first).
     Search(BenchSearchArgs),
 }
 

@@ -272,7 +272,7 @@ async fn bench(args: args::BenchArgs, arm: toolmesh_procs::ArmParentDeath) -> Re
 /// `toolmesh bench search`: search speed, or with `--eval` retrieval quality.
 async fn bench_search(args: args::BenchSearchArgs) -> Result<(), Failure> {
     let eval = if args.eval {
-        let prepared = "source scripts/prepare/bfcl.sh, or give";
+        let prepared = "source scripts/bench/bfcl.sh, or give";
         let data = args.bfcl_data.ok_or_else(|| {
             Failure::Usage(format!(
                 "--eval needs the BFCL data: {prepared} --bfcl-data DIR"

@@ -40,7 +40,7 @@ pub const HELD_OUT: &[&str] = &[
 /// Where the data and the baseline are.
 #[derive(Debug, Clone)]
 pub struct EvalOptions {
-    /// The package's `bfcl_eval/data` (scripts/prepare/bfcl.sh unpacks it).
+    /// The package's `bfcl_eval/data` (scripts/bench/bfcl.sh unpacks it).
     pub data: PathBuf,
     /// A python with `rank_bm25` (the same script's venv).
     pub python: PathBuf,
@@ -429,7 +429,7 @@ fn baseline(
         .map_err(|e| BenchError::io("give the baseline its input", e))?;
     if !output.status.success() {
         return Err(BenchError::failed(
-            "run the baseline (rank_bm25; source scripts/prepare/bfcl.sh)",
+            "run the baseline (rank_bm25; source scripts/bench/bfcl.sh)",
             output.status.to_string(),
         ));
     }

@@ -1,3 +1,5 @@
+# Sourced by hand before `toolmesh bench search --eval` (never by the test
+# command: no test needs it).
 # The public data of the tool-search retrieval evaluation
 # (`toolmesh bench search --eval`): the Berkeley Function Calling
 # Leaderboard's questions, functions and answers from the PyPI package
