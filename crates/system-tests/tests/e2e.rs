@@ -174,7 +174,9 @@ async fn timeouts_and_panics() {
         message(&response)
     );
     assert!(
-        took >= Duration::from_millis(950) && took < Duration::from_millis(1500),
+        // Cut at the declared 1 s, not at the tool's 5 s (a loaded machine
+        // may add a second or two to the cut).
+        took >= Duration::from_millis(950) && took < Duration::from_millis(3500),
         "{took:?}"
     );
 
@@ -215,10 +217,16 @@ async fn timeouts_and_panics() {
 async fn killed_executor_is_de_exposed() {
     let mut mesh = acceptance(&[], &["--ttl-ms", "1000"]).await;
     let (addr, mut client) = (mesh.addr.clone(), mesh.client.clone());
-    assert_eq!(
-        tool_status(&addr, "acc_echo").await,
-        Ok(ServingStatus::Serving as i32)
-    );
+    // The health service follows the snapshot on its own task: listed first,
+    // SERVING a moment later.
+    eventually("acc_echo SERVING", Duration::from_secs(2), || {
+        let addr = addr.clone();
+        async move {
+            (tool_status(&addr, "acc_echo").await == Ok(ServingStatus::Serving as i32))
+                .then_some(())
+        }
+    })
+    .await;
 
     let killed = Instant::now();
     mesh.exec.kill9();

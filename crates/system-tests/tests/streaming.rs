@@ -191,7 +191,9 @@ async fn a_deadline_cuts_a_long_stream() {
         cut.progress
     );
     assert_eq!(cut.progress, steps(cut.progress.len() as u32, 100));
-    assert!(took < Duration::from_millis(1500), "{took:?}");
+    // At the 600 ms deadline, not after the tool's 5 s (with room for a
+    // loaded machine).
+    assert!(took < Duration::from_millis(3000), "{took:?}");
 }
 
 /// `toolmesh call --stream` prints a line per progress report, then the
