@@ -37,6 +37,9 @@ use world::{ProcStat, World};
 const CHANGE_LIMIT: Duration = Duration::from_secs(30);
 /// Longest wait for a cold start to reach every follower.
 const COLD_LIMIT: Duration = Duration::from_secs(300);
+/// How long a dispatcher is left alone before its memory is read, so
+/// what a step freed on other threads is given back first.
+const SETTLE: Duration = Duration::from_secs(2);
 /// Time between restarts in the churn phase: 1 % of 10,000 executors a
 /// minute, at every scale.
 const CHURN_EVERY: Duration = Duration::from_millis(600);
@@ -483,8 +486,12 @@ async fn cold_join(
         &toolmesh_transport::Tls::none(),
         None,
     )?;
-    let held = until_each(&[joined], t0, COLD_LIMIT, move |s| s.name_count() >= names).await;
+    let held = until_each(&[joined.clone()], t0, COLD_LIMIT, move |s| {
+        s.name_count() >= names
+    })
+    .await;
     let follower_secs = held[0].map(|d| d.as_secs_f64());
+    let version = joined.borrow().version();
 
     let list = world.registry_list();
     let args = [
@@ -508,6 +515,22 @@ async fn cold_join(
     let channel = toolmesh_transport::channel(&addr, &toolmesh_transport::Tls::none())?;
     let client = DispatcherClient::new(channel).max_decoding_message_size(usize::MAX);
     let t0 = Instant::now();
+    // Holding: the first page names the snapshot the follower above holds
+    // (nothing is published in steady state), and nothing was listed yet.
+    let mut holding_rss = None;
+    while t0.elapsed() < COLD_LIMIT {
+        let first = ListToolsRequest {
+            page_size: 1,
+            ..Default::default()
+        };
+        let answer = client.clone().list_tools(first).await;
+        if answer.is_ok_and(|a| a.into_inner().snapshot_version >= version) {
+            tokio::time::sleep(SETTLE).await;
+            holding_rss = Some(ProcStat::read(dispatcher.pid()).rss_bytes);
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
     let mut listed = 0;
     let mut list_ms = None;
     while t0.elapsed() < COLD_LIMIT {
@@ -527,11 +550,13 @@ async fn cold_join(
         }
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
+    tokio::time::sleep(SETTLE).await;
     let rss = ProcStat::read(dispatcher.pid()).rss_bytes;
     dispatcher.kill_and_reap().await;
     Ok(ColdJoin {
         follower_secs,
         full_snapshot_bytes,
+        dispatcher_holding_rss_bytes: holding_rss,
         dispatcher_rss_bytes: rss,
         dispatcher_listed: listed,
         dispatcher_list_all_ms: list_ms,

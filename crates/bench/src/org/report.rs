@@ -124,7 +124,11 @@ pub struct ColdJoin {
     pub follower_secs: Option<f64>,
     /// A full snapshot's encoded size.
     pub full_snapshot_bytes: u64,
-    /// Resident memory of a real `toolmesh dispatcher` holding it all.
+    /// Resident memory of a real `toolmesh dispatcher` holding it all,
+    /// before anything was listed (none if it never held it all).
+    pub dispatcher_holding_rss_bytes: Option<u64>,
+    /// Its resident memory after one ListTools of every tool: what it
+    /// holds while serving.
     pub dispatcher_rss_bytes: u64,
     /// Tools that dispatcher listed.
     pub dispatcher_listed: usize,
@@ -425,7 +429,12 @@ impl fmt::Display for OrgReport {
                 .follower_secs
                 .map_or("never".into(), |s| format!("{s:.2} s"))
         })?;
-        row(f, "real dispatcher RSS", &|a| {
+        row(f, "real dispatcher RSS: holding all", &|a| {
+            a.cold_join
+                .dispatcher_holding_rss_bytes
+                .map_or("never".into(), mib)
+        })?;
+        row(f, "real dispatcher RSS: after listing all", &|a| {
             mib(a.cold_join.dispatcher_rss_bytes)
         })?;
         row(f, "real dispatcher: ListTools of all", &|a| {
