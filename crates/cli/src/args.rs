@@ -58,9 +58,15 @@ pub(crate) enum FlagError {
         "--bearer-env {0}: the variable is not set; export it with the token the MCP server expects"
     )]
     BearerUnset(String),
-    /// `bridge mcp --tools` with a pattern that is not a tool-name glob.
-    #[error("--tools: {0}")]
-    Tools(#[from] toolmesh::PatternError),
+    /// A bridge's `--tools`, `--methods` or `--operations` with a pattern
+    /// that is not a name glob.
+    #[error("{flag}: {source}")]
+    Select {
+        /// The flag, with its dashes.
+        flag: &'static str,
+        /// What is wrong with the pattern.
+        source: toolmesh::PatternError,
+    },
     /// A `KEY=VALUE` flag without both sides.
     #[error("{flag} {pair:?}: write it as {shape}")]
     Pair {

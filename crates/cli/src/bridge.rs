@@ -10,7 +10,7 @@ use toolmesh::ToolPattern;
 use toolmesh::pb::RiskLevel;
 use toolmesh_bridge::{
     Bridge, BridgeError, BridgeOptions, GrpcBridgeOptions, GrpcTarget, HttpsFiles,
-    OpenApiBridgeOptions, OutboundAuth, SpecLocation, ToolSelection, Upstream,
+    OpenApiBridgeOptions, OutboundAuth, SpecLocation, ToolSelection, Upstream, UpstreamKind,
 };
 
 /// Longest `--timeout-ms` a tool may declare.
@@ -98,7 +98,7 @@ fn options(
     Ok(BridgeOptions {
         upstream,
         name: args.flags.name.clone(),
-        selection: selection(&args.flags, &args.tools)?,
+        selection: selection(&args.flags, UpstreamKind::Mcp, &args.tools)?,
         serve,
     })
 }
@@ -112,7 +112,7 @@ fn grpc_options(
         target: GrpcTarget::parse(&args.target)?,
         services: args.services.clone(),
         name: args.tools.name.clone(),
-        selection: selection(&args.tools, &args.methods)?,
+        selection: selection(&args.tools, UpstreamKind::Grpc, &args.methods)?,
         serve: args.serve.serve_options(tls.clone()),
     })
 }
@@ -142,19 +142,27 @@ fn openapi_options(
             header_env,
         },
         name: args.tools.name.clone(),
-        selection: selection(&args.tools, &args.operations)?,
+        selection: selection(&args.tools, UpstreamKind::OpenApi, &args.operations)?,
         serve: args.serve.serve_options(tls.clone()),
     })
 }
 
-/// The globs (`--tools`, `--methods`, `--operations`), `--rename`, `--risk`,
-/// `--idempotent`, `--timeout-ms`, `--owner`, `--tag` and `--owner-tag` as
-/// a [`ToolSelection`].
-fn selection(args: &BridgeToolFlags, globs: &[String]) -> Result<ToolSelection, FlagError> {
+/// The globs of the kind's selecting flag (`--tools`, `--methods`,
+/// `--operations`), `--rename`, `--risk`, `--idempotent`, `--timeout-ms`,
+/// `--owner`, `--tag` and `--owner-tag` as a [`ToolSelection`].
+fn selection(
+    args: &BridgeToolFlags,
+    kind: UpstreamKind,
+    globs: &[String],
+) -> Result<ToolSelection, FlagError> {
     let tools = globs
         .iter()
         .map(|glob| ToolPattern::parse(glob))
-        .collect::<Result<_, _>>()?;
+        .collect::<Result<_, _>>()
+        .map_err(|source| FlagError::Select {
+            flag: kind.select_flag(),
+            source,
+        })?;
     let mut renames = std::collections::BTreeMap::new();
     for pair in &args.rename {
         let (old, new) = split_pair("--rename", pair, "OLD=NEW")?;
@@ -279,5 +287,32 @@ mod tests {
             ],
             "TOOLMESH_TEST_NO_SUCH_VAR",
         );
+    }
+
+    /// A bad glob is refused naming the flag of the bridge's own kind.
+    #[test]
+    fn bad_globs_name_their_kinds_flag() {
+        let tls = toolmesh_transport::Tls::none();
+        let parse = |line: &[&str]| {
+            let cli =
+                crate::args::Cli::try_parse_from(["toolmesh", "bridge"].iter().chain(line.iter()))
+                    .unwrap();
+            match cli.command {
+                crate::args::Command::Bridge(args) => args.kind,
+                other => panic!("{other:?}"),
+            }
+        };
+        let grpc = parse(&["grpc", "--target", "h:1", "--methods", "a[b]"]);
+        let BridgeKind::Grpc(grpc) = grpc else {
+            panic!("{grpc:?}")
+        };
+        let error = grpc_options(&grpc, &tls).unwrap_err().to_string();
+        assert!(error.starts_with("--methods: "), "{error}");
+        let openapi = parse(&["openapi", "--spec", "a.json", "--operations", "a[b]"]);
+        let BridgeKind::Openapi(openapi) = openapi else {
+            panic!("{openapi:?}")
+        };
+        let error = openapi_options(&openapi, &tls).unwrap_err().to_string();
+        assert!(error.starts_with("--operations: "), "{error}");
     }
 }

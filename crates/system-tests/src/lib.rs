@@ -384,6 +384,18 @@ pub async fn invoke_with_token(
         .into_inner()
 }
 
+/// Runs `toolmesh ARGS…`, which must refuse them as bad usage (exit 64),
+/// and answers what it wrote on stderr.
+pub fn refused_usage(args: &[&str]) -> String {
+    let output = std::process::Command::new(toolmesh_bin())
+        .args(args)
+        .output()
+        .expect("run toolmesh");
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    assert_eq!(output.status.code(), Some(64), "{args:?}: {stderr}");
+    stderr
+}
+
 /// The error code of a response (0 = success).
 pub fn code(response: &InvokeResponse) -> i32 {
     response

@@ -436,6 +436,34 @@ async fn governance_applies_to_bridged_operations() {
     assert_eq!(result_json(&added)["id"], "b7");
 }
 
+/// A bad glob and two operations given one name are refused at start
+/// speaking of operations and `--operations`, never of `--tools`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn selections_name_the_operations_flag() {
+    let (_app, app_addr) = bookshop(0);
+    let (_serve, addr) = serve(&[]);
+    let spec = format!("http://{app_addr}/openapi.json");
+    let refused = |extra: &[&str]| {
+        let mut args = vec!["bridge", "openapi", "--registry", &addr, "--spec", &spec];
+        args.extend_from_slice(extra);
+        refused_usage(&args)
+    };
+    let error = refused(&["--operations", "get[book]"]);
+    assert!(error.contains("--operations: \"get[book]\""), "{error}");
+    let error = refused(&["--rename", "echo=whoami"]);
+    assert!(
+        error.contains("upstream operations \"")
+            && error.contains("would both be called \"whoami\""),
+        "{error}"
+    );
+    assert!(!error.contains("--tools"), "{error}");
+    let error = refused(&["--operations", "delete_*"]);
+    assert!(
+        error.contains("matching --operations delete_*") && error.contains("get_book"),
+        "{error}"
+    );
+}
+
 /// README's "Bring an existing HTTP API" runs as printed: the bridge line
 /// beside a running mesh (the README's addresses and `$TOKEN` filled in
 /// with this run's) and the call after it, each by `sh`.

@@ -5,7 +5,7 @@ mod reflection;
 mod schema;
 
 use crate::error::BridgeError;
-use crate::mapping::{Mapped, OfferedTool, ToolSelection, map_tools};
+use crate::mapping::{Mapped, OfferedTool, ToolSelection, UpstreamKind, map_tools};
 use crate::supervisor::{Event, ToolSource};
 use crate::{Bridge, admit};
 use call::MethodTool;
@@ -132,14 +132,13 @@ impl Bridge {
             }
         }
         let offered = source.offered(&connection);
-        let mapped = map_tools(&offered.tools, &source.selection, METHOD_VERSION);
-        let mapped = admit(
-            &source,
-            mapped,
+        let mapped = map_tools(
+            UpstreamKind::Grpc,
             &offered.tools,
             &source.selection,
-            "--methods",
-        )?;
+            METHOD_VERSION,
+        );
+        let mapped = admit(&source, mapped, &offered.tools, &source.selection)?;
         let service = name.filter(|n| !n.trim().is_empty()).unwrap_or_else(|| {
             let first = served.iter().find(|s| source.exposes_service(s));
             let short = first.map_or("service", |s| s.rsplit('.').next().unwrap_or(s));
@@ -267,6 +266,10 @@ fn method_tool(method: &MethodDescriptor) -> OfferedTool {
 impl ToolSource for GrpcSource {
     type Connection = GrpcConnection;
 
+    fn kind(&self) -> UpstreamKind {
+        UpstreamKind::Grpc
+    }
+
     fn describe(&self) -> String {
         format!("the gRPC service at {}", self.target.address)
     }
@@ -294,7 +297,12 @@ impl ToolSource for GrpcSource {
 
     async fn tools(&self, connection: &GrpcConnection) -> Result<Vec<DynamicTool>, BridgeError> {
         let offered = self.offered(connection);
-        let mapped = map_tools(&offered.tools, &self.selection, METHOD_VERSION);
+        let mapped = map_tools(
+            UpstreamKind::Grpc,
+            &offered.tools,
+            &self.selection,
+            METHOD_VERSION,
+        );
         for problem in &mapped.problems {
             error!(upstream = %self.target.address, "{problem}");
         }
