@@ -2,6 +2,7 @@
 //! grpcio-reflection (tests/python/grpc_target, its packages pinned by
 //! scripts/prepare/python-grpc-target.sh), every part a real process: its
 //! unary methods are listed and called through the dispatcher's Invoke,
+//! and through the MCP door with the official Python client,
 //! their schemas follow the proto3 JSON mapping, failing statuses reach
 //! callers as the mesh's error classes, and the service going away takes
 //! the bridge NOT_SERVING and its tools out of the listing until it is back.
@@ -40,7 +41,7 @@ fn schema(text: &str) -> Value {
 async fn grpcio_service_with_reflection() {
     let (mut target, target_addr) = grpc_target(0);
     let port: u16 = target_addr.rsplit(':').next().unwrap().parse().unwrap();
-    let (_serve, addr) = serve(&[]);
+    let (_serve, addr, mcp_url) = serve_with_mcp_door(&[]);
     let mut command = Command::new(toolmesh_bin());
     command.args([
         "bridge",
@@ -184,6 +185,14 @@ async fn grpcio_service_with_reflection() {
         message(&down).contains("shelves are being moved"),
         "{}",
         message(&down)
+    );
+
+    // The same through the MCP door, with the official Python client.
+    python_door(
+        "grpc",
+        &mcp_url,
+        &[],
+        &["listed", "call", "tool error", "system error"],
     );
 
     // The service goes away: NOT_SERVING, the tools leave the listing.

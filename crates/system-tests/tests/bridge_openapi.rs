@@ -2,7 +2,7 @@
 //! `/openapi.json` (tests/python/openapi_target, its packages pinned by
 //! scripts/prepare/python-openapi-target.sh), every part a real process:
 //! its operations are listed and called through the dispatcher's Invoke
-//! with path, query, header and body arguments, their schemas keep the
+//! (and through the MCP door with the official Python client) with path, query, header and body arguments, their schemas keep the
 //! document's constraints, statuses reach callers as the mesh's error
 //! classes, the bridge's own credentials reach the API (never a caller's),
 //! governance applies to bridged operations as to any tool, and the API
@@ -64,7 +64,7 @@ fn schema(text: &str) -> Value {
 async fn fastapi_application_bridged() {
     let (mut app, app_addr) = bookshop(0);
     let port: u16 = app_addr.rsplit(':').next().unwrap().parse().unwrap();
-    let (_serve, addr) = serve(&[]);
+    let (_serve, addr, mcp_url) = serve_with_mcp_door(&[]);
     let dir = temp_dir("bridge-openapi");
     let bearer = dir.join("bearer");
     std::fs::write(&bearer, "tok-outbound\n").unwrap();
@@ -285,6 +285,14 @@ async fn fastapi_application_bridged() {
     assert_eq!(
         result_json(&seen),
         json!({"authorization": "Bearer tok-outbound", "api_key": "key-42"})
+    );
+
+    // The same through the MCP door, with the official Python client.
+    python_door(
+        "openapi",
+        &mcp_url,
+        &[],
+        &["listed", "call", "tool error", "system error"],
     );
 
     // The API goes away: NOT_SERVING, the tools leave the listing.
