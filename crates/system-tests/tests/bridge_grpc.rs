@@ -59,7 +59,8 @@ async fn grpcio_service_with_reflection() {
     assert!(
         served.contains("grpc-library")
             && served.contains("Library_GetBook")
-            && !served.contains("ListBooks"),
+            && served.contains("Library_ListBooks")
+            && !served.contains("Annex"),
         "{served}"
     );
     let mut client = dispatcher(&addr);
@@ -214,6 +215,152 @@ async fn grpcio_service_with_reflection() {
     let again = invoke(&mut client, "Library_GetBook", r#"{"id": "b1"}"#, None).await;
     assert_eq!(result_json(&again)["title"], "Dune");
     assert_eq!(health_status(&bridge_addr, "").await, 1, "SERVING");
+}
+
+/// `toolmesh bridge grpc --registry ADDR --target TARGET ARGS…`, serving.
+fn bridge(registry: &str, target: &str, args: &[&str]) -> Proc {
+    let mut command = Command::new(toolmesh_bin());
+    command
+        .args(["bridge", "grpc", "--registry", registry, "--target", target])
+        .args(args);
+    let proc = Proc::spawn("bridge-grpc", command);
+    proc.wait_for_line("serves ", READY);
+    proc
+}
+
+/// Governance applies to bridged methods unchanged: an IDEMPOTENT method
+/// failing with UNAVAILABLE is retried as the dispatcher's rules allow (at
+/// most three attempts) and runs no more often, a method that is not
+/// idempotent runs once, and the audit names each method's tool with its
+/// attempts. A server-streaming method is a streamed tool: each message a
+/// progress report and an output chunk as it comes, all of them in the
+/// answer, and a status mid-stream the call's error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retries_follow_idempotency_and_streams_stream() {
+    let (_target, target_addr) = grpc_target(0);
+    let dir = temp_dir("bridge-grpc-governance");
+    let audit = dir.join("audit.jsonl");
+    let (_serve, addr) = serve(&["--audit", audit.to_str().unwrap()]);
+    let _bridge = bridge(&addr, &target_addr, &[]);
+    let mut client = dispatcher(&addr);
+    let names = [
+        "Library_Reserve",
+        "Library_Charge",
+        "Library_Runs",
+        "Library_Countdown",
+    ];
+    until_listed(&mut client, &names, READY).await;
+    let counter = client.clone();
+    let runs = |key: &'static str| {
+        let mut client = counter.clone();
+        async move {
+            let args = format!(r#"{{"key": "{key}"}}"#);
+            let counted = invoke(&mut client, "Library_Runs", &args, None).await;
+            result_json(&counted)["runs"].as_i64().unwrap_or(0)
+        }
+    };
+
+    // IDEMPOTENT: the lost first run is tried again, once.
+    let reserved = invoke(
+        &mut client,
+        "Library_Reserve",
+        r#"{"key": "r1", "failures": 1}"#,
+        None,
+    )
+    .await;
+    assert_eq!(result_json(&reserved)["runs"], 2);
+    assert_eq!(reserved.attempts, 2);
+    assert_eq!(runs("r1").await, 2);
+    // Failing every time: no more runs than the rules' three attempts.
+    let lost = invoke(
+        &mut client,
+        "Library_Reserve",
+        r#"{"key": "r2", "failures": 100}"#,
+        None,
+    )
+    .await;
+    assert_eq!(
+        error_code(&lost),
+        ErrorCode::Unavailable,
+        "{}",
+        message(&lost)
+    );
+    let tried = runs("r2").await;
+    assert!((2..=3).contains(&tried), "{tried} runs");
+    assert_eq!(i64::from(lost.attempts), tried);
+    // Not idempotent: never run twice.
+    let charged = invoke(
+        &mut client,
+        "Library_Charge",
+        r#"{"key": "c1", "failures": 1}"#,
+        None,
+    )
+    .await;
+    assert_eq!(
+        error_code(&charged),
+        ErrorCode::Unavailable,
+        "{}",
+        message(&charged)
+    );
+    assert_eq!(charged.attempts, 1);
+    assert_eq!(runs("c1").await, 1);
+    // The audit names the method's tool and its attempts.
+    let audited = eventually("the calls audited", READY, || {
+        let audit = audit.clone();
+        async move {
+            let text = std::fs::read_to_string(&audit).ok()?;
+            (text.contains("\"tool\":\"Library_Reserve\"")
+                && text.contains("\"tool\":\"Library_Charge\""))
+            .then_some(text)
+        }
+    })
+    .await;
+    let line = |tool: &str, attempts: u32| {
+        audited.lines().any(|l| {
+            l.contains(&format!("\"tool\":\"{tool}\""))
+                && l.contains(&format!("\"attempts\":{attempts}"))
+        })
+    };
+    assert!(line("Library_Reserve", 2), "{audited}");
+    assert!(line("Library_Charge", 1), "{audited}");
+
+    // Server streaming: each message as it comes, then all of them.
+    let streamed = stream(&mut client, "Library_Countdown", r#"{"from": 3}"#, None).await;
+    assert_eq!(
+        streamed.chunks,
+        [r#"{"left":3}"#, r#"{"left":2}"#, r#"{"left":1}"#]
+    );
+    assert_eq!(
+        streamed.progress,
+        ["1/0 message 1", "2/0 message 2", "3/0 message 3"]
+    );
+    let done = streamed.done.expect("a response");
+    assert_eq!(
+        result_json(&done),
+        json!({"messages": [{"left": 3}, {"left": 2}, {"left": 1}]})
+    );
+    let stopped = stream(
+        &mut client,
+        "Library_Countdown",
+        r#"{"from": 3, "failAt": 2}"#,
+        None,
+    )
+    .await;
+    assert_eq!(stopped.chunks, [r#"{"left":3}"#]);
+    let done = stopped.done.expect("a response");
+    assert_eq!(
+        error_code(&done),
+        ErrorCode::ToolError,
+        "{}",
+        message(&done)
+    );
+    assert!(
+        message(&done).contains("the countdown stopped at 2"),
+        "{}",
+        message(&done)
+    );
+    let books = invoke(&mut client, "Library_ListBooks", "{}", None).await;
+    assert_eq!(result_json(&books)["messages"][0]["title"], "Dune");
 }
 
 /// A `--services` name the target does not serve, and `--methods` that

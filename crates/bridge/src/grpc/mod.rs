@@ -1,4 +1,4 @@
-//! A gRPC service with server reflection as a [`ToolSource`] (`toolmesh bridge grpc`): each selected unary method a tool named `Service_Method`, its schemas from the request and response messages, its idempotency from `idempotency_level`; the service probed by reflection and NOT_SERVING while it does not answer.
+//! A gRPC service with server reflection as a [`ToolSource`] (`toolmesh bridge grpc`): each selected unary or server-streaming method a tool named `Service_Method`, its schemas from the request and response messages, its idempotency from `idempotency_level`; the service probed by reflection and NOT_SERVING while it does not answer.
 
 mod call;
 mod reflection;
@@ -17,6 +17,7 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
+use tonic::metadata::MetadataMap;
 use tonic::transport::{Channel, Endpoint};
 use toolmesh::pb::RiskLevel;
 use toolmesh_executor::{DynamicTool, ServeOptions};
@@ -99,6 +100,8 @@ struct GrpcSource {
 struct GrpcConnection {
     channel: Channel,
     described: Described,
+    /// What every call sends besides its own arguments.
+    metadata: Arc<MetadataMap>,
 }
 
 impl Bridge {
@@ -172,7 +175,8 @@ impl GrpcSource {
         }
     }
 
-    /// The unary methods of the exposed services, as tools.
+    /// The unary and server-streaming methods of the exposed services the
+    /// target serves, as tools.
     fn offered(&self, connection: &GrpcConnection) -> Offered {
         let mut offered = Offered {
             tools: Vec::new(),
@@ -182,12 +186,19 @@ impl GrpcSource {
         for service in pool
             .services()
             .filter(|s| self.exposes_service(s.full_name()))
+            .filter(|s| {
+                connection
+                    .described
+                    .services
+                    .iter()
+                    .any(|served| served == s.full_name())
+            })
         {
             for method in service.methods() {
-                if method.is_client_streaming() || method.is_server_streaming() {
+                if method.is_client_streaming() {
                     info!(
                         method = method.full_name(),
-                        "leaving out a streaming method: the bridge calls unary methods"
+                        "leaving out a client-streaming method: the bridge calls unary and server-streaming methods"
                     );
                     continue;
                 }
@@ -216,6 +227,7 @@ impl GrpcSource {
                     channel: connection.channel.clone(),
                     target: self.target.address.clone(),
                     suspect: Arc::clone(&self.suspect),
+                    metadata: Arc::clone(&connection.metadata),
                 });
                 Some(DynamicTool::new(tool.spec.clone(), handler))
             })
@@ -223,9 +235,9 @@ impl GrpcSource {
     }
 }
 
-/// A unary method as a tool: `Service_Method`, described by its comments
-/// or a line naming it, read-only and idempotent as `idempotency_level`
-/// says.
+/// A method as a tool: `Service_Method`, described by its comments or a
+/// line naming it, read-only and idempotent as `idempotency_level` says; a
+/// server-streaming one streams progress and answers its messages together.
 fn method_tool(method: &MethodDescriptor) -> OfferedTool {
     let service = method.parent_service();
     let level = method
@@ -251,7 +263,7 @@ fn method_tool(method: &MethodDescriptor) -> OfferedTool {
         name: format!("{}_{}", service.name(), method.name()),
         description,
         input_schema: schema::message_schema(&method.input()),
-        output_schema: Some(schema::message_schema(&method.output())),
+        output_schema: Some(output_schema(method)),
         risk: if read_only {
             RiskLevel::Low
         } else {
@@ -259,8 +271,29 @@ fn method_tool(method: &MethodDescriptor) -> OfferedTool {
         },
         read_only,
         idempotent: read_only || level == IdempotencyLevel::Idempotent,
-        streams_progress: false,
+        streams_progress: method.is_server_streaming(),
     }
+}
+
+/// The response message's schema; for a server-streaming method, an object
+/// holding every message sent under `messages`.
+fn output_schema(method: &MethodDescriptor) -> serde_json::Value {
+    let message = schema::message_schema(&method.output());
+    if !method.is_server_streaming() {
+        return message;
+    }
+    serde_json::json!({
+        "type": "object",
+        "properties": {
+            call::STREAMED_MESSAGES: {
+                "type": "array",
+                "items": message,
+                "description": "Every message the method sent, in order."
+            }
+        },
+        "required": [call::STREAMED_MESSAGES],
+        "additionalProperties": false
+    })
 }
 
 impl ToolSource for GrpcSource {
@@ -292,7 +325,11 @@ impl ToolSource for GrpcSource {
             Ok(described) => described.map_err(failed)?,
             Err(_) => return Err(failed(format!("no answer within {REQUEST_TIMEOUT:?}"))),
         };
-        Ok(GrpcConnection { channel, described })
+        Ok(GrpcConnection {
+            channel,
+            described,
+            metadata: Arc::new(MetadataMap::new()),
+        })
     }
 
     async fn tools(&self, connection: &GrpcConnection) -> Result<Vec<DynamicTool>, BridgeError> {
