@@ -110,6 +110,12 @@ fn grpc_options(
 ) -> Result<GrpcBridgeOptions, FlagError> {
     Ok(GrpcBridgeOptions {
         target: GrpcTarget::parse(&args.target)?,
+        tls: HttpsFiles {
+            ca: args.target_ca.clone(),
+            cert: args.target_cert.clone(),
+            key: args.target_key.clone(),
+        },
+        auth: outbound_auth(&args.bearer_file, &args.bearer_env, &args.header_env)?,
         services: args.services.clone(),
         name: args.tools.name.clone(),
         selection: selection(&args.tools, UpstreamKind::Grpc, &args.methods)?,
@@ -128,22 +134,31 @@ fn openapi_options(
         .as_deref()
         .map(SpecLocation::base_url)
         .transpose()?;
-    let header_env = args
-        .header_env
-        .iter()
-        .map(|pair| split_pair("--header-env", pair, "NAME=VAR"))
-        .collect::<Result<_, _>>()?;
     Ok(OpenApiBridgeOptions {
         spec: SpecLocation::parse(&args.spec)?,
         base_url,
-        auth: OutboundAuth {
-            bearer_file: args.bearer_file.clone(),
-            bearer_env: args.bearer_env.clone(),
-            header_env,
-        },
+        auth: outbound_auth(&args.bearer_file, &args.bearer_env, &args.header_env)?,
         name: args.tools.name.clone(),
         selection: selection(&args.tools, UpstreamKind::OpenApi, &args.operations)?,
         serve: args.serve.serve_options(tls.clone()),
+    })
+}
+
+/// `--bearer-file`, `--bearer-env` and `--header-env NAME=VAR` as the
+/// bridge's own credentials.
+fn outbound_auth(
+    bearer_file: &Option<std::path::PathBuf>,
+    bearer_env: &Option<String>,
+    header_env: &[String],
+) -> Result<OutboundAuth, FlagError> {
+    let header_env = header_env
+        .iter()
+        .map(|pair| split_pair("--header-env", pair, "NAME=VAR"))
+        .collect::<Result<_, _>>()?;
+    Ok(OutboundAuth {
+        bearer_file: bearer_file.clone(),
+        bearer_env: bearer_env.clone(),
+        header_env,
     })
 }
 

@@ -8,6 +8,7 @@
 //! the bridge NOT_SERVING and its tools out of the listing until it is back.
 
 use serde_json::{Value, json};
+use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 use toolmesh::pb::{ErrorCode, ToolSpec};
@@ -18,11 +19,18 @@ const READY: Duration = Duration::from_secs(30);
 
 /// The grpcio service on `port` (0: a free one), and its address.
 fn grpc_target(port: u16) -> (Proc, String) {
+    grpc_target_with(port, &[], &[])
+}
+
+/// [`grpc_target`] started with `flags` (`annex`, `tls`) and `env` added.
+fn grpc_target_with(port: u16, flags: &[&str], env: &[(&str, &Path)]) -> (Proc, String) {
     let python = prepared("TOOLMESH_TEST_PYTHON_GRPC_TARGET", "python-grpc-target.sh");
     let mut command = Command::new(python);
     command
         .arg(python_script("grpc_target/server.py"))
-        .arg(port.to_string());
+        .arg(port.to_string())
+        .args(flags)
+        .envs(env.iter().copied());
     let proc = Proc::spawn("grpc-target", command);
     let addr = proc.listen_addr();
     (proc, addr)
@@ -361,6 +369,57 @@ async fn retries_follow_idempotency_and_streams_stream() {
     );
     let books = invoke(&mut client, "Library_ListBooks", "{}", None).await;
     assert_eq!(result_json(&books)["messages"][0]["title"], "Dune");
+}
+
+/// A target serving TLS that asks for a client certificate: reached with
+/// `--target-ca`, `--target-cert` and `--target-key`, the bridge's own
+/// credentials (`--bearer-file`, `--header-env`) sent as metadata with
+/// every call; without the client certificate the bridge cannot start.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_and_credentials_to_the_target() {
+    let dir = temp_dir("bridge-grpc-tls");
+    let (ca, cert, key) = toolmesh_testkit::pki(&dir, "target");
+    let (client_ca, client_cert, client_key) = toolmesh_testkit::pki(&dir, "bridge");
+    let (_target, target_addr) = grpc_target_with(
+        0,
+        &["tls"],
+        &[
+            ("TLS_CERT", &cert),
+            ("TLS_KEY", &key),
+            ("TLS_CLIENT_CA", &client_ca),
+        ],
+    );
+    let bearer = dir.join("bearer");
+    std::fs::write(&bearer, "tok-outbound\n").unwrap();
+    let (_serve, addr) = serve(&[]);
+    let target = format!("https://{target_addr}");
+    let ca_arg = ca.to_str().unwrap();
+    let refused = Command::new(toolmesh_bin())
+        .args(["bridge", "grpc", "--registry", &addr, "--target", &target])
+        .args(["--target-ca", ca_arg])
+        .output()
+        .unwrap();
+    assert_eq!(refused.status.code(), Some(69), "{refused:?}");
+    let mut command = Command::new(toolmesh_bin());
+    command
+        .args(["bridge", "grpc", "--registry", &addr, "--target", &target])
+        .args(["--target-ca", ca_arg])
+        .args(["--target-cert", client_cert.to_str().unwrap()])
+        .args(["--target-key", client_key.to_str().unwrap()])
+        .args(["--bearer-file", bearer.to_str().unwrap()])
+        .args(["--header-env", "x-api-key=LIBRARY_KEY"])
+        .env("LIBRARY_KEY", "key-42");
+    let bridge = Proc::spawn("bridge-grpc-tls", command);
+    bridge.wait_for_line("serves ", READY);
+    let mut client = dispatcher(&addr);
+    until_listed(&mut client, &["Library_GetBook", "Library_Whoami"], READY).await;
+    let got = invoke(&mut client, "Library_GetBook", r#"{"id": "b1"}"#, None).await;
+    assert_eq!(result_json(&got)["title"], "Dune");
+    let seen = invoke(&mut client, "Library_Whoami", "{}", None).await;
+    assert_eq!(
+        result_json(&seen),
+        json!({"authorization": "Bearer tok-outbound", "apiKey": "key-42"})
+    );
 }
 
 /// A `--services` name the target does not serve, and `--methods` that

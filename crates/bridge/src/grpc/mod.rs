@@ -7,7 +7,7 @@ mod schema;
 use crate::error::BridgeError;
 use crate::mapping::{Mapped, OfferedTool, ToolSelection, UpstreamKind, map_tools};
 use crate::supervisor::{Event, ToolSource};
-use crate::{Bridge, admit};
+use crate::{Bridge, HttpsFiles, OutboundAuth, admit};
 use call::MethodTool;
 use prost_reflect::{DescriptorPool, MethodDescriptor};
 use prost_types::method_options::IdempotencyLevel;
@@ -18,7 +18,7 @@ use std::time::Duration;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 use tonic::metadata::MetadataMap;
-use tonic::transport::{Channel, Endpoint};
+use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
 use toolmesh::pb::RiskLevel;
 use toolmesh_executor::{DynamicTool, ServeOptions};
 use tracing::{error, info};
@@ -40,24 +40,21 @@ const UPKEEP_PREFIX: &str = "grpc.";
 pub struct GrpcTarget {
     /// `HOST:PORT`, as messages name it.
     address: String,
-    /// `http://HOST:PORT`.
+    /// `http://HOST:PORT` or `https://HOST:PORT`.
     uri: String,
 }
 
 impl GrpcTarget {
-    /// `HOST:PORT` (or `http://HOST:PORT`).
+    /// `HOST:PORT` or `http://HOST:PORT` (plaintext), or
+    /// `https://HOST:PORT` (TLS).
     pub fn parse(text: &str) -> Result<GrpcTarget, BridgeError> {
-        let address = text
-            .strip_prefix("http://")
-            .unwrap_or(text)
-            .trim_end_matches('/');
+        let (scheme, rest) = match text.split_once("://") {
+            Some((scheme @ ("http" | "https"), rest)) => (scheme, rest),
+            _ => ("http", text),
+        };
+        let address = rest.trim_end_matches('/');
         let bad = |why: &str| BridgeError::BadTarget(text.to_owned(), why.to_owned());
-        if text.starts_with("https://") {
-            return Err(bad(
-                "TLS to the target is not supported yet; give HOST:PORT of a plaintext listener",
-            ));
-        }
-        let uri = format!("http://{address}");
+        let uri = format!("{scheme}://{address}");
         let parsed: tonic::codegen::http::Uri =
             uri.parse().map_err(|_| bad("write it as HOST:PORT"))?;
         if parsed.host().is_none() || parsed.port().is_none() || parsed.path() != "/" {
@@ -75,6 +72,11 @@ impl GrpcTarget {
 pub struct GrpcBridgeOptions {
     /// The service's address.
     pub target: GrpcTarget,
+    /// TLS to the target: the CA to trust, the bridge's client
+    /// certificate and key (any given, or an `https://` target, means TLS).
+    pub tls: HttpsFiles,
+    /// The bridge's own credentials, sent as metadata with every call.
+    pub auth: OutboundAuth,
     /// Services to expose, by full name (`demo.v1.Library`) or short name
     /// (`Library`); empty: every service but the server's own `grpc.*`.
     pub services: Vec<String>,
@@ -91,6 +93,8 @@ pub struct GrpcBridgeOptions {
 /// The service as the supervisor follows it.
 struct GrpcSource {
     target: GrpcTarget,
+    tls: Option<ClientTlsConfig>,
+    auth: OutboundAuth,
     services: Vec<String>,
     selection: ToolSelection,
     suspect: Arc<Notify>,
@@ -112,13 +116,19 @@ impl Bridge {
     pub async fn start_grpc(options: GrpcBridgeOptions) -> Result<Bridge, BridgeError> {
         let GrpcBridgeOptions {
             target,
+            tls,
+            auth,
             services,
             name,
             selection,
             serve,
         } = options;
+        auth.headers()?;
+        let tls = client_tls(&target, &tls)?;
         let source = GrpcSource {
             target,
+            tls,
+            auth,
             services,
             selection,
             suspect: Arc::new(Notify::new()),
@@ -150,6 +160,50 @@ impl Bridge {
         let tools = source.dynamic_tools(&connection, &offered.methods, &mapped);
         Bridge::assemble(source, connection, &service, tools, serve).await
     }
+}
+
+/// The TLS the target is reached with: none for a plaintext `HOST:PORT`
+/// without files; else the CA of `files` to trust (or the system's roots)
+/// and its client certificate, read and checked now.
+fn client_tls(
+    target: &GrpcTarget,
+    files: &HttpsFiles,
+) -> Result<Option<ClientTlsConfig>, BridgeError> {
+    let wanted = target.uri.starts_with("https://")
+        || files.ca.is_some()
+        || files.cert.is_some()
+        || files.key.is_some();
+    if !wanted {
+        return Ok(None);
+    }
+    let read = |flag: &str, path: &std::path::Path| {
+        std::fs::read(path)
+            .map_err(|e| BridgeError::Credentials(format!("{flag} {}: {e}", path.display())))
+    };
+    let host = target
+        .address
+        .rsplit_once(':')
+        .map_or(target.address.as_str(), |(host, _)| host)
+        .trim_start_matches('[')
+        .trim_end_matches(']');
+    let mut tls = ClientTlsConfig::new()
+        .domain_name(host)
+        .with_enabled_roots();
+    if let Some(ca) = &files.ca {
+        tls = tls.ca_certificate(Certificate::from_pem(read("--target-ca", ca)?));
+    }
+    match (&files.cert, &files.key) {
+        (Some(cert), Some(key)) => {
+            tls = tls.identity(Identity::from_pem(
+                read("--target-cert", cert)?,
+                read("--target-key", key)?,
+            ));
+        }
+        (Some(_), None) => return Err(BridgeError::HalfIdentity("--target-cert", "--target-key")),
+        (None, Some(_)) => return Err(BridgeError::HalfIdentity("--target-key", "--target-cert")),
+        (None, None) => {}
+    }
+    Ok(Some(tls))
 }
 
 /// Whether `wanted` (a full or short name) names the service `full`.
@@ -312,10 +366,16 @@ impl ToolSource for GrpcSource {
             target: self.target.address.clone(),
             reason,
         };
-        let endpoint = Endpoint::from_shared(self.target.uri.clone())
+        let mut endpoint = Endpoint::from_shared(self.target.uri.clone())
             .map_err(|e| failed(e.to_string()))?
             .connect_timeout(REQUEST_TIMEOUT)
             .tcp_nodelay(true);
+        if let Some(tls) = &self.tls {
+            endpoint = endpoint
+                .tls_config(tls.clone())
+                .map_err(|e| failed(toolmesh::error_chain(&e)))?;
+        }
+        let metadata = MetadataMap::from_headers(self.auth.headers()?);
         let channel = endpoint
             .connect()
             .await
@@ -328,7 +388,7 @@ impl ToolSource for GrpcSource {
         Ok(GrpcConnection {
             channel,
             described,
-            metadata: Arc::new(MetadataMap::new()),
+            metadata: Arc::new(metadata),
         })
     }
 
@@ -388,7 +448,11 @@ mod tests {
             "http://127.0.0.1:50051"
         );
         assert_eq!(GrpcTarget::parse("http://svc:9/").unwrap().address, "svc:9");
-        for bad in ["svc", "svc:9/path", "https://svc:9"] {
+        assert_eq!(
+            GrpcTarget::parse("https://svc:9").unwrap().uri,
+            "https://svc:9"
+        );
+        for bad in ["svc", "svc:9/path", "ftp://svc:9"] {
             let error = GrpcTarget::parse(bad).unwrap_err().to_string();
             assert!(error.contains("--target"), "{bad}: {error}");
         }

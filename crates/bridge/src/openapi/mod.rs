@@ -85,7 +85,7 @@ pub struct OutboundAuth {
 
 impl OutboundAuth {
     /// The headers every request carries, or what is missing.
-    fn headers(&self) -> Result<HeaderMap, BridgeError> {
+    pub(crate) fn headers(&self) -> Result<HeaderMap, BridgeError> {
         let mut headers = HeaderMap::new();
         let bearer = match (&self.bearer_file, &self.bearer_env) {
             (Some(path), _) => Some(

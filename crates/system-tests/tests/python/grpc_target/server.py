@@ -104,6 +104,12 @@ class Library(library_pb2_grpc.LibraryServicer):
     def Charge(self, request, context):
         return run(request.key, request.failures, context)
 
+    def Whoami(self, request, context):
+        metadata = dict(context.invocation_metadata())
+        return library_pb2.Caller(
+            authorization=metadata.get("authorization", ""), api_key=metadata.get("x-api-key", "")
+        )
+
     def Runs(self, request, context):
         with RUNS_LOCK:
             return library_pb2.RunResponse(runs=RUNS.get(request.key, 0))
