@@ -178,8 +178,11 @@ impl BridgeError {
 pub(crate) struct NoPong(pub(crate) rmcp::service::ServiceError);
 
 fn problems(problems: &[ToolProblem]) -> String {
+    let noun = problems
+        .first()
+        .map_or("tool", |problem| problem.offered_by.noun());
     let mut text = format!(
-        "{} of the upstream's tools cannot join the mesh:",
+        "{} of the upstream's {noun}s cannot join the mesh:",
         problems.len()
     );
     for problem in problems {

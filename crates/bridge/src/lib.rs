@@ -40,7 +40,7 @@ mod upstream;
 pub use error::BridgeError;
 pub use grpc::{GrpcBridgeOptions, GrpcTarget};
 pub use http::{HttpsFiles, HttpsSettings};
-pub use mapping::{ProblemKind, ServerIdentity, ToolProblem, ToolSelection};
+pub use mapping::{ProblemKind, ServerIdentity, ToolProblem, ToolSelection, UpstreamKind};
 pub use openapi::{OpenApiBridgeOptions, OutboundAuth, SpecLocation};
 pub use supervisor::{BACKOFF_INITIAL, BACKOFF_MAX};
 pub use upstream::Upstream;
@@ -117,13 +117,7 @@ impl Bridge {
             selection,
             link,
         };
-        let mapped = admit(
-            &source,
-            listing.mapped,
-            &listing.offered,
-            &source.selection,
-            "--tools",
-        )?;
+        let mapped = admit(&source, listing.mapped, &listing.offered, &source.selection)?;
         let identity = mcp::identity(&peer);
         let service = name
             .filter(|n| !n.trim().is_empty())
@@ -238,8 +232,8 @@ pub(crate) fn admit<S: ToolSource>(
     mapped: Mapped,
     offered: &[OfferedTool],
     selection: &ToolSelection,
-    select_flag: &str,
 ) -> Result<Mapped, BridgeError> {
+    let select_flag = source.kind().select_flag();
     if !mapped.problems.is_empty() {
         return Err(BridgeError::Tools(mapped.problems));
     }

@@ -194,11 +194,46 @@ pub(crate) struct Mapped {
     pub(crate) problems: Vec<ToolProblem>,
 }
 
+/// What a bridge brings in, for the words and flags its messages use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum UpstreamKind {
+    /// An MCP server's tools (`bridge mcp`).
+    #[default]
+    Mcp,
+    /// A gRPC service's methods (`bridge grpc`).
+    Grpc,
+    /// An HTTP API's operations (`bridge openapi`).
+    OpenApi,
+}
+
+impl UpstreamKind {
+    /// The flag that selects what is exposed: `--tools`, `--methods` or
+    /// `--operations`.
+    pub fn select_flag(self) -> &'static str {
+        match self {
+            UpstreamKind::Mcp => "--tools",
+            UpstreamKind::Grpc => "--methods",
+            UpstreamKind::OpenApi => "--operations",
+        }
+    }
+
+    /// What one of the things it brings in is called upstream.
+    pub fn noun(self) -> &'static str {
+        match self {
+            UpstreamKind::Mcp => "tool",
+            UpstreamKind::Grpc => "method",
+            UpstreamKind::OpenApi => "operation",
+        }
+    }
+}
+
 /// Why one upstream tool cannot join the mesh; the text says what to do.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ToolProblem {
     /// The tool's upstream name.
     pub upstream: String,
+    /// What kind of upstream offers it (which flag leaves it out).
+    pub offered_by: UpstreamKind,
     /// What is wrong.
     pub kind: ProblemKind,
 }
@@ -224,10 +259,12 @@ pub enum ProblemKind {
 impl fmt::Display for ToolProblem {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let upstream = &self.upstream;
+        let noun = self.offered_by.noun();
+        let select = self.offered_by.select_flag();
         match &self.kind {
             ProblemKind::Name(reason) => write!(
                 f,
-                "upstream tool {upstream:?} cannot keep its name in the mesh ({reason}); give it one that fits with --rename '{upstream}={}', or leave it out with --tools",
+                "upstream {noun} {upstream:?} cannot keep its name in the mesh ({reason}); give it one that fits with --rename '{upstream}={}', or leave it out with {select}",
                 suggest_name(upstream)
             ),
             ProblemKind::Rename(name, reason) => write!(
@@ -237,19 +274,20 @@ impl fmt::Display for ToolProblem {
             ),
             ProblemKind::Duplicate { name, other } => write!(
                 f,
-                "upstream tools {other:?} and {upstream:?} would both be called {name:?} in the mesh; give one another name with --rename"
+                "upstream {noun}s {other:?} and {upstream:?} would both be called {name:?} in the mesh; give one another name with --rename"
             ),
             ProblemKind::Spec(reason) => write!(
                 f,
-                "upstream tool {upstream:?} cannot be registered: {reason}; leave it out with --tools"
+                "upstream {noun} {upstream:?} cannot be registered: {reason}; leave it out with {select}"
             ),
         }
     }
 }
 
-/// Maps every tool of `offered` as `selection` says, each registered at
-/// `version`.
+/// Maps every tool of `offered` (by an upstream of `kind`) as `selection`
+/// says, each registered at `version`.
 pub(crate) fn map_tools(
+    kind: UpstreamKind,
     offered: &[OfferedTool],
     selection: &ToolSelection,
     version: &str,
@@ -264,17 +302,22 @@ pub(crate) fn map_tools(
         }
         let name = selection.mesh_name(tool).to_owned();
         if let Err(reason) = toolmesh::spec::validate_name(&name) {
-            let kind = if name == tool.name {
+            let problem = if name == tool.name {
                 ProblemKind::Name(reason)
             } else {
                 ProblemKind::Rename(name, reason)
             };
-            mapped.problems.push(ToolProblem { upstream, kind });
+            mapped.problems.push(ToolProblem {
+                upstream,
+                offered_by: kind,
+                kind: problem,
+            });
             continue;
         }
         if let Some(other) = taken.get(&name) {
             mapped.problems.push(ToolProblem {
                 upstream,
+                offered_by: kind,
                 kind: ProblemKind::Duplicate {
                     name,
                     other: other.clone(),
@@ -293,6 +336,7 @@ pub(crate) fn map_tools(
             }
             Err(reason) => mapped.problems.push(ToolProblem {
                 upstream,
+                offered_by: kind,
                 kind: ProblemKind::Spec(reason),
             }),
         }
@@ -488,6 +532,7 @@ mod tests {
             owner_tag: false,
         };
         let mapped = map_tools(
+            UpstreamKind::Mcp,
             &self::offered(&offered),
             &selection,
             &server().tool_version(),
@@ -514,7 +559,12 @@ mod tests {
             owner_tag: true,
             ..selection.clone()
         };
-        let tagged = map_tools(&self::offered(&offered), &tagged, &server().tool_version());
+        let tagged = map_tools(
+            UpstreamKind::Mcp,
+            &self::offered(&offered),
+            &tagged,
+            &server().tool_version(),
+        );
         assert_eq!(tagged.tools[0].spec.tags, ["mcp", "owner:team-x"]);
         let odd = by_name["odd_name"];
         assert_eq!(odd.upstream, "odd.name");
@@ -555,6 +605,7 @@ mod tests {
             ..ToolSelection::default()
         };
         let mapped = map_tools(
+            UpstreamKind::Mcp,
             &self::offered(&offered),
             &selection,
             &server().tool_version(),
@@ -583,6 +634,39 @@ mod tests {
             "{}",
             texts[3]
         );
+        // Each kind of bridge names its own selecting flag and noun.
+        let renamed = ToolSelection {
+            renames: [("b".to_owned(), "a".to_owned())].into(),
+            ..ToolSelection::default()
+        };
+        for (kind, noun, flag) in [
+            (UpstreamKind::Mcp, "tool", "--tools"),
+            (UpstreamKind::Grpc, "method", "--methods"),
+            (UpstreamKind::OpenApi, "operation", "--operations"),
+        ] {
+            let mapped = map_tools(kind, &self::offered(&offered), &renamed, "1.0.0");
+            let texts: Vec<String> = mapped.problems.iter().map(ToString::to_string).collect();
+            assert!(
+                texts[0].starts_with(&format!("upstream {noun} \"fs.read\""))
+                    && texts[0].ends_with(&format!("leave it out with {flag}")),
+                "{}",
+                texts[0]
+            );
+            assert!(
+                texts[1].starts_with(&format!("upstream {noun}s ")),
+                "{}",
+                texts[1]
+            );
+            assert!(
+                texts[2].ends_with(&format!("leave it out with {flag}")),
+                "{}",
+                texts[2]
+            );
+            let others = ["--tools", "--methods", "--operations"];
+            for other in others.iter().filter(|o| **o != flag) {
+                assert!(texts.iter().all(|t| !t.contains(other)), "{texts:#?}");
+            }
+        }
         let unmatched = ToolSelection {
             risk: [("nope".to_owned(), RiskLevel::High)].into(),
             ..ToolSelection::default()

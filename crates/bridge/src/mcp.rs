@@ -2,7 +2,7 @@
 
 use crate::call::{Link, UpstreamTool};
 use crate::error::{BridgeError, NoPong};
-use crate::mapping::{Mapped, OfferedTool, ServerIdentity, ToolSelection, map_tools};
+use crate::mapping::{Mapped, OfferedTool, ServerIdentity, ToolSelection, UpstreamKind, map_tools};
 use crate::supervisor::{Backoff, Event, STABLE_AFTER, ToolSource, pause};
 use crate::upstream::{Session, Upstream};
 use rmcp::Peer;
@@ -69,6 +69,10 @@ impl McpSource {
 
 impl ToolSource for McpSource {
     type Connection = McpConnection;
+
+    fn kind(&self) -> UpstreamKind {
+        UpstreamKind::Mcp
+    }
 
     fn describe(&self) -> String {
         format!("the MCP server {}", self.link.server)
@@ -169,7 +173,12 @@ pub(crate) async fn list(
         .iter()
         .map(|tool| OfferedTool::from_mcp(tool, &server))
         .collect();
-    let mapped = map_tools(&offered, selection, &server.tool_version());
+    let mapped = map_tools(
+        UpstreamKind::Mcp,
+        &offered,
+        selection,
+        &server.tool_version(),
+    );
     Ok(Listing { offered, mapped })
 }
 

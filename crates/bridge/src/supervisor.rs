@@ -1,6 +1,7 @@
 //! Keeps any upstream and the mesh in step ([`ToolSource`]: an MCP server, a gRPC service): registers its tools and goes SERVING, registers them again when they change, goes NOT_SERVING at once when the upstream goes away, then reconnects with backoff.
 
 use crate::error::BridgeError;
+use crate::mapping::UpstreamKind;
 use std::future::Future;
 use std::time::Duration;
 use tokio::time::Instant;
@@ -23,6 +24,9 @@ pub(crate) const STABLE_AFTER: Duration = Duration::from_secs(30);
 pub(crate) trait ToolSource: Send + Sync + 'static {
     /// One open connection (a session, a channel with its descriptors).
     type Connection: Send + Sync + 'static;
+
+    /// What it offers, for the words and flags messages use.
+    fn kind(&self) -> UpstreamKind;
 
     /// How messages name the upstream ("the MCP server `cmd`").
     fn describe(&self) -> String;

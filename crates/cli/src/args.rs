@@ -58,9 +58,15 @@ pub(crate) enum FlagError {
         "--bearer-env {0}: the variable is not set; export it with the token the MCP server expects"
     )]
     BearerUnset(String),
-    /// `bridge mcp --tools` with a pattern that is not a tool-name glob.
-    #[error("--tools: {0}")]
-    Tools(#[from] toolmesh::PatternError),
+    /// A bridge's `--tools`, `--methods` or `--operations` with a pattern
+    /// that is not a name glob.
+    #[error("{flag}: {source}")]
+    Select {
+        /// The flag, with its dashes.
+        flag: &'static str,
+        /// What is wrong with the pattern.
+        source: toolmesh::PatternError,
+    },
     /// A `KEY=VALUE` flag without both sides.
     #[error("{flag} {pair:?}: write it as {shape}")]
     Pair {
@@ -861,10 +867,34 @@ pub(crate) struct BridgeGrpcArgs {
     /// Names, renames, risk, idempotency and timeout of the tools.
     #[command(flatten)]
     pub(crate) tools: BridgeToolFlags,
-    /// The gRPC service, HOST:PORT (plaintext; it must serve
-    /// grpc.reflection.v1 or v1alpha).
+    /// The gRPC service, HOST:PORT (plaintext, unless a --target-* file is
+    /// given) or https://HOST:PORT (TLS); it must serve
+    /// grpc.reflection.v1 or v1alpha.
     #[arg(long, value_name = "HOST:PORT")]
     pub(crate) target: String,
+    /// Reach the target over TLS, trusting the CA certificates in this PEM
+    /// file (a service with a private CA).
+    #[arg(long, value_name = "PEM")]
+    pub(crate) target_ca: Option<std::path::PathBuf>,
+    /// Present the client certificate in this PEM file to a target that
+    /// asks for one (mTLS); needs --target-key.
+    #[arg(long, requires = "target_key", value_name = "PEM")]
+    pub(crate) target_cert: Option<std::path::PathBuf>,
+    /// The private key of --target-cert (PEM).
+    #[arg(long, requires = "target_cert", value_name = "PEM")]
+    pub(crate) target_key: Option<std::path::PathBuf>,
+    /// Send `authorization: Bearer …` metadata with the token this file
+    /// holds (read again on every reconnection).
+    #[arg(long, value_name = "PATH", conflicts_with = "bearer_env")]
+    pub(crate) bearer_file: Option<std::path::PathBuf>,
+    /// Send `authorization: Bearer …` metadata with the token this
+    /// environment variable holds.
+    #[arg(long, value_name = "VAR")]
+    pub(crate) bearer_env: Option<String>,
+    /// Send the metadata NAME with the value this environment variable
+    /// holds (repeatable), e.g. --header-env x-api-key=API_KEY.
+    #[arg(long, value_name = "NAME=VAR")]
+    pub(crate) header_env: Vec<String>,
     /// The services to expose, full (demo.v1.Library) or short (Library)
     /// names (comma-separated); default all but the server's own grpc.*.
     #[arg(long, value_delimiter = ',', value_name = "NAME")]

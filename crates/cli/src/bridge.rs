@@ -10,7 +10,7 @@ use toolmesh::ToolPattern;
 use toolmesh::pb::RiskLevel;
 use toolmesh_bridge::{
     Bridge, BridgeError, BridgeOptions, GrpcBridgeOptions, GrpcTarget, HttpsFiles,
-    OpenApiBridgeOptions, OutboundAuth, SpecLocation, ToolSelection, Upstream,
+    OpenApiBridgeOptions, OutboundAuth, SpecLocation, ToolSelection, Upstream, UpstreamKind,
 };
 
 /// Longest `--timeout-ms` a tool may declare.
@@ -98,7 +98,7 @@ fn options(
     Ok(BridgeOptions {
         upstream,
         name: args.flags.name.clone(),
-        selection: selection(&args.flags, &args.tools)?,
+        selection: selection(&args.flags, UpstreamKind::Mcp, &args.tools)?,
         serve,
     })
 }
@@ -110,9 +110,15 @@ fn grpc_options(
 ) -> Result<GrpcBridgeOptions, FlagError> {
     Ok(GrpcBridgeOptions {
         target: GrpcTarget::parse(&args.target)?,
+        tls: HttpsFiles {
+            ca: args.target_ca.clone(),
+            cert: args.target_cert.clone(),
+            key: args.target_key.clone(),
+        },
+        auth: outbound_auth(&args.bearer_file, &args.bearer_env, &args.header_env)?,
         services: args.services.clone(),
         name: args.tools.name.clone(),
-        selection: selection(&args.tools, &args.methods)?,
+        selection: selection(&args.tools, UpstreamKind::Grpc, &args.methods)?,
         serve: args.serve.serve_options(tls.clone()),
     })
 }
@@ -128,33 +134,50 @@ fn openapi_options(
         .as_deref()
         .map(SpecLocation::base_url)
         .transpose()?;
-    let header_env = args
-        .header_env
-        .iter()
-        .map(|pair| split_pair("--header-env", pair, "NAME=VAR"))
-        .collect::<Result<_, _>>()?;
     Ok(OpenApiBridgeOptions {
         spec: SpecLocation::parse(&args.spec)?,
         base_url,
-        auth: OutboundAuth {
-            bearer_file: args.bearer_file.clone(),
-            bearer_env: args.bearer_env.clone(),
-            header_env,
-        },
+        auth: outbound_auth(&args.bearer_file, &args.bearer_env, &args.header_env)?,
         name: args.tools.name.clone(),
-        selection: selection(&args.tools, &args.operations)?,
+        selection: selection(&args.tools, UpstreamKind::OpenApi, &args.operations)?,
         serve: args.serve.serve_options(tls.clone()),
     })
 }
 
-/// The globs (`--tools`, `--methods`, `--operations`), `--rename`, `--risk`,
-/// `--idempotent`, `--timeout-ms`, `--owner`, `--tag` and `--owner-tag` as
-/// a [`ToolSelection`].
-fn selection(args: &BridgeToolFlags, globs: &[String]) -> Result<ToolSelection, FlagError> {
+/// `--bearer-file`, `--bearer-env` and `--header-env NAME=VAR` as the
+/// bridge's own credentials.
+fn outbound_auth(
+    bearer_file: &Option<std::path::PathBuf>,
+    bearer_env: &Option<String>,
+    header_env: &[String],
+) -> Result<OutboundAuth, FlagError> {
+    let header_env = header_env
+        .iter()
+        .map(|pair| split_pair("--header-env", pair, "NAME=VAR"))
+        .collect::<Result<_, _>>()?;
+    Ok(OutboundAuth {
+        bearer_file: bearer_file.clone(),
+        bearer_env: bearer_env.clone(),
+        header_env,
+    })
+}
+
+/// The globs of the kind's selecting flag (`--tools`, `--methods`,
+/// `--operations`), `--rename`, `--risk`, `--idempotent`, `--timeout-ms`,
+/// `--owner`, `--tag` and `--owner-tag` as a [`ToolSelection`].
+fn selection(
+    args: &BridgeToolFlags,
+    kind: UpstreamKind,
+    globs: &[String],
+) -> Result<ToolSelection, FlagError> {
     let tools = globs
         .iter()
         .map(|glob| ToolPattern::parse(glob))
-        .collect::<Result<_, _>>()?;
+        .collect::<Result<_, _>>()
+        .map_err(|source| FlagError::Select {
+            flag: kind.select_flag(),
+            source,
+        })?;
     let mut renames = std::collections::BTreeMap::new();
     for pair in &args.rename {
         let (old, new) = split_pair("--rename", pair, "OLD=NEW")?;
@@ -279,5 +302,32 @@ mod tests {
             ],
             "TOOLMESH_TEST_NO_SUCH_VAR",
         );
+    }
+
+    /// A bad glob is refused naming the flag of the bridge's own kind.
+    #[test]
+    fn bad_globs_name_their_kinds_flag() {
+        let tls = toolmesh_transport::Tls::none();
+        let parse = |line: &[&str]| {
+            let cli =
+                crate::args::Cli::try_parse_from(["toolmesh", "bridge"].iter().chain(line.iter()))
+                    .unwrap();
+            match cli.command {
+                crate::args::Command::Bridge(args) => args.kind,
+                other => panic!("{other:?}"),
+            }
+        };
+        let grpc = parse(&["grpc", "--target", "h:1", "--methods", "a[b]"]);
+        let BridgeKind::Grpc(grpc) = grpc else {
+            panic!("{grpc:?}")
+        };
+        let error = grpc_options(&grpc, &tls).unwrap_err().to_string();
+        assert!(error.starts_with("--methods: "), "{error}");
+        let openapi = parse(&["openapi", "--spec", "a.json", "--operations", "a[b]"]);
+        let BridgeKind::Openapi(openapi) = openapi else {
+            panic!("{openapi:?}")
+        };
+        let error = openapi_options(&openapi, &tls).unwrap_err().to_string();
+        assert!(error.starts_with("--operations: "), "{error}");
     }
 }

@@ -174,6 +174,18 @@ fn gemini(def: &ToolDef, schema: &Value) -> Value {
     })
 }
 
+/// Whether an output schema may be MCP's `outputSchema`: one whose results
+/// are JSON objects (a client expects `structuredContent` for each, and
+/// the door sends only objects there). A schema saying another `type`, such
+/// as an array of results, is left out; the result still goes as text.
+fn answers_objects(schema: &Value) -> bool {
+    match schema.get("type") {
+        None => schema.is_object(),
+        Some(Value::String(kind)) => kind == "object",
+        Some(_) => false,
+    }
+}
+
 /// The MCP `Tool`: schemas, hints from risk and idempotency, and toolmesh's
 /// own facts under `_meta` (`toolmesh/version`, `toolmesh/owner`,
 /// `toolmesh/deprecated`, and `toolmesh/streams_progress` for a tool that
@@ -197,7 +209,7 @@ fn mcp(def: &ToolDef, schema: &Value) -> Value {
         },
         "_meta": { "toolmesh/version": def.version().to_string() },
     });
-    if let Some(output) = def.output_schema().filter(|s| s.is_object()) {
+    if let Some(output) = def.output_schema().filter(|s| answers_objects(s)) {
         tool["outputSchema"] = output.clone();
     }
     if !spec.owner.is_empty() {
@@ -534,6 +546,11 @@ pub(crate) mod tests {
             def_with("t", r#"{"type":"object"}"#, "").input_schema(),
         );
         assert!(plain.get("outputSchema").is_none());
+        let listed = mcp(
+            &def_with("t", r#"{"type":"object"}"#, r#"{"type":"array"}"#),
+            def_with("t", r#"{"type":"object"}"#, "").input_schema(),
+        );
+        assert!(listed.get("outputSchema").is_none(), "an array of results");
         let read_only = ToolDef::new(ToolSpec {
             read_only: true,
             risk: RiskLevel::Low as i32,

@@ -384,6 +384,55 @@ pub async fn invoke_with_token(
         .into_inner()
 }
 
+/// `toolmesh serve ARGS…` on a free port with its MCP door on another:
+/// the process, its gRPC address and the door's URL.
+pub fn serve_with_mcp_door(extra: &[&str]) -> (Proc, String, String) {
+    let mut args = vec!["--mcp-listen", "127.0.0.1:0"];
+    args.extend_from_slice(extra);
+    let (serve, addr) = serve(&args);
+    let line = serve.wait_for_line("MCP listening on ", Duration::from_secs(30));
+    let mcp_url = line
+        .rsplit("MCP listening on ")
+        .next()
+        .unwrap_or_default()
+        .trim()
+        .to_owned();
+    (serve, addr, mcp_url)
+}
+
+/// Runs tests/python/bridge_client.py SCENARIO against the MCP door at
+/// `url`: the official Python client; every check it prints must pass.
+pub fn python_door(scenario: &str, url: &str, env: &[(&str, &str)], checks: &[&str]) {
+    let output = Command::new(test_python())
+        .arg(python_script("bridge_client.py"))
+        .arg(scenario)
+        .env("MCP_URL", url)
+        .envs(env.iter().copied())
+        .output()
+        .expect("run the Python MCP client");
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{scenario}:\n{stdout}\n{stderr}");
+    for check in checks {
+        assert!(
+            stdout.lines().any(|l| l == format!("PASS {check}")),
+            "{scenario}: no PASS {check} in\n{stdout}"
+        );
+    }
+}
+
+/// Runs `toolmesh ARGS…`, which must refuse them as bad usage (exit 64),
+/// and answers what it wrote on stderr.
+pub fn refused_usage(args: &[&str]) -> String {
+    let output = std::process::Command::new(toolmesh_bin())
+        .args(args)
+        .output()
+        .expect("run toolmesh");
+    let stderr = String::from_utf8_lossy(&output.stderr).into_owned();
+    assert_eq!(output.status.code(), Some(64), "{args:?}: {stderr}");
+    stderr
+}
+
 /// The error code of a response (0 = success).
 pub fn code(response: &InvokeResponse) -> i32 {
     response

@@ -30,14 +30,7 @@ struct Mesh {
 
 impl Mesh {
     fn start() -> Mesh {
-        let (serve, addr) = serve(&["--mcp-listen", "127.0.0.1:0"]);
-        let line = serve.wait_for_line("MCP listening on ", READY);
-        let mcp_url = line
-            .rsplit("MCP listening on ")
-            .next()
-            .unwrap_or_default()
-            .trim()
-            .to_owned();
+        let (serve, addr, mcp_url) = serve_with_mcp_door(&[]);
         Mesh {
             _serve: serve,
             addr,
@@ -151,27 +144,6 @@ async fn until_event(path: &Path, line: &str, times: usize) {
     .await
 }
 
-/// Runs tests/python/bridge_client.py SCENARIO against the MCP door at
-/// `url`: the official Python client; every check it prints must pass.
-fn door(scenario: &str, url: &str, env: &[(&str, &str)], checks: &[&str]) {
-    let output = Command::new(test_python())
-        .arg(python_script("bridge_client.py"))
-        .arg(scenario)
-        .env("MCP_URL", url)
-        .envs(env.iter().copied())
-        .output()
-        .expect("run the Python MCP client");
-    let stdout = String::from_utf8_lossy(&output.stdout);
-    let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(output.status.success(), "{scenario}:\n{stdout}\n{stderr}");
-    for check in checks {
-        assert!(
-            stdout.lines().any(|l| l == format!("PASS {check}")),
-            "{scenario}: no PASS {check} in\n{stdout}"
-        );
-    }
-}
-
 /// The error code of a response, as the enum.
 fn output(response: &toolmesh::pb::InvokeResponse) -> String {
     response
@@ -273,7 +245,7 @@ async fn reference_everything_server_over_stdio() {
     assert_eq!(code(&done), 0, "{}", message(&done));
     assert!(output(&done).contains("Steps: 3"), "{}", output(&done));
 
-    door(
+    python_door(
         "everything",
         &mesh.mcp_url,
         &[],
@@ -355,7 +327,7 @@ async fn content_blocks_pass_through_unchanged() {
         result.output
     );
 
-    door(
+    python_door(
         "content",
         &mesh.mcp_url,
         &[("EVERYTHING", &everything)],
@@ -459,7 +431,7 @@ async fn reference_filesystem_server_over_stdio() {
         "written through toolmesh"
     );
 
-    door(
+    python_door(
         "filesystem",
         &mesh.mcp_url,
         &[("DIR", &root_text)],
@@ -574,7 +546,7 @@ async fn python_sdk_server_over_streamable_http() {
     until_event(&events_file, "slow cancelled", 1).await;
 
     // A tool added at runtime, through the MCP door.
-    door("python", &mesh.mcp_url, &[], &["hidden", "list_changed"]);
+    python_door("python", &mesh.mcp_url, &[], &["hidden", "list_changed"]);
     until_listed(&mut client, &["added_by_door"], READY).await;
 
     // Dies mid-call: the call fails, the tools leave, health says so.

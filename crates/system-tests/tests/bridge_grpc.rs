@@ -2,11 +2,13 @@
 //! grpcio-reflection (tests/python/grpc_target, its packages pinned by
 //! scripts/prepare/python-grpc-target.sh), every part a real process: its
 //! unary methods are listed and called through the dispatcher's Invoke,
+//! and through the MCP door with the official Python client,
 //! their schemas follow the proto3 JSON mapping, failing statuses reach
 //! callers as the mesh's error classes, and the service going away takes
 //! the bridge NOT_SERVING and its tools out of the listing until it is back.
 
 use serde_json::{Value, json};
+use std::path::Path;
 use std::process::Command;
 use std::time::Duration;
 use toolmesh::pb::{ErrorCode, ToolSpec};
@@ -17,11 +19,18 @@ const READY: Duration = Duration::from_secs(30);
 
 /// The grpcio service on `port` (0: a free one), and its address.
 fn grpc_target(port: u16) -> (Proc, String) {
+    grpc_target_with(port, &[], &[])
+}
+
+/// [`grpc_target`] started with `flags` (`annex`, `tls`) and `env` added.
+fn grpc_target_with(port: u16, flags: &[&str], env: &[(&str, &Path)]) -> (Proc, String) {
     let python = prepared("TOOLMESH_TEST_PYTHON_GRPC_TARGET", "python-grpc-target.sh");
     let mut command = Command::new(python);
     command
         .arg(python_script("grpc_target/server.py"))
-        .arg(port.to_string());
+        .arg(port.to_string())
+        .args(flags)
+        .envs(env.iter().copied());
     let proc = Proc::spawn("grpc-target", command);
     let addr = proc.listen_addr();
     (proc, addr)
@@ -40,7 +49,7 @@ fn schema(text: &str) -> Value {
 async fn grpcio_service_with_reflection() {
     let (mut target, target_addr) = grpc_target(0);
     let port: u16 = target_addr.rsplit(':').next().unwrap().parse().unwrap();
-    let (_serve, addr) = serve(&[]);
+    let (_serve, addr, mcp_url) = serve_with_mcp_door(&[]);
     let mut command = Command::new(toolmesh_bin());
     command.args([
         "bridge",
@@ -58,7 +67,8 @@ async fn grpcio_service_with_reflection() {
     assert!(
         served.contains("grpc-library")
             && served.contains("Library_GetBook")
-            && !served.contains("ListBooks"),
+            && served.contains("Library_ListBooks")
+            && !served.contains("Annex"),
         "{served}"
     );
     let mut client = dispatcher(&addr);
@@ -186,6 +196,14 @@ async fn grpcio_service_with_reflection() {
         message(&down)
     );
 
+    // The same through the MCP door, with the official Python client.
+    python_door(
+        "grpc",
+        &mcp_url,
+        &[],
+        &["listed", "call", "tool error", "system error"],
+    );
+
     // The service goes away: NOT_SERVING, the tools leave the listing.
     assert_eq!(health_status(&bridge_addr, "").await, 1, "SERVING");
     target.kill9();
@@ -207,28 +225,232 @@ async fn grpcio_service_with_reflection() {
     assert_eq!(health_status(&bridge_addr, "").await, 1, "SERVING");
 }
 
+/// `toolmesh bridge grpc --registry ADDR --target TARGET ARGS…`, serving.
+fn bridge(registry: &str, target: &str, args: &[&str]) -> Proc {
+    let mut command = Command::new(toolmesh_bin());
+    command
+        .args(["bridge", "grpc", "--registry", registry, "--target", target])
+        .args(args);
+    let proc = Proc::spawn("bridge-grpc", command);
+    proc.wait_for_line("serves ", READY);
+    proc
+}
+
+/// Governance applies to bridged methods unchanged: an IDEMPOTENT method
+/// failing with UNAVAILABLE is retried as the dispatcher's rules allow (at
+/// most three attempts) and runs no more often, a method that is not
+/// idempotent runs once, and the audit names each method's tool with its
+/// attempts. A server-streaming method is a streamed tool: each message a
+/// progress report and an output chunk as it comes, all of them in the
+/// answer, and a status mid-stream the call's error.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retries_follow_idempotency_and_streams_stream() {
+    let (_target, target_addr) = grpc_target(0);
+    let dir = temp_dir("bridge-grpc-governance");
+    let audit = dir.join("audit.jsonl");
+    let (_serve, addr) = serve(&["--audit", audit.to_str().unwrap()]);
+    let _bridge = bridge(&addr, &target_addr, &[]);
+    let mut client = dispatcher(&addr);
+    let names = [
+        "Library_Reserve",
+        "Library_Charge",
+        "Library_Runs",
+        "Library_Countdown",
+    ];
+    until_listed(&mut client, &names, READY).await;
+    let counter = client.clone();
+    let runs = |key: &'static str| {
+        let mut client = counter.clone();
+        async move {
+            let args = format!(r#"{{"key": "{key}"}}"#);
+            let counted = invoke(&mut client, "Library_Runs", &args, None).await;
+            result_json(&counted)["runs"].as_i64().unwrap_or(0)
+        }
+    };
+
+    // IDEMPOTENT: the lost first run is tried again, once.
+    let reserved = invoke(
+        &mut client,
+        "Library_Reserve",
+        r#"{"key": "r1", "failures": 1}"#,
+        None,
+    )
+    .await;
+    assert_eq!(result_json(&reserved)["runs"], 2);
+    assert_eq!(reserved.attempts, 2);
+    assert_eq!(runs("r1").await, 2);
+    // Failing every time: no more runs than the rules' three attempts.
+    let lost = invoke(
+        &mut client,
+        "Library_Reserve",
+        r#"{"key": "r2", "failures": 100}"#,
+        None,
+    )
+    .await;
+    assert_eq!(
+        error_code(&lost),
+        ErrorCode::Unavailable,
+        "{}",
+        message(&lost)
+    );
+    let tried = runs("r2").await;
+    assert!((2..=3).contains(&tried), "{tried} runs");
+    assert_eq!(i64::from(lost.attempts), tried);
+    // Not idempotent: never run twice.
+    let charged = invoke(
+        &mut client,
+        "Library_Charge",
+        r#"{"key": "c1", "failures": 1}"#,
+        None,
+    )
+    .await;
+    assert_eq!(
+        error_code(&charged),
+        ErrorCode::Unavailable,
+        "{}",
+        message(&charged)
+    );
+    assert_eq!(charged.attempts, 1);
+    assert_eq!(runs("c1").await, 1);
+    // The audit names the method's tool and its attempts.
+    let audited = eventually("the calls audited", READY, || {
+        let audit = audit.clone();
+        async move {
+            let text = std::fs::read_to_string(&audit).ok()?;
+            (text.contains("\"tool\":\"Library_Reserve\"")
+                && text.contains("\"tool\":\"Library_Charge\""))
+            .then_some(text)
+        }
+    })
+    .await;
+    let line = |tool: &str, attempts: u32| {
+        audited.lines().any(|l| {
+            l.contains(&format!("\"tool\":\"{tool}\""))
+                && l.contains(&format!("\"attempts\":{attempts}"))
+        })
+    };
+    assert!(line("Library_Reserve", 2), "{audited}");
+    assert!(line("Library_Charge", 1), "{audited}");
+
+    // Server streaming: each message as it comes, then all of them.
+    let streamed = stream(&mut client, "Library_Countdown", r#"{"from": 3}"#, None).await;
+    assert_eq!(
+        streamed.chunks,
+        [r#"{"left":3}"#, r#"{"left":2}"#, r#"{"left":1}"#]
+    );
+    assert_eq!(
+        streamed.progress,
+        ["1/0 message 1", "2/0 message 2", "3/0 message 3"]
+    );
+    let done = streamed.done.expect("a response");
+    assert_eq!(
+        result_json(&done),
+        json!({"messages": [{"left": 3}, {"left": 2}, {"left": 1}]})
+    );
+    let stopped = stream(
+        &mut client,
+        "Library_Countdown",
+        r#"{"from": 3, "failAt": 2}"#,
+        None,
+    )
+    .await;
+    assert_eq!(stopped.chunks, [r#"{"left":3}"#]);
+    let done = stopped.done.expect("a response");
+    assert_eq!(
+        error_code(&done),
+        ErrorCode::ToolError,
+        "{}",
+        message(&done)
+    );
+    assert!(
+        message(&done).contains("the countdown stopped at 2"),
+        "{}",
+        message(&done)
+    );
+    let books = invoke(&mut client, "Library_ListBooks", "{}", None).await;
+    assert_eq!(result_json(&books)["messages"][0]["title"], "Dune");
+}
+
+/// A target serving TLS that asks for a client certificate: reached with
+/// `--target-ca`, `--target-cert` and `--target-key`, the bridge's own
+/// credentials (`--bearer-file`, `--header-env`) sent as metadata with
+/// every call; without the client certificate the bridge cannot start.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_and_credentials_to_the_target() {
+    let dir = temp_dir("bridge-grpc-tls");
+    let (ca, cert, key) = toolmesh_testkit::pki(&dir, "target");
+    let (client_ca, client_cert, client_key) = toolmesh_testkit::pki(&dir, "bridge");
+    let (_target, target_addr) = grpc_target_with(
+        0,
+        &["tls"],
+        &[
+            ("TLS_CERT", &cert),
+            ("TLS_KEY", &key),
+            ("TLS_CLIENT_CA", &client_ca),
+        ],
+    );
+    let bearer = dir.join("bearer");
+    std::fs::write(&bearer, "tok-outbound\n").unwrap();
+    let (_serve, addr) = serve(&[]);
+    let target = format!("https://{target_addr}");
+    let ca_arg = ca.to_str().unwrap();
+    let refused = Command::new(toolmesh_bin())
+        .args(["bridge", "grpc", "--registry", &addr, "--target", &target])
+        .args(["--target-ca", ca_arg])
+        .output()
+        .unwrap();
+    assert_eq!(refused.status.code(), Some(69), "{refused:?}");
+    let mut command = Command::new(toolmesh_bin());
+    command
+        .args(["bridge", "grpc", "--registry", &addr, "--target", &target])
+        .args(["--target-ca", ca_arg])
+        .args(["--target-cert", client_cert.to_str().unwrap()])
+        .args(["--target-key", client_key.to_str().unwrap()])
+        .args(["--bearer-file", bearer.to_str().unwrap()])
+        .args(["--header-env", "x-api-key=LIBRARY_KEY"])
+        .env("LIBRARY_KEY", "key-42");
+    let bridge = Proc::spawn("bridge-grpc-tls", command);
+    bridge.wait_for_line("serves ", READY);
+    let mut client = dispatcher(&addr);
+    until_listed(&mut client, &["Library_GetBook", "Library_Whoami"], READY).await;
+    let got = invoke(&mut client, "Library_GetBook", r#"{"id": "b1"}"#, None).await;
+    assert_eq!(result_json(&got)["title"], "Dune");
+    let seen = invoke(&mut client, "Library_Whoami", "{}", None).await;
+    assert_eq!(
+        result_json(&seen),
+        json!({"authorization": "Bearer tok-outbound", "apiKey": "key-42"})
+    );
+}
+
 /// A `--services` name the target does not serve, and `--methods` that
-/// select nothing, are refused at start naming what it serves.
+/// select nothing, are refused at start naming what it serves; a bad glob
+/// or two methods given one name are refused speaking of methods and
+/// `--methods`, never of `--tools`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn selections_that_match_nothing_are_refused() {
     let (_target, target_addr) = grpc_target(0);
     let (_serve, addr) = serve(&[]);
     let refused = |extra: &[&str]| {
-        let output = Command::new(toolmesh_bin())
-            .args([
-                "bridge",
-                "grpc",
-                "--registry",
-                &addr,
-                "--target",
-                &target_addr,
-            ])
-            .args(extra)
-            .output()
-            .unwrap();
-        assert_eq!(output.status.code(), Some(64), "{output:?}");
-        String::from_utf8_lossy(&output.stderr).into_owned()
+        let mut args = vec![
+            "bridge",
+            "grpc",
+            "--registry",
+            &addr,
+            "--target",
+            &target_addr,
+        ];
+        args.extend_from_slice(extra);
+        refused_usage(&args)
     };
+    let error = refused(&["--methods", "Get[Book]"]);
+    assert!(error.contains("--methods: \"Get[Book]\""), "{error}");
+    let error = refused(&["--rename", "demo.v1.Library.AddBook=Library_GetBook"]);
+    assert!(
+        error.contains(
+            "upstream methods \"demo.v1.Library.GetBook\" and \"demo.v1.Library.AddBook\""
+        ) && !error.contains("--tools"),
+        "{error}"
+    );
     let error = refused(&["--services", "Shelves"]);
     assert!(error.contains("demo.v1.Library"), "{error}");
     let error = refused(&["--methods", "*.Delete*"]);

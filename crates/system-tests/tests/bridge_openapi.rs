@@ -2,7 +2,7 @@
 //! `/openapi.json` (tests/python/openapi_target, its packages pinned by
 //! scripts/prepare/python-openapi-target.sh), every part a real process:
 //! its operations are listed and called through the dispatcher's Invoke
-//! with path, query, header and body arguments, their schemas keep the
+//! (and through the MCP door with the official Python client) with path, query, header and body arguments, their schemas keep the
 //! document's constraints, statuses reach callers as the mesh's error
 //! classes, the bridge's own credentials reach the API (never a caller's),
 //! governance applies to bridged operations as to any tool, and the API
@@ -64,7 +64,7 @@ fn schema(text: &str) -> Value {
 async fn fastapi_application_bridged() {
     let (mut app, app_addr) = bookshop(0);
     let port: u16 = app_addr.rsplit(':').next().unwrap().parse().unwrap();
-    let (_serve, addr) = serve(&[]);
+    let (_serve, addr, mcp_url) = serve_with_mcp_door(&[]);
     let dir = temp_dir("bridge-openapi");
     let bearer = dir.join("bearer");
     std::fs::write(&bearer, "tok-outbound\n").unwrap();
@@ -287,6 +287,14 @@ async fn fastapi_application_bridged() {
         json!({"authorization": "Bearer tok-outbound", "api_key": "key-42"})
     );
 
+    // The same through the MCP door, with the official Python client.
+    python_door(
+        "openapi",
+        &mcp_url,
+        &[],
+        &["listed", "call", "tool error", "system error"],
+    );
+
     // The API goes away: NOT_SERVING, the tools leave the listing.
     assert_eq!(health_status(&bridge_addr, "").await, 1, "SERVING");
     app.kill9();
@@ -434,6 +442,34 @@ async fn governance_applies_to_bridged_operations() {
     )
     .await;
     assert_eq!(result_json(&added)["id"], "b7");
+}
+
+/// A bad glob and two operations given one name are refused at start
+/// speaking of operations and `--operations`, never of `--tools`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn selections_name_the_operations_flag() {
+    let (_app, app_addr) = bookshop(0);
+    let (_serve, addr) = serve(&[]);
+    let spec = format!("http://{app_addr}/openapi.json");
+    let refused = |extra: &[&str]| {
+        let mut args = vec!["bridge", "openapi", "--registry", &addr, "--spec", &spec];
+        args.extend_from_slice(extra);
+        refused_usage(&args)
+    };
+    let error = refused(&["--operations", "get[book]"]);
+    assert!(error.contains("--operations: \"get[book]\""), "{error}");
+    let error = refused(&["--rename", "echo=whoami"]);
+    assert!(
+        error.contains("upstream operations \"")
+            && error.contains("would both be called \"whoami\""),
+        "{error}"
+    );
+    assert!(!error.contains("--tools"), "{error}");
+    let error = refused(&["--operations", "delete_*"]);
+    assert!(
+        error.contains("matching --operations delete_*") && error.contains("get_book"),
+        "{error}"
+    );
 }
 
 /// README's "Bring an existing HTTP API" runs as printed: the bridge line

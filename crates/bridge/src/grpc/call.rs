@@ -1,18 +1,19 @@
-//! One bridged gRPC call: the JSON arguments transcoded to the request message, the method called with the call's deadline as `grpc-timeout`, the response answered as JSON, and a failing status mapped to the mesh's error classes.
+//! One bridged gRPC call: the JSON arguments transcoded to the request message, the method called with the call's deadline as `grpc-timeout` and the bridge's own metadata, the response answered as JSON (a server-streaming method's messages each sent on as progress and an output chunk, then answered together), and a failing status mapped to the mesh's error classes.
 
 use prost::Message;
 use prost_reflect::{DynamicMessage, MessageDescriptor, MethodDescriptor, SerializeOptions};
-use serde_json::Value;
+use serde_json::{Value, json};
 use std::sync::Arc;
 use tokio::sync::Notify;
 use tonic::codec::{BufferSettings, Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
 use tonic::codegen::http::uri::PathAndQuery;
+use tonic::metadata::MetadataMap;
 use tonic::transport::Channel;
-use tonic::{Code, Status};
+use tonic::{Code, Status, Streaming};
 use toolmesh::schema::quote_str;
 use toolmesh_executor::{CallCx, JsonTool, ToolFailure, ToolOutput};
 
-/// One unary method as the executor serves it.
+/// One unary or server-streaming method as the executor serves it.
 pub(crate) struct MethodTool {
     /// The method: its request and response types.
     pub(crate) method: MethodDescriptor,
@@ -23,7 +24,12 @@ pub(crate) struct MethodTool {
     /// Raised when a call finds the target unreachable, so the supervisor
     /// checks it at once.
     pub(crate) suspect: Arc<Notify>,
+    /// Sent with every call: the bridge's own credentials.
+    pub(crate) metadata: Arc<MetadataMap>,
 }
+
+/// The field a server-streaming method's answer holds its messages in.
+pub(crate) const STREAMED_MESSAGES: &str = "messages";
 
 impl JsonTool for MethodTool {
     async fn call(&self, arguments: Value, cx: CallCx) -> Result<ToolOutput, ToolFailure> {
@@ -42,6 +48,7 @@ impl JsonTool for MethodTool {
             ToolFailure::executor_failed(format!("the method's path is not a URI path: {e}"))
         })?;
         let mut request = tonic::Request::new(request);
+        *request.metadata_mut() = (*self.metadata).clone();
         if let Some(deadline) = cx.deadline() {
             request.set_timeout(deadline.saturating_duration_since(tokio::time::Instant::now()));
         }
@@ -51,33 +58,83 @@ impl JsonTool for MethodTool {
             grpc.ready()
                 .await
                 .map_err(|e| Status::unavailable(toolmesh::error_chain(&e)))?;
-            grpc.unary(request, path, codec).await
+            if self.method.is_server_streaming() {
+                let stream = grpc.server_streaming(request, path, codec).await?;
+                self.gather(stream.into_inner(), &cx).await
+            } else {
+                let response = grpc.unary(request, path, codec).await?;
+                Ok(self.json(&response.into_inner())?)
+            }
         };
         let answered = tokio::select! {
             answered = called => answered,
             () = cx.cancelled() => return Err(ToolFailure::new("the call was cancelled")),
         };
         match answered {
-            Ok(response) => {
-                let options = SerializeOptions::new();
-                let json = response
-                    .into_inner()
-                    .serialize_with_options(serde_json::value::Serializer, &options)
-                    .map_err(|e| {
-                        ToolFailure::executor_failed(format!(
-                            "the response of {} does not convert to JSON: {e}",
-                            self.method.full_name()
-                        ))
-                    })?;
-                Ok(ToolOutput::json(&json))
-            }
-            Err(status) => {
+            Ok(json) => Ok(ToolOutput::json(&json)),
+            Err(Failed::Status(status)) => {
                 if status.code() == Code::Unavailable {
                     self.suspect.notify_one();
                 }
                 Err(failure(&status, &self.target, self.method.full_name()))
             }
+            Err(Failed::Tool(failure)) => Err(failure),
         }
+    }
+}
+
+/// Why a call did not answer: the service's status, or a response the
+/// bridge could not turn into JSON.
+enum Failed {
+    Status(Status),
+    Tool(ToolFailure),
+}
+
+impl From<Status> for Failed {
+    fn from(status: Status) -> Self {
+        Failed::Status(status)
+    }
+}
+
+impl From<ToolFailure> for Failed {
+    fn from(failure: ToolFailure) -> Self {
+        Failed::Tool(failure)
+    }
+}
+
+impl MethodTool {
+    /// A response message in the proto3 JSON mapping.
+    fn json(&self, message: &DynamicMessage) -> Result<Value, ToolFailure> {
+        message
+            .serialize_with_options(serde_json::value::Serializer, &SerializeOptions::new())
+            .map_err(|e| {
+                ToolFailure::executor_failed(format!(
+                    "the response of {} does not convert to JSON: {e}",
+                    self.method.full_name()
+                ))
+            })
+    }
+
+    /// A server stream's messages, each sent on as it comes (a progress
+    /// report counting it and its JSON as an output chunk), answered
+    /// together as `{"messages": [...]}` once the stream ends.
+    async fn gather(
+        &self,
+        mut stream: Streaming<DynamicMessage>,
+        cx: &CallCx,
+    ) -> Result<Value, Failed> {
+        let mut messages = Vec::new();
+        while let Some(message) = stream.message().await? {
+            let json = self.json(&message)?;
+            let count = messages.len() + 1;
+            let progress = cx.progress();
+            progress
+                .report(count as f64, None, format!("message {count}"))
+                .await;
+            progress.partial(json.to_string()).await;
+            messages.push(json);
+        }
+        Ok(json!({ STREAMED_MESSAGES: messages }))
     }
 }
 

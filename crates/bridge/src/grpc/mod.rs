@@ -1,13 +1,13 @@
-//! A gRPC service with server reflection as a [`ToolSource`] (`toolmesh bridge grpc`): each selected unary method a tool named `Service_Method`, its schemas from the request and response messages, its idempotency from `idempotency_level`; the service probed by reflection and NOT_SERVING while it does not answer.
+//! A gRPC service with server reflection as a [`ToolSource`] (`toolmesh bridge grpc`): each selected unary or server-streaming method a tool named `Service_Method`, its schemas from the request and response messages, its idempotency from `idempotency_level`; the service probed by reflection and NOT_SERVING while it does not answer.
 
 mod call;
 mod reflection;
 mod schema;
 
 use crate::error::BridgeError;
-use crate::mapping::{Mapped, OfferedTool, ToolSelection, map_tools};
+use crate::mapping::{Mapped, OfferedTool, ToolSelection, UpstreamKind, map_tools};
 use crate::supervisor::{Event, ToolSource};
-use crate::{Bridge, admit};
+use crate::{Bridge, HttpsFiles, OutboundAuth, admit};
 use call::MethodTool;
 use prost_reflect::{DescriptorPool, MethodDescriptor};
 use prost_types::method_options::IdempotencyLevel;
@@ -17,7 +17,8 @@ use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
-use tonic::transport::{Channel, Endpoint};
+use tonic::metadata::MetadataMap;
+use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
 use toolmesh::pb::RiskLevel;
 use toolmesh_executor::{DynamicTool, ServeOptions};
 use tracing::{error, info};
@@ -39,24 +40,21 @@ const UPKEEP_PREFIX: &str = "grpc.";
 pub struct GrpcTarget {
     /// `HOST:PORT`, as messages name it.
     address: String,
-    /// `http://HOST:PORT`.
+    /// `http://HOST:PORT` or `https://HOST:PORT`.
     uri: String,
 }
 
 impl GrpcTarget {
-    /// `HOST:PORT` (or `http://HOST:PORT`).
+    /// `HOST:PORT` or `http://HOST:PORT` (plaintext), or
+    /// `https://HOST:PORT` (TLS).
     pub fn parse(text: &str) -> Result<GrpcTarget, BridgeError> {
-        let address = text
-            .strip_prefix("http://")
-            .unwrap_or(text)
-            .trim_end_matches('/');
+        let (scheme, rest) = match text.split_once("://") {
+            Some((scheme @ ("http" | "https"), rest)) => (scheme, rest),
+            _ => ("http", text),
+        };
+        let address = rest.trim_end_matches('/');
         let bad = |why: &str| BridgeError::BadTarget(text.to_owned(), why.to_owned());
-        if text.starts_with("https://") {
-            return Err(bad(
-                "TLS to the target is not supported yet; give HOST:PORT of a plaintext listener",
-            ));
-        }
-        let uri = format!("http://{address}");
+        let uri = format!("{scheme}://{address}");
         let parsed: tonic::codegen::http::Uri =
             uri.parse().map_err(|_| bad("write it as HOST:PORT"))?;
         if parsed.host().is_none() || parsed.port().is_none() || parsed.path() != "/" {
@@ -74,6 +72,11 @@ impl GrpcTarget {
 pub struct GrpcBridgeOptions {
     /// The service's address.
     pub target: GrpcTarget,
+    /// TLS to the target: the CA to trust, the bridge's client
+    /// certificate and key (any given, or an `https://` target, means TLS).
+    pub tls: HttpsFiles,
+    /// The bridge's own credentials, sent as metadata with every call.
+    pub auth: OutboundAuth,
     /// Services to expose, by full name (`demo.v1.Library`) or short name
     /// (`Library`); empty: every service but the server's own `grpc.*`.
     pub services: Vec<String>,
@@ -90,6 +93,8 @@ pub struct GrpcBridgeOptions {
 /// The service as the supervisor follows it.
 struct GrpcSource {
     target: GrpcTarget,
+    tls: Option<ClientTlsConfig>,
+    auth: OutboundAuth,
     services: Vec<String>,
     selection: ToolSelection,
     suspect: Arc<Notify>,
@@ -99,6 +104,8 @@ struct GrpcSource {
 struct GrpcConnection {
     channel: Channel,
     described: Described,
+    /// What every call sends besides its own arguments.
+    metadata: Arc<MetadataMap>,
 }
 
 impl Bridge {
@@ -109,13 +116,19 @@ impl Bridge {
     pub async fn start_grpc(options: GrpcBridgeOptions) -> Result<Bridge, BridgeError> {
         let GrpcBridgeOptions {
             target,
+            tls,
+            auth,
             services,
             name,
             selection,
             serve,
         } = options;
+        auth.headers()?;
+        let tls = client_tls(&target, &tls)?;
         let source = GrpcSource {
             target,
+            tls,
+            auth,
             services,
             selection,
             suspect: Arc::new(Notify::new()),
@@ -132,14 +145,13 @@ impl Bridge {
             }
         }
         let offered = source.offered(&connection);
-        let mapped = map_tools(&offered.tools, &source.selection, METHOD_VERSION);
-        let mapped = admit(
-            &source,
-            mapped,
+        let mapped = map_tools(
+            UpstreamKind::Grpc,
             &offered.tools,
             &source.selection,
-            "--methods",
-        )?;
+            METHOD_VERSION,
+        );
+        let mapped = admit(&source, mapped, &offered.tools, &source.selection)?;
         let service = name.filter(|n| !n.trim().is_empty()).unwrap_or_else(|| {
             let first = served.iter().find(|s| source.exposes_service(s));
             let short = first.map_or("service", |s| s.rsplit('.').next().unwrap_or(s));
@@ -148,6 +160,50 @@ impl Bridge {
         let tools = source.dynamic_tools(&connection, &offered.methods, &mapped);
         Bridge::assemble(source, connection, &service, tools, serve).await
     }
+}
+
+/// The TLS the target is reached with: none for a plaintext `HOST:PORT`
+/// without files; else the CA of `files` to trust (or the system's roots)
+/// and its client certificate, read and checked now.
+fn client_tls(
+    target: &GrpcTarget,
+    files: &HttpsFiles,
+) -> Result<Option<ClientTlsConfig>, BridgeError> {
+    let wanted = target.uri.starts_with("https://")
+        || files.ca.is_some()
+        || files.cert.is_some()
+        || files.key.is_some();
+    if !wanted {
+        return Ok(None);
+    }
+    let read = |flag: &str, path: &std::path::Path| {
+        std::fs::read(path)
+            .map_err(|e| BridgeError::Credentials(format!("{flag} {}: {e}", path.display())))
+    };
+    let host = target
+        .address
+        .rsplit_once(':')
+        .map_or(target.address.as_str(), |(host, _)| host)
+        .trim_start_matches('[')
+        .trim_end_matches(']');
+    let mut tls = ClientTlsConfig::new()
+        .domain_name(host)
+        .with_enabled_roots();
+    if let Some(ca) = &files.ca {
+        tls = tls.ca_certificate(Certificate::from_pem(read("--target-ca", ca)?));
+    }
+    match (&files.cert, &files.key) {
+        (Some(cert), Some(key)) => {
+            tls = tls.identity(Identity::from_pem(
+                read("--target-cert", cert)?,
+                read("--target-key", key)?,
+            ));
+        }
+        (Some(_), None) => return Err(BridgeError::HalfIdentity("--target-cert", "--target-key")),
+        (None, Some(_)) => return Err(BridgeError::HalfIdentity("--target-key", "--target-cert")),
+        (None, None) => {}
+    }
+    Ok(Some(tls))
 }
 
 /// Whether `wanted` (a full or short name) names the service `full`.
@@ -173,7 +229,8 @@ impl GrpcSource {
         }
     }
 
-    /// The unary methods of the exposed services, as tools.
+    /// The unary and server-streaming methods of the exposed services the
+    /// target serves, as tools.
     fn offered(&self, connection: &GrpcConnection) -> Offered {
         let mut offered = Offered {
             tools: Vec::new(),
@@ -183,12 +240,19 @@ impl GrpcSource {
         for service in pool
             .services()
             .filter(|s| self.exposes_service(s.full_name()))
+            .filter(|s| {
+                connection
+                    .described
+                    .services
+                    .iter()
+                    .any(|served| served == s.full_name())
+            })
         {
             for method in service.methods() {
-                if method.is_client_streaming() || method.is_server_streaming() {
+                if method.is_client_streaming() {
                     info!(
                         method = method.full_name(),
-                        "leaving out a streaming method: the bridge calls unary methods"
+                        "leaving out a client-streaming method: the bridge calls unary and server-streaming methods"
                     );
                     continue;
                 }
@@ -217,6 +281,7 @@ impl GrpcSource {
                     channel: connection.channel.clone(),
                     target: self.target.address.clone(),
                     suspect: Arc::clone(&self.suspect),
+                    metadata: Arc::clone(&connection.metadata),
                 });
                 Some(DynamicTool::new(tool.spec.clone(), handler))
             })
@@ -224,9 +289,9 @@ impl GrpcSource {
     }
 }
 
-/// A unary method as a tool: `Service_Method`, described by its comments
-/// or a line naming it, read-only and idempotent as `idempotency_level`
-/// says.
+/// A method as a tool: `Service_Method`, described by its comments or a
+/// line naming it, read-only and idempotent as `idempotency_level` says; a
+/// server-streaming one streams progress and answers its messages together.
 fn method_tool(method: &MethodDescriptor) -> OfferedTool {
     let service = method.parent_service();
     let level = method
@@ -252,7 +317,7 @@ fn method_tool(method: &MethodDescriptor) -> OfferedTool {
         name: format!("{}_{}", service.name(), method.name()),
         description,
         input_schema: schema::message_schema(&method.input()),
-        output_schema: Some(schema::message_schema(&method.output())),
+        output_schema: Some(output_schema(method)),
         risk: if read_only {
             RiskLevel::Low
         } else {
@@ -260,12 +325,37 @@ fn method_tool(method: &MethodDescriptor) -> OfferedTool {
         },
         read_only,
         idempotent: read_only || level == IdempotencyLevel::Idempotent,
-        streams_progress: false,
+        streams_progress: method.is_server_streaming(),
     }
+}
+
+/// The response message's schema; for a server-streaming method, an object
+/// holding every message sent under `messages`.
+fn output_schema(method: &MethodDescriptor) -> serde_json::Value {
+    let message = schema::message_schema(&method.output());
+    if !method.is_server_streaming() {
+        return message;
+    }
+    serde_json::json!({
+        "type": "object",
+        "properties": {
+            call::STREAMED_MESSAGES: {
+                "type": "array",
+                "items": message,
+                "description": "Every message the method sent, in order."
+            }
+        },
+        "required": [call::STREAMED_MESSAGES],
+        "additionalProperties": false
+    })
 }
 
 impl ToolSource for GrpcSource {
     type Connection = GrpcConnection;
+
+    fn kind(&self) -> UpstreamKind {
+        UpstreamKind::Grpc
+    }
 
     fn describe(&self) -> String {
         format!("the gRPC service at {}", self.target.address)
@@ -276,10 +366,16 @@ impl ToolSource for GrpcSource {
             target: self.target.address.clone(),
             reason,
         };
-        let endpoint = Endpoint::from_shared(self.target.uri.clone())
+        let mut endpoint = Endpoint::from_shared(self.target.uri.clone())
             .map_err(|e| failed(e.to_string()))?
             .connect_timeout(REQUEST_TIMEOUT)
             .tcp_nodelay(true);
+        if let Some(tls) = &self.tls {
+            endpoint = endpoint
+                .tls_config(tls.clone())
+                .map_err(|e| failed(toolmesh::error_chain(&e)))?;
+        }
+        let metadata = MetadataMap::from_headers(self.auth.headers()?);
         let channel = endpoint
             .connect()
             .await
@@ -289,12 +385,21 @@ impl ToolSource for GrpcSource {
             Ok(described) => described.map_err(failed)?,
             Err(_) => return Err(failed(format!("no answer within {REQUEST_TIMEOUT:?}"))),
         };
-        Ok(GrpcConnection { channel, described })
+        Ok(GrpcConnection {
+            channel,
+            described,
+            metadata: Arc::new(metadata),
+        })
     }
 
     async fn tools(&self, connection: &GrpcConnection) -> Result<Vec<DynamicTool>, BridgeError> {
         let offered = self.offered(connection);
-        let mapped = map_tools(&offered.tools, &self.selection, METHOD_VERSION);
+        let mapped = map_tools(
+            UpstreamKind::Grpc,
+            &offered.tools,
+            &self.selection,
+            METHOD_VERSION,
+        );
         for problem in &mapped.problems {
             error!(upstream = %self.target.address, "{problem}");
         }
@@ -343,7 +448,11 @@ mod tests {
             "http://127.0.0.1:50051"
         );
         assert_eq!(GrpcTarget::parse("http://svc:9/").unwrap().address, "svc:9");
-        for bad in ["svc", "svc:9/path", "https://svc:9"] {
+        assert_eq!(
+            GrpcTarget::parse("https://svc:9").unwrap().uri,
+            "https://svc:9"
+        );
+        for bad in ["svc", "svc:9/path", "ftp://svc:9"] {
             let error = GrpcTarget::parse(bad).unwrap_err().to_string();
             assert!(error.contains("--target"), "{bad}: {error}");
         }

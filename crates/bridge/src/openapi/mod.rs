@@ -5,7 +5,7 @@ mod document;
 
 use crate::error::BridgeError;
 use crate::http::client;
-use crate::mapping::{Mapped, OfferedTool, ServerIdentity, ToolSelection, map_tools};
+use crate::mapping::{Mapped, OfferedTool, ServerIdentity, ToolSelection, UpstreamKind, map_tools};
 use crate::supervisor::{Event, ToolSource};
 use crate::{Bridge, HttpsSettings, admit};
 use arc_swap::ArcSwap;
@@ -85,7 +85,7 @@ pub struct OutboundAuth {
 
 impl OutboundAuth {
     /// The headers every request carries, or what is missing.
-    fn headers(&self) -> Result<HeaderMap, BridgeError> {
+    pub(crate) fn headers(&self) -> Result<HeaderMap, BridgeError> {
         let mut headers = HeaderMap::new();
         let bearer = match (&self.bearer_file, &self.bearer_env) {
             (Some(path), _) => Some(
@@ -194,8 +194,13 @@ impl Bridge {
             warn!(operation, "leaving out an operation: {why}");
         }
         let offered = offered(&connection.document);
-        let mapped = map_tools(&offered, &source.selection, &tool_version(&connection));
-        let mapped = admit(&source, mapped, &offered, &source.selection, "--operations")?;
+        let mapped = map_tools(
+            UpstreamKind::OpenApi,
+            &offered,
+            &source.selection,
+            &tool_version(&connection),
+        );
+        let mapped = admit(&source, mapped, &offered, &source.selection)?;
         let service = name
             .filter(|n| !n.trim().is_empty())
             .unwrap_or_else(|| service_name(&connection.document.title));
@@ -344,6 +349,10 @@ impl OpenApiSource {
 impl ToolSource for OpenApiSource {
     type Connection = OpenApiConnection;
 
+    fn kind(&self) -> UpstreamKind {
+        UpstreamKind::OpenApi
+    }
+
     fn describe(&self) -> String {
         format!("the HTTP API described by {}", self.spec.describe())
     }
@@ -375,7 +384,12 @@ impl ToolSource for OpenApiSource {
 
     async fn tools(&self, connection: &OpenApiConnection) -> Result<Vec<DynamicTool>, BridgeError> {
         let offered = offered(&connection.document);
-        let mapped = map_tools(&offered, &self.selection, &tool_version(connection));
+        let mapped = map_tools(
+            UpstreamKind::OpenApi,
+            &offered,
+            &self.selection,
+            &tool_version(connection),
+        );
         for problem in &mapped.problems {
             error!(upstream = %self.spec.describe(), "{problem}");
         }

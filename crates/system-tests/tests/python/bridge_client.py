@@ -1,8 +1,11 @@
 """The official Python MCP client against toolmesh's MCP door, calling tools
-that `toolmesh bridge mcp` brought in from other MCP servers.
+that `toolmesh bridge mcp` brought in from other MCP servers, and those
+`toolmesh bridge grpc` and `toolmesh bridge openapi` made of a gRPC service
+and an HTTP API.
 
-Run by tests/bridge.rs as `python bridge_client.py SCENARIO` with MCP_URL
-set (and DIR for "filesystem", EVERYTHING for "content": the command of the
+Run by tests/bridge.rs, bridge_grpc.rs and bridge_openapi.rs as
+`python bridge_client.py SCENARIO` with MCP_URL set (and DIR for
+"filesystem", EVERYTHING for "content": the command of the
 server-everything the bridge runs, which this client also runs directly). Prints "PASS <check>" per check; any
 failure raises, so the exit status is non-zero.
 """
@@ -97,6 +100,50 @@ async def python(client):
     passed("list_changed")
 
 
+async def grpc(client):
+    """The gRPC service's methods, transcoded both ways."""
+    listed = await names(client)
+    assert {"Library_GetBook", "Library_AddBook", "count_topics"} <= set(listed), listed
+    passed("listed")
+    got = await client.call_tool("Library_GetBook", {"id": "b1"})
+    assert not got.is_error, got
+    book = got.structured_content
+    assert book["title"] == "Dune" and book["pages"] == "9007199254740993", book
+    assert book["genre"] == "GENRE_FICTION" and book["published"] == "1965-08-01T00:00:00Z", book
+    passed("call")
+    missing = await client.call_tool("Library_GetBook", {"id": "nope"})
+    assert missing.is_error and text(missing).startswith("TOOL_ERROR: "), missing
+    assert "no book with id 'nope'" in text(missing), missing
+    passed("tool error")
+    down = await client.call_tool("Library_Unavailable", {})
+    assert down.is_error and text(down).startswith("UNAVAILABLE: "), down
+    passed("system error")
+
+
+async def openapi(client):
+    """The HTTP API's operations: path, query and body parameters."""
+    listed = await names(client)
+    assert {"get_book", "list_books", "add_book"} <= set(listed), listed
+    passed("listed")
+    got = await client.call_tool("get_book", {"book_id": "b1"})
+    assert not got.is_error and got.structured_content["title"] == "Dune", got
+    by_tag = await client.call_tool("list_books", {"tag": "history", "limit": 5})
+    assert not by_tag.is_error and "SPQR" in text(by_tag) and "Dune" not in text(by_tag), by_tag
+    added = await client.call_tool("add_book", {"body": {"title": "Persuasion", "pages": 249}})
+    assert not added.is_error and added.structured_content["title"] == "Persuasion", added
+    passed("call")
+    missing = await client.call_tool("get_book", {"book_id": "nope"})
+    assert missing.is_error and text(missing).startswith("TOOL_ERROR: "), missing
+    assert "no book with id 'nope'" in text(missing), missing
+    invalid = await client.call_tool("add_book", {"body": {"title": "emma", "pages": 3}})
+    assert invalid.is_error and text(invalid).startswith("TOOL_ERROR: "), invalid
+    assert "capital letter" in text(invalid), invalid
+    passed("tool error")
+    broken = await client.call_tool("broken", {})
+    assert broken.is_error and text(broken).startswith("EXECUTOR_FAILED: "), broken
+    passed("system error")
+
+
 # Tools of server-everything that answer with more than text.
 CONTENT_CALLS = [
     ("get-tiny-image", {}),
@@ -140,9 +187,14 @@ async def content(client):
 
 
 async def main():
-    scenario = {"everything": everything, "filesystem": filesystem, "python": python, "content": content}[
-        sys.argv[1]
-    ]
+    scenario = {
+        "everything": everything,
+        "filesystem": filesystem,
+        "python": python,
+        "content": content,
+        "grpc": grpc,
+        "openapi": openapi,
+    }[sys.argv[1]]
     async with Client(URL, cache=None) as client:
         await scenario(client)
 
