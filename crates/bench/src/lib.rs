@@ -1,7 +1,7 @@
 //! The toolmesh benchmark (`toolmesh bench`): what the gateway costs per
 //! call compared with calling the executor directly and with nginx
-//! `grpc_pass` (and what the MCP door, the executor SDK and an MCP server
-//! behind `toolmesh bridge mcp` cost beside it), how the registry behaves
+//! `grpc_pass` (and what the MCP door, the executor SDK and an MCP server,
+//! a gRPC service and an HTTP API behind `toolmesh bridge` cost beside it), how the registry behaves
 //! at 10,000 tools, how fresh the
 //! dispatcher's view is when executors die or turn unhealthy, the two
 //! registry stores side by side, and what the result cache saves; tool
@@ -53,7 +53,7 @@ mod stats;
 mod stores;
 mod turns;
 
-pub use bridge::{BridgeRow, ByUpstream};
+pub use bridge::{BridgeRow, Bridged, ByUpstream, Door, Upstream};
 pub use cache::{AtHitRatio, ByPath, CacheSeries, ResultCache};
 pub use error::{BenchError, CallFailed};
 pub use freshness::{Freshness, Series};
@@ -125,7 +125,7 @@ pub async fn run(options: BenchOptions) -> Result<Report, BenchError> {
         .map_err(|e| BenchError::io("create a temp dir for the logs", e))?;
 
     progress(
-        "1/5 per-call overhead: direct, nginx grpc_pass, toolmesh; MCP door, SDK, MCP bridge; mTLS",
+        "1/5 per-call overhead: direct, nginx grpc_pass, toolmesh; MCP door, SDK, MCP/gRPC/OpenAPI bridges; mTLS",
     );
     let overhead = overhead::run(&plan, &bins, logs.path()).await?;
     // Freshness before scale: scale leaves in-process dispatcher tasks

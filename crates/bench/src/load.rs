@@ -1,6 +1,7 @@
 //! Load drivers: one client kind per target (executor Execute directly or
 //! through nginx, dispatcher Invoke, MCP `tools/call` over HTTP/1.1 or
-//! HTTP/2), a latency run at concurrency 1 and a throughput run at a fixed
+//! HTTP/2, and the bridges' upstreams called directly: a gRPC method, an
+//! HTTP API's POST), a latency run at concurrency 1 and a throughput run at a fixed
 //! number of calls in flight, each sending the same [`Workload`] every call
 //! or one made per call ([`Calls`]).
 
@@ -23,6 +24,7 @@ use toolmesh::pb::{
     executor_client::ExecutorClient,
 };
 use toolmesh_dispatcher::{CallRequest, Dispatcher};
+use toolmesh_fixtures::grpc_echo::pb::{EchoRequest, echo_client::EchoClient};
 use toolmesh_transport::Tls;
 
 /// Deadline sent with every measured call.
@@ -64,17 +66,64 @@ pub(crate) enum Client {
     Dispatcher(DispatcherClient<Channel>),
     /// MCP `tools/call` (JSON-RPC over HTTP) at `/mcp`.
     Mcp(Box<McpClient>),
+    /// A plain HTTP API's `POST` (the OpenAPI bridge's upstream).
+    Http(Box<HttpClient>),
+    /// The fixture's gRPC `Echo` method (the gRPC bridge's upstream): the
+    /// workload's `message` sent as an `EchoRequest`.
+    GrpcEcho(EchoClient<Channel>),
     /// A dispatcher in this process, called without a front door.
     InProcess(Dispatcher),
 }
 
-/// An MCP client of one `/mcp` URL: stateless 2026-07-28 requests, JSON
-/// answers; HTTP/2 over one connection, or HTTP/1.1 with a pool.
+/// JSON POSTs to one URL over HTTP/2 (h2c with prior knowledge, one
+/// connection) or HTTP/1.1 (a pool): what the MCP client and the plain
+/// HTTP client share.
 #[derive(Debug, Clone)]
-pub(crate) struct McpClient {
+pub(crate) struct JsonPost {
     http: HyperClient<HttpConnector, Full<Bytes>>,
     url: hyper::Uri,
 }
+
+impl JsonPost {
+    /// A poster to `url`; `what` names the URL in an error.
+    fn new(url: &str, http2: bool, what: &str) -> Result<JsonPost, BenchError> {
+        let url = url
+            .parse::<hyper::Uri>()
+            .map_err(|e| BenchError::failed(format!("the {what} URL {url:?}"), e.to_string()))?;
+        let mut connector = HttpConnector::new();
+        connector.set_nodelay(true);
+        let http = HyperClient::builder(TokioExecutor::new())
+            .http2_only(http2)
+            .build(connector);
+        Ok(JsonPost { http, url })
+    }
+
+    /// POSTs `body` with `headers` and reads the whole answer within the
+    /// bench's deadline: its status and body.
+    async fn post(
+        &self,
+        body: String,
+        headers: &[(&str, &str)],
+    ) -> Result<(hyper::StatusCode, Bytes), CallFailed> {
+        let mut request =
+            hyper::Request::post(self.url.clone()).header("content-type", "application/json");
+        for (name, value) in headers {
+            request = request.header(*name, *value);
+        }
+        let request = request.body(Full::new(Bytes::from(body)))?;
+        let response = tokio::time::timeout(CALL_DEADLINE, self.http.request(request))
+            .await
+            .map_err(|_| CallFailed::TimedOut)??;
+        let status = response.status();
+        let body = response.into_body().collect().await?.to_bytes();
+        Ok((status, body))
+    }
+}
+
+/// An MCP client of one `/mcp` URL: stateless 2026-07-28 requests, JSON
+/// answers.
+#[derive(Debug, Clone)]
+pub(crate) struct McpClient(JsonPost);
 
 /// The MCP revision the bench speaks.
 const MCP_VERSION: &str = "2026-07-28";
@@ -89,18 +138,13 @@ impl McpClient {
             name = serde_json::Value::from(&*work.tool),
             args = work.arguments,
         );
-        let request = hyper::Request::post(self.url.clone())
-            .header("content-type", "application/json")
-            .header("accept", "application/json, text/event-stream")
-            .header("mcp-protocol-version", MCP_VERSION)
-            .header("mcp-method", "tools/call")
-            .header("mcp-name", &*work.tool)
-            .body(Full::new(Bytes::from(body)))?;
-        let response = tokio::time::timeout(CALL_DEADLINE, self.http.request(request))
-            .await
-            .map_err(|_| CallFailed::TimedOut)??;
-        let status = response.status();
-        let body = response.into_body().collect().await?.to_bytes();
+        let headers = [
+            ("accept", "application/json, text/event-stream"),
+            ("mcp-protocol-version", MCP_VERSION),
+            ("mcp-method", "tools/call"),
+            ("mcp-name", &*work.tool),
+        ];
+        let (status, body) = self.0.post(body, &headers).await?;
         let answer: serde_json::Value = serde_json::from_slice(&body)
             .map_err(|source| CallFailed::NotJson { status, source })?;
         if let Some(error) = answer.get("error") {
@@ -109,6 +153,26 @@ impl McpClient {
         match answer["result"]["isError"].as_bool() {
             Some(false) | None if status.is_success() => Ok(()),
             _ => Err(CallFailed::Answer { status, answer }),
+        }
+    }
+}
+
+/// A plain HTTP API's operation: the workload's arguments POSTed as the
+/// JSON body; a 2xx JSON answer counts.
+#[derive(Debug, Clone)]
+pub(crate) struct HttpClient(JsonPost);
+
+impl HttpClient {
+    /// One POST of `work`'s arguments.
+    async fn call(&self, work: &Workload) -> Result<(), CallFailed> {
+        let headers = [("accept", "application/json")];
+        let (status, body) = self.0.post(work.arguments.to_string(), &headers).await?;
+        let answer: serde_json::Value = serde_json::from_slice(&body)
+            .map_err(|source| CallFailed::NotJson { status, source })?;
+        if status.is_success() {
+            Ok(())
+        } else {
+            Err(CallFailed::Answer { status, answer })
         }
     }
 }
@@ -134,15 +198,22 @@ impl Client {
     /// An MCP client of `url` (`http://HOST:PORT/mcp`), over HTTP/2 (h2c
     /// with prior knowledge, one connection) or HTTP/1.1 (a pool).
     pub(crate) fn mcp(url: &str, http2: bool) -> Result<Client, BenchError> {
-        let url = url
-            .parse::<hyper::Uri>()
-            .map_err(|e| BenchError::failed(format!("the MCP URL {url:?}"), e.to_string()))?;
-        let mut connector = HttpConnector::new();
-        connector.set_nodelay(true);
-        let http = HyperClient::builder(TokioExecutor::new())
-            .http2_only(http2)
-            .build(connector);
-        Ok(Client::Mcp(Box::new(McpClient { http, url })))
+        let post = JsonPost::new(url, http2, "MCP")?;
+        Ok(Client::Mcp(Box::new(McpClient(post))))
+    }
+
+    /// A plain HTTP client POSTing to `url` over HTTP/1.1 (a pool), as
+    /// the OpenAPI bridge calls its API.
+    pub(crate) fn http(url: &str) -> Result<Client, BenchError> {
+        let post = JsonPost::new(url, false, "HTTP API")?;
+        Ok(Client::Http(Box::new(HttpClient(post))))
+    }
+
+    /// A generated tonic client of the fixture's `fixtures.echo.v1.Echo`
+    /// at `addr` (plaintext, one lazily connecting channel).
+    pub(crate) fn grpc_echo(addr: &str) -> Result<Client, BenchError> {
+        let channel = toolmesh_transport::channel(addr, &Tls::none())?;
+        Ok(Client::GrpcEcho(EchoClient::new(channel)))
     }
 
     /// One call; `Err` with a description when the RPC or the tool failed.
@@ -178,6 +249,17 @@ impl Client {
                 client.invoke(request).await.map(|r| r.into_inner().result)
             }
             Client::Mcp(client) => return client.call(work).await,
+            Client::Http(client) => return client.call(work).await,
+            Client::GrpcEcho(client) => {
+                let message = serde_json::from_str::<serde_json::Value>(&work.arguments)
+                    .ok()
+                    .and_then(|args| args.get("message")?.as_str().map(str::to_owned))
+                    .unwrap_or_default();
+                let mut request = tonic::Request::new(EchoRequest { message });
+                request.set_timeout(CALL_DEADLINE);
+                // An answer is the echo: no tool result to check.
+                client.echo(request).await.map(|_| None)
+            }
             Client::InProcess(dispatcher) => {
                 let request = InvokeRequest {
                     tool: work.tool.to_string(),

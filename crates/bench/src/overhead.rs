@@ -1,6 +1,6 @@
 //! Per-call overhead: the same `acc_echo` call straight to the executor,
 //! through nginx `grpc_pass`, and through the toolmesh dispatcher; then the
-//! MCP door, the executor SDK and the MCP bridge rows, and the three
+//! MCP door, the executor SDK and the bridge rows (MCP, gRPC, OpenAPI), and the three
 //! targets again with mutual TLS on every hop.
 
 use crate::Binaries;
@@ -208,9 +208,12 @@ pub struct Overhead {
     pub mcp: Option<McpRow>,
     /// The executor SDK beside a hand-written tonic echo (small arguments).
     pub sdk: Option<SdkRow>,
-    /// An MCP server behind `toolmesh bridge mcp` beside the SDK executor,
-    /// through the MCP door (small arguments).
-    pub bridge: Option<BridgeRow>,
+    /// The bridge rows (small arguments), one per upstream kind: an MCP
+    /// server behind `toolmesh bridge mcp` through the MCP door, a gRPC
+    /// service behind `bridge grpc` and an HTTP API behind `bridge openapi`
+    /// through gRPC Invoke, each beside the SDK executor through the same
+    /// door and beside the upstream called directly.
+    pub bridges: Vec<BridgeRow>,
     /// Every target again with mutual TLS on both hops (small arguments).
     pub mtls: Option<MtlsRow>,
 }
@@ -474,7 +477,7 @@ pub(crate) async fn run(plan: &Plan, bins: &Binaries, logs: &Path) -> Result<Ove
     let echo = echo_def(&serve_addr).await?;
     let mut mcp = None;
     let mut sdk = None;
-    let mut bridge = None;
+    let mut bridges = Vec::new();
     let mut in_process = None;
     for (label, arguments) in sizes {
         let work = Workload {
@@ -494,8 +497,14 @@ pub(crate) async fn run(plan: &Plan, bins: &Binaries, logs: &Path) -> Result<Ove
         if mcp.is_none() {
             mcp = Some(measure_mcp(plan, &stand.clients.toolmesh, &mcp_url, &work).await?);
             sdk = Some(measure_sdk(plan, &stand.clients.direct, &work).await?);
-            bridge =
-                Some(crate::bridge::measure(plan, bins, logs, &serve_addr, &mcp_url, &work).await?);
+            let doors = crate::bridge::Doors {
+                serve: &serve_addr,
+                mcp_url: &mcp_url,
+            };
+            for upstream in crate::bridge::Upstream::ALL {
+                bridges
+                    .push(crate::bridge::measure(plan, bins, logs, &doors, upstream, &work).await?);
+            }
         }
     }
     let nginx = stand.nginx_status.clone();
@@ -516,7 +525,7 @@ pub(crate) async fn run(plan: &Plan, bins: &Binaries, logs: &Path) -> Result<Ove
         sizes: results,
         mcp,
         sdk,
-        bridge,
+        bridges,
         mtls: Some(mtls),
     })
 }

@@ -1,7 +1,7 @@
 //! The report: every figure (serialisable to JSON), the targets judged
 //! from them, and the tables people read.
 
-use crate::bridge::{BridgeRow, ByUpstream};
+use crate::bridge::{BridgeRow, ByUpstream, Upstream};
 use crate::cache::{AtHitRatio, ByPath, CacheSeries, ResultCache};
 use crate::freshness::{Freshness, Series};
 use crate::load::Throughput;
@@ -142,8 +142,10 @@ pub(crate) fn targets(overhead: &Overhead, scale: &Scale, freshness: &Freshness)
     if let Some(sdk) = &overhead.sdk {
         out.extend(sdk_targets(sdk));
     }
-    if let (Some(bridge), Some(mcp)) = (&overhead.bridge, &overhead.mcp) {
-        out.extend(bridge_targets(bridge, mcp));
+    if let Some(mcp) = &overhead.mcp {
+        for bridge in &overhead.bridges {
+            out.extend(bridge_targets(bridge, mcp));
+        }
     }
     out.push(Target {
         name: format!(
@@ -280,31 +282,40 @@ fn sdk_targets(sdk: &SdkRow) -> Vec<Target> {
     out
 }
 
+/// What the MCP door adds to gRPC Invoke, p50 at concurrency 1 (HTTP/1.1):
+/// what a bridge may add at most.
+fn door_adds_us(mcp: &McpRow) -> f64 {
+    mcp.latency.mcp_http1.p50_us - mcp.latency.invoke.p50_us
+}
+
 /// The bridge may add to a call no more than the MCP door adds to gRPC
-/// Invoke (p50 at concurrency 1, the door over HTTP/1.1 in both rows).
+/// Invoke (p50 at concurrency 1, the door over HTTP/1.1): for each way the
+/// bridge reaches its upstream, bridged minus the SDK executor through the
+/// row's own door.
 fn bridge_targets(bridge: &BridgeRow, mcp: &McpRow) -> Vec<Target> {
-    let door_adds = mcp.latency.mcp_http1.p50_us - mcp.latency.invoke.p50_us;
+    let door_adds = door_adds_us(mcp);
     let native = bridge.latency.native.p50_us;
-    [
-        ("stdio", bridge.latency.bridged_stdio.p50_us),
-        ("Streamable HTTP", bridge.latency.bridged_http.p50_us),
-    ]
-    .into_iter()
-    .map(|(over, bridged)| {
-        let adds = bridged - native;
-        Target {
-            name: format!(
-                "MCP bridge ({over}) adds <= what the MCP door adds, p50 at concurrency 1"
-            ),
-            verdict: Verdict::of(adds <= door_adds),
-            detail: format!(
-                "+{} over the SDK executor vs +{} MCP over gRPC Invoke",
-                fmt_us(adds),
-                fmt_us(door_adds)
-            ),
-        }
-    })
-    .collect()
+    let kind = bridge.upstream.label();
+    bridge
+        .latency
+        .bridged
+        .iter()
+        .map(|bridged| {
+            let adds = bridged.figure.p50_us - native;
+            Target {
+                name: format!(
+                    "{kind} bridge ({}) adds <= what the MCP door adds, p50 at concurrency 1",
+                    bridged.over
+                ),
+                verdict: Verdict::of(adds <= door_adds),
+                detail: format!(
+                    "+{} over the SDK executor vs +{} MCP over gRPC Invoke",
+                    fmt_us(adds),
+                    fmt_us(door_adds)
+                ),
+            }
+        })
+        .collect()
 }
 
 fn series_target(name: &str, series: &Series, limit_ms: f64) -> Target {
@@ -546,12 +557,16 @@ fn write_overhead(f: &mut fmt::Formatter<'_>, o: &Overhead) -> fmt::Result {
         )?;
         write!(f, "{}", sdk_table(sdk))?;
     }
-    if let Some(bridge) = &o.bridge {
+    for bridge in &o.bridges {
         writeln!(f)?;
         writeln!(
             f,
-            "   MCP bridge: acc_echo as a plain MCP server behind `toolmesh bridge mcp` (over stdio, over Streamable HTTP), beside the SDK executor, each through the MCP door (HTTP/1.1); and that server called directly ({} arguments)",
-            fmt_bytes(bridge.argument_bytes as f64)
+            "   {}{}",
+            bridge_heading(bridge),
+            o.mcp.as_ref().map_or(String::new(), |mcp| format!(
+                "; the MCP door adds +{} over gRPC Invoke in this run",
+                fmt_us(door_adds_us(mcp))
+            ))
         )?;
         write!(f, "{}", bridge_table(bridge))?;
     }
@@ -568,47 +583,56 @@ fn write_overhead(f: &mut fmt::Formatter<'_>, o: &Overhead) -> fmt::Result {
     writeln!(f)
 }
 
-/// The bridge row: the SDK executor, each bridge with its ratio to it,
-/// and the server called directly.
+/// What a bridge row measures, in a sentence.
+fn bridge_heading(bridge: &BridgeRow) -> String {
+    let (what, door) = match bridge.upstream {
+        Upstream::Mcp => (
+            "acc_echo as a plain MCP server behind `toolmesh bridge mcp` (over stdio, over Streamable HTTP)",
+            "the MCP door (HTTP/1.1)",
+        ),
+        Upstream::Grpc => (
+            "a unary Echo method of a gRPC service with server reflection behind `toolmesh bridge grpc`",
+            "gRPC Invoke",
+        ),
+        Upstream::Openapi => (
+            "POST /echo of an HTTP API serving /openapi.json behind `toolmesh bridge openapi`",
+            "gRPC Invoke",
+        ),
+    };
+    format!(
+        "{} bridge: {what}, beside the SDK executor's acc_echo, each through {door}; and that server called directly ({} arguments)",
+        bridge.upstream.label(),
+        fmt_bytes(bridge.argument_bytes as f64)
+    )
+}
+
+/// A bridge row: the SDK executor, each bridge with its ratio to it, and
+/// the server called directly.
 pub(crate) fn bridge_table(bridge: &BridgeRow) -> String {
-    let mut table = Table::new(vec![
-        "",
-        "SDK executor",
-        "bridge stdio",
-        "x SDK",
-        "bridge HTTP",
-        "x SDK",
-        "server direct",
-    ]);
+    let mut header = vec!["".to_owned(), "SDK executor".to_owned()];
+    for bridged in &bridge.latency.bridged {
+        header.push(format!("bridge {}", bridged.over));
+        header.push("x SDK".to_owned());
+    }
+    header.push("server direct".to_owned());
+    let mut table = Table::new(header.iter().map(String::as_str).collect());
     let row = |name: String, v: ByUpstream<f64>, format: fn(f64) -> String| {
-        vec![
-            name,
-            format(v.native),
-            format(v.bridged_stdio),
-            fmt_ratio(v.bridged_stdio / v.native),
-            format(v.bridged_http),
-            fmt_ratio(v.bridged_http / v.native),
-            format(v.direct),
-        ]
+        let mut cells = vec![name, format(v.native)];
+        for bridged in &v.bridged {
+            cells.push(format(bridged.figure));
+            cells.push(fmt_ratio(bridged.figure / v.native));
+        }
+        cells.push(format(v.direct));
+        cells
     };
     let lat = &bridge.latency;
-    let pick = |f: fn(&crate::stats::Latency) -> f64| ByUpstream {
-        native: f(&lat.native),
-        bridged_stdio: f(&lat.bridged_stdio),
-        bridged_http: f(&lat.bridged_http),
-        direct: f(&lat.direct),
-    };
+    let pick = |f: fn(&Latency) -> f64| lat.map(f);
     table.push(row("p50 @1".into(), pick(|l| l.p50_us), fmt_us));
     table.push(row("p99 @1".into(), pick(|l| l.p99_us), fmt_us));
     let t = &bridge.throughput;
     table.push(row(
         format!("calls/s @{}", t.native.in_flight),
-        ByUpstream {
-            native: t.native.calls_per_sec,
-            bridged_stdio: t.bridged_stdio.calls_per_sec,
-            bridged_http: t.bridged_http.calls_per_sec,
-            direct: t.direct.calls_per_sec,
-        },
+        t.map(|t| t.calls_per_sec),
         fmt_rate,
     ));
     table.render("   ")

@@ -2,7 +2,7 @@
 //! this build profile: every phase runs, the report prints and serialises,
 //! and no process the bench started is left running.
 
-use toolmesh_bench::{BenchOptions, NginxStatus, Verdict};
+use toolmesh_bench::{BenchOptions, NginxStatus, Upstream, Verdict};
 use toolmesh_testkit::{fixture_bin, toolmesh_bin};
 
 /// Processes (not zombies) whose parent is this test process.
@@ -111,19 +111,41 @@ async fn quick_run_end_to_end() {
     assert_eq!(mtls.throughput[0].toolmesh.errors, 0);
     let sdk = report.overhead.sdk.as_ref().expect("the SDK row");
     assert!(sdk.latency.iter().all(|l| l.calls > 0 && l.errors == 0));
-    // Every path of the bridge row answered every call.
-    let bridge = report.overhead.bridge.as_ref().expect("the bridge row");
-    let lat = &bridge.latency;
-    for (path, l) in [
-        ("native", &lat.native),
-        ("stdio", &lat.bridged_stdio),
-        ("http", &lat.bridged_http),
-        ("direct", &lat.direct),
-    ] {
-        assert!(l.calls > 0 && l.errors == 0, "{path}: {l:?}");
+    // Every path of every bridge row answered every call: the MCP row
+    // over stdio and Streamable HTTP, the gRPC and OpenAPI rows over theirs.
+    let rows: Vec<_> = report.overhead.bridges.iter().map(|b| b.upstream).collect();
+    assert_eq!(rows, [Upstream::Mcp, Upstream::Grpc, Upstream::Openapi]);
+    for bridge in &report.overhead.bridges {
+        let over: Vec<&str> = bridge.latency.bridged.iter().map(|b| b.over).collect();
+        let expected: &[&str] = match bridge.upstream {
+            Upstream::Mcp => &["stdio", "Streamable HTTP"],
+            Upstream::Grpc => &["gRPC"],
+            Upstream::Openapi => &["HTTP"],
+        };
+        assert_eq!(over, expected, "{:?}", bridge.upstream);
+        let lat = &bridge.latency;
+        let paths = std::iter::once(("native", &lat.native))
+            .chain(lat.bridged.iter().map(|b| (b.over, &b.figure)))
+            .chain(std::iter::once(("direct", &lat.direct)));
+        for (path, l) in paths {
+            assert!(
+                l.calls > 0 && l.errors == 0,
+                "{:?} {path}: {l:?}",
+                bridge.upstream
+            );
+        }
+        let t = &bridge.throughput;
+        assert!(t.bridged.iter().all(|b| b.figure.calls_per_sec > 0.0));
+        assert!(t.bridged.iter().all(|b| b.figure.errors == 0));
+        // The target is judged for each bridged path.
+        for b in &lat.bridged {
+            let name = format!("{} bridge ({})", bridge.upstream.label(), b.over);
+            assert!(
+                report.targets.iter().any(|t| t.name.starts_with(&name)),
+                "no target for {name}"
+            );
+        }
     }
-    assert!(bridge.throughput.bridged_stdio.calls_per_sec > 0.0);
-    assert_eq!(bridge.throughput.bridged_http.errors, 0);
     assert_eq!(report.stores.embedded.len(), 2);
     // etcd is part of the comparison too: scripts/prepare/etcd.sh installs it.
     assert_eq!(

@@ -40,6 +40,12 @@ pub(crate) struct MisplacedFlag {
 /// How an `up --bridge` value is written.
 const BRIDGE_SHAPE: &str = "write it as NAME=-- COMMAND ARGS…, e.g. 'everything=-- npx -y @modelcontextprotocol/server-everything'";
 
+/// How an `up --bridge-grpc` value is written.
+const BRIDGE_GRPC_SHAPE: &str = "write it as NAME=HOST:PORT, e.g. orders=127.0.0.1:50051";
+
+/// How an `up --bridge-openapi` value is written.
+const BRIDGE_OPENAPI_SHAPE: &str = "write it as NAME=SPEC[,BASE_URL], e.g. pets=http://127.0.0.1:8000/openapi.json or pets=api.yaml,https://api.example.com/v2";
+
 /// A flag whose value cannot be used: the flag named, with the fix
 /// (exit 64, as every bad usage).
 #[derive(Debug, thiserror::Error)]
@@ -53,6 +59,12 @@ pub(crate) enum FlagError {
         shape = BRIDGE_SHAPE
     )]
     BridgeCommand(String),
+    /// `up --bridge-grpc` not written as `NAME=HOST:PORT`.
+    #[error("--bridge-grpc {0:?}: {shape}", shape = BRIDGE_GRPC_SHAPE)]
+    BridgeGrpcShape(String),
+    /// `up --bridge-openapi` not written as `NAME=SPEC[,BASE_URL]`.
+    #[error("--bridge-openapi {0:?}: {shape}", shape = BRIDGE_OPENAPI_SHAPE)]
+    BridgeOpenapiShape(String),
     /// `bridge mcp --bearer-env VAR` with VAR unset or empty.
     #[error(
         "--bearer-env {0}: the variable is not set; export it with the token the MCP server expects"
@@ -303,6 +315,10 @@ pub(crate) enum Command {
     #[cfg(feature = "bench")]
     #[command(hide = true)]
     McpEcho(McpEchoArgs),
+    /// The bench's gRPC and HTTP echo upstreams (`grpc-echo`, `http-echo`).
+    #[cfg(feature = "bench")]
+    #[command(flatten)]
+    EchoUpstream(toolmesh_fixtures::EchoUpstream),
 }
 
 /// `toolmesh mcp`.
@@ -697,16 +713,115 @@ pub(crate) struct UpArgs {
     /// @modelcontextprotocol/server-everything'.
     #[arg(long, value_name = "NAME=-- COMMAND ARGS")]
     pub(crate) bridge: Vec<String>,
+    /// Also bring in a gRPC service with server reflection at HOST:PORT as
+    /// the executor NAME (repeatable), as `toolmesh bridge grpc --name NAME
+    /// --target HOST:PORT` would: e.g. orders=127.0.0.1:50051.
+    #[arg(long, value_name = "NAME=HOST:PORT")]
+    pub(crate) bridge_grpc: Vec<String>,
+    /// Also bring in an HTTP API by its OpenAPI document (a URL or a file)
+    /// as the executor NAME (repeatable), as `toolmesh bridge openapi
+    /// --name NAME --spec SPEC [--base-url BASE_URL]` would: e.g.
+    /// pets=http://127.0.0.1:8000/openapi.json.
+    #[arg(long, value_name = "NAME=SPEC[,BASE_URL]")]
+    pub(crate) bridge_openapi: Vec<String>,
 }
 
-/// One `up --bridge`: the executor's name and the command of its server.
+/// One bridge `up` runs: the executor's name and what it bridges.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) struct UpBridge {
     pub(crate) name: String,
-    pub(crate) command: Vec<String>,
+    pub(crate) upstream: UpUpstream,
+}
+
+/// What an `up` bridge brings in.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum UpUpstream {
+    /// `--bridge`: an MCP server started by this command.
+    Mcp(Vec<String>),
+    /// `--bridge-grpc`: a gRPC service at this HOST:PORT.
+    Grpc(String),
+    /// `--bridge-openapi`: an HTTP API by its document, and where its
+    /// paths are appended when not where the document says.
+    Openapi {
+        spec: String,
+        base_url: Option<String>,
+    },
+}
+
+impl UpUpstream {
+    /// The `toolmesh bridge` subcommand that serves it.
+    pub(crate) fn kind(&self) -> &'static str {
+        match self {
+            UpUpstream::Mcp(_) => "mcp",
+            UpUpstream::Grpc(_) => "grpc",
+            UpUpstream::Openapi { .. } => "openapi",
+        }
+    }
+
+    /// The `up` flag that asks for it.
+    pub(crate) fn flag(&self) -> &'static str {
+        match self {
+            UpUpstream::Mcp(_) => "--bridge",
+            UpUpstream::Grpc(_) => "--bridge-grpc",
+            UpUpstream::Openapi { .. } => "--bridge-openapi",
+        }
+    }
 }
 
 impl UpBridge {
+    /// Every bridge `args` asks for: `--bridge`, then `--bridge-grpc`,
+    /// then `--bridge-openapi`, each in the order given.
+    pub(crate) fn all(args: &UpArgs) -> Result<Vec<UpBridge>, FlagError> {
+        let mcp = args.bridge.iter().map(|text| UpBridge::parse(text));
+        let grpc = args.bridge_grpc.iter().map(|text| UpBridge::grpc(text));
+        let openapi = args
+            .bridge_openapi
+            .iter()
+            .map(|text| UpBridge::openapi(text));
+        mcp.chain(grpc).chain(openapi).collect()
+    }
+
+    /// `NAME=VALUE` with both non-empty (trimmed), or `None`.
+    fn named(text: &str) -> Option<(String, &str)> {
+        let (name, value) = text.split_once('=')?;
+        let (name, value) = (name.trim(), value.trim());
+        (!name.is_empty() && !value.is_empty()).then(|| (name.to_owned(), value))
+    }
+
+    /// Reads `--bridge-grpc NAME=HOST:PORT`.
+    pub(crate) fn grpc(text: &str) -> Result<UpBridge, FlagError> {
+        let shape = || FlagError::BridgeGrpcShape(text.to_owned());
+        let (name, target) = UpBridge::named(text).ok_or_else(shape)?;
+        let port = target.rsplit_once(':').map(|(_, port)| port.parse::<u16>());
+        if target.contains(char::is_whitespace) || !matches!(port, Some(Ok(_))) {
+            return Err(shape());
+        }
+        Ok(UpBridge {
+            name,
+            upstream: UpUpstream::Grpc(target.to_owned()),
+        })
+    }
+
+    /// Reads `--bridge-openapi NAME=SPEC[,BASE_URL]`.
+    pub(crate) fn openapi(text: &str) -> Result<UpBridge, FlagError> {
+        let shape = || FlagError::BridgeOpenapiShape(text.to_owned());
+        let (name, value) = UpBridge::named(text).ok_or_else(shape)?;
+        let (spec, base_url) = match value.split_once(',') {
+            Some((spec, base)) => (spec.trim(), Some(base.trim())),
+            None => (value, None),
+        };
+        if spec.is_empty() || base_url.is_some_and(|base| !base.contains("://")) {
+            return Err(shape());
+        }
+        Ok(UpBridge {
+            name,
+            upstream: UpUpstream::Openapi {
+                spec: spec.to_owned(),
+                base_url: base_url.map(str::to_owned),
+            },
+        })
+    }
+
     /// Reads `NAME=-- COMMAND ARGS…`, the command split as a POSIX shell
     /// would (quotes and backslashes).
     pub(crate) fn parse(text: &str) -> Result<UpBridge, FlagError> {
@@ -723,7 +838,7 @@ impl UpBridge {
             .ok_or_else(|| FlagError::BridgeCommand(text.to_owned()))?;
         Ok(UpBridge {
             name: name.to_owned(),
-            command,
+            upstream: UpUpstream::Mcp(command),
         })
     }
 }
@@ -1238,13 +1353,89 @@ mod tests {
         let bridge = UpBridge::parse("fs=-- npx -y server-filesystem '/srv/my docs'").unwrap();
         assert_eq!(bridge.name, "fs");
         assert_eq!(
-            bridge.command,
-            ["npx", "-y", "server-filesystem", "/srv/my docs"]
+            bridge.upstream,
+            UpUpstream::Mcp(
+                ["npx", "-y", "server-filesystem", "/srv/my docs"]
+                    .map(str::to_owned)
+                    .to_vec()
+            )
         );
         for bad in ["fs", "=-- cmd", "fs=cmd", "fs=--", "fs=-- 'open"] {
             let error = UpBridge::parse(bad).unwrap_err().to_string();
             assert!(error.contains("NAME=-- COMMAND"), "{bad}: {error}");
         }
+    }
+
+    /// `up --bridge-grpc NAME=HOST:PORT` and `--bridge-openapi
+    /// NAME=SPEC[,BASE_URL]` read a name and the bridge's target; anything
+    /// else is refused with the shape to use.
+    #[test]
+    fn up_grpc_and_openapi_bridges_parse() {
+        let grpc = UpBridge::grpc("orders=orders.svc:50051").unwrap();
+        assert_eq!(grpc.name, "orders");
+        assert_eq!(grpc.upstream, UpUpstream::Grpc("orders.svc:50051".into()));
+        for bad in [
+            "orders",
+            "=h:1",
+            "orders=",
+            "orders=host",
+            "orders=host:port",
+        ] {
+            let error = UpBridge::grpc(bad).unwrap_err().to_string();
+            assert!(error.contains("NAME=HOST:PORT"), "{bad}: {error}");
+        }
+        let pets = UpBridge::openapi("pets=http://127.0.0.1:8000/openapi.json").unwrap();
+        assert_eq!(pets.name, "pets");
+        assert_eq!(
+            pets.upstream,
+            UpUpstream::Openapi {
+                spec: "http://127.0.0.1:8000/openapi.json".into(),
+                base_url: None
+            }
+        );
+        let file = UpBridge::openapi("pets=api.yaml, https://api.example.com/v2").unwrap();
+        assert_eq!(
+            file.upstream,
+            UpUpstream::Openapi {
+                spec: "api.yaml".into(),
+                base_url: Some("https://api.example.com/v2".into())
+            }
+        );
+        for bad in [
+            "pets",
+            "=api.yaml",
+            "pets=",
+            "pets=,http://x",
+            "pets=api.yaml,x",
+        ] {
+            let error = UpBridge::openapi(bad).unwrap_err().to_string();
+            assert!(error.contains("NAME=SPEC[,BASE_URL]"), "{bad}: {error}");
+        }
+        let line = [
+            "up",
+            "--bridge-grpc",
+            "a=h:1",
+            "--bridge",
+            "b=-- cmd",
+            "--bridge-openapi",
+            "c=api.yaml",
+        ];
+        let Command::Up(up) = parse(&line).unwrap().command else {
+            panic!("not up")
+        };
+        let kinds: Vec<_> = UpBridge::all(&up)
+            .unwrap()
+            .iter()
+            .map(|b| (b.name.clone(), b.upstream.kind()))
+            .collect();
+        assert_eq!(
+            kinds,
+            [
+                ("b".into(), "mcp"),
+                ("a".into(), "grpc"),
+                ("c".into(), "openapi")
+            ]
+        );
     }
 
     /// The client flags mean the same before and after the subcommand.

@@ -211,6 +211,8 @@ async fn run(
         Command::McpEcho(args) => toolmesh_fixtures::mcp_echo::run(args.http.as_deref())
             .await
             .map_err(Failure::Failed),
+        #[cfg(feature = "bench")]
+        Command::EchoUpstream(upstream) => upstream.run().await.map_err(Failure::Failed),
     }
 }
 

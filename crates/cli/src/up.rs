@@ -1,6 +1,6 @@
-//! `toolmesh up`: registry and dispatcher in this process, each example executor and each `--bridge` to an MCP server as its own OS process, until ctrl-c.
+//! `toolmesh up`: registry and dispatcher in this process, each example executor and each bridge (`--bridge` to an MCP server, `--bridge-grpc` to a gRPC service, `--bridge-openapi` to an HTTP API) as its own OS process, until ctrl-c.
 
-use crate::args::{DEFAULT_SERVER, UpArgs, UpBridge};
+use crate::args::{DEFAULT_SERVER, UpArgs, UpBridge, UpUpstream};
 use crate::{Failure, node_failure};
 use anyhow::Context;
 use std::net::{IpAddr, SocketAddr};
@@ -76,20 +76,17 @@ pub(crate) async fn run(
 /// run: none at all, a name taken twice, an unknown example.
 fn executors_asked(args: &UpArgs) -> Result<Vec<Kind>, Failure> {
     let names = args.example_names();
-    let bridges = args
-        .bridge
-        .iter()
-        .map(|text| UpBridge::parse(text))
-        .collect::<Result<Vec<_>, _>>()?;
+    let bridges = UpBridge::all(args)?;
     if names.is_empty() && bridges.is_empty() {
         return Err(Failure::Usage(
-            "--no-default-examples starts no example: name some with --examples, or bring an MCP server with --bridge".to_owned(),
+            "--no-default-examples starts no example: name some with --examples, or bring a server with --bridge, --bridge-grpc or --bridge-openapi".to_owned(),
         ));
     }
     for (i, bridge) in bridges.iter().enumerate() {
         if names.contains(&bridge.name) || bridges[..i].iter().any(|b| b.name == bridge.name) {
             return Err(Failure::Usage(format!(
-                "--bridge {}: the name is taken; give each bridge and example its own",
+                "{} {}: the name is taken; give each bridge and example its own",
+                bridge.upstream.flag(),
                 bridge.name
             )));
         }
@@ -238,10 +235,10 @@ fn print_executors(children: &[Child], launch: &Launch, me: &str, tls: &toolmesh
                 println!("  executor {name:<13} pid {}{metrics}", child.proc.pid())
             }
             Kind::Bridge(bridge) => println!(
-                "  bridge {:<15} pid {}{metrics}  (MCP server: {})",
+                "  bridge {:<15} pid {}{metrics}  ({})",
                 bridge.name,
                 child.proc.pid(),
-                bridge.command.join(" ")
+                bridged(&bridge.upstream)
             ),
         }
     }
@@ -253,6 +250,18 @@ fn print_executors(children: &[Child], launch: &Launch, me: &str, tls: &toolmesh
     println!(
         "  an MCP server          TOOLMESH_TOKEN={token} {me}{flags} bridge mcp --registry {addr} -- COMMAND ARGS"
     );
+}
+
+/// What a bridge brings in, as the banner says it.
+fn bridged(upstream: &UpUpstream) -> String {
+    match upstream {
+        UpUpstream::Mcp(command) => format!("MCP server: {}", command.join(" ")),
+        UpUpstream::Grpc(target) => format!("gRPC service: {target}"),
+        UpUpstream::Openapi { spec, base_url } => match base_url {
+            Some(base) => format!("OpenAPI: {spec} at {base}"),
+            None => format!("OpenAPI: {spec}"),
+        },
+    }
 }
 
 /// The commands to try against `addr`, and grpcurl's.
@@ -314,7 +323,7 @@ async fn stop_children(children: Vec<Child>, grace: Duration) {
 /// The exit code of a process that refused its settings (EX_USAGE).
 const USAGE_EXIT: i32 = 64;
 
-/// An executor `up` runs: an example, or a bridge to an MCP server.
+/// An executor `up` runs: an example, or a bridge.
 enum Kind {
     Example(String),
     Bridge(UpBridge),
@@ -487,8 +496,8 @@ struct Launch {
 }
 
 impl Launch {
-    /// Starts `toolmesh example NAME` or `toolmesh bridge mcp --name NAME
-    /// … -- COMMAND`, its admin listener on `admin` if given, its output on
+    /// Starts `toolmesh example NAME` or `toolmesh bridge KIND --name NAME
+    /// …` (with `-- COMMAND`, `--target` or `--spec`), its admin listener on `admin` if given, its output on
     /// this terminal; it gets SIGTERM should `up` die, even by SIGKILL.
     fn spawn(
         &self,
@@ -509,7 +518,9 @@ impl Launch {
         }
         match kind {
             Kind::Example(name) => command.args(["example", name]),
-            Kind::Bridge(bridge) => command.args(["bridge", "mcp", "--name", &bridge.name]),
+            Kind::Bridge(bridge) => {
+                command.args(["bridge", bridge.upstream.kind(), "--name", &bridge.name])
+            }
         };
         command
             .args(["--registry", &self.registry])
@@ -529,7 +540,14 @@ impl Launch {
             command.args(["--otlp-endpoint", endpoint]);
         }
         if let Kind::Bridge(bridge) = kind {
-            command.arg("--").args(&bridge.command);
+            match &bridge.upstream {
+                UpUpstream::Mcp(server) => command.arg("--").args(server),
+                UpUpstream::Grpc(target) => command.args(["--target", target]),
+                UpUpstream::Openapi { spec, base_url } => {
+                    command.args(["--spec", spec]);
+                    command.args(base_url.iter().flat_map(|base| ["--base-url", base]))
+                }
+            };
         }
         Spawn::new(kind.label(), command)
             .parent_death(Some(ParentDeath {

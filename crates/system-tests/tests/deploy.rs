@@ -92,7 +92,8 @@ impl Help {
     fn of(&mut self, subcommand: &str) -> &str {
         self.0.entry(subcommand.to_owned()).or_insert_with(|| {
             let out = Command::new(toolmesh_bin())
-                .args([subcommand, "--help"])
+                .args(subcommand.split_whitespace())
+                .arg("--help")
                 .output()
                 .expect("run toolmesh --help");
             assert!(out.status.success(), "toolmesh {subcommand} --help failed");
@@ -106,7 +107,7 @@ fn liveness_service(subcommand: &str) -> &'static str {
     match subcommand {
         "registry" => REGISTRY_HEALTH_SERVICE,
         "dispatcher" => DISPATCHER_LIVENESS_SERVICE,
-        "example" => EXECUTOR_HEALTH_SERVICE,
+        "example" | "bridge grpc" | "bridge openapi" | "bridge mcp" => EXECUTOR_HEALTH_SERVICE,
         other => panic!("the manifests run `toolmesh {other}`, which no check here knows"),
     }
 }
@@ -127,9 +128,18 @@ fn check_containers(objects: &[Value], help: &mut Help) {
         let what = name(deployment);
         for container in containers(deployment).iter().filter(|c| runs_toolmesh(c)) {
             let args = strings(&container["args"]);
-            let subcommand = args.first().copied().unwrap_or_default();
+            // `bridge KIND` is a subcommand of two words.
+            let words = if args.first() == Some(&"bridge") {
+                2
+            } else {
+                1
+            };
+            let subcommand = args.get(..words).unwrap_or_default().join(" ");
+            let subcommand = subcommand.as_str();
             let text = help.of(subcommand).to_owned();
-            for arg in args.iter().filter(|a| a.starts_with("--")) {
+            // Flags end where `bridge mcp`'s `-- COMMAND ARGS…` begins.
+            let flags = args.iter().take_while(|a| **a != "--");
+            for arg in flags.filter(|a| a.starts_with("--")) {
                 let flag = arg.split('=').next().unwrap_or(arg);
                 assert!(
                     text.contains(&format!("{flag} ")) || text.contains(&format!("{flag}\n")),
@@ -196,7 +206,7 @@ fn check_containers(objects: &[Value], help: &mut Help) {
                 requests["cpu"].is_string() && requests["memory"].is_string(),
                 "{what}: resource requests"
             );
-            if subcommand == "example" {
+            if liveness_service(subcommand) == EXECUTOR_HEALTH_SERVICE {
                 let advertise = flag(&args, "--advertise").expect("executors advertise");
                 assert_eq!(
                     advertise,
@@ -528,6 +538,64 @@ async fn helm_chart_matches_the_binaries_and_the_base() {
 
 /// The policy's placeholder hashes of the kustomize base (…01 dispatcher,
 /// …02 executor, …03 agent), as `auth.tokenSha256.*` values.
+/// values-bridges.yaml renders one executor Deployment per bridge kind
+/// beside the example, each running `toolmesh bridge KIND` with its flags
+/// from the values (checked against the binary as every container is),
+/// its own credentials from its `env`, spread and budgeted as executors.
+#[test]
+fn helm_bridges_run_as_executors() {
+    let objects = helm_with(Some("values-bridges.yaml"), &[]);
+    check_containers(&objects, &mut Help::default());
+    check_wiring(&objects);
+    let mut kinds = Vec::new();
+    for deployment in workloads(&objects) {
+        let Some(container) = containers(deployment).first().cloned() else {
+            continue;
+        };
+        let args = strings(&container["args"]);
+        if args.first() != Some(&"bridge") {
+            continue;
+        }
+        let what = name(deployment);
+        kinds.push(args[1].to_owned());
+        assert_eq!(
+            deployment["spec"]["template"]["metadata"]["labels"]["app.kubernetes.io/component"],
+            "executor",
+            "{what}"
+        );
+        check_spread_and_budget(&objects, deployment);
+        let upstream = match args[1] {
+            "grpc" => "--target=orders.shop.svc:50051",
+            "openapi" => "--spec=http://pets.shop.svc:8000/openapi.json",
+            "mcp" => "--url=http://search-mcp.shop.svc:8000/mcp",
+            other => panic!("{what}: bridge {other}"),
+        };
+        assert!(args.contains(&upstream), "{what}: {args:?}");
+        if args[1] == "openapi" {
+            let token = secret_ref(&container, "PETS_TOKEN");
+            assert_eq!(token["name"], "pets-api", "{what}");
+        }
+    }
+    kinds.sort();
+    assert_eq!(kinds, ["grpc", "mcp", "openapi"]);
+    let refused = {
+        let out = helm_template_command(&[
+            &format!(
+                "auth.tokenSha256.dispatcher={}",
+                sha256_hex(DISPATCHER_TOKEN)
+            ),
+            &format!("auth.tokenSha256.executor={}", sha256_hex(EXECUTOR_TOKEN)),
+            "executors[0].name=x",
+            "executors[0].bridge.kind=soap",
+        ])
+        .output()
+        .expect("run helm");
+        assert!(!out.status.success(), "bridge kind soap rendered");
+        String::from_utf8_lossy(&out.stderr).into_owned()
+    };
+    assert!(refused.contains("grpc, openapi or mcp"), "{refused}");
+}
+
 fn placeholder_hashes() -> Vec<String> {
     [("dispatcher", 1), ("executor", 2), ("agent", 3)]
         .iter()
