@@ -486,7 +486,7 @@ async fn cold_join(
         &toolmesh_transport::Tls::none(),
         None,
     )?;
-    let held = until_each(&[joined.clone()], t0, COLD_LIMIT, move |s| {
+    let held = until_each(std::slice::from_ref(&joined), t0, COLD_LIMIT, move |s| {
         s.name_count() >= names
     })
     .await;
