@@ -1,6 +1,6 @@
 //! The toolmesh benchmark (`toolmesh bench`): what the gateway costs per
 //! call compared with calling the executor directly and with nginx
-//! `grpc_pass` (and what the MCP door, the executor SDK and an MCP server,
+//! `grpc_pass` (and what the MCP door, the executor SDK, JWT callers and an MCP server,
 //! a gRPC service and an HTTP API behind `toolmesh bridge` cost beside it), how the registry behaves
 //! at 10,000 tools, how fresh the
 //! dispatcher's view is when executors die or turn unhealthy, the two
@@ -36,6 +36,7 @@ mod cache;
 mod cpu;
 mod error;
 mod freshness;
+mod jwt;
 mod load;
 mod loopback;
 mod machine;
@@ -57,6 +58,7 @@ pub use bridge::{BridgeRow, Bridged, ByUpstream, Door, Upstream};
 pub use cache::{AtHitRatio, ByPath, CacheSeries, ResultCache};
 pub use error::{BenchError, CallFailed};
 pub use freshness::{Freshness, Series};
+pub use jwt::{ByCredential, JwtRow};
 pub use load::Throughput;
 pub use machine::{Build, Machine};
 pub use org::{

@@ -62,8 +62,9 @@ pub(crate) enum Client {
     /// front of it), with the executor's execute token, as a dispatcher
     /// sends it.
     Executor(ExecutorClient<Channel>, Arc<str>),
-    /// `toolmesh.v1.Dispatcher/Invoke`.
-    Dispatcher(DispatcherClient<Channel>),
+    /// `toolmesh.v1.Dispatcher/Invoke`, with the caller's bearer token
+    /// (none when empty: the anonymous caller).
+    Dispatcher(DispatcherClient<Channel>, Arc<str>),
     /// MCP `tools/call` (JSON-RPC over HTTP) at `/mcp`.
     Mcp(Box<McpClient>),
     /// A plain HTTP API's `POST` (the OpenAPI bridge's upstream).
@@ -188,11 +189,18 @@ impl Client {
     }
 
     /// An Invoke client over one lazily connecting channel to `addr`
-    /// speaking `tls`.
+    /// speaking `tls`, calling as the anonymous caller.
     pub(crate) fn dispatcher(addr: &str, tls: &Tls) -> Result<Client, BenchError> {
-        Ok(Client::Dispatcher(DispatcherClient::new(
-            toolmesh_transport::channel(addr, tls)?,
-        )))
+        Client::dispatcher_as(addr, tls, "")
+    }
+
+    /// An Invoke client like [`dispatcher`](Self::dispatcher) sending
+    /// `token` (a static token or a JWT) as its bearer.
+    pub(crate) fn dispatcher_as(addr: &str, tls: &Tls, token: &str) -> Result<Client, BenchError> {
+        Ok(Client::Dispatcher(
+            DispatcherClient::new(toolmesh_transport::channel(addr, tls)?),
+            token.into(),
+        ))
     }
 
     /// An MCP client of `url` (`http://HOST:PORT/mcp`), over HTTP/2 (h2c
@@ -238,7 +246,7 @@ impl Client {
                 }
                 client.execute(request).await.map(|r| r.into_inner().result)
             }
-            Client::Dispatcher(client) => {
+            Client::Dispatcher(client, token) => {
                 let mut request = tonic::Request::new(InvokeRequest {
                     tool: work.tool.to_string(),
                     arguments: work.arguments.to_string(),
@@ -246,6 +254,9 @@ impl Client {
                     ..InvokeRequest::default()
                 });
                 request.set_timeout(CALL_DEADLINE);
+                if !token.is_empty() {
+                    toolmesh_transport::set_bearer(request.metadata_mut(), token);
+                }
                 client.invoke(request).await.map(|r| r.into_inner().result)
             }
             Client::Mcp(client) => return client.call(work).await,

@@ -1,7 +1,8 @@
 //! Per-call overhead: the same `acc_echo` call straight to the executor,
 //! through nginx `grpc_pass`, and through the toolmesh dispatcher; then the
-//! MCP door, the executor SDK and the bridge rows (MCP, gRPC, OpenAPI), and the three
-//! targets again with mutual TLS on every hop.
+//! MCP door, the executor SDK and the bridge rows (MCP, gRPC, OpenAPI), the three
+//! targets again with mutual TLS on every hop, and callers by static token
+//! and by JWT ([`crate::jwt`]).
 
 use crate::Binaries;
 use crate::Plan;
@@ -9,6 +10,7 @@ use crate::allocations::{self, PerCall};
 use crate::bridge::BridgeRow;
 use crate::cpu::{self, Meter};
 use crate::error::BenchError;
+use crate::jwt::JwtRow;
 use crate::load::{self, Client, Throughput, Workload};
 use crate::mesh;
 use crate::nginx;
@@ -216,6 +218,9 @@ pub struct Overhead {
     pub bridges: Vec<BridgeRow>,
     /// Every target again with mutual TLS on both hops (small arguments).
     pub mtls: Option<MtlsRow>,
+    /// The call through `toolmesh serve` by a static-token caller beside
+    /// RS256 and ES256 JWT callers (small arguments).
+    pub jwt: Option<JwtRow>,
 }
 
 /// The executor SDK (the `acceptance` fixture, a process of its own)
@@ -241,6 +246,13 @@ struct Costs {
     toolmesh: i32,
 }
 
+impl Costs {
+    /// The meter of a call through `toolmesh serve`: serve, then the executor.
+    fn toolmesh(&self) -> Meter {
+        Meter::new(vec![vec![self.toolmesh], vec![self.executor]])
+    }
+}
+
 /// The clients, one per target.
 struct Clients {
     direct: Client,
@@ -248,10 +260,26 @@ struct Clients {
     toolmesh: Client,
 }
 
+/// What a [`Stand`] runs besides `toolmesh serve` and the acceptance example.
+#[derive(Clone, Copy, Default)]
+pub(crate) struct Setup<'a> {
+    /// An MCP door on `toolmesh serve`.
+    pub(crate) mcp: bool,
+    /// Mutual TLS on every hop with these files (else plaintext).
+    pub(crate) pki: Option<&'a Pki>,
+    /// `toolmesh serve`'s policy file; it must name
+    /// [`mesh::DISPATCHER_TOKEN`] as a `dispatcher` caller and let the
+    /// example register. Else the development policy, with that token.
+    pub(crate) policy: Option<&'a Path>,
+    /// nginx in front of the example, when installed (a stand without it
+    /// reports nginx as not installed).
+    pub(crate) nginx: bool,
+}
+
 /// What one set of targets runs on: `toolmesh serve`, the acceptance
-/// example registered with it and (if installed) nginx in front of the
-/// example, in plaintext or with mutual TLS on every hop; a client per
-/// target.
+/// example registered with it and (if installed and asked for) nginx in
+/// front of the example, in plaintext or with mutual TLS on every hop; a
+/// client per target.
 pub(crate) struct Stand {
     serve: procs::Proc,
     example: procs::Proc,
@@ -269,24 +297,28 @@ pub(crate) struct Stand {
 }
 
 impl Stand {
-    /// Starts the processes (with `pki`'s files on every hop when given;
-    /// an MCP door too when `mcp`), once `toolmesh serve` lists the tool.
-    async fn start(
+    /// Starts the processes as `setup` says, once `toolmesh serve` lists
+    /// the tool.
+    pub(crate) async fn start(
         bins: &Binaries,
         logs: &Path,
-        mcp: bool,
-        pki: Option<&Pki>,
+        setup: Setup<'_>,
     ) -> Result<Stand, BenchError> {
+        let Setup {
+            mcp,
+            pki,
+            policy,
+            nginx: with_nginx,
+        } = setup;
         let tls_flags = pki.map(Pki::flags).unwrap_or_default();
         let tls_flags: Vec<&str> = tls_flags.iter().map(String::as_str).collect();
         let client_tls = pki.map_or_else(|| Ok(Tls::none()), Pki::client)?;
-        let mut serve_args = vec![
-            "serve",
-            "--listen",
-            "127.0.0.1:0",
-            "--dev-dispatcher-token",
-            mesh::DISPATCHER_TOKEN,
-        ];
+        let policy = policy.map(|p| p.display().to_string());
+        let mut serve_args = vec!["serve", "--listen", "127.0.0.1:0"];
+        match &policy {
+            Some(policy) => serve_args.extend(["--policy", policy]),
+            None => serve_args.extend(["--dev-dispatcher-token", mesh::DISPATCHER_TOKEN]),
+        }
         if mcp {
             serve_args.extend(["--mcp-listen", "127.0.0.1:0"]);
         }
@@ -326,7 +358,7 @@ impl Stand {
 
         let prefix = TempDir::new("bench-nginx")
             .map_err(|e| BenchError::io("create a temp dir for nginx", e))?;
-        let (nginx, nginx_status) = match nginx::find() {
+        let (nginx, nginx_status) = match nginx::find().filter(|_| with_nginx) {
             None => (None, NginxStatus::NotInstalled),
             Some(path) => {
                 let tls = pki.map(Pki::nginx);
@@ -378,7 +410,7 @@ impl Stand {
 
     /// Checks that `work` goes through every target; nginx failing it
     /// leaves the run (with the reason) instead of failing it.
-    async fn check_works(&mut self, work: &Workload) -> Result<(), BenchError> {
+    pub(crate) async fn check_works(&mut self, work: &Workload) -> Result<(), BenchError> {
         load::check_works(&self.clients.direct, work, "the executor").await?;
         load::check_works(&self.clients.toolmesh, work, "the toolmesh dispatcher").await?;
         if let Some(client) = &self.clients.nginx
@@ -392,8 +424,14 @@ impl Stand {
         Ok(())
     }
 
+    /// The CPU meter of calls through `toolmesh serve`: serve, then the
+    /// executor.
+    pub(crate) fn toolmesh_meter(&self) -> Meter {
+        self.costs.toolmesh()
+    }
+
     /// Stops every process.
-    async fn stop(mut self) {
+    pub(crate) async fn stop(mut self) {
         if let Some(nginx) = self.nginx.take() {
             nginx.stop().await;
         }
@@ -466,7 +504,12 @@ impl Pki {
 /// nginx in front of the example, measures, and stops them; then the same
 /// with mutual TLS.
 pub(crate) async fn run(plan: &Plan, bins: &Binaries, logs: &Path) -> Result<Overhead, BenchError> {
-    let mut stand = Stand::start(bins, logs, true, None).await?;
+    let setup = Setup {
+        mcp: true,
+        nginx: true,
+        ..Setup::default()
+    };
+    let mut stand = Stand::start(bins, logs, setup).await?;
     let serve_addr = stand.serve_addr.clone();
     let mcp_url = stand.mcp_url.clone().unwrap_or_default();
     let sizes = [
@@ -515,6 +558,7 @@ pub(crate) async fn run(plan: &Plan, bins: &Binaries, logs: &Path) -> Result<Ove
         arguments: load::small_arguments(plan.small_bytes).into(),
     };
     let mtls = measure_mtls(plan, bins, logs, &small).await?;
+    let jwt = crate::jwt::measure(plan, bins, logs, &small).await?;
     Ok(Overhead {
         nginx,
         rounds: plan.rounds.max(1),
@@ -527,6 +571,7 @@ pub(crate) async fn run(plan: &Plan, bins: &Binaries, logs: &Path) -> Result<Ove
         sdk,
         bridges,
         mtls: Some(mtls),
+        jwt: Some(jwt),
     })
 }
 
@@ -556,7 +601,12 @@ async fn measure_mtls(
     work: &Workload,
 ) -> Result<MtlsRow, BenchError> {
     let pki = Pki::new()?;
-    let mut stand = Stand::start(bins, logs, false, Some(&pki)).await?;
+    let setup = Setup {
+        pki: Some(&pki),
+        nginx: true,
+        ..Setup::default()
+    };
+    let mut stand = Stand::start(bins, logs, setup).await?;
     stand.check_works(work).await?;
     let (latency, throughput) = measure_stand(plan, &stand, &[MTLS_IN_FLIGHT], work).await;
     let row = MtlsRow {
@@ -720,12 +770,9 @@ impl Clients {
             .nginx
             .filter(|_| self.nginx.is_some())
             .map(|master| Meter::new(vec![cpu::process_group(master), executor.clone()]));
-        std::iter::once(Meter::new(vec![Vec::new(), executor.clone()]))
+        std::iter::once(Meter::new(vec![Vec::new(), executor]))
             .chain(nginx)
-            .chain(std::iter::once(Meter::new(vec![
-                vec![costs.toolmesh],
-                executor,
-            ])))
+            .chain(std::iter::once(costs.toolmesh()))
             .collect()
     }
 

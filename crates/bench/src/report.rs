@@ -139,6 +139,9 @@ pub(crate) fn targets(overhead: &Overhead, scale: &Scale, freshness: &Freshness)
         out.extend(latency_targets(label, &mtls.latency, &nginx_missing));
         out.extend(throughput_targets(label, &mtls.throughput, &nginx_missing));
     }
+    if let Some(jwt) = &overhead.jwt {
+        out.extend(crate::jwt::targets(jwt));
+    }
     if let Some(sdk) = &overhead.sdk {
         out.extend(sdk_targets(sdk));
     }
@@ -579,6 +582,15 @@ fn write_overhead(f: &mut fmt::Formatter<'_>, o: &Overhead) -> fmt::Result {
             mtls.nginx.describe()
         )?;
         write!(f, "{}", figures_table(&mtls.latency, &mtls.throughput))?;
+    }
+    if let Some(jwt) = &o.jwt {
+        writeln!(f)?;
+        writeln!(
+            f,
+            "   JWT callers: the same call through toolmesh serve ({} arguments) by one caller presenting a static [[callers]] token, an RS256 and an ES256 JWT of an [[issuers]] entry whose JWKS the bench serves on 127.0.0.1 (keys fetched once, cached; CPU: serve + executor, then serve alone)",
+            fmt_bytes(jwt.argument_bytes as f64)
+        )?;
+        write!(f, "{}", crate::jwt::table(jwt))?;
     }
     writeln!(f)
 }

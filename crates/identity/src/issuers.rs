@@ -3,10 +3,12 @@
 mod fetch;
 mod keys;
 mod store;
+mod verified;
 mod verify;
 
 pub use keys::KeySet;
 pub use store::{IssuerKeys, KeyStatus};
+pub use verified::MAX_VERIFIED_TOKENS;
 pub use verify::MAX_TOKEN_BYTES;
 pub use verify::{looks_like_jwt, verify};
 

@@ -12,6 +12,8 @@ mod callers;
 mod error;
 pub mod issuers;
 pub mod registry_access;
+#[cfg(feature = "signing")]
+pub mod signing;
 
 pub use callers::{Callers, Identify, tls_name};
 pub use error::{AuthError, IssuerError};

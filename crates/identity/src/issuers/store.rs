@@ -1,5 +1,6 @@
 //! The cached keys of each issuer: fetched at start and on a schedule, refreshed on an unknown `kid` at a bounded rate, kept while the source fails for a bounded time.
 
+use super::verified::VerifiedTokens;
 use super::{FetchAuth, Issuer, KeySet, KeySource, fetch};
 use crate::IssuerError;
 use arc_swap::{ArcSwap, ArcSwapOption};
@@ -227,11 +228,13 @@ async fn refresh_loop(store: Weak<KeyStore>, wake: Arc<Notify>) {
 }
 
 /// The key stores of the policy's issuers, kept across reloads for every
-/// issuer whose `issuer` and key source did not change.
+/// issuer whose `issuer` and key source did not change; and the tokens
+/// they verified lately, forgotten at every reload.
 pub struct IssuerKeys {
     generation: AtomicU64,
     stores: ArcSwap<HashMap<(String, KeySource, FetchAuth), Arc<KeyStore>>>,
     sync: Mutex<()>,
+    verified: VerifiedTokens,
 }
 
 impl Default for IssuerKeys {
@@ -240,6 +243,7 @@ impl Default for IssuerKeys {
             generation: AtomicU64::new(0),
             stores: ArcSwap::from_pointee(HashMap::new()),
             sync: Mutex::new(()),
+            verified: VerifiedTokens::default(),
         }
     }
 }
@@ -281,7 +285,20 @@ impl IssuerKeys {
             })
             .collect();
         self.stores.store(Arc::new(stores));
+        // A token's caller may differ under the new policy.
+        self.verified.forget_all();
         self.generation.store(generation, Ordering::Release);
+    }
+
+    /// The tokens verified lately.
+    pub(crate) fn verified(&self) -> &VerifiedTokens {
+        &self.verified
+    }
+
+    /// How many verified tokens are remembered (at most
+    /// [`MAX_VERIFIED_TOKENS`](super::MAX_VERIFIED_TOKENS)).
+    pub fn verified_tokens(&self) -> usize {
+        self.verified.len()
     }
 
     /// The store of `issuer`'s keys.

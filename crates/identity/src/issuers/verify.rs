@@ -22,6 +22,12 @@ pub fn looks_like_jwt(token: &str) -> bool {
 /// the key (which must be one of the issuer's allowed algorithms and the
 /// key's own), then signature, `exp`, `nbf` and `aud` are checked. A
 /// subject pinned in `callers` names the caller instead of the claims.
+///
+/// A token verified before is answered from `keys`' memory of verified
+/// tokens (by its SHA-256) until its `exp`, until its issuer's keys are
+/// fetched again, or until `keys` follows another policy generation; a
+/// token that failed is never remembered. `issuers` and `callers` must be
+/// those of the policy `keys` follows ([`IssuerKeys::follow`]).
 pub fn verify(
     token: &str,
     issuers: &[Issuer],
@@ -32,6 +38,9 @@ pub fn verify(
         return Err(AuthError::TokenTooLarge {
             max: MAX_TOKEN_BYTES,
         });
+    }
+    if let Some(known) = keys.verified().lookup(token) {
+        return Ok(known);
     }
     let header = jsonwebtoken::decode_header(token).map_err(|_| AuthError::MalformedToken {
         why: "its header is not a JWT header of an RS256, ES256 or EdDSA token".into(),
@@ -76,17 +85,33 @@ pub fn verify(
     {
         return Err(AuthError::IssuedInTheFuture);
     }
-    // A `[[callers]]` entry pinned to this exact subject names the caller
-    // (the only way a token holder gets the dispatcher role).
+    let who = caller(issuer, callers, &claims)?;
+    if let Some(expires_at) = claims.get("exp").and_then(Value::as_f64) {
+        // Remembered until `exp` itself: a token within its clock skew
+        // past it is verified afresh (and accepted or not as before).
+        keys.verified()
+            .remember(token, &who, expires_at as u64, &store, &loaded);
+    }
+    Ok(who)
+}
+
+/// The caller verified `claims` of `issuer` name: a `[[callers]]` entry
+/// pinned to this exact subject (the only way a token holder gets the
+/// dispatcher role), else the issuer's claim mapping.
+fn caller(
+    issuer: &Issuer,
+    callers: &Callers,
+    claims: &Map<String, Value>,
+) -> Result<Principal, AuthError> {
     if let Some(Value::String(sub)) = claims.get("sub")
         && let Some(pinned) = callers.subject_caller(&issuer.issuer, sub)
     {
         return Ok(Principal {
-            issued_by: Some(issued_by(issuer, sub.clone(), &claims)),
+            issued_by: Some(issued_by(issuer, sub.clone(), claims)),
             ..pinned.clone()
         });
     }
-    principal(issuer, &claims)
+    principal(issuer, claims)
 }
 
 /// Who issued the token, and which of its issuer's required scopes it lacks.
