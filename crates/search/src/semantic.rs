@@ -35,14 +35,9 @@ pub fn cosine(a: &[f32], b: &[f32]) -> f32 {
     // compiler turns into vector instructions (a single float sum is a
     // chain it may not reorder).
     let mut lanes = [0.0_f32; 8];
-    let (a_chunks, b_chunks) = (a.chunks_exact(8), b.chunks_exact(8));
-    let tail: f32 = a_chunks
-        .remainder()
-        .iter()
-        .zip(b_chunks.remainder())
-        .map(|(x, y)| x * y)
-        .sum();
-    for (x, y) in a_chunks.zip(b_chunks) {
+    let (a_chunks, b_chunks) = (a.as_chunks::<8>(), b.as_chunks::<8>());
+    let tail: f32 = a_chunks.1.iter().zip(b_chunks.1).map(|(x, y)| x * y).sum();
+    for (x, y) in a_chunks.0.iter().zip(b_chunks.0) {
         for ((sum, x), y) in lanes.iter_mut().zip(x).zip(y) {
             *sum += x * y;
         }
