@@ -173,7 +173,10 @@ mod tests {
         let b = 1.0 / 62.0 + 1.0 / 62.0;
         assert!((fused[0].1 - b).abs() < 1e-12);
         assert!((fused[1].1 - 1.0 / 61.0).abs() < 1e-12);
-        assert_eq!(fused[1].1, fused[2].1, "a and d tie; the first ranking's wins");
+        assert_eq!(
+            fused[1].1, fused[2].1,
+            "a and d tie; the first ranking's wins"
+        );
     }
 
     /// Brute-force cosine over 10,000 candidates of dimension 384 (a
@@ -199,7 +202,11 @@ mod tests {
         let started = std::time::Instant::now();
         let mut found = Vec::new();
         for _ in 0..rounds {
-            found = nearest(&query, vectors.iter().enumerate().map(|(i, v)| (i, &**v)), 100);
+            found = nearest(
+                &query,
+                vectors.iter().enumerate().map(|(i, v)| (i, &**v)),
+                100,
+            );
         }
         let each = started.elapsed() / rounds;
         assert_eq!(found.len(), 100);
