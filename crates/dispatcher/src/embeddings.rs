@@ -19,6 +19,9 @@ pub const EMBEDDINGS_WAIT: Duration = Duration::from_millis(300);
 pub const EMBEDDINGS_BATCH: usize = 64;
 /// Query embeddings kept (the most recent queries).
 const QUERY_CACHE: usize = 256;
+/// Query embeddings asked of the endpoint at once; past it a search does
+/// not wait for a slow endpoint at all (counted as a timeout).
+const QUERIES_IN_FLIGHT: usize = 64;
 /// Longest one embeddings request may take.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(30);
 /// First and longest pause after the endpoint failed a batch.
@@ -131,6 +134,8 @@ pub(crate) struct Embeddings {
     /// newest snapshot (an older one's definitions rank lexically).
     vectors: RwLock<HashMap<Digest, Arc<[f32]>>>,
     queries: Mutex<QueryCache>,
+    /// Bounds the query embeddings pending on a slow endpoint.
+    queries_in_flight: Arc<tokio::sync::Semaphore>,
     metrics: Arc<Metrics>,
 }
 
@@ -166,6 +171,7 @@ impl Embeddings {
             client,
             vectors: RwLock::default(),
             queries: Mutex::default(),
+            queries_in_flight: Arc::new(tokio::sync::Semaphore::new(QUERIES_IN_FLIGHT)),
             metrics,
         });
         tokio::spawn(embeddings.clone().follow(snapshots, stop));
@@ -196,7 +202,8 @@ impl Embeddings {
         vectors_of(&bytes, inputs.len())
     }
 
-    /// The unit vector of `def`, once it is embedded.
+    /// The definitions' vectors by digest, held for reading (a search's
+    /// scan of its caller's view).
     pub(crate) fn read(&self) -> impl std::ops::Deref<Target = HashMap<u64, Arc<[f32]>>> + '_ {
         self.vectors.read().unwrap_or_else(|e| e.into_inner())
     }
@@ -224,9 +231,13 @@ impl Embeddings {
         if cached.is_some() {
             return cached;
         }
+        let Ok(slot) = self.queries_in_flight.clone().try_acquire_owned() else {
+            return fallback(EmbeddingsFallback::Timeout);
+        };
         let embeddings = self.clone();
         let text = query.to_owned();
         let asked = tokio::spawn(async move {
+            let _slot = slot;
             let mut vectors = embeddings.embed(std::slice::from_ref(&text)).await?;
             let vector: Arc<[f32]> = vectors
                 .pop()
