@@ -63,3 +63,54 @@ impl EmbeddingsFlags {
         })
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use crate::args::{Cli, Command};
+    use clap::{CommandFactory, FromArgMatches};
+
+    fn parsed(line: &[&str]) -> Result<Cli, clap::Error> {
+        let matches = Cli::command()
+            .try_get_matches_from(std::iter::once("toolmesh").chain(line.iter().copied()))?;
+        Cli::from_arg_matches(&matches)
+    }
+
+    /// No URL, no semantic ranking; a URL needs a model; the key comes
+    /// from the variable named, and a variable not set is refused.
+    #[test]
+    fn embeddings_flags() {
+        let setting = |line: &[&str]| match parsed(line).unwrap().command {
+            Command::Serve(args) => args.server.search_embeddings.setting(),
+            Command::Dispatcher(args) => args.server.search_embeddings.setting(),
+            other => panic!("{other:?}"),
+        };
+        assert!(setting(&["serve"]).is_none());
+        let url = ["--search-embeddings-url", "http://127.0.0.1:8080"];
+        assert!(
+            parsed(&[&["serve"][..], &url].concat()).is_err(),
+            "a model is required"
+        );
+        let model = ["--search-embeddings-model", "bge-small"];
+        let line = [
+            &["dispatcher", "--registry", "127.0.0.1:7070"][..],
+            &url,
+            &model,
+        ]
+        .concat();
+        let config = setting(&line).expect("semantic ranking");
+        assert_eq!(
+            (config.url.as_str(), config.model.as_str(), config.api_key),
+            ("http://127.0.0.1:8080", "bge-small", None)
+        );
+        assert_eq!(config.wait, toolmesh_dispatcher::EMBEDDINGS_WAIT);
+        let key = ["--search-embeddings-key-env", "PATH"];
+        let config = setting(&[&["serve"][..], &url, &model, &key].concat()).unwrap();
+        assert_eq!(config.api_key, std::env::var("PATH").ok());
+        let unset = [
+            "--search-embeddings-key-env",
+            "TOOLMESH_TEST_NO_SUCH_VARIABLE",
+        ];
+        let refused = parsed(&[&["serve"][..], &url, &model, &unset].concat()).unwrap_err();
+        assert!(refused.to_string().contains("is not set"), "{refused}");
+    }
+}
