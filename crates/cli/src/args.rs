@@ -525,6 +525,9 @@ pub(crate) struct ServerArgs {
     /// Tool search at the MCP endpoint.
     #[command(flatten)]
     pub(crate) mcp_tool_search: McpToolSearchFlags,
+    /// Semantic ranking of tool search.
+    #[command(flatten)]
+    pub(crate) search_embeddings: crate::embeddings_flags::EmbeddingsFlags,
     /// Serve /metrics on the admin listener without a credential. Its
     /// labels name tools (hidden ones too); without this flag it needs the
     /// token of a policy caller with the role "admin" or "operator".
@@ -633,6 +636,7 @@ impl ServerArgs {
             mcp_allowed_hosts: self.mcp_allowed_hosts.clone(),
             mcp_allowed_origins: self.mcp_allowed_origins.clone(),
             mcp_tool_search: self.mcp_tool_search.setting(),
+            search_embeddings: self.search_embeddings.setting(),
         }
     }
 }

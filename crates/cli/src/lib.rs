@@ -23,6 +23,7 @@ mod bridge;
 mod call_input;
 mod client;
 mod completions;
+mod embeddings_flags;
 mod etcd_flags;
 mod logging;
 mod output;

@@ -35,6 +35,9 @@ pub struct DispatcherConfig {
     /// Who aborts a rollout whose canary fails (the registry); without it
     /// a failing canary is only logged.
     pub rollout_control: Option<std::sync::Arc<dyn crate::RolloutControl>>,
+    /// Semantic ranking of SearchTools: the embeddings endpoint, model and
+    /// key; without it, search ranks lexically only.
+    pub search_embeddings: Option<crate::EmbeddingsConfig>,
 }
 
 impl Default for DispatcherConfig {
@@ -54,6 +57,7 @@ impl Default for DispatcherConfig {
             tls: toolmesh_transport::Tls::none(),
             metrics: toolmesh_telemetry::MetricsRegistry::default(),
             rollout_control: None,
+            search_embeddings: None,
         }
     }
 }

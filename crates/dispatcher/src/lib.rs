@@ -8,6 +8,7 @@
 mod call;
 mod canary;
 mod config;
+mod embeddings;
 mod endpoints;
 mod error;
 mod executor_connection;
@@ -32,6 +33,7 @@ mod window;
 pub use call::session as session_of;
 pub use canary::RolloutControl;
 pub use config::DispatcherConfig;
+pub use embeddings::{EMBEDDINGS_BATCH, EMBEDDINGS_WAIT, EmbeddingsConfig};
 pub use error::{AbortError, CallError};
 pub use follow::{EPOCH_GRACE, follow_registry, follow_registry_sharing};
 pub use governance_service::GovernanceService;
@@ -171,7 +173,17 @@ impl Dispatcher {
         ));
         let cache = Arc::new(ResultCache::default());
         let (now_installed, installed) = watch::channel(snapshots.current().version());
-        let search = Arc::new(search::SearchIndexes::new(snapshots.current()));
+        let embeddings = config.search_embeddings.clone().map(|embeddings| {
+            // Follows the snapshots the follower installs, on a task of
+            // its own: embedding never holds an install back.
+            embeddings::Embeddings::start(
+                embeddings,
+                updates.clone(),
+                metrics.clone(),
+                stop.clone(),
+            )
+        });
+        let search = Arc::new(search::SearchIndexes::new(snapshots.current(), embeddings));
         let follower = Follower {
             updates,
             installed: now_installed,
@@ -496,8 +508,12 @@ impl Dispatcher {
         // The slot is held until the call ends.
         let Accepted { _slot, snapshot } = accepted;
         if search_tool::is_named(&request.tool) {
-            // The dispatcher's own tool: no executor, no pipeline stage.
-            return self.invoke_search_tool(who, &request, call::call_id(&request));
+            // The dispatcher's own tool: no executor, no pipeline stage;
+            // the snapshot a pin names is searched.
+            let pinned = (request.snapshot_version != 0).then_some(snapshot);
+            return self
+                .invoke_search_tool(who, &request, pinned, caller_timeout)
+                .await;
         }
         self.pipeline
             .run(snapshot, who, request, caller_timeout, parent, relay)

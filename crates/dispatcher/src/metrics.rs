@@ -59,6 +59,23 @@ struct DecisionLabels {
     decision: &'static str,
 }
 
+/// Why a search ranked lexically only although embeddings are configured.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+pub(crate) enum EmbeddingsFallback {
+    /// The query's embedding did not come within the search's wait.
+    Timeout,
+    /// The endpoint failed the query's embedding.
+    Error,
+    /// No definition is embedded yet.
+    NotReady,
+}
+
+/// Labels of the embeddings-fallback counter.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct EmbeddingsFallbackLabels {
+    reason: &'static str,
+}
+
 /// Every dispatcher metric.
 pub(crate) struct Metrics {
     calls: Family<CallLabels, Counter>,
@@ -74,6 +91,7 @@ pub(crate) struct Metrics {
     pub(crate) rate_limited: Counter,
     cache: Family<CacheLabels, Counter>,
     fallbacks: Family<FallbackLabels, Counter>,
+    embeddings_fallbacks: Family<EmbeddingsFallbackLabels, Counter>,
     pub(crate) snapshot_version: Gauge,
     installed: Arc<Installed>,
     tools: DashMap<usize, (Arc<ToolDef>, Arc<ToolHandles>)>,
@@ -126,6 +144,7 @@ impl Metrics {
             rate_limited: Counter::default(),
             cache: Family::default(),
             fallbacks: Family::default(),
+            embeddings_fallbacks: Family::default(),
             snapshot_version: Gauge::default(),
             installed: installed.clone(),
             tools: DashMap::new(),
@@ -193,6 +212,11 @@ impl Metrics {
             metrics.fallbacks.clone(),
         );
         r.register(
+            "search_embeddings_fallbacks",
+            "Searches ranked lexically only although embeddings are configured, by reason: timeout, error or not_ready.",
+            metrics.embeddings_fallbacks.clone(),
+        );
+        r.register(
             "dispatcher_rate_limited",
             "Calls answered RATE_LIMITED.",
             metrics.rate_limited.clone(),
@@ -204,6 +228,18 @@ impl Metrics {
         );
         r.register_collector(Live { pool, installed });
         metrics
+    }
+
+    /// Counts a search that ranked lexically only, and why.
+    pub(crate) fn embeddings_fallback(&self, reason: EmbeddingsFallback) {
+        let reason = match reason {
+            EmbeddingsFallback::Timeout => "timeout",
+            EmbeddingsFallback::Error => "error",
+            EmbeddingsFallback::NotReady => "not_ready",
+        };
+        self.embeddings_fallbacks
+            .get_or_create(&EmbeddingsFallbackLabels { reason })
+            .inc();
     }
 
     /// The handles of `def`'s tool version.

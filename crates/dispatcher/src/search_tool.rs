@@ -2,15 +2,18 @@
 //! listing (`ListToolsRequest.defer_loading`) and answered through Invoke
 //! without an executor by running the caller's SearchTools.
 
+use crate::call::stamp_call;
 use crate::{Dispatcher, Refusal};
 use serde_json::{Map, Value, json};
 use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
 use toolmesh::pb::{
     ErrorCode, InvokeRequest, InvokeResponse, RiskLevel, SearchToolsRequest, ToolError, ToolFormat,
     ToolResult, ToolSpec,
 };
 use toolmesh::spec::SEARCH_TOOL;
-use toolmesh::{ToolDef, ToolEntry, ToolErrorExt};
+use toolmesh::{Snapshot, ToolDef, ToolEntry, ToolErrorExt};
+use toolmesh_audit::{AuditKind, AuditRecord};
 
 /// The version the dispatcher's `search_tools` answers as.
 const VERSION: &str = "1.0.0";
@@ -159,23 +162,47 @@ fn found(formatted: &str) -> ToolResult {
 }
 
 impl Dispatcher {
-    /// Answers an Invoke of `search_tools` for `who`: their SearchTools,
-    /// as a tool result (a bad query is INVALID_ARGUMENTS, a listing
-    /// `who` may not make PERMISSION_DENIED).
-    pub(crate) fn invoke_search_tool(
+    /// Answers an Invoke of `search_tools` for `who`: their SearchTools
+    /// in the snapshot the call pins (`pinned`; None: the newest), within
+    /// the call's `deadline`, as a tool result (a bad query is
+    /// INVALID_ARGUMENTS, a listing `who` may not make PERMISSION_DENIED),
+    /// audited as any call is, under the name `search_tools`.
+    pub(crate) async fn invoke_search_tool(
         &self,
         who: &toolmesh::Principal,
         request: &InvokeRequest,
-        call_id: String,
+        pinned: Option<Arc<Snapshot>>,
+        deadline: Option<Duration>,
     ) -> InvokeResponse {
+        let started = Instant::now();
+        let call_id = crate::call::call_id(request);
         let session = crate::call::session(&request.context);
-        let searched = request_of(request)
-            .map_err(|why| ToolError::new(ErrorCode::InvalidArguments, why))
-            .and_then(|search| self.search_tools_in(who, session, &search).map_err(refused));
+        let searched = match request_of(request) {
+            Err(why) => Err(ToolError::new(ErrorCode::InvalidArguments, why)),
+            Ok(search) => self
+                .search_tools_at(who, session, &search, deadline, pinned)
+                .await
+                .map_err(refused),
+        };
         let (result, snapshot_version) = match searched {
             Ok(response) => (found(&response.formatted), response.snapshot_version),
             Err(error) => (error.into_result(), 0),
         };
+        self.governance().audit(|| {
+            let def = &entry().def;
+            let mut record =
+                AuditRecord::for_def(AuditKind::Invoke, who, def, &request.arguments, None);
+            let took = started.elapsed();
+            stamp_call(
+                &mut record,
+                request,
+                &call_id,
+                snapshot_version,
+                &result,
+                took,
+            );
+            record
+        });
         InvokeResponse {
             result: Some(result),
             call_id,

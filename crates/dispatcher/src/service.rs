@@ -64,9 +64,13 @@ impl dispatcher_server::Dispatcher for DispatcherService {
         request: Request<SearchToolsRequest>,
     ) -> Result<Response<SearchToolsResponse>, Status> {
         let who = self.dispatcher.caller(&request)?;
+        let deadline = toolmesh_transport::request_timeout(request.metadata());
         let request = request.into_inner();
         let session = crate::call::session(&request.context);
-        let found = self.dispatcher.search_tools_in(&who, session, &request)?;
+        let found = self
+            .dispatcher
+            .search_tools(&who, session, &request, deadline)
+            .await?;
         Ok(Response::new(found))
     }
 

@@ -171,7 +171,10 @@ impl Backend for Dispatcher {
         request: SearchToolsRequest,
     ) -> Result<SearchToolsResponse, BackendError> {
         let session = toolmesh_dispatcher::session_of(&request.context);
-        Ok(self.search_tools_in(who, session, &request)?)
+        Ok(
+            toolmesh_dispatcher::Dispatcher::search_tools(self, who, session, &request, None)
+                .await?,
+        )
     }
 
     async fn invoke(

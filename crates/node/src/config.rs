@@ -110,6 +110,9 @@ pub struct NodeConfig {
     /// When the MCP endpoint's `tools/list` answers in search mode
     /// (`--mcp-tool-search`, `--mcp-tool-search-threshold`).
     pub mcp_tool_search: toolmesh_mcp::ToolSearch,
+    /// The embeddings endpoint that ranks tool search semantically too
+    /// (`--search-embeddings-*`); `None` ranks lexically only.
+    pub search_embeddings: Option<toolmesh_dispatcher::EmbeddingsConfig>,
 }
 
 impl Default for NodeConfig {
@@ -137,6 +140,7 @@ impl Default for NodeConfig {
             mcp_allowed_hosts: Vec::new(),
             mcp_allowed_origins: Vec::new(),
             mcp_tool_search: toolmesh_mcp::ToolSearch::default(),
+            search_embeddings: None,
         }
     }
 }

@@ -323,6 +323,7 @@ fn dispatcher_config(
         tls: config.tls.clone(),
         metrics: metrics.clone(),
         rollout_control,
+        search_embeddings: config.search_embeddings.clone(),
         ..DispatcherConfig::default()
     }
 }

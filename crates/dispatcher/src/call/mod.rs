@@ -19,6 +19,7 @@ mod failure;
 pub(crate) mod fallback;
 mod mark;
 mod observe;
+pub(crate) use observe::stamp_call;
 mod reached;
 pub(crate) mod resolve;
 mod retry;

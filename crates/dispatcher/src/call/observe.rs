@@ -249,15 +249,16 @@ fn audit_record(seen: &Seen<'_>, kind: AuditKind, result: &ToolResult) -> AuditR
             AuditRecord::new(kind, who, &spec, &request.arguments)
         }
     };
-    let context = request.context.clone().unwrap_or_default();
-    record.call_id = seen.call.id.to_owned();
-    record.trace_id = context.trace_id;
-    record.session_id = context.session_id;
-    record.snapshot_version = seen.call.snapshot.version();
+    stamp_call(
+        &mut record,
+        request,
+        seen.call.id,
+        seen.call.snapshot.version(),
+        result,
+        seen.call.started.elapsed(),
+    );
     record.executor_id = seen.executor_id.to_owned();
     record.attempts = seen.attempts;
-    record.outcome = outcome_of(result);
-    record.duration_ms = seen.call.started.elapsed().as_millis() as u64;
     record.rule = reached.rule().map(str::to_owned);
     record.rollout = reached.routed().map(|routed| {
         serde_json::json!({
@@ -272,4 +273,23 @@ fn audit_record(seen: &Seen<'_>, kind: AuditKind, result: &ToolResult) -> AuditR
         .filter(|e| e.code != 0 && kind != AuditKind::Invoke)
         .map(|e| e.message.clone());
     record
+}
+
+/// What every call's audit line says of the call itself: its id, trace
+/// and session, the snapshot it ran in, its outcome and wall time.
+pub(crate) fn stamp_call(
+    record: &mut AuditRecord,
+    request: &InvokeRequest,
+    call_id: &str,
+    snapshot_version: u64,
+    result: &ToolResult,
+    took: std::time::Duration,
+) {
+    let context = request.context.clone().unwrap_or_default();
+    record.call_id = call_id.to_owned();
+    record.trace_id = context.trace_id;
+    record.session_id = context.session_id;
+    record.snapshot_version = snapshot_version;
+    record.outcome = outcome_of(result);
+    record.duration_ms = took.as_millis() as u64;
 }
