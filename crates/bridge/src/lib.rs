@@ -17,8 +17,10 @@
 //! proto3 JSON mapping; a call is transcoded to protobuf and back. The
 //! OpenAPI bridge registers each selected operation of the document as a
 //! tool and turns a call into the HTTP request. All three share the
-//! supervisor ([`supervisor::ToolSource`]), the selection and naming, and
-//! the health they report.
+//! supervisor ([`supervisor::ToolSource`]), the selection and naming, the
+//! health they report, and the refresh: on SIGHUP (and, for descriptors
+//! and documents, every `--refresh-secs`) the upstream is read again and
+//! its tools registered again if they changed.
 //!
 //! The upstream sees the bridge's own identity and credentials (its
 //! `--header` / `--bearer-env` / `--bearer-file` / `--header-env`, never a
@@ -34,6 +36,8 @@ mod http;
 mod mapping;
 mod mcp;
 mod openapi;
+mod outbound;
+mod refresh;
 mod supervisor;
 mod upstream;
 
@@ -41,7 +45,9 @@ pub use error::BridgeError;
 pub use grpc::{GrpcBridgeOptions, GrpcTarget};
 pub use http::{HttpsFiles, HttpsSettings};
 pub use mapping::{ProblemKind, ServerIdentity, ToolProblem, ToolSelection, UpstreamKind};
-pub use openapi::{OpenApiBridgeOptions, OutboundAuth, SpecLocation};
+pub use openapi::{OpenApiBridgeOptions, SpecLocation};
+pub use outbound::OutboundAuth;
+pub use refresh::DEFAULT_REFRESH;
 pub use supervisor::{BACKOFF_INITIAL, BACKOFF_MAX};
 pub use upstream::Upstream;
 
@@ -49,10 +55,12 @@ use call::Link;
 use client::BridgeClient;
 use mapping::{Mapped, OfferedTool};
 use mcp::McpSource;
+use refresh::Refresh;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::time::Duration;
 use supervisor::ToolSource;
 use tokio_util::sync::CancellationToken;
 use toolmesh_executor::{BoundExecutor, DynamicTool, Executor, ServeOptions};
@@ -126,18 +134,22 @@ impl Bridge {
         // theirs from now on.
         let connection = source.open(session);
         let tools = mcp::dynamic_tools(&source.link, &mapped);
-        Bridge::assemble(source, connection, &service, tools, serve).await
+        // `tools/list_changed` says when to list again; SIGHUP too.
+        Bridge::assemble(source, connection, &service, tools, serve, None).await
     }
 
     /// Binds an executor serving `tools` as `service`, to be kept in step
-    /// with `source` (already open as `connection`) once it runs.
+    /// with `source` (already open as `connection`) once it runs, and read
+    /// again on SIGHUP (listened for from now on) and every `refresh_every`.
     pub(crate) async fn assemble<S: ToolSource>(
         source: S,
         connection: S::Connection,
         service: &str,
         tools: Vec<DynamicTool>,
         serve: ServeOptions,
+        refresh_every: Option<Duration>,
     ) -> Result<Bridge, BridgeError> {
+        let refresh = Refresh::new(refresh_every);
         let names = tools.iter().map(|t| t.spec().name.clone()).collect();
         let executor = tools
             .into_iter()
@@ -146,7 +158,9 @@ impl Bridge {
         let control = bound.control();
         let upstream = source.describe();
         let supervising: Supervising = Box::new(move |stop| {
-            Box::pin(supervisor::supervise(source, control, connection, stop))
+            Box::pin(supervisor::supervise(
+                source, control, connection, refresh, stop,
+            ))
         });
         Ok(Bridge {
             bound,

@@ -1,7 +1,8 @@
-//! Keeps any upstream and the mesh in step ([`ToolSource`]: an MCP server, a gRPC service): registers its tools and goes SERVING, registers them again when they change, goes NOT_SERVING at once when the upstream goes away, then reconnects with backoff.
+//! Keeps any upstream and the mesh in step ([`ToolSource`]: an MCP server, a gRPC service, an HTTP API): registers its tools and goes SERVING, registers them again when they change or a [`Refresh`] finds them changed, goes NOT_SERVING at once when the upstream goes away, then reconnects with backoff.
 
 use crate::error::BridgeError;
 use crate::mapping::UpstreamKind;
+use crate::refresh::Refresh;
 use std::future::Future;
 use std::time::Duration;
 use tokio::time::Instant;
@@ -48,8 +49,20 @@ pub(crate) trait ToolSource: Send + Sync + 'static {
         connection: &Self::Connection,
     ) -> impl Future<Output = Result<Vec<DynamicTool>, BridgeError>> + Send;
 
+    /// Reads again what the upstream offers (its descriptors, its
+    /// document) into `connection`, for [`ToolSource::tools`] to map; by
+    /// default nothing, for an upstream whose tools are listed afresh each
+    /// time. An error leaves what was read before in place.
+    fn reread(
+        &self,
+        _connection: &mut Self::Connection,
+    ) -> impl Future<Output = Result<(), BridgeError>> + Send {
+        async { Ok(()) }
+    }
+
     /// Waits for what matters next: the tools changed, the upstream went
-    /// away, or `stop`.
+    /// away, or `stop`. Dropped, between probes or during one, when a
+    /// refresh comes due.
     fn watch(
         &self,
         connection: &mut Self::Connection,
@@ -105,11 +118,13 @@ enum Ended {
 }
 
 /// Follows `source` until `stop`: serves `first` (the connection the
-/// bridge started with), then every connection after it.
+/// bridge started with), then every connection after it, reading the
+/// upstream again whenever `refresh` says.
 pub(crate) async fn supervise<S: ToolSource>(
     source: S,
     control: ExecutorControl,
     first: S::Connection,
+    mut refresh: Refresh,
     stop: CancellationToken,
 ) {
     let upstream = source.describe();
@@ -145,7 +160,7 @@ pub(crate) async fn supervise<S: ToolSource>(
             },
         };
         let began = Instant::now();
-        match serve(&source, &control, current, &stop).await {
+        match serve(&source, &control, current, &mut refresh, &stop).await {
             Ended::Stopped => return,
             Ended::Gone(why) => {
                 if began.elapsed() > STABLE_AFTER {
@@ -168,9 +183,10 @@ async fn serve<S: ToolSource>(
     source: &S,
     control: &ExecutorControl,
     mut connection: S::Connection,
+    refresh: &mut Refresh,
     stop: &CancellationToken,
 ) -> Ended {
-    let ended = follow(source, control, &mut connection, stop).await;
+    let ended = follow(source, control, &mut connection, refresh, stop).await;
     control.set_serving(false).await;
     source.close(connection).await;
     ended
@@ -180,6 +196,7 @@ async fn follow<S: ToolSource>(
     source: &S,
     control: &ExecutorControl,
     connection: &mut S::Connection,
+    refresh: &mut Refresh,
     stop: &CancellationToken,
 ) -> Ended {
     let upstream = source.describe();
@@ -189,13 +206,32 @@ async fn follow<S: ToolSource>(
     control.set_serving(true).await;
     info!(%upstream, tools = control.specs().len(), "serving the upstream's tools");
     loop {
-        match source.watch(connection, stop).await {
-            Event::Stopped => return Ended::Stopped,
-            Event::Gone(why) => return Ended::Gone(why),
-            Event::Changed => {
+        let next = tokio::select! {
+            event = source.watch(connection, stop) => Ok(event),
+            cause = refresh.due() => Err(cause),
+        };
+        match next {
+            Ok(Event::Stopped) => return Ended::Stopped,
+            Ok(Event::Gone(why)) => return Ended::Gone(why),
+            Ok(Event::Changed) => {
                 info!(%upstream, "the upstream's tools changed; listing them again");
                 if let Err(e) = register(source, control, connection).await {
                     return Ended::Gone(e.to_string());
+                }
+            }
+            Err(cause) => {
+                let cause = cause.as_str();
+                debug!(%upstream, cause, "reading the upstream again");
+                if let Err(e) = source.reread(connection).await {
+                    warn!(%upstream, cause, error = %e, "cannot read the upstream again; serving the tools read before");
+                    continue;
+                }
+                match register(source, control, connection).await {
+                    Ok(true) => {
+                        info!(%upstream, cause, tools = control.specs().len(), "the upstream's tools changed; registered them again");
+                    }
+                    Ok(false) => debug!(%upstream, cause, "the upstream's tools are unchanged"),
+                    Err(e) => return Ended::Gone(e.to_string()),
                 }
             }
         }
@@ -203,18 +239,22 @@ async fn follow<S: ToolSource>(
 }
 
 /// Lists the connection's tools and serves them in place of the current
-/// set (registered again only if something changed).
+/// set; true when they differ from those served (only then are they
+/// registered again).
 async fn register<S: ToolSource>(
     source: &S,
     control: &ExecutorControl,
     connection: &S::Connection,
-) -> Result<(), BridgeError> {
+) -> Result<bool, BridgeError> {
     let tools = source.tools(connection).await?;
-    if let Err(e) = control.replace_tools(tools) {
-        // Mapped specs are validated: this is a bridge defect.
-        error!(upstream = %source.describe(), error = %e, "the upstream's tools could not be served");
+    match control.replace_tools(tools) {
+        Ok(changed) => Ok(changed),
+        Err(e) => {
+            // Mapped specs are validated: this is a bridge defect.
+            error!(upstream = %source.describe(), error = %e, "the upstream's tools could not be served");
+            Ok(false)
+        }
     }
-    Ok(())
 }
 
 /// Waits `wait` unless `stop` comes first (then false).

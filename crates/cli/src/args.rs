@@ -977,6 +977,23 @@ pub(crate) struct BridgeToolFlags {
     pub(crate) timeout_ms: Option<u64>,
 }
 
+/// When a bridge of descriptors or a document reads its upstream again.
+#[derive(Debug, Args, Clone)]
+pub(crate) struct BridgeRefreshFlags {
+    /// Read the upstream's descriptors or document again every SECS
+    /// seconds (and on SIGHUP), registering the tools again if they
+    /// changed; 0: on SIGHUP only.
+    #[arg(long, value_name = "SECS", default_value_t = toolmesh_bridge::DEFAULT_REFRESH.as_secs())]
+    pub(crate) refresh_secs: u64,
+}
+
+impl BridgeRefreshFlags {
+    /// The interval, none for 0.
+    pub(crate) fn every(&self) -> Option<std::time::Duration> {
+        (self.refresh_secs > 0).then(|| std::time::Duration::from_secs(self.refresh_secs))
+    }
+}
+
 /// `toolmesh bridge grpc`.
 #[derive(Debug, Args, Clone)]
 pub(crate) struct BridgeGrpcArgs {
@@ -986,6 +1003,9 @@ pub(crate) struct BridgeGrpcArgs {
     /// Names, renames, risk, idempotency and timeout of the tools.
     #[command(flatten)]
     pub(crate) tools: BridgeToolFlags,
+    /// How often the descriptors are read again.
+    #[command(flatten)]
+    pub(crate) refresh: BridgeRefreshFlags,
     /// The gRPC service, HOST:PORT (plaintext, unless a --target-* file is
     /// given) or https://HOST:PORT (TLS); it must serve
     /// grpc.reflection.v1 or v1alpha.
@@ -1033,8 +1053,12 @@ pub(crate) struct BridgeOpenApiArgs {
     /// Names, renames, risk, idempotency and timeout of the tools.
     #[command(flatten)]
     pub(crate) tools: BridgeToolFlags,
-    /// The OpenAPI document: its http(s):// URL (fetched again as the API
-    /// is probed) or a file.
+    /// How often the document is read again.
+    #[command(flatten)]
+    pub(crate) refresh: BridgeRefreshFlags,
+    /// The OpenAPI document: its http(s):// URL (its fetch is also how the
+    /// API is probed) or a file; read again on SIGHUP and every
+    /// --refresh-secs.
     #[arg(long, value_name = "URL|FILE")]
     pub(crate) spec: String,
     /// Where the operations' paths are appended (default: the document's

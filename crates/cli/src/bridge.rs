@@ -120,6 +120,7 @@ fn grpc_options(
         name: args.tools.name.clone(),
         selection: selection(&args.tools, UpstreamKind::Grpc, &args.methods)?,
         serve: args.serve.serve_options(tls.clone()),
+        refresh_every: args.refresh.every(),
     })
 }
 
@@ -141,6 +142,7 @@ fn openapi_options(
         name: args.tools.name.clone(),
         selection: selection(&args.tools, UpstreamKind::OpenApi, &args.operations)?,
         serve: args.serve.serve_options(tls.clone()),
+        refresh_every: args.refresh.every(),
     })
 }
 
@@ -302,6 +304,47 @@ mod tests {
             ],
             "TOOLMESH_TEST_NO_SUCH_VAR",
         );
+    }
+
+    /// `--refresh-secs` reads the upstream again every 30 s unless told
+    /// otherwise; 0 leaves SIGHUP alone.
+    #[test]
+    fn refresh_defaults_to_thirty_seconds() {
+        let tls = toolmesh_transport::Tls::none();
+        let grpc = |line: &[&str]| {
+            let cli = crate::args::Cli::try_parse_from(
+                ["toolmesh", "bridge", "grpc", "--target", "h:1"]
+                    .iter()
+                    .chain(line.iter()),
+            )
+            .unwrap();
+            match cli.command {
+                crate::args::Command::Bridge(BridgeArgs {
+                    kind: BridgeKind::Grpc(args),
+                }) => grpc_options(&args, &tls).unwrap().refresh_every,
+                other => panic!("{other:?}"),
+            }
+        };
+        assert_eq!(grpc(&[]), Some(Duration::from_secs(30)));
+        assert_eq!(grpc(&["--refresh-secs", "5"]), Some(Duration::from_secs(5)));
+        assert_eq!(grpc(&["--refresh-secs", "0"]), None);
+        let cli = crate::args::Cli::try_parse_from([
+            "toolmesh",
+            "bridge",
+            "openapi",
+            "--spec",
+            "a.json",
+            "--refresh-secs",
+            "0",
+        ])
+        .unwrap();
+        let crate::args::Command::Bridge(BridgeArgs {
+            kind: BridgeKind::Openapi(args),
+        }) = cli.command
+        else {
+            panic!("bridge openapi")
+        };
+        assert_eq!(openapi_options(&args, &tls).unwrap().refresh_every, None);
     }
 
     /// A bad glob is refused naming the flag of the bridge's own kind.

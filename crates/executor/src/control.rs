@@ -54,12 +54,13 @@ impl ExecutorControl {
     /// Serves `tools` instead of the current set and registers them at
     /// once (the registration replaces the previous one in one step: a tool
     /// left out leaves the mesh, a new one joins). Calls already running
-    /// finish on the tools they started with.
+    /// finish on the tools they started with. True when the specs differ
+    /// from those served before; the same specs are not registered again.
     ///
     /// Every spec is checked first: on the first invalid spec or repeated
     /// name nothing changes and the error names the tool. An empty set is
     /// allowed (the executor stays registered with no tools).
-    pub fn replace_tools(&self, tools: Vec<DynamicTool>) -> Result<(), ExecutorError> {
+    pub fn replace_tools(&self, tools: Vec<DynamicTool>) -> Result<bool, ExecutorError> {
         let mut set = Tools::new();
         for tool in tools {
             let name = tool.spec.name.clone();
@@ -73,12 +74,12 @@ impl ExecutorControl {
         core.metrics
             .track(specs.iter().map(|s| (s.name.as_str(), s.version.as_str())));
         core.tools.store(Arc::new(set));
-        self.inner.specs.send_if_modified(|current| {
+        let changed = self.inner.specs.send_if_modified(|current| {
             let changed = *current != specs;
             *current = specs;
             changed
         });
-        Ok(())
+        Ok(changed)
     }
 
     /// The specs served now, normalised (defaults filled in), by name.

@@ -547,9 +547,10 @@ async fn dynamic_tools_are_served_replaced_and_registered_again() {
     assert_eq!(broke.code, ErrorCode::ExecutorFailed as i32, "{broke:?}");
     assert_eq!(broke.message, "first broke");
 
-    control
+    let changed = control
         .replace_tools(vec![dynamic("second"), dynamic("third")])
         .unwrap();
+    assert!(changed, "a new set is a change");
     until(
         "a Register with the new set",
         Duration::from_secs(5),
@@ -563,6 +564,10 @@ async fn dynamic_tools_are_served_replaced_and_registered_again() {
     let gone = execute("first", r#"{"text":"hi"}"#).await;
     assert_eq!(gone.error.unwrap().code, ErrorCode::NotFound as i32);
     assert_eq!(execute("third", r#"{"text":"hi"}"#).await.output, "third");
+    let same = control
+        .replace_tools(vec![dynamic("second"), dynamic("third")])
+        .unwrap();
+    assert!(!same, "the same set again is no change");
 
     let refused = control
         .replace_tools(vec![dynamic("fourth"), dynamic("not a name")])

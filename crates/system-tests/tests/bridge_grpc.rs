@@ -374,7 +374,8 @@ async fn retries_follow_idempotency_and_streams_stream() {
 /// A target serving TLS that asks for a client certificate: reached with
 /// `--target-ca`, `--target-cert` and `--target-key`, the bridge's own
 /// credentials (`--bearer-file`, `--header-env`) sent as metadata with
-/// every call; without the client certificate the bridge cannot start.
+/// every call; without the client certificate the bridge cannot start;
+/// without `--target-ca` the system's roots decide.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tls_and_credentials_to_the_target() {
     let dir = temp_dir("bridge-grpc-tls");
@@ -419,6 +420,85 @@ async fn tls_and_credentials_to_the_target() {
     assert_eq!(
         result_json(&seen),
         json!({"authorization": "Bearer tok-outbound", "apiKey": "key-42"})
+    );
+
+    // Without --target-ca the system's roots are trusted: the platform's
+    // store, which does not hold this test's CA (refused, exit 69), or the
+    // file SSL_CERT_FILE names (trusted).
+    let system_roots = |cert_file: Option<&Path>| {
+        let mut command = Command::new(toolmesh_bin());
+        command
+            .args(["bridge", "grpc", "--registry", &addr, "--target", &target])
+            .args(["--target-cert", client_cert.to_str().unwrap()])
+            .args(["--target-key", client_key.to_str().unwrap()])
+            .env_remove("SSL_CERT_FILE")
+            .env_remove("SSL_CERT_DIR");
+        if let Some(file) = cert_file {
+            command.env("SSL_CERT_FILE", file);
+        }
+        command
+    };
+    let untrusted = system_roots(None).output().unwrap();
+    assert_eq!(untrusted.status.code(), Some(69), "{untrusted:?}");
+    let trusted = Proc::spawn("bridge-grpc-system-roots", system_roots(Some(&ca)));
+    let served = trusted.wait_for_line("serves ", READY);
+    assert!(served.contains("Library_GetBook"), "{served}");
+}
+
+/// The descriptors are read again on SIGHUP: the target is swapped for
+/// one that also serves demo.v1.Annex on the same port (the new process
+/// binds beside the old one, grpcio setting SO_REUSEPORT, and the old one
+/// is killed after: the bridge never finds the target gone, so only the
+/// signal can bring the Annex in), and SIGHUP brings its method in,
+/// callable; a second SIGHUP with nothing changed leaves the tools as
+/// they are.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sighup_reads_the_descriptors_again() {
+    let (mut first, target_addr) = grpc_target(0);
+    let port: u16 = target_addr.rsplit(':').next().unwrap().parse().unwrap();
+    let (_serve, addr) = serve(&[]);
+    let bridge = bridge(&addr, &target_addr, &["--refresh-secs", "0"]);
+    let bridge_addr = bridge.listen_addr();
+    let mut client = dispatcher(&addr);
+    until_listed(&mut client, &["Library_GetBook"], READY).await;
+
+    let (_annexed, _) = grpc_target_with(port, &["annex"], &[]);
+    first.kill9();
+    // Past a probe or two: the channel reaches the new process.
+    tokio::time::sleep(Duration::from_secs(5)).await;
+    let got = invoke(&mut client, "Library_GetBook", r#"{"id": "b1"}"#, None).await;
+    assert_eq!(result_json(&got)["title"], "Dune");
+    assert!(
+        bridge
+            .wait_line("went away", Duration::from_millis(100))
+            .is_err(),
+        "the bridge found the target gone: this test needs it never to"
+    );
+    let before = listed(&mut client).await.unwrap();
+    assert!(!before.iter().any(|n| n == "Annex_Hello"), "{before:?}");
+
+    bridge.signal(libc::SIGHUP);
+    until_listed(&mut client, &["Annex_Hello", "Library_GetBook"], READY).await;
+    bridge.wait_for_line("registered them again", READY);
+    let hello = invoke(&mut client, "Annex_Hello", "{}", None).await;
+    assert_eq!(result_json(&hello), json!({}));
+
+    bridge.signal(libc::SIGHUP);
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    assert_eq!(health_status(&bridge_addr, "").await, 1, "SERVING");
+    let after = listed(&mut client).await.unwrap();
+    assert!(after.iter().any(|n| n == "Annex_Hello"), "{after:?}");
+    // Every line printed so far, read (none says this).
+    let _ = bridge.wait_line("no line says this", Duration::from_millis(200));
+    let registered = bridge
+        .lines_read()
+        .into_iter()
+        .filter(|l| l.contains("registered them again"))
+        .collect::<Vec<_>>();
+    assert_eq!(
+        registered.len(),
+        1,
+        "an unchanged set is not registered again: {registered:?}"
     );
 }
 

@@ -5,8 +5,9 @@
 //! (and through the MCP door with the official Python client) with path, query, header and body arguments, their schemas keep the
 //! document's constraints, statuses reach callers as the mesh's error
 //! classes, the bridge's own credentials reach the API (never a caller's),
-//! governance applies to bridged operations as to any tool, and the API
-//! going away takes the bridge NOT_SERVING until it is back.
+//! governance applies to bridged operations as to any tool, the API
+//! going away takes the bridge NOT_SERVING until it is back, and a changed
+//! document is read again.
 
 use serde_json::{Value, json};
 use std::process::Command;
@@ -442,6 +443,70 @@ async fn governance_applies_to_bridged_operations() {
     )
     .await;
     assert_eq!(result_json(&added)["id"], "b7");
+}
+
+/// The body of `GET PATH` from the HTTP server at `addr` (HTTP/1.0, so
+/// the server closes the connection after it).
+fn http_get(addr: &str, path: &str) -> String {
+    use std::io::{Read, Write};
+    let mut stream = std::net::TcpStream::connect(addr).unwrap();
+    write!(stream, "GET {path} HTTP/1.0\r\nHost: {addr}\r\n\r\n").unwrap();
+    let mut answer = String::new();
+    stream.read_to_string(&mut answer).unwrap();
+    let (head, body) = answer.split_once("\r\n\r\n").unwrap_or((&answer, ""));
+    assert!(
+        head.starts_with("HTTP/1.1 200") || head.starts_with("HTTP/1.0 200"),
+        "{head}"
+    );
+    body.to_owned()
+}
+
+/// The document is read again every `--refresh-secs`: a document file
+/// that gains an operation brings its tool in, callable, while the bridge
+/// keeps serving; the others stay as they were.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_changed_document_is_read_again() {
+    let (_app, app_addr) = bookshop(0);
+    let full: Value = serde_json::from_str(&http_get(&app_addr, "/openapi.json")).unwrap();
+    let mut fewer = full.clone();
+    fewer["paths"]
+        .as_object_mut()
+        .unwrap()
+        .remove("/echo/{text}")
+        .expect("the application's echo operation");
+    let dir = temp_dir("bridge-openapi-refresh");
+    let file = dir.join("openapi.json");
+    // Written whole and renamed, so the bridge never reads half a document.
+    let write = |document: &Value| {
+        let next = dir.join("openapi.json.next");
+        std::fs::write(&next, document.to_string()).unwrap();
+        std::fs::rename(&next, &file).unwrap();
+    };
+    write(&fewer);
+    let (_serve, addr) = serve(&[]);
+    let base = format!("http://{app_addr}");
+    let bridge = bridge(
+        &addr,
+        file.to_str().unwrap(),
+        &["--base-url", &base, "--refresh-secs", "1"],
+        &[],
+    );
+    let mut client = dispatcher(&addr);
+    until_listed(&mut client, &["get_book", "whoami"], READY).await;
+    let before = listed(&mut client).await.unwrap();
+    assert!(!before.iter().any(|name| name == "echo"), "{before:?}");
+
+    write(&full);
+    until_listed(&mut client, &["echo", "get_book", "whoami"], READY).await;
+    bridge.wait_for_line("registered them again", READY);
+    let echoed = invoke(&mut client, "echo", r#"{"text": "hi", "note": "n"}"#, None).await;
+    let echoed = result_json(&echoed);
+    assert_eq!(
+        (&echoed["text"], &echoed["note"]),
+        (&json!("hi"), &json!("n"))
+    );
+    let got = invoke(&mut client, "get_book", r#"{"book_id": "b1"}"#, None).await;
+    assert_eq!(result_json(&got)["title"], "Dune");
 }
 
 /// A bad glob and two operations given one name are refused at start

@@ -17,8 +17,10 @@
 //! NetworkPolicies admit exactly the connections the mesh makes, registry
 //! replicas need etcd, the bundled etcd keeps a quorum, dispatchers and
 //! executors are spread and budgeted, no pod mounts the automatic API
-//! token, the image is pinned and labelled, and the chart renders what the
-//! kustomize base and its overlays (workload identity, HA) do.
+//! token, the image is pinned and labelled, bridges (the chart's
+//! `executors[].bridge`, the kustomize components of deploy/kubernetes/bridges)
+//! run as executors, and the chart renders what the kustomize base and its
+//! overlays (workload identity, HA) do.
 //! tests/deploy_run.rs runs what they render.
 
 use serde_json::Value;
@@ -407,8 +409,9 @@ fn secret_ref<'a>(container: &'a Value, var: &str) -> &'a Value {
 /// Who may do what in a render: its policy names a caller with the role
 /// `dispatcher` (by token or certificate) and gives anonymous callers no
 /// `dispatcher` or `admin` role (the roles it gives them are returned);
-/// dispatchers take `TOOLMESH_REGISTRY_TOKEN` and executors
-/// `TOOLMESH_TOKEN` from one Secret (keys `dispatcher` and `executor`).
+/// dispatchers take `TOOLMESH_REGISTRY_TOKEN` and executors (bridges
+/// too) `TOOLMESH_TOKEN` from one Secret (keys `dispatcher` and
+/// `executor`).
 fn check_credentials(objects: &[Value]) -> Vec<String> {
     let policy: Value = toml::from_str(policy_text(objects)).expect("the policy is TOML");
     let callers = policy["callers"].as_array().into_iter().flatten();
@@ -439,7 +442,7 @@ fn check_credentials(objects: &[Value]) -> Vec<String> {
         let container = &deployment["spec"]["template"]["spec"]["containers"][0];
         let (var, key) = match strings(&container["args"]).first().copied() {
             Some("dispatcher") => ("TOOLMESH_REGISTRY_TOKEN", "dispatcher"),
-            Some("example") => ("TOOLMESH_TOKEN", "executor"),
+            Some("example" | "bridge") => ("TOOLMESH_TOKEN", "executor"),
             _ => continue,
         };
         let reference = secret_ref(container, var);
@@ -548,22 +551,9 @@ fn helm_bridges_run_as_executors() {
     check_containers(&objects, &mut Help::default());
     check_wiring(&objects);
     let mut kinds = Vec::new();
-    for deployment in workloads(&objects) {
-        let Some(container) = containers(deployment).first().cloned() else {
-            continue;
-        };
+    for (what, container) in bridges(&objects) {
         let args = strings(&container["args"]);
-        if args.first() != Some(&"bridge") {
-            continue;
-        }
-        let what = name(deployment);
         kinds.push(args[1].to_owned());
-        assert_eq!(
-            deployment["spec"]["template"]["metadata"]["labels"]["app.kubernetes.io/component"],
-            "executor",
-            "{what}"
-        );
-        check_spread_and_budget(&objects, deployment);
         let upstream = match args[1] {
             "grpc" => "--target=orders.shop.svc:50051",
             "openapi" => "--spec=http://pets.shop.svc:8000/openapi.json",
@@ -578,6 +568,7 @@ fn helm_bridges_run_as_executors() {
     }
     kinds.sort();
     assert_eq!(kinds, ["grpc", "mcp", "openapi"]);
+    assert_eq!(check_credentials(&objects), Vec::<String>::new());
     let refused = {
         let out = helm_template_command(&[
             &format!(
@@ -594,6 +585,99 @@ fn helm_bridges_run_as_executors() {
         String::from_utf8_lossy(&out.stderr).into_owned()
     };
     assert!(refused.contains("grpc, openapi or mcp"), "{refused}");
+}
+
+/// The workloads of a render that run `toolmesh bridge KIND`, by name with
+/// their container, each checked to be an executor (its component label,
+/// admitted to the registry and reached by dispatchers as one), spread and
+/// budgeted.
+fn bridges(objects: &[Value]) -> Vec<(String, Value)> {
+    let dispatcher = component(objects, "dispatcher").expect("a dispatcher");
+    let mut found = Vec::new();
+    for deployment in workloads(objects) {
+        let Some(container) = containers(deployment).first().cloned() else {
+            continue;
+        };
+        if strings(&container["args"]).first() != Some(&"bridge") {
+            continue;
+        }
+        let what = name(deployment).to_owned();
+        assert_eq!(
+            pod_labels(deployment)["app.kubernetes.io/component"],
+            "executor",
+            "{what}"
+        );
+        check_spread_and_budget(objects, deployment);
+        if kind(objects, "NetworkPolicy").next().is_some() {
+            let grpc = container_port(containers(deployment), &Value::from("grpc"))
+                .unwrap_or_else(|| panic!("{what} declares no port grpc"));
+            assert!(
+                network_policy::admits(objects, Some(pod_labels(dispatcher)), deployment, grpc),
+                "dispatchers reach {what}"
+            );
+            assert!(
+                !network_policy::admits(objects, None, deployment, grpc),
+                "only the mesh reaches {what}"
+            );
+        }
+        found.push((what, container));
+    }
+    found
+}
+
+/// The overlay deploy/kubernetes/bridges renders the base with the
+/// optional components components/bridge-grpc and bridge-openapi: each an
+/// executor Deployment running `toolmesh bridge KIND` as the chart's
+/// `executors[].bridge` does, its flags and variables checked against the
+/// binary as every container's are (`--refresh-secs` among them), probed,
+/// advertising its pod IP, spread, budgeted and admitted as an executor,
+/// registering with the Secret's executor token and reading its own
+/// credentials for the service from a Secret of its own.
+#[tokio::test]
+async fn kustomize_bridges_run_as_executors() {
+    let objects = kustomize(&base_dir().join("bridges"));
+    check_containers(&objects, &mut Help::default());
+    check_wiring(&objects);
+    check_api_tokens(&objects);
+    check_network_policies(&objects);
+    check_policy(&objects);
+    assert_eq!(check_credentials(&objects), Vec::<String>::new());
+    let mut kinds = Vec::new();
+    for (what, container) in bridges(&objects) {
+        let args = strings(&container["args"]);
+        kinds.push(args[1].to_owned());
+        let (upstream, var, secret) = match args[1] {
+            "grpc" => (
+                "--target=orders.shop.svc:50051",
+                "ORDERS_TOKEN",
+                "orders-api",
+            ),
+            "openapi" => (
+                "--spec=http://pets.shop.svc:8000/openapi.json",
+                "PETS_TOKEN",
+                "pets-api",
+            ),
+            other => panic!("{what}: bridge {other}"),
+        };
+        assert!(args.contains(&upstream), "{what}: {args:?}");
+        assert!(
+            args.contains(&format!("--bearer-env={var}").as_str()),
+            "{what}: {args:?}"
+        );
+        assert_eq!(secret_ref(&container, var)["name"], secret, "{what}");
+    }
+    kinds.sort();
+    assert_eq!(kinds, ["grpc", "openapi"]);
+    // The base's objects are there unchanged beside them.
+    let base = kustomize_base();
+    for object in &base {
+        assert!(
+            objects.contains(object),
+            "{} {} changed by the bridges' components",
+            object["kind"],
+            name(object)
+        );
+    }
 }
 
 fn placeholder_hashes() -> Vec<String> {

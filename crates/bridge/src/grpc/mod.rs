@@ -1,4 +1,4 @@
-//! A gRPC service with server reflection as a [`ToolSource`] (`toolmesh bridge grpc`): each selected unary or server-streaming method a tool named `Service_Method`, its schemas from the request and response messages, its idempotency from `idempotency_level`; the service probed by reflection and NOT_SERVING while it does not answer.
+//! A gRPC service with server reflection as a [`ToolSource`] (`toolmesh bridge grpc`): each selected unary or server-streaming method a tool named `Service_Method`, its schemas from the request and response messages, its idempotency from `idempotency_level`; the service probed by reflection and NOT_SERVING while it does not answer, its descriptors read again on SIGHUP and every `--refresh-secs`.
 
 mod call;
 mod reflection;
@@ -88,6 +88,9 @@ pub struct GrpcBridgeOptions {
     pub selection: ToolSelection,
     /// Registry, listen address, token… as for any executor.
     pub serve: ServeOptions,
+    /// How often the descriptors are read again (besides on SIGHUP);
+    /// none: on SIGHUP only.
+    pub refresh_every: Option<Duration>,
 }
 
 /// The service as the supervisor follows it.
@@ -122,6 +125,7 @@ impl Bridge {
             name,
             selection,
             serve,
+            refresh_every,
         } = options;
         auth.headers()?;
         let tls = client_tls(&target, &tls)?;
@@ -158,13 +162,14 @@ impl Bridge {
             format!("grpc-{}", short.to_ascii_lowercase())
         });
         let tools = source.dynamic_tools(&connection, &offered.methods, &mapped);
-        Bridge::assemble(source, connection, &service, tools, serve).await
+        Bridge::assemble(source, connection, &service, tools, serve, refresh_every).await
     }
 }
 
 /// The TLS the target is reached with: none for a plaintext `HOST:PORT`
-/// without files; else the CA of `files` to trust (or the system's roots)
-/// and its client certificate, read and checked now.
+/// without files; else the CA of `files` to trust (without one, the
+/// system's roots: the platform's store, or `SSL_CERT_FILE` /
+/// `SSL_CERT_DIR`) and its client certificate, read and checked now.
 fn client_tls(
     target: &GrpcTarget,
     files: &HttpsFiles,
@@ -186,12 +191,11 @@ fn client_tls(
         .map_or(target.address.as_str(), |(host, _)| host)
         .trim_start_matches('[')
         .trim_end_matches(']');
-    let mut tls = ClientTlsConfig::new()
-        .domain_name(host)
-        .with_enabled_roots();
-    if let Some(ca) = &files.ca {
-        tls = tls.ca_certificate(Certificate::from_pem(read("--target-ca", ca)?));
-    }
+    let mut tls = ClientTlsConfig::new().domain_name(host);
+    tls = match &files.ca {
+        Some(ca) => tls.ca_certificate(Certificate::from_pem(read("--target-ca", ca)?)),
+        None => tls.with_native_roots(),
+    };
     match (&files.cert, &files.key) {
         (Some(cert), Some(key)) => {
             tls = tls.identity(Identity::from_pem(
@@ -350,6 +354,22 @@ fn output_schema(method: &MethodDescriptor) -> serde_json::Value {
     })
 }
 
+impl GrpcSource {
+    /// The services `channel` serves and the descriptors of those exposed,
+    /// read by reflection within [`REQUEST_TIMEOUT`].
+    async fn describe(&self, channel: &Channel) -> Result<Described, BridgeError> {
+        let failed = |reason: String| BridgeError::Reflection {
+            target: self.target.address.clone(),
+            reason,
+        };
+        let reading = reflection::describe(channel, |s| self.exposes_service(s));
+        match tokio::time::timeout(REQUEST_TIMEOUT, reading).await {
+            Ok(described) => described.map_err(failed),
+            Err(_) => Err(failed(format!("no answer within {REQUEST_TIMEOUT:?}"))),
+        }
+    }
+}
+
 impl ToolSource for GrpcSource {
     type Connection = GrpcConnection;
 
@@ -380,11 +400,7 @@ impl ToolSource for GrpcSource {
             .connect()
             .await
             .map_err(|e| failed(format!("cannot connect: {}", toolmesh::error_chain(&e))))?;
-        let reading = reflection::describe(&channel, |s| self.exposes_service(s));
-        let described = match tokio::time::timeout(REQUEST_TIMEOUT, reading).await {
-            Ok(described) => described.map_err(failed)?,
-            Err(_) => return Err(failed(format!("no answer within {REQUEST_TIMEOUT:?}"))),
-        };
+        let described = self.describe(&channel).await?;
         Ok(GrpcConnection {
             channel,
             described,
@@ -404,6 +420,11 @@ impl ToolSource for GrpcSource {
             error!(upstream = %self.target.address, "{problem}");
         }
         Ok(self.dynamic_tools(connection, &offered.methods, &mapped))
+    }
+
+    async fn reread(&self, connection: &mut GrpcConnection) -> Result<(), BridgeError> {
+        connection.described = self.describe(&connection.channel).await?;
+        Ok(())
     }
 
     async fn watch(&self, connection: &mut GrpcConnection, stop: &CancellationToken) -> Event {

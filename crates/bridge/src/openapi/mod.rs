@@ -1,4 +1,4 @@
-//! An HTTP API described by an OpenAPI 3.0 or 3.1 document as a [`ToolSource`] (`toolmesh bridge openapi`): each selected operation a tool named by its `operationId`, its schemas from its parameters, JSON body and 2xx response; the document read again as the API is probed, and the bridge NOT_SERVING while the API does not answer.
+//! An HTTP API described by an OpenAPI 3.0 or 3.1 document as a [`ToolSource`] (`toolmesh bridge openapi`): each selected operation a tool named by its `operationId`, its schemas from its parameters, JSON body and 2xx response; the API probed and the bridge NOT_SERVING while it does not answer, the document read again on SIGHUP and every `--refresh-secs`.
 
 mod call;
 mod document;
@@ -7,12 +7,11 @@ use crate::error::BridgeError;
 use crate::http::client;
 use crate::mapping::{Mapped, OfferedTool, ServerIdentity, ToolSelection, UpstreamKind, map_tools};
 use crate::supervisor::{Event, ToolSource};
-use crate::{Bridge, HttpsSettings, admit};
+use crate::{Bridge, HttpsSettings, OutboundAuth, admit};
 use arc_swap::ArcSwap;
 use call::{Api, OperationTool};
 use document::{Document, Operation};
 use reqwest::Url;
-use reqwest::header::{AUTHORIZATION, HeaderMap, HeaderName, HeaderValue};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -21,7 +20,7 @@ use tokio_util::sync::CancellationToken;
 use toolmesh_executor::{DynamicTool, ServeOptions};
 use tracing::{error, info, warn};
 
-/// How often the API is probed and its document read again.
+/// How often the API is probed and the credentials read again.
 const PROBE_EVERY: Duration = Duration::from_secs(2);
 /// Longest reading the document or a probe may take before the API counts
 /// as gone.
@@ -69,63 +68,6 @@ impl SpecLocation {
     }
 }
 
-/// The bridge's own credentials for the API, read again as it probes:
-/// never a caller's.
-#[derive(Debug, Clone, Default)]
-pub struct OutboundAuth {
-    /// A file holding the bearer token (`--bearer-file`), read again as the
-    /// API is probed so a rotated token is picked up.
-    pub bearer_file: Option<PathBuf>,
-    /// The variable holding the bearer token (`--bearer-env`).
-    pub bearer_env: Option<String>,
-    /// Headers and the variables holding their values (`--header-env
-    /// NAME=VAR`), e.g. an API key.
-    pub header_env: Vec<(String, String)>,
-}
-
-impl OutboundAuth {
-    /// The headers every request carries, or what is missing.
-    pub(crate) fn headers(&self) -> Result<HeaderMap, BridgeError> {
-        let mut headers = HeaderMap::new();
-        let bearer = match (&self.bearer_file, &self.bearer_env) {
-            (Some(path), _) => Some(
-                std::fs::read_to_string(path)
-                    .map_err(|e| {
-                        BridgeError::Credentials(format!("--bearer-file {}: {e}", path.display()))
-                    })?
-                    .trim()
-                    .to_owned(),
-            ),
-            (None, Some(var)) => Some(env(var, "--bearer-env")?),
-            (None, None) => None,
-        };
-        if let Some(token) = bearer {
-            let value = HeaderValue::from_str(&format!("Bearer {token}")).map_err(|_| {
-                BridgeError::Credentials(
-                    "the bearer token holds characters a header cannot carry".to_owned(),
-                )
-            })?;
-            headers.insert(AUTHORIZATION, value);
-        }
-        for (name, var) in &self.header_env {
-            let header = HeaderName::from_bytes(name.as_bytes())
-                .map_err(|e| BridgeError::Credentials(format!("--header-env {name}={var}: {e}")))?;
-            let value = HeaderValue::from_str(&env(var, "--header-env")?)
-                .map_err(|e| BridgeError::Credentials(format!("--header-env {name}={var}: {e}")))?;
-            headers.insert(header, value);
-        }
-        Ok(headers)
-    }
-}
-
-/// The value of `var`, which must be set and not empty.
-fn env(var: &str, flag: &str) -> Result<String, BridgeError> {
-    std::env::var(var)
-        .ok()
-        .filter(|v| !v.is_empty())
-        .ok_or_else(|| BridgeError::Credentials(format!("{flag}: the variable {var} is not set")))
-}
-
 /// What to bridge and how to serve it.
 #[derive(Debug, Clone)]
 pub struct OpenApiBridgeOptions {
@@ -144,6 +86,9 @@ pub struct OpenApiBridgeOptions {
     pub selection: ToolSelection,
     /// Registry, listen address, token… as for any executor.
     pub serve: ServeOptions,
+    /// How often the document is read again (besides on SIGHUP); none: on
+    /// SIGHUP only.
+    pub refresh_every: Option<Duration>,
 }
 
 /// The API as the supervisor follows it.
@@ -175,6 +120,7 @@ impl Bridge {
             name,
             selection,
             serve,
+            refresh_every,
         } = options;
         let client = client(&HttpsSettings::default()).map_err(|e| BridgeError::Document {
             spec: spec.describe(),
@@ -190,9 +136,7 @@ impl Bridge {
             suspect: Arc::new(Notify::new()),
         };
         let connection = source.connect().await?;
-        for (operation, why) in &connection.document.left_out {
-            warn!(operation, "leaving out an operation: {why}");
-        }
+        warn_left_out(&connection.document);
         let offered = offered(&connection.document);
         let mapped = map_tools(
             UpstreamKind::OpenApi,
@@ -205,7 +149,7 @@ impl Bridge {
             .filter(|n| !n.trim().is_empty())
             .unwrap_or_else(|| service_name(&connection.document.title));
         let tools = dynamic_tools(&connection, &mapped);
-        Bridge::assemble(source, connection, &service, tools, serve).await
+        Bridge::assemble(source, connection, &service, tools, serve, refresh_every).await
     }
 }
 
@@ -230,6 +174,13 @@ fn tool_version(connection: &OpenApiConnection) -> String {
         version: connection.document.version.clone(),
     }
     .tool_version()
+}
+
+/// Logs each operation of `document` that cannot be a tool, and why.
+fn warn_left_out(document: &Document) {
+    for (operation, why) in &document.left_out {
+        warn!(operation, "leaving out an operation: {why}");
+    }
 }
 
 /// The document's operations as tools.
@@ -306,6 +257,14 @@ impl OpenApiSource {
         }
     }
 
+    /// The document `text` holds, or why it is none.
+    fn parse(&self, text: &str) -> Result<Document, BridgeError> {
+        document::parse(text).map_err(|e| BridgeError::NotOpenApi {
+            spec: self.spec.describe(),
+            reason: e.to_string(),
+        })
+    }
+
     /// Where the paths are appended: `--base-url`, else the document's
     /// first server (relative to the document's URL), else the document
     /// URL's origin.
@@ -359,10 +318,7 @@ impl ToolSource for OpenApiSource {
 
     async fn connect(&self) -> Result<OpenApiConnection, BridgeError> {
         let text = self.read_text().await?;
-        let document = document::parse(&text).map_err(|e| BridgeError::NotOpenApi {
-            spec: self.spec.describe(),
-            reason: e.to_string(),
-        })?;
+        let document = self.parse(&text)?;
         let base = self.base(&document)?;
         if matches!(self.spec, SpecLocation::File(_)) {
             self.probe(&base)
@@ -396,6 +352,19 @@ impl ToolSource for OpenApiSource {
         Ok(dynamic_tools(connection, &mapped))
     }
 
+    async fn reread(&self, connection: &mut OpenApiConnection) -> Result<(), BridgeError> {
+        let text = self.read_text().await?;
+        if text == connection.text {
+            return Ok(());
+        }
+        let document = self.parse(&text)?;
+        info!(spec = %self.spec.describe(), "the document changed");
+        warn_left_out(&document);
+        connection.text = text;
+        connection.document = document;
+        Ok(())
+    }
+
     async fn watch(&self, connection: &mut OpenApiConnection, stop: &CancellationToken) -> Event {
         loop {
             tokio::select! {
@@ -403,38 +372,19 @@ impl ToolSource for OpenApiSource {
                 () = tokio::time::sleep(PROBE_EVERY) => {}
                 () = self.suspect.notified() => {}
             }
-            // A document fetched from the API is the probe; a file's API is
+            // A document fetched from the API is the probe (read again
+            // into the tools only when a refresh is due); a file's API is
             // probed at its base.
-            let text = match &self.spec {
-                SpecLocation::Url(_) => match self.read_text().await {
-                    Ok(text) => Some(text),
-                    Err(e) => return Event::Gone(e.to_string()),
-                },
-                SpecLocation::File(_) => {
-                    if let Err(why) = self.probe(&connection.api.base).await {
-                        return Event::Gone(why);
-                    }
-                    self.read_text().await.ok()
-                }
+            let answered = match &self.spec {
+                SpecLocation::Url(_) => self.read_text().await.map(drop).map_err(|e| e.to_string()),
+                SpecLocation::File(_) => self.probe(&connection.api.base).await,
             };
+            if let Err(why) = answered {
+                return Event::Gone(why);
+            }
             match self.auth.headers() {
                 Ok(headers) => connection.api.credentials.store(Arc::new(headers)),
                 Err(e) => warn!(error = %e, "keeping the credentials read before"),
-            }
-            let Some(text) = text.filter(|t| *t != connection.text) else {
-                continue;
-            };
-            match document::parse(&text) {
-                Ok(document) => {
-                    info!(spec = %self.spec.describe(), "the document changed");
-                    connection.text = text;
-                    connection.document = document;
-                    return Event::Changed;
-                }
-                Err(e) => {
-                    warn!(spec = %self.spec.describe(), error = %e, "the document changed but cannot be read; serving the operations read before");
-                    connection.text = text;
-                }
             }
         }
     }
