@@ -2,9 +2,8 @@
 
 use crate::error::BenchError;
 use crate::load::{self, Client, Throughput, Workload};
-use crate::overhead::{Setup, Stand};
 use crate::procs::TempDir;
-use crate::report::{Table, Target, Verdict, fmt_rate, fmt_ratio, fmt_us};
+use crate::stand::{Setup, Stand};
 use crate::stats::Latency;
 use crate::{Binaries, Plan, turns};
 use serde::Serialize;
@@ -19,7 +18,7 @@ use toolmesh_transport::Tls;
 pub(crate) const JWT_IN_FLIGHT: usize = 32;
 /// The share of a static-token caller's calls/s a JWT caller may lose
 /// (the target: no more than 5 % slower at [`JWT_IN_FLIGHT`] in flight).
-const MAX_JWT_SLOWDOWN: f64 = 0.05;
+pub(crate) const MAX_JWT_SLOWDOWN: f64 = 0.05;
 /// The static token of the `[[callers]]` entry measured.
 const STATIC_TOKEN: &str = "bench-static-caller";
 /// The audience the issuer entry accepts and the tokens name.
@@ -223,90 +222,4 @@ pub(crate) async fn measure(
         latency: ByCredential::from_vec(latency),
         throughput: ByCredential::from_vec(throughput.pop().unwrap_or_default()),
     })
-}
-
-/// The row's table: a column per credential, each JWT beside the static
-/// token as a ratio.
-pub(crate) fn table(row: &JwtRow) -> String {
-    let mut table = Table::new(vec![
-        "",
-        "static token",
-        "RS256 JWT",
-        "x static",
-        "ES256 JWT",
-        "x static",
-    ]);
-    let line = |name: String, v: ByCredential<f64>, format: fn(f64) -> String| {
-        vec![
-            name,
-            format(v.static_token),
-            format(v.rs256),
-            fmt_ratio(v.rs256 / v.static_token),
-            format(v.es256),
-            fmt_ratio(v.es256 / v.static_token),
-        ]
-    };
-    let each = |pick: &dyn Fn(&Throughput) -> f64| {
-        let t = &row.throughput;
-        ByCredential {
-            static_token: pick(&t.static_token),
-            rs256: pick(&t.rs256),
-            es256: pick(&t.es256),
-        }
-    };
-    let l = &row.latency;
-    for (name, pick) in [
-        ("p50 @1", (|l| l.p50_us) as fn(&Latency) -> f64),
-        ("p99 @1", |l| l.p99_us),
-    ] {
-        let v = ByCredential {
-            static_token: pick(&l.static_token),
-            rs256: pick(&l.rs256),
-            es256: pick(&l.es256),
-        };
-        table.push(line(name.to_owned(), v, fmt_us));
-    }
-    let in_flight = row.throughput.static_token.in_flight;
-    table.push(line(
-        format!("calls/s @{in_flight}"),
-        each(&|t| t.calls_per_sec),
-        fmt_rate,
-    ));
-    if !row.throughput.static_token.cpu_us_per_call.is_empty() {
-        table.push(line(
-            format!("CPU/call @{in_flight}"),
-            each(&|t| t.cpu_us_per_call.iter().sum()),
-            fmt_us,
-        ));
-        table.push(line(
-            format!("serve CPU/call @{in_flight}"),
-            each(&|t| t.cpu_us_per_call.first().copied().unwrap_or_default()),
-            fmt_us,
-        ));
-    }
-    table.render("   ")
-}
-
-/// A JWT caller's calls/s at [`JWT_IN_FLIGHT`] in flight is no more than
-/// [`MAX_JWT_SLOWDOWN`] below the static-token caller's, per algorithm.
-pub(crate) fn targets(row: &JwtRow) -> Vec<Target> {
-    let (t, l) = (&row.throughput, &row.latency);
-    let floor = 1.0 - MAX_JWT_SLOWDOWN;
-    [("RS256", &t.rs256, &l.rs256), ("ES256", &t.es256, &l.es256)]
-        .into_iter()
-        .map(|(algorithm, jwt, latency)| Target {
-            name: format!(
-                "{algorithm} JWT caller calls/s at {} in flight >= {floor}x a static-token caller",
-                jwt.in_flight
-            ),
-            verdict: Verdict::of(jwt.calls_per_sec >= floor * t.static_token.calls_per_sec),
-            detail: format!(
-                "{} vs {} ({}); p50 at concurrency 1 +{}",
-                fmt_rate(jwt.calls_per_sec),
-                fmt_rate(t.static_token.calls_per_sec),
-                fmt_ratio(jwt.calls_per_sec / t.static_token.calls_per_sec),
-                fmt_us(latency.p50_us - l.static_token.p50_us)
-            ),
-        })
-        .collect()
 }

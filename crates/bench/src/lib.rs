@@ -50,6 +50,7 @@ mod raw_echo;
 mod report;
 mod scale;
 mod search;
+mod stand;
 mod stats;
 mod stores;
 mod turns;

@@ -4,6 +4,7 @@
 use crate::bridge::{BridgeRow, ByUpstream, Upstream};
 use crate::cache::{AtHitRatio, ByPath, CacheSeries, ResultCache};
 use crate::freshness::{Freshness, Series};
+use crate::jwt::{ByCredential, JwtRow, MAX_JWT_SLOWDOWN};
 use crate::load::Throughput;
 use crate::machine::{Build, Machine};
 use crate::overhead::{ByDoor, ByTarget, McpRow, Overhead, SdkRow, SizeResult};
@@ -140,7 +141,7 @@ pub(crate) fn targets(overhead: &Overhead, scale: &Scale, freshness: &Freshness)
         out.extend(throughput_targets(label, &mtls.throughput, &nginx_missing));
     }
     if let Some(jwt) = &overhead.jwt {
-        out.extend(crate::jwt::targets(jwt));
+        out.extend(jwt_targets(jwt));
     }
     if let Some(sdk) = &overhead.sdk {
         out.extend(sdk_targets(sdk));
@@ -590,7 +591,7 @@ fn write_overhead(f: &mut fmt::Formatter<'_>, o: &Overhead) -> fmt::Result {
             "   JWT callers: the same call through toolmesh serve ({} arguments) by one caller presenting a static [[callers]] token, an RS256 and an ES256 JWT of an [[issuers]] entry whose JWKS the bench serves on 127.0.0.1 (keys fetched once, cached; CPU: serve + executor, then serve alone)",
             fmt_bytes(jwt.argument_bytes as f64)
         )?;
-        write!(f, "{}", crate::jwt::table(jwt))?;
+        write!(f, "{}", jwt_table(jwt))?;
     }
     writeln!(f)
 }
@@ -1253,6 +1254,92 @@ pub(crate) fn thousands(n: u64) -> String {
         out.push(ch);
     }
     out
+}
+
+/// The row's table: a column per credential, each JWT beside the static
+/// token as a ratio.
+fn jwt_table(row: &JwtRow) -> String {
+    let mut table = Table::new(vec![
+        "",
+        "static token",
+        "RS256 JWT",
+        "x static",
+        "ES256 JWT",
+        "x static",
+    ]);
+    let line = |name: String, v: ByCredential<f64>, format: fn(f64) -> String| {
+        vec![
+            name,
+            format(v.static_token),
+            format(v.rs256),
+            fmt_ratio(v.rs256 / v.static_token),
+            format(v.es256),
+            fmt_ratio(v.es256 / v.static_token),
+        ]
+    };
+    let each = |pick: &dyn Fn(&Throughput) -> f64| {
+        let t = &row.throughput;
+        ByCredential {
+            static_token: pick(&t.static_token),
+            rs256: pick(&t.rs256),
+            es256: pick(&t.es256),
+        }
+    };
+    let l = &row.latency;
+    for (name, pick) in [
+        ("p50 @1", (|l| l.p50_us) as fn(&Latency) -> f64),
+        ("p99 @1", |l| l.p99_us),
+    ] {
+        let v = ByCredential {
+            static_token: pick(&l.static_token),
+            rs256: pick(&l.rs256),
+            es256: pick(&l.es256),
+        };
+        table.push(line(name.to_owned(), v, fmt_us));
+    }
+    let in_flight = row.throughput.static_token.in_flight;
+    table.push(line(
+        format!("calls/s @{in_flight}"),
+        each(&|t| t.calls_per_sec),
+        fmt_rate,
+    ));
+    if !row.throughput.static_token.cpu_us_per_call.is_empty() {
+        table.push(line(
+            format!("CPU/call @{in_flight}"),
+            each(&|t| t.cpu_us_per_call.iter().sum()),
+            fmt_us,
+        ));
+        table.push(line(
+            format!("serve CPU/call @{in_flight}"),
+            each(&|t| t.cpu_us_per_call.first().copied().unwrap_or_default()),
+            fmt_us,
+        ));
+    }
+    table.render("   ")
+}
+
+/// A JWT caller's calls/s at [`JWT_IN_FLIGHT`] in flight is no more than
+/// [`MAX_JWT_SLOWDOWN`] below the static-token caller's, per algorithm.
+fn jwt_targets(row: &JwtRow) -> Vec<Target> {
+    let (t, l) = (&row.throughput, &row.latency);
+    let floor = 1.0 - MAX_JWT_SLOWDOWN;
+    [("RS256", &t.rs256, &l.rs256), ("ES256", &t.es256, &l.es256)]
+        .into_iter()
+        .map(|(algorithm, jwt, latency)| Target {
+            name: format!(
+                "{algorithm} JWT caller calls/s at {} in flight >= {floor}x a static-token caller",
+                jwt.in_flight
+            ),
+            verdict: Verdict::of(jwt.calls_per_sec >= floor * t.static_token.calls_per_sec),
+            detail: format!(
+                "{} vs {} ({}); p50 at concurrency 1 +{}",
+                fmt_rate(jwt.calls_per_sec),
+                fmt_rate(t.static_token.calls_per_sec),
+                fmt_ratio(jwt.calls_per_sec / t.static_token.calls_per_sec),
+                fmt_us(latency.p50_us - l.static_token.p50_us)
+            ),
+        })
+        .collect()
 }
 
 #[cfg(test)]

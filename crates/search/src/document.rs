@@ -3,6 +3,7 @@
 use crate::analyze;
 use serde_json::Value;
 use std::collections::HashMap;
+use std::sync::Arc;
 use toolmesh::ToolDef;
 
 /// A searched field of a tool definition.
@@ -115,6 +116,42 @@ impl<'s> Parameters<'s> {
         if let Some(items) = schema.get("items") {
             self.collect(items);
         }
+    }
+}
+
+/// A definition's number in one index lineage (never reused).
+pub(crate) type DocId = u64;
+
+/// One indexed definition.
+#[derive(Debug)]
+pub(crate) struct Doc {
+    pub(crate) id: DocId,
+    pub(crate) def: Arc<ToolDef>,
+    /// Each field's length in terms.
+    pub(crate) lengths: [u32; FIELDS],
+    /// Its distinct terms: where its postings are, to remove them.
+    pub(crate) terms: Box<[Box<str>]>,
+}
+
+impl Doc {
+    /// `def` analyzed as definition `id`, with each of its terms'
+    /// frequencies per field.
+    pub(crate) fn analyzed(
+        id: DocId,
+        def: Arc<ToolDef>,
+    ) -> (Arc<Doc>, HashMap<String, [u16; FIELDS]>) {
+        let analyzed = Analyzed::of(&def);
+        let doc = Arc::new(Doc {
+            id,
+            def,
+            lengths: analyzed.lengths,
+            terms: analyzed
+                .frequencies
+                .keys()
+                .map(|t| t.as_str().into())
+                .collect(),
+        });
+        (doc, analyzed.frequencies)
     }
 }
 

@@ -2,47 +2,10 @@
 //! per term, in persistent maps so that the index of snapshot N+1 shares
 //! everything unchanged with that of N and costs only what changed.
 
-use crate::document::{Analyzed, FIELDS};
+use crate::document::{Doc, DocId};
 use crate::postings::{Posting, Postings};
-use std::collections::HashMap;
 use std::sync::Arc;
 use toolmesh::{Snapshot, ToolDef};
-
-/// A definition's number in one index lineage (never reused).
-pub(crate) type DocId = u64;
-
-/// One indexed definition.
-#[derive(Debug)]
-pub(crate) struct Doc {
-    pub(crate) id: DocId,
-    pub(crate) def: Arc<ToolDef>,
-    /// Each field's length in terms.
-    pub(crate) lengths: [u32; FIELDS],
-    /// Its distinct terms: where its postings are, to remove them.
-    terms: Box<[Box<str>]>,
-}
-
-impl Doc {
-    /// `def` analyzed as definition `id`, with each of its terms'
-    /// frequencies per field.
-    pub(crate) fn analyzed(
-        id: DocId,
-        def: Arc<ToolDef>,
-    ) -> (Arc<Doc>, HashMap<String, [u16; FIELDS]>) {
-        let analyzed = Analyzed::of(&def);
-        let doc = Arc::new(Doc {
-            id,
-            def,
-            lengths: analyzed.lengths,
-            terms: analyzed
-                .frequencies
-                .keys()
-                .map(|t| t.as_str().into())
-                .collect(),
-        });
-        (doc, analyzed.frequencies)
-    }
-}
 
 /// The search index of one snapshot. Cloning is cheap (shared structure),
 /// and [`advance`](Self::advance) costs what the snapshot change touched.

@@ -2,8 +2,7 @@
 //! so a query walks them in order over contiguous memory and one change
 //! copies one chunk, not the list.
 
-use crate::document::FIELDS;
-use crate::index::{Doc, DocId};
+use crate::document::{Doc, DocId, FIELDS};
 use std::sync::Arc;
 
 /// Postings per chunk at most: a change copies one chunk (and a query

@@ -3,8 +3,9 @@
 //! caller sees (document frequencies counted at query time), so a tool
 //! outside the view takes no result slot and moves no score.
 
+use crate::document::Doc;
 use crate::document::{FIELDS, Field};
-use crate::index::{Doc, SearchIndex};
+use crate::index::SearchIndex;
 use crate::postings::Posting;
 use crate::query::Query;
 use std::cmp::Ordering;

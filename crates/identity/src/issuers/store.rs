@@ -1,6 +1,6 @@
 //! The cached keys of each issuer: fetched at start and on a schedule, refreshed on an unknown `kid` at a bounded rate, kept while the source fails for a bounded time.
 
-use super::verified::VerifiedTokens;
+use super::verified::{KeysInForce, VerifiedTokens};
 use super::{FetchAuth, Issuer, KeySet, KeySource, fetch};
 use crate::IssuerError;
 use arc_swap::{ArcSwap, ArcSwapOption};
@@ -201,6 +201,13 @@ impl KeyStore {
     }
 }
 
+impl KeysInForce for KeyStore {
+    type Keys = Loaded;
+    fn keys_in_force(&self) -> Option<Arc<Loaded>> {
+        self.keys()
+    }
+}
+
 impl Drop for KeyStore {
     fn drop(&mut self) {
         // The refresh task wakes, finds the store gone and ends.
@@ -234,7 +241,7 @@ pub struct IssuerKeys {
     generation: AtomicU64,
     stores: ArcSwap<HashMap<(String, KeySource, FetchAuth), Arc<KeyStore>>>,
     sync: Mutex<()>,
-    verified: VerifiedTokens,
+    verified: VerifiedTokens<KeyStore>,
 }
 
 impl Default for IssuerKeys {
@@ -291,7 +298,7 @@ impl IssuerKeys {
     }
 
     /// The tokens verified lately.
-    pub(crate) fn verified(&self) -> &VerifiedTokens {
+    pub(crate) fn verified(&self) -> &VerifiedTokens<KeyStore> {
         &self.verified
     }
 

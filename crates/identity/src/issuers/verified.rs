@@ -1,6 +1,5 @@
 //! Tokens verified lately, by the SHA-256 of their bytes: served again without a signature check until their `exp` or until their issuer's keys are fetched again, at most [`MAX_VERIFIED_TOKENS`] of them.
 
-use super::store::{KeyStore, Loaded};
 use crate::Principal;
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, RwLock, Weak};
@@ -10,18 +9,27 @@ use toolmesh::digest::sha256;
 /// forgotten first (one entry is a few hundred bytes: about 1 MiB in all).
 pub const MAX_VERIFIED_TOKENS: usize = 4096;
 
+/// Where an issuer's keys are kept: the set in force now, replaced whole
+/// by each fetch (so a set's address names that fetch).
+pub(crate) trait KeysInForce {
+    /// One fetch's keys.
+    type Keys;
+    /// The keys in force, if any are.
+    fn keys_in_force(&self) -> Option<Arc<Self::Keys>>;
+}
+
 /// One token's verification: who it named, until when, under which keys.
-struct Verified {
+struct Verified<S: KeysInForce> {
     principal: Principal,
     /// Its `exp`, in seconds since the epoch.
     expires_at: u64,
     /// The store whose keys verified it.
-    store: Weak<KeyStore>,
+    store: Weak<S>,
     /// The keys that verified it: any fetch since replaces them.
-    keys: Weak<Loaded>,
+    keys: Weak<S::Keys>,
 }
 
-impl Verified {
+impl<S: KeysInForce> Verified<S> {
     /// Whether it still stands at `now`: before its `exp` and while the
     /// keys that verified it are the ones in force (a fetch of the JWKS,
     /// a key rotation or keys outliving `max_stale_secs` end it).
@@ -30,7 +38,7 @@ impl Verified {
             && self
                 .store
                 .upgrade()
-                .and_then(|store| store.keys())
+                .and_then(|store| store.keys_in_force())
                 .is_some_and(|current| std::ptr::eq(Arc::as_ptr(&current), self.keys.as_ptr()))
     }
 }
@@ -92,11 +100,11 @@ impl<V> Bounded<V> {
 }
 
 /// The tokens verified lately; never a token that failed.
-pub(crate) struct VerifiedTokens {
-    tokens: RwLock<Bounded<Verified>>,
+pub(crate) struct VerifiedTokens<S: KeysInForce> {
+    tokens: RwLock<Bounded<Verified<S>>>,
 }
 
-impl Default for VerifiedTokens {
+impl<S: KeysInForce> Default for VerifiedTokens<S> {
     fn default() -> Self {
         VerifiedTokens {
             tokens: RwLock::new(Bounded::new(MAX_VERIFIED_TOKENS)),
@@ -104,7 +112,7 @@ impl Default for VerifiedTokens {
     }
 }
 
-impl VerifiedTokens {
+impl<S: KeysInForce> VerifiedTokens<S> {
     /// The caller `token` named when it was verified, if that still stands.
     pub(crate) fn lookup(&self, token: &str) -> Option<Principal> {
         let digest = sha256(token.as_bytes());
@@ -123,8 +131,8 @@ impl VerifiedTokens {
         token: &str,
         principal: &Principal,
         expires_at: u64,
-        store: &Arc<KeyStore>,
-        keys: &Arc<Loaded>,
+        store: &Arc<S>,
+        keys: &Arc<S::Keys>,
     ) {
         let verified = Verified {
             principal: principal.clone(),
