@@ -78,9 +78,10 @@ async fn quick_run_end_to_end() {
     );
     assert_eq!(report.freshness.sigkill_to_unlisted.samples_ms.len(), 2);
     // p50 and p99 per size, throughput per size and setting, the mTLS
-    // row's p50, p99 and throughput, the SDK's three, the bridge's two,
+    // row's p50, p99 and throughput, the SDK's three, one per bridged path
+    // (MCP over stdio and over HTTP, gRPC, OpenAPI), one per JWT algorithm,
     // then publish and the two freshness targets.
-    assert_eq!(report.targets.len(), 4 + 4 + 3 + 3 + 2 + 3);
+    assert_eq!(report.targets.len(), 4 + 4 + 3 + 3 + 4 + 2 + 3);
     // The mTLS row: every target answered every call, nginx included.
     let mtls = report.overhead.mtls.as_ref().expect("the mTLS row");
     assert!(text.contains("mTLS: the same call with mutual TLS on both hops"));
@@ -109,6 +110,17 @@ async fn quick_run_end_to_end() {
     assert_eq!(at_32, [32]);
     assert!(mtls.throughput[0].toolmesh.calls_per_sec > 0.0);
     assert_eq!(mtls.throughput[0].toolmesh.errors, 0);
+    // The JWT row: the static-token caller and both JWT callers answered
+    // every call (a refused token would count as an error).
+    let jwt = report.overhead.jwt.as_ref().expect("the JWT row");
+    for (caller, l) in [
+        ("static token", &jwt.latency.static_token),
+        ("RS256", &jwt.latency.rs256),
+        ("ES256", &jwt.latency.es256),
+    ] {
+        assert!(l.calls > 0 && l.errors == 0, "JWT row, {caller}: {l:?}");
+    }
+    assert!(jwt.throughput.es256.calls_per_sec > 0.0 && jwt.throughput.es256.errors == 0);
     let sdk = report.overhead.sdk.as_ref().expect("the SDK row");
     assert!(sdk.latency.iter().all(|l| l.calls > 0 && l.errors == 0));
     // Every path of every bridge row answered every call: the MCP row
