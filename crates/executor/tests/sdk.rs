@@ -394,29 +394,43 @@ async fn grpc_timeout_gives_deadline_exceeded_and_cancels() {
     let saw_cancel = Arc::clone(&tool.saw_cancel);
     let mut running = start(Executor::new("t").tool(tool), Duration::from_secs(1)).await;
     let mut client = running.client().await;
-    let mut req = Request::new(request("sleep", json!({"ms": 5000})));
-    req.set_timeout(Duration::from_millis(300));
-    let started = Instant::now();
-    let result = client
-        .execute(req)
-        .await
-        .unwrap()
-        .into_inner()
-        .result
-        .unwrap();
-    let took = started.elapsed();
-    assert_eq!(code(&result), ErrorCode::DeadlineExceeded, "{result:?}");
+    // The answer leaves 20 ms before the caller's own timer fires; a machine
+    // loaded enough to miss that window shows tonic's bare status instead,
+    // so the call is tried a few times and one on-time answer must come.
+    let mut misses = Vec::new();
+    for _ in 0..3 {
+        let mut req = Request::new(request("sleep", json!({"ms": 5000})));
+        req.set_timeout(Duration::from_millis(300));
+        let started = Instant::now();
+        let answer = client.execute(req).await;
+        let took = started.elapsed();
+        let result = match answer {
+            Ok(response) => response.into_inner().result.unwrap(),
+            Err(status) => {
+                // Only the caller's own timer may win the race.
+                assert_eq!(status.code(), tonic::Code::Cancelled, "{status:?}");
+                misses.push(format!("{status:?} after {took:?}"));
+                continue;
+            }
+        };
+        assert_eq!(code(&result), ErrorCode::DeadlineExceeded, "{result:?}");
+        assert!(
+            message(&result).contains("caller's deadline"),
+            "{}",
+            message(&result)
+        );
+        // Answered as a ToolResult, not tonic's bare "Timeout expired"
+        // status, and not before the caller's deadline was near.
+        assert!(
+            took >= Duration::from_millis(250),
+            "answered after {took:?}"
+        );
+        misses.clear();
+        break;
+    }
     assert!(
-        message(&result).contains("caller's deadline"),
-        "{}",
-        message(&result)
-    );
-    // Answered as a ToolResult, not tonic's bare "Timeout expired" status
-    // (unwrap above), and about when the caller's deadline passed.
-    assert!(took < Duration::from_millis(450), "answered after {took:?}");
-    assert!(
-        took >= Duration::from_millis(250),
-        "answered after {took:?}"
+        misses.is_empty(),
+        "no answer came before the caller's timer: {misses:?}"
     );
     until("tool saw cancellation", Duration::from_secs(3), || {
         saw_cancel.load(Ordering::SeqCst)
