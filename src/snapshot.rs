@@ -398,8 +398,9 @@ fn entry_from_pb(
     definitions: Option<&Definitions>,
 ) -> Result<ToolEntry, (String, SpecError)> {
     let spec = entry.spec.clone().unwrap_or_default();
-    // The registry sends normalised specs: an identical one is the same
-    // definition, reused without compiling its schema again.
+    // The registry sends normalised specs it validated: an identical one is
+    // the same definition, reused as it is; a new one is not compiled here
+    // (its schemas compile on the first call that needs them).
     let reused = semver::Version::parse(&spec.version)
         .ok()
         .and_then(|version| previous?.get(&spec.name, &version))
@@ -411,7 +412,7 @@ fn entry_from_pb(
             let label = crate::spec::label(&spec.name, &spec.version);
             match definitions {
                 Some(definitions) => definitions.intern(spec),
-                None => ToolDef::new(spec).map(Arc::new),
+                None => ToolDef::stored(spec).map(Arc::new),
             }
             .map_err(|e| (label, e))?
         }

@@ -167,8 +167,17 @@ pub struct ToolDef {
     timeout: Duration,
     retry: Retry,
     fingerprint: String,
-    /// Regular expressions its input and output schemas compile.
-    patterns: usize,
+    /// Regular expressions its input and output schemas compile (counted
+    /// when it is built, or on first asking for a stored definition).
+    patterns: std::sync::OnceLock<usize>,
+}
+
+/// Whether building a definition compiles its schemas ([`ToolDef::new`])
+/// or trusts their canonical text ([`ToolDef::stored`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Schemas {
+    Compile,
+    Trust,
 }
 
 impl fmt::Debug for ToolDef {
@@ -184,7 +193,23 @@ impl fmt::Debug for ToolDef {
 impl ToolDef {
     /// Validates `spec` and fills in its defaults (risk LOW, timeout 10 s,
     /// retry policy).
-    pub fn new(mut spec: ToolSpec) -> Result<Self, SpecError> {
+    pub fn new(spec: ToolSpec) -> Result<Self, SpecError> {
+        ToolDef::build(spec, Schemas::Compile)
+    }
+
+    /// A definition read back from where the mesh keeps validated ones (the
+    /// registry's store, a registry's snapshot): its fields are checked as
+    /// [`ToolDef::new`] checks them, but its schemas, which compiled when it
+    /// was registered and are held in canonical form, are not compiled
+    /// again here. Each compiles the first time a call needs it, as for
+    /// any definition; one that no longer compiles fails those calls with
+    /// its schema error. A registry or dispatcher loading 100,000
+    /// definitions would otherwise compile every schema once more.
+    pub fn stored(spec: ToolSpec) -> Result<Self, SpecError> {
+        ToolDef::build(spec, Schemas::Trust)
+    }
+
+    fn build(mut spec: ToolSpec, schemas: Schemas) -> Result<Self, SpecError> {
         validate_name(&spec.name)?;
         let version =
             semver::Version::parse(&spec.version).map_err(|e| SpecError::InvalidVersion {
@@ -198,16 +223,22 @@ impl ToolDef {
         if chars > MAX_DESCRIPTION_CHARS {
             return Err(SpecError::DescriptionTooLong(chars));
         }
-        let input = schema::compile_text(&spec.input_schema).map_err(SpecError::InputSchema)?;
-        let mut patterns = schema::count_patterns(&input.schema);
-        let output = if spec.output_schema.trim().is_empty() {
-            None
-        } else {
-            let compiled =
-                schema::compile_text(&spec.output_schema).map_err(SpecError::OutputSchema)?;
-            patterns += schema::count_patterns(&compiled.schema);
-            Some(compiled.schema)
-        };
+        let has_output = !spec.output_schema.trim().is_empty();
+        let patterns = std::sync::OnceLock::new();
+        if schemas == Schemas::Compile {
+            let input = schema::compile_text(&spec.input_schema).map_err(SpecError::InputSchema)?;
+            let mut count = schema::count_patterns(&input.schema);
+            if has_output {
+                let output =
+                    schema::compile_text(&spec.output_schema).map_err(SpecError::OutputSchema)?;
+                count += schema::count_patterns(&output.schema);
+                spec.output_schema = output.schema.to_string();
+            }
+            // Canonical text: serde_json's map is sorted, so equal schemas
+            // give equal fingerprints whatever their key order or whitespace.
+            spec.input_schema = input.schema.to_string();
+            let _ = patterns.set(count);
+        }
         let timeout = match spec.timeout_ms {
             0 => DEFAULT_TIMEOUT,
             ms if u64::from(ms) > MAX_TIMEOUT.as_millis() as u64 => {
@@ -224,18 +255,12 @@ impl ToolDef {
         spec.risk = risk as i32;
         spec.timeout_ms = timeout.as_millis() as u32;
         spec.retry = Some(retry.to_pb());
-        // Canonical text: serde_json's map is sorted, so equal schemas give
-        // equal fingerprints whatever their key order or whitespace.
-        spec.input_schema = input.schema.to_string();
-        if let Some(output) = &output {
-            spec.output_schema = output.to_string();
-        }
         let fingerprint = fingerprint(&spec);
         Ok(ToolDef {
             spec,
             version,
             input: Deferred::default(),
-            output: output.map(|_| Deferred::default()),
+            output: has_output.then(Deferred::default),
             timeout,
             retry,
             fingerprint,
@@ -247,7 +272,13 @@ impl ToolDef {
     /// its input and output schemas compile, for budgets across tools such
     /// as [`MAX_REGISTRATION_PATTERNS`](schema::MAX_REGISTRATION_PATTERNS).
     pub fn pattern_count(&self) -> usize {
-        self.patterns
+        *self.patterns.get_or_init(|| {
+            let input = self.read_input_schema(schema::count_patterns);
+            let output = self.output.as_ref().map_or(0, |output| {
+                output.read(&self.spec.output_schema, schema::count_patterns)
+            });
+            input + output
+        })
     }
 
     /// The normalised spec (defaults filled in, schemas in canonical form).
@@ -428,6 +459,39 @@ mod tests {
                 r#"{"type":"object","properties":{"q":{"type":"string"}},"required":["q"]}"#.into(),
             ..ToolSpec::default()
         }
+    }
+
+    /// A stored definition is the definition `new` made of the same
+    /// spec (fields, fingerprint, pattern count), without compiling its
+    /// schemas; its other fields are checked as `new` checks them, and a
+    /// schema that does not compile fails the checks a call asks for.
+    #[test]
+    fn a_stored_definition_is_trusted_for_its_schemas_only() {
+        let mut with_pattern = spec();
+        with_pattern.input_schema =
+            r#"{"type":"object","properties":{"q":{"type":"string","pattern":"^a+$"}}}"#.into();
+        with_pattern.output_schema = r#"{"patternProperties":{"^x":{}}}"#.into();
+        let made = ToolDef::new(with_pattern).unwrap();
+        let stored = ToolDef::stored(made.spec().clone()).unwrap();
+        assert_eq!(stored.spec(), made.spec());
+        assert_eq!(stored.fingerprint(), made.fingerprint());
+        assert_eq!(stored.pattern_count(), 2);
+        assert_eq!(stored.pattern_count(), made.pattern_count());
+        assert!(stored.input().is_ok() && stored.output().is_some_and(|o| o.is_ok()));
+
+        let mut bad_version = made.spec().clone();
+        bad_version.version = "one".into();
+        let refused = ToolDef::stored(bad_version).unwrap_err().to_string();
+        assert!(refused.contains("not a semantic version"), "{refused}");
+
+        let mut uncompilable = made.spec().clone();
+        uncompilable.input_schema = r#"{"minimum":"x"}"#.into();
+        assert!(ToolDef::new(uncompilable.clone()).is_err());
+        let kept = ToolDef::stored(uncompilable).unwrap();
+        let Err(error) = kept.input() else {
+            panic!("a schema that does not compile gave checks");
+        };
+        assert!(error.to_string().contains("does not compile"), "{error}");
     }
 
     /// One row per rule: what is accepted, and what each rejection says.

@@ -1,6 +1,6 @@
 //! Definitions shared by every snapshot decoded in one process: a tool
 //! definition that arrives twice (after a reconnect, or at several
-//! followers in one process) is compiled once and held once.
+//! followers in one process) is decoded once and held once.
 
 use crate::pb;
 use crate::spec::{SpecError, ToolDef};
@@ -33,14 +33,15 @@ impl Definitions {
     }
 
     /// The definition of `spec`: the one already held when an identical
-    /// spec was decoded before, else a new one (validated and compiled
-    /// here, outside the table's lock).
+    /// spec was decoded before, else a new one (checked here, outside the
+    /// table's lock, as a definition the registry validated: see
+    /// [`ToolDef::stored`]).
     pub fn intern(&self, spec: pb::ToolSpec) -> Result<Arc<ToolDef>, SpecError> {
         let key = (spec.name.clone(), spec.version.clone());
         if let Some(def) = self.held(&key, &spec) {
             return Ok(def);
         }
-        let def = Arc::new(ToolDef::new(spec)?);
+        let def = Arc::new(ToolDef::stored(spec)?);
         let mut table = self.lock();
         // Another decoder may have made it meanwhile: keep the first.
         if let Some(held) = table.by_key.get(&key).and_then(Weak::upgrade)

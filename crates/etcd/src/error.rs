@@ -30,6 +30,12 @@ pub enum EtcdError {
     /// etcd answered with an error that retrying elsewhere does not cure.
     #[error("etcd refused the request: {0}")]
     Refused(String),
+    /// A write named a lease etcd no longer holds (it expired or was
+    /// revoked before the write arrived): grant another and write again.
+    #[error(
+        "etcd no longer holds the lease the write named ({0}); grant a new lease and write again"
+    )]
+    LeaseNotFound(String),
     /// A watch stream ended or was cancelled by the server.
     #[error("etcd watch ended ({0}); watch again from the last revision seen")]
     WatchEnded(String),
@@ -139,6 +145,10 @@ impl EtcdError {
                 },
                 None => EtcdError::AuthRequired(detail),
             };
+        }
+        // etcd's own wording (rpctypes.ErrGRPCLeaseNotFound).
+        if status.code() == Code::NotFound && detail.contains("lease not found") {
+            return EtcdError::LeaseNotFound(detail);
         }
         EtcdError::Refused(detail)
     }

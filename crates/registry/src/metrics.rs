@@ -7,7 +7,7 @@ use prometheus_client::collector::Collector;
 use prometheus_client::encoding::{DescriptorEncoder, EncodeLabelSet, EncodeMetric};
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
-use prometheus_client::metrics::gauge::ConstGauge;
+use prometheus_client::metrics::gauge::{ConstGauge, Gauge};
 use std::sync::Weak;
 use toolmesh_telemetry::MetricsRegistry;
 
@@ -34,6 +34,8 @@ pub(crate) struct Metrics {
     pub(crate) health_transitions: Family<TransitionLabels, Counter>,
     pub(crate) flap_holds: Counter,
     pub(crate) snapshot_watches: Family<WatchLabels, Counter>,
+    /// Executors whose `grpc.health.v1` this replica watches now.
+    pub(crate) health_watches: Gauge,
 }
 
 impl Metrics {
@@ -61,6 +63,11 @@ impl Metrics {
             "registry_flap_holds",
             "Recoveries held out of rotation because the executor flaps.",
             metrics.flap_holds.clone(),
+        );
+        r.register(
+            "registry_health_watches",
+            "Executors whose grpc.health.v1 this replica watches (each executor is watched by one replica; together the replicas watch every registered executor that has a health service).",
+            metrics.health_watches.clone(),
         );
         r.register(
             "registry_snapshot_watches",

@@ -413,6 +413,82 @@ async fn health_watch_moves_to_a_surviving_replica() {
     );
 }
 
+/// How many of `executors` each replica in `replicas` holds the health
+/// watch of, once every one is claimed by one of them.
+async fn watches_by_replica(
+    etcd: &toolmesh_etcd::Client,
+    executors: &[String],
+    replicas: &[String],
+    what: &str,
+) -> Vec<usize> {
+    eventually(what, Duration::from_secs(15), || async {
+        let mut held = vec![0; replicas.len()];
+        for id in executors {
+            let holder = watcher_of(etcd, id).await?;
+            held[replicas.iter().position(|r| *r == holder)?] += 1;
+        }
+        Some(held)
+    })
+    .await
+}
+
+/// Health watches are spread over the replicas (each watches its share,
+/// not whichever claimed first), and a killed replica's share is taken
+/// over by the survivors, again spread, within a few seconds.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn health_watches_are_shared_among_replicas() {
+    let (_turn, cluster) = shared_etcd(1).await;
+    let store = cluster.store_url();
+    let etcd = toolmesh_etcd::Client::from_url(&store).expect("etcd client");
+    let mut procs = Vec::new();
+    let mut addrs = Vec::new();
+    for _ in 0..3 {
+        let (proc, addr) = replica(&store);
+        procs.push(proc);
+        addrs.push(addr);
+    }
+    let ids: Vec<String> = procs.iter().map(replica_id).collect();
+    let mut fakes = Vec::new();
+    for i in 0..12 {
+        let (fake, _) = FakeExecutor::start(
+            &addrs.join(","),
+            &format!("shared-{i}"),
+            vec![spec(&format!("shared_tool_{i}"), 200)],
+        )
+        .await;
+        fakes.push(fake);
+    }
+    let executors: Vec<String> = fakes.iter().map(|f| f.id.clone()).collect();
+    let held = watches_by_replica(&etcd, &executors, &ids, "every executor watched").await;
+    eprintln!("health watches per replica: {held:?}");
+    assert!(
+        held.iter().all(|n| (2..=6).contains(n)),
+        "12 executors over 3 replicas should be about 4 each: {held:?}"
+    );
+    let busiest = (0..3).max_by_key(|i| held[*i]).unwrap();
+    procs[busiest].kill9();
+    let killed_at = Instant::now();
+    let survivors: Vec<String> = (0..3)
+        .filter(|i| *i != busiest)
+        .map(|i| ids[i].clone())
+        .collect();
+    let after = watches_by_replica(
+        &etcd,
+        &executors,
+        &survivors,
+        "the survivors watch every executor",
+    )
+    .await;
+    eprintln!(
+        "health watches after a replica's death: {after:?}, {:?} after the kill",
+        killed_at.elapsed()
+    );
+    assert!(
+        after.iter().all(|n| (4..=8).contains(n)),
+        "12 executors over 2 replicas should be about 6 each: {after:?}"
+    );
+}
+
 /// The snapshot watches a replica's metrics say were opened, started
 /// (`start`) from a held snapshot (`delta`) or from nothing (`full`).
 fn watches_opened(admin: &str, start: &str) -> f64 {

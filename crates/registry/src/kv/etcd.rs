@@ -144,6 +144,12 @@ impl Kv for EtcdKv {
     }
 
     async fn txn(&self, txn: Txn) -> Result<Outcome, KvError> {
+        // The lease a refusal for a lost lease is about (a transaction
+        // writes under one lease at most).
+        let lease = txn.success.iter().find_map(|op| match op {
+            Op::Put { lease, .. } if *lease != 0 => Some(*lease),
+            _ => None,
+        });
         let response = self
             .client
             .txn(pb::TxnRequest {
@@ -151,7 +157,11 @@ impl Kv for EtcdKv {
                 success: txn.success.into_iter().map(request_of).collect(),
                 failure: vec![],
             })
-            .await?;
+            .await
+            .map_err(|error| match (error, lease) {
+                (EtcdError::LeaseNotFound(_), Some(lease)) => KvError::LeaseGone(lease),
+                (error, _) => KvError::Etcd(error),
+            })?;
         Ok(Outcome {
             succeeded: response.succeeded,
             revision: response.header.map_or(0, |h| h.revision),

@@ -5,6 +5,7 @@
 //! to the store so every replica's snapshot agrees.
 
 use super::Inner;
+use super::model::WatchItem;
 use crate::codec;
 use crate::health_watch;
 use crate::keys::{HealthRecord, Slot};
@@ -13,6 +14,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::mpsc;
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 use tracing::{debug, info, warn};
 
@@ -21,8 +23,12 @@ use tracing::{debug, info, warn};
 const SESSION_TTL: Duration = Duration::from_secs(2);
 /// How often the session lease is renewed.
 const SESSION_RENEW: Duration = Duration::from_millis(500);
-/// How often claims are looked at even without a change.
+/// How often every executor's claim is looked at again, even without a
+/// change.
 const RECHECK: Duration = Duration::from_secs(1);
+/// How long an unclaimed executor waits for the replicas holding fewer
+/// claims before this one claims it anyway.
+const CLAIM_GRACE: Duration = Duration::from_millis(500);
 
 /// Keeps a session lease alive, granting a new one when it was lost.
 pub(super) async fn keep_session(inner: Arc<Inner>) {
@@ -70,65 +76,115 @@ impl Drop for Running {
 }
 
 /// Claims unwatched executors and runs the watches this replica holds.
+/// Each change to the store is looked at for the executors it changed;
+/// every executor is looked at again once a [`RECHECK`] and when the
+/// session changes.
 pub(super) async fn watch_claimed(inner: Arc<Inner>) {
     let mut applied = inner.applied.subscribe();
     let mut session = inner.session.subscribe();
-    let mut running: HashMap<Arc<str>, Running> = HashMap::new();
+    let mut held = Held::default();
+    let mut last_session = 0;
+    let mut next_full = Instant::now();
     let run = async {
         loop {
             let me = *session.borrow_and_update();
             applied.borrow_and_update();
-            let (execs, watchers) = {
-                let model = inner.model();
-                let execs: Vec<(Arc<str>, i64, String)> = model
-                    .execs
-                    .iter()
-                    .map(|(id, e)| (id.clone(), e.lease, e.record.endpoint.clone()))
-                    .collect();
-                (execs, model.watchers.clone())
-            };
-            let mut live = std::collections::HashSet::with_capacity(execs.len());
-            for (id, lease, endpoint) in execs {
-                live.insert(id.clone());
-                let holder = watchers.get(&*id);
-                // A claim this replica just won may not be applied to the
-                // model yet: its watch keeps running (stopping it could
-                // cancel the first verdict's write, and the watch reports
-                // only changes after it).
-                let mine = me != 0
-                    && match holder {
-                        Some(holder) => holder == &inner.replica,
-                        None => running.get(&id).is_some_and(|r| r.session == me),
-                    };
-                if !mine {
-                    running.remove(&id);
-                    if holder.is_none() && me != 0 && claim(&inner, &id, me).await {
-                        debug!(executor_id = &*id, "health watch claimed");
-                        running.insert(id.clone(), start(&inner, id, lease, endpoint, me));
-                    }
-                    continue;
-                }
-                if running.get(&id).is_none_or(|r| r.lease != lease) {
-                    running.insert(id.clone(), start(&inner, id, lease, endpoint, me));
-                }
+            let full = me != last_session || Instant::now() >= next_full;
+            if full {
+                last_session = me;
+                next_full = Instant::now() + RECHECK;
             }
-            let gone: Vec<Arc<str>> = running
-                .keys()
-                .filter(|id| !live.contains(*id))
-                .cloned()
-                .collect();
-            for id in gone {
-                running.remove(&id);
-                release(&inner, &id).await;
+            let (items, claims) = inner.model().watch_items(full);
+            let fewest = claims
+                .iter()
+                .filter(|(replica, _)| **replica != inner.replica)
+                .map(|(_, count)| *count)
+                .min();
+            for item in items {
+                held.look_at(&inner, item, me, fewest).await;
             }
+            inner
+                .metrics
+                .health_watches
+                .set(i64::try_from(held.running.len()).unwrap_or(i64::MAX));
             tokio::select! {
                 _ = applied.changed() => {}
                 _ = session.changed() => {}
-                _ = tokio::time::sleep(RECHECK) => {}
+                () = tokio::time::sleep_until(next_full) => {}
             }
         }
     };
     inner.shutdown.run_until_cancelled(run).await;
+}
+
+/// The watches this replica runs, and the unclaimed executors it left to
+/// replicas holding fewer claims, since when.
+#[derive(Default)]
+struct Held {
+    running: HashMap<Arc<str>, Running>,
+    deferred: HashMap<Arc<str>, Instant>,
+}
+
+impl Held {
+    /// Starts, keeps, stops or claims the watch of one executor.
+    /// `fewest`: the fewest claims another replica holds.
+    async fn look_at(
+        &mut self,
+        inner: &Arc<Inner>,
+        item: WatchItem,
+        me: i64,
+        fewest: Option<usize>,
+    ) {
+        let WatchItem { id, exec, holder } = item;
+        let Some((lease, endpoint)) = exec else {
+            self.deferred.remove(&id);
+            if self.running.remove(&id).is_some() {
+                release(inner, &id).await;
+            }
+            return;
+        };
+        // A claim this replica just won may not be applied to the model
+        // yet: its watch keeps running (stopping it could cancel the first
+        // verdict's write, and the watch reports only changes after it).
+        let mine = me != 0
+            && match &holder {
+                Some(holder) => holder == &inner.replica,
+                None => self.running.get(&id).is_some_and(|r| r.session == me),
+            };
+        if !mine {
+            self.running.remove(&id);
+            if holder.is_some() || me == 0 {
+                self.deferred.remove(&id);
+                return;
+            }
+            if !self.my_turn(&id, fewest) {
+                return;
+            }
+            self.deferred.remove(&id);
+            if claim(inner, &id, me).await {
+                debug!(executor_id = &*id, "health watch claimed");
+                let running = start(inner, id.clone(), lease, endpoint, me);
+                self.running.insert(id, running);
+            }
+            return;
+        }
+        if self.running.get(&id).is_none_or(|r| r.lease != lease) {
+            let running = start(inner, id.clone(), lease, endpoint, me);
+            self.running.insert(id, running);
+        }
+    }
+
+    /// Whether to claim `id` now: when no other replica holds fewer claims
+    /// than this one, or when it has waited [`CLAIM_GRACE`] for them. So
+    /// watches spread over the replicas (and a dead one's over the
+    /// survivors), and none stays unwatched for long.
+    fn my_turn(&mut self, id: &Arc<str>, fewest: Option<usize>) -> bool {
+        if fewest.is_none_or(|fewest| self.running.len() <= fewest) {
+            return true;
+        }
+        let since = *self.deferred.entry(id.clone()).or_insert_with(Instant::now);
+        since.elapsed() >= CLAIM_GRACE
+    }
 }
 
 /// Claims the health watch of `id` under session lease `session`.

@@ -19,7 +19,7 @@ use crate::error::RegistryError;
 use crate::gate::{Gate, OpenGate};
 use crate::keys::{self, key_of};
 use crate::keys::{ExecRecord, PREFIX, Slot, content_hash, lease_label, parse_lease};
-use crate::kv::{Compare, EtcdKv, Kv, MemoryKv, Op, Txn, at_once};
+use crate::kv::{Compare, EtcdKv, Kv, KvError, MemoryKv, Op, Txn, at_once};
 use crate::metrics::Metrics;
 use crate::owners::{self, MAX_TXN_OPS};
 use crate::published::Published;
@@ -83,6 +83,8 @@ pub(crate) struct Inner {
     gate: Arc<dyn Gate>,
     /// This replica's id (the value of the health claims it holds).
     replica: String,
+    /// Turns at compiling a registration's schemas: one per core.
+    compiling: Arc<tokio::sync::Semaphore>,
     model: Mutex<Model>,
     published: Published,
     /// The etcd revision the model (and snapshot) reflects.
@@ -245,6 +247,9 @@ impl Registry {
             config,
             gate,
             replica: uuid::Uuid::new_v4().to_string(),
+            compiling: Arc::new(tokio::sync::Semaphore::new(
+                std::thread::available_parallelism().map_or(2, usize::from),
+            )),
             model: Mutex::new(Model::default()),
             applied: watch::Sender::new(0),
             progressed: watch::Sender::new(0),
@@ -561,14 +566,14 @@ impl Inner {
             }
         }
         Err(RegistryError::StoreUnavailable(format!(
-            "executor {executor_id} was registered again through another replica while this one wrote it, twice"
+            "executor {executor_id} could not be written twice in a row (registered again through another replica meanwhile, or its lease ran out before the store took the write)"
         )))
     }
 
     /// One try: catch up, plan, claim names, store definitions, then grant
     /// the lease (last, so a short one is not spent on large writes) and
-    /// put the record unless the executor's key changed since the plan
-    /// (`None`).
+    /// put the record unless the executor's key changed since the plan or
+    /// the lease ran out before the write (`None`: plan again).
     async fn try_register(
         &self,
         executor_id: &str,
@@ -620,7 +625,19 @@ impl Inner {
             compare: vec![Compare::Revision(key.clone(), plan.exec_revision)],
             success,
         };
-        let outcome = self.kv.txn(txn).await?;
+        let outcome = match self.kv.txn(txn).await {
+            // The lease ran out before the write reached the store (a
+            // replica or an etcd too loaded to write within the lease):
+            // nothing was written; plan again with a new one.
+            Err(KvError::LeaseGone(gone)) if gone == lease => {
+                tracing::warn!(
+                    executor_id,
+                    "registration's lease expired before its write; writing again"
+                );
+                return Ok(None);
+            }
+            other => other?,
+        };
         if !outcome.succeeded {
             // Nothing was written on it.
             let _ = self.kv.revoke(lease).await;
@@ -684,11 +701,20 @@ impl Registry {
             execute_token,
         } = check_request(&inner.config, &request)?;
         inner.check_writable()?;
-        // Schemas compile on the blocking pool.
-        let (tools, mut rejected) =
-            tokio::task::spawn_blocking(move || validate_tools(request.tools))
-                .await
-                .map_err(|e| RegistryError::Internal(format!("registration task failed ({e})")))?;
+        // Schemas compile on the blocking pool, a few registrations at a
+        // time: a burst of them (a fleet starting, callers retrying) waits
+        // its turn instead of taking a thread each, and one whose caller
+        // gave up while it waited is never compiled.
+        let turn = Arc::clone(&inner.compiling)
+            .acquire_owned()
+            .await
+            .map_err(|e| RegistryError::Internal(format!("registration not admitted ({e})")))?;
+        let (tools, mut rejected) = tokio::task::spawn_blocking(move || {
+            let _turn = turn;
+            validate_tools(request.tools)
+        })
+        .await
+        .map_err(|e| RegistryError::Internal(format!("registration task failed ({e})")))?;
         let template = ExecRecord {
             owner: owner.to_owned(),
             service: service.to_string(),

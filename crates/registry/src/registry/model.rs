@@ -8,7 +8,7 @@ use crate::keys::{Key, key_of};
 use crate::kv::{Entry, Event};
 use crate::rules::instance;
 use prost::Message;
-use std::collections::{BTreeSet, HashMap};
+use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 use toolmesh::pb::ToolSpec;
 use toolmesh::{Instance, Rollout, Snapshot, ToolDef, ToolEntry};
@@ -53,6 +53,51 @@ pub(crate) struct Model {
     pub(crate) owners: HashMap<String, String>,
     /// Executor id → the replica watching its health.
     pub(crate) watchers: HashMap<String, String>,
+    /// What the health-claims loop has not looked at yet.
+    watch_book: WatchBook,
+}
+
+/// What changed for the health-claims loop since it last looked: the
+/// executors whose registration or claim changed (all of them after a full
+/// read), and how many claims each replica holds. The loop reads it in
+/// time proportional to the change, not to the fleet.
+#[derive(Debug)]
+struct WatchBook {
+    everything: bool,
+    changed: HashSet<Arc<str>>,
+    held: HashMap<String, usize>,
+}
+
+impl Default for WatchBook {
+    fn default() -> Self {
+        WatchBook {
+            everything: true,
+            changed: HashSet::new(),
+            held: HashMap::new(),
+        }
+    }
+}
+
+/// One executor as the health-claims loop sees it.
+#[derive(Debug)]
+pub(crate) struct WatchItem {
+    pub(crate) id: Arc<str>,
+    /// Its lease and endpoint; `None` when it is no longer registered.
+    pub(crate) exec: Option<(i64, String)>,
+    /// The replica holding its claim.
+    pub(crate) holder: Option<String>,
+}
+
+impl WatchBook {
+    /// One claim of `holder` gone.
+    fn release(&mut self, holder: &str) {
+        if let Some(count) = self.held.get_mut(holder) {
+            *count -= 1;
+            if *count == 0 {
+                self.held.remove(holder);
+            }
+        }
+    }
 }
 
 /// The entries (and names) one batch of changes touched.
@@ -102,7 +147,7 @@ impl Model {
                 }
                 match ToolSpec::decode(&kv.value[..])
                     .map_err(|e| e.to_string())
-                    .and_then(|spec| ToolDef::new(spec).map_err(|e| e.to_string()))
+                    .and_then(|spec| ToolDef::stored(spec).map_err(|e| e.to_string()))
                 {
                     Ok(def) => {
                         let key = key_of(&def);
@@ -148,6 +193,7 @@ impl Model {
                     touched.keys.insert(key.clone());
                 }
                 self.by_lease.insert(kv.lease, id.clone());
+                self.watch_book.changed.insert(id.clone());
                 self.execs.insert(
                     id,
                     ExecView {
@@ -167,8 +213,12 @@ impl Model {
                 Err(error) => warn!(executor_id = id, %error, "stored health verdict left out"),
             },
             Slot::Watcher(id) => {
-                self.watchers
-                    .insert(id.to_owned(), String::from_utf8_lossy(&kv.value).into());
+                let holder: String = String::from_utf8_lossy(&kv.value).into();
+                *self.watch_book.held.entry(holder.clone()).or_default() += 1;
+                if let Some(before) = self.watchers.insert(id.to_owned(), holder) {
+                    self.watch_book.release(&before);
+                }
+                self.watch_book.changed.insert(id.into());
             }
             Slot::Owner(name) => {
                 self.owners
@@ -216,7 +266,10 @@ impl Model {
                 self.touch_exec(id, touched);
             }
             Slot::Watcher(id) => {
-                self.watchers.remove(id);
+                if let Some(before) = self.watchers.remove(id) {
+                    self.watch_book.release(&before);
+                }
+                self.watch_book.changed.insert(id.into());
             }
             Slot::Owner(name) => {
                 self.owners.remove(name);
@@ -246,6 +299,7 @@ impl Model {
             return;
         };
         self.by_lease.remove(&exec.lease);
+        self.watch_book.changed.insert(id.clone());
         touched.gone.push((id.clone(), exec.lease, exec.keys.len()));
         for (key, _) in exec.keys {
             if let Some(set) = self.serving.get_mut(&key) {
@@ -256,6 +310,31 @@ impl Model {
             }
             touched.keys.insert(key);
         }
+    }
+
+    /// The executors the health-claims loop must look at: those changed
+    /// since it last asked, or every one (and every claim) when `all` or
+    /// after a full read; with the claims each replica holds.
+    pub(crate) fn watch_items(&mut self, all: bool) -> (Vec<WatchItem>, HashMap<String, usize>) {
+        let book = &mut self.watch_book;
+        let ids: Vec<Arc<str>> = if all || book.everything {
+            book.changed.clear();
+            let mut ids: HashSet<Arc<str>> = self.execs.keys().cloned().collect();
+            ids.extend(self.watchers.keys().map(|id| Arc::from(id.as_str())));
+            ids.into_iter().collect()
+        } else {
+            book.changed.drain().collect()
+        };
+        book.everything = false;
+        let items = ids
+            .into_iter()
+            .map(|id| WatchItem {
+                exec: (self.execs.get(&id)).map(|e| (e.lease, e.record.endpoint.clone())),
+                holder: self.watchers.get(&*id).cloned(),
+                id,
+            })
+            .collect();
+        (items, book.held.clone())
     }
 
     /// Applies the events of one revision.
