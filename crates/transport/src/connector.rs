@@ -19,6 +19,7 @@ use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpStream;
 use tokio::runtime::{Handle, RuntimeFlavor};
+use tokio_rustls::rustls;
 use tonic::body::Body;
 
 /// What a call through the connector fails with.
@@ -85,6 +86,17 @@ impl Connector {
     /// `https://` prefix ignored: `tls` decides), in TLS when `tls` has a
     /// CA. Connects lazily.
     pub fn new(address: &str, tls: &Tls) -> Result<Self, BadAddress> {
+        Connector::with_client_config(address, tls.connector().cloned())
+    }
+
+    /// The connector to `address` (as for [`new`](Self::new)) in TLS by
+    /// `config` when given — a server outside the mesh, trusted and
+    /// presented to as `config` says (its ALPN offering `h2`), its
+    /// certificate holding the address's host — else in plaintext.
+    pub fn with_client_config(
+        address: &str,
+        config: Option<Arc<rustls::ClientConfig>>,
+    ) -> Result<Self, BadAddress> {
         let bad = || BadAddress(address.to_owned());
         let bare = address
             .strip_prefix("http://")
@@ -94,15 +106,11 @@ impl Connector {
         if bare.contains(',') || bare.contains('/') {
             return Err(bad());
         }
-        let scheme = if tls.connector().is_some() {
-            "https"
-        } else {
-            "http"
-        };
+        let scheme = if config.is_some() { "https" } else { "http" };
         let origin = format!("{scheme}://{bare}")
             .parse()
             .unwrap_or_else(|_| http::Uri::from_static("http://localhost"));
-        let tls = match tls.connector() {
+        let tls = match config {
             Some(config) => {
                 let host = bare.rsplit_once(':').map_or(bare, |(host, _)| host);
                 let host = host
@@ -110,7 +118,7 @@ impl Connector {
                     .and_then(|h| h.strip_suffix(']'))
                     .unwrap_or(host);
                 let name = ServerName::try_from(host.to_owned()).map_err(|_| bad())?;
-                Some((tokio_rustls::TlsConnector::from(config.clone()), name))
+                Some((tokio_rustls::TlsConnector::from(config), name))
             }
             None => None,
         };
@@ -140,6 +148,13 @@ impl Connector {
         sender.ready().await?;
         let response = sender.send_request(request).await?;
         Ok(response.map(Body::new))
+    }
+
+    /// Connects `lane` now unless it holds a live connection: a server
+    /// that cannot be reached (or whose TLS refuses) is found at once, not
+    /// at the first call. The failure is a [`tonic::ConnectError`].
+    pub async fn connect_lane(&self, lane: Lane) -> Result<(), BoxError> {
+        self.sender(lane).await.map(drop)
     }
 
     /// The open connection of `lane`, if there is one.

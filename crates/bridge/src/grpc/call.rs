@@ -8,17 +8,19 @@ use tokio::sync::Notify;
 use tonic::codec::{BufferSettings, Codec, DecodeBuf, Decoder, EncodeBuf, Encoder};
 use tonic::codegen::http::uri::PathAndQuery;
 use tonic::metadata::MetadataMap;
-use tonic::transport::Channel;
 use tonic::{Code, Status, Streaming};
 use toolmesh::schema::quote_str;
 use toolmesh_executor::{CallCx, JsonTool, ToolFailure, ToolOutput};
+use toolmesh_transport::Connector;
 
 /// One unary or server-streaming method as the executor serves it.
 pub(crate) struct MethodTool {
     /// The method: its request and response types.
     pub(crate) method: MethodDescriptor,
-    /// The target's channel.
-    pub(crate) channel: Channel,
+    /// `/package.Service/Method`, made once ([`method_path`]).
+    pub(crate) path: PathAndQuery,
+    /// The target's connection, written to from the calling task.
+    pub(crate) connector: Connector,
     /// How messages name the target.
     pub(crate) target: String,
     /// Raised when a call finds the target unreachable, so the supervisor
@@ -39,30 +41,25 @@ impl JsonTool for MethodTool {
                 self.method.input().full_name()
             ))
         })?;
-        let path = format!(
-            "/{}/{}",
-            self.method.parent_service().full_name(),
-            self.method.name()
-        );
-        let path = PathAndQuery::try_from(path).map_err(|e| {
-            ToolFailure::executor_failed(format!("the method's path is not a URI path: {e}"))
-        })?;
         let mut request = tonic::Request::new(request);
         *request.metadata_mut() = (*self.metadata).clone();
         if let Some(deadline) = cx.deadline() {
             request.set_timeout(deadline.saturating_duration_since(tokio::time::Instant::now()));
         }
-        let mut grpc = tonic::client::Grpc::new(self.channel.clone());
+        let mut grpc =
+            tonic::client::Grpc::with_origin(self.connector.clone(), self.connector.origin());
         let codec = DynamicCodec(self.method.output());
         let called = async {
             grpc.ready()
                 .await
-                .map_err(|e| Status::unavailable(toolmesh::error_chain(&e)))?;
+                .map_err(|e| Status::unavailable(toolmesh::error_chain(&*e)))?;
             if self.method.is_server_streaming() {
-                let stream = grpc.server_streaming(request, path, codec).await?;
+                let stream = grpc
+                    .server_streaming(request, self.path.clone(), codec)
+                    .await?;
                 self.gather(stream.into_inner(), &cx).await
             } else {
-                let response = grpc.unary(request, path, codec).await?;
+                let response = grpc.unary(request, self.path.clone(), codec).await?;
                 Ok(self.json(&response.into_inner())?)
             }
         };
@@ -81,6 +78,13 @@ impl JsonTool for MethodTool {
             Err(Failed::Tool(failure)) => Err(failure),
         }
     }
+}
+
+/// The HTTP/2 path a call of `method` goes to: `/package.Service/Method`.
+pub(crate) fn method_path(method: &MethodDescriptor) -> PathAndQuery {
+    let path = format!("/{}/{}", method.parent_service().full_name(), method.name());
+    // Descriptor names are identifiers joined by dots: always a URI path.
+    PathAndQuery::try_from(path).unwrap_or_else(|_| PathAndQuery::from_static("/"))
 }
 
 /// Why a call did not answer: the service's status, or a response the

@@ -13,15 +13,20 @@ use prost_reflect::{DescriptorPool, MethodDescriptor};
 use prost_types::method_options::IdempotencyLevel;
 use reflection::Described;
 use std::collections::HashMap;
+use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::sync::Notify;
+use tokio_rustls::rustls::{
+    self, RootCertStore,
+    pki_types::{CertificateDer, PrivateKeyDer, pem::PemObject},
+};
 use tokio_util::sync::CancellationToken;
 use tonic::metadata::MetadataMap;
-use tonic::transport::{Certificate, Channel, ClientTlsConfig, Endpoint, Identity};
 use toolmesh::pb::RiskLevel;
 use toolmesh_executor::{DynamicTool, ServeOptions};
-use tracing::{error, info};
+use toolmesh_transport::{Connector, Lane};
+use tracing::{debug, error, info};
 
 /// How often the service is probed (a reflection listing).
 const PROBE_EVERY: Duration = Duration::from_secs(2);
@@ -96,16 +101,17 @@ pub struct GrpcBridgeOptions {
 /// The service as the supervisor follows it.
 struct GrpcSource {
     target: GrpcTarget,
-    tls: Option<ClientTlsConfig>,
+    tls: Option<Arc<rustls::ClientConfig>>,
     auth: OutboundAuth,
     services: Vec<String>,
     selection: ToolSelection,
     suspect: Arc<Notify>,
 }
 
-/// A channel to the service with its descriptors.
+/// A connection to the service with its descriptors.
 struct GrpcConnection {
-    channel: Channel,
+    /// Calls and reflection go on it, written from the calling task.
+    connector: Connector,
     described: Described,
     /// What every call sends besides its own arguments.
     metadata: Arc<MetadataMap>,
@@ -169,11 +175,12 @@ impl Bridge {
 /// The TLS the target is reached with: none for a plaintext `HOST:PORT`
 /// without files; else the CA of `files` to trust (without one, the
 /// system's roots: the platform's store, or `SSL_CERT_FILE` /
-/// `SSL_CERT_DIR`) and its client certificate, read and checked now.
+/// `SSL_CERT_DIR`) and its client certificate, read and checked now, for
+/// HTTP/2 on rustls with ring like the rest of the mesh's TLS.
 fn client_tls(
     target: &GrpcTarget,
     files: &HttpsFiles,
-) -> Result<Option<ClientTlsConfig>, BridgeError> {
+) -> Result<Option<Arc<rustls::ClientConfig>>, BridgeError> {
     let wanted = target.uri.starts_with("https://")
         || files.ca.is_some()
         || files.cert.is_some()
@@ -181,33 +188,59 @@ fn client_tls(
     if !wanted {
         return Ok(None);
     }
-    let read = |flag: &str, path: &std::path::Path| {
-        std::fs::read(path)
-            .map_err(|e| BridgeError::Credentials(format!("{flag} {}: {e}", path.display())))
+    let unusable = |flag: &str, path: &Path, why: String| {
+        BridgeError::Credentials(format!("{flag} {}: {why}", path.display()))
     };
-    let host = target
-        .address
-        .rsplit_once(':')
-        .map_or(target.address.as_str(), |(host, _)| host)
-        .trim_start_matches('[')
-        .trim_end_matches(']');
-    let mut tls = ClientTlsConfig::new().domain_name(host);
-    tls = match &files.ca {
-        Some(ca) => tls.ca_certificate(Certificate::from_pem(read("--target-ca", ca)?)),
-        None => tls.with_native_roots(),
+    let read = |flag: &str, path: &Path| {
+        std::fs::read(path).map_err(|e| unusable(flag, path, e.to_string()))
     };
-    match (&files.cert, &files.key) {
-        (Some(cert), Some(key)) => {
-            tls = tls.identity(Identity::from_pem(
-                read("--target-cert", cert)?,
-                read("--target-key", key)?,
+    let certificates = |flag: &str, path: &Path| {
+        let pem = read(flag, path)?;
+        let chain = CertificateDer::pem_slice_iter(&pem)
+            .collect::<Result<Vec<_>, _>>()
+            .map_err(|e| unusable(flag, path, e.to_string()))?;
+        if chain.is_empty() {
+            return Err(unusable(
+                flag,
+                path,
+                "it holds no PEM certificate".to_owned(),
             ));
+        }
+        Ok(chain)
+    };
+    let mut roots = RootCertStore::empty();
+    match &files.ca {
+        Some(ca) => {
+            roots.add_parsable_certificates(certificates("--target-ca", ca)?);
+        }
+        None => {
+            let native = rustls_native_certs::load_native_certs();
+            if !native.errors.is_empty() {
+                debug!(errors = ?native.errors, "reading the system's roots");
+            }
+            roots.add_parsable_certificates(native.certs);
+        }
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let builder = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .map_err(|e| BridgeError::Credentials(format!("TLS to the target: {e}")))?
+        .with_root_certificates(roots);
+    let mut config = match (&files.cert, &files.key) {
+        (Some(cert), Some(key)) => {
+            let chain = certificates("--target-cert", cert)?;
+            let secret = PrivateKeyDer::from_pem_slice(&read("--target-key", key)?)
+                .map_err(|e| unusable("--target-key", key, e.to_string()))?;
+            builder
+                .with_client_auth_cert(chain, secret)
+                .map_err(|e| unusable("--target-key", key, e.to_string()))?
         }
         (Some(_), None) => return Err(BridgeError::HalfIdentity("--target-cert", "--target-key")),
         (None, Some(_)) => return Err(BridgeError::HalfIdentity("--target-key", "--target-cert")),
-        (None, None) => {}
-    }
-    Ok(Some(tls))
+        (None, None) => builder.with_no_client_auth(),
+    };
+    config.alpn_protocols = vec![b"h2".to_vec()];
+    Ok(Some(Arc::new(config)))
 }
 
 /// Whether `wanted` (a full or short name) names the service `full`.
@@ -281,8 +314,9 @@ impl GrpcSource {
             .filter_map(|tool| {
                 let method = methods.get(&tool.upstream)?.clone();
                 let handler = Arc::new(MethodTool {
+                    path: call::method_path(&method),
                     method,
-                    channel: connection.channel.clone(),
+                    connector: connection.connector.clone(),
                     target: self.target.address.clone(),
                     suspect: Arc::clone(&self.suspect),
                     metadata: Arc::clone(&connection.metadata),
@@ -355,14 +389,14 @@ fn output_schema(method: &MethodDescriptor) -> serde_json::Value {
 }
 
 impl GrpcSource {
-    /// The services `channel` serves and the descriptors of those exposed,
-    /// read by reflection within [`REQUEST_TIMEOUT`].
-    async fn describe(&self, channel: &Channel) -> Result<Described, BridgeError> {
+    /// The services `connector`'s server serves and the descriptors of
+    /// those exposed, read by reflection within [`REQUEST_TIMEOUT`].
+    async fn describe(&self, connector: &Connector) -> Result<Described, BridgeError> {
         let failed = |reason: String| BridgeError::Reflection {
             target: self.target.address.clone(),
             reason,
         };
-        let reading = reflection::describe(channel, |s| self.exposes_service(s));
+        let reading = reflection::describe(connector, |s| self.exposes_service(s));
         match tokio::time::timeout(REQUEST_TIMEOUT, reading).await {
             Ok(described) => described.map_err(failed),
             Err(_) => Err(failed(format!("no answer within {REQUEST_TIMEOUT:?}"))),
@@ -386,23 +420,16 @@ impl ToolSource for GrpcSource {
             target: self.target.address.clone(),
             reason,
         };
-        let mut endpoint = Endpoint::from_shared(self.target.uri.clone())
-            .map_err(|e| failed(e.to_string()))?
-            .connect_timeout(REQUEST_TIMEOUT)
-            .tcp_nodelay(true);
-        if let Some(tls) = &self.tls {
-            endpoint = endpoint
-                .tls_config(tls.clone())
-                .map_err(|e| failed(toolmesh::error_chain(&e)))?;
-        }
+        let connector = Connector::with_client_config(&self.target.address, self.tls.clone())
+            .map_err(|e| failed(e.to_string()))?;
         let metadata = MetadataMap::from_headers(self.auth.headers()?);
-        let channel = endpoint
-            .connect()
+        connector
+            .connect_lane(Lane::current())
             .await
-            .map_err(|e| failed(format!("cannot connect: {}", toolmesh::error_chain(&e))))?;
-        let described = self.describe(&channel).await?;
+            .map_err(|e| failed(format!("cannot connect: {}", toolmesh::error_chain(&*e))))?;
+        let described = self.describe(&connector).await?;
         Ok(GrpcConnection {
-            channel,
+            connector,
             described,
             metadata: Arc::new(metadata),
         })
@@ -423,7 +450,7 @@ impl ToolSource for GrpcSource {
     }
 
     async fn reread(&self, connection: &mut GrpcConnection) -> Result<(), BridgeError> {
-        connection.described = self.describe(&connection.channel).await?;
+        connection.described = self.describe(&connection.connector).await?;
         Ok(())
     }
 
@@ -434,7 +461,7 @@ impl ToolSource for GrpcSource {
                 () = tokio::time::sleep(PROBE_EVERY) => {}
                 () = self.suspect.notified() => {}
             }
-            let probe = reflection::list_services(&connection.channel);
+            let probe = reflection::list_services(&connection.connector);
             match tokio::time::timeout(REQUEST_TIMEOUT, probe).await {
                 Ok(Ok(_)) => {}
                 Ok(Err(status)) => {

@@ -7,11 +7,11 @@ use std::collections::{BTreeMap, BTreeSet};
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::codegen::http::uri::PathAndQuery;
-use tonic::transport::Channel;
 use tonic::{Code, Status, Streaming};
 use tonic_reflection::pb::v1::server_reflection_request::MessageRequest;
 use tonic_reflection::pb::v1::server_reflection_response::MessageResponse;
 use tonic_reflection::pb::v1::{ServerReflectionRequest, ServerReflectionResponse};
+use toolmesh_transport::Connector;
 
 /// The reflection method of each revision, newest first: their messages
 /// are the same on the wire.
@@ -28,19 +28,19 @@ pub(crate) struct Described {
     pub(crate) pool: DescriptorPool,
 }
 
-/// The names of the services `channel` serves.
-pub(crate) async fn list_services(channel: &Channel) -> Result<Vec<String>, Status> {
-    let mut stream = open(channel).await?;
+/// The names of the services `connector`'s server serves.
+pub(crate) async fn list_services(connector: &Connector) -> Result<Vec<String>, Status> {
+    let mut stream = open(connector).await?;
     stream.services().await
 }
 
-/// The services `channel` serves and the descriptors of those `wanted`
+/// The services `connector`'s server serves and the descriptors of those `wanted`
 /// says to describe.
 pub(crate) async fn describe(
-    channel: &Channel,
+    connector: &Connector,
     wanted: impl Fn(&str) -> bool,
 ) -> Result<Described, String> {
-    let mut stream = open(channel).await.map_err(|s| reason(&s))?;
+    let mut stream = open(connector).await.map_err(|s| reason(&s))?;
     let services = stream.services().await.map_err(|s| reason(&s))?;
     let mut files: BTreeMap<String, FileDescriptorProto> = BTreeMap::new();
     for service in services.iter().filter(|s| wanted(s)) {
@@ -92,10 +92,10 @@ struct ReflectionStream {
 }
 
 /// A reflection stream of the newest revision the server answers.
-async fn open(channel: &Channel) -> Result<ReflectionStream, Status> {
+async fn open(connector: &Connector) -> Result<ReflectionStream, Status> {
     let mut last = Status::unimplemented("no reflection revision tried");
     for path in REFLECTION_PATHS {
-        match open_at(channel, path).await {
+        match open_at(connector, path).await {
             Ok(stream) => return Ok(stream),
             Err(status) if status.code() == Code::Unimplemented => last = status,
             Err(status) => return Err(status),
@@ -106,15 +106,15 @@ async fn open(channel: &Channel) -> Result<ReflectionStream, Status> {
 
 /// A reflection stream on `path`, checked by listing the services (a
 /// server answers a revision it lacks with UNIMPLEMENTED then).
-async fn open_at(channel: &Channel, path: &'static str) -> Result<ReflectionStream, Status> {
+async fn open_at(connector: &Connector, path: &'static str) -> Result<ReflectionStream, Status> {
     let (requests, queued) = mpsc::channel(4);
     // Queued before the call: some servers send their headers only with
     // the first answer.
     let _ = requests.send(list_request()).await;
-    let mut grpc = tonic::client::Grpc::new(channel.clone());
+    let mut grpc = tonic::client::Grpc::with_origin(connector.clone(), connector.origin());
     grpc.ready()
         .await
-        .map_err(|e| Status::unavailable(toolmesh::error_chain(&e)))?;
+        .map_err(|e| Status::unavailable(toolmesh::error_chain(&*e)))?;
     let responses = grpc
         .streaming(
             tonic::Request::new(ReceiverStream::new(queued)),

@@ -28,31 +28,50 @@ pub(crate) struct Api {
 
 /// One operation as the executor serves it.
 pub(crate) struct OperationTool {
-    pub(crate) operation: Operation,
-    pub(crate) api: Arc<Api>,
+    operation: Operation,
+    api: Arc<Api>,
+    /// The operation's method, parsed once.
+    method: Result<Method, String>,
+    /// `METHOD /path`, as messages name the operation.
+    label: String,
+}
+
+impl OperationTool {
+    /// `operation` of `api`, its method parsed and its label made once
+    /// rather than at every call.
+    pub(crate) fn new(operation: Operation, api: Arc<Api>) -> Self {
+        let method = Method::from_bytes(operation.method.as_bytes())
+            .map_err(|e| format!("{} is not an HTTP method: {e}", operation.method));
+        let label = format!("{} {}", operation.method, operation.path);
+        OperationTool {
+            operation,
+            api,
+            method,
+            label,
+        }
+    }
 }
 
 impl JsonTool for OperationTool {
     async fn call(&self, arguments: Value, cx: CallCx) -> Result<ToolOutput, ToolFailure> {
-        let operation = &self.operation;
         let mut request = self.request(&arguments)?;
         if let Some(deadline) = cx.deadline() {
             request =
                 request.timeout(deadline.saturating_duration_since(tokio::time::Instant::now()));
         }
-        let label = format!("{} {}", operation.method, operation.path);
+        let label = &self.label;
         let answered = tokio::select! {
             answered = async {
-                let response = request.send().await?;
+                let mut response = request.send().await?;
                 let status = response.status();
-                let headers = response.headers().clone();
+                let headers = std::mem::take(response.headers_mut());
                 let body = response.bytes().await?;
                 Ok::<_, reqwest::Error>((status, headers, body))
             } => answered,
             () = cx.cancelled() => return Err(ToolFailure::new("the call was cancelled")),
         };
         match answered {
-            Ok((status, headers, body)) => outcome(&label, status, &headers, &body),
+            Ok((status, headers, body)) => outcome(label, status, &headers, &body),
             Err(e) if e.is_timeout() => {
                 // The deadline passed: the executor answers DEADLINE_EXCEEDED
                 // once it cancels the call.
@@ -142,9 +161,7 @@ impl OperationTool {
         if !query.is_empty() {
             url.query_pairs_mut().extend_pairs(query);
         }
-        let method = Method::from_bytes(operation.method.as_bytes()).map_err(|e| {
-            ToolFailure::executor_failed(format!("{} is not an HTTP method: {e}", operation.method))
-        })?;
+        let method = self.method.clone().map_err(ToolFailure::executor_failed)?;
         headers.insert(
             ACCEPT,
             HeaderValue::from_static("application/json, */*;q=0.5"),

@@ -213,10 +213,7 @@ fn dynamic_tools(connection: &OpenApiConnection, mapped: &Mapped) -> Vec<Dynamic
                 .iter()
                 .find(|o| o.id == tool.upstream)?
                 .clone();
-            let handler = Arc::new(OperationTool {
-                operation,
-                api: Arc::clone(&connection.api),
-            });
+            let handler = Arc::new(OperationTool::new(operation, Arc::clone(&connection.api)));
             Some(DynamicTool::new(tool.spec.clone(), handler))
         })
         .collect()
