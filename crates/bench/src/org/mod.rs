@@ -194,6 +194,8 @@ async fn at_scale(
 
     progress("  steady state");
     let steady = steady(&world, &followers, phases.steady).await;
+    let mut health_watches: Vec<usize> = world.health_watches().await.into_values().collect();
+    health_watches.sort_unstable_by(|a, b| b.cmp(a));
 
     progress("  churn");
     let churn = churn(&fleet, &followers, &shape, &churned).await?;
@@ -229,6 +231,7 @@ async fn at_scale(
         registered_secs: registered.as_secs_f64(),
         cold_start: cold,
         steady,
+        health_watches,
         churn,
         replica_kill,
         leader_kill,
@@ -404,6 +407,7 @@ async fn replica_kill(
             .sum()
     };
     let full_snapshot_bytes = full_snapshot_bytes(&world.addrs[1]).await?;
+    let watches_before = world.health_watches().await;
     let before = survivors(world);
     let t0 = Instant::now();
     world.kill_registry(0).await;
@@ -415,8 +419,10 @@ async fn replica_kill(
         .await;
     let window = t0.elapsed();
     let moved_bytes = survivors(world).saturating_sub(before);
+    let watches_handed_over_ms = handed_over(world, &watches_before, t0).await;
     world.restart_registry(bins, logs, 0).await?;
     Ok(ReplicaKill {
+        watches_handed_over_ms,
         registered_ms: registered.as_secs_f64() * 1e3,
         catch_up: report::Spread::of(&held),
         bytes_written: moved_bytes,
@@ -424,6 +430,27 @@ async fn replica_kill(
         full_snapshot_bytes,
         followers: followers.len(),
     })
+}
+
+/// From `t0` (a replica killed) until every health watch held before is
+/// held by a surviving replica, in ms; `None` past [`CHANGE_LIMIT`].
+async fn handed_over(
+    world: &World,
+    before: &std::collections::BTreeMap<String, usize>,
+    t0: Instant,
+) -> Option<f64> {
+    let total: usize = before.values().sum();
+    loop {
+        let now = world.health_watches().await;
+        let lost_one = before.keys().any(|replica| !now.contains_key(replica));
+        if lost_one && now.values().sum::<usize>() >= total {
+            return Some(t0.elapsed().as_secs_f64() * 1e3);
+        }
+        if t0.elapsed() > CHANGE_LIMIT {
+            return None;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
 }
 
 /// The size of a full snapshot, as `GetSnapshot` at `addr` sends it.

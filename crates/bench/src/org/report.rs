@@ -91,6 +91,9 @@ pub struct Churn {
 /// A registry replica SIGKILLed and started again.
 #[derive(Debug, Clone, PartialEq, Serialize)]
 pub struct ReplicaKill {
+    /// From the kill until the survivors held every health watch the
+    /// killed replica held, in ms (`None`: not within 30 s).
+    pub watches_handed_over_ms: Option<f64>,
     /// From the kill until a registration through another replica was
     /// answered, in ms.
     pub registered_ms: f64,
@@ -153,6 +156,9 @@ pub struct AtScale {
     pub cold_start: Spread,
     /// Heartbeats only.
     pub steady: Steady,
+    /// Executors whose health each replica watches in steady state, most
+    /// first.
+    pub health_watches: Vec<usize>,
     /// Executors restarting.
     pub churn: Churn,
     /// A replica killed.
@@ -289,6 +295,28 @@ fn targets(at: &AtScale) -> Vec<Target> {
             ),
         ),
         target(
+            "health watches shared by the replicas (each ~1/3), a dead one's handed over within the 10 s lease",
+            {
+                let watched: usize = at.health_watches.iter().sum();
+                let most = at.health_watches.first().copied().unwrap_or(0);
+                at.health_watches.len() == 3
+                    && (most as f64) <= watched as f64 * 0.4
+                    && moved.watches_handed_over_ms.is_some_and(|ms| ms < 10_000.0)
+            },
+            format!(
+                "{} watched as {}; handed over after {}",
+                at.health_watches.iter().sum::<usize>(),
+                at.health_watches
+                    .iter()
+                    .map(usize::to_string)
+                    .collect::<Vec<_>>()
+                    .join(" / "),
+                moved
+                    .watches_handed_over_ms
+                    .map_or("never".into(), |ms| format!("{ms:.0} ms"))
+            ),
+        ),
+        target(
             "a replica kill: moving followers spread over >= 1 s, catch-up p99 < 1 s",
             moved.catch_up.missing == 0
                 && moved.catch_up.p99_ms < 1_000.0
@@ -407,6 +435,15 @@ impl fmt::Display for OrgReport {
                 "{:.0}..{:.0} ms",
                 a.replica_kill.catch_up.min_ms, a.replica_kill.catch_up.max_ms
             )
+        })?;
+        row(f, "health watches per replica", &|a| {
+            let shares: Vec<String> = a.health_watches.iter().map(usize::to_string).collect();
+            shares.join(" / ")
+        })?;
+        row(f, "replica kill: watches handed over", &|a| {
+            a.replica_kill
+                .watches_handed_over_ms
+                .map_or("never".into(), ms)
         })?;
         row(f, "replica kill: bytes written (steady)", &|a| {
             format!(

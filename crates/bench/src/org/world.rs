@@ -11,6 +11,8 @@ use toolmesh_procs::{EtcdCluster, EtcdOptions};
 
 /// Registry replicas started.
 pub(crate) const REGISTRIES: usize = 3;
+/// Where the replicas keep which of them watches an executor's health.
+const WATCHER_PREFIX: &str = "/toolmesh/watcher/";
 /// etcd members started.
 const MEMBERS: usize = 3;
 
@@ -118,6 +120,23 @@ impl World {
             .map(ProcStat::read);
         let members = self.etcd_pids().into_iter().map(ProcStat::read);
         (registries.collect(), members.collect())
+    }
+
+    /// How many executors' health watches each replica holds now, by the
+    /// replica's id (the claims the replicas keep in etcd).
+    pub(crate) async fn health_watches(&self) -> std::collections::BTreeMap<String, usize> {
+        let mut held = std::collections::BTreeMap::new();
+        let Ok(client) = toolmesh_etcd::Client::from_url(&self.store_url) else {
+            return held;
+        };
+        if let Ok(range) = client.range_prefix(WATCHER_PREFIX.as_bytes()).await {
+            for kv in range.kvs {
+                *held
+                    .entry(String::from_utf8_lossy(&kv.value).into_owned())
+                    .or_default() += 1;
+            }
+        }
+        held
     }
 
     /// The etcd members' pids.
