@@ -86,6 +86,7 @@ fn text_of(def: &ToolDef) -> String {
         tags,
         parameter_names,
         parameter_descriptions,
+        ..,
     ] = toolmesh_search::field_texts(def);
     let name = name.replace(['_', '.', '-', '/'], " ");
     let mut text = format!("{name}: {title}. {description}");

@@ -34,6 +34,15 @@ pub(crate) fn terms(text: &str) -> Vec<String> {
     out
 }
 
+/// The pairs of adjacent terms in `terms`, each as one term (`"refund
+/// order"`: a space never occurs inside a term). A name's pairs and a
+/// query's meet where the query says the name's words in its order.
+pub(crate) fn pairs(terms: &[String]) -> impl Iterator<Item = String> + '_ {
+    terms
+        .windows(2)
+        .map(|pair| format!("{} {}", pair[0], pair[1]))
+}
+
 /// The words of `text`: runs of letters and digits, each split again at
 /// camelCase boundaries (`getUserById` → get, User, By, Id; `HTTPServer`
 /// → HTTP, Server). `_ . - /`, spaces and every other punctuation separate.

@@ -21,10 +21,13 @@ pub enum Field {
     ParameterNames,
     /// The descriptions (and titles) of its parameters.
     ParameterDescriptions,
+    /// The values its parameters name: their `enum` choices and
+    /// `default`s, where they are text (`celsius`, `fahrenheit`).
+    ParameterValues,
 }
 
 /// How many fields there are.
-pub const FIELDS: usize = 6;
+pub const FIELDS: usize = 7;
 
 impl Field {
     /// Every field, in index order.
@@ -35,6 +38,7 @@ impl Field {
         Field::Tags,
         Field::ParameterNames,
         Field::ParameterDescriptions,
+        Field::ParameterValues,
     ];
 
     /// Its position in per-field arrays.
@@ -61,12 +65,25 @@ impl Analyzed {
         analyzed
     }
 
+    /// Counts `text`'s terms in `field`; a name also holds the pairs of
+    /// its adjacent words ([`analyze::pairs`]), which a query's pairs meet
+    /// (not counted in its length: they add no words).
     fn add(&mut self, field: Field, text: &str) {
-        for term in analyze::terms(text) {
-            self.lengths[field.index()] += 1;
-            let counts = self.frequencies.entry(term).or_default();
-            counts[field.index()] = counts[field.index()].saturating_add(1);
+        let terms = analyze::terms(text);
+        if field == Field::Name {
+            for pair in analyze::pairs(&terms) {
+                self.count(field, pair);
+            }
         }
+        for term in terms {
+            self.lengths[field.index()] += 1;
+            self.count(field, term);
+        }
+    }
+
+    fn count(&mut self, field: Field, term: String) {
+        let counts = self.frequencies.entry(term).or_default();
+        counts[field.index()] = counts[field.index()].saturating_add(1);
     }
 }
 
@@ -87,15 +104,17 @@ pub fn field_texts(def: &ToolDef) -> [String; FIELDS] {
             spec.tags.join(" "),
             parameters.names.join(" "),
             parameters.descriptions.join(" "),
+            parameters.values.join(" "),
         ]
     })
 }
 
-/// The parameter names and descriptions of an input schema.
+/// The parameter names, descriptions and text values of an input schema.
 #[derive(Debug, Default)]
 struct Parameters<'s> {
     names: Vec<&'s str>,
     descriptions: Vec<&'s str>,
+    values: Vec<&'s str>,
 }
 
 impl<'s> Parameters<'s> {
@@ -108,6 +127,15 @@ impl<'s> Parameters<'s> {
                 for key in ["title", "description"] {
                     if let Some(text) = property.get(key).and_then(Value::as_str) {
                         self.descriptions.push(text);
+                    }
+                }
+                for key in ["enum", "default"] {
+                    match property.get(key) {
+                        Some(Value::Array(values)) => {
+                            self.values.extend(values.iter().filter_map(Value::as_str));
+                        }
+                        Some(Value::String(value)) => self.values.push(value),
+                        _ => {}
                     }
                 }
                 self.collect(property);
@@ -171,6 +199,7 @@ mod tests {
             tags: vec!["billing".into()],
             input_schema: r#"{"type":"object","title":"Refund",
                 "properties":{"order_id":{"type":"string","description":"The purchase."},
+                "speed":{"type":"string","enum":["express","standard"],"default":"standard"},
                 "lines":{"type":"array","items":{"type":"object","properties":{"sku":{"type":"string"}}}}}}"#
                 .into(),
             ..ToolSpec::default()
@@ -190,6 +219,9 @@ mod tests {
         assert_eq!(in_field("order", Field::ParameterNames), 1);
         assert_eq!(in_field("sku", Field::ParameterNames), 1);
         assert_eq!(in_field("purchas", Field::ParameterDescriptions), 1);
+        assert_eq!(in_field("express", Field::ParameterValues), 1);
+        assert_eq!(in_field("standard", Field::ParameterValues), 2);
+        assert_eq!(in_field("refund order", Field::Name), 1, "the name's pair");
         assert_eq!(analyzed.lengths[Field::Name.index()], 2);
     }
 }

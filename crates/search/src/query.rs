@@ -24,10 +24,12 @@ pub enum QueryError {
     },
 }
 
-/// An analyzed query: its distinct terms.
+/// An analyzed query: its distinct terms, and its distinct pairs of
+/// adjacent terms (which meet a name's pairs).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Query {
     pub(crate) terms: Vec<String>,
+    pub(crate) pairs: Vec<String>,
 }
 
 impl Query {
@@ -41,9 +43,12 @@ impl Query {
             return Err(QueryError::Empty);
         }
         let mut terms = analyze::terms(text);
-        terms.sort();
-        terms.dedup();
-        Ok(Query { terms })
+        let mut pairs: Vec<String> = analyze::pairs(&terms).collect();
+        for words in [&mut terms, &mut pairs] {
+            words.sort();
+            words.dedup();
+        }
+        Ok(Query { terms, pairs })
     }
 }
 
@@ -79,6 +84,16 @@ mod tests {
     fn query_terms() {
         let query = Query::parse("Refund refunds, the ORDER").unwrap();
         assert_eq!(query.terms, ["order", "refund"]);
+    }
+
+    /// Each pair of adjacent terms is searched too, deduplicated.
+    #[test]
+    fn query_pairs() {
+        let query = Query::parse("Refund refunds, the ORDER; refund order").unwrap();
+        assert_eq!(
+            query.pairs,
+            ["order refund", "refund order", "refund refund"]
+        );
     }
 
     /// 0 means the default; more than the maximum is clamped.

@@ -66,14 +66,15 @@ pub struct Ranking {
 impl Default for Ranking {
     /// Tuned on the development categories of the Berkeley Function
     /// Calling Leaderboard (`toolmesh bench search --eval --tune`; never on
-    /// its held-out live categories): a name, title or tag word counts
-    /// most beside the description; parameter names and descriptions
-    /// little (they name the inputs, not what the tool does), and the
-    /// name and description are normalized fully by their length.
+    /// its held-out live categories): a title or tag word counts most
+    /// beside the description; a name word less, since the name's pairs
+    /// of words count too; parameter names, descriptions and values little
+    /// (they name the inputs, not what the tool does), and the name and
+    /// description are normalized fully by their length.
     fn default() -> Self {
         Ranking {
-            weights: [1.5, 2.0, 1.0, 1.5, 0.125, 0.375],
-            length_normalization: [0.9, 0.5, 1.0, 0.3, 0.25, 1.0],
+            weights: [0.625, 2.0, 1.35, 1.5, 0.17, 0.625, 0.375],
+            length_normalization: [1.0, 0.5, 1.0, 0.3, 0.8, 0.9, 0.05],
             k1: 1.2,
         }
     }
@@ -218,7 +219,7 @@ impl SearchIndex {
         // in definition order, so each definition is scored once, from
         // postings alone, and only the best `limit` are kept.
         let mut cursors = Vec::new();
-        for term in &query.terms {
+        for term in query.terms.iter().chain(&query.pairs) {
             let Some(postings) = self.postings.get(term.as_str()) else {
                 continue;
             };
