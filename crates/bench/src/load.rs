@@ -513,7 +513,7 @@ pub fn small_arguments(bytes: usize) -> String {
 
 /// At least `bytes` of `acc_echo` arguments: a message and a nested
 /// `payload.items` array that the tool's schema validates item by item.
-pub(crate) fn medium_arguments(bytes: usize) -> String {
+pub fn medium_arguments(bytes: usize) -> String {
     let mut items = Vec::new();
     loop {
         let text = serde_json::json!({
