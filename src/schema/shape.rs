@@ -209,12 +209,17 @@ impl Shape {
     /// check decides.
     pub fn accepts(&self, text: &str) -> bool {
         let mut deserializer = serde_json::Deserializer::from_str(text);
+        self.accepts_read(&mut deserializer) && deserializer.end().is_ok()
+    }
+
+    /// [`Shape::accepts`] of the value `reader` reads, whichever serde
+    /// reader that is (the caller checks that nothing trails it).
+    pub fn accepts_read<'de, D: de::Deserializer<'de>>(&self, reader: D) -> bool {
         Walk {
             shape: self,
             id: self.root,
         }
-        .deserialize(&mut deserializer)
-        .and_then(|()| deserializer.end())
+        .deserialize(reader)
         .is_ok()
     }
 

@@ -60,7 +60,7 @@ pub use cache::{AtHitRatio, ByPath, CacheSeries, ResultCache};
 pub use error::{BenchError, CallFailed};
 pub use freshness::{Freshness, Series};
 pub use jwt::{ByCredential, JwtRow};
-pub use load::Throughput;
+pub use load::{Throughput, acc_echo_def, medium_arguments, small_arguments};
 pub use machine::{Build, Machine};
 pub use org::{
     AtScale, Churn, ColdJoin, LeaderKill, OrgOptions, OrgReport, ReplicaKill, Spread, Steady,

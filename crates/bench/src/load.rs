@@ -492,8 +492,20 @@ pub(crate) async fn throughput(
     }
 }
 
+/// `acc_echo` as the acceptance fixture declares it: the tool these
+/// arguments are for, its schema compiled as a dispatcher compiles it.
+pub fn acc_echo_def() -> Result<toolmesh::ToolDef, crate::BenchError> {
+    let spec = toolmesh_fixtures::fixture("acceptance", &Default::default())
+        .into_iter()
+        .flat_map(|acceptance| acceptance.specs())
+        .find(|spec| spec.name == crate::stand::TOOL)
+        .ok_or_else(|| crate::BenchError::failed("find acc_echo", "the fixture lacks it"))?;
+    toolmesh::ToolDef::new(spec)
+        .map_err(|e| crate::BenchError::failed("compile acc_echo's schema", e.to_string()))
+}
+
 /// About `bytes` of `acc_echo` arguments: only a `message`.
-pub(crate) fn small_arguments(bytes: usize) -> String {
+pub fn small_arguments(bytes: usize) -> String {
     let overhead = r#"{"message":""}"#.len();
     let message = "x".repeat(bytes.saturating_sub(overhead));
     serde_json::json!({ "message": message }).to_string()
@@ -501,7 +513,7 @@ pub(crate) fn small_arguments(bytes: usize) -> String {
 
 /// At least `bytes` of `acc_echo` arguments: a message and a nested
 /// `payload.items` array that the tool's schema validates item by item.
-pub(crate) fn medium_arguments(bytes: usize) -> String {
+pub fn medium_arguments(bytes: usize) -> String {
     let mut items = Vec::new();
     loop {
         let text = serde_json::json!({

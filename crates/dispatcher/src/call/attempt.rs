@@ -2,13 +2,15 @@
 //! in `failure`.
 
 pub(crate) use super::failure::{AttemptFailure, classify_answer};
+use super::outgoing::{ExecutorCalls, OutgoingExecute};
 use super::streamed::Relay;
 use crate::route::Pick;
 use sha2::{Digest, Sha256};
+use std::sync::Arc;
 use std::time::Duration;
 use toolmesh::Principal;
 use toolmesh::ToolDef;
-use toolmesh::pb::{ExecuteRequest, InvokeRequest, ToolResult, executor_client::ExecutorClient};
+use toolmesh::pb::{ExecuteRequest, InvokeRequest, ToolResult};
 use toolmesh_transport::MAX_CALL_MESSAGE_BYTES;
 
 /// What the executor is sent for a call by `who`: the identity in the
@@ -47,8 +49,8 @@ pub(crate) fn execute_request(
         call_id,
         tool: def.name().to_owned(),
         version: def.spec().version.clone(),
-        // Filled per attempt by `send`, so the arguments are copied once
-        // per attempt and no more.
+        // Sent from the caller's request by `send` (`OutgoingExecute`),
+        // so the arguments are copied once per attempt, into its frame.
         arguments: String::new(),
         attempt: 0,
         context: Some(context),
@@ -68,12 +70,12 @@ fn scoped_call_id(who: &Principal, call_id: &str) -> String {
     format!("c-{hex}")
 }
 
-/// What one attempt sends: the call's [`execute_request`], its arguments
-/// and the attempt's number; and whether the tool streams its progress
-/// (then it goes by `ExecuteStream`).
+/// What one attempt sends: the call's [`execute_request`], the caller's
+/// request (whose arguments are sent) and the attempt's number; and
+/// whether the tool streams its progress (then it goes by `ExecuteStream`).
 pub(crate) struct Attempt<'a> {
     pub(crate) execute: &'a ExecuteRequest,
-    pub(crate) arguments: &'a str,
+    pub(crate) call: &'a Arc<InvokeRequest>,
     pub(crate) number: u32,
     pub(crate) streams: bool,
 }
@@ -88,10 +90,12 @@ pub(crate) async fn send(
     span: &tracing::Span,
     relay: &Relay,
 ) -> Result<ToolResult, AttemptFailure> {
-    let mut rpc = tonic::Request::new(ExecuteRequest {
-        attempt: attempt.number,
-        arguments: attempt.arguments.to_owned(),
-        ..attempt.execute.clone()
+    let mut rpc = tonic::Request::new(OutgoingExecute {
+        fields: ExecuteRequest {
+            attempt: attempt.number,
+            ..attempt.execute.clone()
+        },
+        call: Arc::clone(attempt.call),
     });
     rpc.set_timeout(budget);
     if !pick.instance.execute_token.is_empty() {
@@ -102,9 +106,11 @@ pub(crate) async fn send(
     toolmesh_telemetry::trace::inject(span, rpc.metadata_mut());
     let _in_flight = pick.endpoint.start_call();
     let connection = pick.endpoint.connection();
-    let mut client = ExecutorClient::with_origin(connection.clone(), connection.origin())
-        .max_decoding_message_size(MAX_CALL_MESSAGE_BYTES)
-        .max_encoding_message_size(MAX_CALL_MESSAGE_BYTES);
+    let mut client = ExecutorCalls(
+        tonic::client::Grpc::with_origin(connection.clone(), connection.origin())
+            .max_decoding_message_size(MAX_CALL_MESSAGE_BYTES)
+            .max_encoding_message_size(MAX_CALL_MESSAGE_BYTES),
+    );
     if attempt.streams {
         // Boxed: only streaming tools take this path.
         return Box::pin(super::streamed::receive(&mut client, rpc, budget, relay)).await;

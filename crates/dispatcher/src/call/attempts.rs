@@ -73,7 +73,7 @@ impl Attempts {
                 .map_or(remaining, |t| t.min(remaining));
             let this = attempt::Attempt {
                 execute: &execute,
-                arguments: &request.arguments,
+                call: request,
                 number,
                 streams: def.streams_progress() && relay.listening(),
             };

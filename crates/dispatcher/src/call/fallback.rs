@@ -97,10 +97,10 @@ impl<S: Service> Fallback<'_, S> {
             // Like a retry: a caller that saw part of one answer never gets another.
             return answer;
         }
-        let request = InvokeRequest {
+        let request = Arc::new(InvokeRequest {
             tool: rule.fallback.clone(),
-            ..call.request.clone()
-        };
+            ..InvokeRequest::clone(call.request)
+        });
         let stand_in = Call {
             request: &request,
             attempts_made: call.attempts_made + answer.answered.sent.attempts,

@@ -19,6 +19,7 @@ mod failure;
 pub(crate) mod fallback;
 mod mark;
 mod observe;
+mod outgoing;
 pub(crate) use observe::stamp_call;
 mod reached;
 pub(crate) mod resolve;
@@ -140,6 +141,7 @@ impl Pipeline {
             request.context.get_or_insert_default().trace_id = trace_id;
         }
         let id = call_id(&request);
+        let request = Arc::new(request);
         let call = Call {
             snapshot: &snapshot,
             who,

@@ -8,6 +8,7 @@ use super::reached::{Reached, Refused};
 use super::streamed::Relay;
 use crate::error::CallError;
 use std::future::Future;
+use std::sync::Arc;
 use std::time::Duration;
 use tokio::time::Instant;
 use toolmesh::Principal;
@@ -20,7 +21,8 @@ pub(crate) struct Call<'a> {
     /// The snapshot the call runs against (pinned or newest).
     pub(crate) snapshot: &'a Snapshot,
     pub(crate) who: &'a Principal,
-    pub(crate) request: &'a InvokeRequest,
+    /// Shared: an attempt sends its arguments from here.
+    pub(crate) request: &'a Arc<InvokeRequest>,
     /// The caller's deadline, if it sent one.
     pub(crate) caller_timeout: Option<Duration>,
     /// Where what a streaming tool reports goes.

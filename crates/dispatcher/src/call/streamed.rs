@@ -1,14 +1,11 @@
 //! A streaming attempt: `ExecuteStream`'s progress and output chunks relayed to the caller as they come, then its result.
 
 use super::failure::{AttemptFailure, classify_answer};
-use crate::executor_connection::ExecutorConnection;
+use super::outgoing::{ExecutorCalls, OutgoingExecute};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 use tokio::sync::mpsc;
-use toolmesh::pb::{
-    ExecuteEvent, ExecuteRequest, InvokeEvent, Progress, ToolResult, execute_event,
-    executor_client, invoke_event,
-};
+use toolmesh::pb::{ExecuteEvent, InvokeEvent, Progress, ToolResult, execute_event, invoke_event};
 
 /// Where a call's progress and output chunks go — to the caller of
 /// `InvokeStream`, to a caller that reads only progress (the MCP door), or
@@ -98,8 +95,8 @@ async fn send(caller: &mpsc::Sender<InvokeEvent>, event: invoke_event::Event) ->
 /// answers the result. The whole stream is bounded by `budget`: a stream
 /// could otherwise outlive its deadline.
 pub(crate) async fn receive(
-    client: &mut executor_client::ExecutorClient<ExecutorConnection>,
-    rpc: tonic::Request<ExecuteRequest>,
+    client: &mut ExecutorCalls,
+    rpc: tonic::Request<OutgoingExecute>,
     budget: Duration,
     relay: &Relay,
 ) -> Result<ToolResult, AttemptFailure> {
@@ -109,8 +106,8 @@ pub(crate) async fn receive(
 }
 
 async fn relay_until_result(
-    client: &mut executor_client::ExecutorClient<ExecutorConnection>,
-    rpc: tonic::Request<ExecuteRequest>,
+    client: &mut ExecutorCalls,
+    rpc: tonic::Request<OutgoingExecute>,
     relay: &Relay,
 ) -> Result<ToolResult, AttemptFailure> {
     let failed = |status: tonic::Status| AttemptFailure::from_status(&status);
