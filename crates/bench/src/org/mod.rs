@@ -432,18 +432,19 @@ async fn replica_kill(
     })
 }
 
-/// From `t0` (a replica killed) until every health watch held before is
-/// held by a surviving replica, in ms; `None` past [`CHANGE_LIMIT`].
+/// From `t0` (a replica killed) until the killed replica's health watches
+/// are gone and every registered executor is watched by a survivor, in
+/// ms; `None` past [`CHANGE_LIMIT`].
 async fn handed_over(
     world: &World,
     before: &std::collections::BTreeMap<String, usize>,
     t0: Instant,
 ) -> Option<f64> {
-    let total: usize = before.values().sum();
     loop {
         let now = world.health_watches().await;
         let lost_one = before.keys().any(|replica| !now.contains_key(replica));
-        if lost_one && now.values().sum::<usize>() >= total {
+        let registered = world.registered_executors().await;
+        if lost_one && registered > 0 && now.values().sum::<usize>() >= registered {
             return Some(t0.elapsed().as_secs_f64() * 1e3);
         }
         if t0.elapsed() > CHANGE_LIMIT {

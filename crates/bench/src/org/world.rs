@@ -13,6 +13,8 @@ use toolmesh_procs::{EtcdCluster, EtcdOptions};
 pub(crate) const REGISTRIES: usize = 3;
 /// Where the replicas keep which of them watches an executor's health.
 const WATCHER_PREFIX: &str = "/toolmesh/watcher/";
+/// Where the replicas keep the executors' registrations.
+const EXEC_PREFIX: &str = "/toolmesh/exec/";
 /// etcd members started.
 const MEMBERS: usize = 3;
 
@@ -126,17 +128,29 @@ impl World {
     /// replica's id (the claims the replicas keep in etcd).
     pub(crate) async fn health_watches(&self) -> std::collections::BTreeMap<String, usize> {
         let mut held = std::collections::BTreeMap::new();
-        let Ok(client) = toolmesh_etcd::Client::from_url(&self.store_url) else {
-            return held;
-        };
-        if let Ok(range) = client.range_prefix(WATCHER_PREFIX.as_bytes()).await {
-            for kv in range.kvs {
-                *held
-                    .entry(String::from_utf8_lossy(&kv.value).into_owned())
-                    .or_default() += 1;
-            }
+        for value in self.values_under(WATCHER_PREFIX).await {
+            *held
+                .entry(String::from_utf8_lossy(&value).into_owned())
+                .or_default() += 1;
         }
         held
+    }
+
+    /// How many executors are registered now (their keys in etcd).
+    pub(crate) async fn registered_executors(&self) -> usize {
+        self.values_under(EXEC_PREFIX).await.len()
+    }
+
+    /// The values of every key under `prefix` in etcd (none when etcd
+    /// does not answer).
+    async fn values_under(&self, prefix: &str) -> Vec<Vec<u8>> {
+        let Ok(client) = toolmesh_etcd::Client::from_url(&self.store_url) else {
+            return Vec::new();
+        };
+        match client.range_prefix(prefix.as_bytes()).await {
+            Ok(range) => range.kvs.into_iter().map(|kv| kv.value).collect(),
+            Err(_) => Vec::new(),
+        }
     }
 
     /// The etcd members' pids.
