@@ -492,13 +492,16 @@ pub(crate) async fn throughput(
     }
 }
 
+/// The echo tool every target serves, which the arguments below are for.
+pub(crate) const TOOL: &str = "acc_echo";
+
 /// `acc_echo` as the acceptance fixture declares it: the tool these
 /// arguments are for, its schema compiled as a dispatcher compiles it.
 pub fn acc_echo_def() -> Result<toolmesh::ToolDef, crate::BenchError> {
     let spec = toolmesh_fixtures::fixture("acceptance", &Default::default())
         .into_iter()
         .flat_map(|acceptance| acceptance.specs())
-        .find(|spec| spec.name == crate::stand::TOOL)
+        .find(|spec| spec.name == TOOL)
         .ok_or_else(|| crate::BenchError::failed("find acc_echo", "the fixture lacks it"))?;
     toolmesh::ToolDef::new(spec)
         .map_err(|e| crate::BenchError::failed("compile acc_echo's schema", e.to_string()))

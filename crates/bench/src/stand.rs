@@ -14,8 +14,7 @@ use std::path::Path;
 use std::time::Duration;
 use toolmesh_transport::{Tls, TlsFiles};
 
-/// The echo tool every target serves.
-pub(crate) const TOOL: &str = "acc_echo";
+pub(crate) use crate::load::TOOL;
 /// Its version.
 pub(crate) const VERSION: &str = "1.0.0";
 
