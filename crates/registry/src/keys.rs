@@ -36,6 +36,10 @@ pub(crate) enum Slot<'a> {
     /// Which replica watches an executor's health, attached to that
     /// replica's session lease.
     Watcher(&'a str),
+    /// A replica that is up (empty value), attached to its session lease:
+    /// the others count it among those sharing the health watches before
+    /// it holds any.
+    Replica(&'a str),
     /// The owner of a tool name (created once, never replaced).
     Owner(&'a str),
     /// The operator's reason for disabling a tool name.
@@ -61,6 +65,7 @@ impl<'a> Slot<'a> {
             "def" => Slot::Def(name),
             "health" => Slot::Health(name),
             "watcher" => Slot::Watcher(name),
+            "replica" => Slot::Replica(name),
             "owner" => Slot::Owner(name),
             "disabled" => Slot::Disabled(name),
             "rollout" => Slot::Rollout(name),
@@ -78,6 +83,7 @@ impl<'a> Slot<'a> {
             Slot::Def(n) => ("def", n),
             Slot::Health(n) => ("health", n),
             Slot::Watcher(n) => ("watcher", n),
+            Slot::Replica(n) => ("replica", n),
             Slot::Owner(n) => ("owner", n),
             Slot::Disabled(n) => ("disabled", n),
             Slot::Rollout(n) => ("rollout", n),
@@ -163,6 +169,7 @@ mod tests {
             Slot::Def("ab12"),
             Slot::Health("ex-1"),
             Slot::Watcher("ex-1"),
+            Slot::Replica("replica-1"),
             Slot::Owner("search_kb"),
             Slot::Disabled("send_email"),
             Slot::Rollout("search_kb"),

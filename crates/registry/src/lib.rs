@@ -30,5 +30,5 @@ pub use error::RegistryError;
 pub use gate::{AccessError, Gate, OpenGate, SnapshotReader};
 pub use registry::{EtcdAccess, EtcdAccessError, Registry};
 pub use rollouts::{DecisionJournal, RolloutChange, RolloutDesk, RolloutError, RolloutRequest};
-pub use service::{RegistryService, SnapshotStream, grpc_service};
+pub use service::{RegistryRoutes, RegistryService, SnapshotStream, grpc_service};
 pub use shared_records::{SharedRecord, SharedRecordsService};

@@ -5,14 +5,15 @@ use crate::gate::AccessError;
 use crate::gate::SnapshotReader;
 use crate::registry::Registry;
 use crate::rollouts::{DecisionJournal, RolloutDesk, RolloutRequest};
-use futures_util::{Stream, StreamExt, stream};
+use futures_util::{Stream, StreamExt};
 use std::pin::Pin;
 use std::sync::Arc;
-use tokio::sync::watch;
 use tonic::{Request, Response, Status};
-use toolmesh::Snapshot;
 use toolmesh::pb;
 use toolmesh_transport::bearer;
+use watch::{FrameStream, SharedEncodings};
+
+mod watch;
 
 /// Serves `toolmesh.v1.Registry` for one [`Registry`]; build it with
 /// [`Registry::grpc_service`].
@@ -24,6 +25,8 @@ pub struct RegistryService {
     journal: Option<Arc<dyn DecisionJournal>>,
     /// Logs refused executor calls, at most one line per period.
     refusals: Arc<RefusalLog>,
+    /// The snapshot messages its watch streams send, each encoded once.
+    encodings: Arc<SharedEncodings>,
 }
 
 /// At most one line per [`RefusalLog::PERIOD`] for executors refused at
@@ -63,7 +66,7 @@ impl std::fmt::Debug for RegistryService {
 impl Registry {
     /// The `toolmesh.v1.Registry` gRPC service over this registry, with the
     /// mesh's message size limits.
-    pub fn grpc_service(&self) -> pb::registry_server::RegistryServer<RegistryService> {
+    pub fn grpc_service(&self) -> RegistryRoutes {
         grpc_service(self.clone(), None)
     }
 }
@@ -73,7 +76,7 @@ impl Registry {
 pub fn grpc_service(
     registry: Registry,
     journal: Option<Arc<dyn DecisionJournal>>,
-) -> pb::registry_server::RegistryServer<RegistryService> {
+) -> RegistryRoutes {
     RegistryService::new(registry, journal).into_server()
 }
 
@@ -86,14 +89,19 @@ impl RegistryService {
             registry,
             journal,
             refusals: Arc::default(),
+            encodings: Arc::default(),
         }
     }
 
     /// As a gRPC server, with the mesh's message size limits.
-    pub fn into_server(self) -> pb::registry_server::RegistryServer<RegistryService> {
-        pb::registry_server::RegistryServer::new(self)
+    pub fn into_server(self) -> RegistryRoutes {
+        let server = pb::registry_server::RegistryServer::new(self.clone())
             .max_decoding_message_size(toolmesh_transport::MAX_CALL_MESSAGE_BYTES)
-            .max_encoding_message_size(toolmesh_transport::MAX_SNAPSHOT_MESSAGE_BYTES)
+            .max_encoding_message_size(toolmesh_transport::MAX_SNAPSHOT_MESSAGE_BYTES);
+        RegistryRoutes {
+            service: self,
+            server,
+        }
     }
 
     /// `admin` (already allowed to) disables `tool` for `reason`: stored,
@@ -302,7 +310,10 @@ impl pb::registry_server::Registry for RegistryService {
     ) -> Result<Response<pb::Snapshot>, Status> {
         let reader = self.reader(&request)?;
         let snapshot = self.registry.snapshot(request.get_ref().version)?;
-        Ok(Response::new(for_reader(snapshot.to_pb(), &reader)))
+        Ok(Response::new(watch::for_reader(
+            snapshot.to_pb(),
+            reader.execute_tokens,
+        )))
     }
 
     async fn update_rollout(
@@ -338,10 +349,22 @@ impl pb::registry_server::Registry for RegistryService {
 
     type WatchSnapshotsStream = SnapshotStream;
 
+    /// Served by [`RegistryRoutes`] from shared frames; this is the same
+    /// stream decoded again, for a server built from the bare generated type.
     async fn watch_snapshots(
         &self,
         request: Request<pb::WatchSnapshotsRequest>,
     ) -> Result<Response<Self::WatchSnapshotsStream>, Status> {
+        let frames = self.frames(request)?;
+        let messages = frames.map(|frame| frame.and_then(|frame| watch::unframed(&frame)));
+        Ok(Response::new(messages.boxed()))
+    }
+}
+
+impl RegistryService {
+    /// What `request` is answered with: the snapshots it asks for, as
+    /// frames shared with every other watcher.
+    fn frames(&self, request: Request<pb::WatchSnapshotsRequest>) -> Result<FrameStream, Status> {
         let reader = self.reader(&request)?;
         let request = request.get_ref();
         let current = self.registry.current();
@@ -350,94 +373,65 @@ impl pb::registry_server::Registry for RegistryService {
                 .then(|| self.registry.snapshot(request.after_version).ok())
                 .flatten();
         self.registry.watch_opened(held.is_some());
-        let stream = match held {
-            Some(held) => delta_stream(self.registry.subscribe(), held),
-            None => watch_stream(
-                self.registry.subscribe(),
-                request.after_version,
-                request.deltas,
-            ),
+        let framer = watch::Framer {
+            encodings: self.encodings.clone(),
+            execute_tokens: reader.execute_tokens,
         };
-        let until = reader.until;
-        let stream = stream.map(move |message| message.map(|m| for_reader(m, &reader)));
-        Ok(Response::new(match until {
-            Some(until) => toolmesh_transport::ends_when_token_expires(stream, until).boxed(),
-            None => stream.boxed(),
-        }))
+        let receiver = self.registry.subscribe();
+        let frames = match held {
+            Some(held) => framer.deltas_from(receiver, held),
+            None => framer.after_version(receiver, request.after_version, request.deltas),
+        };
+        Ok(match reader.until {
+            Some(until) => toolmesh_transport::ends_when_token_expires(frames, until).boxed(),
+            None => frames,
+        })
     }
 }
 
-/// For a watcher that holds `held` (same epoch): a delta to the newest at
-/// once when it is newer, then a delta for each newer one — no full
-/// snapshot, so a dispatcher that fails over to another replica does not
-/// resync.
-pub(crate) fn delta_stream(
-    mut receiver: watch::Receiver<Arc<Snapshot>>,
-    held: Arc<Snapshot>,
-) -> SnapshotStream {
-    let current = receiver.borrow_and_update().clone();
-    let first = (current.version() > held.version()).then(|| Ok(current.delta_pb(&held)));
-    let last = if first.is_some() { current } else { held };
-    stream::iter(first)
-        .chain(newer(receiver, last, true))
-        .boxed()
+/// `toolmesh.v1.Registry` as served: every method by the generated server
+/// except `WatchSnapshots`, whose streams send frames shared among them.
+#[derive(Clone)]
+pub struct RegistryRoutes {
+    service: RegistryService,
+    server: pb::registry_server::RegistryServer<RegistryService>,
 }
 
-/// Each snapshot newer than `last` as it is published: a delta from the
-/// previous message with `deltas`, else whole.
-fn newer(
-    receiver: watch::Receiver<Arc<Snapshot>>,
-    last: Arc<Snapshot>,
-    deltas: bool,
-) -> impl Stream<Item = Result<pb::Snapshot, Status>> + Send {
-    stream::unfold((receiver, last), move |(mut receiver, last)| async move {
-        loop {
-            receiver.changed().await.ok()?;
-            let snapshot = receiver.borrow_and_update().clone();
-            if snapshot.version() > last.version() {
-                let message = if deltas {
-                    snapshot.delta_pb(&last)
-                } else {
-                    snapshot.to_pb()
-                };
-                return Some((Ok(message), (receiver, snapshot)));
-            }
-        }
-    })
+impl std::fmt::Debug for RegistryRoutes {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RegistryRoutes").finish_non_exhaustive()
+    }
 }
 
-/// A snapshot as `reader` may see it: executors' call tokens only for
-/// dispatchers (an operator must not be able to call past the dispatcher).
-fn for_reader(mut snapshot: pb::Snapshot, reader: &SnapshotReader) -> pb::Snapshot {
-    if !reader.execute_tokens {
-        for instance in snapshot
-            .tools
-            .iter_mut()
-            .flat_map(|e| e.instances.iter_mut())
-        {
-            instance.execute_token.clear();
+impl tonic::server::NamedService for RegistryRoutes {
+    const NAME: &'static str =
+        <pb::registry_server::RegistryServer<RegistryService> as tonic::server::NamedService>::NAME;
+}
+
+impl<B> tonic::codegen::Service<tonic::codegen::http::Request<B>> for RegistryRoutes
+where
+    B: http_body::Body<Data = bytes::Bytes> + Send + 'static,
+    B::Error: Into<tonic::codegen::StdError> + Send + 'static,
+{
+    type Response = tonic::codegen::http::Response<tonic::body::Body>;
+    type Error = std::convert::Infallible;
+    type Future = Pin<
+        Box<dyn std::future::Future<Output = Result<Self::Response, Self::Error>> + Send + 'static>,
+    >;
+
+    fn poll_ready(
+        &mut self,
+        _: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Result<(), Self::Error>> {
+        std::task::Poll::Ready(Ok(()))
+    }
+
+    fn call(&mut self, request: tonic::codegen::http::Request<B>) -> Self::Future {
+        if request.uri().path() == watch::WATCH_SNAPSHOTS {
+            let service = self.service.clone();
+            Box::pin(async move { Ok(watch::serve(service, request).await) })
+        } else {
+            self.server.call(request)
         }
     }
-    snapshot
-}
-
-/// The newest snapshot at once when the watcher has not seen it, then each
-/// newer one as it is published (intermediates may be skipped under bursts,
-/// the newest never is). An `after_version` ahead of ours can only come
-/// from an earlier registry lifetime, so it also gets the newest at once
-/// (its epoch tells the watcher). With `deltas`, every message after the
-/// first full one holds only what changed since the previous message.
-/// Ends when the client goes away.
-pub(crate) fn watch_stream(
-    mut receiver: watch::Receiver<Arc<Snapshot>>,
-    after_version: u64,
-    deltas: bool,
-) -> SnapshotStream {
-    let current = receiver.borrow_and_update().clone();
-    let unseen = after_version == 0 || current.version() != after_version;
-    let first = unseen.then(|| Ok(current.to_pb()));
-    // A delta needs a base the watcher holds: only once a full one was sent.
-    stream::iter(first)
-        .chain(newer(receiver, current, deltas && unseen))
-        .boxed()
 }

@@ -39,6 +39,9 @@ pub(super) async fn keep_session(inner: Arc<Inner>) {
                 match inner.kv.grant(SESSION_TTL).await {
                     Ok((id, _)) => {
                         debug!(session = id, "registry session lease granted");
+                        if inner.config.watch_health && !inner.in_process {
+                            announce(&inner, id).await;
+                        }
                         inner.session.send_replace(id);
                     }
                     Err(error) => debug!(%error, "no session lease yet"),
@@ -59,6 +62,20 @@ pub(super) async fn keep_session(inner: Arc<Inner>) {
         }
     };
     inner.shutdown.run_until_cancelled(run).await;
+}
+
+/// Tells the other replicas this one is up, under its session lease, so
+/// that it gets its share of the health watches from the first burst on
+/// (without, the others learn of it only once it holds a claim).
+async fn announce(inner: &Inner, session: i64) {
+    let put = Op::Put {
+        key: Slot::Replica(&inner.replica).key(),
+        value: Vec::new(),
+        lease: session,
+    };
+    if let Err(error) = inner.kv.txn(Txn::write(put)).await {
+        debug!(%error, "replica not announced; the others learn of it by its claims");
+    }
 }
 
 /// One health watch this replica runs.

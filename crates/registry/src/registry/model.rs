@@ -65,7 +65,10 @@ pub(crate) struct Model {
 struct WatchBook {
     everything: bool,
     changed: HashSet<Arc<str>>,
+    /// How many claims each replica holds.
     held: HashMap<String, usize>,
+    /// The replicas that are up, claims or not.
+    present: HashSet<String>,
 }
 
 impl Default for WatchBook {
@@ -74,6 +77,7 @@ impl Default for WatchBook {
             everything: true,
             changed: HashSet::new(),
             held: HashMap::new(),
+            present: HashSet::new(),
         }
     }
 }
@@ -98,6 +102,15 @@ impl WatchBook {
             }
         }
     }
+
+    /// How many claims each replica holds, counting those up with none.
+    fn claims(&self) -> HashMap<String, usize> {
+        let mut claims = self.held.clone();
+        for replica in &self.present {
+            claims.entry(replica.clone()).or_default();
+        }
+        claims
+    }
 }
 
 /// The entries (and names) one batch of changes touched.
@@ -109,6 +122,11 @@ pub(crate) struct Touched {
     rollouts: BTreeSet<String>,
     /// Executors whose key went: their id, lease and how many tools they served.
     pub(crate) gone: Vec<(Arc<str>, i64, usize)>,
+    /// A replica came or went: the snapshot is numbered anew even when
+    /// nothing in it changed, so that every replica numbers it alike (one
+    /// that just read the store numbers its first snapshot with the
+    /// revision it read, which may be a write no snapshot shows).
+    renumber: bool,
 }
 
 impl Touched {
@@ -239,6 +257,10 @@ impl Model {
                 }
                 touched.rollouts.insert(name.to_owned());
             }
+            Slot::Replica(replica) => {
+                self.watch_book.present.insert(replica.to_owned());
+                touched.renumber = true;
+            }
             Slot::Shared(_) | Slot::Other => {}
         }
     }
@@ -281,6 +303,10 @@ impl Model {
             Slot::Rollout(name) => {
                 self.rollouts.remove(name);
                 touched.rollouts.insert(name.to_owned());
+            }
+            Slot::Replica(replica) => {
+                self.watch_book.present.remove(replica);
+                touched.renumber = true;
             }
             Slot::Epoch | Slot::Shared(_) | Slot::Other => {}
         }
@@ -334,7 +360,7 @@ impl Model {
                 id,
             })
             .collect();
-        (items, book.held.clone())
+        (items, book.claims())
     }
 
     /// Applies the events of one revision.
@@ -415,7 +441,8 @@ impl Model {
 
     /// The snapshot numbered `version`: `base` with every touched entry
     /// made again (unchanged ones stay shared); `None` when no entry and no
-    /// rollout came out different, so there is nothing new to publish.
+    /// rollout came out different (and no replica came or went), so there
+    /// is nothing new to publish.
     pub(crate) fn snapshot(
         &self,
         base: &Snapshot,
@@ -429,7 +456,7 @@ impl Model {
         }
         let mut builder = base.next();
         builder.at_version(version);
-        let mut changed = false;
+        let mut changed = touched.renumber;
         for name in &touched.rollouts {
             let now = self.rollouts.get(name).map(|(rollout, _)| rollout);
             if base.rollout(name).map(|r| &**r) == now {
@@ -463,5 +490,50 @@ impl Model {
             }
         }
         changed.then(|| builder.finish())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn put(slot: Slot<'_>, value: &str) -> Event {
+        Event::Put(Entry {
+            key: slot.key(),
+            value: value.as_bytes().to_vec(),
+            create_revision: 1,
+            mod_revision: 1,
+            lease: 7,
+        })
+    }
+
+    /// A replica that is up counts as holding no claims until it holds
+    /// some, and stops counting when its presence goes with its session;
+    /// its coming and going numbers the snapshot anew, a claim does not.
+    #[test]
+    fn replicas_up_without_claims_count_as_holding_none() {
+        let mut model = Model::default();
+        model.apply(&[
+            put(Slot::Watcher("ex-1"), "replica-a"),
+            put(Slot::Replica("replica-a"), ""),
+            put(Slot::Replica("replica-b"), ""),
+        ]);
+        let (_, claims) = model.watch_items(true);
+        let expected = HashMap::from([("replica-a".to_owned(), 1), ("replica-b".to_owned(), 0)]);
+        assert_eq!(claims, expected);
+
+        let touched = model.apply(&[Event::Delete {
+            key: Slot::Replica("replica-b").key(),
+            revision: 2,
+        }]);
+        let (_, claims) = model.watch_items(false);
+        assert_eq!(claims, HashMap::from([("replica-a".to_owned(), 1)]));
+        // Numbered anew though nothing shown changed: every replica numbers
+        // the snapshot after a replica came or went alike.
+        let base = Snapshot::empty("cluster");
+        let renumbered = model.snapshot(&base, touched, 2).expect("renumbered");
+        assert_eq!(renumbered.version(), 2);
+        let claim_only = model.apply(&[put(Slot::Watcher("ex-2"), "replica-a")]);
+        assert!(model.snapshot(&base, claim_only, 3).is_none());
     }
 }
