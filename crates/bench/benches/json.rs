@@ -1,6 +1,6 @@
 //! The JSON reader behind the shape check and the canonical digest, side by side: serde_json's against sonic-rs's (SIMD) on the bench's 100 B and 10 KB `acc_echo` arguments and a 1 MB one; ns per call and the ratio, both readers timed in alternating batches of one run.
 //!
-//! `cargo bench -p toolmesh-bench --bench json`
+//! `cargo bench -p toolmesh-bench --bench json --features json-contenders`
 
 use serde_json::Value;
 use std::hint::black_box;

@@ -246,6 +246,14 @@ impl Command {
         }
     }
 
+    /// Whether it runs on one thread unless `TOOLMESH_WORKER_THREADS`
+    /// says otherwise: a bridge's calls each wait on one upstream, so a
+    /// second worker adds nothing but the hand-offs between them (a bridged
+    /// call crossed threads three to five times on the default runtime).
+    pub(crate) fn one_thread(&self) -> bool {
+        matches!(self, Command::Bridge(_))
+    }
+
     /// The `service.name` this process exports traces as.
     pub(crate) fn service_name(&self) -> String {
         match self {

@@ -114,15 +114,21 @@ pub fn main(hooks: Hooks) -> ExitCode {
             return ExitCode::from(64);
         }
     };
-    let mut builder = tokio::runtime::Builder::new_multi_thread();
-    // TOOLMESH_WORKER_THREADS caps the runtime's threads (default: one per core).
-    if let Some(threads) = std::env::var("TOOLMESH_WORKER_THREADS")
+    // TOOLMESH_WORKER_THREADS sets the runtime's threads (default: one per
+    // core, and one in all for a bridge).
+    let threads = std::env::var("TOOLMESH_WORKER_THREADS")
         .ok()
         .and_then(|v| v.parse::<usize>().ok())
-        .filter(|n| *n > 0)
-    {
-        builder.worker_threads(threads);
-    }
+        .filter(|n| *n > 0);
+    let mut builder = match threads {
+        None if cli.command.one_thread() => tokio::runtime::Builder::new_current_thread(),
+        None => tokio::runtime::Builder::new_multi_thread(),
+        Some(threads) => {
+            let mut builder = tokio::runtime::Builder::new_multi_thread();
+            builder.worker_threads(threads);
+            builder
+        }
+    };
     let runtime = match builder.enable_all().build() {
         Ok(runtime) => runtime,
         Err(e) => {

@@ -272,6 +272,9 @@ async fn steady(world: &World, followers: &Followers, window: Duration) -> Stead
         registry_cores: cores(&registries_before, &registries_after),
         etcd_cores: cores(&etcd_before, &etcd_after),
         registry_rss_bytes: registries_after.iter().map(|s| s.rss_bytes).collect(),
+        registry_peak_rss_bytes: registries_after.iter().map(|s| s.peak_rss_bytes).collect(),
+        load_peak_rss_bytes: world::peak_rss_of(std::process::id().try_into().unwrap_or(0))
+            .unwrap_or_default(),
         etcd_rss_bytes: etcd_after.iter().map(|s| s.rss_bytes).collect(),
         etcd_writes_per_sec: match (before_proposals, after_proposals) {
             (Some(b), Some(a)) => Some((a - b) / secs),

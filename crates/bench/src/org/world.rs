@@ -198,11 +198,13 @@ fn http_get(base: &str, path: &str) -> Option<String> {
 }
 
 /// What `/proc` says of a process: CPU time (user + system) in seconds,
-/// resident memory and bytes written through system calls (sockets too).
+/// resident memory now and at its highest, and bytes written through
+/// system calls (sockets too).
 #[derive(Debug, Clone, Copy, Default, PartialEq)]
 pub(crate) struct ProcStat {
     pub(crate) cpu_secs: f64,
     pub(crate) rss_bytes: u64,
+    pub(crate) peak_rss_bytes: u64,
     pub(crate) written_bytes: u64,
 }
 
@@ -222,7 +224,22 @@ impl ProcStat {
         ProcStat {
             cpu_secs,
             rss_bytes: crate::scale::rss_of(&pid.to_string()).unwrap_or_default(),
+            peak_rss_bytes: peak_rss_of(pid).unwrap_or_default(),
             written_bytes,
         }
     }
+}
+
+/// The most memory process `pid` has held resident (`VmHWM`), in bytes.
+pub(crate) fn peak_rss_of(pid: i32) -> Option<u64> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let kib: u64 = status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmHWM:"))?
+        .trim()
+        .trim_end_matches("kB")
+        .trim()
+        .parse()
+        .ok()?;
+    Some(kib * 1024)
 }

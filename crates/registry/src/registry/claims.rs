@@ -102,6 +102,7 @@ pub(super) async fn watch_claimed(inner: Arc<Inner>) {
     let mut held = Held::default();
     let mut last_session = 0;
     let mut next_full = Instant::now();
+    let mut fewest = None;
     let run = async {
         loop {
             let me = *session.borrow_and_update();
@@ -111,8 +112,9 @@ pub(super) async fn watch_claimed(inner: Arc<Inner>) {
                 last_session = me;
                 next_full = Instant::now() + RECHECK;
             }
-            let (items, claims) = inner.model().watch_items(full);
-            let fewest = claims
+            let due = held.due(fewest);
+            let (items, claims) = inner.model().watch_items(full, due);
+            fewest = claims
                 .iter()
                 .filter(|(replica, _)| **replica != inner.replica)
                 .map(|(_, count)| *count)
@@ -124,10 +126,17 @@ pub(super) async fn watch_claimed(inner: Arc<Inner>) {
                 .metrics
                 .health_watches
                 .set(i64::try_from(held.running.len()).unwrap_or(i64::MAX));
+            // Never sooner than a moment from now: a look that left an
+            // executor overdue must not spin.
+            let soonest = Instant::now() + Duration::from_millis(10);
+            let wake = held
+                .next_due()
+                .map_or(next_full, |due| due.min(next_full))
+                .max(soonest);
             tokio::select! {
                 _ = applied.changed() => {}
                 _ = session.changed() => {}
-                () = tokio::time::sleep_until(next_full) => {}
+                () = tokio::time::sleep_until(wake) => {}
             }
         }
     };
@@ -140,9 +149,45 @@ pub(super) async fn watch_claimed(inner: Arc<Inner>) {
 struct Held {
     running: HashMap<Arc<str>, Running>,
     deferred: HashMap<Arc<str>, Instant>,
+    /// When the first of `deferred` runs out of grace.
+    first_due: Option<Instant>,
 }
 
 impl Held {
+    /// The executors left to others that are due another look (a change
+    /// to one is looked at anyway): as many as this replica may claim
+    /// before it holds more than `fewest`, and each whose grace ran out.
+    /// So a burst of registrations is shared as the claims come in rather
+    /// than left to whichever replica's grace runs out first.
+    fn due(&mut self, fewest: Option<usize>) -> Vec<Arc<str>> {
+        let room = fewest.map_or(usize::MAX, |fewest| {
+            (fewest + 1).saturating_sub(self.running.len())
+        });
+        let mut due: Vec<Arc<str>> = self.deferred.keys().take(room).cloned().collect();
+        if self.first_due.is_some_and(|first| first <= Instant::now()) {
+            due.extend(
+                self.deferred
+                    .iter()
+                    .filter(|(_, since)| since.elapsed() >= CLAIM_GRACE)
+                    .map(|(id, _)| id.clone()),
+            );
+            self.first_due = None;
+        }
+        due
+    }
+
+    /// When the next of the executors left to others runs out of grace.
+    fn next_due(&mut self) -> Option<Instant> {
+        if self.first_due.is_none() {
+            self.first_due = self
+                .deferred
+                .values()
+                .min()
+                .map(|since| *since + CLAIM_GRACE);
+        }
+        self.first_due
+    }
+
     /// Starts, keeps, stops or claims the watch of one executor.
     /// `fewest`: the fewest claims another replica holds.
     async fn look_at(
@@ -199,7 +244,14 @@ impl Held {
         if fewest.is_none_or(|fewest| self.running.len() <= fewest) {
             return true;
         }
-        let since = *self.deferred.entry(id.clone()).or_insert_with(Instant::now);
+        let since = *self.deferred.entry(id.clone()).or_insert_with(|| {
+            let now = Instant::now();
+            self.first_due = Some(
+                self.first_due
+                    .map_or(now + CLAIM_GRACE, |first| first.min(now + CLAIM_GRACE)),
+            );
+            now
+        });
         since.elapsed() >= CLAIM_GRACE
     }
 }

@@ -339,17 +339,22 @@ impl Model {
     }
 
     /// The executors the health-claims loop must look at: those changed
-    /// since it last asked, or every one (and every claim) when `all` or
-    /// after a full read; with the claims each replica holds.
-    pub(crate) fn watch_items(&mut self, all: bool) -> (Vec<WatchItem>, HashMap<String, usize>) {
+    /// since it last asked and those in `also`, or every one (and every
+    /// claim) when `all` or after a full read; with the claims each
+    /// replica holds.
+    pub(crate) fn watch_items(
+        &mut self,
+        all: bool,
+        also: Vec<Arc<str>>,
+    ) -> (Vec<WatchItem>, HashMap<String, usize>) {
         let book = &mut self.watch_book;
-        let ids: Vec<Arc<str>> = if all || book.everything {
+        let ids: HashSet<Arc<str>> = if all || book.everything {
             book.changed.clear();
             let mut ids: HashSet<Arc<str>> = self.execs.keys().cloned().collect();
             ids.extend(self.watchers.keys().map(|id| Arc::from(id.as_str())));
-            ids.into_iter().collect()
+            ids
         } else {
-            book.changed.drain().collect()
+            book.changed.drain().chain(also).collect()
         };
         book.everything = false;
         let items = ids
@@ -518,7 +523,7 @@ mod tests {
             put(Slot::Replica("replica-a"), ""),
             put(Slot::Replica("replica-b"), ""),
         ]);
-        let (_, claims) = model.watch_items(true);
+        let (_, claims) = model.watch_items(true, Vec::new());
         let expected = HashMap::from([("replica-a".to_owned(), 1), ("replica-b".to_owned(), 0)]);
         assert_eq!(claims, expected);
 
@@ -526,7 +531,7 @@ mod tests {
             key: Slot::Replica("replica-b").key(),
             revision: 2,
         }]);
-        let (_, claims) = model.watch_items(false);
+        let (_, claims) = model.watch_items(false, Vec::new());
         assert_eq!(claims, HashMap::from([("replica-a".to_owned(), 1)]));
         // Numbered anew though nothing shown changed: every replica numbers
         // the snapshot after a replica came or went alike.
