@@ -79,7 +79,15 @@ pub fn follow_registry_sharing(
         pending: None,
         definitions,
     };
-    tokio::spawn(follower.run(replicas));
+    // Once no one holds the snapshots any more, following ends (quietly,
+    // rather than reporting the registry's goodbye to no one).
+    let held = follower.tx.clone();
+    tokio::spawn(async move {
+        tokio::select! {
+            () = follower.run(replicas) => {}
+            () = held.closed() => {}
+        }
+    });
     Ok(rx)
 }
 

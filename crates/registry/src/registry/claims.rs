@@ -10,6 +10,7 @@ use crate::codec;
 use crate::health_watch;
 use crate::keys::{HealthRecord, Slot};
 use crate::kv::{Compare, Op, Txn};
+use futures_util::{StreamExt, stream};
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -29,6 +30,8 @@ const RECHECK: Duration = Duration::from_secs(1);
 /// How long an unclaimed executor waits for the replicas holding fewer
 /// claims before this one claims it anyway.
 const CLAIM_GRACE: Duration = Duration::from_millis(500);
+/// Claims and releases written to the store at once.
+const CONCURRENT_WRITES: usize = 64;
 
 /// Keeps a session lease alive, granting a new one when it was lost.
 pub(super) async fn keep_session(inner: Arc<Inner>) {
@@ -119,9 +122,11 @@ pub(super) async fn watch_claimed(inner: Arc<Inner>) {
                 .filter(|(replica, _)| **replica != inner.replica)
                 .map(|(_, count)| *count)
                 .min();
+            let mut writes = Vec::new();
             for item in items {
-                held.look_at(&inner, item, me, fewest).await;
+                writes.extend(held.look_at(&inner, item, me, fewest));
             }
+            held.write(&inner, writes, me).await;
             inner
                 .metrics
                 .health_watches
@@ -151,6 +156,20 @@ struct Held {
     deferred: HashMap<Arc<str>, Instant>,
     /// When the first of `deferred` runs out of grace.
     first_due: Option<Instant>,
+    /// Claims decided in this look, not yet written.
+    claiming: usize,
+}
+
+/// A write to the store a look decided on.
+enum ClaimWrite {
+    /// Claim the watch of an unwatched executor.
+    Claim {
+        id: Arc<str>,
+        lease: i64,
+        endpoint: String,
+    },
+    /// Give up the claim on an executor that is gone.
+    Release(Arc<str>),
 }
 
 impl Held {
@@ -188,22 +207,19 @@ impl Held {
         self.first_due
     }
 
-    /// Starts, keeps, stops or claims the watch of one executor.
-    /// `fewest`: the fewest claims another replica holds.
-    async fn look_at(
+    /// Starts, keeps or stops the watch of one executor, or says which
+    /// claim to write. `fewest`: the fewest claims another replica holds.
+    fn look_at(
         &mut self,
         inner: &Arc<Inner>,
         item: WatchItem,
         me: i64,
         fewest: Option<usize>,
-    ) {
+    ) -> Option<ClaimWrite> {
         let WatchItem { id, exec, holder } = item;
         let Some((lease, endpoint)) = exec else {
             self.deferred.remove(&id);
-            if self.running.remove(&id).is_some() {
-                release(inner, &id).await;
-            }
-            return;
+            return self.running.remove(&id).map(|_| ClaimWrite::Release(id));
         };
         // A claim this replica just won may not be applied to the model
         // yet: its watch keeps running (stopping it could cancel the first
@@ -217,23 +233,57 @@ impl Held {
             self.running.remove(&id);
             if holder.is_some() || me == 0 {
                 self.deferred.remove(&id);
-                return;
+                return None;
             }
             if !self.my_turn(&id, fewest) {
-                return;
+                return None;
             }
             self.deferred.remove(&id);
-            if claim(inner, &id, me).await {
-                debug!(executor_id = &*id, "health watch claimed");
-                let running = start(inner, id.clone(), lease, endpoint, me);
-                self.running.insert(id, running);
-            }
-            return;
+            self.claiming += 1;
+            return Some(ClaimWrite::Claim {
+                id,
+                lease,
+                endpoint,
+            });
         }
         if self.running.get(&id).is_none_or(|r| r.lease != lease) {
             let running = start(inner, id.clone(), lease, endpoint, me);
             self.running.insert(id, running);
         }
+        None
+    }
+
+    /// Writes `writes` to the store, [`CONCURRENT_WRITES`] at a time (a
+    /// dead replica's thousands of executors are claimed in a second or
+    /// two, not one transaction after another), and starts the watches
+    /// whose claims were won under session `me`.
+    async fn write(&mut self, inner: &Arc<Inner>, writes: Vec<ClaimWrite>, me: i64) {
+        let mut done = stream::iter(writes)
+            .map(|write| async move {
+                match write {
+                    ClaimWrite::Claim {
+                        id,
+                        lease,
+                        endpoint,
+                    } => {
+                        let won = claim(inner, &id, me).await;
+                        won.then_some((id, lease, endpoint))
+                    }
+                    ClaimWrite::Release(id) => {
+                        release(inner, &id).await;
+                        None
+                    }
+                }
+            })
+            .buffer_unordered(CONCURRENT_WRITES);
+        while let Some(outcome) = done.next().await {
+            if let Some((id, lease, endpoint)) = outcome {
+                debug!(executor_id = &*id, "health watch claimed");
+                let running = start(inner, id.clone(), lease, endpoint, me);
+                self.running.insert(id, running);
+            }
+        }
+        self.claiming = 0;
     }
 
     /// Whether to claim `id` now: when no other replica holds fewer claims
@@ -241,7 +291,7 @@ impl Held {
     /// watches spread over the replicas (and a dead one's over the
     /// survivors), and none stays unwatched for long.
     fn my_turn(&mut self, id: &Arc<str>, fewest: Option<usize>) -> bool {
-        if fewest.is_none_or(|fewest| self.running.len() <= fewest) {
+        if fewest.is_none_or(|fewest| self.running.len() + self.claiming <= fewest) {
             return true;
         }
         let since = *self.deferred.entry(id.clone()).or_insert_with(|| {
