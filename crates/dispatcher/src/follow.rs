@@ -228,6 +228,9 @@ impl Follower {
                                 moving = true;
                                 break;
                             }
+                            // No one holds the snapshots: the registry
+                            // going away is no one's concern.
+                            Err(_) if self.tx.is_closed() => return,
                             Err(status) => {
                                 outage.report(
                                     &self.address,
@@ -242,6 +245,7 @@ impl Follower {
                         }
                     }
                 }
+                Err(_) if self.tx.is_closed() => return,
                 Err(status) => {
                     outage.report(
                         &self.address,

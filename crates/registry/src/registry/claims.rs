@@ -30,8 +30,10 @@ const RECHECK: Duration = Duration::from_secs(1);
 /// How long an unclaimed executor waits for the replicas holding fewer
 /// claims before this one claims it anyway.
 const CLAIM_GRACE: Duration = Duration::from_millis(500);
-/// Claims and releases written to the store at once.
-const CONCURRENT_WRITES: usize = 64;
+/// Claims and releases written to the store at once (enough to take a
+/// dead replica's thousands over within the lease, few enough not to
+/// crowd etcd's own heartbeats on a loaded machine).
+const CONCURRENT_WRITES: usize = 16;
 
 /// Keeps a session lease alive, granting a new one when it was lost.
 pub(super) async fn keep_session(inner: Arc<Inner>) {
@@ -353,17 +355,26 @@ fn start(inner: &Arc<Inner>, id: Arc<str>, lease: i64, endpoint: String, session
     let writer_stop = stop.clone();
     tokio::spawn(async move {
         let write = async {
+            let mut first = true;
             while let Some((healthy, reason)) = rx.recv().await {
                 let record = HealthRecord {
                     lease,
                     healthy,
                     reason: reason.clone(),
                 };
-                let put = Op::Put {
-                    key: Slot::Health(&id).key(),
-                    value: codec::encode(&record),
-                    lease,
-                };
+                let key = Slot::Health(&id).key();
+                let value = codec::encode(&record);
+                // A watch taken over from another replica starts with the
+                // verdict that replica stored: reading it is cheaper for
+                // etcd than writing it again (no proposal, no event to
+                // every replica), and a dead replica's thousands of
+                // executors are taken over at once.
+                if std::mem::take(&mut first)
+                    && matches!(writer.kv.get(&key).await, Ok(Some(stored)) if stored.value == value)
+                {
+                    continue;
+                }
+                let put = Op::Put { key, value, lease };
                 match writer.kv.txn(Txn::write(put)).await.map(|o| o.revision) {
                     Ok(version) => {
                         writer.metrics.transition(healthy);
