@@ -107,13 +107,11 @@ impl SearchIndex {
         self.next_id += 1;
         self.documents += 1;
         let (doc, frequencies) = Doc::analyzed(id, def);
-        let lengths = doc.lengths.map(|l| u16::try_from(l).unwrap_or(u16::MAX));
         for (term, frequencies) in frequencies {
             let posting = Posting {
                 id,
                 doc: doc.clone(),
                 frequencies,
-                lengths,
             };
             self.postings
                 .entry(term.into_boxed_str())

@@ -102,7 +102,7 @@ impl Ranking {
                     return 0.0;
                 }
                 let relative = match view.average_lengths[i] {
-                    average if average > 0.0 => f64::from(posting.lengths[i]) / average,
+                    average if average > 0.0 => f64::from(posting.doc.lengths[i]) / average,
                     _ => 1.0,
                 };
                 let norm = 1.0 - self.b(field) + self.b(field) * relative;
