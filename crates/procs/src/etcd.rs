@@ -89,6 +89,14 @@ impl std::fmt::Debug for EtcdCluster {
 }
 
 impl EtcdCluster {
+    /// Each member's log file (a restarted member's starts anew).
+    pub fn log_files(&self) -> Vec<PathBuf> {
+        self.members
+            .iter()
+            .map(|member| self.dir.join(format!("{}.log", member.name)))
+            .collect()
+    }
+
     /// Starts `size` plaintext members and waits until each serves clients.
     pub async fn start(size: usize) -> Result<EtcdCluster, ProcError> {
         EtcdCluster::start_with(size, EtcdOptions::default()).await

@@ -6,7 +6,7 @@ use crate::Binaries;
 use crate::error::BenchError;
 use crate::procs::{self, Proc, Ready, SpawnOptions};
 use std::io::{Read, Write};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use toolmesh_procs::{EtcdCluster, EtcdOptions};
 
 /// Registry replicas started.
@@ -27,6 +27,20 @@ pub(crate) struct World {
     store_url: String,
     /// The replicas' log filter.
     log: &'static str,
+    /// Where the processes' logs go; etcd's are copied there at the end,
+    /// a failed run's included.
+    logs: PathBuf,
+}
+
+impl Drop for World {
+    fn drop(&mut self) {
+        for file in self.etcd.log_files() {
+            if let Some(name) = file.file_name() {
+                let kept = self.logs.join(format!("etcd-{}", name.to_string_lossy()));
+                let _ = std::fs::copy(&file, kept);
+            }
+        }
+    }
 }
 
 impl World {
@@ -48,6 +62,7 @@ impl World {
             addrs: Vec::new(),
             store_url,
             log,
+            logs: logs.to_path_buf(),
         };
         for i in 0..REGISTRIES {
             let (proc, addr) = world.registry(bins, logs, i, "127.0.0.1:0").await?;
