@@ -3,7 +3,7 @@
 use crate::call::{Link, UpstreamTool};
 use crate::error::{BridgeError, NoPong};
 use crate::mapping::{Mapped, OfferedTool, ServerIdentity, ToolSelection, UpstreamKind, map_tools};
-use crate::supervisor::{Backoff, Event, STABLE_AFTER, ToolSource, pause};
+use crate::supervisor::{Event, STABLE_AFTER, ToolSource, pause, reconnections};
 use crate::upstream::{Session, Upstream};
 use rmcp::Peer;
 use rmcp::model::{ClientRequest, PingRequest, ServerNotification, SubscriptionFilter};
@@ -232,7 +232,7 @@ fn needs_listen(peer: &Peer<RoleClient>) -> bool {
 /// that refuses to listen is followed by its session alone.
 async fn listen(peer: Peer<RoleClient>, link: Arc<Link>, stop: CancellationToken) {
     let filter = SubscriptionFilter::builder().tools_list_changed().build();
-    let mut backoff = Backoff::new();
+    let mut backoff = reconnections();
     let mut reopened = false;
     loop {
         let opened = tokio::select! {

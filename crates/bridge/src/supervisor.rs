@@ -7,13 +7,20 @@ use std::future::Future;
 use std::time::Duration;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
-use toolmesh_executor::{DynamicTool, ExecutorControl};
+use toolmesh_executor::{Backoff, DynamicTool, ExecutorControl};
 use tracing::{debug, error, info, warn};
 
 /// First wait before reconnecting to an upstream that went away.
 pub const BACKOFF_INITIAL: Duration = Duration::from_millis(200);
 /// Longest wait between reconnection attempts.
 pub const BACKOFF_MAX: Duration = Duration::from_secs(10);
+
+/// Jittered, doubling waits between reconnections to an upstream, from
+/// [`BACKOFF_INITIAL`] to [`BACKOFF_MAX`].
+pub(crate) fn reconnections() -> Backoff {
+    Backoff::new(BACKOFF_INITIAL, BACKOFF_MAX)
+}
+
 /// A connection that lived this long was healthy: the next failure starts
 /// the backoff over.
 pub(crate) const STABLE_AFTER: Duration = Duration::from_secs(30);
@@ -83,32 +90,6 @@ pub(crate) enum Event {
     Stopped,
 }
 
-/// Doubling waits between reconnections, from [`BACKOFF_INITIAL`] to
-/// [`BACKOFF_MAX`].
-#[derive(Debug)]
-pub(crate) struct Backoff {
-    next: Duration,
-}
-
-impl Backoff {
-    pub(crate) fn new() -> Self {
-        Backoff {
-            next: BACKOFF_INITIAL,
-        }
-    }
-
-    /// The wait before the next attempt.
-    pub(crate) fn next_wait(&mut self) -> Duration {
-        let wait = self.next;
-        self.next = (self.next * 2).min(BACKOFF_MAX);
-        wait
-    }
-
-    pub(crate) fn reset(&mut self) {
-        self.next = BACKOFF_INITIAL;
-    }
-}
-
 /// How one connection ended.
 enum Ended {
     /// The bridge is stopping.
@@ -128,7 +109,7 @@ pub(crate) async fn supervise<S: ToolSource>(
     stop: CancellationToken,
 ) {
     let upstream = source.describe();
-    let mut backoff = Backoff::new();
+    let mut backoff = reconnections();
     let mut connection = Some(first);
     // Failed attempts since the upstream went away: the first is a
     // warning, the others are not news until it is back.
@@ -262,20 +243,5 @@ pub(crate) async fn pause(stop: &CancellationToken, wait: Duration) -> bool {
     tokio::select! {
         () = tokio::time::sleep(wait) => true,
         () = stop.cancelled() => false,
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    /// Waits double from 200 ms up to 10 s and start over after a reset.
-    #[test]
-    fn backoff_doubles_up_to_its_cap() {
-        let mut backoff = Backoff::new();
-        let waits: Vec<u128> = (0..8).map(|_| backoff.next_wait().as_millis()).collect();
-        assert_eq!(waits, [200, 400, 800, 1600, 3200, 6400, 10_000, 10_000]);
-        backoff.reset();
-        assert_eq!(backoff.next_wait(), BACKOFF_INITIAL);
     }
 }

@@ -1,5 +1,6 @@
 //! The registration loop: Register, Heartbeat every ttl/3, register again when the registry forgot us or the tool set changed, retry with backoff through outages, Deregister on drain.
 
+use crate::backoff::Backoff;
 use crate::dispatcher_only::DispatcherOnly;
 use std::{
     future::Future,
@@ -113,7 +114,7 @@ struct Outage {
     registry: String,
     /// The code of the last failure; `None` while the registry answers.
     kind: Option<Code>,
-    backoff: Duration,
+    backoff: Backoff,
 }
 
 /// What an executor refused for its token must change.
@@ -124,7 +125,7 @@ impl Outage {
         Outage {
             registry,
             kind: None,
-            backoff: BACKOFF_INITIAL,
+            backoff: Backoff::new(BACKOFF_INITIAL, BACKOFF_MAX),
         }
     }
 
@@ -141,9 +142,7 @@ impl Outage {
         } else {
             error!(registry = %self.registry, %status, "{what} refused by the registry; retrying with backoff");
         }
-        let wait = self.backoff;
-        self.backoff = (self.backoff * 2).min(BACKOFF_MAX);
-        wait
+        self.backoff.next_wait()
     }
 
     /// Records a success.
@@ -151,7 +150,7 @@ impl Outage {
         if self.kind.take().is_some() {
             info!(registry = %self.registry, "registry reachable again");
         }
-        self.backoff = BACKOFF_INITIAL;
+        self.backoff.reset();
     }
 }
 

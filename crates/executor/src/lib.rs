@@ -62,6 +62,7 @@
 //! ```
 #![forbid(unsafe_code)]
 
+mod backoff;
 mod context;
 mod control;
 mod dispatcher_only;
@@ -76,6 +77,7 @@ mod service;
 mod stream;
 mod tool;
 
+pub use backoff::Backoff;
 pub use context::CallCx;
 pub use control::ExecutorControl;
 pub use dynamic::{DynamicTool, JsonTool};

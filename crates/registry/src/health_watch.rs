@@ -5,6 +5,7 @@ use std::collections::VecDeque;
 use std::future::pending;
 use std::sync::Arc;
 use std::time::Duration;
+use tokio::sync::Semaphore;
 use tokio::time::{Instant, sleep, sleep_until};
 use tokio_util::sync::CancellationToken;
 use tonic::{Code, Status};
@@ -17,6 +18,8 @@ use tracing::{debug, warn};
 pub(crate) const INITIAL_BACKOFF: Duration = Duration::from_millis(50);
 /// Longest wait between reconnection attempts.
 pub(crate) const MAX_BACKOFF: Duration = Duration::from_secs(2);
+/// Longest a watch being opened keeps its turn (see [`watch`]).
+const OPENING_TURN: Duration = Duration::from_secs(1);
 /// Recoveries within this window count towards flapping.
 pub(crate) const FLAP_WINDOW: Duration = Duration::from_secs(30);
 /// Recoveries within the window that make an instance a flapper.
@@ -180,16 +183,20 @@ impl Damped {
 pub(crate) type Report = Box<dyn FnMut(bool, &str) + Send>;
 
 /// Watches `endpoint` until `token` is cancelled or it turns out to have no
-/// health service, reporting each change through `report`.
+/// health service, reporting each change through `report`. A watch is
+/// opened (connection, stream, first status) only with a turn of
+/// `opening`, so a replica taking thousands over at once opens them a few
+/// at a time instead of starving the machine (and etcd beside it).
 pub(crate) async fn watch(
     endpoint: Arc<str>,
     tls: toolmesh_transport::Tls,
     token: CancellationToken,
     report: Report,
+    opening: Arc<Semaphore>,
     flap_holds: prometheus_client::metrics::counter::Counter,
 ) {
     token
-        .run_until_cancelled(run(endpoint, tls, report, flap_holds))
+        .run_until_cancelled(run(endpoint, tls, report, opening, flap_holds))
         .await;
 }
 
@@ -197,6 +204,7 @@ async fn run(
     endpoint: Arc<str>,
     tls: toolmesh_transport::Tls,
     mut report: Report,
+    opening: Arc<Semaphore>,
     flap_holds: prometheus_client::metrics::counter::Counter,
 ) {
     let channel = match toolmesh_transport::executor_channel(&endpoint, &tls) {
@@ -228,12 +236,22 @@ async fn run(
         // that is still SERVING does not leave rotation for a connection's
         // sake, and one that died is out as soon as its port refuses.
         let mut delivered = false;
-        let ended = match client
-            .watch(HealthCheckRequest {
-                service: String::new(),
-            })
-            .await
-        {
+        // The turn goes back with the first status, or after a moment
+        // when the executor does not answer (a stopped one must not keep
+        // the others waiting).
+        let mut turn = Arc::clone(&opening).acquire_owned().await.ok();
+        let give_back = Instant::now() + OPENING_TURN;
+        let opened = client.watch(HealthCheckRequest {
+            service: String::new(),
+        });
+        tokio::pin!(opened);
+        let opened = loop {
+            tokio::select! {
+                opened = &mut opened => break opened,
+                () = sleep_until_some(turn.is_some().then_some(give_back)) => drop(turn.take()),
+            }
+        };
+        let ended = match opened {
             Err(status) => classify_error(&status),
             Ok(response) => {
                 let mut stream = response.into_inner();
@@ -243,6 +261,7 @@ async fn run(
                         message = stream.message() => match message {
                             Ok(Some(message)) => {
                                 delivered = true;
+                                turn.take();
                                 backoff = INITIAL_BACKOFF;
                                 let observation = classify_status(message.status);
                                 debug!(%endpoint, ?observation, "health update");
@@ -256,6 +275,7 @@ async fn run(
                             Err(status) => break classify_error(&status),
                         },
                         () = sleep_until_some(hold) => emit(damped.hold_expired(), "hold-out over, SERVING"),
+                        () = sleep_until_some(turn.is_some().then_some(give_back)) => drop(turn.take()),
                     }
                 }
             }

@@ -19,6 +19,7 @@ use tokio::task::JoinSet;
 use tonic::Code;
 use tonic::transport::Channel;
 use toolmesh::pb::{HeartbeatRequest, registry_client::RegistryClient};
+use toolmesh_executor::{BACKOFF_INITIAL, BACKOFF_MAX, Backoff};
 
 /// The lease every simulated executor asks for (the SDKs' default).
 pub(crate) const LEASE_MS: u32 = 10_000;
@@ -188,7 +189,7 @@ async fn register(
     counters: &Counters,
 ) -> Result<(String, usize), BenchError> {
     let started = tokio::time::Instant::now();
-    let mut backoff = Duration::from_millis(50);
+    let mut backoff = Backoff::new(BACKOFF_INITIAL, BACKOFF_MAX);
     let mut attempt = 0;
     loop {
         let replica = (e + attempt) % clients.len();
@@ -217,8 +218,7 @@ async fn register(
                     .registration_failures
                     .fetch_add(1, Ordering::Relaxed);
                 if attempt % clients.len() == 0 {
-                    tokio::time::sleep(backoff).await;
-                    backoff = (backoff * 2).min(Duration::from_secs(2));
+                    tokio::time::sleep(backoff.next_wait()).await;
                 }
             }
         }
@@ -226,7 +226,9 @@ async fn register(
 }
 
 /// Heartbeats every third of the lease, as the SDKs do: a forgotten lease
-/// registers again, an unavailable replica is left for the next.
+/// registers again, an unavailable replica is left for the next after the
+/// SDKs' jittered backoff (a fixed 100 ms retry from 10,000 executors is
+/// a storm no SDK makes).
 async fn heartbeat_loop(
     clients: Arc<Vec<Vec<RegistryClient<Channel>>>>,
     counters: Arc<Counters>,
@@ -238,6 +240,7 @@ async fn heartbeat_loop(
     let period = Duration::from_millis(u64::from(LEASE_MS) / 3);
     // Spread over the period, as processes started apart would be.
     tokio::time::sleep(period.mul_f64(rand_fraction(e))).await;
+    let mut backoff = Backoff::new(BACKOFF_INITIAL, BACKOFF_MAX);
     loop {
         let mut client = clients[replica][e % CONNECTIONS_PER_REPLICA].clone();
         let beat = client
@@ -248,6 +251,7 @@ async fn heartbeat_loop(
         match beat {
             Ok(_) => {
                 counters.heartbeats.fetch_add(1, Ordering::Relaxed);
+                backoff.reset();
                 tokio::time::sleep(period).await;
             }
             Err(status) => {
@@ -260,7 +264,7 @@ async fn heartbeat_loop(
                     }
                 } else {
                     replica = (replica + 1) % clients.len();
-                    tokio::time::sleep(Duration::from_millis(100)).await;
+                    tokio::time::sleep(backoff.next_wait()).await;
                 }
             }
         }

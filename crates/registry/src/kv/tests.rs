@@ -36,7 +36,13 @@ async fn etcd() -> Under {
     }
 }
 
-on_both_backends!(revisions_and_compares, leases, watches, large_ranges);
+on_both_backends!(
+    revisions_and_compares,
+    leases,
+    many_renewals_at_once,
+    watches,
+    large_ranges
+);
 
 fn put(key: &str, value: &str, lease: i64) -> Op {
     Op::Put {
@@ -122,6 +128,37 @@ async fn leases(under: Under) {
     assert_eq!(kv.get(b"/t/s").await.unwrap(), None, "nothing written");
     kv.revoke(other).await.unwrap();
     assert!(kv.range(b"/t/", false).await.unwrap().0.is_empty());
+}
+
+/// Renewals of many leases at once, several of the same lease among
+/// them, each get their own lease's answer; a revoked lease's renewal says
+/// it is gone while the others go on.
+async fn many_renewals_at_once(under: Under) {
+    let kv = &*under.kv;
+    let ttl = Duration::from_secs(5);
+    let mut leases = Vec::new();
+    for _ in 0..20 {
+        leases.push(kv.grant(ttl).await.unwrap().0);
+    }
+    let gone = leases[7];
+    kv.revoke(gone).await.unwrap();
+    let renewals = (0..200).map(|i| {
+        let lease = leases[i % leases.len()];
+        async move { (lease, kv.keep_alive(lease).await.unwrap()) }
+    });
+    for (lease, answer) in futures_util::future::join_all(renewals).await {
+        if lease == gone {
+            assert_eq!(answer, None, "a revoked lease is renewed no more");
+        } else {
+            assert!(
+                answer.is_some_and(|left| left >= ttl),
+                "{lease:x}: {answer:?}"
+            );
+        }
+    }
+    for lease in leases {
+        kv.revoke(lease).await.unwrap();
+    }
 }
 
 /// The next batch of `watch`, within a while.

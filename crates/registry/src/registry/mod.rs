@@ -10,6 +10,7 @@
 mod access;
 mod claims;
 mod model;
+mod revision;
 mod sync;
 
 use crate::codec;
@@ -85,6 +86,8 @@ pub(crate) struct Inner {
     replica: String,
     /// Turns at compiling a registration's schemas: one per core.
     compiling: Arc<tokio::sync::Semaphore>,
+    /// Turns at opening a health watch ([`claims::OPENING_WATCHES`]).
+    opening_watches: Arc<tokio::sync::Semaphore>,
     model: Mutex<Model>,
     published: Published,
     /// The etcd revision the model (and snapshot) reflects.
@@ -93,6 +96,10 @@ pub(crate) struct Inner {
     /// later when only keys outside the prefix changed since (what
     /// `catch_up` waits for in an etcd shared with other keys).
     progressed: watch::Sender<i64>,
+    /// The store's revision, read once for every caller catching up at
+    /// the same time (a fleet re-registering after an outage would
+    /// otherwise send etcd a linearizable read each).
+    revisions: revision::SharedReads,
     /// Asks the watch for a progress notification (a write is waiting for
     /// a revision no change under the prefix may reach).
     progress: tokio::sync::Notify,
@@ -250,10 +257,12 @@ impl Registry {
             compiling: Arc::new(tokio::sync::Semaphore::new(
                 std::thread::available_parallelism().map_or(2, usize::from),
             )),
+            opening_watches: Arc::new(tokio::sync::Semaphore::new(claims::OPENING_WATCHES)),
             model: Mutex::new(Model::default()),
             applied: watch::Sender::new(0),
             progressed: watch::Sender::new(0),
             progress: tokio::sync::Notify::new(),
+            revisions: revision::SharedReads::default(),
             writable: watch::Sender::new(false),
             session: watch::Sender::new(0),
             outage: sync::Outage::default(),
@@ -381,7 +390,10 @@ impl Inner {
 
     /// Waits until the snapshot reflects everything etcd holds now.
     async fn catch_up(&self) -> Result<(), RegistryError> {
-        let revision = self.kv.revision().await?;
+        let revision = self
+            .revisions
+            .read(|| async { Ok(self.kv.revision().await?) })
+            .await?;
         self.settle(revision).await
     }
 
@@ -401,9 +413,7 @@ impl Inner {
         Ok(known(self))
     }
 
-    /// The lease `lease_id` names, when `owner` holds it. Not refused
-    /// while etcd seems away: a keep-alive must reach etcd the moment it
-    /// has a leader again (a new leader renews every lease once).
+    /// The lease `lease_id` names, when `owner` holds it.
     async fn held_lease(&self, lease_id: &str, owner: &str) -> Result<i64, RegistryError> {
         if lease_id.is_empty() {
             return Err(RegistryError::EmptyLeaseId);
@@ -774,6 +784,11 @@ impl Registry {
     /// Renews a lease registered by `owner` (only its holder may); the
     /// newest snapshot version.
     pub async fn heartbeat(&self, lease_id: &str, owner: &str) -> Result<u64, RegistryError> {
+        // While etcd has no leader a keep-alive cannot renew anything (the
+        // next leader renews every lease when it is elected), and 10,000
+        // executors' keep-alives, each tried on every member, starved a
+        // two-member etcd on a loaded machine until it could not elect one.
+        self.inner.check_writable()?;
         let lease = self.inner.held_lease(lease_id, owner).await?;
         if self.inner.kv.keep_alive(lease).await?.is_none() {
             return Err(RegistryError::UnknownLease(lease_id.to_owned()));

@@ -338,6 +338,11 @@ impl Model {
         }
     }
 
+    /// The health verdict stored for executor `id`, as last applied.
+    pub(crate) fn health_of(&self, id: &str) -> Option<&HealthRecord> {
+        self.health.get(id)
+    }
+
     /// The executors the health-claims loop must look at: those changed
     /// since it last asked and those in `also`, or every one (and every
     /// claim) when `all` or after a full read; with the claims each

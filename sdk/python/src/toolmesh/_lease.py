@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import random
 from typing import Callable
 
 import grpc
@@ -66,7 +67,9 @@ class Outage:
         else:
             log.error("%s refused by registry %s (%s: %s); retrying with backoff", what, self.registry, code.name, error.details())
         self.kind = code
-        wait, self.backoff = self.backoff, min(self.backoff * 2, BACKOFF_MAX)
+        # Between half and all of the step, so a fleet that lost the same
+        # registry does not come back in step.
+        wait, self.backoff = self.backoff * random.uniform(0.5, 1.0), min(self.backoff * 2, BACKOFF_MAX)
         return wait
 
     def recovered(self) -> None:
