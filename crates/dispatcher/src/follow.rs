@@ -277,7 +277,12 @@ impl Follower {
     fn receive(&mut self, wire: &pb::Snapshot) -> Received {
         let installed = self.tx.borrow().clone();
         let same_epoch = wire.epoch == installed.epoch();
-        if same_epoch && wire.version <= installed.version() && !wire.delta {
+        // Nothing newer than what is installed: a replica behind the one
+        // followed before. Its deltas apply to its own older versions, so
+        // they are passed over too (not a reason to watch again, which
+        // would bring the whole snapshot, as old); once it is ahead, its
+        // next delta finds no base and the watch resumes from ours.
+        if same_epoch && wire.version <= installed.version() {
             return Received::Taken;
         }
         let base = match &self.pending {
@@ -416,5 +421,49 @@ async fn sleep_until(deadline: Option<Instant>) {
     match deadline {
         Some(deadline) => tokio::time::sleep_until(deadline).await,
         None => std::future::pending().await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Snapshots of one epoch at versions `1..=n`, each the next of the one
+    /// before (no tools: the versions are what is looked at).
+    fn lineage(n: u64) -> Vec<Arc<Snapshot>> {
+        let mut all = vec![Arc::new(Snapshot::empty("epoch-a"))];
+        for version in 1..=n {
+            let mut next = all.last().unwrap().next();
+            next.at_version(version);
+            all.push(Arc::new(next.finish()));
+        }
+        all
+    }
+
+    /// A replica behind the one followed before sends what the follower
+    /// holds already, whole or as deltas from its own older versions:
+    /// nothing is installed and nothing makes it watch again (each new
+    /// watch would bring the whole snapshot, as old, once more); once the
+    /// replica reaches the installed version its deltas apply.
+    #[test]
+    fn a_replica_behind_is_waited_for() {
+        let versions = lineage(6);
+        let (tx, installed) = watch::channel(versions[5].clone());
+        let mut follower = Follower {
+            address: "127.0.0.1:1".into(),
+            token: None,
+            tx,
+            pending: None,
+            definitions: Arc::new(Definitions::new()),
+        };
+        let older_whole = versions[3].to_pb();
+        let older_delta = versions[4].delta_pb(&versions[3]);
+        for wire in [older_whole, older_delta] {
+            assert!(matches!(follower.receive(&wire), Received::Taken));
+            assert_eq!(installed.borrow().version(), 5, "nothing older installed");
+        }
+        let caught_up = versions[6].delta_pb(&versions[5]);
+        assert!(matches!(follower.receive(&caught_up), Received::Taken));
+        assert_eq!(installed.borrow().version(), 6);
     }
 }

@@ -21,6 +21,14 @@ use tonic::metadata::AsciiMetadataValue;
 use tonic::transport::{Channel, Endpoint};
 use tonic::{Code, Status};
 
+/// How many answers to requests it gave up on (a keep-alive past
+/// [`REQUEST_TIMEOUT`]) a connection refuses before closing itself: no
+/// limit. HTTP/2 closes a connection by default at the 1,024th answer to
+/// a stream it reset and forgot, over the connection's life; an etcd under
+/// load answers late by the thousand, and each close failed every watch
+/// and keep-alive on the connection (registries at 10,000 executors lost
+/// etcd every few seconds, and executors their leases).
+const LATE_ANSWERS_REFUSED: Option<usize> = None;
 /// How long one request may take on one endpoint.
 const REQUEST_TIMEOUT: Duration = Duration::from_secs(1);
 /// How long one request may take across every endpoint tried.
@@ -143,6 +151,7 @@ impl Client {
                 .tcp_nodelay(true)
                 .http2_keep_alive_interval(Duration::from_secs(5))
                 .keep_alive_timeout(Duration::from_secs(3))
+                .http2_max_local_error_reset_streams(LATE_ANSWERS_REFUSED)
                 .connect_lazy();
             members.push(Member {
                 url,
@@ -571,5 +580,16 @@ mod tests {
             let err = parse_store_url(bad).unwrap_err().to_string();
             assert!(err.contains("etcd://host:port"), "{bad}: {err}");
         }
+    }
+
+    /// Requests given up on and answered late leave the connection up.
+    #[tokio::test]
+    async fn late_answers_keep_the_connection() {
+        let server = toolmesh_testkit::slow::LateServer::start().await;
+        let client = Client::new(vec![server.addr.to_string()], ClientOptions::default()).unwrap();
+        server
+            .abandon_calls(3_000, 250, || client.keep_alive(7))
+            .await;
+        assert_eq!(server.connections(), 1, "every request on one connection");
     }
 }

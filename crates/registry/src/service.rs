@@ -13,6 +13,12 @@ use toolmesh::pb;
 use toolmesh_transport::bearer;
 use watch::{FrameStream, SharedEncodings};
 
+/// How long a watch from a dispatcher that holds a newer snapshot than
+/// this replica (it followed a replica ahead of this one) waits for this
+/// one to publish it, so that it resumes with deltas. Past it, the newest
+/// snapshot is sent whole.
+const CATCH_UP_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+
 mod watch;
 
 /// Serves `toolmesh.v1.Registry` for one [`Registry`]; build it with
@@ -355,7 +361,7 @@ impl pb::registry_server::Registry for RegistryService {
         &self,
         request: Request<pb::WatchSnapshotsRequest>,
     ) -> Result<Response<Self::WatchSnapshotsStream>, Status> {
-        let frames = self.frames(request)?;
+        let frames = self.frames(request).await?;
         let messages = frames.map(|frame| frame.and_then(|frame| watch::unframed(&frame)));
         Ok(Response::new(messages.boxed()))
     }
@@ -364,14 +370,21 @@ impl pb::registry_server::Registry for RegistryService {
 impl RegistryService {
     /// What `request` is answered with: the snapshots it asks for, as
     /// frames shared with every other watcher.
-    fn frames(&self, request: Request<pb::WatchSnapshotsRequest>) -> Result<FrameStream, Status> {
+    async fn frames(
+        &self,
+        request: Request<pb::WatchSnapshotsRequest>,
+    ) -> Result<FrameStream, Status> {
         let reader = self.reader(&request)?;
         let request = request.get_ref();
         let current = self.registry.current();
         let held =
-            (request.deltas && request.after_version > 0 && request.epoch == current.epoch())
-                .then(|| self.registry.snapshot(request.after_version).ok())
-                .flatten();
+            if request.deltas && request.after_version > 0 && request.epoch == current.epoch() {
+                self.registry
+                    .snapshot_once_reached(request.after_version, CATCH_UP_WAIT)
+                    .await
+            } else {
+                None
+            };
         self.registry.watch_opened(held.is_some());
         let framer = watch::Framer {
             encodings: self.encodings.clone(),

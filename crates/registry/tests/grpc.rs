@@ -281,6 +281,52 @@ async fn watch_with_deltas() {
     assert_eq!(names, ["b"], "only the new tool travels");
 }
 
+/// A watcher that holds a version this registry has yet to publish (it
+/// followed a replica ahead of this one) is not sent the whole snapshot,
+/// older than what it holds: once the version is published here, it gets
+/// deltas from it.
+#[tokio::test]
+async fn a_watcher_ahead_of_the_registry_resumes_with_deltas() {
+    let (registry, mut client) = start().await;
+    client
+        .register(request("kb-1", vec![spec("a")]))
+        .await
+        .unwrap();
+    let current = registry.current();
+    let ahead = current.version() + 1;
+    let resume = WatchSnapshotsRequest {
+        after_version: ahead,
+        deltas: true,
+        epoch: current.epoch().to_owned(),
+    };
+    let watchers = registry.watchers();
+    let mut watcher = client.clone();
+    let opened = tokio::spawn(async move { watcher.watch_snapshots(resume).await });
+    toolmesh_testkit::until("the watch is open", PATIENCE, || {
+        registry.watchers() > watchers
+    })
+    .await;
+    client
+        .register(request("kb-2", vec![spec("b")]))
+        .await
+        .unwrap();
+    assert_eq!(registry.current().version(), ahead);
+    client
+        .register(request("kb-3", vec![spec("c")]))
+        .await
+        .unwrap();
+    let mut stream = opened.await.unwrap().unwrap().into_inner();
+    let first = next(&mut stream).await;
+    assert!(first.delta, "a delta, not the whole snapshot");
+    assert_eq!(first.base_version, ahead);
+    let names: Vec<String> = first
+        .tools
+        .iter()
+        .map(|t| t.spec.clone().unwrap().name)
+        .collect();
+    assert_eq!(names, ["c"], "only what changed since the version it holds");
+}
+
 /// A tool whose schema has `patterns` distinct regular expressions.
 fn patterned(name: &str, patterns: &[String]) -> ToolSpec {
     let properties: serde_json::Map<String, serde_json::Value> = patterns

@@ -1,11 +1,12 @@
 //! Helpers the toolmesh tests share, so each test says only what it pins:
 //! the `toolmesh` and `toolmesh-fixture` binaries, temporary directories that clean up, gRPC servers
-//! on 127.0.0.1 port 0, bearer tokens, callers and policy files, test certificates, a local OpenID provider, and polling instead of sleeps.
+//! on 127.0.0.1 port 0 (and a peer that answers late), bearer tokens, callers and policy files, test certificates, a local OpenID provider, and polling instead of sleeps.
 #![forbid(unsafe_code)]
 
 pub mod https;
 pub mod oidc;
 pub mod policy;
+pub mod slow;
 
 use std::future::Future;
 use std::net::SocketAddr;

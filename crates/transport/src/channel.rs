@@ -1,6 +1,6 @@
 //! Client channels to other servers of the mesh, and the addresses they take.
 
-use super::{CONNECT_TIMEOUT, Keepalive, Tls};
+use super::{CONNECT_TIMEOUT, Keepalive, LATE_ANSWERS_REFUSED, Tls};
 use tonic::transport::{Channel, Endpoint};
 
 /// A bad `host:port`.
@@ -74,5 +74,36 @@ fn endpoint(address: &str, tls: &Tls, keepalive: Keepalive) -> Result<Endpoint, 
         .tcp_nodelay(true)
         .http2_keep_alive_interval(keepalive.interval)
         .keep_alive_timeout(keepalive.timeout)
-        .keep_alive_while_idle(keepalive.while_idle))
+        .keep_alive_while_idle(keepalive.while_idle)
+        .http2_max_local_error_reset_streams(LATE_ANSWERS_REFUSED))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use tonic_health::pb::{HealthCheckRequest, health_client::HealthClient};
+
+    /// A channel keeps its connection when calls it gave up on are answered
+    /// late (see the connector's test of the same name).
+    #[tokio::test]
+    async fn abandoned_calls_keep_the_connection() {
+        let server = toolmesh_testkit::slow::LateServer::start().await;
+        for channel in [
+            channel(&server.addr.to_string(), &Tls::none()).unwrap(),
+            executor_channel(&server.addr.to_string(), &Tls::none()).unwrap(),
+        ] {
+            let before = server.connections();
+            server
+                .abandon_calls(3_000, 250, || {
+                    let mut client = HealthClient::new(channel.clone());
+                    async move { client.check(HealthCheckRequest::default()).await }
+                })
+                .await;
+            assert_eq!(
+                server.connections(),
+                before + 1,
+                "every call on one connection"
+            );
+        }
+    }
 }

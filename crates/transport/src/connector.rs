@@ -6,7 +6,7 @@
 //! own task — no `tower::Buffer` task between the call and the connection,
 //! as tonic's `Channel` has — and reconnects when the connection is gone.
 
-use super::{BadAddress, CONNECT_TIMEOUT, Coalesced, Keepalive, Tls};
+use super::{BadAddress, CONNECT_TIMEOUT, Coalesced, Keepalive, LATE_ANSWERS_REFUSED, Tls};
 use arc_swap::ArcSwap;
 use hyper::client::conn::http2::{self, SendRequest};
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
@@ -230,6 +230,7 @@ where
         .keep_alive_interval(Keepalive::EXECUTOR.interval)
         .keep_alive_timeout(Keepalive::EXECUTOR.timeout)
         .keep_alive_while_idle(Keepalive::EXECUTOR.while_idle)
+        .max_local_error_reset_streams(LATE_ANSWERS_REFUSED)
         .handshake(TokioIo::new(io))
         .await?;
     tokio::spawn(async move {
@@ -290,6 +291,19 @@ mod tests {
     /// The lanes holding a connection.
     fn lanes(connector: &Connector) -> Vec<Lane> {
         connector.0.lanes.load().iter().map(|(l, _)| *l).collect()
+    }
+
+    /// Calls given up on after they reached the server (a deadline, a
+    /// caller gone) leave the connection up when the server answers them
+    /// later: their answers are ignored, not refused one by one until
+    /// HTTP/2's guard closes the connection (`ENHANCE_YOUR_CALM` after
+    /// 1,024 such refusals by default), failing every call on it.
+    #[tokio::test]
+    async fn abandoned_calls_keep_the_connection() {
+        let server = toolmesh_testkit::slow::LateServer::start().await;
+        let connector = Connector::new(&server.addr.to_string(), &Tls::none()).unwrap();
+        server.abandon_calls(3_000, 250, || check(&connector)).await;
+        assert_eq!(server.connections(), 1, "every call on one connection");
     }
 
     /// Plaintext and mutual TLS calls go through the same connector; a

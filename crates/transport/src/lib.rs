@@ -50,6 +50,16 @@ pub const MAX_SNAPSHOT_MESSAGE_BYTES: usize = 256 * 1024 * 1024;
 pub const MAX_HEADER_LIST_BYTES: u32 = 64 * 1024;
 /// How long a client waits for a TCP connection to an endpoint.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+/// How many answers to calls it gave up on a client connection refuses
+/// before closing itself: no limit. HTTP/2 refuses (RST_STREAM) each
+/// answer that arrives for a stream it reset and no longer remembers, and
+/// by default closes the connection (`GOAWAY ENHANCE_YOUR_CALM`) at the
+/// 1,024th refusal over the connection's life, failing every call on it:
+/// a peer under load answering calls past their deadline, as etcd did to
+/// the registries at 10,000 executors, would cut it again and again. The
+/// guard is for a server's clients; these connections go to servers of
+/// the mesh.
+pub const LATE_ANSWERS_REFUSED: Option<usize> = None;
 /// The health service name of the whole executor service.
 pub const EXECUTOR_HEALTH_SERVICE: &str = "toolmesh.v1.Executor";
 /// The health service name a registry reports (besides `""`).

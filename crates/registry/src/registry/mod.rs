@@ -311,6 +311,27 @@ impl Registry {
         Ok(self.inner.published.get(version)?)
     }
 
+    /// Snapshot subscribers now (WatchSnapshots streams, in-process
+    /// dispatchers, watches waiting for a version).
+    pub fn watchers(&self) -> usize {
+        self.inner.published.watchers()
+    }
+
+    /// Snapshot `version` if held, waiting up to `within` for this replica
+    /// to publish it when it is newer than the newest here: a dispatcher
+    /// that moves from a replica ahead of this one holds a version this one
+    /// has yet to reach (every replica publishes each revision on etcd).
+    pub async fn snapshot_once_reached(
+        &self,
+        version: u64,
+        within: std::time::Duration,
+    ) -> Option<Arc<Snapshot>> {
+        let mut receiver = self.subscribe();
+        let reached = receiver.wait_for(|newest| newest.version() >= version);
+        let _ = tokio::time::timeout(within, reached).await;
+        self.snapshot(version).ok()
+    }
+
     /// Whether the store can take writes (false while etcd has no quorum).
     pub fn writable(&self) -> watch::Receiver<bool> {
         self.inner.writable.subscribe()

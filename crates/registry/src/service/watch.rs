@@ -254,7 +254,7 @@ where
     B::Error: Into<StdError> + Send + 'static,
 {
     let frames = match decoded(request).await {
-        Ok(request) => service.frames(request),
+        Ok(request) => service.frames(request).await,
         Err(status) => Err(status),
     };
     match frames {
