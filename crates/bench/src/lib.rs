@@ -173,7 +173,7 @@ pub(crate) struct Binaries {
 }
 
 /// One progress line on stderr, so a long run shows where it is.
-fn progress(step: &str) {
+pub(crate) fn progress(step: &str) {
     eprintln!("toolmesh bench: {step}");
 }
 

@@ -17,6 +17,11 @@ const WATCHER_PREFIX: &str = "/toolmesh/watcher/";
 const EXEC_PREFIX: &str = "/toolmesh/exec/";
 /// etcd members started.
 const MEMBERS: usize = 3;
+/// The etcd members' niceness: the simulated fleet and followers stand
+/// for thousands of other machines, yet share these two cores with etcd;
+/// given the CPU first, as etcd's operators give it, a leader is not
+/// starved into missing its heartbeats by load that would run elsewhere.
+const ETCD_NICENESS: i32 = -10;
 
 /// etcd and the registry replicas on it.
 pub(crate) struct World {
@@ -52,9 +57,17 @@ impl World {
     ) -> Result<World, BenchError> {
         let options = EtcdOptions {
             default_timing: true,
+            niceness: Some(ETCD_NICENESS),
             ..EtcdOptions::default()
         };
         let etcd = EtcdCluster::start_with(MEMBERS, options).await?;
+        if let Some(niceness) = etcd.pid(0).and_then(niceness_of)
+            && niceness != ETCD_NICENESS
+        {
+            crate::progress(&format!(
+                "  etcd runs at niceness {niceness}, not {ETCD_NICENESS} (that takes root): its leader may starve under the load"
+            ));
+        }
         let store_url = etcd.store_url();
         let mut world = World {
             etcd,
@@ -257,4 +270,39 @@ pub(crate) fn peak_rss_of(pid: i32) -> Option<u64> {
         .parse()
         .ok()?;
     Some(kib * 1024)
+}
+
+/// The niceness of process `pid` (field 19 of `/proc/PID/stat`).
+fn niceness_of(pid: i32) -> Option<i32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields after the command name, which may hold spaces, in parentheses.
+    let after_name = &stat[stat.rfind(')')? + 2..];
+    after_name.split(' ').nth(16)?.parse().ok()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The niceness read from `/proc` is the one a process was started at.
+    #[test]
+    fn niceness_is_read() {
+        let own = niceness_of(i32::try_from(std::process::id()).unwrap()).unwrap();
+        let mut child = std::process::Command::new("nice")
+            .args(["-n", "3", "sleep", "30"])
+            .spawn()
+            .unwrap();
+        let pid = i32::try_from(child.id()).unwrap();
+        // `nice` execs `sleep`: same process, its niceness set before.
+        let execed = || {
+            std::fs::read_to_string(format!("/proc/{pid}/comm")).is_ok_and(|c| c.trim() == "sleep")
+        };
+        let limit = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        while !execed() && std::time::Instant::now() < limit {
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+        assert_eq!(niceness_of(pid), Some((own + 3).min(19)));
+        let _ = child.kill();
+        let _ = child.wait();
+    }
 }
