@@ -253,6 +253,15 @@ async fn next(stream: &mut tonic::Streaming<toolmesh::pb::Snapshot>) -> toolmesh
         .unwrap()
 }
 
+/// The names of the tools a snapshot message carries.
+fn names(snapshot: &toolmesh::pb::Snapshot) -> Vec<String> {
+    snapshot
+        .tools
+        .iter()
+        .map(|t| t.spec.clone().unwrap().name)
+        .collect()
+}
+
 /// With deltas, the first message is the full snapshot and each later one
 /// carries only what changed since the previous message.
 #[tokio::test]
@@ -273,12 +282,7 @@ async fn watch_with_deltas() {
     let delta = next(&mut stream).await;
     assert!(delta.delta);
     assert_eq!(delta.base_version, first.version);
-    let names: Vec<String> = delta
-        .tools
-        .iter()
-        .map(|t| t.spec.clone().unwrap().name)
-        .collect();
-    assert_eq!(names, ["b"], "only the new tool travels");
+    assert_eq!(names(&delta), ["b"], "only the new tool travels");
 }
 
 /// A watcher that holds a version this registry has yet to publish (it
@@ -319,12 +323,11 @@ async fn a_watcher_ahead_of_the_registry_resumes_with_deltas() {
     let first = next(&mut stream).await;
     assert!(first.delta, "a delta, not the whole snapshot");
     assert_eq!(first.base_version, ahead);
-    let names: Vec<String> = first
-        .tools
-        .iter()
-        .map(|t| t.spec.clone().unwrap().name)
-        .collect();
-    assert_eq!(names, ["c"], "only what changed since the version it holds");
+    assert_eq!(
+        names(&first),
+        ["c"],
+        "only what changed since the version it holds"
+    );
 }
 
 /// A tool whose schema has `patterns` distinct regular expressions.
