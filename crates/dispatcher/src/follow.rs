@@ -281,7 +281,9 @@ impl Follower {
         // followed before. Its deltas apply to its own older versions, so
         // they are passed over too (not a reason to watch again, which
         // would bring the whole snapshot, as old); once it is ahead, its
-        // next delta finds no base and the watch resumes from ours.
+        // deltas apply again (every replica publishes each etcd revision,
+        // so the base of its next one is what is installed here), and one
+        // that does not find its base starts a watch from ours.
         if same_epoch && wire.version <= installed.version() {
             return Received::Taken;
         }
