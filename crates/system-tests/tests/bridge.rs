@@ -757,7 +757,8 @@ async fn an_upstream_of_the_2026_07_28_revision_alone() {
 }
 
 /// A Python SDK server over stdio that lists its tools two per page: every
-/// page is listed; progress arrives by InvokeStream in order; a caller that
+/// page is listed; calls in flight together each get their own answer;
+/// progress arrives by InvokeStream in order; a caller that
 /// goes away mid-call gets the server told (`notifications/cancelled`); a
 /// JSON-RPC error is EXECUTOR_FAILED with the server's code and text; the
 /// child never sees the bridge's TOOLMESH_* environment; and when it dies
@@ -806,6 +807,29 @@ async fn python_sdk_server_over_stdio() {
         "no TOOLMESH_* variable: {seen}"
     );
     let first_pid = seen["pid"].as_i64().unwrap();
+
+    // Calls in flight at once, answered around a slow one still running,
+    // each get their own answer.
+    let slow = tokio::spawn({
+        let mut client = client.clone();
+        async move { invoke(&mut client, "slow", r#"{"seconds": 0.5}"#, None).await }
+    });
+    let mut greetings = tokio::task::JoinSet::new();
+    for i in 0..40 {
+        let mut client = client.clone();
+        greetings.spawn(async move {
+            let arguments = format!(r#"{{"name": "caller {i}"}}"#);
+            (
+                i,
+                output(&invoke(&mut client, "greet", &arguments, None).await),
+            )
+        });
+    }
+    while let Some(greeting) = greetings.join_next().await {
+        let (i, greeting) = greeting.expect("a greeting");
+        assert_eq!(greeting, format!("hello, caller {i}"));
+    }
+    assert_eq!(output(&slow.await.expect("the slow call")), "slept 0.5");
 
     let streamed = stream(&mut client, "slow", r#"{"seconds": 0.3}"#, None).await;
     assert_eq!(

@@ -6,6 +6,7 @@ TLS_KEY, and TLS_CLIENT_CA to ask for a client certificate signed by it);
 prints `listening on 127.0.0.1:PORT` once it serves."""
 
 import os
+import shutil
 import sys
 import tempfile
 import threading
@@ -33,6 +34,10 @@ if status != 0:
 sys.path.insert(0, OUT)
 import library_pb2  # noqa: E402
 import library_pb2_grpc  # noqa: E402
+
+# Imported: the generated files are not needed again, and the tests end
+# this process with SIGKILL, which would leave them behind.
+shutil.rmtree(OUT, ignore_errors=True)
 
 BOOKS = {
     "b1": library_pb2.Book(
