@@ -5,7 +5,8 @@
 //! at 10,000 tools, how fresh the
 //! dispatcher's view is when executors die or turn unhealthy, the two
 //! registry stores side by side, and what the result cache saves; tool
-//! search's speed and retrieval quality apart ([`run_search`]).
+//! search's speed and retrieval quality apart ([`run_search`]); two builds'
+//! per-call figures side by side, taking turns ([`run_compare`]).
 //!
 //! [`run`] starts everything it needs on 127.0.0.1 (the `toolmesh` binary as
 //! separate processes, nginx if it is on PATH, and registries, dispatchers
@@ -33,6 +34,7 @@
 pub mod allocations;
 mod bridge;
 mod cache;
+mod compare;
 mod cpu;
 mod error;
 mod freshness;
@@ -57,6 +59,7 @@ mod turns;
 
 pub use bridge::{BridgeRow, Bridged, ByUpstream, Door, Upstream};
 pub use cache::{AtHitRatio, ByPath, CacheSeries, ResultCache};
+pub use compare::{CompareOptions, CompareReport, Compared, run_compare};
 pub use error::{BenchError, CallFailed};
 pub use freshness::{Freshness, Series};
 pub use jwt::{ByCredential, JwtRow};

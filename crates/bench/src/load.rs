@@ -49,6 +49,17 @@ pub(crate) trait Calls: Clone + Send + Sync + 'static {
     fn next_call(&self) -> Cow<'_, Workload>;
 }
 
+impl Workload {
+    /// A call of the acceptance example's `acc_echo` with `arguments`.
+    pub(crate) fn acc_echo(arguments: impl Into<Arc<str>>) -> Workload {
+        Workload {
+            tool: TOOL.into(),
+            version: crate::stand::VERSION.into(),
+            arguments: arguments.into(),
+        }
+    }
+}
+
 impl Calls for Workload {
     fn next_call(&self) -> Cow<'_, Workload> {
         Cow::Borrowed(self)

@@ -13,7 +13,7 @@ use crate::jwt::JwtRow;
 use crate::load::{self, Client, Throughput, Workload};
 use crate::mesh;
 pub use crate::stand::{ByTarget, NginxStatus};
-use crate::stand::{Pki, Setup, Stand, TOOL, VERSION};
+use crate::stand::{Pki, Setup, Stand, TOOL};
 use crate::stats::Latency;
 use crate::turns::{MCP_IN_FLIGHT, measure};
 use serde::Serialize;
@@ -211,11 +211,7 @@ pub(crate) async fn run(plan: &Plan, bins: &Binaries, logs: &Path) -> Result<Ove
     let mut bridges = Vec::new();
     let mut in_process = None;
     for (label, arguments) in sizes {
-        let work = Workload {
-            tool: TOOL.into(),
-            version: VERSION.into(),
-            arguments: arguments.into(),
-        };
+        let work = Workload::acc_echo(arguments);
         stand.check_works(&work).await?;
         let mut result = measure_size(plan, &stand, label, &work).await;
         (result.json_work_us, result.json_full_us) = json_work_us(&echo, &work.arguments);
@@ -240,11 +236,7 @@ pub(crate) async fn run(plan: &Plan, bins: &Binaries, logs: &Path) -> Result<Ove
     }
     let nginx = stand.nginx_status.clone();
     stand.stop().await;
-    let small = Workload {
-        tool: TOOL.into(),
-        version: VERSION.into(),
-        arguments: load::small_arguments(plan.small_bytes).into(),
-    };
+    let small = Workload::acc_echo(load::small_arguments(plan.small_bytes));
     let mtls = measure_mtls(plan, bins, logs, &small).await?;
     let jwt = crate::jwt::measure(plan, bins, logs, &small).await?;
     Ok(Overhead {

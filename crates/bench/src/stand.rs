@@ -254,6 +254,11 @@ impl Stand {
         self.costs.toolmesh()
     }
 
+    /// The CPU meter of `toolmesh serve` alone.
+    pub(crate) fn serve_meter(&self) -> Meter {
+        Meter::new(vec![vec![self.costs.toolmesh]])
+    }
+
     /// Stops every process.
     pub(crate) async fn stop(mut self) {
         if let Some(nginx) = self.nginx.take() {

@@ -5,6 +5,10 @@
 use toolmesh_bench::{BenchOptions, NginxStatus, Upstream, Verdict};
 use toolmesh_testkit::{fixture_bin, toolmesh_bin};
 
+/// Each test checks that nothing it started is left running among this
+/// process's children, so they run one at a time.
+static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
 /// Processes (not zombies) whose parent is this test process.
 fn live_children() -> Vec<String> {
     let me = std::process::id().to_string();
@@ -29,6 +33,7 @@ fn live_children() -> Vec<String> {
 /// and cleans up after itself.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn quick_run_end_to_end() {
+    let _alone = ONE_AT_A_TIME.lock().await;
     let json =
         std::env::temp_dir().join(format!("toolmesh-bench-quick-{}.json", std::process::id()));
     let report = toolmesh_bench::run(BenchOptions {
@@ -228,6 +233,46 @@ async fn quick_run_end_to_end() {
     assert!(written["scale"]["publish_ratio"].is_number());
     assert!(written["cache"]["hit_ratios"][2]["load_saved"].is_number());
 
+    let children = live_children();
+    assert!(children.is_empty(), "left running: {children:?}");
+}
+
+/// `bench compare` in its quick form, this build against itself: both
+/// stands answer every call at every size and setting, serve's CPU is
+/// measured for each, the report prints both columns and their ratio, and
+/// nothing it started is left running.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn compare_runs_two_builds_taking_turns() {
+    let _alone = ONE_AT_A_TIME.lock().await;
+    let report = toolmesh_bench::run_compare(toolmesh_bench::CompareOptions {
+        baseline_exe: toolmesh_bin(),
+        toolmesh_exe: toolmesh_bin(),
+        fixture_exe: fixture_bin(),
+        quick: true,
+        json: None,
+        parent_death: None,
+    })
+    .await
+    .expect("the comparison runs");
+    let text = report.to_string();
+    println!("{text}");
+    assert_eq!(report.rounds, 2);
+    let sizes: Vec<usize> = report.sizes.iter().map(|s| s.argument_bytes).collect();
+    assert!(sizes[0] < 1_000 && sizes[1] > 9_000, "{sizes:?}");
+    for size in &report.sizes {
+        for latency in &size.latency {
+            assert!(latency.calls > 0 && latency.errors == 0, "{latency:?}");
+        }
+        let in_flight: Vec<usize> = size.throughput.iter().map(|t| t[0].in_flight).collect();
+        assert_eq!(in_flight, [1, 32, 128]);
+        for build in size.throughput.iter().flatten() {
+            assert!(build.calls_per_sec > 0.0 && build.errors == 0, "{build:?}");
+            assert!(build.cpu_us_per_call[0] > 0.0, "serve's CPU: {build:?}");
+        }
+    }
+    for row in ["baseline", "this build", "x baseline", "serve CPU/call @32"] {
+        assert!(text.contains(row), "{row} missing");
+    }
     let children = live_children();
     assert!(children.is_empty(), "left running: {children:?}");
 }

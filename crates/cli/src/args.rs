@@ -375,6 +375,26 @@ pub(crate) enum BenchWhat {
     /// quality on the Berkeley Function Calling Leaderboard beside a plain
     /// BM25 (source scripts/bench/bfcl.sh first).
     Search(BenchSearchArgs),
+    /// Another build beside this one on the same calls: each `toolmesh
+    /// serve` with its own acceptance example, taking turns in every round
+    /// (p50/p99 at concurrency 1, calls/s and serve CPU per call at 1, 32
+    /// and 128 in flight, 100 B and 10 KB arguments).
+    Compare(BenchCompareArgs),
+}
+
+/// `toolmesh bench compare`.
+#[cfg(feature = "bench")]
+#[derive(Debug, Args, Clone)]
+pub(crate) struct BenchCompareArgs {
+    /// The build to measure against: its `toolmesh` binary.
+    #[arg(long, value_name = "PATH")]
+    pub(crate) baseline: PathBuf,
+    /// Two rounds of short series instead of six of the full ones.
+    #[arg(long)]
+    pub(crate) quick: bool,
+    /// Also write the report as JSON to this file.
+    #[arg(long, value_name = "FILE")]
+    pub(crate) json_file: Option<PathBuf>,
 }
 
 /// `toolmesh bench search`.

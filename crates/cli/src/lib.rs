@@ -249,6 +249,20 @@ async fn bench(args: args::BenchArgs, arm: toolmesh_procs::ArmParentDeath) -> Re
     if let Some(args::BenchWhat::Search(search)) = args.what {
         return bench_search(search).await;
     }
+    if let Some(args::BenchWhat::Compare(compare)) = args.what {
+        let report = toolmesh_bench::run_compare(toolmesh_bench::CompareOptions {
+            baseline_exe: compare.baseline,
+            toolmesh_exe: exe.clone(),
+            fixture_exe: exe,
+            quick: compare.quick,
+            json: compare.json_file,
+            parent_death: Some(arm),
+        })
+        .await
+        .map_err(|e| Failure::Failed(e.to_string()))?;
+        println!("{report}");
+        return Ok(());
+    }
     if let Some(args::BenchWhat::Scale(scale)) = args.what {
         let report = toolmesh_bench::run_org(toolmesh_bench::OrgOptions {
             toolmesh_exe: exe,
