@@ -36,5 +36,34 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         contract.encode_to_vec(),
     )?;
     tonic_prost_build::configure().compile_fds(descriptors)?;
+    shared_listing_server(contract, &out)?;
+    Ok(())
+}
+
+/// The Dispatcher service's server once more, answering ListTools with
+/// [`SharedListTools`] (a rendered page shared by `Arc`, encoded from where
+/// it lies) instead of a copy of it: every other type is the contract's
+/// own, generated above. Written to `OUT_DIR/shared/`.
+///
+/// [`SharedListTools`]: ../src/shared.rs
+fn shared_listing_server(
+    mut contract: prost_types::FileDescriptorSet,
+    out: &std::path::Path,
+) -> Result<(), Box<dyn std::error::Error>> {
+    for file in &mut contract.file {
+        file.service
+            .retain(|service| service.name() == "Dispatcher");
+    }
+    let dir = out.join("shared");
+    fs::create_dir_all(&dir)?;
+    tonic_prost_build::configure()
+        .build_client(false)
+        .out_dir(&dir)
+        .extern_path(".toolmesh.v1", "crate")
+        .extern_path(
+            ".toolmesh.v1.ListToolsResponse",
+            "crate::shared::SharedListTools",
+        )
+        .compile_fds(contract)?;
     Ok(())
 }

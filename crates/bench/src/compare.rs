@@ -155,22 +155,17 @@ fn pair<T: Default>(values: Vec<T>) -> [T; 2] {
 impl fmt::Display for CompareReport {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let m = &self.machine;
-        writeln!(f, "toolmesh bench compare, {}", m.date_utc)?;
+        m.heading(f, "toolmesh bench compare")?;
+        writeln!(f, "baseline  {}", self.baseline_exe)?;
         writeln!(
             f,
-            "machine     {} cores, {}, {}",
-            m.nproc, m.cpu_model, m.kernel
-        )?;
-        writeln!(f, "baseline    {}", self.baseline_exe)?;
-        writeln!(
-            f,
-            "this build  {} ({})",
+            "this      {} ({})",
             m.toolmesh_exe,
             m.toolmesh_build.describe()
         )?;
         writeln!(
             f,
-            "took        {:.0} s; each build's `toolmesh serve` with its own acceptance example, acc_echo through Invoke, the two taking turns in {} rounds; latency over {} calls each at concurrency 1",
+            "took      {:.0} s; each build's `toolmesh serve` with its own acceptance example, acc_echo through Invoke, the two taking turns in {} rounds; latency over {} calls each at concurrency 1",
             self.elapsed_secs, self.rounds, self.latency_calls
         )?;
         for size in &self.sizes {

@@ -66,6 +66,18 @@ impl Machine {
     }
 }
 
+impl Machine {
+    /// A report's first lines: `title`, when, and the machine.
+    pub(crate) fn heading(&self, f: &mut std::fmt::Formatter<'_>, title: &str) -> std::fmt::Result {
+        writeln!(f, "{title}, {}", self.date_utc)?;
+        writeln!(
+            f,
+            "machine   {} cores, {}, {}",
+            self.nproc, self.cpu_model, self.kernel
+        )
+    }
+}
+
 /// This crate's own profile.
 fn own_build() -> Build {
     if cfg!(debug_assertions) {

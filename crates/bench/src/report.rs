@@ -435,12 +435,7 @@ pub(crate) fn nagle_note(size: &SizeResult) -> Option<String> {
 impl fmt::Display for Report {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let m = &self.machine;
-        writeln!(f, "toolmesh bench, {}", m.date_utc)?;
-        writeln!(
-            f,
-            "machine   {} cores, {}, {}",
-            m.nproc, m.cpu_model, m.kernel
-        )?;
+        m.heading(f, "toolmesh bench")?;
         writeln!(
             f,
             "toolmesh  {} ({})",

@@ -258,10 +258,8 @@ async fn bench(args: args::BenchArgs, arm: toolmesh_procs::ArmParentDeath) -> Re
             json: compare.json_file,
             parent_death: Some(arm),
         })
-        .await
-        .map_err(|e| Failure::Failed(e.to_string()))?;
-        println!("{report}");
-        return Ok(());
+        .await;
+        return printed(report);
     }
     if let Some(args::BenchWhat::Scale(scale)) = args.what {
         let report = toolmesh_bench::run_org(toolmesh_bench::OrgOptions {
@@ -273,10 +271,8 @@ async fn bench(args: args::BenchArgs, arm: toolmesh_procs::ArmParentDeath) -> Re
             keep_logs: scale.keep_logs,
             parent_death: Some(arm),
         })
-        .await
-        .map_err(|e| Failure::Failed(e.to_string()))?;
-        println!("{report}");
-        return Ok(());
+        .await;
+        return printed(report);
     }
     let report = toolmesh_bench::run(toolmesh_bench::BenchOptions {
         toolmesh_exe: exe.clone(),
@@ -285,8 +281,16 @@ async fn bench(args: args::BenchArgs, arm: toolmesh_procs::ArmParentDeath) -> Re
         quick: args.quick,
         json: args.json_file,
     })
-    .await
-    .map_err(|e| Failure::Failed(e.to_string()))?;
+    .await;
+    printed(report)
+}
+
+#[cfg(feature = "bench")]
+/// A benchmark's report on stdout, or why it could not run.
+fn printed(
+    report: Result<impl std::fmt::Display, toolmesh_bench::BenchError>,
+) -> Result<(), Failure> {
+    let report = report.map_err(|e| Failure::Failed(e.to_string()))?;
     println!("{report}");
     Ok(())
 }

@@ -59,9 +59,10 @@ use tokio_util::sync::{CancellationToken, DropGuard};
 use tonic_health::pb::health_server::HealthServer;
 use tonic_health::server::HealthReporter;
 use toolmesh::Principal;
+use toolmesh::pb::shared::dispatcher_server::DispatcherServer;
 use toolmesh::pb::{
     InvokeEvent, InvokeRequest, InvokeResponse, ListToolsRequest, ListToolsResponse, ToolFormat,
-    dispatcher_server::DispatcherServer, governance_server::GovernanceServer, invoke_event,
+    governance_server::GovernanceServer, invoke_event,
 };
 use toolmesh::{Snapshot, SnapshotHistory};
 use toolmesh_governance::Governance;

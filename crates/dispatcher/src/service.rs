@@ -7,10 +7,10 @@ use std::time::Duration;
 use tokio_stream::{Stream, StreamExt, wrappers::ReceiverStream};
 use tonic::{Request, Response, Status};
 use toolmesh::Principal;
+use toolmesh::pb::shared::{SharedListTools, dispatcher_server};
 use toolmesh::pb::{
-    InvokeEvent, InvokeRequest, InvokeResponse, ListToolsRequest, ListToolsResponse,
-    SearchToolsRequest, SearchToolsResponse, ToolFormat, ToolsChange, WatchToolsRequest,
-    dispatcher_server,
+    InvokeEvent, InvokeRequest, InvokeResponse, ListToolsRequest, SearchToolsRequest,
+    SearchToolsResponse, ToolFormat, ToolsChange, WatchToolsRequest,
 };
 use toolmesh_telemetry::trace::Context as TraceContext;
 
@@ -31,10 +31,12 @@ impl dispatcher_server::Dispatcher for DispatcherService {
     async fn list_tools(
         &self,
         request: Request<ListToolsRequest>,
-    ) -> Result<Response<ListToolsResponse>, Status> {
+    ) -> Result<Response<SharedListTools>, Status> {
         let who = self.dispatcher.caller(&request)?;
         let listing = self.dispatcher.list_tools_for(&who, request.get_ref())?;
-        Ok(Response::new(std::sync::Arc::unwrap_or_clone(listing)))
+        // The page as rendered (and kept for the next caller), encoded
+        // from where it lies.
+        Ok(Response::new(SharedListTools(listing)))
     }
 
     type WatchToolsStream = Changes;

@@ -4,6 +4,8 @@
 
 tonic::include_proto!("toolmesh.v1");
 
+pub mod shared;
+
 /// The encoded `FileDescriptorSet` of every toolmesh.v1 proto, for reflection.
 pub const FILE_DESCRIPTOR_SET: &[u8] =
     include_bytes!(concat!(env!("OUT_DIR"), "/toolmesh_descriptor.bin"));
