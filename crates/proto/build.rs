@@ -41,11 +41,9 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
 }
 
 /// The Dispatcher service's server once more, answering ListTools with
-/// [`SharedListTools`] (a rendered page shared by `Arc`, encoded from where
-/// it lies) instead of a copy of it: every other type is the contract's
-/// own, generated above. Written to `OUT_DIR/shared/`.
-///
-/// [`SharedListTools`]: ../src/shared.rs
+/// `SharedListTools` (src/shared.rs: a rendered page shared by `Arc`,
+/// encoded from where it lies) instead of a copy of it: every other type
+/// is the contract's own, generated above. Written to `OUT_DIR/shared/`.
 fn shared_listing_server(
     mut contract: prost_types::FileDescriptorSet,
     out: &std::path::Path,

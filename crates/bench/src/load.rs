@@ -54,7 +54,7 @@ impl Workload {
     pub(crate) fn acc_echo(arguments: impl Into<Arc<str>>) -> Workload {
         Workload {
             tool: TOOL.into(),
-            version: crate::stand::VERSION.into(),
+            version: VERSION.into(),
             arguments: arguments.into(),
         }
     }
@@ -505,6 +505,8 @@ pub(crate) async fn throughput(
 
 /// The echo tool every target serves, which the arguments below are for.
 pub(crate) const TOOL: &str = "acc_echo";
+/// Its version.
+pub(crate) const VERSION: &str = "1.0.0";
 
 /// `acc_echo` as the acceptance fixture declares it: the tool these
 /// arguments are for, its schema compiled as a dispatcher compiles it.

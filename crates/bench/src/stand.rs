@@ -15,8 +15,6 @@ use std::time::Duration;
 use toolmesh_transport::{Tls, TlsFiles};
 
 pub(crate) use crate::load::TOOL;
-/// Its version.
-pub(crate) const VERSION: &str = "1.0.0";
 
 /// Whether nginx took part, and why not.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

@@ -10,12 +10,6 @@ use std::sync::Arc;
 #[derive(Debug, Clone, Default, PartialEq)]
 pub struct SharedListTools(pub Arc<ListToolsResponse>);
 
-impl From<Arc<ListToolsResponse>> for SharedListTools {
-    fn from(page: Arc<ListToolsResponse>) -> Self {
-        SharedListTools(page)
-    }
-}
-
 impl prost::Message for SharedListTools {
     fn encode_raw(&self, buf: &mut impl BufMut) {
         self.0.encode_raw(buf);
