@@ -1,4 +1,4 @@
-//! Callers by JWT beside a caller by static token: the same call through `toolmesh serve` with a `[[callers]]` token, an RS256 and an ES256 JWT of a local issuer whose JWKS this process serves over loopback HTTP.
+//! Callers by JWT beside a caller by static token: the same call through `toolmesh serve` with a `[[callers]]` token, one as long as the RS256 JWT, an RS256 and an ES256 JWT of a local issuer whose JWKS this process serves over loopback HTTP; and each identified in this process.
 
 use crate::error::BenchError;
 use crate::load::{self, Client, Throughput, Workload};
@@ -8,9 +8,11 @@ use crate::stats::Latency;
 use crate::{Binaries, Plan, turns};
 use serde::Serialize;
 use std::path::Path;
+use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::time::Instant;
+use toolmesh_governance::{Identity, PolicyHandle};
 use toolmesh_identity::signing::{self, SigningKey};
 use toolmesh_transport::Tls;
 
@@ -31,6 +33,9 @@ const TOKEN_LIFETIME: Duration = Duration::from_secs(24 * 60 * 60);
 pub struct ByCredential<T> {
     /// A `[[callers]]` static bearer token.
     pub static_token: T,
+    /// A `[[callers]]` static token as long as the RS256 JWT: what the
+    /// header's length costs on the wire, without verification.
+    pub long_token: T,
     /// A JWT signed with RS256 (2048-bit RSA).
     pub rs256: T,
     /// A JWT signed with ES256 (P-256).
@@ -38,12 +43,13 @@ pub struct ByCredential<T> {
 }
 
 impl<T: Default> ByCredential<T> {
-    /// From values in the order static token, RS256, ES256.
+    /// From values in the order static token, long token, RS256, ES256.
     fn from_vec(values: Vec<T>) -> ByCredential<T> {
         let mut values = values.into_iter();
         let mut next = || values.next().unwrap_or_default();
         ByCredential {
             static_token: next(),
+            long_token: next(),
             rs256: next(),
             es256: next(),
         }
@@ -61,13 +67,29 @@ pub struct JwtRow {
     /// Throughput at [`JWT_IN_FLIGHT`] calls in flight; CPU per call of
     /// `toolmesh serve`, then of the executor.
     pub throughput: ByCredential<Throughput>,
+    /// Identifying the caller from its `authorization` header in this
+    /// process, by the same policy, µs per call (median of batches; each
+    /// JWT verified once before, so answered as every later call is).
+    pub identify_us: ByCredential<f64>,
+}
+
+impl<T> ByCredential<T> {
+    /// Each figure mapped by `f`.
+    pub fn map<U>(&self, f: impl Fn(&T) -> U) -> ByCredential<U> {
+        ByCredential {
+            static_token: f(&self.static_token),
+            long_token: f(&self.long_token),
+            rs256: f(&self.rs256),
+            es256: f(&self.es256),
+        }
+    }
 }
 
 /// `toolmesh serve`'s policy: the bench's dispatcher token, anonymous
-/// callers that may register the example, the static-token caller, the
-/// issuer at `issuer` (its JWKS at `/jwks`) whose callers get the same
-/// role, and one grant for everyone.
-fn policy(issuer: &str) -> String {
+/// callers that may register the example, the static-token callers
+/// (`long_token` the second), the issuer at `issuer` (its JWKS at
+/// `/jwks`) whose callers get the same role, and one grant for everyone.
+fn policy(issuer: &str, long_token: &str) -> String {
     format!(
         r#"
 [auth]
@@ -82,6 +104,12 @@ roles = ["dispatcher"]
 
 [[callers]]
 token = "{STATIC_TOKEN}"
+principal = "bench-agent"
+tenant = "bench"
+roles = ["agent"]
+
+[[callers]]
+token = "{long_token}"
 principal = "bench-agent"
 tenant = "bench"
 roles = ["agent"]
@@ -182,16 +210,6 @@ pub(crate) async fn measure(
     let rs256 = SigningKey::rs256("bench-rs256");
     let es256 = SigningKey::es256("bench-es256");
     let jwks = JwksServer::start(&signing::jwks(&[&rs256, &es256])).await?;
-    let dir = TempDir::new("bench-jwt").map_err(|e| BenchError::io("create a temp dir", e))?;
-    let policy_file = dir.join("policy.toml");
-    std::fs::write(&policy_file, policy(&jwks.issuer))
-        .map_err(|e| BenchError::io(format!("write {}", policy_file.display()), e))?;
-    let setup = Setup {
-        policy: Some(&policy_file),
-        ..Setup::default()
-    };
-    let mut stand = Stand::start(bins, logs, setup).await?;
-    stand.check_works(work).await?;
     let now = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .unwrap_or_default()
@@ -200,17 +218,40 @@ pub(crate) async fn measure(
         "iss": jwks.issuer, "aud": AUDIENCE, "sub": "bench-agent",
         "iat": now, "exp": now + TOKEN_LIFETIME.as_secs(),
     });
+    let rs256 = rs256.mint(&claims);
+    let tokens = ByCredential {
+        static_token: STATIC_TOKEN.to_owned(),
+        long_token: "t".repeat(rs256.len()),
+        rs256,
+        es256: es256.mint(&claims),
+    };
+    let policy_text = policy(&jwks.issuer, &tokens.long_token);
+    let identify_us = identify_us(&policy_text, &tokens).await?;
+    let dir = TempDir::new("bench-jwt").map_err(|e| BenchError::io("create a temp dir", e))?;
+    let policy_file = dir.join("policy.toml");
+    std::fs::write(&policy_file, policy_text)
+        .map_err(|e| BenchError::io(format!("write {}", policy_file.display()), e))?;
+    let setup = Setup {
+        policy: Some(&policy_file),
+        ..Setup::default()
+    };
+    let mut stand = Stand::start(bins, logs, setup).await?;
+    stand.check_works(work).await?;
     let serve = &stand.serve_addr;
+    let client = |token: &str| Client::dispatcher_as(serve, &Tls::none(), token);
     let clients = ByCredential {
-        static_token: Client::dispatcher_as(serve, &Tls::none(), STATIC_TOKEN)?,
-        rs256: Client::dispatcher_as(serve, &Tls::none(), &rs256.mint(&claims))?,
-        es256: Client::dispatcher_as(serve, &Tls::none(), &es256.mint(&claims))?,
+        static_token: client(&tokens.static_token)?,
+        long_token: client(&tokens.long_token)?,
+        rs256: client(&tokens.rs256)?,
+        es256: client(&tokens.es256)?,
     };
     first_call(&clients.static_token, work, "a static-token caller").await?;
+    first_call(&clients.long_token, work, "a long static-token caller").await?;
     first_call(&clients.rs256, work, "an RS256 JWT caller").await?;
     first_call(&clients.es256, work, "an ES256 JWT caller").await?;
     let targets = [
         (&clients.static_token, work),
+        (&clients.long_token, work),
         (&clients.rs256, work),
         (&clients.es256, work),
     ];
@@ -221,5 +262,33 @@ pub(crate) async fn measure(
         argument_bytes: work.arguments.len(),
         latency: ByCredential::from_vec(latency),
         throughput: ByCredential::from_vec(throughput.pop().unwrap_or_default()),
+        identify_us,
     })
+}
+
+/// Identifying each caller of `tokens` in this process by `policy_text`
+/// (the policy `toolmesh serve` runs), µs per call: its issuer's keys are
+/// fetched from the bench's JWKS server and each JWT verified once first.
+async fn identify_us(
+    policy_text: &str,
+    tokens: &ByCredential<String>,
+) -> Result<ByCredential<f64>, BenchError> {
+    let policy = toolmesh_policy::Policy::from_toml(policy_text)
+        .map_err(|e| BenchError::failed("read the JWT row's policy", e.to_string()))?;
+    let identity = Identity::new(Arc::new(PolicyHandle::new(policy)));
+    let headers = tokens.map(|token| format!("Bearer {token}"));
+    let deadline = Instant::now() + Duration::from_secs(15);
+    for header in [&headers.rs256, &headers.es256] {
+        while let Err(refused) = identity.authenticate(Some(header), None) {
+            if Instant::now() >= deadline {
+                return Err(BenchError::failed(
+                    "identify a JWT caller in process",
+                    refused.to_string(),
+                ));
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+    let identify = |header: &str| identity.authenticate(Some(header), None).is_ok();
+    Ok(headers.map(|header| crate::overhead::per_call_us(header, identify)))
 }

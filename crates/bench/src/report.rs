@@ -313,9 +313,9 @@ fn bridge_targets(bridge: &BridgeRow, mcp: &McpRow) -> Vec<Target> {
                 ),
                 verdict: Verdict::of(adds <= door_adds),
                 detail: format!(
-                    "+{} over the SDK executor vs +{} MCP over gRPC Invoke",
-                    fmt_us(adds),
-                    fmt_us(door_adds)
+                    "{} over the SDK executor vs {} MCP over gRPC Invoke",
+                    fmt_delta_us(adds),
+                    fmt_delta_us(door_adds)
                 ),
             }
         })
@@ -563,8 +563,8 @@ fn write_overhead(f: &mut fmt::Formatter<'_>, o: &Overhead) -> fmt::Result {
             "   {}{}",
             bridge_heading(bridge),
             o.mcp.as_ref().map_or(String::new(), |mcp| format!(
-                "; the MCP door adds +{} over gRPC Invoke in this run",
-                fmt_us(door_adds_us(mcp))
+                "; the MCP door adds {} over gRPC Invoke in this run",
+                fmt_delta_us(door_adds_us(mcp))
             ))
         )?;
         write!(f, "{}", bridge_table(bridge))?;
@@ -583,7 +583,7 @@ fn write_overhead(f: &mut fmt::Formatter<'_>, o: &Overhead) -> fmt::Result {
         writeln!(f)?;
         writeln!(
             f,
-            "   JWT callers: the same call through toolmesh serve ({} arguments) by one caller presenting a static [[callers]] token, an RS256 and an ES256 JWT of an [[issuers]] entry whose JWKS the bench serves on 127.0.0.1 (keys fetched once, cached; CPU: serve + executor, then serve alone)",
+            "   JWT callers: the same call through toolmesh serve ({} arguments) by one caller presenting a static [[callers]] token, a static token as long as the RS256 JWT, an RS256 and an ES256 JWT of an [[issuers]] entry whose JWKS the bench serves on 127.0.0.1 (keys fetched once, cached; CPU: serve + executor, then serve alone; identify = the caller found from its header by the same policy in this process, JWTs verified once before)",
             fmt_bytes(jwt.argument_bytes as f64)
         )?;
         write!(f, "{}", jwt_table(jwt))?;
@@ -1205,6 +1205,12 @@ pub(crate) fn fmt_us(us: f64) -> String {
 }
 
 /// Milliseconds, in the unit that reads best.
+/// A difference in µs with its sign: `+12 µs`, `-3.1 µs`.
+pub(crate) fn fmt_delta_us(us: f64) -> String {
+    let sign = if us < 0.0 { '-' } else { '+' };
+    format!("{sign}{}", fmt_us(us.abs()))
+}
+
 pub(crate) fn fmt_ms(ms: f64) -> String {
     fmt_us(ms * 1e3)
 }
@@ -1257,59 +1263,48 @@ fn jwt_table(row: &JwtRow) -> String {
     let mut table = Table::new(vec![
         "",
         "static token",
+        "long token",
+        "x static",
         "RS256 JWT",
         "x static",
         "ES256 JWT",
         "x static",
     ]);
     let line = |name: String, v: ByCredential<f64>, format: fn(f64) -> String| {
-        vec![
-            name,
-            format(v.static_token),
-            format(v.rs256),
-            fmt_ratio(v.rs256 / v.static_token),
-            format(v.es256),
-            fmt_ratio(v.es256 / v.static_token),
-        ]
-    };
-    let each = |pick: &dyn Fn(&Throughput) -> f64| {
-        let t = &row.throughput;
-        ByCredential {
-            static_token: pick(&t.static_token),
-            rs256: pick(&t.rs256),
-            es256: pick(&t.es256),
+        let mut cells = vec![name, format(v.static_token)];
+        for other in [v.long_token, v.rs256, v.es256] {
+            cells.push(format(other));
+            cells.push(fmt_ratio(other / v.static_token));
         }
+        cells
     };
     let l = &row.latency;
-    for (name, pick) in [
-        ("p50 @1", (|l| l.p50_us) as fn(&Latency) -> f64),
-        ("p99 @1", |l| l.p99_us),
-    ] {
-        let v = ByCredential {
-            static_token: pick(&l.static_token),
-            rs256: pick(&l.rs256),
-            es256: pick(&l.es256),
-        };
-        table.push(line(name.to_owned(), v, fmt_us));
-    }
-    let in_flight = row.throughput.static_token.in_flight;
+    table.push(line("p50 @1".to_owned(), l.map(|l| l.p50_us), fmt_us));
+    table.push(line("p99 @1".to_owned(), l.map(|l| l.p99_us), fmt_us));
+    let t = &row.throughput;
+    let in_flight = t.static_token.in_flight;
     table.push(line(
         format!("calls/s @{in_flight}"),
-        each(&|t| t.calls_per_sec),
+        t.map(|t| t.calls_per_sec),
         fmt_rate,
     ));
-    if !row.throughput.static_token.cpu_us_per_call.is_empty() {
+    if !t.static_token.cpu_us_per_call.is_empty() {
         table.push(line(
             format!("CPU/call @{in_flight}"),
-            each(&|t| t.cpu_us_per_call.iter().sum()),
+            t.map(|t| t.cpu_us_per_call.iter().sum()),
             fmt_us,
         ));
         table.push(line(
             format!("serve CPU/call @{in_flight}"),
-            each(&|t| t.cpu_us_per_call.first().copied().unwrap_or_default()),
+            t.map(|t| t.cpu_us_per_call.first().copied().unwrap_or_default()),
             fmt_us,
         ));
     }
+    table.push(line(
+        "identify in process".to_owned(),
+        row.identify_us,
+        fmt_us,
+    ));
     table.render("   ")
 }
 
@@ -1327,11 +1322,12 @@ fn jwt_targets(row: &JwtRow) -> Vec<Target> {
             ),
             verdict: Verdict::of(jwt.calls_per_sec >= floor * t.static_token.calls_per_sec),
             detail: format!(
-                "{} vs {} ({}); p50 at concurrency 1 +{}",
+                "{} vs {} ({}); p50 at concurrency 1 {}; a static token as long as the RS256 JWT {}",
                 fmt_rate(jwt.calls_per_sec),
                 fmt_rate(t.static_token.calls_per_sec),
                 fmt_ratio(jwt.calls_per_sec / t.static_token.calls_per_sec),
-                fmt_us(latency.p50_us - l.static_token.p50_us)
+                fmt_delta_us(latency.p50_us - l.static_token.p50_us),
+                fmt_ratio(t.long_token.calls_per_sec / t.static_token.calls_per_sec)
             ),
         })
         .collect()
@@ -1343,14 +1339,17 @@ mod tests {
     use crate::load::Throughput;
     use crate::stats::Latency;
 
-    /// Units switch at 10 µs, 1 ms and 1 s; ratios and rates read well;
-    /// impossible ratios print as a dash.
+    /// Units switch at 10 µs, 1 ms and 1 s; differences carry their sign;
+    /// ratios and rates read well; impossible ratios print as a dash.
     #[test]
     fn number_formatting() {
         assert_eq!(fmt_us(4.25), "4.2 µs");
         assert_eq!(fmt_us(85.4), "85 µs");
         assert_eq!(fmt_us(1_234.0), "1.23 ms");
         assert_eq!(fmt_us(2_500_000.0), "2.50 s");
+        assert_eq!(fmt_delta_us(12.4), "+12 µs");
+        assert_eq!(fmt_delta_us(-18.9), "-19 µs");
+        assert_eq!(fmt_delta_us(-3.04), "-3.0 µs");
         assert_eq!(fmt_ms(0.5), "500 µs");
         assert_eq!(fmt_ratio(1.6549), "1.65x");
         assert_eq!(fmt_ratio(f64::INFINITY), "-");

@@ -115,17 +115,28 @@ async fn quick_run_end_to_end() {
     assert_eq!(at_32, [32]);
     assert!(mtls.throughput[0].toolmesh.calls_per_sec > 0.0);
     assert_eq!(mtls.throughput[0].toolmesh.errors, 0);
-    // The JWT row: the static-token caller and both JWT callers answered
-    // every call (a refused token would count as an error).
+    // The JWT row: both static-token callers and both JWT callers answered
+    // every call (a refused token would count as an error), and each was
+    // identified in process (a refusal there fails the run).
     let jwt = report.overhead.jwt.as_ref().expect("the JWT row");
     for (caller, l) in [
         ("static token", &jwt.latency.static_token),
+        ("long token", &jwt.latency.long_token),
         ("RS256", &jwt.latency.rs256),
         ("ES256", &jwt.latency.es256),
     ] {
         assert!(l.calls > 0 && l.errors == 0, "JWT row, {caller}: {l:?}");
     }
     assert!(jwt.throughput.es256.calls_per_sec > 0.0 && jwt.throughput.es256.errors == 0);
+    let identify = jwt.identify_us;
+    for us in [
+        identify.static_token,
+        identify.long_token,
+        identify.rs256,
+        identify.es256,
+    ] {
+        assert!(us > 0.0 && us.is_finite(), "{identify:?}");
+    }
     let sdk = report.overhead.sdk.as_ref().expect("the SDK row");
     assert!(sdk.latency.iter().all(|l| l.calls > 0 && l.errors == 0));
     // Every path of every bridge row answered every call: the MCP row

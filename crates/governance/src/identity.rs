@@ -5,7 +5,7 @@
 use crate::PolicyHandle;
 use std::sync::Arc;
 use toolmesh_identity::issuers::{self, IssuerKeys, KeyStatus};
-use toolmesh_identity::{AuthError, Identify, Principal};
+use toolmesh_identity::{AuthError, Identify, Principal, Token};
 use toolmesh_policy::Policy;
 use toolmesh_transport::PeerCertificate;
 
@@ -85,14 +85,19 @@ impl Identify for Identity {
         certificate_valid_for: Option<&dyn Fn(&str) -> bool>,
     ) -> Result<Principal, AuthError> {
         let policy = self.current();
-        let found = policy.identify(bearer, certificate_valid_for);
-        match (found, bearer.and_then(toolmesh_transport::bearer_token)) {
-            (Err(AuthError::UnknownToken { .. }), Some(token))
-                if !policy.issuers().is_empty() && issuers::looks_like_jwt(token) =>
-            {
-                issuers::verify(token, policy.issuers(), policy.callers(), &self.keys)
-            }
-            (found, _) => found,
+        let token = match bearer.and_then(toolmesh_transport::bearer_token) {
+            Some(text) if !policy.issuers().is_empty() => Token::read(text)?,
+            // No issuers: static tokens and certificates only.
+            _ => return policy.identify(bearer, certificate_valid_for),
+        };
+        // A static token first (as fast as without issuers), then a JWT;
+        // the token is hashed once for both lookups.
+        if let Some(who) = policy.callers().holding(&token) {
+            return Ok(who.clone());
         }
+        if issuers::looks_like_jwt(token.text()) {
+            return issuers::verify(&token, policy.issuers(), policy.callers(), &self.keys);
+        }
+        Err(token.unknown())
     }
 }

@@ -1,9 +1,8 @@
 //! Callers known in advance: by static bearer token, by client-certificate name, by an issuer's exact subject; and the anonymous caller.
 
-use crate::AuthError;
+use crate::{AuthError, Token};
 use std::collections::HashMap;
 use toolmesh::Principal;
-use toolmesh::digest::{hex, sha256};
 
 /// Callers by the SHA-256 of their token.
 type TokenCallers = HashMap<[u8; 32], Principal>;
@@ -77,16 +76,13 @@ impl Callers {
                 Err(AuthError::MissingToken)
             };
         };
-        if token.contains(char::is_whitespace) {
-            return Err(AuthError::MalformedHeader);
-        }
-        let digest = sha256(token.as_bytes());
-        self.tokens
-            .get(&digest)
-            .cloned()
-            .ok_or_else(|| AuthError::UnknownToken {
-                digest_prefix: hex(&digest[..6]),
-            })
+        let token = Token::read(token)?;
+        self.holding(&token).cloned().ok_or_else(|| token.unknown())
+    }
+
+    /// The static caller holding `token`, if any.
+    pub fn holding(&self, token: &Token<'_>) -> Option<&Principal> {
+        self.tokens.get(token.digest())
     }
 
     /// The caller whose `tls_name` the peer's (already verified) client

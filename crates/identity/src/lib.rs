@@ -14,12 +14,14 @@ pub mod issuers;
 pub mod registry_access;
 #[cfg(feature = "signing")]
 pub mod signing;
+mod token;
 
 pub use callers::{Callers, Identify, tls_name};
 pub use error::{AuthError, IssuerError};
 pub use registry_access::{
     ADMIN_ROLE, AccessError, DISPATCHER_ROLE, EXECUTOR_ROLE, OPERATOR_ROLE, SnapshotAccess,
 };
+pub use token::Token;
 pub use toolmesh::{IssuedBy, Principal};
 
 /// Tenant of a caller that names none.

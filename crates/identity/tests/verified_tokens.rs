@@ -7,7 +7,7 @@ use toolmesh_identity::issuers::{
     self, Algorithm, FetchAuth, Issuer, IssuerKeys, KeySource, TenantFrom,
 };
 use toolmesh_identity::signing::{SigningKey, jwks};
-use toolmesh_identity::{AuthError, Callers, Principal};
+use toolmesh_identity::{AuthError, Callers, Principal, Token};
 
 const ISSUER: &str = "https://idp.example.test";
 const AUDIENCE: &str = "toolmesh";
@@ -77,6 +77,12 @@ fn now() -> u64 {
 }
 
 /// Claims for `subject` expiring `exp_in` seconds from now (negative: past).
+/// `token` verified as a caller presents it.
+fn verify(token: &str, issuers: &[Issuer], keys: &IssuerKeys) -> Result<Principal, AuthError> {
+    let token = Token::read(token).expect("a token of one word");
+    issuers::verify(&token, issuers, &callers(), keys)
+}
+
 fn claims(subject: &str, exp_in: i64) -> Value {
     let now = now();
     json!({"iss": ISSUER, "aud": AUDIENCE, "sub": subject, "iat": now - 120,
@@ -94,10 +100,10 @@ fn verified_tokens_are_remembered_and_refused_ones_never() {
     let keys = IssuerKeys::default();
     keys.follow(1, &issuers);
     let token = key.mint(&claims("alice", 600));
-    let first = issuers::verify(&token, &issuers, &callers(), &keys).unwrap();
+    let first = verify(&token, &issuers, &keys).unwrap();
     assert_eq!(first.name, "alice");
     assert_eq!(keys.verified_tokens(), 1);
-    let again = issuers::verify(&token, &issuers, &callers(), &keys).unwrap();
+    let again = verify(&token, &issuers, &keys).unwrap();
     assert_eq!(again, first);
     assert_eq!(keys.verified_tokens(), 1);
 
@@ -108,15 +114,15 @@ fn verified_tokens_are_remembered_and_refused_ones_never() {
     let elsewhere = key.mint(&elsewhere);
     for _ in 0..2 {
         assert_eq!(
-            issuers::verify(&expired, &issuers, &callers(), &keys),
+            verify(&expired, &issuers, &keys),
             Err(AuthError::TokenExpired)
         );
         assert_eq!(
-            issuers::verify(&forged, &issuers, &callers(), &keys),
+            verify(&forged, &issuers, &keys),
             Err(AuthError::BadSignature)
         );
         assert_eq!(
-            issuers::verify(&elsewhere, &issuers, &callers(), &keys),
+            verify(&elsewhere, &issuers, &keys),
             Err(AuthError::WrongAudience)
         );
     }
@@ -133,13 +139,13 @@ fn a_policy_reload_forgets_verified_tokens() {
     let keys = IssuerKeys::default();
     keys.follow(1, &issuers);
     let token = key.mint(&claims("alice", 600));
-    issuers::verify(&token, &issuers, &callers(), &keys).unwrap();
+    verify(&token, &issuers, &keys).unwrap();
     assert_eq!(keys.verified_tokens(), 1);
     let mut renamed = issuers.clone();
     renamed[0].tenant = TenantFrom::Fixed("globex".into());
     keys.follow(2, &renamed);
     assert_eq!(keys.verified_tokens(), 0);
-    let who = issuers::verify(&token, &renamed, &callers(), &keys).unwrap();
+    let who = verify(&token, &renamed, &keys).unwrap();
     assert_eq!(who.tenant, "globex");
 }
 
@@ -155,7 +161,7 @@ async fn a_key_dropped_from_the_jwks_ends_its_verified_tokens() {
     let keys = IssuerKeys::default();
     keys.follow(1, &issuers);
     let token = old.mint(&claims("alice", 600));
-    issuers::verify(&token, &issuers, &callers(), &keys).unwrap();
+    verify(&token, &issuers, &keys).unwrap();
     assert_eq!(keys.verified_tokens(), 1);
 
     file.publish(&[&new]);
@@ -165,10 +171,7 @@ async fn a_key_dropped_from_the_jwks_ends_its_verified_tokens() {
         assert!(Instant::now() < deadline, "the JWKS was not read again");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    assert_eq!(
-        issuers::verify(&token, &issuers, &callers(), &keys),
-        Err(AuthError::UnknownKey)
-    );
+    assert_eq!(verify(&token, &issuers, &keys), Err(AuthError::UnknownKey));
     let fresh = new.mint(&claims("alice", 600));
-    assert!(issuers::verify(&fresh, &issuers, &callers(), &keys).is_ok());
+    assert!(verify(&fresh, &issuers, &keys).is_ok());
 }

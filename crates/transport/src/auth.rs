@@ -25,12 +25,22 @@ pub fn bearer_token(value: &str) -> Option<&str> {
     // More than `Bearer` and one token (`Bearer Bearer T`, two tokens) is
     // handed on whole, so that reading it again strips nothing more and
     // the identity check refuses it by name.
-    let token = if token.contains(char::is_whitespace) {
-        value
-    } else {
-        token
-    };
+    let token = if has_whitespace(token) { value } else { token };
     (!token.is_empty()).then_some(token)
+}
+
+/// Whether `text` holds whitespace as [`char::is_whitespace`] counts it.
+/// Tokens are long (a JWT is hundreds of bytes) and ASCII, so bytes are
+/// read in blocks, each folded without an early exit (which the compiler
+/// turns into vector compares); only text with an ASCII space or a
+/// non-ASCII byte is read again character by character.
+pub fn has_whitespace(text: &str) -> bool {
+    let suspect = text.as_bytes().chunks(64).any(|block| {
+        block.iter().fold(0u8, |seen, &b| {
+            seen | u8::from(b == b' ') | u8::from(b.wrapping_sub(b'\t') < 5) | (b & 0x80)
+        }) != 0
+    });
+    suspect && text.contains(char::is_whitespace)
 }
 
 /// Sends `token` as `authorization: Bearer TOKEN`; false (and nothing
@@ -209,6 +219,36 @@ mod tests {
             "example.org",
         ] {
             assert!(!is_spiffe_id(bad), "{bad}");
+        }
+    }
+
+    /// Whitespace is found where `char::is_whitespace` finds it, in ASCII
+    /// text and beyond it, in the first block of bytes and past it.
+    #[test]
+    fn whitespace_as_char_counts_it() {
+        let mut samples: Vec<String> = (0u8..128)
+            .map(|b| format!("ab{}cd", char::from(b)))
+            .collect();
+        samples.extend(
+            [
+                '\u{85}', '\u{a0}', '\u{2003}', '\u{3000}', 'é', '\u{1c}', '\u{200b}',
+            ]
+            .iter()
+            .map(|c| format!("é{c}x")),
+        );
+        samples.extend(["", "token", "é", "Bearer x"].map(str::to_owned));
+        // The same past the first block of bytes a fold reads.
+        let long: Vec<String> = samples
+            .iter()
+            .map(|s| format!("{}{s}", "a".repeat(100)))
+            .collect();
+        samples.extend(long);
+        for text in &samples {
+            assert_eq!(
+                has_whitespace(text),
+                text.contains(char::is_whitespace),
+                "{text:?}"
+            );
         }
     }
 

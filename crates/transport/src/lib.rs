@@ -19,8 +19,8 @@ mod tls;
 
 pub use advertise::{ADVERTISE_HINT, Unroutable, check_advertised};
 pub use auth::{
-    PeerCertificate, bearer, bearer_token, ends_when_token_expires, is_spiffe_id, peer_certificate,
-    set_bearer,
+    PeerCertificate, bearer, bearer_token, ends_when_token_expires, has_whitespace, is_spiffe_id,
+    peer_certificate, set_bearer,
 };
 pub use channel::{BadAddress, channel, dial_address, executor_channel};
 pub use coalesce::Coalesced;

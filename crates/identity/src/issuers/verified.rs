@@ -3,7 +3,6 @@
 use crate::Principal;
 use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, RwLock, Weak};
-use toolmesh::digest::sha256;
 
 /// The most verified tokens remembered; past it the oldest remembered is
 /// forgotten first (one entry is a few hundred bytes: about 1 MiB in all).
@@ -113,22 +112,22 @@ impl<S: KeysInForce> Default for VerifiedTokens<S> {
 }
 
 impl<S: KeysInForce> VerifiedTokens<S> {
-    /// The caller `token` named when it was verified, if that still stands.
-    pub(crate) fn lookup(&self, token: &str) -> Option<Principal> {
-        let digest = sha256(token.as_bytes());
+    /// The caller the token whose SHA-256 is `digest` named when it was
+    /// verified, if that still stands.
+    pub(crate) fn lookup(&self, digest: &[u8; 32]) -> Option<Principal> {
         let now = jsonwebtoken::get_current_timestamp();
         let tokens = self.tokens.read().unwrap_or_else(|e| e.into_inner());
         tokens
-            .get(&digest)
+            .get(digest)
             .filter(|verified| verified.stands(now))
             .map(|verified| verified.principal.clone())
     }
 
-    /// Remembers that `keys` of `store` verified `token`, naming
-    /// `principal` until `expires_at`.
+    /// Remembers that `keys` of `store` verified the token whose SHA-256
+    /// is `digest`, naming `principal` until `expires_at`.
     pub(crate) fn remember(
         &self,
-        token: &str,
+        digest: &[u8; 32],
         principal: &Principal,
         expires_at: u64,
         store: &Arc<S>,
@@ -143,7 +142,7 @@ impl<S: KeysInForce> VerifiedTokens<S> {
         self.tokens
             .write()
             .unwrap_or_else(|e| e.into_inner())
-            .insert(sha256(token.as_bytes()), verified);
+            .insert(*digest, verified);
     }
 
     /// Forgets every token (the policy changed: issuers, their claim
@@ -164,6 +163,7 @@ impl<S: KeysInForce> VerifiedTokens<S> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use toolmesh::digest::sha256;
 
     fn key(n: u32) -> [u8; 32] {
         sha256(&n.to_be_bytes())
