@@ -290,5 +290,5 @@ async fn identify_us(
         }
     }
     let identify = |header: &str| identity.authenticate(Some(header), None).is_ok();
-    Ok(headers.map(|header| crate::overhead::per_call_us(header, identify)))
+    Ok(headers.map(|header| crate::stats::per_call_us(header, identify)))
 }

@@ -14,7 +14,7 @@ use crate::load::{self, Client, Throughput, Workload};
 use crate::mesh;
 pub use crate::stand::{ByTarget, NginxStatus};
 use crate::stand::{Pki, Setup, Stand, TOOL};
-use crate::stats::Latency;
+use crate::stats::{self, Latency};
 use crate::turns::{MCP_IN_FLIGHT, measure};
 use serde::Serialize;
 use std::path::Path;
@@ -107,26 +107,6 @@ async fn in_process_dispatcher(registry: &str, work: &Workload) -> Result<Client
     Ok(client)
 }
 
-/// Calls per batch, and batches, of the in-process per-call measurements.
-const JSON_WORK_CALLS: usize = 200;
-const JSON_WORK_BATCHES: usize = 7;
-
-/// Median per-call cost of `work` on `input` (one validation of arguments,
-/// one identification of a header), in µs.
-pub(crate) fn per_call_us(input: &str, work: impl Fn(&str) -> bool) -> f64 {
-    let mut batches: Vec<Duration> = (0..JSON_WORK_BATCHES)
-        .map(|_| {
-            let started = std::time::Instant::now();
-            for _ in 0..JSON_WORK_CALLS {
-                std::hint::black_box(work(std::hint::black_box(input)));
-            }
-            started.elapsed() / u32::try_from(JSON_WORK_CALLS).unwrap_or(1)
-        })
-        .collect();
-    batches.sort();
-    crate::stats::us(batches[batches.len() / 2])
-}
-
 /// The fast and the full check of `arguments` against `def`'s input
 /// schema, per call in µs (not a number if the schema does not compile).
 fn json_work_us(def: &toolmesh::ToolDef, arguments: &str) -> (f64, f64) {
@@ -138,7 +118,10 @@ fn json_work_us(def: &toolmesh::ToolDef, arguments: &str) -> (f64, f64) {
             .is_ok_and(|value| toolmesh::schema::check(&checks.validator, &value).is_ok())
     };
     let fast = |text: &str| checks.shape.accepts(text) || full(text);
-    (per_call_us(arguments, fast), per_call_us(arguments, full))
+    (
+        stats::per_call_us(arguments, fast),
+        stats::per_call_us(arguments, full),
+    )
 }
 
 /// Part 1 of the report.
