@@ -3,6 +3,7 @@
 //! RFC 9728 resource-metadata hint for a caller the policy does not admit,
 //! behind the Host/Origin allow-lists every HTTP door shares.
 
+use crate::Drain;
 use crate::handler::Authenticated;
 use crate::{Backend, BackendError, McpHandler};
 use axum::Router;
@@ -15,7 +16,6 @@ use axum::routing::get;
 use rmcp::transport::streamable_http_server::session::local::LocalSessionManager;
 use rmcp::transport::streamable_http_server::{StreamableHttpServerConfig, StreamableHttpService};
 use serde_json::json;
-use tokio_util::sync::CancellationToken;
 use toolmesh_telemetry::{ClientCertificate, HostGuard};
 
 /// Where the protected-resource metadata document is served (RFC 9728).
@@ -45,20 +45,20 @@ struct Door<B> {
     body_limit: usize,
 }
 
-/// The `/mcp` endpoint and the metadata document, for `handler`; stops
-/// serving open streams when `shutdown` is cancelled.
+/// The `/mcp` endpoint and the metadata document, for `handler`; its
+/// requests in flight are counted in `drain`, whose cue ends open streams.
 pub fn router<B: Backend>(
     handler: McpHandler<B>,
     backend: B,
     config: &McpHttpConfig,
-    shutdown: CancellationToken,
+    drain: &Drain,
 ) -> Router {
     // Host and Origin are checked by the guard around the whole door (the
     // metadata document included), so rmcp's own check is off.
     let http = StreamableHttpServerConfig::default()
         .with_legacy_session_mode(false)
         .with_json_response(true)
-        .with_cancellation_token(shutdown)
+        .with_cancellation_token(drain.streams())
         .disable_allowed_hosts()
         .disable_allowed_origins();
     let body_limit = crate::http_wire::BodyLimit(http.max_request_body_bytes);
@@ -86,6 +86,10 @@ pub fn router<B: Backend>(
                 body_limit: body_limit.0,
             },
             admit::<B>,
+        ))
+        .route_layer(middleware::from_fn_with_state(
+            drain.clone(),
+            crate::drain::counted,
         ))
         .route(RESOURCE_METADATA, get(metadata.clone()))
         .route(&format!("{RESOURCE_METADATA}/mcp"), get(metadata));

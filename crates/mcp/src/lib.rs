@@ -10,6 +10,7 @@
 #![forbid(unsafe_code)]
 
 mod backend;
+mod drain;
 mod error;
 mod grpc;
 mod handler;
@@ -22,6 +23,7 @@ mod search_mode;
 mod stdio_gate;
 
 pub use backend::{Backend, ViewChanges};
+pub use drain::Drain;
 pub use error::BackendError;
 pub use grpc::GrpcBackend;
 pub use handler::{McpHandler, PAGE_SIZE, SESSION_META, TIMEOUT_META};

@@ -81,10 +81,7 @@ impl Running {
             dispatcher.end_watches();
         }
         if let Some(mcp) = self.mcp {
-            mcp.stop.cancel();
-            if let Ok(Ok(Err(e))) = tokio::time::timeout(grace, mcp.task).await {
-                tracing::warn!(error = %e, "MCP server failed while draining");
-            }
+            mcp.drain(grace).await;
         }
         self.stop.cancel();
         // The health-only listener (dropped last) keeps answering NOT_SERVING
@@ -118,19 +115,48 @@ async fn bind(addr: SocketAddr) -> Result<(SocketAddr, TcpListener), NodeError> 
 struct Mcp {
     /// `http` or `https`.
     scheme: &'static str,
-    stop: CancellationToken,
+    /// Stops accepting connections, and asks open ones to close once
+    /// their requests are answered.
+    accept: CancellationToken,
+    drain: toolmesh_mcp::Drain,
     task: JoinHandle<std::io::Result<()>>,
 }
 
-/// Binds `/mcp` for `dispatcher` on `listen`.
+impl Mcp {
+    /// Stops accepting, lets every call in flight be answered, then ends
+    /// the open streams (subscriptions) and waits for the connections to
+    /// close, all within `grace`.
+    async fn drain(self, grace: Duration) {
+        let deadline = tokio::time::Instant::now() + grace;
+        self.accept.cancel();
+        if tokio::time::timeout_at(deadline, self.drain.answered())
+            .await
+            .is_err()
+        {
+            tracing::warn!(
+                in_flight = self.drain.in_flight(),
+                "grace period over with MCP calls in flight; ending them"
+            );
+        }
+        self.drain.end_streams();
+        if let Ok(Ok(Err(e))) = tokio::time::timeout_at(deadline, self.task).await {
+            tracing::warn!(error = %e, "MCP server failed while draining");
+        }
+    }
+}
+
+/// Binds `/mcp` for `dispatcher` on `listen`: in plaintext on `lanes`, as
+/// gRPC is served; over HTTPS on the shared runtime.
 async fn start_mcp(
     listen: SocketAddr,
     config: &NodeConfig,
     dispatcher: &Dispatcher,
+    lanes: lanes::Lanes,
 ) -> Result<(SocketAddr, Mcp), NodeError> {
     let tls = toolmesh_telemetry::https::acceptor(config.tls.files())?;
     let (addr, listener) = bind(listen).await?;
-    let stop = CancellationToken::new();
+    let accept = CancellationToken::new();
+    let drain = toolmesh_mcp::Drain::default();
     let http = toolmesh_mcp::McpHttpConfig {
         allowed_hosts: config.mcp_allowed_hosts.clone(),
         allowed_origins: config.mcp_allowed_origins.clone(),
@@ -140,20 +166,39 @@ async fn start_mcp(
         toolmesh_mcp::McpHandler::new(dispatcher.clone()).with_tool_search(config.mcp_tool_search),
         dispatcher.clone(),
         &http,
-        stop.child_token(),
+        &drain,
     );
-    let stopped = stop.clone();
     let scheme = if tls.is_some() { "https" } else { "http" };
-    let task = tokio::spawn(toolmesh_telemetry::https::serve(
-        listener,
-        tls,
-        router,
-        async move {
-            stopped.cancelled().await;
-        },
-    ));
+    let task = match tls {
+        Some(tls) => {
+            let stopped = accept.clone();
+            tokio::spawn(toolmesh_telemetry::https::serve(
+                listener,
+                Some(tls),
+                router,
+                async move {
+                    stopped.cancelled().await;
+                },
+            ))
+        }
+        None => {
+            let serving = lanes::serve_http(listener, router, lanes, accept.clone());
+            tokio::spawn(async move {
+                serving.await;
+                Ok(())
+            })
+        }
+    };
     tracing::info!(%addr, "MCP listening at {scheme}://{addr}/mcp");
-    Ok((addr, Mcp { stop, task, scheme }))
+    Ok((
+        addr,
+        Mcp {
+            scheme,
+            accept,
+            drain,
+            task,
+        },
+    ))
 }
 
 /// Binds and starts the servers for `role`.
@@ -225,8 +270,14 @@ pub async fn start(role: Role, config: &NodeConfig) -> Result<Running, NodeError
         shared,
     )?;
     let stop = CancellationToken::new();
-    let task = lanes::serve(router, listener, config.serve_threads, stop.clone()).await?;
+    let serving = lanes::serve(router, listener, config.serve_threads, stop.clone()).await?;
     tracing::info!(%addr, role = role.label(), threads = config.serve_threads, "listening");
+    let mcp = match (config.mcp_listen, &dispatcher) {
+        (Some(listen), Some(dispatcher)) => {
+            Some(start_mcp(listen, config, dispatcher, serving.lanes).await?)
+        }
+        _ => None,
+    };
     if let (Some(_), Some(token)) = (&registry, &policy.dev_dispatcher_token) {
         tracing::info!(
             "development policy: a separate dispatcher follows this registry with --registry {addr} --registry-token {token}"
@@ -237,14 +288,14 @@ pub async fn start(role: Role, config: &NodeConfig) -> Result<Running, NodeError
         dispatcher,
         admin: side.admin,
         _admin_task: side.admin_stop.drop_guard(),
-        mcp_addr: side.mcp.as_ref().map(|(addr, _)| *addr),
-        mcp: side.mcp.map(|(_, mcp)| mcp),
+        mcp_addr: mcp.as_ref().map(|(addr, _)| *addr),
+        mcp: mcp.map(|(_, mcp)| mcp),
         health,
         readiness,
         health_only: side.health_only,
         policy,
         stop,
-        task,
+        task: serving.task,
     })
 }
 
@@ -416,7 +467,6 @@ struct SideListeners {
     health_only: Option<HealthOnly>,
     admin: Option<AdminServer>,
     admin_stop: CancellationToken,
-    mcp: Option<(SocketAddr, Mcp)>,
 }
 
 impl SideListeners {
@@ -461,15 +511,10 @@ impl SideListeners {
             }
             None => None,
         };
-        let mcp = match (config.mcp_listen, dispatcher) {
-            (Some(listen), Some(dispatcher)) => Some(start_mcp(listen, config, dispatcher).await?),
-            _ => None,
-        };
         Ok(SideListeners {
             health_only,
             admin,
             admin_stop,
-            mcp,
         })
     }
 }

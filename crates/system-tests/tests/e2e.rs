@@ -445,14 +445,7 @@ async fn serve_drains_on_sigterm() {
         let mut client = client.clone();
         tokio::spawn(async move { invoke(&mut client, "acc_sleep", r#"{"ms": 800}"#, None).await })
     };
-    // acc_sleep writes its ledger line as it starts: the call is in flight.
-    eventually("acc_sleep running", Duration::from_secs(5), || {
-        let started = ledger(&ledger_path)
-            .iter()
-            .any(|l| l["tool"] == "acc_sleep");
-        std::future::ready(started.then_some(()))
-    })
-    .await;
+    until_sleeping(&ledger_path).await;
     let termed = Instant::now();
     serve.signal(libc::SIGTERM);
     serve.wait_for_line("draining in-flight calls", Duration::from_secs(5));
@@ -491,6 +484,65 @@ async fn serve_drains_on_sigterm() {
     assert!(
         termed.elapsed() < Duration::from_secs(8),
         "once the call ended, before the 10 s grace ran out"
+    );
+}
+
+/// Until the fixture's `acc_sleep` has written its ledger line, which it
+/// does as it starts: a call is then in flight.
+async fn until_sleeping(ledger_path: &std::path::Path) {
+    eventually("acc_sleep running", Duration::from_secs(5), || {
+        let started = ledger(ledger_path).iter().any(|l| l["tool"] == "acc_sleep");
+        std::future::ready(started.then_some(()))
+    })
+    .await;
+}
+
+/// SIGTERM on `serve` with its MCP door: a `tools/call` in flight at the
+/// door finishes with its result (the door's connections, served on the
+/// gRPC lanes, drain before the lanes stop), and the process exits 0.
+#[tokio::test]
+async fn serve_drains_mcp_calls_on_sigterm() {
+    let (mut serve, addr, mcp_url) = serve_with_mcp_door(&["--grace-ms", "3000"]);
+    let dir = temp_dir("drain-mcp");
+    let ledger_path = dir.join("ledger.jsonl");
+    let _exec = example(
+        "acceptance",
+        &addr,
+        &["--ledger", ledger_path.to_str().unwrap()],
+    );
+    let mut client = dispatcher(&addr);
+    until_listed(&mut client, &["acc_sleep"], Duration::from_secs(10)).await;
+    let door = mcp_url
+        .trim_start_matches("http://")
+        .trim_end_matches("/mcp")
+        .to_owned();
+    let in_flight = tokio::task::spawn_blocking(move || {
+        toolmesh_testkit::http(
+            &door,
+            "POST",
+            "/mcp",
+            &[
+                ("content-type", "application/json"),
+                ("accept", "application/json, text/event-stream"),
+                ("mcp-protocol-version", "2025-11-25"),
+            ],
+            r#"{"jsonrpc":"2.0","id":3,"method":"tools/call","params":{"name":"acc_sleep","arguments":{"ms":800}}}"#,
+        )
+    });
+    until_sleeping(&ledger_path).await;
+    serve.signal(libc::SIGTERM);
+    serve.wait_for_line("draining in-flight calls", Duration::from_secs(5));
+    let (status, wire) = in_flight.await.unwrap();
+    assert_eq!(status, 200, "{wire}");
+    assert!(
+        wire.contains(r#""id":3"#) && wire.contains(r#""result""#),
+        "the call's answer: {wire}"
+    );
+    assert!(!wire.contains(r#""isError":true"#), "{wire}");
+    let exit = serve.wait_exit(toolmesh_testkit::patient(Duration::from_secs(4)));
+    assert!(
+        exit.is_some_and(|s| s.success()),
+        "exited cleanly: {exit:?}"
     );
 }
 
