@@ -2,9 +2,11 @@
 //! example executors, driven through the Dispatcher's gRPC API and the CLI.
 
 use std::time::{Duration, Instant};
+use tonic::transport::Channel;
 use tonic_health::pb::{
     HealthCheckRequest, health_check_response::ServingStatus, health_client::HealthClient,
 };
+use toolmesh::pb::dispatcher_client::DispatcherClient;
 use toolmesh::pb::{ErrorCode, ListToolsRequest, ToolFormat};
 use toolmesh_system_tests::*;
 
@@ -72,15 +74,8 @@ async fn list_and_invoke() {
 #[tokio::test]
 async fn invalid_arguments_never_reach_the_executor() {
     let (_serve, addr) = serve(&[]);
-    let dir = temp_dir("invalid");
+    let (dir, _exec, mut client) = acceptance_with_ledger(&addr, "invalid", "acc_charge").await;
     let ledger_path = dir.join("ledger.jsonl");
-    let _exec = example(
-        "acceptance",
-        &addr,
-        &["--ledger", ledger_path.to_str().unwrap()],
-    );
-    let mut client = dispatcher(&addr);
-    until_listed(&mut client, &["acc_charge"], Duration::from_secs(10)).await;
 
     let cases = [
         (r#"{"account": "a"}"#, "cents"),
@@ -432,15 +427,8 @@ async fn cli_commands() {
 #[tokio::test]
 async fn serve_drains_on_sigterm() {
     let (mut serve, addr) = serve(&["--grace-ms", "3000"]);
-    let dir = temp_dir("drain");
+    let (dir, _exec, client) = acceptance_with_ledger(&addr, "drain", "acc_sleep").await;
     let ledger_path = dir.join("ledger.jsonl");
-    let _exec = example(
-        "acceptance",
-        &addr,
-        &["--ledger", ledger_path.to_str().unwrap()],
-    );
-    let mut client = dispatcher(&addr);
-    until_listed(&mut client, &["acc_sleep"], Duration::from_secs(10)).await;
     let in_flight = {
         let mut client = client.clone();
         tokio::spawn(async move { invoke(&mut client, "acc_sleep", r#"{"ms": 800}"#, None).await })
@@ -487,6 +475,22 @@ async fn serve_drains_on_sigterm() {
     );
 }
 
+/// The acceptance example registered with `addr`, writing its ledger in a
+/// temp dir labelled `label`, once `tool` is listed: the dir, the example
+/// and a client of the dispatcher.
+async fn acceptance_with_ledger(
+    addr: &str,
+    label: &str,
+    tool: &str,
+) -> (TempDir, Proc, DispatcherClient<Channel>) {
+    let dir = temp_dir(label);
+    let ledger = dir.join("ledger.jsonl");
+    let example = example("acceptance", addr, &["--ledger", ledger.to_str().unwrap()]);
+    let mut client = dispatcher(addr);
+    until_listed(&mut client, &[tool], Duration::from_secs(10)).await;
+    (dir, example, client)
+}
+
 /// Until the fixture's `acc_sleep` has written its ledger line, which it
 /// does as it starts: a call is then in flight.
 async fn until_sleeping(ledger_path: &std::path::Path) {
@@ -503,15 +507,8 @@ async fn until_sleeping(ledger_path: &std::path::Path) {
 #[tokio::test]
 async fn serve_drains_mcp_calls_on_sigterm() {
     let (mut serve, addr, mcp_url) = serve_with_mcp_door(&["--grace-ms", "3000"]);
-    let dir = temp_dir("drain-mcp");
+    let (dir, _exec, _client) = acceptance_with_ledger(&addr, "drain-mcp", "acc_sleep").await;
     let ledger_path = dir.join("ledger.jsonl");
-    let _exec = example(
-        "acceptance",
-        &addr,
-        &["--ledger", ledger_path.to_str().unwrap()],
-    );
-    let mut client = dispatcher(&addr);
-    until_listed(&mut client, &["acc_sleep"], Duration::from_secs(10)).await;
     let door = mcp_url
         .trim_start_matches("http://")
         .trim_end_matches("/mcp")
